@@ -1,0 +1,160 @@
+/* drivers/driver.h: the one interface every backend (epoll, io_uring, sim) fills. */
+#ifndef TL_DRIVER_H
+#define TL_DRIVER_H
+
+#include <stdint.h>
+#include "turnloop/loop.h"
+
+/*
+ * The split of work between the core (lib/loop.c) and a driver:
+ *
+ * The core owns every table: handles, operations, timers, connect deadlines,
+ * the completion queue, the pooled buffers and their leases, the poster. It
+ * validates every call, decides when a turn may wait and for how long, and
+ * turns driver events into completions (applying cancel/stop/timeout, the
+ * exactly-once terminal rule and the per-source budgets).
+ *
+ * A driver owns the OS objects behind handles and performs operations the
+ * core hands it. It reports progress by calling the tl__drv_* functions below,
+ * from inside its submit/cancel/poll callbacks only (the loop's thread), and
+ * never calls user code. A driver may complete an operation synchronously
+ * inside submit() (epoll writes do); the completion is queued all the same.
+ *
+ * Per-handle and per-operation private state lives in the `drv` words of the
+ * core's slots (struct tl_hslot / tl_opslot in lib/internal.h), so a driver
+ * allocates nothing per operation.
+ *
+ * Rules every driver keeps, and the contract suite checks:
+ *  - submit() returning < 0 means nothing happened and no event will follow.
+ *  - After submit() returned 0 the driver reports exactly one terminal event
+ *    for the op (tl__drv_event with TL_F_TERMINAL, or tl__drv_accept with
+ *    terminal=1), preceded by any number of nonterminal ones.
+ *  - cancel() only asks. The op's terminal event still comes from the driver,
+ *    once the OS no longer touches the op's memory; its result does not
+ *    matter (the core reports -ECANCELED / Stopped / -ETIMEDOUT). A cancel()
+ *    that fails (< 0) changes nothing; the core may retry it.
+ *  - Nonterminal events respect tl__drv_room(): when it is 0 the driver keeps
+ *    the readiness or CQE for a later turn instead of reporting it.
+ *  - release() is called once per handle, after its last event, and closes
+ *    the OS object.
+ */
+
+struct tl_hslot;
+struct tl_opslot;
+struct tl_drv; /* a driver instance: one per loop, the driver's own type */
+
+/* Operation codes the core submits (tl_opslot.code). */
+enum tl_opcode {
+	TL_OP_ACCEPT = 1,  /* multishot if TL_OPF_MULTI */
+	TL_OP_CONNECT,     /* u.conn.addr (or the Unix path given to open) */
+	TL_OP_READ,        /* u.rw.buf/len, or pooled if TL_OPF_POOLED; multishot if TL_OPF_MULTI */
+	TL_OP_WRITE,       /* u.wv: iovecs, progress kept in u.wv.cur/off */
+	TL_OP_SHUTDOWN,
+	TL_OP_SEND,        /* u.dg: one datagram to u.dg.addr */
+	TL_OP_RECV,        /* u.dg: one datagram, source into u.dg.addr; pooled if buf NULL */
+	TL_OP_CODES_
+};
+
+/* What to create in open(). */
+enum tl_open_kind {
+	TL_OPEN_TCP_LISTEN = 1,
+	TL_OPEN_UNIX_LISTEN,
+	TL_OPEN_TCP_STREAM,   /* a socket that will be connected */
+	TL_OPEN_UNIX_STREAM,
+	TL_OPEN_UDP,
+};
+
+struct tl_open_spec {
+	enum tl_open_kind kind;
+	const tl_addr *addr;          /* TCP/UDP */
+	const char *path;             /* Unix */
+	const tl_listen_opts *opts;   /* listeners; never NULL */
+};
+
+/* What one poll did, for tl_turn_info. */
+struct tl_poll_info {
+	uint32_t waits;           /* OS waits that could block */
+	uint32_t discovery_polls; /* zero-timeout OS polls */
+	uint32_t zero_event_waits;
+};
+
+struct tl_driver {
+	const char *name;
+	uint32_t caps; /* TL_CAP_* */
+
+	/* Set up one instance for loop. wake_fd is an eventfd owned by the core
+	 * (it outlives the driver): the driver watches it and drains it when it
+	 * becomes readable. Returns 0 or a negative errno (then the core may fall
+	 * back to another driver). */
+	int (*init)(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
+	/* Free the instance. Called after every handle was released and every
+	 * submitted op reported its terminal event. */
+	void (*destroy)(struct tl_drv *d);
+	/* The loop's monotonic clock, ns. */
+	uint64_t (*now)(struct tl_drv *d);
+
+	/* Create the OS object for a new handle (h->fd and h->drv). */
+	int (*open)(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *spec);
+	/* Adopt an OS object the driver itself produced (an accepted socket) or
+	 * one attached from elsewhere: h->fd is set. */
+	int (*attach)(struct tl_drv *d, struct tl_hslot *h);
+	/* Close the handle's OS object; no event of it may follow. */
+	void (*release)(struct tl_drv *d, struct tl_hslot *h);
+	int (*local_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+
+	/* Start an operation (see the rules above). */
+	int (*submit)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *op);
+	/* Ask for the op's cancellation. */
+	int (*cancel)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *op);
+
+	/* Flush submissions and wait at most timeout_ns (< 0: no limit) for events,
+	 * in at most one OS wait; report events through tl__drv_*. timeout 0 is a
+	 * discovery poll. */
+	int (*poll)(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info);
+
+	/* A lease went back to the core's free list (the host released it);
+	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
+	 * resume reads that waited for a buffer. May be NULL. */
+	void (*lease_returned)(struct tl_drv *d, uint32_t id);
+
+	/* A descriptor readable when the driver has events (TL_CAP_EMBED). */
+	int (*embed_fd)(struct tl_drv *d);
+};
+
+/* The built-in drivers (NULL where not compiled in). */
+extern const struct tl_driver tl__driver_epoll;
+extern const struct tl_driver tl__driver_uring;
+extern const struct tl_driver tl__driver_sim;
+
+/* ---- What the core offers drivers (lib/loop.c) ---- */
+
+/* Report an event of op: res is a count or -errno; flags TL_F_TERMINAL,
+ * TL_F_EOF; lease is a pooled buffer id or TL_NO_LEASE. For TL_OP_RECV the
+ * source address must be in op->u.dg.addr. */
+#define TL_NO_LEASE UINT32_MAX
+void tl__drv_event(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags,
+		   uint32_t lease);
+
+/* Report an accepted connection fd with its peer. The core makes a handle and
+ * calls attach(). Returns 0, or a negative errno when no handle could be made:
+ * then the core has reported that error as the event and the driver closes fd. */
+int tl__drv_accept(tl_loop *loop, struct tl_opslot *op, int fd, const tl_addr *peer,
+		   int terminal);
+
+/* How many more nonterminal events this turn may take. */
+uint32_t tl__drv_room(const tl_loop *loop);
+
+/* Pooled buffers: the base address, the size of one buffer and their number;
+ * take a free one (TL_NO_LEASE if none), or mark one the kernel picked as
+ * handed out. */
+uint8_t *tl__drv_lease_base(const tl_loop *loop, uint32_t *size, uint32_t *count);
+uint32_t tl__drv_lease_take(tl_loop *loop);
+void tl__drv_lease_mark(tl_loop *loop, uint32_t id);
+/* Give back a lease that never reached the host (an event that was dropped). */
+void tl__drv_lease_drop(tl_loop *loop, uint32_t id);
+
+/* Slot lookup for drivers that carry an op index in kernel user data. */
+struct tl_opslot *tl__drv_op(tl_loop *loop, uint32_t idx);
+struct tl_hslot *tl__drv_handle(tl_loop *loop, uint32_t idx);
+
+#endif

@@ -1,0 +1,673 @@
+/* drivers/epoll.c: the readiness driver: edge-triggered epoll, operations run when ready. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include "internal.h"
+#include "sock.h"
+
+/*
+ * Every socket is registered once, edge-triggered for input and output, so a
+ * connection costs no epoll_ctl per operation. Each handle remembers whether
+ * it is known readable/writable; an edge sets the flag, EAGAIN or a short
+ * read/write clears it (a short stream read means the socket was drained at
+ * that instant, and any later data raises a new edge: this saves the extra
+ * read that would only return EAGAIN). Operations queue per direction in
+ * submission order. Writes are tried at submission when nothing is queued
+ * ahead of them; their completion is queued like any other.
+ *
+ * The ready ring holds handles with work that needs no new edge: an op
+ * submitted to a handle already readable, a multishot that ran out of
+ * per-turn room, a read that waited for a pooled buffer. The event's
+ * data carries the handle's slot and generation, so that an event for a
+ * descriptor closed earlier in the same batch is recognised and dropped.
+ */
+
+struct ep_h {
+	uint32_t rhead, rtail; /* reads, accepts, receives */
+	uint32_t whead, wtail; /* connect, writes, shutdown, sends */
+	uint8_t readable, writable, registered, queued, lease_wait, connecting, emfile;
+};
+_Static_assert(sizeof(struct ep_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ep_h fits");
+
+struct ep_o {
+	uint32_t qnext;
+};
+
+#define EV_WAKE UINT64_MAX
+#define MAX_EVENTS 1024
+
+struct tl_drv {
+	tl_loop *loop;
+	int epfd, wake_fd;
+	uint32_t *ready, rcap, rhead, rlen; /* ring of handle slots */
+	uint32_t *lwait, nlwait;           /* handles waiting for a lease */
+	uint32_t *emfile, nemfile;         /* listeners waiting for a free fd */
+	uint32_t maxev;
+	struct epoll_event ev[MAX_EVENTS];
+};
+
+static inline struct ep_h *EH(struct tl_hslot *h) { return (struct ep_h *)h->u.drv; }
+static inline struct ep_o *EO(struct tl_opslot *o) { return (struct ep_o *)o->drv; }
+
+static uint64_t ep_now(struct tl_drv *d)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)
+{
+	struct tl_drv *d = calloc(1, sizeof *d);
+	if (!d)
+		return -ENOMEM;
+	d->loop = loop;
+	d->wake_fd = wake_fd;
+	d->rcap = 2 * cfg->max_handles + 1;
+	d->ready = malloc(d->rcap * sizeof *d->ready);
+	d->lwait = malloc(cfg->max_handles * sizeof *d->lwait);
+	d->emfile = malloc(cfg->max_handles * sizeof *d->emfile);
+	d->maxev = cfg->events_per_turn < MAX_EVENTS ? cfg->events_per_turn : MAX_EVENTS;
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	int r = -errno;
+	if (d->epfd < 0 || !d->ready || !d->lwait || !d->emfile)
+		goto fail;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, wake_fd, &ev) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	*out = d;
+	return 0;
+fail:
+	if (r == 0)
+		r = -ENOMEM;
+	if (d->epfd >= 0)
+		close(d->epfd);
+	free(d->ready);
+	free(d->lwait);
+	free(d->emfile);
+	free(d);
+	return r;
+}
+
+static void ep_destroy(struct tl_drv *d)
+{
+	close(d->epfd);
+	free(d->ready);
+	free(d->lwait);
+	free(d->emfile);
+	free(d);
+}
+
+static void mark_ready(struct tl_drv *d, struct tl_hslot *h)
+{
+	struct ep_h *e = EH(h);
+	if (e->queued)
+		return;
+	e->queued = 1;
+	uint32_t i = d->rhead + d->rlen;
+	if (i >= d->rcap)
+		i -= d->rcap;
+	d->ready[i] = h->idx;
+	d->rlen++;
+}
+
+static int do_register(struct tl_drv *d, struct tl_hslot *h)
+{
+	struct epoll_event ev = {
+		.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+		.data.u64 = ((uint64_t)h->gen << 32) | h->idx,
+	};
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, h->fd, &ev) < 0)
+		return -errno;
+	EH(h)->registered = 1;
+	return 0;
+}
+
+static void reset_h(struct tl_hslot *h)
+{
+	struct ep_h *e = EH(h);
+	memset(e, 0, sizeof *e);
+	e->rhead = e->rtail = e->whead = e->wtail = TL_NIL;
+}
+
+static int ep_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s)
+{
+	int fd = tl__sock_open(s);
+	if (fd < 0)
+		return fd;
+	h->fd = fd;
+	reset_h(h);
+	/* Streams register when they connect (a fresh socket reports
+	 * hang-up, which must not look like a finished connect). */
+	if (s->kind == TL_OPEN_TCP_STREAM || s->kind == TL_OPEN_UNIX_STREAM)
+		return 0;
+	int r = do_register(d, h);
+	if (r < 0) {
+		close(fd);
+		h->fd = -1;
+	}
+	if (s->kind == TL_OPEN_UDP)
+		EH(h)->writable = 1;
+	return r;
+}
+
+static int ep_attach(struct tl_drv *d, struct tl_hslot *h)
+{
+	reset_h(h);
+	EH(h)->writable = 1;
+	return do_register(d, h);
+}
+
+static void ep_release(struct tl_drv *d, struct tl_hslot *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	h->fd = -1;
+	EH(h)->queued = 0; /* a stale ring entry is skipped */
+	/* A descriptor came free: listeners that hit EMFILE may go on. */
+	while (d->nemfile) {
+		struct tl_hslot *lh = tl__drv_handle(d->loop, d->emfile[--d->nemfile]);
+		if (lh->type == TL_H_LISTEN) {
+			EH(lh)->emfile = 0;
+			mark_ready(d, lh);
+		}
+	}
+}
+
+static int ep_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	return tl__sock_local(h->fd, out);
+}
+
+/* ---- per-direction op queues ---- */
+
+static void q_push(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	EO(o)->qnext = TL_NIL;
+	if (*tail == TL_NIL)
+		*head = o->idx;
+	else
+		EO(tl__drv_op(l, *tail))->qnext = o->idx;
+	*tail = o->idx;
+}
+
+static void q_pop(tl_loop *l, uint32_t *head, uint32_t *tail)
+{
+	struct tl_opslot *o = tl__drv_op(l, *head);
+	*head = EO(o)->qnext;
+	if (*head == TL_NIL)
+		*tail = TL_NIL;
+}
+
+static int q_remove(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	uint32_t prev = TL_NIL;
+	for (uint32_t i = *head; i != TL_NIL; prev = i, i = EO(tl__drv_op(l, i))->qnext) {
+		if (i != o->idx)
+			continue;
+		uint32_t next = EO(o)->qnext;
+		if (prev == TL_NIL)
+			*head = next;
+		else
+			EO(tl__drv_op(l, prev))->qnext = next;
+		if (*tail == i)
+			*tail = prev;
+		return 1;
+	}
+	return 0;
+}
+
+static int is_rside(const struct tl_opslot *o)
+{
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV;
+}
+
+/* ---- running operations ---- */
+
+/* 1: the op finished (popped), 0: it waits (readiness, room or a lease). */
+static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	tl_loop *l = d->loop;
+	int multi = o->flags & TL_OPF_MULTI;
+	for (;;) {
+		if (multi && !tl__drv_room(l)) {
+			mark_ready(d, h);
+			return 0;
+		}
+		tl_addr peer;
+		socklen_t len = sizeof peer;
+		int fd = accept4(h->fd, &peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			int e = errno;
+			if (e == EAGAIN || e == EWOULDBLOCK) {
+				EH(h)->readable = 0;
+				return 0;
+			}
+			if (e == EINTR || e == ECONNABORTED)
+				continue;
+			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+				/* The pending connection stays queued; retry when a
+				 * descriptor is released, not in a busy loop. */
+				if (!EH(h)->emfile) {
+					EH(h)->emfile = 1;
+					d->emfile[d->nemfile++] = h->idx;
+				}
+				tl__drv_event(l, o, -e, multi ? 0 : TL_F_TERMINAL, TL_NO_LEASE);
+				return !multi;
+			}
+			tl__drv_event(l, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		if (h->flags & TL_HF_UNIX)
+			memset(&peer, 0, sizeof peer), peer.sa.sa_family = AF_UNIX;
+		else
+			tl__sock_stream_opts(fd, 0);
+		if (tl__drv_accept(l, o, fd, &peer, !multi) < 0)
+			close(fd);
+		if (!multi || !(o->flags & TL_OPF_LIVE))
+			return 1;
+		if (o->flags & TL_OPF_CANCEL)
+			return 0;
+	}
+}
+
+static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	tl_loop *l = d->loop;
+	int multi = o->flags & TL_OPF_MULTI;
+	while (EH(h)->readable) {
+		if (multi && !tl__drv_room(l)) {
+			mark_ready(d, h);
+			return 0;
+		}
+		uint32_t lease = TL_NO_LEASE, len;
+		uint8_t *buf;
+		if (o->flags & TL_OPF_POOLED) {
+			lease = tl__drv_lease_take(l);
+			if (lease == TL_NO_LEASE) {
+				/* Wait for the host to give one back; never an error. */
+				if (!EH(h)->lease_wait) {
+					EH(h)->lease_wait = 1;
+					d->lwait[d->nlwait++] = h->idx;
+				}
+				return 0;
+			}
+			uint32_t cnt;
+			buf = tl__drv_lease_base(l, &len, &cnt) + (size_t)lease * len;
+		} else {
+			buf = o->u.rw.buf;
+			len = o->u.rw.len;
+		}
+		ssize_t n = read(h->fd, buf, len);
+		if (n > 0) {
+			if ((size_t)n < len)
+				EH(h)->readable = 0;
+			tl__drv_event(l, o, n, multi ? 0 : TL_F_TERMINAL, lease);
+			if (!multi)
+				return 1;
+			continue;
+		}
+		if (lease != TL_NO_LEASE)
+			tl__drv_lease_drop(l, lease);
+		if (n == 0) {
+			tl__drv_event(l, o, 0, TL_F_TERMINAL | TL_F_EOF, TL_NO_LEASE);
+			return 1;
+		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			EH(h)->readable = 0;
+			return 0;
+		}
+		if (errno == EINTR)
+			continue;
+		tl__drv_event(l, o, -errno, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	return 0;
+}
+
+static int run_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	tl_loop *l = d->loop;
+	uint32_t lease = TL_NO_LEASE, len = o->u.dg.len;
+	uint8_t *buf = o->u.dg.buf;
+	if (o->flags & TL_OPF_POOLED) {
+		uint32_t cnt;
+		lease = tl__drv_lease_take(l);
+		if (lease == TL_NO_LEASE) {
+			if (!EH(h)->lease_wait) {
+				EH(h)->lease_wait = 1;
+				d->lwait[d->nlwait++] = h->idx;
+			}
+			return 0;
+		}
+		buf = tl__drv_lease_base(l, &len, &cnt) + (size_t)lease * len;
+	}
+	socklen_t alen = sizeof o->u.dg.addr;
+	ssize_t n;
+	do
+		n = recvfrom(h->fd, buf, len, 0, &o->u.dg.addr.sa, &alen);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		int e = errno;
+		if (lease != TL_NO_LEASE)
+			tl__drv_lease_drop(l, lease);
+		if (e == EAGAIN || e == EWOULDBLOCK) {
+			EH(h)->readable = 0;
+			return 0;
+		}
+		tl__drv_event(l, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	tl__drv_event(l, o, n, TL_F_TERMINAL, n > 0 ? lease : TL_NO_LEASE);
+	if (n == 0 && lease != TL_NO_LEASE)
+		tl__drv_lease_drop(l, lease);
+	return 1;
+}
+
+static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct msghdr mh = {0};
+	for (;;) {
+		mh.msg_iov = &o->u.wv.iov[o->u.wv.cur];
+		mh.msg_iovlen = o->u.wv.n - o->u.wv.cur;
+		ssize_t n = sendmsg(h->fd, &mh, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				EH(h)->writable = 0;
+				return 0;
+			}
+			tl__drv_event(d->loop, o, -errno, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		o->u.wv.off += (size_t)n;
+		/* Advance through the copied iovecs; the caller's stay untouched. */
+		while (n > 0 && o->u.wv.cur < o->u.wv.n) {
+			struct iovec *v = &o->u.wv.iov[o->u.wv.cur];
+			if ((size_t)n >= v->iov_len) {
+				n -= (ssize_t)v->iov_len;
+				o->u.wv.cur++;
+			} else {
+				v->iov_base = (uint8_t *)v->iov_base + n;
+				v->iov_len -= (size_t)n;
+				n = 0;
+			}
+		}
+		while (o->u.wv.cur < o->u.wv.n && o->u.wv.iov[o->u.wv.cur].iov_len == 0)
+			o->u.wv.cur++;
+		if (o->u.wv.cur == o->u.wv.n) {
+			tl__drv_event(d->loop, o, (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		/* A short write means the send buffer is full: wait for an edge. */
+		EH(h)->writable = 0;
+		return 0;
+	}
+}
+
+static int run_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	ssize_t n;
+	do
+		n = sendto(h->fd, o->u.dg.buf, o->u.dg.len, MSG_NOSIGNAL, &o->u.dg.addr.sa,
+			   tl_addr_len(&o->u.dg.addr));
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		EH(h)->writable = 0;
+		return 0;
+	}
+	tl__drv_event(d->loop, o, n < 0 ? -errno : n, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_connect_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	int err = 0;
+	socklen_t len = sizeof err;
+	if (getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	EH(h)->connecting = 0;
+	tl__drv_event(d->loop, o, -err, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	switch (o->code) {
+	case TL_OP_CONNECT:
+		return run_connect_done(d, h, o);
+	case TL_OP_WRITE:
+		return run_write(d, h, o);
+	case TL_OP_SEND:
+		return run_send(d, h, o);
+	case TL_OP_SHUTDOWN:
+		tl__drv_event(d->loop, o, shutdown(h->fd, SHUT_WR) < 0 ? -errno : 0,
+			      TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	return 1;
+}
+
+static int run_rop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	switch (o->code) {
+	case TL_OP_ACCEPT:
+		return run_accept(d, h, o);
+	case TL_OP_READ:
+		return run_read(d, h, o);
+	case TL_OP_RECV:
+		return run_recv(d, h, o);
+	}
+	return 1;
+}
+
+/* Run what the handle's readiness allows, in queue order per direction.
+ * A finished op may have been popped already by a cancel; check the head. */
+static void run_handle(struct tl_drv *d, struct tl_hslot *h)
+{
+	tl_loop *l = d->loop;
+	struct ep_h *e = EH(h);
+	while (e->writable && e->whead != TL_NIL) {
+		struct tl_opslot *o = tl__drv_op(l, e->whead);
+		if (o->code == TL_OP_CONNECT && e->connecting)
+			break; /* only an edge after connect() may finish it */
+		uint32_t idx = o->idx;
+		if (!run_wop(d, h, o))
+			break;
+		if (e->whead == idx)
+			q_pop(l, &e->whead, &e->wtail);
+	}
+	while (e->readable && e->rhead != TL_NIL) {
+		struct tl_opslot *o = tl__drv_op(l, e->rhead);
+		uint32_t idx = o->idx;
+		if (!run_rop(d, h, o))
+			break;
+		if (e->rhead == idx)
+			q_pop(l, &e->rhead, &e->rtail);
+	}
+}
+
+static int start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	int r;
+	if (h->flags & TL_HF_UNIX) {
+		struct sockaddr_un sun;
+		unsigned len;
+		if ((r = tl__sock_unix_addr(o->u.conn.path, &sun, &len)) < 0)
+			return r;
+		r = connect(h->fd, (struct sockaddr *)&sun, len);
+	} else {
+		r = connect(h->fd, &o->u.conn.addr.sa, tl_addr_len(&o->u.conn.addr));
+	}
+	int e = r < 0 ? errno : 0;
+	if (r < 0 && e != EINPROGRESS && e != EAGAIN)
+		return -e;
+	if ((r = do_register(d, h)) < 0)
+		return r;
+	q_push(d->loop, &EH(h)->whead, &EH(h)->wtail, o);
+	if (e == 0) {
+		/* Connected at once (Unix sockets usually are). */
+		EH(h)->writable = 1;
+		mark_ready(d, h);
+	} else {
+		EH(h)->connecting = 1;
+	}
+	return 0;
+}
+
+static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct ep_h *e = EH(h);
+	tl_loop *l = d->loop;
+	if (o->code == TL_OP_CONNECT)
+		return start_connect(d, h, o);
+	if (is_rside(o)) {
+		q_push(l, &e->rhead, &e->rtail, o);
+		if (e->readable && e->rhead == o->idx)
+			mark_ready(d, h);
+		return 0;
+	}
+	/* Try a write at once when nothing is queued ahead of it: most writes
+	 * finish here and never wait for an edge. */
+	if (e->whead == TL_NIL && e->writable && !e->connecting) {
+		q_push(l, &e->whead, &e->wtail, o);
+		if (run_wop(d, h, o) && e->whead == o->idx)
+			q_pop(l, &e->whead, &e->wtail);
+		return 0;
+	}
+	q_push(l, &e->whead, &e->wtail, o);
+	return 0;
+}
+
+static int ep_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct ep_h *e = EH(h);
+	int found = is_rside(o) ? q_remove(d->loop, &e->rhead, &e->rtail, o)
+				: q_remove(d->loop, &e->whead, &e->wtail, o);
+	if (!found)
+		return -ENOENT;
+	if (o->code == TL_OP_CONNECT)
+		e->connecting = 0;
+	/* Nothing is in flight in the kernel: acknowledge at once. */
+	tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+	/* Ops queued behind a cancelled one may run now. */
+	if ((e->readable && e->rhead != TL_NIL) || (e->writable && e->whead != TL_NIL))
+		mark_ready(d, h);
+	return 0;
+}
+
+static void ep_lease_returned(struct tl_drv *d, uint32_t id)
+{
+	while (d->nlwait) {
+		struct tl_hslot *h = tl__drv_handle(d->loop, d->lwait[--d->nlwait]);
+		if (h->type == TL_H_FREE)
+			continue;
+		EH(h)->lease_wait = 0;
+		mark_ready(d, h);
+	}
+}
+
+static void run_ready(struct tl_drv *d)
+{
+	/* Only the entries present now: handles re-queued while running wait
+	 * for the next poll (their room or lease ran out). */
+	for (uint32_t n = d->rlen; n; n--) {
+		uint32_t idx = d->ready[d->rhead];
+		d->rhead = d->rhead + 1 == d->rcap ? 0 : d->rhead + 1;
+		d->rlen--;
+		struct tl_hslot *h = tl__drv_handle(d->loop, idx);
+		if (h->type == TL_H_FREE || h->type == TL_H_TIMER || !EH(h)->queued)
+			continue;
+		EH(h)->queued = 0;
+		run_handle(d, h);
+	}
+}
+
+static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
+{
+	tl_loop *l = d->loop;
+	uint32_t before = l->qlen;
+	if (d->rlen)
+		run_ready(d);
+	if (l->qlen != before || d->rlen)
+		timeout_ns = 0; /* results are ready: do not block */
+	uint32_t room = tl__drv_room(l);
+	int maxev = (int)(room < d->maxev ? room : d->maxev);
+	if (maxev < 1)
+		maxev = 1;
+	int n;
+	if (timeout_ns == 0) {
+		n = epoll_wait(d->epfd, d->ev, maxev, 0);
+		info->discovery_polls++;
+	} else {
+		struct timespec ts, *tp = NULL;
+		if (timeout_ns > 0) {
+			ts.tv_sec = timeout_ns / 1000000000;
+			ts.tv_nsec = timeout_ns % 1000000000;
+			tp = &ts;
+		}
+		n = epoll_pwait2(d->epfd, d->ev, maxev, tp, NULL);
+		if (n < 0 && errno == ENOSYS) {
+			int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+			n = epoll_wait(d->epfd, d->ev, maxev, ms);
+		}
+		info->waits++;
+	}
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	if (n == 0 && timeout_ns != 0)
+		info->zero_event_waits++;
+	for (int i = 0; i < n; i++) {
+		uint64_t tag = d->ev[i].data.u64;
+		uint32_t ev = d->ev[i].events;
+		if (tag == EV_WAKE) {
+			uint64_t v;
+			ssize_t r = read(d->wake_fd, &v, sizeof v);
+			(void)r;
+			continue;
+		}
+		struct tl_hslot *h = tl__drv_handle(l, (uint32_t)tag);
+		/* Closed earlier in this batch, or the slot was reused. */
+		if (h->type == TL_H_FREE || h->gen != (uint16_t)(tag >> 32) || h->fd < 0)
+			continue;
+		struct ep_h *e = EH(h);
+		if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			e->readable = 1;
+		if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
+			e->writable = 1;
+			e->connecting = 0;
+		}
+		run_handle(d, h);
+	}
+	return 0;
+}
+
+static int ep_embed_fd(struct tl_drv *d)
+{
+	return d->epfd;
+}
+
+const struct tl_driver tl__driver_epoll = {
+	.name = "epoll",
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED,
+	.init = ep_init,
+	.destroy = ep_destroy,
+	.now = ep_now,
+	.open = ep_open,
+	.attach = ep_attach,
+	.release = ep_release,
+	.local_addr = ep_local,
+	.submit = ep_submit,
+	.cancel = ep_cancel,
+	.poll = ep_poll,
+	.lease_returned = ep_lease_returned,
+	.embed_fd = ep_embed_fd,
+};

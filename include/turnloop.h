@@ -1,0 +1,8 @@
+/* turnloop.h: the umbrella header; include this one. */
+#ifndef TURNLOOP_H
+#define TURNLOOP_H
+
+#include "turnloop/error.h"
+#include "turnloop/loop.h"
+
+#endif

@@ -1,0 +1,342 @@
+/* turnloop/loop.h: the per-thread completion loop (contract sections 1-4, 8). */
+#ifndef TURNLOOP_LOOP_H
+#define TURNLOOP_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <netinet/in.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Ownership in one paragraph: a loop belongs to the thread that created it and
+ * every function here must be called from that thread, except the poster
+ * functions (tl_post*, tl_poster_wake), which any thread may call. The loop
+ * never calls user code: work is submitted with the functions below and its
+ * results come back as tl_completion records from tl_turn(). Memory handed to
+ * a submission (a read buffer, the bytes of a write, an iovec's buffers) stays
+ * the caller's and must stay valid and untouched until that operation's
+ * terminal completion has been returned by tl_turn().
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure; see turnloop/error.h for the table.
+ */
+
+typedef struct tl_loop tl_loop;
+typedef struct tl_poster tl_poster;
+
+/* A handle (socket, listener, timer) or an operation id. The 64 bits hold the
+ * owning loop's identity, a generation and a slot; 0 is never issued. Treat
+ * them as opaque values: compare with ==, copy freely. */
+typedef struct tl_handle { uint64_t v; } tl_handle;
+typedef struct tl_op { uint64_t v; } tl_op;
+
+#define TL_HANDLE_NONE ((tl_handle){0})
+#define TL_OP_NONE ((tl_op){0})
+
+/* An IPv4 or IPv6 socket address (sa.sa_family tells which); AF_UNIX peers
+ * are reported with sa_family == AF_UNIX and no path. */
+typedef union tl_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+} tl_addr;
+
+/* Build an address from text ("127.0.0.1", "::1") and a port. Returns 0 or
+ * -EINVAL when the text is not a numeric IPv4/IPv6 address. */
+int tl_addr_parse(tl_addr *out, const char *ip, uint16_t port);
+/* Length of the sockaddr inside (sizeof sockaddr_in or _in6), 0 if unknown. */
+unsigned tl_addr_len(const tl_addr *a);
+
+/* Driver kinds. TL_DRIVER_DEFAULT picks io_uring and falls back to epoll when
+ * io_uring cannot be set up (TL_DRIVER=uring|epoll|sim in the environment
+ * forces a choice; see tl_driver_select()). */
+enum tl_driver_kind {
+	TL_DRIVER_DEFAULT = 0,
+	TL_DRIVER_EPOLL = 1,
+	TL_DRIVER_URING = 2,
+	TL_DRIVER_SIM = 3,
+};
+
+/*
+ * Loop configuration. tl_config_init() fills the documented defaults; every
+ * field is validated by tl_loop_new(): zero or absurd values are -EINVAL.
+ */
+typedef struct tl_config {
+	uint32_t max_handles;        /* handle table (sockets, timers)     4096, <= 2^24 */
+	uint32_t max_ops;            /* operation table                    8192, <= 2^24 */
+	uint32_t events_per_turn;    /* per-source budget per turn         256, <= 65536 */
+	uint32_t post_capacity;      /* poster ring (rounded up to 2^k)    1024, <= 2^20 */
+	uint32_t pooled_buffers;     /* pooled read buffers (2^k)          256, <= 32768 */
+	uint32_t pooled_buffer_size; /* bytes per pooled buffer            16384, <= 16 MiB */
+	uint32_t max_undelivered;    /* pool results in flight (2^k)       256, <= 2^20 */
+	uint32_t room_waiters;       /* poster "room again" waiters        16, <= 64 */
+	int driver;                  /* enum tl_driver_kind                 TL_DRIVER_DEFAULT */
+	int embed;                   /* 1: tl_loop_fd() will be used (see below)    0 */
+	uint64_t sim_seed;           /* simulation driver only: the run's seed      1 */
+} tl_config;
+
+/* Fill *cfg with the defaults above. */
+void tl_config_init(tl_config *cfg);
+
+/* Create a loop owned by the calling thread, with all of its storage
+ * allocated now. Returns 0 and sets *out, or -EINVAL (bad config), -ENOMEM,
+ * -ENOTSUP (driver forced but unavailable) or the OS error of the driver. */
+int tl_loop_new(tl_loop **out, const tl_config *cfg);
+
+/* Close a loop that has no live handles: -EBUSY (and nothing changes) while
+ * any handle exists, else 0 and the loop is freed. */
+int tl_loop_close(tl_loop *loop);
+
+/* Destroy a loop whatever it holds: cancels everything, waits for the driver
+ * to acknowledge every cancellation (so the kernel no longer writes into any
+ * buffer the user gave), closes every handle and frees the loop. Undelivered
+ * completions are dropped. Posters see -EPIPE from then on. */
+void tl_loop_destroy(tl_loop *loop);
+
+/* The driver's monotonic clock, in nanoseconds. Deadlines use this clock. */
+uint64_t tl_now(const tl_loop *loop);
+
+/* The name of the loop's driver ("epoll", "uring", "sim"). */
+const char *tl_loop_driver(const tl_loop *loop);
+
+/* Capability flags of the loop's driver (TL_CAP_*). */
+#define TL_CAP_TCP       (1u << 0)
+#define TL_CAP_UDP       (1u << 1)
+#define TL_CAP_UNIX      (1u << 2)
+#define TL_CAP_EMBED     (1u << 3) /* tl_loop_fd() */
+#define TL_CAP_DETACH    (1u << 4) /* tl_detach/tl_attach */
+#define TL_CAP_SPLICE    (1u << 5)
+#define TL_CAP_KBUF      (1u << 16) /* internal: the kernel picks pooled buffers */
+uint32_t tl_loop_caps(const tl_loop *loop);
+
+/* True while a referenced handle, a pending operation of a referenced handle,
+ * or an undelivered terminal completion exists. */
+int tl_alive(const tl_loop *loop);
+
+/* Take a handle and its operations out of (ref=0) or back into (ref=1) the
+ * alive() count. 0, -ENOENT (stale/foreign), -EINVAL (closing). */
+int tl_set_ref(tl_loop *loop, tl_handle h, int ref);
+
+/* ---- Completions ---- */
+
+enum tl_kind {
+	TL_K_NONE = 0,
+	TL_K_ACCEPT,   /* u.accept: the new connection handle and peer */
+	TL_K_CONNECT,  /* result 0 once connected */
+	TL_K_READ,     /* result = bytes (0 = EOF); u.read for pooled reads */
+	TL_K_WRITE,    /* result = bytes written (all of them) */
+	TL_K_SHUTDOWN, /* result 0 */
+	TL_K_SEND,     /* UDP datagram sent: result = bytes */
+	TL_K_RECV,     /* UDP datagram: result = bytes; u.recv */
+	TL_K_TIMER,    /* result 0 each expiry */
+	TL_K_POST,     /* a tl_post() message: u.post */
+	TL_K_ROOM,     /* poster has room again (tl_post_wait_room) */
+	TL_K_CLOSED,   /* last completion of a handle; token = close token */
+	TL_K_POOL,     /* a blocking-pool job's result (turnloop/pool.h) */
+	TL_K_FS,       /* a filesystem request (turnloop/pool.h) */
+	TL_K_RESOLVE,  /* a name lookup (turnloop/pool.h) */
+	TL_K_MESH,     /* a cross-shard message (turnloop/shard.h) */
+	TL_K_COUNT_
+};
+
+/* Completion flags. */
+#define TL_F_TERMINAL (1u << 0) /* last completion of this op */
+#define TL_F_STOPPED  (1u << 1) /* terminal after tl_stop(): result 0 */
+#define TL_F_EOF      (1u << 2) /* a read found the peer's EOF: result 0 */
+#define TL_F_LEASE    (1u << 3) /* u.read.lease / u.recv.lease is valid */
+
+/* A pooled buffer lease: data[0..result) is the caller's until it calls
+ * tl_lease_release(loop, id). */
+typedef struct tl_lease {
+	uint8_t *data;
+	uint32_t id;
+	uint32_t cap;
+} tl_lease;
+
+typedef struct tl_completion {
+	uint64_t token;   /* the submitter's token */
+	tl_op op;         /* the operation (TL_OP_NONE for Closed and posts) */
+	tl_handle handle; /* the handle it ran on (TL_HANDLE_NONE for posts) */
+	int64_t result;   /* count or negative errno (-ECANCELED once cancelled) */
+	uint16_t kind;    /* enum tl_kind */
+	uint16_t flags;   /* TL_F_* */
+	uint32_t aux;     /* kind-specific small value (pool: job class) */
+	union {
+		struct { tl_handle conn; tl_addr peer; } accept;
+		struct { tl_lease lease; } read;
+		struct { tl_lease lease; tl_addr from; } recv;
+		struct { uint64_t payload; } post;
+		struct { uint64_t value; void *ptr; } pool;
+	} u;
+} tl_completion;
+
+/* What a turn did. */
+typedef struct tl_turn_info {
+	uint32_t completions;     /* records written to out */
+	uint32_t os_waits;        /* OS waits that may block (0 or 1) */
+	uint32_t discovery_polls; /* zero-timeout native polls (0 or 1) */
+	uint32_t zero_event_waits;/* OS waits that returned no event */
+	uint64_t waited_ns;       /* time spent in the turn, driver clock */
+	int alive;                /* tl_alive() after the turn */
+} tl_turn_info;
+
+/*
+ * Run one turn: make at most one OS wait (none if completions are already
+ * queued; then at most one zero-timeout discovery poll, and only while native
+ * operations are pending), collect due timers, pool results and posts under
+ * their per-turn budgets, and copy at most cap completions, oldest first, into
+ * out. The rest stay queued for the next turn. No user code runs.
+ * timeout_ns < 0 waits without limit (until a completion or a wake), 0 never
+ * blocks. Returns the number of completions, or -EINVAL (out NULL, cap 0), or
+ * the driver's OS error. info may be NULL.
+ */
+int tl_turn(tl_loop *loop, int64_t timeout_ns, tl_completion *out, uint32_t cap,
+	    tl_turn_info *info);
+
+/* ---- Cancel, stop, close (contract section 2) ---- */
+
+/* Ask for cancellation of op: 0 (its terminal -ECANCELED follows once the
+ * driver acknowledged it), -EALREADY (already asked), -ENOENT (unknown,
+ * foreign or already terminal). */
+int tl_cancel(tl_loop *loop, tl_op op);
+
+/* End a multishot op (accept_start, read_start, repeating timer) with a
+ * terminal TL_F_STOPPED completion. Same return codes as tl_cancel. */
+int tl_stop(tl_loop *loop, tl_op op);
+
+/* Cancel every pending op of h (each delivers its own terminal -ECANCELED)
+ * and then deliver TL_K_CLOSED with token, last of everything for h. The OS
+ * object is released when Closed is handed out by tl_turn(); h is stale
+ * (-ENOENT) from then on. -EINVAL if h is already closing. */
+int tl_close(tl_loop *loop, tl_handle h, uint64_t token);
+
+/* ---- Timers (contract section 3) ---- */
+
+/* Create a timer that first expires at the absolute time at_ns (tl_now()
+ * clock) and then every repeat_ns if repeat_ns > 0 (missed intervals are
+ * coalesced). Sets *h and *op. Each expiry is a TL_K_TIMER completion; a
+ * one-shot timer's single expiry is terminal. -ENOBUFS when the handle or op
+ * table is full. */
+int tl_timer_start(tl_loop *loop, uint64_t at_ns, uint64_t repeat_ns, uint64_t token,
+		   tl_handle *h, tl_op *op);
+
+/* Move an armed timer to at_ns: 0, -EINVAL (closing or already expired),
+ * -ENOENT (stale or foreign). */
+int tl_timer_reset(tl_loop *loop, tl_handle h, uint64_t at_ns);
+
+/* ---- Streams and datagrams (contract section 4) ---- */
+
+typedef struct tl_listen_opts {
+	int backlog;    /* default 511 when 0 */
+	int reuseport;  /* SO_REUSEPORT: several loops listen on one address */
+	int v6only;     /* IPv6 listeners: IPV6_V6ONLY */
+} tl_listen_opts;
+
+/* Bind and listen on addr (IPv4 or IPv6). opts may be NULL. */
+int tl_tcp_listen(tl_loop *loop, const tl_addr *addr, const tl_listen_opts *opts,
+		  tl_handle *out);
+/* Listen on a Unix-domain stream socket at path (unlinked first if it is a
+ * stale socket). */
+int tl_unix_listen(tl_loop *loop, const char *path, const tl_listen_opts *opts,
+		   tl_handle *out);
+/* The bound local address of a TCP/UDP handle. */
+int tl_local_addr(tl_loop *loop, tl_handle h, tl_addr *out);
+
+/* Accept one connection (TL_K_ACCEPT, terminal). */
+int tl_accept(tl_loop *loop, tl_handle listener, uint64_t token, tl_op *op);
+/* Accept until stopped: each connection is a nonterminal TL_K_ACCEPT; errors
+ * that leave the listener usable (-EMFILE, -ENOBUFS: handle table full, ...)
+ * are nonterminal too and accepting resumes. */
+int tl_accept_start(tl_loop *loop, tl_handle listener, uint64_t token, tl_op *op);
+
+/* Connect a new TCP socket to addr. deadline_ns (absolute, tl_now() clock,
+ * 0 = none) ends a connect still pending with -ETIMEDOUT, reported only after
+ * the native connect was acknowledged cancelled. Sets *h (usable for reads
+ * and writes submitted right away) and *op. */
+int tl_tcp_connect(tl_loop *loop, const tl_addr *addr, uint64_t deadline_ns, uint64_t token,
+		   tl_handle *h, tl_op *op);
+int tl_unix_connect(tl_loop *loop, const char *path, uint64_t deadline_ns, uint64_t token,
+		    tl_handle *h, tl_op *op);
+
+/* Read once into buf[0..len) (len > 0). Result: bytes, 0 with TL_F_EOF at
+ * end of stream. */
+int tl_read(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token, tl_op *op);
+/* Read once into a pooled buffer lease (TL_F_LEASE when result > 0). */
+int tl_read_pooled(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
+/* Read repeatedly into pooled leases until EOF (terminal, result 0), stop,
+ * cancel or an error. A shortage of leases pauses the read until some are
+ * released; it is never reported. */
+int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
+/* Give a lease back. -ENOENT if id is not an outstanding lease. */
+int tl_lease_release(tl_loop *loop, uint32_t id);
+
+/* Write all of buf[0..len) in submission order per handle (partial writes are
+ * continued inside the loop). Result: len. */
+int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t token,
+	     tl_op *op);
+#define TL_IOV_MAX 8
+/* Write every segment of iov[0..n) (1 <= n <= TL_IOV_MAX; the iovec array
+ * is copied, the buffers are not). */
+int tl_writev(tl_loop *loop, tl_handle h, const struct iovec *iov, int n, uint64_t token,
+	      tl_op *op);
+/* Half-close the write side after all earlier writes. */
+int tl_shutdown(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
+
+/* UDP: bind a datagram socket (port 0 picks one). */
+int tl_udp_bind(tl_loop *loop, const tl_addr *addr, tl_handle *out);
+/* Send one datagram buf[0..len) to addr. */
+int tl_udp_send(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, const tl_addr *to,
+		uint64_t token, tl_op *op);
+/* Receive one datagram into buf (or a pooled lease when buf is NULL);
+ * u.recv.from is its source. */
+int tl_udp_recv(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token,
+		tl_op *op);
+
+/* ---- Waking and posting from other threads (contract section 8) ---- */
+
+/* The loop's poster: a bounded multi-producer queue into the loop that any
+ * thread may use; it also carries the notifier. The returned reference stays
+ * valid after the loop is destroyed (posts then fail with -EPIPE) until
+ * tl_poster_put(). tl_poster_get() never fails. */
+tl_poster *tl_poster_get(tl_loop *loop);
+void tl_poster_put(tl_poster *p);
+
+/* Post (token, payload) into the loop: delivered as TL_K_POST, in order per
+ * producer. 0, -ENOBUFS (full: nothing was queued), -EPIPE (loop gone). Any
+ * thread. Wakes the loop with a system call only if it is parked. */
+int tl_post(tl_poster *p, uint64_t token, uint64_t payload);
+
+/* Wake the loop (its current or next turn returns without waiting). Costs a
+ * system call only when the loop is parked; wakes are coalesced. Any thread.
+ * 0 or -EPIPE. */
+int tl_poster_wake(tl_poster *p);
+
+/* From a loop whose post to p failed with -ENOBUFS: ask for one TL_K_ROOM
+ * completion on `loop` once p's loop has drained it. Sets *op. -ENOBUFS when
+ * p's waiter table is full, -EPIPE if p's loop is gone. */
+int tl_post_wait_room(tl_loop *loop, tl_poster *p, uint64_t token, tl_op *op);
+
+/* A descriptor that polls readable whenever the loop has work (for embedding
+ * the loop in another event loop): call tl_turn(loop, 0, ...) when it does.
+ * Needs cfg.embed = 1; -ENOTSUP otherwise or when the driver lacks
+ * TL_CAP_EMBED. The loop owns the descriptor. */
+int tl_loop_fd(tl_loop *loop);
+
+/* Per-loop counters, cheap to read from the loop's thread. */
+typedef struct tl_loop_stats {
+	uint64_t turns, os_waits, discovery_polls, zero_event_waits;
+	uint64_t completions[TL_K_COUNT_];
+	uint64_t wakes_sent, wakes_coalesced;
+	uint32_t handles, ops, queued, timers, leases_out;
+	uint64_t busy_ns, idle_ns;
+} tl_loop_stats;
+void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,221 @@
+/* lib/internal.h: the loop's private structures, shared by the core and the drivers. */
+#ifndef TL_INTERNAL_H
+#define TL_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <pthread.h>
+#include "turnloop/loop.h"
+#include "driver.h"
+#include "heap.h"
+#include "mpsc.h"
+
+#define tl_likely(x) __builtin_expect(!!(x), 1)
+#define tl_unlikely(x) __builtin_expect(!!(x), 0)
+#define tl_container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+#define TL_NIL UINT32_MAX
+
+/* Id layout: [63..40] loop identity (24 bits), [39..24] generation (16 bits),
+ * [23..0] slot (24 bits). Generation 0 is never used, so no valid id is 0. */
+#define TL_ID_SLOT_BITS 24u
+#define TL_ID_GEN_BITS 16u
+#define TL_ID_MAX_SLOTS (1u << TL_ID_SLOT_BITS)
+
+static inline uint64_t tl__id_make(uint32_t owner, uint32_t gen, uint32_t slot)
+{
+	return ((uint64_t)owner << 40) | ((uint64_t)(gen & 0xffffu) << 24) | slot;
+}
+static inline uint32_t tl__id_owner(uint64_t v) { return (uint32_t)(v >> 40); }
+static inline uint32_t tl__id_gen(uint64_t v) { return (uint32_t)(v >> 24) & 0xffffu; }
+static inline uint32_t tl__id_slot(uint64_t v) { return (uint32_t)v & (TL_ID_MAX_SLOTS - 1); }
+
+/* Handle types. */
+enum tl_htype {
+	TL_H_FREE = 0,
+	TL_H_LISTEN,   /* TCP or Unix listener */
+	TL_H_STREAM,   /* TCP or Unix connection */
+	TL_H_UDP,
+	TL_H_TIMER,
+};
+
+/* Handle flags. */
+#define TL_HF_REF 0x01          /* counts toward alive() */
+#define TL_HF_CLOSING 0x02
+#define TL_HF_CLOSED_QUEUED 0x04
+#define TL_HF_UNIX 0x08
+#define TL_HF_V6 0x10
+
+struct tl_hslot {
+	uint16_t gen;
+	uint8_t type;    /* enum tl_htype */
+	uint8_t flags;   /* TL_HF_* */
+	uint32_t idx;
+	int fd;          /* the OS object (driver-defined for the sim driver) */
+	uint32_t pending;/* ops of this handle not yet terminal */
+	uint32_t head, tail; /* its ops, oldest first */
+	uint32_t next_free;
+	uint64_t close_token;
+	union {
+		uint64_t drv[6];      /* driver private state */
+		struct {              /* timers use no driver */
+			uint64_t at, repeat, seq;
+			uint32_t op;
+		} t;
+	} u;
+};
+
+/* Op flags. */
+#define TL_OPF_CANCEL 0x0001   /* cancellation requested */
+#define TL_OPF_STOP 0x0002     /* ... as a stop */
+#define TL_OPF_TIMEDOUT 0x0004 /* ... by a connect deadline */
+#define TL_OPF_MULTI 0x0008    /* multishot */
+#define TL_OPF_NATIVE 0x0010   /* submitted to the driver */
+#define TL_OPF_POOLED 0x0020   /* reads into leases */
+#define TL_OPF_DEADLINE 0x0040 /* in the connect-deadline heap */
+#define TL_OPF_LIVE 0x0080     /* slot in use */
+
+struct tl_opslot {
+	uint16_t gen;
+	uint8_t code;     /* enum tl_opcode, or a core-only kind (timer, room, pool) */
+	uint8_t kind;     /* enum tl_kind of its completions */
+	uint16_t flags;   /* TL_OPF_* */
+	uint16_t _pad;
+	uint32_t idx;
+	uint32_t hidx;    /* handle slot or TL_NIL */
+	uint32_t prev, next; /* the handle's op list; next doubles as free link */
+	uint64_t token;
+	union {
+		struct { uint8_t *buf; uint32_t len; } rw;
+		struct { struct iovec iov[TL_IOV_MAX]; uint32_t n, cur; size_t off, total; } wv;
+		struct { uint8_t *buf; uint32_t len; uint32_t alen; tl_addr addr; } dg;
+		struct { tl_addr addr; uint64_t deadline; const char *path; } conn;
+		struct { uint32_t bit; struct tl_poster *target; } room;
+		struct { void *job; } pool;
+	} u;
+	uint64_t drv[4]; /* driver private state */
+};
+
+/* Core-only op codes (never submitted to a driver). */
+#define TL_OP_TIMER 100
+#define TL_OP_ROOM 101
+#define TL_OP_POOL 102
+
+/* Event classes with their own per-turn budget and queue reserve. */
+enum { TL_CLS_NONE = 0, TL_CLS_NATIVE, TL_CLS_TIMER, TL_CLS_POST, TL_CLS_MESH, TL_CLS_N };
+
+/* Queue entry metadata, parallel to the completion ring. */
+struct tl_qmeta {
+	uint8_t cls;        /* TL_CLS_* of a nonterminal event */
+	uint8_t referenced; /* holds an alive() reference */
+	uint8_t closed;     /* a Closed record: release the handle on delivery */
+	uint8_t op_terminal;/* a terminal of an op: frees an outstanding credit */
+	uint32_t hidx;
+};
+
+/* A posted message. */
+struct tl_post_msg {
+	uint64_t token, payload;
+};
+
+/* The cross-thread side of a loop: poster, notifier, room bits. Separately
+ * reference-counted so that other threads may hold it past the loop. */
+struct tl_poster {
+	atomic_int refs;
+	atomic_int closed;
+	atomic_int state; /* TL_PARK_*: the notifier's view of the loop */
+	int efd;          /* eventfd the driver watches */
+	atomic_uint_fast64_t wakes_sent, wakes_coalesced;
+	struct tl_mpsc posts;
+	atomic_uint_fast64_t room_bits; /* set by loops we are waiting on */
+	pthread_mutex_t wmu; /* guards waiters */
+	uint32_t nwaiters, maxwaiters;
+	struct tl_room_waiter { struct tl_poster *who; uint32_t bit; } *waiters;
+	void (*on_last_put)(struct tl_poster *p); /* frees extras (pool port) */
+	void *port; /* pool result port, owned here (see pool) */
+};
+
+enum { TL_PARK_RUNNING = 0, TL_PARK_PARKED = 1, TL_PARK_NOTIFIED = 2 };
+
+struct tl_loop {
+	const struct tl_driver *dv;
+	struct tl_drv *d;
+	struct tl_poster *poster;
+	uint32_t owner;
+	pthread_t thread;
+	tl_config cfg;
+
+	struct tl_hslot *h;
+	uint32_t hfree, nhandles;
+	struct tl_opslot *o;
+	uint32_t ofree, nops;
+	uint32_t outstanding; /* ops accepted whose terminal was not yet delivered */
+	uint32_t native_pending;
+	uint64_t refs;        /* alive() count */
+
+	struct tl_heap timers;    /* over handle slots */
+	struct tl_heap deadlines; /* connect deadlines, over op slots */
+	uint64_t timer_seq;
+
+	tl_completion *q;
+	struct tl_qmeta *qm;
+	uint32_t qcap, qhead, qlen;
+	uint32_t buffered[TL_CLS_N];
+
+	/* pooled buffers */
+	uint8_t *lease_mem;
+	uint32_t lease_size, lease_count;
+	uint32_t *lease_free; /* stack of free ids */
+	uint32_t lease_nfree;
+	uint8_t *lease_out;   /* 1 while the host (or a dropped event) holds it */
+
+	uint32_t room_ops[64]; /* op slot per room bit, TL_NIL if none */
+	uint64_t room_used;
+
+	/* Pool hooks, set by the pool module on first use: drain the result
+	 * port under a budget, say whether results wait, cancel a job, and let
+	 * go of every job when the loop is destroyed. */
+	uint32_t (*pool_drain)(tl_loop *loop, uint32_t budget);
+	int (*pool_ready)(tl_loop *loop);
+	void (*pool_cancel)(tl_loop *loop, struct tl_opslot *op);
+	void (*pool_detach)(tl_loop *loop);
+	void *pool; /* the pool module's per-loop state */
+
+	int in_turn;
+	int destroying;
+	tl_loop_stats st;
+	uint64_t last_turn_end;
+};
+
+/* Core services used by the other modules of lib/ (pool, shards). */
+int tl__op_new(tl_loop *loop, struct tl_hslot *h, uint8_t code, uint8_t kind, uint64_t token,
+	       struct tl_opslot **out);
+void tl__op_finish(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags);
+tl_completion *tl__enqueue(tl_loop *loop, int cls, int referenced);
+struct tl_opslot *tl__op_lookup(tl_loop *loop, tl_op id);
+static inline tl_op tl__op_id(const tl_loop *loop, const struct tl_opslot *op)
+{
+	return (tl_op){tl__id_make(loop->owner, op->gen, op->idx)};
+}
+static inline tl_handle tl__h_id(const tl_loop *loop, const struct tl_hslot *h)
+{
+	return (tl_handle){tl__id_make(loop->owner, h->gen, h->idx)};
+}
+
+/* Driver selection (drivers/select.c). */
+int tl__driver_pick(const tl_config *cfg, const struct tl_driver **out, int *forced);
+
+/* Poster internals (lib/poster.c). */
+int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out);
+void tl__poster_close(struct tl_poster *p);
+/* Notifier protocol around the OS wait. */
+int tl__poster_begin(struct tl_poster *p);   /* 1 if a wake arrived */
+int tl__poster_park(struct tl_poster *p);    /* 0: parked; 1: a wake came, do not block */
+void tl__poster_running(struct tl_poster *p);
+void tl__poster_signal(struct tl_poster *p); /* make efd readable (embed mode) */
+void tl__poster_wake_waiters(struct tl_poster *p);
+int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit);
+int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit);
+
+#endif

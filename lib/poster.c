@@ -1,0 +1,164 @@
+/* lib/poster.c: the cross-thread endpoint of a loop: notifier, poster, room waiters. */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include "internal.h"
+
+int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out)
+{
+	struct tl_poster *p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (p->efd < 0) {
+		int e = -errno;
+		free(p);
+		return e;
+	}
+	p->waiters = calloc(waiters ? waiters : 1, sizeof *p->waiters);
+	if (!p->waiters || tl__mpsc_init(&p->posts, capacity) < 0) {
+		close(p->efd);
+		free(p->waiters);
+		free(p);
+		return -ENOMEM;
+	}
+	p->maxwaiters = waiters;
+	pthread_mutex_init(&p->wmu, NULL);
+	atomic_init(&p->refs, 1);
+	atomic_init(&p->closed, 0);
+	atomic_init(&p->state, TL_PARK_RUNNING);
+	*out = p;
+	return 0;
+}
+
+tl_poster *tl_poster_get(tl_loop *loop)
+{
+	atomic_fetch_add_explicit(&loop->poster->refs, 1, memory_order_relaxed);
+	return loop->poster;
+}
+
+void tl_poster_put(tl_poster *p)
+{
+	if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (p->on_last_put)
+		p->on_last_put(p);
+	/* Waiters registered here hold references on their own posters. */
+	for (uint32_t i = 0; i < p->nwaiters; i++)
+		tl_poster_put(p->waiters[i].who);
+	close(p->efd);
+	tl__mpsc_free(&p->posts);
+	pthread_mutex_destroy(&p->wmu);
+	free(p->waiters);
+	free(p);
+}
+
+void tl__poster_signal(struct tl_poster *p)
+{
+	uint64_t one = 1;
+	/* EAGAIN means the counter is already non-zero: it is readable anyway. */
+	ssize_t r = write(p->efd, &one, sizeof one);
+	(void)r;
+}
+
+int tl_poster_wake(tl_poster *p)
+{
+	if (atomic_load_explicit(&p->closed, memory_order_acquire))
+		return -EPIPE;
+	/* Only a parked loop needs the system call; a running one will look at
+	 * its rings before it parks again (see tl__poster_park). */
+	int prev = atomic_exchange(&p->state, TL_PARK_NOTIFIED);
+	if (prev == TL_PARK_PARKED) {
+		tl__poster_signal(p);
+		atomic_fetch_add_explicit(&p->wakes_sent, 1, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&p->wakes_coalesced, 1, memory_order_relaxed);
+	}
+	return 0;
+}
+
+int tl_post(tl_poster *p, uint64_t token, uint64_t payload)
+{
+	if (atomic_load_explicit(&p->closed, memory_order_acquire))
+		return -EPIPE;
+	struct tl_post_msg m = {token, payload};
+	if (tl__mpsc_push(&p->posts, &m, sizeof m) < 0)
+		return -ENOBUFS;
+	return tl_poster_wake(p);
+}
+
+int tl__poster_begin(struct tl_poster *p)
+{
+	return atomic_exchange(&p->state, TL_PARK_RUNNING) == TL_PARK_NOTIFIED;
+}
+
+int tl__poster_park(struct tl_poster *p)
+{
+	/* The exchange orders against the producers' exchange in tl_poster_wake:
+	 * either they see PARKED and write the eventfd, or we see NOTIFIED. */
+	if (atomic_exchange(&p->state, TL_PARK_PARKED) == TL_PARK_NOTIFIED) {
+		atomic_store(&p->state, TL_PARK_RUNNING);
+		return 1;
+	}
+	return 0;
+}
+
+void tl__poster_running(struct tl_poster *p)
+{
+	atomic_store_explicit(&p->state, TL_PARK_RUNNING, memory_order_relaxed);
+}
+
+void tl__poster_wake_waiters(struct tl_poster *p)
+{
+	pthread_mutex_lock(&p->wmu);
+	for (uint32_t i = 0; i < p->nwaiters; i++) {
+		struct tl_poster *who = p->waiters[i].who;
+		atomic_fetch_or(&who->room_bits, (uint64_t)1 << p->waiters[i].bit);
+		tl_poster_wake(who);
+		tl_poster_put(who);
+	}
+	p->nwaiters = 0;
+	pthread_mutex_unlock(&p->wmu);
+}
+
+void tl__poster_close(struct tl_poster *p)
+{
+	atomic_store_explicit(&p->closed, 1, memory_order_release);
+	/* Loops waiting for room learn now: their next post says -EPIPE. */
+	tl__poster_wake_waiters(p);
+	tl_poster_put(p);
+}
+
+int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit)
+{
+	int r = 0;
+	pthread_mutex_lock(&p->wmu);
+	if (atomic_load(&p->closed))
+		r = -EPIPE;
+	else if (p->nwaiters == p->maxwaiters)
+		r = -ENOBUFS;
+	else {
+		atomic_fetch_add(&who->refs, 1);
+		p->waiters[p->nwaiters++] = (struct tl_room_waiter){who, bit};
+	}
+	pthread_mutex_unlock(&p->wmu);
+	return r;
+}
+
+int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit)
+{
+	int found = 0;
+	pthread_mutex_lock(&p->wmu);
+	for (uint32_t i = 0; i < p->nwaiters; i++) {
+		if (p->waiters[i].who == who && p->waiters[i].bit == bit) {
+			p->waiters[i] = p->waiters[--p->nwaiters];
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->wmu);
+	if (found)
+		tl_poster_put(who);
+	return found;
+}
