@@ -191,7 +191,10 @@ struct tl_loop {
 /* Core services used by the other modules of lib/ (pool, shards). */
 int tl__op_new(tl_loop *loop, struct tl_hslot *h, uint8_t code, uint8_t kind, uint64_t token,
 	       struct tl_opslot **out);
-void tl__op_finish(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags);
+/* Queue an op's event (cancellation rules applied) and return the record so
+ * the caller can fill its payload; NULL when the event was dropped (a
+ * nonterminal event after a cancel request). Terminal events retire the op. */
+tl_completion *tl__op_finish(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags);
 tl_completion *tl__enqueue(tl_loop *loop, int cls, int referenced);
 struct tl_opslot *tl__op_lookup(tl_loop *loop, tl_op id);
 static inline tl_op tl__op_id(const tl_loop *loop, const struct tl_opslot *op)

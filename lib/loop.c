@@ -400,9 +400,9 @@ static tl_completion *op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uin
 	return c;
 }
 
-void tl__op_finish(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags)
+tl_completion *tl__op_finish(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags)
 {
-	op_event(l, o, res, flags, TL_NO_LEASE);
+	return op_event(l, o, res, flags, TL_NO_LEASE);
 }
 
 void tl__drv_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags, uint32_t lease)
