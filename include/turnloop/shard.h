@@ -117,8 +117,9 @@ int tl_plan_from_env(tl_plan_request *req);
  * Print the plan, one line per shard:
  *   "shard 0: cpu 2 core 1 numa 0 package 0\n"
  * into buf of len bytes, NUL-terminated. Returns the number of bytes written,
- * not counting the NUL; -EINVAL if p or buf is NULL; -ENOBUFS if len is too
- * small for all of it (buf then holds an empty string when len > 0).
+ * not counting the NUL; -EINVAL if p or buf is NULL; -ENOBUFS if len cannot
+ * hold all of it and the NUL (len 0 included; buf then holds an empty string
+ * when len > 0, never a truncated plan).
  */
 int tl_plan_format(const tl_plan *p, char *buf, size_t len);
 

@@ -1,0 +1,556 @@
+/* shards/plan.c: the shard plan, computed from the hwloc topology (contract 9.1 and 9.8). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "turnloop/shard.h"
+
+/* ---- CPU lists ---- */
+
+typedef int (*range_fn)(void *ctx, unsigned lo, unsigned hi);
+
+/* One decimal number below limit. Capping while reading keeps the
+ * arithmetic far from overflow (limit <= TL_PLAN_MAX_CPU). */
+static int read_num(const char **pp, unsigned limit, unsigned *out)
+{
+	const char *p = *pp;
+	unsigned v = 0;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	while (*p >= '0' && *p <= '9') {
+		v = v * 10 + (unsigned)(*p - '0');
+		if (v >= limit)
+			return -EINVAL;
+		p++;
+	}
+	*pp = p;
+	*out = v;
+	return 0;
+}
+
+/* The one parser behind every CPU list, so TL_CPUS, req->cpus, req->allowed
+ * and tl_cpulist_parse() accept exactly the same language. */
+static int walk_cpulist(const char *s, unsigned limit, range_fn fn, void *ctx)
+{
+	const char *p = s;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (;;) {
+		unsigned lo, hi;
+		int rc;
+
+		if (read_num(&p, limit, &lo))
+			return -EINVAL;
+		hi = lo;
+		if (*p == '-') {
+			p++;
+			if (read_num(&p, limit, &hi) || hi < lo)
+				return -EINVAL;
+		}
+		rc = fn(ctx, lo, hi);
+		if (rc)
+			return rc;
+		if (*p == '\0')
+			return 0;
+		if (*p != ',')
+			return -EINVAL;
+		p++;
+	}
+}
+
+static int words_add(void *ctx, unsigned lo, unsigned hi)
+{
+	uint64_t *w = ctx;
+
+	for (unsigned c = lo; c <= hi; c++)
+		w[c / 64] |= UINT64_C(1) << (c % 64);
+	return 0;
+}
+
+int tl_cpulist_parse(const char *s, uint64_t *mask_words, size_t nwords)
+{
+	unsigned limit = TL_PLAN_MAX_CPU;
+	int rc;
+
+	if (!s || !mask_words || nwords == 0)
+		return -EINVAL;
+	if (nwords < TL_PLAN_MAX_CPU / 64)
+		limit = (unsigned)nwords * 64;
+	memset(mask_words, 0, nwords * sizeof *mask_words);
+	rc = walk_cpulist(s, limit, words_add, mask_words);
+	if (rc)
+		memset(mask_words, 0, nwords * sizeof *mask_words);
+	return rc;
+}
+
+static int bitmap_add(void *ctx, unsigned lo, unsigned hi)
+{
+	return hwloc_bitmap_set_range(ctx, lo, (int)hi) ? -ENOMEM : 0;
+}
+
+static int no_add(void *ctx, unsigned lo, unsigned hi)
+{
+	(void)ctx;
+	(void)lo;
+	(void)hi;
+	return 0;
+}
+
+/* Parse s into a new hwloc bitmap at *out (NULL on failure). */
+static int cpulist_bitmap(const char *s, hwloc_bitmap_t *out)
+{
+	hwloc_bitmap_t set = hwloc_bitmap_alloc();
+	int rc;
+
+	*out = NULL;
+	if (!set)
+		return -ENOMEM;
+	rc = walk_cpulist(s, TL_PLAN_MAX_CPU, bitmap_add, set);
+	if (rc) {
+		hwloc_bitmap_free(set);
+		return rc;
+	}
+	*out = set;
+	return 0;
+}
+
+/* ---- Topology ---- */
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* hwloc reports failures as -1 plus errno; errno 0 would turn a failure
+ * into success, hence the fallback. */
+static int hwloc_err(int fallback)
+{
+	return errno > 0 ? -errno : -fallback;
+}
+
+static int load_topology(hwloc_topology_t *out, const char *synthetic)
+{
+	hwloc_topology_t topo;
+	int rc;
+
+	*out = NULL;
+	if (synthetic && !*synthetic)
+		return -EINVAL;
+	if (hwloc_topology_init(&topo))
+		return -ENOMEM;
+	if (synthetic) {
+		errno = 0;
+		if (ends_with(synthetic, ".xml"))
+			rc = hwloc_topology_set_xml(topo, synthetic);
+		else
+			rc = hwloc_topology_set_synthetic(topo, synthetic);
+		if (rc) {
+			/* A synthetic description hwloc cannot read is a bad
+			 * argument, whatever errno its parser left behind. */
+			rc = ends_with(synthetic, ".xml") ? hwloc_err(EINVAL) : -EINVAL;
+			hwloc_topology_destroy(topo);
+			return rc;
+		}
+	}
+	errno = 0;
+	if (hwloc_topology_load(topo)) {
+		rc = hwloc_err(EINVAL);
+		hwloc_topology_destroy(topo);
+		return rc;
+	}
+	*out = topo;
+	return 0;
+}
+
+/*
+ * The PUs this plan may use. Without INCLUDE_DISALLOWED, hwloc has already
+ * left out what the cgroup forbids; the CPU binding (taskset,
+ * sched_setaffinity) is not part of that, so intersect it here. The process
+ * binding is the union over its threads, so shard threads pinned by an
+ * earlier plan do not shrink the next one.
+ */
+static int allowed_set(hwloc_topology_t topo, const tl_plan_request *req,
+		       hwloc_bitmap_t *out)
+{
+	hwloc_bitmap_t set, extra = NULL;
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
+	if (!set)
+		return -ENOMEM;
+	if (hwloc_topology_is_thissystem(topo)) {
+		hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+
+		if (!bound)
+			goto fail;
+		/* The process query walks /proc/self/task and gives up if
+		 * threads keep coming and going; the calling thread is the
+		 * next best witness. No binding support at all (ENOSYS)
+		 * means there is no restriction to honour. */
+		if ((hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 ||
+		     hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_THREAD) == 0) &&
+		    !hwloc_bitmap_iszero(bound) && hwloc_bitmap_and(set, set, bound)) {
+			hwloc_bitmap_free(bound);
+			goto fail;
+		}
+		hwloc_bitmap_free(bound);
+	}
+	if (req->allowed) {
+		rc = cpulist_bitmap(req->allowed, &extra);
+		if (rc)
+			goto fail;
+		rc = hwloc_bitmap_and(set, set, extra) ? -ENOMEM : 0;
+		hwloc_bitmap_free(extra);
+		if (rc)
+			goto fail;
+	}
+	if (hwloc_bitmap_iszero(set)) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	*out = set;
+	return 0;
+fail:
+	hwloc_bitmap_free(set);
+	return rc;
+}
+
+/* ---- Planning ---- */
+
+struct cand {
+	unsigned node_rank; /* NUMA node logical index, UINT32_MAX if none: sort key */
+	unsigned core_rank; /* core logical index (or the PU's): sort key */
+	unsigned pu_rank;   /* PU logical index: sort key, unique */
+	tl_shard_place place;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->node_rank != y->node_rank)
+		return x->node_rank < y->node_rank ? -1 : 1;
+	if (x->core_rank != y->core_rank)
+		return x->core_rank < y->core_rank ? -1 : 1;
+	if (x->pu_rank != y->pu_rank)
+		return x->pu_rank < y->pu_rank ? -1 : 1;
+	return 0;
+}
+
+/* The first NUMA node (hwloc order) local to the PU. A PU can be local to
+ * several (DRAM plus HBM or CXL memory); the first is the ordinary one. */
+static hwloc_obj_t pu_node(hwloc_topology_t topo, hwloc_obj_t pu)
+{
+	hwloc_obj_t n = NULL;
+
+	while ((n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)))
+		if (n->cpuset && hwloc_bitmap_isset(n->cpuset, pu->os_index))
+			return n;
+	return NULL;
+}
+
+/* Fill cands (room for every PU) with the usable PUs; returns their number
+ * or -ENOMEM. Without smt only the first usable PU of each core counts. */
+static int collect(hwloc_topology_t topo, hwloc_const_bitmap_t usable, int smt,
+		   struct cand *cands)
+{
+	hwloc_bitmap_t seen = hwloc_bitmap_alloc();
+	hwloc_obj_t pu = NULL;
+	int n = 0;
+
+	if (!seen)
+		return -ENOMEM;
+	while ((pu = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PU, pu))) {
+		hwloc_obj_t core, node, pkg;
+		struct cand *c;
+
+		if (!hwloc_bitmap_isset(usable, pu->os_index))
+			continue;
+		core = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu);
+		/* Some platforms report no cores: each PU is then its own. */
+		if (!core)
+			core = pu;
+		if (!smt && core != pu) {
+			if (hwloc_bitmap_isset(seen, core->logical_index))
+				continue;
+			if (hwloc_bitmap_set(seen, core->logical_index)) {
+				hwloc_bitmap_free(seen);
+				return -ENOMEM;
+			}
+		}
+		node = pu_node(topo, pu);
+		pkg = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, pu);
+		c = &cands[n++];
+		c->node_rank = node ? node->logical_index : UINT32_MAX;
+		c->core_rank = core->logical_index;
+		c->pu_rank = pu->logical_index;
+		c->place.shard = 0;
+		c->place.pu_os_index = (int)pu->os_index;
+		c->place.core = (int)core->logical_index;
+		c->place.numa_node = node ? (int)node->os_index : -1;
+		c->place.package = pkg ? (int)pkg->logical_index : -1;
+	}
+	hwloc_bitmap_free(seen);
+	return n;
+}
+
+/* Everything after the topology is loaded: pick, order and assign PUs. */
+static int plan_from_topology(tl_plan *out, hwloc_topology_t topo,
+			      const tl_plan_request *req)
+{
+	hwloc_bitmap_t usable = NULL, want = NULL, nodes = NULL;
+	struct cand *cands = NULL;
+	int npu, n, rc;
+	uint32_t count;
+
+	rc = allowed_set(topo, req, &usable);
+	if (rc)
+		return rc;
+	if (req->cpus) {
+		rc = cpulist_bitmap(req->cpus, &want);
+		if (rc)
+			goto out;
+		if (!hwloc_bitmap_isincluded(want, usable)) {
+			rc = -EINVAL;
+			goto out;
+		}
+		if (hwloc_bitmap_copy(usable, want)) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+
+	npu = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+	if (npu <= 0) {
+		rc = -EINVAL;
+		goto out;
+	}
+	cands = calloc((size_t)npu, sizeof *cands);
+	if (!cands) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	n = collect(topo, usable, req->smt, cands);
+	if (n <= 0) {
+		/* 0: the allowed set named no PU hwloc knows. */
+		rc = n < 0 ? n : -EINVAL;
+		goto out;
+	}
+	qsort(cands, (size_t)n, sizeof *cands, cand_cmp);
+
+	count = req->shards ? req->shards : (uint32_t)n;
+	if (count > (uint32_t)n && !req->overcommit) {
+		rc = -EINVAL;
+		goto out;
+	}
+	out->shards = calloc(count, sizeof *out->shards);
+	nodes = hwloc_bitmap_alloc();
+	if (!out->shards || !nodes) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		tl_shard_place *s = &out->shards[i];
+
+		*s = cands[i % (uint32_t)n].place;
+		s->shard = i;
+		if (s->numa_node >= 0 && hwloc_bitmap_set(nodes, (unsigned)s->numa_node)) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	out->count = count;
+	out->numa_nodes = (uint32_t)hwloc_bitmap_weight(nodes);
+	rc = 0;
+out:
+	if (rc) {
+		free(out->shards);
+		out->shards = NULL;
+	}
+	hwloc_bitmap_free(nodes);
+	hwloc_bitmap_free(want);
+	hwloc_bitmap_free(usable);
+	free(cands);
+	return rc;
+}
+
+int tl_plan_compute(tl_plan *out, const tl_plan_request *req, const char *synthetic)
+{
+	static const tl_plan_request defaults;
+	hwloc_topology_t topo;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	memset(out, 0, sizeof *out);
+	if (!req)
+		req = &defaults;
+	if (req->shards > TL_PLAN_MAX_SHARDS)
+		return -EINVAL;
+	/* Reject a bad list before paying for a topology load. */
+	if (req->cpus && walk_cpulist(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
+		return -EINVAL;
+	if (req->allowed && walk_cpulist(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
+		return -EINVAL;
+
+	rc = load_topology(&topo, synthetic);
+	if (rc)
+		return rc;
+	rc = plan_from_topology(out, topo, req);
+	if (rc) {
+		hwloc_topology_destroy(topo);
+		memset(out, 0, sizeof *out);
+		return rc;
+	}
+	out->topo = topo;
+	return 0;
+}
+
+void tl_plan_free(tl_plan *p)
+{
+	if (!p)
+		return;
+	free(p->shards);
+	if (p->topo)
+		hwloc_topology_destroy(p->topo);
+	memset(p, 0, sizeof *p);
+}
+
+/* ---- Environment ---- */
+
+static int parse_count(const char *s, uint32_t max, uint32_t *out)
+{
+	uint32_t v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (uint32_t)(*s - '0');
+		if (v > max)
+			return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+int tl_plan_from_env(tl_plan_request *req)
+{
+	tl_plan_request r;
+	const char *v;
+
+	if (!req)
+		return -EINVAL;
+	/* Work on a copy so that a bad variable leaves *req untouched. */
+	r = *req;
+	if (!r.cpus && (v = getenv("TL_CPUS")) && *v) {
+		if (walk_cpulist(v, TL_PLAN_MAX_CPU, no_add, NULL))
+			return -EINVAL;
+		r.cpus = v;
+	}
+	if (!r.shards && (v = getenv("TL_SHARDS")) && *v) {
+		if (parse_count(v, TL_PLAN_MAX_SHARDS, &r.shards))
+			return -EINVAL;
+	}
+	if (!r.smt && (v = getenv("TL_SMT")) && *v) {
+		if (strcmp(v, "0") == 0)
+			r.smt = 0;
+		else if (strcmp(v, "1") == 0)
+			r.smt = 1;
+		else
+			return -EINVAL;
+	}
+	*req = r;
+	return 0;
+}
+
+/* ---- Output and binding ---- */
+
+int tl_plan_format(const tl_plan *p, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	if (!p || !buf || (p->count && !p->shards))
+		return -EINVAL;
+	/* Not even room for the terminating NUL. */
+	if (len == 0)
+		return -ENOBUFS;
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < p->count; i++) {
+		const tl_shard_place *s = &p->shards[i];
+		int w = snprintf(buf + off, len - off,
+				 "shard %u: cpu %d core %d numa %d package %d\n",
+				 s->shard, s->pu_os_index, s->core, s->numa_node,
+				 s->package);
+
+		if (w < 0 || (size_t)w >= len - off) {
+			buf[0] = '\0';
+			return -ENOBUFS;
+		}
+		off += (size_t)w;
+	}
+	if (off > INT_MAX) {
+		buf[0] = '\0';
+		return -ENOBUFS;
+	}
+	return (int)off;
+}
+
+int tl_plan_bind_thread(const tl_plan *p, uint32_t shard)
+{
+	hwloc_topology_t topo;
+	hwloc_bitmap_t set;
+	const tl_shard_place *s;
+	int rc = 0;
+
+	if (!p || !p->topo || !p->shards || shard >= p->count)
+		return -EINVAL;
+	topo = p->topo;
+	/* Binding calls on a synthetic or XML topology succeed without doing
+	 * anything, which would hide a mistake; say so instead. */
+	if (!hwloc_topology_is_thissystem(topo))
+		return -ENOTSUP;
+	s = &p->shards[shard];
+	set = hwloc_bitmap_alloc();
+	if (!set)
+		return -ENOMEM;
+
+	if (hwloc_bitmap_only(set, (unsigned)s->pu_os_index)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	errno = 0;
+	if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD)) {
+		rc = hwloc_err(EINVAL);
+		goto out;
+	}
+	if (s->numa_node < 0)
+		goto out;
+	if (hwloc_bitmap_only(set, (unsigned)s->numa_node)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	errno = 0;
+	if (hwloc_set_membind(topo, set, HWLOC_MEMBIND_BIND,
+			      HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET)) {
+		int err = errno;
+
+		if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) <= 1 &&
+		    (err == ENOSYS || err == EXDEV))
+			goto out;
+		rc = err > 0 ? -err : -EINVAL;
+	}
+out:
+	hwloc_bitmap_free(set);
+	return rc;
+}
