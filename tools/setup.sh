@@ -1,0 +1,46 @@
+# tools/setup.sh: install what the build needs (apt-get as root, else name it) and build; sourced by demo and check.
+# Usage: . tools/setup.sh [BUILD_DIR [BUILD_TYPE]]
+tl_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tl_pkgs="gcc g++ pkg-config meson ninja-build liburing-dev libhwloc-dev libjemalloc-dev libcunit1-dev valgrind clang libclang-rt-14-dev"
+
+tl_missing() {
+	local p missing=
+	for p in $tl_pkgs $*; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+	done
+	echo "$missing"
+}
+
+tl_install() {
+	local missing
+	missing=$(tl_missing "$@")
+	[ -z "$missing" ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "turnloop: missing packages:$missing (run: sudo apt-get install$missing)" >&2
+		return 1
+	fi
+	echo "turnloop: installing$missing" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null || {
+		echo "turnloop: apt-get install$missing failed" >&2
+		return 1
+	}
+}
+
+# tl_build DIR TYPE [meson options...]: configure once, then build.
+tl_build() {
+	local dir=$1 type=$2
+	shift 2
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" "$tl_root" --buildtype="$type" "$@" >"$dir.setup.log" 2>&1 || {
+			cat "$dir.setup.log" >&2
+			echo "turnloop: meson setup of $dir failed" >&2
+			return 1
+		}
+	fi
+	ninja -C "$dir" >"$dir.build.log" 2>&1 || {
+		tail -40 "$dir.build.log" >&2
+		echo "turnloop: build in $dir failed" >&2
+		return 1
+	}
+}

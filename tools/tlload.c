@@ -1,0 +1,192 @@
+/* tools/tlload.c: a ping-pong load generator on one turnloop loop (drives the demo). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "turnloop.h"
+
+/*
+ * Each connection writes a SIZE-byte message, reads until all SIZE bytes came
+ * back, checks them, and repeats; the round-trip time of each exchange goes
+ * into a log2 histogram. Everything is allocated before the run starts.
+ */
+
+struct conn {
+	tl_handle h;
+	uint8_t *tx, *rx;
+	uint32_t got;
+	uint64_t sent_at;
+	int up;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: tlload -p PORT [--host IP] [-c CONNS] [-s SIZE] [-d SECS]\n");
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static uint64_t pct(const uint64_t *hist, uint64_t total, double q)
+{
+	uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+	for (int b = 0; b < 64; b++) {
+		seen += hist[b];
+		if (seen > want)
+			return (uint64_t)1 << b;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	uint32_t port = 0, nconn = 50, size = 64, secs = 3;
+	const char *host = "127.0.0.1";
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!v) {
+			fprintf(stderr, "tlload: %s needs a value\n", a);
+			return 2;
+		}
+		i++;
+		int bad = 0;
+		if (!strcmp(a, "-p"))
+			bad = parse_u32(v, 1, 65535, &port);
+		else if (!strcmp(a, "--host"))
+			host = v;
+		else if (!strcmp(a, "-c"))
+			bad = parse_u32(v, 1, 10000, &nconn);
+		else if (!strcmp(a, "-s"))
+			bad = parse_u32(v, 1, 1u << 20, &size);
+		else if (!strcmp(a, "-d"))
+			bad = parse_u32(v, 1, 3600, &secs);
+		else {
+			fprintf(stderr, "tlload: unknown option '%s'\n", a);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "tlload: bad value '%s' for %s\n", v, a);
+			return 2;
+		}
+	}
+	if (!port) {
+		fprintf(stderr, "tlload: -p PORT is required\n");
+		return 2;
+	}
+	tl_addr addr;
+	if (tl_addr_parse(&addr, host, (uint16_t)port) < 0) {
+		fprintf(stderr, "tlload: bad address '%s'\n", host);
+		return 2;
+	}
+	tl_config cfg;
+	tl_config_init(&cfg);
+	cfg.max_handles = nconn + 16;
+	cfg.max_ops = 4 * nconn + 16;
+	tl_loop *loop;
+	int r = tl_loop_new(&loop, &cfg);
+	if (r < 0) {
+		fprintf(stderr, "tlload: cannot create the loop: %s\n", tl_strerror(r));
+		return 1;
+	}
+	struct conn *cs = calloc(nconn, sizeof *cs);
+	uint8_t *mem = malloc((size_t)nconn * size * 2);
+	tl_completion *out = malloc(1024 * sizeof *out);
+	if (!cs || !mem || !out) {
+		fprintf(stderr, "tlload: out of memory\n");
+		return 1;
+	}
+	tl_op op;
+	for (uint32_t i = 0; i < nconn; i++) {
+		cs[i].tx = mem + (size_t)i * size * 2;
+		cs[i].rx = cs[i].tx + size;
+		for (uint32_t k = 0; k < size; k++)
+			cs[i].tx[k] = (uint8_t)(i * 31 + k);
+		if ((r = tl_tcp_connect(loop, &addr, tl_now(loop) + 2000000000ull, i, &cs[i].h, &op)) < 0) {
+			fprintf(stderr, "tlload: connect: %s\n", tl_strerror(r));
+			return 1;
+		}
+	}
+	uint64_t hist[64] = {0}, rts = 0, errors = 0;
+	uint64_t start = tl_now(loop), end = start + (uint64_t)secs * 1000000000ull;
+	uint32_t up = 0, down = 0;
+	while (tl_now(loop) < end && down < nconn) {
+		int n = tl_turn(loop, 50 * 1000000, out, 1024, NULL);
+		if (n < 0) {
+			fprintf(stderr, "tlload: turn: %s\n", tl_strerror(n));
+			break;
+		}
+		for (int k = 0; k < n; k++) {
+			tl_completion *c = &out[k];
+			struct conn *x = &cs[c->token];
+			switch (c->kind) {
+			case TL_K_CONNECT:
+				if (c->result < 0) {
+					fprintf(stderr, "tlload: connect: %s\n", tl_strerror((int)c->result));
+					errors++;
+					down++;
+					break;
+				}
+				x->up = 1;
+				up++;
+				x->sent_at = tl_now(loop);
+				if (tl_write(loop, x->h, x->tx, size, c->token, &op) < 0 ||
+				    tl_read(loop, x->h, x->rx, size, c->token, &op) < 0)
+					errors++;
+				break;
+			case TL_K_READ:
+				if (c->result <= 0) {
+					if (c->result < 0 && c->result != -ECANCELED)
+						errors++;
+					x->up = 0;
+					down++;
+					break;
+				}
+				x->got += (uint32_t)c->result;
+				if (x->got < size) {
+					tl_read(loop, x->h, x->rx + x->got, size - x->got, c->token, &op);
+					break;
+				}
+				if (memcmp(x->rx, x->tx, size))
+					errors++;
+				x->got = 0;
+				uint64_t now = tl_now(loop), us = (now - x->sent_at) / 1000;
+				hist[us ? 63 - __builtin_clzll(us) : 0]++;
+				rts++;
+				x->sent_at = now;
+				if (tl_write(loop, x->h, x->tx, size, c->token, &op) < 0 ||
+				    tl_read(loop, x->h, x->rx, size, c->token, &op) < 0)
+					errors++;
+				break;
+			case TL_K_WRITE:
+				if (c->result < 0 && c->result != -ECANCELED)
+					errors++;
+				break;
+			default:
+				break;
+			}
+		}
+	}
+	double el = (double)(tl_now(loop) - start) / 1e9;
+	printf("tlload conns=%u size=%u secs=%.1f rps=%.0f p50_us<=%llu p99_us<=%llu errors=%llu "
+	       "driver=%s\n",
+	       nconn, size, el, (double)rts / el, (unsigned long long)pct(hist, rts, 0.5) * 2,
+	       (unsigned long long)pct(hist, rts, 0.99) * 2, (unsigned long long)errors,
+	       tl_loop_driver(loop));
+	tl_loop_destroy(loop);
+	free(cs);
+	free(mem);
+	free(out);
+	return errors || !rts ? 1 : 0;
+}
