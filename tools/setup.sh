@@ -32,14 +32,18 @@ tl_build() {
 	local dir=$1 type=$2
 	shift 2
 	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" "$tl_root" --buildtype="$type" "$@" >"$dir.setup.log" 2>&1 || {
-			cat "$dir.setup.log" >&2
+		local log
+		log=$(mktemp)
+		meson setup "$dir" "$tl_root" --buildtype="$type" "$@" >"$log" 2>&1 || {
+			cat "$log" >&2
+			rm -f "$log"
 			echo "turnloop: meson setup of $dir failed" >&2
 			return 1
 		}
+		rm -f "$log"
 	fi
-	ninja -C "$dir" >"$dir.build.log" 2>&1 || {
-		tail -40 "$dir.build.log" >&2
+	ninja -C "$dir" >"$dir/build.log" 2>&1 || {
+		tail -40 "$dir/build.log" >&2
 		echo "turnloop: build in $dir failed" >&2
 		return 1
 	}
