@@ -119,6 +119,9 @@ struct tl_driver {
 
 	/* A descriptor readable when the driver has events (TL_CAP_EMBED). */
 	int (*embed_fd)(struct tl_drv *d);
+	/* Embedded loops only: make embed_fd readable at at_ns (the next timer
+	 * or deadline; UINT64_MAX: none), since nobody waits in poll(). */
+	void (*embed_deadline)(struct tl_drv *d, uint64_t at_ns);
 };
 
 /* The built-in drivers (NULL where not compiled in). */

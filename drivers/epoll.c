@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include "internal.h"
@@ -39,11 +40,14 @@ struct ep_o {
 };
 
 #define EV_WAKE UINT64_MAX
+#define EV_TIMER (UINT64_MAX - 1)
 #define MAX_EVENTS 1024
 
 struct tl_drv {
 	tl_loop *loop;
 	int epfd, wake_fd;
+	int tfd;           /* embedded loops: a timerfd for the next deadline */
+	uint64_t tfd_at;
 	uint32_t *ready, rcap, rhead, rlen; /* ring of handle slots */
 	uint32_t *lwait, nlwait;           /* handles waiting for a lease */
 	uint32_t *emfile, nemfile;         /* listeners waiting for a free fd */
@@ -82,6 +86,18 @@ static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 		r = -errno;
 		goto fail;
 	}
+	d->tfd = -1;
+	d->tfd_at = UINT64_MAX;
+	if (cfg->embed) {
+		struct epoll_event tev = {.events = EPOLLIN, .data.u64 = EV_TIMER};
+		d->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (d->tfd < 0 || epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->tfd, &tev) < 0) {
+			r = -errno;
+			if (d->tfd >= 0)
+				close(d->tfd);
+			goto fail;
+		}
+	}
 	*out = d;
 	return 0;
 fail:
@@ -98,6 +114,8 @@ fail:
 
 static void ep_destroy(struct tl_drv *d)
 {
+	if (d->tfd >= 0)
+		close(d->tfd);
 	close(d->epfd);
 	free(d->ready);
 	free(d->lwait);
@@ -628,9 +646,9 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 	for (int i = 0; i < n; i++) {
 		uint64_t tag = d->ev[i].data.u64;
 		uint32_t ev = d->ev[i].events;
-		if (tag == EV_WAKE) {
+		if (tag == EV_WAKE || tag == EV_TIMER) {
 			uint64_t v;
-			ssize_t r = read(d->wake_fd, &v, sizeof v);
+			ssize_t r = read(tag == EV_WAKE ? d->wake_fd : d->tfd, &v, sizeof v);
 			(void)r;
 			continue;
 		}
@@ -655,6 +673,21 @@ static int ep_embed_fd(struct tl_drv *d)
 	return d->epfd;
 }
 
+static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
+{
+	if (at == d->tfd_at)
+		return;
+	struct itimerspec its = {0};
+	if (at != UINT64_MAX) {
+		/* 0 would disarm: a deadline already due fires at once. */
+		uint64_t t = at ? at : 1;
+		its.it_value.tv_sec = (time_t)(t / 1000000000u);
+		its.it_value.tv_nsec = (long)(t % 1000000000u);
+	}
+	if (timerfd_settime(d->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		d->tfd_at = at;
+}
+
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED,
@@ -670,4 +703,5 @@ const struct tl_driver tl__driver_epoll = {
 	.poll = ep_poll,
 	.lease_returned = ep_lease_returned,
 	.embed_fd = ep_embed_fd,
+	.embed_deadline = ep_embed_deadline,
 };

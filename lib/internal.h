@@ -74,7 +74,8 @@ struct tl_hslot {
 #define TL_OPF_NATIVE 0x0010   /* submitted to the driver */
 #define TL_OPF_POOLED 0x0020   /* reads into leases */
 #define TL_OPF_DEADLINE 0x0040 /* in the connect-deadline heap */
-#define TL_OPF_LIVE 0x0080     /* slot in use */
+#define TL_OPF_LIVE 0x0080     /* active: its terminal is not yet queued */
+#define TL_OPF_OWED 0x0100     /* terminal queued, slot held until delivered */
 
 struct tl_opslot {
 	uint16_t gen;
@@ -110,8 +111,9 @@ struct tl_qmeta {
 	uint8_t cls;        /* TL_CLS_* of a nonterminal event */
 	uint8_t referenced; /* holds an alive() reference */
 	uint8_t closed;     /* a Closed record: release the handle on delivery */
-	uint8_t op_terminal;/* a terminal of an op: frees an outstanding credit */
+	uint8_t op_terminal;/* a terminal of an op: frees its slot and credit */
 	uint32_t hidx;
+	uint32_t oidx;
 };
 
 /* A posted message. */
@@ -195,6 +197,9 @@ int tl__op_new(tl_loop *loop, struct tl_hslot *h, uint8_t code, uint8_t kind, ui
  * the caller can fill its payload; NULL when the event was dropped (a
  * nonterminal event after a cancel request). Terminal events retire the op. */
 tl_completion *tl__op_finish(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags);
+/* Undo an op made by tl__op_new whose submission was refused: nothing
+ * happened, no completion is owed, alive() is as before. */
+void tl__op_refuse(tl_loop *loop, struct tl_opslot *op);
 tl_completion *tl__enqueue(tl_loop *loop, int cls, int referenced);
 struct tl_opslot *tl__op_lookup(tl_loop *loop, tl_op id);
 static inline tl_op tl__op_id(const tl_loop *loop, const struct tl_opslot *op)

@@ -284,6 +284,15 @@ static void op_retire(tl_loop *l, struct tl_opslot *o)
 	} else {
 		l->refs--;
 	}
+	/* The slot stays owed until the terminal is delivered, so that the id
+	 * answers -EALREADY (cancel asked) or -ENOENT (finished) the same way on
+	 * every driver, whether it acknowledged at once or later. */
+	o->flags = TL_OPF_OWED | (o->flags & TL_OPF_CANCEL);
+}
+
+/* Give the slot back once its terminal was handed out (or never owed). */
+static void op_free(tl_loop *l, struct tl_opslot *o)
+{
 	o->flags = 0;
 	o->gen = (uint16_t)(o->gen + 1) ? (uint16_t)(o->gen + 1) : 1;
 	o->next = l->ofree;
@@ -296,7 +305,13 @@ static void op_refuse(tl_loop *l, struct tl_opslot *o)
 {
 	o->flags &= (uint16_t)~TL_OPF_NATIVE;
 	op_retire(l, o);
+	op_free(l, o);
 	l->outstanding--;
+}
+
+void tl__op_refuse(tl_loop *l, struct tl_opslot *o)
+{
+	op_refuse(l, o);
 }
 
 tl_completion *tl__enqueue(tl_loop *l, int cls, int referenced)
@@ -373,6 +388,7 @@ static tl_completion *op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uin
 	struct tl_qmeta *m = qmeta_of(l, c);
 	m->op_terminal = (uint8_t)(terminal != 0);
 	m->hidx = o->hidx;
+	m->oidx = o->idx;
 	c->token = o->token;
 	c->op = tl__op_id(l, o);
 	c->handle = h ? tl__h_id(l, h) : TL_HANDLE_NONE;
@@ -535,16 +551,31 @@ static int cancel_op(tl_loop *l, struct tl_opslot *o, int stop)
 	return r < 0 ? r : 0;
 }
 
+/* Cancel or stop by id. An op whose terminal is queued but not yet
+ * delivered answers -EALREADY if its cancellation was asked, else -ENOENT. */
+static int cancel_id(tl_loop *l, tl_op id, int stop)
+{
+	uint32_t s = tl__id_slot(id.v);
+	if (tl__id_owner(id.v) != l->owner || s >= l->cfg.max_ops)
+		return -ENOENT;
+	struct tl_opslot *o = &l->o[s];
+	if (o->gen != tl__id_gen(id.v))
+		return -ENOENT;
+	if (o->flags & TL_OPF_LIVE)
+		return cancel_op(l, o, stop);
+	if (o->flags & TL_OPF_OWED)
+		return (o->flags & TL_OPF_CANCEL) ? -EALREADY : -ENOENT;
+	return -ENOENT;
+}
+
 int tl_cancel(tl_loop *l, tl_op id)
 {
-	struct tl_opslot *o = tl__op_lookup(l, id);
-	return o ? cancel_op(l, o, 0) : -ENOENT;
+	return cancel_id(l, id, 0);
 }
 
 int tl_stop(tl_loop *l, tl_op id)
 {
-	struct tl_opslot *o = tl__op_lookup(l, id);
-	return o ? cancel_op(l, o, 1) : -ENOENT;
+	return cancel_id(l, id, 1);
 }
 
 int tl_close(tl_loop *l, tl_handle id, uint64_t token)
@@ -784,8 +815,10 @@ static uint32_t drain(tl_loop *l, tl_completion *out, uint32_t cap)
 		l->qlen--;
 		l->buffered[m.cls]--;
 		l->refs -= m.referenced;
-		if (m.op_terminal)
+		if (m.op_terminal) {
+			op_free(l, &l->o[m.oidx]);
 			l->outstanding--;
+		}
 		if (m.closed) {
 			struct tl_hslot *h = &l->h[m.hidx];
 			if (h->type != TL_H_TIMER)
@@ -801,6 +834,19 @@ static int work_ready(tl_loop *l)
 	return l->qlen || tl__mpsc_ready(&l->poster->posts) ||
 	       atomic_load_explicit(&l->poster->room_bits, memory_order_relaxed) ||
 	       (l->pool_ready && l->pool_ready(l));
+}
+
+/* An embedded loop is parked whenever the host is not inside tl_turn: keep
+ * its descriptor readable while work waits, let wakes make it readable, and
+ * have the driver make it readable when the next timer is due. */
+static void embed_park(tl_loop *l)
+{
+	if (work_ready(l) || tl__poster_park(l->poster)) {
+		tl__poster_running(l->poster);
+		tl__poster_signal(l->poster);
+	}
+	if (l->dv->embed_deadline)
+		l->dv->embed_deadline(l->d, next_deadline(l));
 }
 
 int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
@@ -844,8 +890,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	run_room(l);
 	run_posts(l);
 	uint32_t n = drain(l, out, cap);
-	if (l->cfg.embed && work_ready(l))
-		tl__poster_signal(l->poster);
+	if (l->cfg.embed)
+		embed_park(l);
 	l->st.turns++;
 	l->st.os_waits += pi.waits;
 	l->st.discovery_polls += pi.discovery_polls;

@@ -1,0 +1,622 @@
+/* tests/noalloc.c: steady state allocates nothing (contract 1.2): a TCP echo measured through an interposed malloc. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <turnloop/loop.h>
+
+/*
+ * Exit status: 0 when the measured phase made no allocator call at all, 1 on
+ * any allocator call or echo error, 77 (skip) in sanitizer builds (the
+ * sanitizer owns malloc) or when the driver has no OS-level TCP.
+ *
+ * The measured phase: 10,000 echo round trips, a new connection every 100
+ * (so 100 accepts, EOFs and closes), reads alternating between a provided
+ * buffer and a pooled lease, a repeating 1 ms timer, a one-shot timer
+ * started and closed every 10 round trips, a far timer reset every round
+ * trip, and one post per round trip from the client thread.
+ */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NOALLOC_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+	__has_feature(memory_sanitizer)
+#define NOALLOC_SANITIZED 1
+#endif
+#endif
+
+#ifdef NOALLOC_SANITIZED
+
+int main(void)
+{
+	printf("SKIP noalloc: sanitizer build (the sanitizer owns the allocator)\n");
+	return 77;
+}
+
+#else
+
+static atomic_int counting;
+static atomic_ulong calls_alloc, calls_free;
+
+/* ---- Allocator interposition ---- */
+
+static void *(*real_malloc)(size_t);
+static void *(*real_calloc)(size_t, size_t);
+static void *(*real_realloc)(void *, size_t);
+static void (*real_free)(void *);
+static int (*real_posix_memalign)(void **, size_t, size_t);
+static void *(*real_aligned_alloc)(size_t, size_t);
+static void *(*real_memalign)(size_t, size_t);
+static void *(*real_valloc)(size_t);
+static void *(*real_pvalloc)(size_t);
+
+/* dlsym() may itself call malloc/calloc before the real ones are known:
+ * serve those calls from a static buffer that is never freed. */
+static _Alignas(64) unsigned char boot[16384];
+static size_t boot_used;
+static int resolving;
+
+static void *boot_alloc(size_t n)
+{
+	n = (n + 63) & ~(size_t)63;
+	if (boot_used + n > sizeof boot)
+		abort();
+	void *p = boot + boot_used;
+	boot_used += n;
+	return p;
+}
+
+static int in_boot(const void *p)
+{
+	return (const unsigned char *)p >= boot && (const unsigned char *)p < boot + sizeof boot;
+}
+
+static void resolve(void)
+{
+	if (real_malloc || resolving)
+		return;
+	resolving = 1;
+	real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+	real_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+	real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+	real_posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+	real_aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
+	real_memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+	real_valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
+	real_pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
+	resolving = 0;
+	if (!real_malloc || !real_calloc || !real_realloc || !real_free)
+		abort();
+}
+
+static inline void count_alloc(void)
+{
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&calls_alloc, 1, memory_order_relaxed);
+}
+
+static inline void count_free(void)
+{
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&calls_free, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n)
+{
+	if (!real_malloc) {
+		if (resolving)
+			return boot_alloc(n);
+		resolve();
+	}
+	count_alloc();
+	return real_malloc(n);
+}
+
+void *calloc(size_t n, size_t m)
+{
+	if (!real_calloc) {
+		if (resolving) {
+			if (m && n > SIZE_MAX / m)
+				return NULL;
+			return boot_alloc(n * m); /* static storage: already zero */
+		}
+		resolve();
+	}
+	count_alloc();
+	return real_calloc(n, m);
+}
+
+void *realloc(void *p, size_t n)
+{
+	if (!real_realloc)
+		resolve();
+	count_alloc();
+	if (p && in_boot(p)) {
+		void *q = real_malloc(n);
+		if (q) {
+			size_t avail = (size_t)(boot + sizeof boot - (unsigned char *)p);
+			memcpy(q, p, n < avail ? n : avail);
+		}
+		return q;
+	}
+	return real_realloc(p, n);
+}
+
+void *reallocarray(void *p, size_t n, size_t m)
+{
+	if (m && n > SIZE_MAX / m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc(p, n * m);
+}
+
+void free(void *p)
+{
+	if (!p || in_boot(p))
+		return;
+	if (!real_free)
+		resolve();
+	count_free();
+	real_free(p);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+	if (!real_posix_memalign)
+		resolve();
+	count_alloc();
+	return real_posix_memalign(out, align, n);
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+	if (!real_aligned_alloc)
+		resolve();
+	count_alloc();
+	return real_aligned_alloc(align, n);
+}
+
+void *memalign(size_t align, size_t n)
+{
+	if (!real_memalign)
+		resolve();
+	count_alloc();
+	return real_memalign(align, n);
+}
+
+void *valloc(size_t n)
+{
+	if (!real_valloc)
+		resolve();
+	count_alloc();
+	return real_valloc(n);
+}
+
+void *pvalloc(size_t n)
+{
+	if (!real_pvalloc)
+		resolve();
+	count_alloc();
+	return real_pvalloc(n);
+}
+
+/* ---- The echo scenario ---- */
+
+enum {
+	MSG = 512,
+	WARM_ROUNDS = 1000,
+	ROUNDS = 10000,
+	RECONNECT_EVERY = 100,
+	MAXCONN = 8,
+};
+
+enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_CONN_BASE = 100 };
+
+struct conn {
+	int used;
+	tl_handle h;
+	int reads;          /* alternates provided / pooled */
+	int closing;
+	uint32_t lease;     /* lease being echoed, if has_lease */
+	int has_lease;
+	uint8_t buf[MSG];
+};
+
+static struct conn conns[MAXCONN];
+static tl_addr listen_addr;
+static tl_poster *poster;
+static atomic_int client_done, client_failed;
+static atomic_int round_no;
+/* Errors seen by the server while counting (printed afterwards). */
+static int server_errors;
+static long long first_error;
+static int first_error_where;
+
+static void server_error(int where, long long code)
+{
+	if (server_errors++ == 0) {
+		first_error = code;
+		first_error_where = where;
+	}
+}
+
+/* ---- Client thread: plain blocking sockets, no allocation after warm-up ---- */
+
+static unsigned char out_buf[MSG], in_buf[MSG];
+
+static int client_connect(void)
+{
+	int fd = socket(listen_addr.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (connect(fd, &listen_addr.sa, tl_addr_len(&listen_addr)) != 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+static int round_trip(int fd, int i)
+{
+	for (int k = 0; k < MSG; k++)
+		out_buf[k] = (unsigned char)(i * 31 + k * 7);
+	size_t off = 0;
+	while (off < MSG) {
+		ssize_t n = send(fd, out_buf + off, MSG - off, MSG_NOSIGNAL);
+		if (n <= 0)
+			return -1;
+		off += (size_t)n;
+	}
+	off = 0;
+	while (off < MSG) {
+		ssize_t n = recv(fd, in_buf + off, MSG - off, 0);
+		if (n <= 0)
+			return -2;
+		off += (size_t)n;
+	}
+	if (memcmp(in_buf, out_buf, MSG) != 0)
+		return -3;
+	/* One post per round trip, retried if the ring is momentarily full. */
+	int rc;
+	while ((rc = tl_post(poster, TOK_POST, (uint64_t)i)) == -ENOBUFS)
+		sched_yield();
+	return rc == 0 ? 0 : -4;
+}
+
+static int client_phase(int *fd, int first, int rounds)
+{
+	for (int i = first; i < first + rounds; i++) {
+		if (i % RECONNECT_EVERY == 0) {
+			if (*fd >= 0)
+				close(*fd);
+			*fd = client_connect();
+			if (*fd < 0)
+				return *fd;
+		}
+		int rc = round_trip(*fd, i);
+		if (rc != 0)
+			return rc;
+		atomic_store(&round_no, i);
+	}
+	return 0;
+}
+
+static int client_rc;
+
+static void *client_main(void *arg)
+{
+	(void)arg;
+	int fd = -1;
+	client_rc = client_phase(&fd, 0, WARM_ROUNDS);
+	if (client_rc == 0) {
+		atomic_store(&counting, 1);
+		client_rc = client_phase(&fd, WARM_ROUNDS, ROUNDS);
+		atomic_store(&counting, 0);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (client_rc != 0)
+		atomic_store(&client_failed, 1);
+	atomic_store(&client_done, 1);
+	tl_poster_wake(poster);
+	return NULL;
+}
+
+/* ---- Server: the loop on the main thread ---- */
+
+static tl_loop *loop;
+static tl_handle listener, tick, oneshot, far_timer;
+static int tearing_down; /* teardown closed the timers: completions after it touch none */
+static int oneshot_live;
+static uint64_t posts_seen, rounds_seen;
+
+static struct conn *conn_of(uint64_t token)
+{
+	if (token < TOK_CONN_BASE || token >= TOK_CONN_BASE + MAXCONN)
+		return NULL;
+	return &conns[token - TOK_CONN_BASE];
+}
+
+static void start_read(struct conn *c)
+{
+	tl_op op;
+	uint64_t tok = TOK_CONN_BASE + (uint64_t)(c - conns);
+	int rc = (c->reads++ & 1) ? tl_read_pooled(loop, c->h, tok, &op)
+				  : tl_read(loop, c->h, c->buf, MSG, tok, &op);
+	if (rc != 0)
+		server_error(__LINE__, rc);
+}
+
+static void close_conn(struct conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = 1;
+	int rc = tl_close(loop, c->h, TOK_CONN_BASE + (uint64_t)(c - conns));
+	if (rc != 0)
+		server_error(__LINE__, rc);
+}
+
+static void on_completion(const tl_completion *x)
+{
+	struct conn *c;
+	tl_op op;
+	int rc;
+	switch (x->kind) {
+	case TL_K_ACCEPT:
+		if (x->result < 0) {
+			if (x->result != -ECANCELED) /* the listener closed at teardown */
+				server_error(__LINE__, x->result);
+			break;
+		}
+		c = NULL;
+		for (int i = 0; i < MAXCONN; i++)
+			if (!conns[i].used) {
+				c = &conns[i];
+				break;
+			}
+		if (!c) {
+			server_error(__LINE__, -ENOBUFS);
+			tl_close(loop, x->u.accept.conn, 0);
+			break;
+		}
+		c->used = 1;
+		c->closing = 0;
+		c->reads = 0;
+		c->has_lease = 0;
+		c->h = x->u.accept.conn;
+		start_read(c);
+		break;
+	case TL_K_READ:
+		c = conn_of(x->token);
+		if (!c || !c->used) {
+			server_error(__LINE__, -ENOENT);
+			break;
+		}
+		if (x->result <= 0) {
+			if (x->result < 0 && x->result != -ECANCELED && x->result != -ECONNRESET)
+				server_error(__LINE__, x->result);
+			close_conn(c);
+			break;
+		}
+		if (x->flags & TL_F_LEASE) {
+			c->lease = x->u.read.lease.id;
+			c->has_lease = 1;
+			rc = tl_write(loop, c->h, x->u.read.lease.data, (uint32_t)x->result, x->token, &op);
+		} else {
+			rc = tl_write(loop, c->h, c->buf, (uint32_t)x->result, x->token, &op);
+		}
+		if (rc != 0)
+			server_error(__LINE__, rc);
+		break;
+	case TL_K_WRITE:
+		c = conn_of(x->token);
+		if (!c || !c->used) {
+			server_error(__LINE__, -ENOENT);
+			break;
+		}
+		if (c->has_lease) {
+			rc = tl_lease_release(loop, c->lease);
+			if (rc != 0)
+				server_error(__LINE__, rc);
+			c->has_lease = 0;
+		}
+		if (x->result < 0) {
+			if (x->result != -ECANCELED && x->result != -EPIPE && x->result != -ECONNRESET)
+				server_error(__LINE__, x->result);
+			close_conn(c);
+			break;
+		}
+		rounds_seen++;
+		if (tearing_down)
+			break;
+		/* Timers: move the far one every round trip, replace the
+		 * one-shot every 10. */
+		rc = tl_timer_reset(loop, far_timer, tl_now(loop) + 3600ull * 1000000000ull);
+		if (rc != 0)
+			server_error(__LINE__, rc);
+		if (rounds_seen % 10 == 0 && !oneshot_live) {
+			rc = tl_timer_start(loop, tl_now(loop) + 1000000ull, 0, TOK_ONESHOT, &oneshot, &op);
+			if (rc != 0)
+				server_error(__LINE__, rc);
+			else
+				oneshot_live = 1;
+		}
+		if (!c->closing)
+			start_read(c);
+		break;
+	case TL_K_TIMER:
+		if (x->token == TOK_ONESHOT && (x->flags & TL_F_TERMINAL) && x->result == 0 &&
+		    oneshot_live) {
+			rc = tl_close(loop, oneshot, TOK_ONESHOT);
+			if (rc != 0)
+				server_error(__LINE__, rc);
+		}
+		break;
+	case TL_K_POST:
+		posts_seen++;
+		break;
+	case TL_K_CLOSED:
+		if (x->token == TOK_ONESHOT) {
+			oneshot_live = 0;
+		} else if ((c = conn_of(x->token)) != NULL) {
+			if (c->has_lease) {
+				tl_lease_release(loop, c->lease);
+				c->has_lease = 0;
+			}
+			c->used = 0;
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	static const char m[] = "noalloc: timed out\n";
+	ssize_t r = write(2, m, sizeof m - 1);
+	(void)r;
+	_exit(1);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGALRM, on_alarm);
+	alarm(120);
+	tl_config cfg;
+	tl_config_init(&cfg);
+	int rc = tl_loop_new(&loop, &cfg);
+	if (rc == -ENOTSUP) {
+		printf("SKIP noalloc: driver unavailable\n");
+		return 77;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "tl_loop_new: %d\n", rc);
+		return 1;
+	}
+	printf("noalloc: driver %s\n", tl_loop_driver(loop));
+	if (!(tl_loop_caps(loop) & TL_CAP_TCP)) {
+		printf("SKIP noalloc: driver %s lacks TCP\n", tl_loop_driver(loop));
+		tl_loop_close(loop);
+		return 77;
+	}
+	tl_addr a;
+	tl_op op;
+	if (tl_addr_parse(&a, "127.0.0.1", 0) != 0 || tl_tcp_listen(loop, &a, NULL, &listener) != 0 ||
+	    tl_local_addr(loop, listener, &listen_addr) != 0 ||
+	    tl_accept_start(loop, listener, TOK_ACCEPT, &op) != 0) {
+		fprintf(stderr, "noalloc: listen failed\n");
+		return 1;
+	}
+	uint64_t now = tl_now(loop);
+	if (tl_timer_start(loop, now + 1000000ull, 1000000ull, TOK_TICK, &tick, &op) != 0 ||
+	    tl_timer_start(loop, now + 3600ull * 1000000000ull, 0, TOK_FAR, &far_timer, &op) != 0) {
+		fprintf(stderr, "noalloc: timers failed\n");
+		return 1;
+	}
+	poster = tl_poster_get(loop);
+	/* A first probe: a driver without OS sockets (simulation) cannot serve a
+	 * plain socket client. */
+	int probe = client_connect();
+	if (probe < 0) {
+		fprintf(stderr, "noalloc: a plain socket cannot connect to the loop's listener (%s)\n",
+			strerror(-probe));
+		if (strcmp(tl_loop_driver(loop), "sim") == 0) {
+			printf("SKIP noalloc: the sim driver's sockets are not OS sockets\n");
+			tl_loop_destroy(loop);
+			tl_poster_put(poster);
+			return 77;
+		}
+		return 1;
+	}
+	close(probe);
+
+	pthread_t t;
+	if (pthread_create(&t, NULL, client_main, NULL) != 0) {
+		fprintf(stderr, "noalloc: pthread_create failed\n");
+		return 1;
+	}
+	tl_completion out[64];
+	while (!atomic_load(&client_done)) {
+		int n = tl_turn(loop, 10 * 1000000ll, out, 64, NULL);
+		if (n < 0) {
+			server_error(__LINE__, n);
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			on_completion(&out[i]);
+	}
+	pthread_join(t, NULL);
+	unsigned long allocs = atomic_load(&calls_alloc), frees = atomic_load(&calls_free);
+
+	/* Tear down (not measured). */
+	tearing_down = 1;
+	for (int i = 0; i < MAXCONN; i++)
+		if (conns[i].used)
+			close_conn(&conns[i]);
+	tl_close(loop, listener, 0);
+	tl_close(loop, tick, 0);
+	tl_close(loop, far_timer, 0);
+	if (oneshot_live)
+		tl_close(loop, oneshot, TOK_ONESHOT);
+	for (int k = 0; k < 200 && tl_alive(loop); k++) {
+		int n = tl_turn(loop, 10 * 1000000ll, out, 64, NULL);
+		for (int i = 0; i < n; i++)
+			on_completion(&out[i]);
+	}
+	int close_rc = tl_loop_close(loop);
+	if (close_rc != 0)
+		tl_loop_destroy(loop);
+	tl_poster_put(poster);
+
+	printf("noalloc: %d round trips measured (last %d), %llu echoed by the server, %llu posts, "
+	       "%lu allocation calls, %lu frees during the measured phase\n",
+	       ROUNDS, atomic_load(&round_no), (unsigned long long)rounds_seen,
+	       (unsigned long long)posts_seen, allocs, frees);
+	int fail = 0;
+	if (atomic_load(&client_failed)) {
+		fprintf(stderr, "noalloc: the echo client failed (%d)\n", client_rc);
+		fail = 1;
+	}
+	if (server_errors) {
+		fprintf(stderr, "noalloc: %d server errors, first %lld at line %d\n", server_errors,
+			first_error, first_error_where);
+		fail = 1;
+	}
+	if (allocs != 0 || frees != 0) {
+		fprintf(stderr, "noalloc: steady state made %lu allocation and %lu free calls (want 0)\n",
+			allocs, frees);
+		fail = 1;
+	}
+	if (close_rc != 0) {
+		fprintf(stderr, "noalloc: tl_loop_close: %d\n", close_rc);
+		fail = 1;
+	}
+	return fail;
+}
+
+#endif /* !NOALLOC_SANITIZED */
