@@ -15,13 +15,15 @@ struct conn {
 	tl_handle h;
 	uint8_t *tx, *rx;
 	uint32_t got;
+	uint32_t rounds; /* round trips on the current connection */
 	uint64_t sent_at;
 	int up;
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: tlload -p PORT [--host IP] [-c CONNS] [-s SIZE] [-d SECS]\n");
+	fprintf(f, "usage: tlload -p PORT [--host IP] [-c CONNS] [-s SIZE] [-d SECS] [--churn N]\n"
+		   "  --churn N  close each connection after N round trips and open a new one\n");
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -48,7 +50,7 @@ static uint64_t pct(const uint64_t *hist, uint64_t total, double q)
 
 int main(int argc, char **argv)
 {
-	uint32_t port = 0, nconn = 50, size = 64, secs = 3;
+	uint32_t port = 0, nconn = 50, size = 64, secs = 3, churn = 0;
 	const char *host = "127.0.0.1";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -71,7 +73,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "-s"))
 			bad = parse_u32(v, 1, 1u << 20, &size);
 		else if (!strcmp(a, "-d"))
-			bad = parse_u32(v, 1, 3600, &secs);
+			bad = parse_u32(v, 1, 86400, &secs);
+		else if (!strcmp(a, "--churn"))
+			bad = parse_u32(v, 1, 1u << 30, &churn);
 		else {
 			fprintf(stderr, "tlload: unknown option '%s'\n", a);
 			return 2;
@@ -118,7 +122,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	uint64_t hist[64] = {0}, rts = 0, errors = 0;
+	uint64_t hist[64] = {0}, rts = 0, errors = 0, reconnects = 0;
 	uint64_t start = tl_now(loop), end = start + (uint64_t)secs * 1000000000ull;
 	uint32_t up = 0, down = 0;
 	while (tl_now(loop) < end && down < nconn) {
@@ -165,6 +169,14 @@ int main(int argc, char **argv)
 				hist[us ? 63 - __builtin_clzll(us) : 0]++;
 				rts++;
 				x->sent_at = now;
+				if (churn && ++x->rounds == churn) {
+					/* Churn: Closed brings a fresh connection (below). */
+					x->rounds = 0;
+					x->up = 0;
+					up--;
+					tl_close(loop, x->h, c->token);
+					break;
+				}
 				if (tl_write(loop, x->h, x->tx, size, c->token, &op) < 0 ||
 				    tl_read(loop, x->h, x->rx, size, c->token, &op) < 0)
 					errors++;
@@ -173,6 +185,18 @@ int main(int argc, char **argv)
 				if (c->result < 0 && c->result != -ECANCELED)
 					errors++;
 				break;
+			case TL_K_CLOSED:
+				if (!churn)
+					break;
+				reconnects++;
+				r = tl_tcp_connect(loop, &addr, tl_now(loop) + 2000000000ull, c->token, &x->h,
+						   &op);
+				if (r < 0) {
+					fprintf(stderr, "tlload: reconnect: %s\n", tl_strerror(r));
+					errors++;
+					down++;
+				}
+				break;
 			default:
 				break;
 			}
@@ -180,10 +204,10 @@ int main(int argc, char **argv)
 	}
 	double el = (double)(tl_now(loop) - start) / 1e9;
 	printf("tlload conns=%u size=%u secs=%.1f rps=%.0f p50_us<=%llu p99_us<=%llu errors=%llu "
-	       "driver=%s\n",
+	       "reconnects=%llu driver=%s\n",
 	       nconn, size, el, (double)rts / el, (unsigned long long)pct(hist, rts, 0.5) * 2,
 	       (unsigned long long)pct(hist, rts, 0.99) * 2, (unsigned long long)errors,
-	       tl_loop_driver(loop));
+	       (unsigned long long)reconnects, tl_loop_driver(loop));
 	tl_loop_destroy(loop);
 	free(cs);
 	free(mem);
