@@ -4,5 +4,7 @@
 
 #include "turnloop/error.h"
 #include "turnloop/loop.h"
+#include "turnloop/pool.h"
+#include "turnloop/shard.h"
 
 #endif

@@ -128,21 +128,19 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	r = tl__poster_new(cfg->post_capacity, cfg->room_waiters, &l->poster);
 	if (r < 0)
 		goto fail;
-	int forced = 0;
+	int forced = 0, uring_err = 0;
 	r = tl__driver_pick(cfg, &l->dv, &forced);
 	if (r < 0)
 		goto fail_poster;
 	r = l->dv->init(l, cfg, l->poster->efd, &l->d);
 	if (r < 0 && !forced && l->dv == &tl__driver_uring) {
-		/* io_uring refused at setup time (seccomp, memlock, sysctl): the
-		 * selection already said why if it could tell; say it once here. */
-		static atomic_int said;
-		if (!atomic_exchange(&said, 1))
-			fprintf(stderr, "turnloop: driver epoll (io_uring setup failed: %s)\n",
-				strerror(-r));
+		/* io_uring refused at setup time (seccomp, sysctl, memlock, an
+		 * old kernel): the default choice falls back to epoll. */
+		uring_err = r;
 		l->dv = &tl__driver_epoll;
 		r = l->dv->init(l, cfg, l->poster->efd, &l->d);
 	}
+	tl__driver_note(l->dv, forced, uring_err, r);
 	if (r < 0)
 		goto fail_poster;
 	*out = l;
@@ -303,7 +301,7 @@ static void op_free(tl_loop *l, struct tl_opslot *o)
 /* Undo a submission the driver refused: nothing happened, nothing is owed. */
 static void op_refuse(tl_loop *l, struct tl_opslot *o)
 {
-	o->flags &= (uint16_t)~TL_OPF_NATIVE;
+	/* op_retire gives back the native_pending count submit() took. */
 	op_retire(l, o);
 	op_free(l, o);
 	l->outstanding--;

@@ -1,10 +1,11 @@
-/* tools/tlecho.c: a TCP echo server on one turnloop loop (the echo benchmark's subject). */
+/* tools/tlecho.c: a TCP echo server on one turnloop loop, or on one loop per shard with --shards/--cpus (the echo benchmark's subject). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "turnloop.h"
+#include "turnloop/shard.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -17,7 +18,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N] "
-		   "[--buffer-size BYTES]\n");
+		   "[--buffer-size BYTES] [--shards N] [--cpus LIST]\n");
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -31,10 +32,144 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
+/* What one completion asks of an echo server; shared by the single loop and
+ * the shards. Returns 1 for a new connection. */
+static inline int echo_one(tl_loop *loop, const tl_completion *c, uint64_t *bytes)
+{
+	tl_op op;
+
+	switch (c->kind) {
+	case TL_K_ACCEPT:
+		if (c->result < 0)
+			return 0; /* e.g. EMFILE: accepting resumes by itself */
+		if (tl_read_start(loop, c->u.accept.conn, 0, &op) < 0)
+			tl_close(loop, c->u.accept.conn, 0);
+		return 1;
+	case TL_K_READ:
+		if (c->result > 0) {
+			/* Echo straight from the lease; it goes back once the
+			 * write is done (the token carries its id). */
+			*bytes += (uint64_t)c->result;
+			if (tl_write(loop, c->handle, c->u.read.lease.data, (uint32_t)c->result,
+				     c->u.read.lease.id, &op) < 0) {
+				tl_lease_release(loop, c->u.read.lease.id);
+				tl_close(loop, c->handle, 0);
+			}
+		} else if (c->flags & TL_F_TERMINAL) {
+			tl_close(loop, c->handle, 0);
+		}
+		return 0;
+	case TL_K_WRITE:
+		tl_lease_release(loop, (uint32_t)c->token);
+		if (c->result < 0)
+			tl_close(loop, c->handle, 0);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* ---- one loop per shard (--shards, --cpus) ---- */
+
+struct echo_shards {
+	tl_addr addr;
+	const char *host;
+	uint32_t port;
+	int idx_conns, idx_bytes;
+	struct echo_count { uint64_t conns, bytes; char pad[48]; } *count;
+};
+
+static int shard_start(tl_shard *s, void *arg)
+{
+	struct echo_shards *e = arg;
+	tl_loop *loop = tl_shard_loop(s);
+	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
+	tl_handle lh;
+	tl_op op;
+	int r;
+
+	/* Every shard owns a listener on the same address; the kernel
+	 * spreads connections across them (SO_REUSEPORT). */
+	if ((r = tl_tcp_listen(loop, &e->addr, &lo, &lh)) < 0 ||
+	    (r = tl_accept_start(loop, lh, 0, &op)) < 0)
+		return r;
+	return 0;
+}
+
+static void shard_completion(tl_shard *s, const tl_completion *c)
+{
+	struct echo_shards *e = tl_shard_arg(s);
+	struct echo_count *n = &e->count[tl_shard_id(s)];
+	uint64_t before;
+
+	before = n->bytes;
+	if (echo_one(tl_shard_loop(s), c, &n->bytes)) {
+		n->conns++;
+		tl_shard_counter_add(s, e->idx_conns, 1);
+	}
+	if (n->bytes != before)
+		tl_shard_counter_add(s, e->idx_bytes, n->bytes - before);
+}
+
+static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uint32_t shards,
+		      const char *cpus)
+{
+	struct echo_shards e = {.host = host, .port = port};
+	tl_runtime_config rc;
+	tl_runtime *rt;
+	int r;
+
+	if (tl_addr_parse(&e.addr, host, (uint16_t)port) < 0) {
+		fprintf(stderr, "tlecho: bad address '%s'\n", host);
+		return 2;
+	}
+	tl_runtime_config_init(&rc);
+	rc.plan.shards = shards;
+	rc.plan.cpus = cpus;
+	rc.loop = *cfg;
+	rc.on_start = shard_start;
+	rc.on_completion = shard_completion;
+	rc.arg = &e;
+	r = tl_runtime_new(&rt, &rc);
+	if (r < 0) {
+		fprintf(stderr, "tlecho: cannot plan %u shard(s)%s%s: %s\n", shards,
+			cpus ? " on cpus " : "", cpus ? cpus : "", tl_strerror(r));
+		return r == -EINVAL ? 2 : 1;
+	}
+	e.count = calloc(tl_runtime_shards(rt), sizeof *e.count);
+	e.idx_conns = tl_runtime_counter(rt, "conns");
+	e.idx_bytes = tl_runtime_counter(rt, "bytes");
+	if (!e.count || e.idx_conns < 0 || e.idx_bytes < 0) {
+		fprintf(stderr, "tlecho: out of memory\n");
+		tl_runtime_destroy(rt);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	r = tl_runtime_start(rt);
+	if (r < 0) {
+		fprintf(stderr, "tlecho: cannot start: %s\n", tl_runtime_strerror(rt));
+		tl_runtime_destroy(rt);
+		free(e.count);
+		return 1;
+	}
+	fprintf(stderr, "tlecho: listening on %s:%u with %u shards\n", host, port,
+		tl_runtime_shards(rt));
+	r = tl_runtime_run(rt);
+	if (r < 0)
+		fprintf(stderr, "tlecho: %s\n", tl_runtime_strerror(rt));
+	for (uint32_t i = 0; i < tl_runtime_shards(rt); i++)
+		fprintf(stderr, "tlecho: shard %u (cpu %d): %llu connections, %llu bytes echoed\n", i,
+			tl_runtime_plan(rt)->shards[i].pu_os_index,
+			(unsigned long long)e.count[i].conns, (unsigned long long)e.count[i].bytes);
+	tl_runtime_destroy(rt);
+	free(e.count);
+	return r < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-	uint32_t port = 0, nbuf = 4096, bufsz = 4096;
-	const char *host = "127.0.0.1";
+	uint32_t port = 0, nbuf = 4096, bufsz = 4096, shards = 0;
+	const char *host = "127.0.0.1", *cpus = NULL;
 	tl_config cfg;
 	tl_config_init(&cfg);
 	for (int i = 1; i < argc; i++) {
@@ -69,6 +204,18 @@ int main(int argc, char **argv)
 				fprintf(stderr, "tlecho: bad buffer count '%s' (1-32768)\n", v);
 				return 2;
 			}
+		} else if (!strcmp(a, "--shards")) {
+			if (parse_u32(v, 1, 1024, &shards)) {
+				fprintf(stderr, "tlecho: bad shard count '%s' (1-1024)\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--cpus")) {
+			uint64_t mask[16];
+			if (tl_cpulist_parse(v, mask, 16) < 0) {
+				fprintf(stderr, "tlecho: bad CPU list '%s' (like 0-3,6)\n", v);
+				return 2;
+			}
+			cpus = v;
 		} else if (!strcmp(a, "--buffer-size")) {
 			if (parse_u32(v, 64, 1u << 20, &bufsz)) {
 				fprintf(stderr, "tlecho: bad buffer size '%s' (64-1048576)\n", v);
@@ -92,6 +239,8 @@ int main(int argc, char **argv)
 	cfg.pooled_buffer_size = bufsz;
 	cfg.max_handles = 16384;
 	cfg.max_ops = 65536;
+	if (shards || cpus)
+		return run_shards(&cfg, host, port, shards, cpus);
 	tl_loop *loop;
 	int r = tl_loop_new(&loop, &cfg);
 	if (r < 0) {
@@ -119,40 +268,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "tlecho: turn failed: %s\n", tl_strerror(n));
 			break;
 		}
-		for (int i = 0; i < n; i++) {
-			tl_completion *c = &out[i];
-			tl_op op;
-			switch (c->kind) {
-			case TL_K_ACCEPT:
-				if (c->result < 0)
-					break; /* e.g. EMFILE: accepting resumes by itself */
-				conns++;
-				if (tl_read_start(loop, c->u.accept.conn, 0, &op) < 0)
-					tl_close(loop, c->u.accept.conn, 0);
-				break;
-			case TL_K_READ:
-				if (c->result > 0) {
-					/* Echo straight from the lease; it goes back once
-					 * the write is done (the token carries its id). */
-					bytes += (uint64_t)c->result;
-					if (tl_write(loop, c->handle, c->u.read.lease.data,
-						     (uint32_t)c->result, c->u.read.lease.id, &op) < 0) {
-						tl_lease_release(loop, c->u.read.lease.id);
-						tl_close(loop, c->handle, 0);
-					}
-				} else if (c->flags & TL_F_TERMINAL) {
-					tl_close(loop, c->handle, 0);
-				}
-				break;
-			case TL_K_WRITE:
-				tl_lease_release(loop, (uint32_t)c->token);
-				if (c->result < 0)
-					tl_close(loop, c->handle, 0);
-				break;
-			default:
-				break;
-			}
-		}
+		for (int i = 0; i < n; i++)
+			conns += (uint64_t)echo_one(loop, &out[i], &bytes);
 	}
 	fprintf(stderr, "tlecho: %llu connections, %llu bytes echoed\n", (unsigned long long)conns,
 		(unsigned long long)bytes);

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "turnloop/loop.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -144,6 +146,357 @@ int tl_cpulist_parse(const char *s, uint64_t *mask_words, size_t nwords);
  * failed binding. If the memory binding fails the CPU binding stays.
  */
 int tl_plan_bind_thread(const tl_plan *p, uint32_t shard);
+
+/* ---- Runtime ---- */
+
+/*
+ * The sharded runtime (contract 9.2-9.7): one thread per shard of a plan,
+ * pinned to its PU with its memory bound to its NUMA node and its own
+ * jemalloc arena, each running one loop that the runtime drives:
+ *
+ *     for (;;) {
+ *         tl_turn(loop, ...);              // no user code inside
+ *         handler(s, c) for each completion;
+ *         run mesh messages that arrived;   // posts, submit_to functions, results
+ *         on_pass(s, arg) if set;           // "pollers": busy user work
+ *         publish staged mesh messages, wake parked targets once each;
+ *         publish live stats (at most every stats_period_ns).
+ *     }
+ *
+ * User code runs only in the callbacks, between turns, on the shard's thread.
+ * Everything tl_shard_* below is called from the shard's own thread (from
+ * inside a callback) unless it says otherwise; tl_shard_loop(s) is an ordinary
+ * loop that the callbacks use for sockets and timers.
+ *
+ * Threading of the runtime object: tl_runtime_new/start/run/destroy from one
+ * controlling thread; tl_runtime_stop from anywhere, including a signal
+ * handler.
+ */
+
+typedef struct tl_runtime tl_runtime;
+typedef struct tl_shard tl_shard;
+
+/* Handles every completion of a shard whose token names no handler. */
+typedef void (*tl_shard_handler)(tl_shard *s, const tl_completion *c);
+/* A function that runs on a shard (on_start, submit_to). */
+typedef int (*tl_shard_start_fn)(tl_shard *s, void *arg);
+typedef int64_t (*tl_mesh_fn)(tl_shard *s, void *arg);
+
+/* Named handlers: up to TL_RT_HANDLERS - 1 extra handlers, numbered 1..15. */
+#define TL_RT_HANDLERS 16u
+
+/*
+ * A token that names handler h (1..15 of tl_runtime_config.handlers) and
+ * carries 56 bits of data (enough for a user-space pointer on x86-64 and
+ * arm64). The runtime hands a completion whose token's top byte is h, with
+ * handlers[h] set, to that handler instead of on_completion. Tokens whose top
+ * byte is 0, or names an unset handler, go to on_completion.
+ */
+static inline uint64_t tl_token(unsigned h, uint64_t data)
+{
+	return ((uint64_t)(h & 0xffu) << 56) | (data & UINT64_C(0x00ffffffffffffff));
+}
+/* The 56 data bits of a tl_token(). */
+static inline uint64_t tl_token_data(uint64_t token)
+{
+	return token & UINT64_C(0x00ffffffffffffff);
+}
+/* The handler number of a token (0: none). */
+static inline unsigned tl_token_handler(uint64_t token)
+{
+	return (unsigned)(token >> 56);
+}
+
+/*
+ * Mesh completions (kind TL_K_MESH), delivered to the target's handler:
+ *  - a tl_shard_post() message: token and u.post.payload as posted, result 0,
+ *    aux = the sending shard's id;
+ *  - the result of a tl_shard_submit_to() on the caller: token as submitted,
+ *    result = what fn returned, u.pool.ptr = fn's arg (u.pool.value 0),
+ *    aux = the shard fn ran on | TL_MESH_RESULT.
+ * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
+ * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
+ * are TL_OP_NONE / TL_HANDLE_NONE.
+ */
+#define TL_MESH_RESULT 0x80000000u
+#define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
+
+/*
+ * Runtime configuration; tl_runtime_config_init() fills the defaults in the
+ * right-hand column. tl_runtime_new() validates every field (-EINVAL).
+ */
+typedef struct tl_runtime_config {
+	/* Which shards. Fields left 0/NULL are filled from TL_CPUS, TL_SHARDS
+	 * and TL_SMT (tl_plan_from_env) unless no_env.          all 0 */
+	tl_plan_request plan;
+	int no_env;                   /* 1: ignore the environment         0 */
+	int bind;                     /* pin threads, bind memory            1 */
+	tl_config loop;               /* template of every shard's loop  tl_config_init */
+	uint32_t mesh_capacity;       /* messages per ring (2^k, <= 2^20)    1024 */
+	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
+	uint32_t mesh_inflight;       /* submit_to in flight per pair        64, <= 65536 */
+	uint32_t batch;               /* completions per turn                256, <= 65536 */
+	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
+	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
+	uint64_t stats_period_ns;     /* a busy shard publishes its stats once per
+	                               * period, a shard about to park first   1 ms, <= 1 s */
+	int stats;                    /* publish /dev/shm/turnloop.<pid>     1 */
+	int signals;                  /* SIGINT/SIGTERM stop the runtime     1 */
+	tl_shard_handler on_completion;            /* NULL: completions are dropped */
+	tl_shard_handler handlers[TL_RT_HANDLERS]; /* [0] unused; see tl_token() */
+	/* On each shard after its loop exists, before any completion: a
+	 * negative return stops the whole runtime with that error. */
+	tl_shard_start_fn on_start;
+	/* On each shard when a stop begins, before the runtime closes the
+	 * handles still open (so a program can close its own with its own
+	 * tokens and say goodbye to peers). */
+	void (*on_stop)(tl_shard *s, void *arg);
+	/* On each shard once per pass; return nonzero while it has more work
+	 * (the next turn then does not block). */
+	int (*on_pass)(tl_shard *s, void *arg);
+	void *arg;                    /* passed to on_start/on_stop/on_pass */
+} tl_runtime_config;
+
+/* Fill *cfg with the defaults above. */
+void tl_runtime_config_init(tl_runtime_config *cfg);
+
+/*
+ * Create a runtime: computes the plan (from cfg->plan and, unless no_env, the
+ * environment), allocates every shard's mesh rings and, with cfg->stats, the
+ * live stats region /dev/shm/turnloop.<pid> (mode 0600). No thread starts.
+ * Returns 0 and sets *out; -EINVAL (bad config or plan request, or a bad
+ * TL_CPUS/TL_SHARDS/TL_SMT), -EBUSY (this process already publishes a stats
+ * region), -ENOMEM, or the OS error of the region. A reason is printed
+ * nowhere; tl_runtime_strerror() is not available without a runtime.
+ */
+int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg);
+
+/*
+ * Register a named per-shard counter (contract 9.7) and return its index
+ * (0..TL_STATS_NAMED-1) for tl_shard_counter_add(). Only before
+ * tl_runtime_start(). name: 1..TL_STATS_NAME_MAX-1 characters of
+ * [A-Za-z0-9_.-]. Registering a name twice returns the same index.
+ * -EINVAL (bad name or already started), -ENOBUFS (all slots taken).
+ */
+int tl_runtime_counter(tl_runtime *rt, const char *name);
+
+/*
+ * Start every shard thread and wait until each is set up (bound, arena,
+ * loop). If any shard fails to set up, the others are torn down without
+ * running any user code and the error is returned (the reason is in
+ * tl_runtime_strerror). Otherwise each shard runs cfg.on_start and starts
+ * turning; with cfg.signals, SIGINT and SIGTERM now stop the runtime (the
+ * shard threads block them; the previous actions come back at destroy; only
+ * one runtime of a process at a time takes the signals, a second one runs
+ * without them).
+ * Returns 0, -EINVAL (already started), or the first shard's error.
+ */
+int tl_runtime_start(tl_runtime *rt);
+
+/*
+ * Block until every shard has stopped and drained (starting the runtime
+ * first if needed). Returns 0 after a requested stop, or the first error
+ * that stopped it (an on_start failure, a turn error), negative; the reason
+ * is in tl_runtime_strerror(). A second call returns the same value at once.
+ */
+int tl_runtime_run(tl_runtime *rt);
+
+/*
+ * Ask every shard to stop: each calls on_stop, closes its remaining handles,
+ * delivers their completions and the mesh messages already sent, then its
+ * thread exits (bounded by drain_ns, after which leftover operations are
+ * cancelled by tl_loop_destroy). Any thread; async-signal-safe (atomic
+ * stores and at most one eventfd write per shard). Idempotent.
+ */
+void tl_runtime_stop(tl_runtime *rt);
+
+/*
+ * Stop (if running), join the threads, free the rings and the plan, unlink the
+ * stats region and restore the signal actions. NULL is a no-op.
+ */
+void tl_runtime_destroy(tl_runtime *rt);
+
+/* Number of shards in the runtime's plan. */
+uint32_t tl_runtime_shards(const tl_runtime *rt);
+/* The plan the runtime runs (owned by the runtime). */
+const tl_plan *tl_runtime_plan(const tl_runtime *rt);
+/* Why the runtime stopped or failed to start ("" when it did not fail). The
+ * string belongs to the runtime. */
+const char *tl_runtime_strerror(const tl_runtime *rt);
+/* 1 when shard threads use their own jemalloc arenas; 0 when that is off
+ * (build option, sanitizer build, or jemalloc is not the process allocator:
+ * then *why, if why is not NULL, says which). Meaningful after start. */
+int tl_runtime_arenas(const tl_runtime *rt, const char **why);
+
+/* The shard's loop (use it from the shard's thread only). */
+tl_loop *tl_shard_loop(tl_shard *s);
+/* The shard's id, 0..count-1 (its index in the plan). */
+uint32_t tl_shard_id(const tl_shard *s);
+/* The number of shards. */
+uint32_t tl_shard_count(const tl_shard *s);
+/* The runtime the shard belongs to. */
+tl_runtime *tl_shard_runtime(tl_shard *s);
+/* The runtime config's arg (what on_start/on_stop/on_pass receive), for
+ * handlers. */
+void *tl_shard_arg(const tl_shard *s);
+/* A pointer of the program's own per shard (NULL until set); any use. */
+void tl_shard_set_data(tl_shard *s, void *data);
+void *tl_shard_data(const tl_shard *s);
+/* The shard's place in the plan (cpu, core, NUMA node). */
+const tl_shard_place *tl_shard_place_of(const tl_shard *s);
+
+/*
+ * Send (token, payload) to shard target (itself included): delivered there as
+ * a TL_K_MESH completion (see above), in order per pair of shards, exactly
+ * once. The message is published and a parked target woken when the current
+ * pass ends (or earlier, every 32 messages), never from inside this call.
+ * Returns 0; -EINVAL (target out of range); -ENOBUFS (the ring to target is
+ * full, or replies to target are backed up: nothing was queued, see
+ * tl_shard_wait_room); -EPIPE (the mesh closed: the runtime is stopping).
+ * Allocates nothing.
+ */
+int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload);
+
+/*
+ * Run fn(target_shard, arg) on shard target between its turns, and deliver
+ * fn's return value to this shard as a TL_K_MESH completion with token and
+ * aux = target | TL_MESH_RESULT. At most mesh_inflight calls per pair are in
+ * flight. Same returns as tl_shard_post, -EINVAL also for fn NULL, and
+ * -ENOBUFS also when mesh_inflight calls to target await their result. If
+ * the runtime stops before the result comes back, fn still runs but its
+ * result may be dropped (the stats count it).
+ */
+int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * tl_shard_post() to every shard, this one included, all or nothing.
+ * Returns the number of shards posted to, or -ENOBUFS (some ring is full:
+ * nothing was sent), -EPIPE.
+ */
+int tl_shard_broadcast(tl_shard *s, uint64_t token, uint64_t payload);
+
+/*
+ * tl_shard_submit_to() on every shard, this one included, all or nothing:
+ * one result completion per shard. Returns the count or the first refusal's
+ * code (then nothing was sent).
+ */
+int tl_shard_submit_all(tl_shard *s, tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * After a refusal with -ENOBUFS: ask for one TL_K_ROOM completion (token,
+ * aux = target) once the ring to target can take a message again (it may
+ * come at the next pass if it already can). One request per target at a
+ * time. Returns 0, -EINVAL (target out of range), -ENOBUFS (a request for
+ * target is already pending), -EPIPE (mesh closed).
+ */
+int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token);
+
+/* Add delta to this shard's named counter idx (tl_runtime_counter). Published
+ * with the shard's other counters. -EINVAL for an unregistered idx. */
+int tl_shard_counter_add(tl_shard *s, int idx, uint64_t delta);
+
+/* ---- Live stats (contract 9.7) ---- */
+
+/*
+ * The region /dev/shm/turnloop.<pid> holds a header and one record per
+ * shard, each record guarded by a sequence lock the shard updates at most
+ * once per stats_period_ns. These are the reader's side, for other processes
+ * (tlshard stats) and tests; they never write the region. The reader copies
+ * with pread, so a region that shrinks or changes under it yields errors,
+ * never a crash.
+ */
+
+#define TL_STATS_MAGIC UINT64_C(0x31535441544c5254) /* "TRLTATS1" little-endian */
+#define TL_STATS_VERSION 1u
+#define TL_STATS_NAMED 8u       /* named counters per shard */
+#define TL_STATS_NAME_MAX 24u   /* bytes per name, NUL included */
+#define TL_STATS_HIST 32u       /* log2 buckets of pass durations */
+#define TL_STATS_KINDS 24u      /* completion-kind slots (>= TL_K_COUNT_) */
+
+/* Header flags. */
+#define TL_STATS_F_ARENAS 0x1u  /* per-shard jemalloc arenas on */
+#define TL_STATS_F_POOL 0x2u    /* the pool fields are filled */
+
+/* Runtime states in the header. */
+enum { TL_STATS_STARTING = 0, TL_STATS_RUNNING = 1, TL_STATS_STOPPING = 2, TL_STATS_STOPPED = 3 };
+
+/* What the header says, as the reader returns it. */
+typedef struct tl_stats_info {
+	uint32_t version;        /* layout version (TL_STATS_VERSION) */
+	uint32_t shards;         /* shard count */
+	uint32_t flags;          /* TL_STATS_F_* */
+	uint32_t state;          /* TL_STATS_* */
+	int32_t pid;             /* the process that publishes it */
+	uint32_t named;          /* named counters registered */
+	uint64_t stall_ns;       /* the stall threshold */
+	uint64_t period_ns;      /* publication period */
+	char driver[16];         /* "uring", "epoll", ... NUL-terminated */
+	char names[TL_STATS_NAMED][TL_STATS_NAME_MAX]; /* named counters, NUL-terminated */
+} tl_stats_info;
+
+/*
+ * One shard's counters, a consistent snapshot. Counters are totals since the
+ * shard started; "gauges" are current values. Histogram bucket 0 counts
+ * passes of 0 ns, bucket i >= 1 passes of [2^(i-1), 2^i) ns, the last one
+ * everything longer.
+ */
+typedef struct tl_stats_shard {
+	uint32_t shard;
+	int32_t cpu, numa;
+	uint32_t arena;                   /* jemalloc arena, UINT32_MAX when off */
+	uint64_t updated_ns;              /* CLOCK_MONOTONIC of this snapshot */
+	uint64_t turns, os_waits, discovery_polls, zero_event_waits;
+	uint64_t completions[TL_STATS_KINDS]; /* by enum tl_kind (mesh and room included) */
+	uint64_t busy_ns;                 /* passes minus OS waits */
+	uint64_t idle_ns;                 /* in OS waits */
+	uint64_t handles, ops, queued, timers; /* gauges of the loop */
+	uint64_t mesh_in, mesh_out;       /* messages received / sent (results included) */
+	uint64_t mesh_refused;            /* posts and submits refused with -ENOBUFS */
+	uint64_t mesh_inbound;            /* gauge: messages waiting in inbound rings */
+	uint64_t mesh_backlog;            /* gauge: results waiting for ring room */
+	uint64_t mesh_dropped;            /* results dropped because the mesh closed */
+	uint64_t alloc_bytes, freed_bytes;/* by the shard thread (jemalloc), totals */
+	uint64_t stalls, max_pass_ns, last_stall_ns;
+	uint64_t pass_hist[TL_STATS_HIST];
+	/* Pool (turnloop/pool.h): what this shard's loop submitted, had
+	 * refused, got back (of which cancelled), has in flight, the summed
+	 * queue wait and run time of its jobs; then the stats of the bounded
+	 * worker set of the node its jobs go to (the shard's own), all zero
+	 * until the pool starts (contract 7.6). */
+	uint64_t pool_submitted, pool_refused, pool_completed, pool_cancelled, pool_in_flight;
+	uint64_t pool_wait_ns, pool_run_ns;
+	uint64_t node_threads, node_busy, node_queued, node_reserved, node_long_threads,
+		node_long_busy;
+	uint64_t named[TL_STATS_NAMED];   /* tl_shard_counter_add values */
+} tl_stats_shard;
+
+typedef struct tl_stats_reader tl_stats_reader;
+
+/*
+ * Open the live stats of process pid (or of the region file at path, for
+ * tests and tools). On failure err (if not NULL) gets a one-line reason,
+ * e.g. "turnloop.123: layout version 7 is not known to this reader (knows 1)".
+ * Returns 0 and *out; -EINVAL (bad arguments), -ENOENT (no region: not a
+ * turnloop process with stats on), -EACCES (not the owner), -EPROTO (not a
+ * stats region, an unknown version or an inconsistent header), -ENOMEM, or
+ * the OS error of open/read.
+ */
+int tl_stats_open(tl_stats_reader **out, int pid, char *err, size_t errlen);
+int tl_stats_open_path(tl_stats_reader **out, const char *path, char *err, size_t errlen);
+
+/* Reread and check the header: 0 or the codes of tl_stats_open. */
+int tl_stats_info_get(tl_stats_reader *r, tl_stats_info *out);
+
+/*
+ * Copy shard's current record into *out, consistently (retrying while the
+ * shard is publishing). Returns 0; -EINVAL (shard out of range); -EAGAIN
+ * (no consistent copy after many tries); -EPROTO (the region changed
+ * shape); or the OS error of pread.
+ */
+int tl_stats_read(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out);
+
+/* Close the reader. NULL is a no-op. */
+void tl_stats_close(tl_stats_reader *r);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,145 @@
+/* tests/test_echo_shards.c: tlecho --shards 2 serves on both shards, as its live stats show from outside the process. */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "shard_test.h"
+
+/* Set by main from argv[1]: the tlecho to run. */
+static const char *tlecho_path;
+
+static int connect_to(uint16_t port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* One connection: send a message, read the echo, close. 0 or -1. */
+static int echo_once(uint16_t port, int i)
+{
+	char out[32], in[32];
+	int fd = connect_to(port), n, got = 0;
+
+	if (fd < 0)
+		return -1;
+	n = snprintf(out, sizeof out, "hello %d", i);
+	if (write(fd, out, (size_t)n) != n) {
+		close(fd);
+		return -1;
+	}
+	while (got < n) {
+		ssize_t r = read(fd, in + got, (size_t)(n - got));
+
+		if (r <= 0)
+			break;
+		got += (int)r;
+	}
+	close(fd);
+	return got == n && memcmp(in, out, (size_t)n) == 0 ? 0 : -1;
+}
+
+static int find_counter(const tl_stats_info *info, const char *name)
+{
+	for (uint32_t i = 0; i < info->named; i++)
+		if (!strcmp(info->names[i], name))
+			return (int)i;
+	return -1;
+}
+
+static void test_both_shards_serve(void)
+{
+	int fds = st_begin("echo_shards/both_shards_serve");
+	uint16_t port = (uint16_t)(20000 + getpid() % 20000);
+	char portstr[16], err[200];
+	tl_stats_reader *r = NULL;
+	tl_stats_info info;
+	tl_stats_shard st[2];
+	int status, ok = 0, idx, rc = -1;
+	pid_t pid;
+
+	snprintf(portstr, sizeof portstr, "%u", port);
+	pid = fork();
+	CU_ASSERT_TRUE_FATAL(pid >= 0);
+	if (pid == 0) {
+		execl(tlecho_path, tlecho_path, "-p", portstr, "--shards", "2", (char *)NULL);
+		_exit(127);
+	}
+	/* Wait until it listens. */
+	for (int i = 0; i < 200 && !ok; i++) {
+		int fd = connect_to(port);
+
+		if (fd >= 0) {
+			close(fd);
+			ok = 1;
+		} else {
+			usleep(10000);
+		}
+	}
+	CU_ASSERT_TRUE(ok);
+	/* The kernel picks a listener by a hash of the connection's
+	 * addresses: 200 connections leave each shard out with odds 2^-199. */
+	for (int i = 0; ok && i < 200; i++)
+		if (echo_once(port, i) < 0) {
+			fprintf(stderr, "  echo %d failed\n", i);
+			ok = 0;
+		}
+	CU_ASSERT_TRUE(ok);
+	usleep(50000); /* a parked shard publishes before it parks */
+	if (ok)
+		rc = tl_stats_open(&r, pid, err, sizeof err);
+	if (rc < 0)
+		fprintf(stderr, "  stats: %s\n", err);
+	CU_ASSERT_EQUAL(rc, 0);
+	if (rc == 0) {
+		CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
+		CU_ASSERT_EQUAL(info.shards, 2);
+		CU_ASSERT_EQUAL(info.state, TL_STATS_RUNNING);
+		idx = find_counter(&info, "conns");
+		CU_ASSERT_TRUE(idx >= 0);
+		for (uint32_t i = 0; i < 2 && idx >= 0; i++) {
+			CU_ASSERT_EQUAL(tl_stats_read(r, i, &st[i]), 0);
+			printf("\n  shard %u (cpu %d): %llu connections, %llu accepts, %llu turns",
+			       i, st[i].cpu, (unsigned long long)st[i].named[idx],
+			       (unsigned long long)st[i].completions[TL_K_ACCEPT],
+			       (unsigned long long)st[i].turns);
+			CU_ASSERT_TRUE(st[i].named[idx] > 0);
+		}
+		if (idx >= 0)
+			CU_ASSERT_EQUAL(st[0].named[idx] + st[1].named[idx], 201);
+		printf("\n");
+		tl_stats_close(r);
+	}
+	kill(pid, SIGTERM);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Its region is gone with it. */
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, NULL, 0), -ENOENT);
+	st_end(fds);
+}
+
+int main(int argc, char **argv)
+{
+	CU_pSuite s;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: test_echo_shards PATH-TO-TLECHO\n");
+		return 2;
+	}
+	tlecho_path = argv[1];
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("echo_shards", NULL, NULL);
+	st_add(s, "both_shards_serve", test_both_shards_serve);
+	return st_run();
+}

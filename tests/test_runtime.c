@@ -1,0 +1,403 @@
+/* tests/test_runtime.c: CUnit tests of the runtime's lifecycle: start/stop, pinning, drain, SIGTERM, failed starts, TL_* variables, the stall detector. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "shard_test.h"
+
+#define MAXS 8
+#define TOK_TIMER 0x7171
+#define TOK_ACCEPT 0xacce
+#define TOK_SELF 0x5e1f
+
+/* What each shard saw, written by that shard only. */
+struct seen {
+	pthread_t thread;
+	int cpu, want_cpu;
+	int starts, stops, closed, accept_terminal, timer_ticks;
+	int listen_rc;
+	uint64_t port;
+};
+
+static struct seen V[MAXS];
+static atomic_uint start_calls;
+static int fail_shard = -1, fail_code;
+static int open_listener;
+
+static int rt_start(tl_shard *s, void *arg)
+{
+	struct seen *v = &V[tl_shard_id(s)];
+	tl_loop *l = tl_shard_loop(s);
+	tl_handle h;
+	tl_op op;
+
+	(void)arg;
+	atomic_fetch_add(&start_calls, 1);
+	v->thread = pthread_self();
+	v->cpu = sched_getcpu();
+	v->want_cpu = tl_shard_place_of(s)->pu_os_index;
+	v->starts++;
+	ST_CHECK(tl_shard_count(s) == tl_runtime_shards(tl_shard_runtime(s)));
+	if ((int)tl_shard_id(s) == fail_shard)
+		return fail_code;
+	/* A repeating timer: a handle the runtime must close when stopping. */
+	ST_CHECK(tl_timer_start(l, tl_now(l) + 1000000, 1000000, TOK_TIMER, &h, &op) == 0);
+	if (open_listener) {
+		tl_addr a;
+		tl_listen_opts o = {.reuseport = 1};
+
+		tl_addr_parse(&a, "127.0.0.1", 0);
+		v->listen_rc = tl_tcp_listen(l, &a, &o, &h);
+		if (v->listen_rc == 0)
+			ST_CHECK(tl_accept_start(l, h, TOK_ACCEPT, &op) == 0);
+	}
+	return 0;
+}
+
+static void rt_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	V[tl_shard_id(s)].stops++;
+}
+
+static void rt_handler(tl_shard *s, const tl_completion *c)
+{
+	struct seen *v = &V[tl_shard_id(s)];
+
+	if (!pthread_equal(pthread_self(), v->thread))
+		ST_CHECK(!"completion on another thread");
+	if (c->kind == TL_K_CLOSED)
+		v->closed++;
+	else if (c->kind == TL_K_TIMER)
+		v->timer_ticks++;
+	else if (c->kind == TL_K_ACCEPT && (c->flags & TL_F_TERMINAL))
+		v->accept_terminal++;
+}
+
+static void reset(void)
+{
+	memset(V, 0, sizeof V);
+	atomic_store(&start_calls, 0);
+	fail_shard = -1;
+	fail_code = 0;
+	open_listener = 0;
+}
+
+static void base(tl_runtime_config *cfg, uint32_t n)
+{
+	st_config(cfg, n);
+	cfg->on_start = rt_start;
+	cfg->on_stop = rt_stop;
+	cfg->on_completion = rt_handler;
+}
+
+/* ---- start, run on each shard, stop, drain ---- */
+
+static void test_start_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/start_stop");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	reset();
+	base(&cfg, 2);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_shards(rt), 2);
+	CU_ASSERT_EQUAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL(tl_runtime_start(rt), -EINVAL);
+	usleep(20000);
+	tl_runtime_stop(rt);
+	tl_runtime_stop(rt); /* idempotent */
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	CU_ASSERT_STRING_EQUAL(tl_runtime_strerror(rt), "");
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(atomic_load(&start_calls), 2);
+	CU_ASSERT_FALSE(pthread_equal(V[0].thread, V[1].thread));
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(V[i].starts, 1);
+		CU_ASSERT_EQUAL(V[i].stops, 1);
+		/* Drained: the runtime closed the timer and delivered Closed. */
+		CU_ASSERT_EQUAL(V[i].closed, 1);
+		CU_ASSERT_TRUE(V[i].timer_ticks > 0);
+		/* Pinned to the plan's PU (on a machine with enough CPUs the
+		 * two shards are on different ones). */
+		CU_ASSERT_EQUAL(V[i].cpu, V[i].want_cpu);
+	}
+	if (ncpu >= 2)
+		CU_ASSERT_NOT_EQUAL(V[0].want_cpu, V[1].want_cpu);
+	tl_runtime_destroy(NULL);
+	st_end(fds);
+}
+
+static void test_stop_before_run(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/stop_before_run");
+
+	reset();
+	base(&cfg, 3);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	tl_runtime_stop(rt);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0); /* starts, then drains at once */
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(atomic_load(&start_calls), 3);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(V[i].closed, 1);
+	/* Destroying a runtime that never started. */
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(atomic_load(&start_calls), 3);
+	/* Destroying a running runtime stops and drains it. */
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_start(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(atomic_load(&start_calls), 6);
+	st_end(fds);
+}
+
+static void test_bad_config(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt = (tl_runtime *)&cfg;
+	int fds = st_begin("runtime/bad_config");
+
+	base(&cfg, 2);
+	cfg.mesh_capacity = 0;
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	CU_ASSERT_PTR_NULL(rt);
+	base(&cfg, 2);
+	cfg.mesh_capacity = (1u << 20) + 1;
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	base(&cfg, 2);
+	cfg.batch = 0;
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	base(&cfg, 2);
+	cfg.stats_period_ns = 0;
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	base(&cfg, 2);
+	cfg.plan.cpus = "0-";
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	base(&cfg, 2);
+	cfg.plan.overcommit = 0;
+	cfg.plan.shards = 4096;
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_new(NULL, &cfg), -EINVAL);
+	st_end(fds);
+}
+
+/* ---- SIGTERM stops and drains every shard ---- */
+
+static void test_sigterm_drain(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	struct sigaction before, after;
+	int fds = st_begin("runtime/sigterm_drain");
+
+	reset();
+	open_listener = 1;
+	base(&cfg, 2);
+	cfg.signals = 1;
+	sigaction(SIGTERM, NULL, &before);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	usleep(20000);
+	CU_ASSERT_EQUAL(kill(getpid(), SIGTERM), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	sigaction(SIGTERM, NULL, &after);
+	/* The previous action is back. */
+	CU_ASSERT_PTR_EQUAL((void *)after.sa_handler, (void *)before.sa_handler);
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(V[i].listen_rc, 0);
+		CU_ASSERT_EQUAL(V[i].stops, 1);
+		/* Timer and listener closed, the accept's terminal delivered. */
+		CU_ASSERT_EQUAL(V[i].closed, 2);
+		CU_ASSERT_EQUAL(V[i].accept_terminal, 1);
+	}
+	st_end(fds);
+}
+
+/* ---- a shard that fails to start stops the rest, with the reason ---- */
+
+static void test_start_fails(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/start_fails");
+
+	reset();
+	fail_shard = 1;
+	fail_code = -EADDRINUSE;
+	base(&cfg, 3);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), -EADDRINUSE);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "shard 1"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "on_start"));
+	tl_runtime_destroy(rt);
+	/* The others started, then drained cleanly. */
+	CU_ASSERT_EQUAL(V[0].closed, 1);
+	CU_ASSERT_EQUAL(V[2].closed, 1);
+	CU_ASSERT_EQUAL(V[0].stops, 1);
+	CU_ASSERT_EQUAL(V[1].closed, 0);
+	st_end(fds);
+}
+
+static void test_setup_fails(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/setup_fails");
+
+	reset();
+	base(&cfg, 2);
+	cfg.loop.max_handles = 0; /* every shard's loop is refused */
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_start(rt), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "cannot create its loop"));
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), -EINVAL);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(atomic_load(&start_calls), 0); /* no user code ran */
+	st_end(fds);
+}
+
+/* ---- TL_SHARDS, TL_CPUS, TL_SMT ---- */
+
+static void test_env(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/env");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	reset();
+	base(&cfg, 0);
+	cfg.no_env = 0;
+	cfg.plan.overcommit = 0;
+	setenv("TL_SHARDS", "1", 1);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_shards(rt), 1);
+	tl_runtime_destroy(rt);
+
+	/* The program's own setting wins over the variable. */
+	cfg.plan.shards = 2;
+	cfg.plan.overcommit = 1;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_shards(rt), 2);
+	tl_runtime_destroy(rt);
+	cfg.plan.shards = 0;
+	cfg.plan.overcommit = 0;
+
+	setenv("TL_SHARDS", "abc", 1);
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	unsetenv("TL_SHARDS");
+	setenv("TL_SMT", "2", 1);
+	CU_ASSERT_EQUAL(tl_runtime_new(&rt, &cfg), -EINVAL);
+	unsetenv("TL_SMT");
+
+	if (ncpu >= 2) {
+		/* TL_CPUS=1: one shard, on CPU 1, and it really runs there. */
+		setenv("TL_CPUS", "1", 1);
+		CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+		CU_ASSERT_EQUAL(tl_runtime_shards(rt), 1);
+		CU_ASSERT_EQUAL(tl_runtime_plan(rt)->shards[0].pu_os_index, 1);
+		tl_runtime_stop(rt);
+		CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+		tl_runtime_destroy(rt);
+		CU_ASSERT_EQUAL(V[0].cpu, 1);
+		unsetenv("TL_CPUS");
+	}
+	/* no_env ignores the variables. */
+	setenv("TL_SHARDS", "abc", 1);
+	cfg.no_env = 1;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	tl_runtime_destroy(rt);
+	unsetenv("TL_SHARDS");
+	st_end(fds);
+}
+
+/* ---- the stall detector ---- */
+
+static int slow_start(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0)
+		ST_CHECK(tl_shard_post(s, 0, TOK_SELF, 0) == 0);
+	return 0;
+}
+
+static void slow_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind == TL_K_MESH && c->token == TOK_SELF) {
+		usleep(30000); /* a handler that blocks its shard for 30 ms */
+		tl_runtime_stop(tl_shard_runtime(s));
+	}
+}
+
+static void test_stall(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	tl_stats_reader *r;
+	tl_stats_shard st0, st1;
+	char err[160], buf[4096] = "";
+	int fds = st_begin("runtime/stall");
+	FILE *tmp = tmpfile();
+	int saved = dup(2);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tmp);
+	st_config(&cfg, 2);
+	cfg.stats = 1;
+	cfg.stall_ns = 10 * 1000000ull;
+	cfg.on_start = slow_start;
+	cfg.on_completion = slow_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	fflush(stderr);
+	dup2(fileno(tmp), 2);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	/* The counters outlive the run until destroy. */
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
+	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &st0), 0);
+	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &st1), 0);
+	tl_stats_close(r);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(st0.stalls, 1);
+	CU_ASSERT_TRUE(st0.last_stall_ns >= 30 * 1000000ull);
+	CU_ASSERT_TRUE(st0.max_pass_ns >= 30 * 1000000ull);
+	CU_ASSERT_EQUAL(st1.stalls, 0);
+	CU_ASSERT_TRUE(st0.pass_hist[TL_STATS_HIST - 7] + st0.pass_hist[TL_STATS_HIST - 6] > 0);
+	rewind(tmp);
+	size_t n = fread(buf, 1, sizeof buf - 1, tmp);
+	buf[n] = '\0';
+	fclose(tmp);
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "stall on shard 0"));
+	CU_ASSERT_PTR_NULL(strstr(buf, "stall on shard 1"));
+	st_end(fds);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("runtime", NULL, NULL);
+	st_add(s, "start_stop", test_start_stop);
+	st_add(s, "stop_before_run", test_stop_before_run);
+	st_add(s, "bad_config", test_bad_config);
+	st_add(s, "sigterm_drain", test_sigterm_drain);
+	st_add(s, "start_fails", test_start_fails);
+	st_add(s, "setup_fails", test_setup_fails);
+	st_add(s, "env", test_env);
+	st_add(s, "stall", test_stall);
+	return st_run();
+}

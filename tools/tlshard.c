@@ -1,0 +1,420 @@
+/* tools/tlshard.c: print a shard plan, run a program on a chosen set of shards, or watch a running program's live per-shard stats. */
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "turnloop.h"
+#include "turnloop/shard.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tlshard plan [--cpus LIST] [--shards N] [--smt]\n"
+		"       tlshard run [--cpus LIST] [--shards N] [--smt] -- CMD [ARGS...]\n"
+		"       tlshard stats PID [--watch SECS] [--count N]\n"
+		"  plan   print which CPU, core and NUMA node each shard gets\n"
+		"  run    set TL_CPUS/TL_SHARDS/TL_SMT and the CPU affinity, then exec CMD\n"
+		"  stats  read the live counters of a turnloop process (one line per shard);\n"
+		"         --watch prints rates every SECS seconds, --count times (default: forever)\n");
+}
+
+static int bad(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "tlshard: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	return 2;
+}
+
+/* Decimal digits only, lo..hi; no sign, no spaces, no overflow. */
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s || strlen(s) > 19)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Seconds like "1", "0.5", "2.25": 0.01 .. 3600. */
+static int parse_secs(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s || (*s != '.' && (*s < '0' || *s > '9')))
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < 0.01 || v > 3600)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* ---- plan and run ---- */
+
+struct plan_opts {
+	tl_plan_request req;
+	int set_cpus, set_shards, set_smt;
+};
+
+/* Options shared by plan and run; stops at "--" (run) or the end. Returns
+ * the index after the options, or -1 after printing why. */
+static int parse_plan_opts(int argc, char **argv, int i, struct plan_opts *o, int want_dash)
+{
+	memset(o, 0, sizeof *o);
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (want_dash && !strcmp(a, "--"))
+			return i + 1;
+		if (!strcmp(a, "--smt")) {
+			o->req.smt = 1;
+			o->set_smt = 1;
+			continue;
+		}
+		if (!strcmp(a, "--cpus") || !strcmp(a, "--shards")) {
+			const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+			uint64_t mask[16], n;
+
+			if (!v) {
+				bad("%s needs a value", a);
+				return -1;
+			}
+			i++;
+			if (a[2] == 'c') {
+				/* A list is checked for form here, for allowed CPUs
+				 * by the plan. */
+				if (tl_cpulist_parse(v, mask, 16) < 0) {
+					bad("bad CPU list '%s' (like 0-3,6; CPUs below 1024)", v);
+					return -1;
+				}
+				o->req.cpus = v;
+				o->set_cpus = 1;
+			} else {
+				if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n)) {
+					bad("bad shard count '%s' (1-65536)", v);
+					return -1;
+				}
+				o->req.shards = (uint32_t)n;
+				o->set_shards = 1;
+			}
+			continue;
+		}
+		bad(want_dash ? "unknown option '%s' (options end with --)" : "unknown option '%s'", a);
+		return -1;
+	}
+	if (want_dash) {
+		fprintf(stderr, "tlshard: run needs -- CMD [ARGS...]\n");
+		return -1;
+	}
+	return i;
+}
+
+static int compute(struct plan_opts *o, tl_plan *plan)
+{
+	int r = tl_plan_from_env(&o->req);
+
+	if (r < 0) {
+		fprintf(stderr, "tlshard: bad TL_CPUS, TL_SHARDS or TL_SMT in the environment\n");
+		return 2;
+	}
+	r = tl_plan_compute(plan, &o->req, NULL);
+	if (r == -EINVAL) {
+		fprintf(stderr, "tlshard: no such plan: a CPU is not allowed to this process, or "
+				"more shards than usable cores\n");
+		return 2;
+	}
+	if (r < 0) {
+		fprintf(stderr, "tlshard: cannot read the topology: %s\n", tl_strerror(r));
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+	struct plan_opts o;
+	tl_plan plan;
+	size_t len;
+	char *buf;
+	int r;
+
+	if (parse_plan_opts(argc, argv, 2, &o, 0) < 0)
+		return 2;
+	r = compute(&o, &plan);
+	if (r)
+		return r;
+	len = (size_t)plan.count * 80 + 1;
+	buf = malloc(len);
+	if (!buf || tl_plan_format(&plan, buf, len) < 0) {
+		fprintf(stderr, "tlshard: out of memory\n");
+		free(buf);
+		tl_plan_free(&plan);
+		return 1;
+	}
+	fputs(buf, stdout);
+	printf("%u shard%s on %u NUMA node%s\n", plan.count, plan.count == 1 ? "" : "s",
+	       plan.numa_nodes, plan.numa_nodes == 1 ? "" : "s");
+	free(buf);
+	tl_plan_free(&plan);
+	return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	struct plan_opts o;
+	tl_plan plan;
+	cpu_set_t set;
+	char list[64], *cpus;
+	size_t cap, off = 0;
+	int i, r;
+
+	i = parse_plan_opts(argc, argv, 2, &o, 1);
+	if (i < 0)
+		return 2;
+	if (i >= argc) {
+		fprintf(stderr, "tlshard: run needs a command after --\n");
+		return 2;
+	}
+	/* Plan first, so that a request that cannot be met fails here and
+	 * not inside the program. */
+	r = compute(&o, &plan);
+	if (r)
+		return r;
+	cap = (size_t)plan.count * 8 + 1;
+	cpus = malloc(cap);
+	if (!cpus) {
+		tl_plan_free(&plan);
+		return 1;
+	}
+	cpus[0] = '\0';
+	CPU_ZERO(&set);
+	for (uint32_t k = 0; k < plan.count; k++) {
+		int c = plan.shards[k].pu_os_index;
+
+		if (c >= 0 && c < CPU_SETSIZE && !CPU_ISSET(c, &set)) {
+			CPU_SET(c, &set);
+			off += (size_t)snprintf(cpus + off, cap - off, "%s%d", off ? "," : "", c);
+		}
+	}
+	/* The program then plans the same shards: TL_CPUS names exactly the
+	 * plan's CPUs, TL_SHARDS its count. */
+	snprintf(list, sizeof list, "%u", plan.count);
+	if (setenv("TL_CPUS", cpus, 1) || setenv("TL_SHARDS", list, 1) ||
+	    (o.set_smt && setenv("TL_SMT", "1", 1))) {
+		perror("tlshard: setenv");
+		return 1;
+	}
+	tl_plan_free(&plan);
+	free(cpus);
+	if (sched_setaffinity(0, sizeof set, &set) < 0) {
+		perror("tlshard: sched_setaffinity");
+		return 1;
+	}
+	execvp(argv[i], &argv[i]);
+	fprintf(stderr, "tlshard: cannot run '%s': %s\n", argv[i], strerror(errno));
+	return 127;
+}
+
+/* ---- stats ---- */
+
+static uint64_t sum_completions(const tl_stats_shard *s)
+{
+	uint64_t n = 0;
+
+	for (uint32_t k = 0; k < TL_STATS_KINDS; k++)
+		n += s->completions[k];
+	return n;
+}
+
+static const char *state_name(uint32_t s)
+{
+	static const char *names[] = {"starting", "running", "stopping", "stopped"};
+
+	return s < 4 ? names[s] : "?";
+}
+
+static void print_header(const tl_stats_info *in)
+{
+	printf("pid %d: %u shard%s, driver %s, %s, arenas %s, pool stats %s, stall threshold %.1f ms\n",
+	       in->pid, in->shards, in->shards == 1 ? "" : "s", in->driver[0] ? in->driver : "?",
+	       state_name(in->state), (in->flags & TL_STATS_F_ARENAS) ? "on" : "off",
+	       (in->flags & TL_STATS_F_POOL) ? "on" : "n/a", (double)in->stall_ns / 1e6);
+}
+
+static void print_named(const tl_stats_info *in, const tl_stats_shard *a, const tl_stats_shard *b,
+			double secs)
+{
+	for (uint32_t k = 0; k < in->named && k < TL_STATS_NAMED; k++) {
+		if (secs > 0)
+			printf(" %s=%.0f/s", in->names[k], (double)(b->named[k] - a->named[k]) / secs);
+		else
+			printf(" %s=%llu", in->names[k], (unsigned long long)b->named[k]);
+	}
+}
+
+/* One line per shard: totals (a NULL), or rates between a and b. */
+static void print_shard(const tl_stats_info *in, const tl_stats_shard *a, const tl_stats_shard *b,
+			double secs)
+{
+	double live = (double)(b->alloc_bytes - b->freed_bytes) / 1048576.0;
+
+	if (!a) {
+		uint64_t t = b->busy_ns + b->idle_ns;
+
+		printf("shard %u cpu %d numa %d: turns %llu waits %llu completions %llu busy %.1f%% "
+		       "mesh in %llu out %llu refused %llu inbound %llu alloc %.1f MiB live",
+		       b->shard, b->cpu, b->numa, (unsigned long long)b->turns,
+		       (unsigned long long)b->os_waits, (unsigned long long)sum_completions(b),
+		       t ? 100.0 * (double)b->busy_ns / (double)t : 0.0,
+		       (unsigned long long)b->mesh_in, (unsigned long long)b->mesh_out,
+		       (unsigned long long)b->mesh_refused, (unsigned long long)b->mesh_inbound,
+		       b->arena == UINT32_MAX ? 0.0 : live);
+	} else {
+		uint64_t busy = b->busy_ns - a->busy_ns, span = b->updated_ns - a->updated_ns;
+
+		printf("shard %u cpu %d: turns/s %.0f waits/s %.0f completions/s %.0f busy %.1f%% "
+		       "mesh in/s %.0f out/s %.0f inbound %llu alloc %.1f MiB live",
+		       b->shard, b->cpu, (double)(b->turns - a->turns) / secs,
+		       (double)(b->os_waits - a->os_waits) / secs,
+		       (double)(sum_completions(b) - sum_completions(a)) / secs,
+		       span ? 100.0 * (double)busy / (double)span : 0.0,
+		       (double)(b->mesh_in - a->mesh_in) / secs,
+		       (double)(b->mesh_out - a->mesh_out) / secs, (unsigned long long)b->mesh_inbound,
+		       b->arena == UINT32_MAX ? 0.0 : live);
+	}
+	/* Pool: submitted/refused/completed and in flight by this shard; its
+	 * node's bounded workers/busy/queued and long workers/busy. */
+	printf(" pool %llu/%llu/%llu inflight %llu node %llu/%llu/%llu long %llu/%llu",
+	       (unsigned long long)b->pool_submitted, (unsigned long long)b->pool_refused,
+	       (unsigned long long)b->pool_completed, (unsigned long long)b->pool_in_flight,
+	       (unsigned long long)b->node_threads, (unsigned long long)b->node_busy,
+	       (unsigned long long)b->node_queued, (unsigned long long)b->node_long_threads,
+	       (unsigned long long)b->node_long_busy);
+	printf(" stalls %llu max_pass %.2f ms", (unsigned long long)b->stalls,
+	       (double)b->max_pass_ns / 1e6);
+	print_named(in, a, b, a ? secs : 0);
+	putchar('\n');
+}
+
+static int read_all(tl_stats_reader *r, uint32_t n, tl_stats_shard *v)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = tl_stats_read(r, i, &v[i]);
+
+		if (rc < 0) {
+			fprintf(stderr, "tlshard: cannot read shard %u: %s\n", i, tl_strerror(rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+	uint64_t pid, count = 0;
+	double secs = 0;
+	tl_stats_reader *r;
+	tl_stats_info info;
+	tl_stats_shard *a, *b;
+	char err[256];
+	int rc;
+
+	if (argc < 3 || parse_u64(argv[2], 1, 0x7fffffff, &pid))
+		return argc < 3 ? bad("%s", "stats needs a PID") : bad("bad PID '%s'", argv[2]);
+	for (int i = 3; i < argc; i++) {
+		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(o, "--watch") && strcmp(o, "--count"))
+			return bad("unknown option '%s'", o);
+		if (!v)
+			return bad("%s needs a value", o);
+		i++;
+		if (!strcmp(o, "--watch") && parse_secs(v, &secs))
+			return bad("bad interval '%s' (seconds, 0.01-3600)", v);
+		if (!strcmp(o, "--count") && parse_u64(v, 1, 1000000000, &count))
+			return bad("bad count '%s' (1-1000000000)", v);
+	}
+	if (count && !secs)
+		return bad("%s", "--count needs --watch");
+	rc = tl_stats_open(&r, (int)pid, err, sizeof err);
+	if (rc < 0) {
+		fprintf(stderr, "tlshard: %s\n", err);
+		return 1;
+	}
+	if (tl_stats_info_get(r, &info) < 0) {
+		fprintf(stderr, "tlshard: the region changed while reading it\n");
+		tl_stats_close(r);
+		return 1;
+	}
+	a = calloc(info.shards, sizeof *a);
+	b = calloc(info.shards, sizeof *b);
+	rc = 1;
+	if (!a || !b) {
+		fprintf(stderr, "tlshard: out of memory\n");
+		goto out;
+	}
+	print_header(&info);
+	if (read_all(r, info.shards, b) < 0)
+		goto out;
+	if (!secs) {
+		for (uint32_t i = 0; i < info.shards; i++)
+			print_shard(&info, NULL, &b[i], 0);
+		rc = 0;
+		goto out;
+	}
+	for (uint64_t k = 0; !count || k < count; k++) {
+		struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+		tl_stats_shard *t = a;
+
+		a = b;
+		b = t;
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		if (read_all(r, info.shards, b) < 0)
+			goto out;
+		for (uint32_t i = 0; i < info.shards; i++)
+			print_shard(&info, &a[i], &b[i], secs);
+		fflush(stdout);
+	}
+	rc = 0;
+out:
+	free(a);
+	free(b);
+	tl_stats_close(r);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "plan"))
+		return cmd_plan(argc, argv);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc, argv);
+	if (!strcmp(argv[1], "stats"))
+		return cmd_stats(argc, argv);
+	return bad("unknown command '%s' (plan, run, stats)", argv[1]);
+}
