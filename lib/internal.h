@@ -185,6 +185,7 @@ struct tl_loop {
 	void *pool; /* the pool module's per-loop state */
 
 	int in_turn;
+	int close_retry; /* a close could not cancel every op: retry next turn */
 	int destroying;
 	tl_loop_stats st;
 	uint64_t last_turn_end;

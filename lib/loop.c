@@ -141,6 +141,10 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 		r = l->dv->init(l, cfg, l->poster->efd, &l->d);
 	}
 	tl__driver_note(l->dv, forced, uring_err, r);
+	/* A forced io_uring that cannot start is "unavailable" to the caller;
+	 * the note above gave the OS's reason. */
+	if (r < 0 && forced && l->dv == &tl__driver_uring)
+		r = -ENOTSUP;
 	if (r < 0)
 		goto fail_poster;
 	*out = l;
@@ -539,14 +543,44 @@ static int cancel_op(tl_loop *l, struct tl_opslot *o, int stop)
 	}
 	/* Set the flags first: a driver may acknowledge synchronously. */
 	o->flags |= add;
-	if (o->flags & TL_OPF_DEADLINE) {
+	uint16_t had_deadline = o->flags & TL_OPF_DEADLINE;
+	if (had_deadline) {
 		o->flags &= (uint16_t)~TL_OPF_DEADLINE;
 		tl__heap_remove(&l->deadlines, o->idx);
 	}
 	int r = l->dv->cancel(l->d, &l->h[o->hidx], o);
-	if (r < 0 && (o->flags & TL_OPF_LIVE))
+	if (r < 0 && (o->flags & TL_OPF_LIVE)) {
+		/* Nothing changed: the op keeps its deadline (contract 2.4). */
 		o->flags &= (uint16_t)~add;
+		if (had_deadline) {
+			o->flags |= TL_OPF_DEADLINE;
+			tl__heap_push(&l->deadlines, o->idx, o->u.conn.deadline, 0);
+		}
+	}
 	return r < 0 ? r : 0;
+}
+
+/* Cancel every op of a closing handle that is not cancelled yet. A driver
+ * that cannot take a cancellation now (no submission slot) gets asked again
+ * at the start of the next turn: Closed must come in the end. */
+static void close_ops(tl_loop *l, struct tl_hslot *h)
+{
+	for (uint32_t i = h->head; i != TL_NIL;) {
+		uint32_t next = l->o[i].next;
+		if (!(l->o[i].flags & TL_OPF_CANCEL) && cancel_op(l, &l->o[i], 0) < 0)
+			l->close_retry = 1;
+		i = next;
+	}
+}
+
+static void retry_closes(tl_loop *l)
+{
+	l->close_retry = 0;
+	for (uint32_t i = 0; i < l->cfg.max_handles; i++) {
+		struct tl_hslot *h = &l->h[i];
+		if (h->type != TL_H_FREE && (h->flags & TL_HF_CLOSING) && h->pending)
+			close_ops(l, h);
+	}
 }
 
 /* Cancel or stop by id. An op whose terminal is queued but not yet
@@ -588,12 +622,7 @@ int tl_close(tl_loop *l, tl_handle id, uint64_t token)
 	h->close_token = token;
 	if ((h->flags & TL_HF_REF) && hweight(h) > w0)
 		l->refs++;
-	for (uint32_t i = h->head; i != TL_NIL;) {
-		uint32_t next = l->o[i].next;
-		if (!(l->o[i].flags & TL_OPF_CANCEL))
-			cancel_op(l, &l->o[i], 0);
-		i = next;
-	}
+	close_ops(l, h);
 	maybe_closed(l, h);
 	return 0;
 }
@@ -854,6 +883,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 		return -EINVAL;
 	struct tl_poll_info pi = {0};
 	int notified = tl__poster_begin(l->poster);
+	if (tl_unlikely(l->close_retry))
+		retry_closes(l);
 	uint64_t start = l->dv->now(l->d);
 	int r = expire_connects(l, start);
 	if (r < 0)
@@ -1285,6 +1316,8 @@ void tl_loop_destroy(tl_loop *l)
 	/* Wait for the driver to acknowledge every cancellation before any
 	 * memory is freed: the kernel may own buffers until then. */
 	for (;;) {
+		if (l->close_retry)
+			retry_closes(l);
 		drain(l, scratch, 64);
 		run_room(l);
 		if (!l->native_pending && !l->qlen)
