@@ -132,7 +132,8 @@ struct tl_poster {
 	struct tl_mpsc posts;
 	atomic_uint_fast64_t room_bits; /* set by loops we are waiting on */
 	pthread_mutex_t wmu; /* guards waiters */
-	uint32_t nwaiters, maxwaiters;
+	atomic_uint nwaiters; /* written under wmu, read without it by the consumer */
+	uint32_t maxwaiters;
 	struct tl_room_waiter { struct tl_poster *who; uint32_t bit; } *waiters;
 	void (*on_last_put)(struct tl_poster *p); /* frees extras (pool port) */
 	void *port; /* pool result port, owned here (see pool) */
@@ -229,7 +230,11 @@ int tl__poster_park(struct tl_poster *p);    /* 0: parked; 1: a wake came, do no
 void tl__poster_running(struct tl_poster *p);
 void tl__poster_signal(struct tl_poster *p); /* make efd readable (embed mode) */
 void tl__poster_wake_waiters(struct tl_poster *p);
+/* Register who to hear when p has room: 0 registered, 1 room is there now
+ * (nothing registered), -ENOBUFS, -EPIPE. */
 int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit);
+/* The consumer freed cells: wake the waiters, if any. */
+void tl__poster_room_check(struct tl_poster *p);
 int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit);
 
 #endif

@@ -782,6 +782,12 @@ int tl_post_wait_room(tl_loop *l, tl_poster *p, uint64_t token, tl_op *oid)
 		op_refuse(l, o);
 		return r;
 	}
+	if (r == 1) {
+		/* The target drained since the refused post: room now. */
+		*oid = tl__op_id(l, o);
+		op_event(l, o, 0, TL_F_TERMINAL, TL_NO_LEASE);
+		return 0;
+	}
 	atomic_fetch_add(&p->refs, 1);
 	o->u.room.bit = bit;
 	o->u.room.target = p;
@@ -827,8 +833,8 @@ static void run_posts(tl_loop *l)
 		l->st.completions[TL_K_POST]++;
 		took = 1;
 	}
-	if (took && l->poster->nwaiters)
-		tl__poster_wake_waiters(l->poster);
+	if (took)
+		tl__poster_room_check(l->poster);
 }
 
 static uint32_t drain(tl_loop *l, tl_completion *out, uint32_t cap)

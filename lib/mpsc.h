@@ -85,6 +85,14 @@ static inline int tl__mpsc_pop(struct tl_mpsc *r, void *rec, size_t len)
 	return 1;
 }
 
+/* Whether a producer would find a free cell now. Any thread. */
+static inline int tl__mpsc_has_room(struct tl_mpsc *r)
+{
+	uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	struct tl_mpsc_cell *c = &r->cells[pos & r->mask];
+	return atomic_load_explicit(&c->seq, memory_order_acquire) == pos;
+}
+
 /* Whether a record is ready for the consumer. */
 static inline int tl__mpsc_ready(struct tl_mpsc *r)
 {

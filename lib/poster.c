@@ -45,7 +45,7 @@ void tl_poster_put(tl_poster *p)
 	if (p->on_last_put)
 		p->on_last_put(p);
 	/* Waiters registered here hold references on their own posters. */
-	for (uint32_t i = 0; i < p->nwaiters; i++)
+	for (uint32_t i = 0; i < atomic_load(&p->nwaiters); i++)
 		tl_poster_put(p->waiters[i].who);
 	close(p->efd);
 	tl__mpsc_free(&p->posts);
@@ -112,13 +112,14 @@ void tl__poster_running(struct tl_poster *p)
 void tl__poster_wake_waiters(struct tl_poster *p)
 {
 	pthread_mutex_lock(&p->wmu);
-	for (uint32_t i = 0; i < p->nwaiters; i++) {
+	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
+	for (uint32_t i = 0; i < n; i++) {
 		struct tl_poster *who = p->waiters[i].who;
 		atomic_fetch_or(&who->room_bits, (uint64_t)1 << p->waiters[i].bit);
 		tl_poster_wake(who);
 		tl_poster_put(who);
 	}
-	p->nwaiters = 0;
+	atomic_store_explicit(&p->nwaiters, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&p->wmu);
 }
 
@@ -134,25 +135,45 @@ int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t b
 {
 	int r = 0;
 	pthread_mutex_lock(&p->wmu);
-	if (atomic_load(&p->closed))
+	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
+	if (atomic_load(&p->closed)) {
 		r = -EPIPE;
-	else if (p->nwaiters == p->maxwaiters)
+	} else if (n == p->maxwaiters) {
 		r = -ENOBUFS;
-	else {
-		atomic_fetch_add(&who->refs, 1);
-		p->waiters[p->nwaiters++] = (struct tl_room_waiter){who, bit};
+	} else {
+		p->waiters[n] = (struct tl_room_waiter){who, bit};
+		atomic_store_explicit(&p->nwaiters, n + 1, memory_order_relaxed);
+		/* Pairs with the fence in the consumer (tl__poster_room_check):
+		 * either it sees this waiter after freeing a cell, or we see the
+		 * free cell here. Room already there: answer at once. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (tl__mpsc_has_room(&p->posts)) {
+			atomic_store_explicit(&p->nwaiters, n, memory_order_relaxed);
+			r = 1;
+		} else {
+			atomic_fetch_add(&who->refs, 1);
+		}
 	}
 	pthread_mutex_unlock(&p->wmu);
 	return r;
+}
+
+void tl__poster_room_check(struct tl_poster *p)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&p->nwaiters, memory_order_relaxed))
+		tl__poster_wake_waiters(p);
 }
 
 int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit)
 {
 	int found = 0;
 	pthread_mutex_lock(&p->wmu);
-	for (uint32_t i = 0; i < p->nwaiters; i++) {
+	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
+	for (uint32_t i = 0; i < n; i++) {
 		if (p->waiters[i].who == who && p->waiters[i].bit == bit) {
-			p->waiters[i] = p->waiters[--p->nwaiters];
+			p->waiters[i] = p->waiters[n - 1];
+			atomic_store_explicit(&p->nwaiters, n - 1, memory_order_relaxed);
 			found = 1;
 			break;
 		}

@@ -3413,6 +3413,37 @@ static void test_post_wait_room(void)
 	h_end(ca.loop, fds);
 }
 
+/* Rule 8.2: a waiter that registers after the target already drained (the
+ * race between a refused post and the registration) still gets its one
+ * TL_K_ROOM: room that is already there is reported at once. */
+static void test_post_wait_room_after_drain(void)
+{
+	int fds = h_begin();
+	tl_config cfg = cfg_default();
+	cfg.post_capacity = 8;
+	h_ctx ca, cb;
+	h_ctx_init(&ca, h_loop_cfg(&cfg));
+	h_ctx_init(&cb, h_loop());
+	tl_poster *pa = tl_poster_get(ca.loop);
+	int k = fill_poster(pa);
+	H_TRUE(h_wait_count(&ca, (uint32_t)k, H_WAIT_MS), "A got %u of %d posts", ca.log.n, k);
+	tl_op wop;
+	H_EQ_FATAL(tl_post_wait_room(cb.loop, pa, 0x701, &wop), 0);
+	int i = h_wait_op(&cb, wop);
+	H_TRUE(i >= 0, "no TL_K_ROOM for a waiter that registered after the drain");
+	if (i >= 0) {
+		H_EQ(cb.log.v[i].kind, TL_K_ROOM);
+		H_EQ(cb.log.v[i].token, 0x701);
+	}
+	h_idle(&cb, 20);
+	H_EQ(h_count_kind(&cb.log, TL_K_ROOM, 0), 1);
+	tl_poster_put(pa);
+	h_ctx_fini(&ca);
+	h_ctx_fini(&cb);
+	h_drain_close(cb.loop);
+	h_end(ca.loop, fds);
+}
+
 /* Rule 8.2: the room-waiter table is bounded (-ENOBUFS), and a waiter whose
  * target loop is destroyed still ends with exactly one terminal. */
 static void test_post_wait_room_limits(void)
@@ -3640,6 +3671,7 @@ static const struct test_def tests[] = {
 	T("8.2 poster", test_post_full),
 	T("8.2 poster", test_post_after_destroy),
 	T("8.2 poster", test_post_wait_room),
+	T("8.2 poster", test_post_wait_room_after_drain),
 	T("8.2 poster", test_post_wait_room_limits),
 	T("8.3 embed", test_embed_needs_config),
 	T("8.3 embed", test_embed_fd),
