@@ -51,6 +51,7 @@ struct tl_drv {
 	uint32_t *ready, rcap, rhead, rlen; /* ring of handle slots */
 	uint32_t *lwait, nlwait;           /* handles waiting for a lease */
 	uint32_t *emfile, nemfile;         /* listeners waiting for a free fd */
+	uint64_t emfile_retry_at;          /* ... and when to try them anyway */
 	uint32_t maxev;
 	struct epoll_event ev[MAX_EVENTS];
 };
@@ -183,6 +184,23 @@ static int ep_attach(struct tl_drv *d, struct tl_hslot *h)
 	return do_register(d, h);
 }
 
+/* Listeners parked on EMFILE/ENFILE go again when the loop releases a
+ * descriptor, or after EMFILE_RETRY_NS whatever freed one (another loop, a
+ * raised limit): a slow timed retry, never a busy loop. */
+#define EMFILE_RETRY_NS (100 * 1000 * 1000)
+
+static void retry_emfile(struct tl_drv *d)
+{
+	while (d->nemfile) {
+		struct tl_hslot *lh = tl__drv_handle(d->loop, d->emfile[--d->nemfile]);
+		if (lh->type == TL_H_LISTEN && EH(lh)->emfile) {
+			EH(lh)->emfile = 0;
+			EH(lh)->readable = 1;
+			mark_ready(d, lh);
+		}
+	}
+}
+
 static void ep_release(struct tl_drv *d, struct tl_hslot *h)
 {
 	if (h->fd >= 0)
@@ -190,13 +208,7 @@ static void ep_release(struct tl_drv *d, struct tl_hslot *h)
 	h->fd = -1;
 	EH(h)->queued = 0; /* a stale ring entry is skipped */
 	/* A descriptor came free: listeners that hit EMFILE may go on. */
-	while (d->nemfile) {
-		struct tl_hslot *lh = tl__drv_handle(d->loop, d->emfile[--d->nemfile]);
-		if (lh->type == TL_H_LISTEN) {
-			EH(lh)->emfile = 0;
-			mark_ready(d, lh);
-		}
-	}
+	retry_emfile(d);
 }
 
 static int ep_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
@@ -275,6 +287,8 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 				 * descriptor is released, not in a busy loop. */
 				if (!EH(h)->emfile) {
 					EH(h)->emfile = 1;
+					if (!d->nemfile)
+						d->emfile_retry_at = ep_now(d) + EMFILE_RETRY_NS;
 					d->emfile[d->nemfile++] = h->idx;
 				}
 				tl__drv_event(l, o, -e, multi ? 0 : TL_F_TERMINAL, TL_NO_LEASE);
@@ -613,6 +627,13 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 {
 	tl_loop *l = d->loop;
 	uint32_t before = l->qlen;
+	if (tl_unlikely(d->nemfile)) {
+		uint64_t now = ep_now(d);
+		if (now >= d->emfile_retry_at)
+			retry_emfile(d);
+		else if (timeout_ns < 0 || (uint64_t)timeout_ns > d->emfile_retry_at - now)
+			timeout_ns = (int64_t)(d->emfile_retry_at - now);
+	}
 	if (d->rlen)
 		run_ready(d);
 	if (l->qlen != before || d->rlen)
