@@ -229,6 +229,10 @@ int tl__sim_faults_parse(struct tl_sim_faults *f, const char *spec)
 				: !strcmp(name, "shared_wait_us") ? &t.shared_wait_us
 								  : NULL;
 		if (num) {
+			/* strtoul takes a sign and negates: "-18446744073709551615"
+			 * would be 1. A count starts with a digit. */
+			if (*val < '0' || *val > '9')
+				goto bad;
 			unsigned long v = strtoul(val, &end, 0);
 			if (errno || end == val || *end || v > UINT32_MAX)
 				goto bad;

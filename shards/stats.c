@@ -99,6 +99,10 @@ static int load(tl_stats_reader *r, struct tl__stats_hdr *h, char *err, size_t e
 		say(err, errlen, "%s: %s", r->name, strerror(-rc));
 		return rc;
 	}
+	if (!S_ISREG(st.st_mode)) {
+		say(err, errlen, "%s: not a stats region (not a regular file)", r->name);
+		return -EPROTO;
+	}
 	if ((size_t)st.st_size < sizeof *h) {
 		/* A region still being created is this short for an instant;
 		 * anything else this short is not ours. */
@@ -135,7 +139,10 @@ int tl_stats_open_path(tl_stats_reader **out, const char *path, char *err, size_
 	}
 	base = strrchr(path, '/');
 	snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : path);
-	r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: anyone may create /dev/shm/turnloop.<pid>, and opening
+	 * a FIFO left there would otherwise wait forever for a writer. It
+	 * changes nothing for the regular file load() insists on. */
+	r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (r->fd < 0) {
 		rc = -errno;
 		if (rc == -ENOENT)

@@ -140,6 +140,13 @@ static void test_reader_checks(void)
 
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -ENOENT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no such stats region"));
+
+	/* Anyone can create the region's name in /dev/shm: a FIFO there must
+	 * be refused at once, not block the reader waiting for a writer. */
+	CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a regular file"));
+	unlink(path);
 	CU_ASSERT_EQUAL(tl_stats_open(&r, 0, err, sizeof err), -EINVAL);
 	CU_ASSERT_EQUAL(tl_stats_open(&r, -5, NULL, 0), -EINVAL);
 	CU_ASSERT_EQUAL(tl_stats_open_path(NULL, path, NULL, 0), -EINVAL);

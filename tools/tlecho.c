@@ -6,6 +6,7 @@
 #include <string.h>
 #include "turnloop.h"
 #include "turnloop/shard.h"
+#include "cli.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -19,17 +20,6 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N] "
 		   "[--buffer-size BYTES] [--shards N] [--cpus LIST]\n");
-}
-
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
 }
 
 /* What one completion asks of an echo server; shared by the single loop and
@@ -168,75 +158,27 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 
 int main(int argc, char **argv)
 {
-	uint32_t port = 0, nbuf = 4096, bufsz = 4096, shards = 0;
-	const char *host = "127.0.0.1", *cpus = NULL;
+	struct tlecho_opts o;
+	char err[1024];
 	tl_config cfg;
+
+	switch (tlecho_parse(argc, argv, &o, err, sizeof err)) {
+	case 0:
+		break;
+	case 1:
+		usage(stdout);
+		return 0;
+	default:
+		fprintf(stderr, "tlecho: %s\n", err);
+		return 2;
+	}
+	const char *host = o.host, *cpus = o.cpus;
+	uint32_t port = o.port, shards = o.shards;
+	tl_addr addr = o.addr;
 	tl_config_init(&cfg);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			fprintf(stderr, "tlecho: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "-p") || !strcmp(a, "--port")) {
-			if (parse_u32(v, 1, 65535, &port)) {
-				fprintf(stderr, "tlecho: bad port '%s' (1-65535)\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--host")) {
-			host = v;
-		} else if (!strcmp(a, "--driver")) {
-			if (!strcmp(v, "epoll"))
-				cfg.driver = TL_DRIVER_EPOLL;
-			else if (!strcmp(v, "uring"))
-				cfg.driver = TL_DRIVER_URING;
-			else {
-				fprintf(stderr, "tlecho: unknown driver '%s' (epoll, uring)\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--buffers")) {
-			if (parse_u32(v, 1, 32768, &nbuf)) {
-				fprintf(stderr, "tlecho: bad buffer count '%s' (1-32768)\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--shards")) {
-			if (parse_u32(v, 1, 1024, &shards)) {
-				fprintf(stderr, "tlecho: bad shard count '%s' (1-1024)\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--cpus")) {
-			uint64_t mask[16];
-			if (tl_cpulist_parse(v, mask, 16) < 0) {
-				fprintf(stderr, "tlecho: bad CPU list '%s' (like 0-3,6)\n", v);
-				return 2;
-			}
-			cpus = v;
-		} else if (!strcmp(a, "--buffer-size")) {
-			if (parse_u32(v, 64, 1u << 20, &bufsz)) {
-				fprintf(stderr, "tlecho: bad buffer size '%s' (64-1048576)\n", v);
-				return 2;
-			}
-		} else {
-			fprintf(stderr, "tlecho: unknown option '%s'\n", a);
-			return 2;
-		}
-	}
-	if (!port) {
-		fprintf(stderr, "tlecho: -p PORT is required\n");
-		return 2;
-	}
-	tl_addr addr;
-	if (tl_addr_parse(&addr, host, (uint16_t)port) < 0) {
-		fprintf(stderr, "tlecho: bad address '%s'\n", host);
-		return 2;
-	}
-	cfg.pooled_buffers = nbuf;
-	cfg.pooled_buffer_size = bufsz;
+	cfg.driver = o.driver;
+	cfg.pooled_buffers = o.buffers;
+	cfg.pooled_buffer_size = o.buffer_size;
 	cfg.max_handles = 16384;
 	cfg.max_ops = 65536;
 	if (shards || cpus)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "turnloop.h"
+#include "cli.h"
 
 /*
  * Each connection writes a SIZE-byte message, reads until all SIZE bytes came
@@ -26,17 +27,6 @@ static void usage(FILE *f)
 		   "  --churn N  close each connection after N round trips and open a new one\n");
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static uint64_t pct(const uint64_t *hist, uint64_t total, double q)
 {
 	uint64_t want = (uint64_t)(q * (double)total), seen = 0;
@@ -50,50 +40,21 @@ static uint64_t pct(const uint64_t *hist, uint64_t total, double q)
 
 int main(int argc, char **argv)
 {
-	uint32_t port = 0, nconn = 50, size = 64, secs = 3, churn = 0;
-	const char *host = "127.0.0.1";
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			fprintf(stderr, "tlload: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		int bad = 0;
-		if (!strcmp(a, "-p"))
-			bad = parse_u32(v, 1, 65535, &port);
-		else if (!strcmp(a, "--host"))
-			host = v;
-		else if (!strcmp(a, "-c"))
-			bad = parse_u32(v, 1, 10000, &nconn);
-		else if (!strcmp(a, "-s"))
-			bad = parse_u32(v, 1, 1u << 20, &size);
-		else if (!strcmp(a, "-d"))
-			bad = parse_u32(v, 1, 86400, &secs);
-		else if (!strcmp(a, "--churn"))
-			bad = parse_u32(v, 1, 1u << 30, &churn);
-		else {
-			fprintf(stderr, "tlload: unknown option '%s'\n", a);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, "tlload: bad value '%s' for %s\n", v, a);
-			return 2;
-		}
-	}
-	if (!port) {
-		fprintf(stderr, "tlload: -p PORT is required\n");
+	struct tlload_opts o;
+	char err[1024];
+
+	switch (tlload_parse(argc, argv, &o, err, sizeof err)) {
+	case 0:
+		break;
+	case 1:
+		usage(stdout);
+		return 0;
+	default:
+		fprintf(stderr, "tlload: %s\n", err);
 		return 2;
 	}
-	tl_addr addr;
-	if (tl_addr_parse(&addr, host, (uint16_t)port) < 0) {
-		fprintf(stderr, "tlload: bad address '%s'\n", host);
-		return 2;
-	}
+	uint32_t nconn = o.conns, size = o.size, secs = o.secs, churn = o.churn;
+	tl_addr addr = o.addr;
 	tl_config cfg;
 	tl_config_init(&cfg);
 	cfg.max_handles = nconn + 16;

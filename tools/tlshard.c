@@ -1,6 +1,5 @@
 /* tools/tlshard.c: print a shard plan, run a program on a chosen set of shards, or watch a running program's live per-shard stats. */
 #include <errno.h>
-#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 
 #include "turnloop.h"
 #include "turnloop/shard.h"
+#include "cli.h"
 
 static void usage(FILE *f)
 {
@@ -31,101 +31,9 @@ static int bad(const char *fmt, const char *arg)
 	return 2;
 }
 
-/* Decimal digits only, lo..hi; no sign, no spaces, no overflow. */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (!s || !*s || strlen(s) > 19)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	if (v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-/* Seconds like "1", "0.5", "2.25": 0.01 .. 3600. */
-static int parse_secs(const char *s, double *out)
-{
-	char *end;
-	double v;
-
-	if (!s || !*s || (*s != '.' && (*s < '0' || *s > '9')))
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || *end || !isfinite(v) || v < 0.01 || v > 3600)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* ---- plan and run ---- */
 
-struct plan_opts {
-	tl_plan_request req;
-	int set_cpus, set_shards, set_smt;
-};
-
-/* Options shared by plan and run; stops at "--" (run) or the end. Returns
- * the index after the options, or -1 after printing why. */
-static int parse_plan_opts(int argc, char **argv, int i, struct plan_opts *o, int want_dash)
-{
-	memset(o, 0, sizeof *o);
-	for (; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (want_dash && !strcmp(a, "--"))
-			return i + 1;
-		if (!strcmp(a, "--smt")) {
-			o->req.smt = 1;
-			o->set_smt = 1;
-			continue;
-		}
-		if (!strcmp(a, "--cpus") || !strcmp(a, "--shards")) {
-			const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-			uint64_t mask[16], n;
-
-			if (!v) {
-				bad("%s needs a value", a);
-				return -1;
-			}
-			i++;
-			if (a[2] == 'c') {
-				/* A list is checked for form here, for allowed CPUs
-				 * by the plan. */
-				if (tl_cpulist_parse(v, mask, 16) < 0) {
-					bad("bad CPU list '%s' (like 0-3,6; CPUs below 1024)", v);
-					return -1;
-				}
-				o->req.cpus = v;
-				o->set_cpus = 1;
-			} else {
-				if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n)) {
-					bad("bad shard count '%s' (1-65536)", v);
-					return -1;
-				}
-				o->req.shards = (uint32_t)n;
-				o->set_shards = 1;
-			}
-			continue;
-		}
-		bad(want_dash ? "unknown option '%s' (options end with --)" : "unknown option '%s'", a);
-		return -1;
-	}
-	if (want_dash) {
-		fprintf(stderr, "tlshard: run needs -- CMD [ARGS...]\n");
-		return -1;
-	}
-	return i;
-}
-
-static int compute(struct plan_opts *o, tl_plan *plan)
+static int compute(struct tlshard_plan_opts *o, tl_plan *plan)
 {
 	int r = tl_plan_from_env(&o->req);
 
@@ -148,14 +56,15 @@ static int compute(struct plan_opts *o, tl_plan *plan)
 
 static int cmd_plan(int argc, char **argv)
 {
-	struct plan_opts o;
+	struct tlshard_plan_opts o;
+	char err[1024];
 	tl_plan plan;
 	size_t len;
 	char *buf;
 	int r;
 
-	if (parse_plan_opts(argc, argv, 2, &o, 0) < 0)
-		return 2;
+	if (tlshard_plan_parse(argc, argv, &o, err, sizeof err) < 0)
+		return bad("%s", err);
 	r = compute(&o, &plan);
 	if (r)
 		return r;
@@ -177,20 +86,16 @@ static int cmd_plan(int argc, char **argv)
 
 static int cmd_run(int argc, char **argv)
 {
-	struct plan_opts o;
+	struct tlshard_plan_opts o;
 	tl_plan plan;
 	cpu_set_t set;
-	char list[64], *cpus;
+	char list[64], err[1024], *cpus;
 	size_t cap, off = 0;
 	int i, r;
 
-	i = parse_plan_opts(argc, argv, 2, &o, 1);
-	if (i < 0)
-		return 2;
-	if (i >= argc) {
-		fprintf(stderr, "tlshard: run needs a command after --\n");
-		return 2;
-	}
+	if (tlshard_run_parse(argc, argv, &o, err, sizeof err) < 0)
+		return bad("%s", err);
+	i = o.cmd;
 	/* Plan first, so that a request that cannot be met fails here and
 	 * not inside the program. */
 	r = compute(&o, &plan);
@@ -327,32 +232,20 @@ static int read_all(tl_stats_reader *r, uint32_t n, tl_stats_shard *v)
 
 static int cmd_stats(int argc, char **argv)
 {
-	uint64_t pid, count = 0;
-	double secs = 0;
+	struct tlshard_stats_opts o;
+	uint64_t count;
+	double secs;
 	tl_stats_reader *r;
 	tl_stats_info info;
 	tl_stats_shard *a, *b;
-	char err[256];
+	char err[1024];
 	int rc;
 
-	if (argc < 3 || parse_u64(argv[2], 1, 0x7fffffff, &pid))
-		return argc < 3 ? bad("%s", "stats needs a PID") : bad("bad PID '%s'", argv[2]);
-	for (int i = 3; i < argc; i++) {
-		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(o, "--watch") && strcmp(o, "--count"))
-			return bad("unknown option '%s'", o);
-		if (!v)
-			return bad("%s needs a value", o);
-		i++;
-		if (!strcmp(o, "--watch") && parse_secs(v, &secs))
-			return bad("bad interval '%s' (seconds, 0.01-3600)", v);
-		if (!strcmp(o, "--count") && parse_u64(v, 1, 1000000000, &count))
-			return bad("bad count '%s' (1-1000000000)", v);
-	}
-	if (count && !secs)
-		return bad("%s", "--count needs --watch");
-	rc = tl_stats_open(&r, (int)pid, err, sizeof err);
+	if (tlshard_stats_parse(argc, argv, &o, err, sizeof err) < 0)
+		return bad("%s", err);
+	count = o.count;
+	secs = o.secs;
+	rc = tl_stats_open(&r, o.pid, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "tlshard: %s\n", err);
 		return 1;

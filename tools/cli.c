@@ -1,0 +1,305 @@
+/* tools/cli.c: the command-line parsers of tlecho, tlload and tlshard (see cli.h); no I/O, so tests and fuzzers can call them. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* The reason goes to err; the tool adds its name in front. */
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/*
+ * Decimal digits only, lo..hi, no sign, no spaces. strtoul would also take
+ * " 7", "+7" and, by negating, "-18446744073709551615" as 1; a count or a
+ * port given like that is a typo, not a number.
+ */
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		/* Past hi means bad whatever follows; stopping here also
+		 * keeps v from wrapping (every caller's hi is below 2^32). */
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v > hi)
+			return -1;
+	}
+	if (v < lo)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, lo, hi, &v))
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Seconds like "1", "0.5", "2.25": 0.01 .. 3600. The first character is
+ * checked by hand because strtod would skip spaces and take a sign. */
+static int parse_secs(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s || (*s != '.' && (*s < '0' || *s > '9')))
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < 0.01 || v > 3600)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* The tools take CPU lists below 1024: tl_cpulist_parse on 16 words. */
+static int cpulist_ok(const char *s)
+{
+	uint64_t mask[16];
+
+	return tl_cpulist_parse(s, mask, 16) == 0;
+}
+
+/* ---- tlecho ---- */
+
+int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!o || (argc > 0 && !argv))
+		return fail(err, errlen, "no arguments");
+	memset(o, 0, sizeof *o);
+	o->host = "127.0.0.1";
+	o->driver = TL_DRIVER_DEFAULT;
+	o->buffers = 4096;
+	o->buffer_size = 4096;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!a)
+			return fail(err, errlen, "missing argument %d", i);
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return 1;
+		if (!v)
+			return fail(err, errlen, "%s needs a value", a);
+		i++;
+		if (!strcmp(a, "-p") || !strcmp(a, "--port")) {
+			if (parse_u32(v, 1, 65535, &o->port))
+				return fail(err, errlen, "bad port '%s' (1-65535)", v);
+		} else if (!strcmp(a, "--host")) {
+			o->host = v;
+		} else if (!strcmp(a, "--driver")) {
+			if (!strcmp(v, "epoll"))
+				o->driver = TL_DRIVER_EPOLL;
+			else if (!strcmp(v, "uring"))
+				o->driver = TL_DRIVER_URING;
+			else
+				return fail(err, errlen, "unknown driver '%s' (epoll, uring)", v);
+		} else if (!strcmp(a, "--buffers")) {
+			if (parse_u32(v, 1, 32768, &o->buffers))
+				return fail(err, errlen, "bad buffer count '%s' (1-32768)", v);
+		} else if (!strcmp(a, "--shards")) {
+			if (parse_u32(v, 1, 1024, &o->shards))
+				return fail(err, errlen, "bad shard count '%s' (1-1024)", v);
+		} else if (!strcmp(a, "--cpus")) {
+			if (!cpulist_ok(v))
+				return fail(err, errlen, "bad CPU list '%s' (like 0-3,6)", v);
+			o->cpus = v;
+		} else if (!strcmp(a, "--buffer-size")) {
+			if (parse_u32(v, 64, 1u << 20, &o->buffer_size))
+				return fail(err, errlen, "bad buffer size '%s' (64-1048576)", v);
+		} else {
+			return fail(err, errlen, "unknown option '%s'", a);
+		}
+	}
+	if (!o->port)
+		return fail(err, errlen, "-p PORT is required");
+	if (tl_addr_parse(&o->addr, o->host, (uint16_t)o->port) < 0)
+		return fail(err, errlen, "bad address '%s'", o->host);
+	return 0;
+}
+
+/* ---- tlload ---- */
+
+int tlload_parse(int argc, char **argv, struct tlload_opts *o, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!o || (argc > 0 && !argv))
+		return fail(err, errlen, "no arguments");
+	memset(o, 0, sizeof *o);
+	o->host = "127.0.0.1";
+	o->conns = 50;
+	o->size = 64;
+	o->secs = 3;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
+
+		if (!a)
+			return fail(err, errlen, "missing argument %d", i);
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return 1;
+		if (!v)
+			return fail(err, errlen, "%s needs a value", a);
+		i++;
+		if (!strcmp(a, "-p"))
+			bad = parse_u32(v, 1, 65535, &o->port);
+		else if (!strcmp(a, "--host"))
+			o->host = v;
+		else if (!strcmp(a, "-c"))
+			bad = parse_u32(v, 1, 10000, &o->conns);
+		else if (!strcmp(a, "-s"))
+			bad = parse_u32(v, 1, 1u << 20, &o->size);
+		else if (!strcmp(a, "-d"))
+			bad = parse_u32(v, 1, 86400, &o->secs);
+		else if (!strcmp(a, "--churn"))
+			bad = parse_u32(v, 1, 1u << 30, &o->churn);
+		else
+			return fail(err, errlen, "unknown option '%s'", a);
+		if (bad)
+			return fail(err, errlen, "bad value '%s' for %s", v, a);
+	}
+	if (!o->port)
+		return fail(err, errlen, "-p PORT is required");
+	if (tl_addr_parse(&o->addr, o->host, (uint16_t)o->port) < 0)
+		return fail(err, errlen, "bad address '%s'", o->host);
+	return 0;
+}
+
+/* ---- tlshard plan and run ---- */
+
+/* Options shared by plan and run, from argv[2]; run stops at "--". */
+static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int want_dash,
+		     char *err, size_t errlen)
+{
+	int i;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!o || (argc > 0 && !argv))
+		return fail(err, errlen, "no arguments");
+	memset(o, 0, sizeof *o);
+	for (i = 2; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!a)
+			return fail(err, errlen, "missing argument %d", i);
+		if (want_dash && !strcmp(a, "--")) {
+			if (i + 1 >= argc || !argv[i + 1])
+				return fail(err, errlen, "run needs a command after --");
+			o->cmd = i + 1;
+			return 0;
+		}
+		if (!strcmp(a, "--smt")) {
+			o->req.smt = 1;
+			o->set_smt = 1;
+			continue;
+		}
+		if (!strcmp(a, "--cpus") || !strcmp(a, "--shards")) {
+			const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+			uint64_t n;
+
+			if (!v)
+				return fail(err, errlen, "%s needs a value", a);
+			i++;
+			if (a[2] == 'c') {
+				/* A list is checked for form here, for allowed
+				 * CPUs by the plan. */
+				if (!cpulist_ok(v))
+					return fail(err, errlen,
+						    "bad CPU list '%s' (like 0-3,6; CPUs below 1024)",
+						    v);
+				o->req.cpus = v;
+				o->set_cpus = 1;
+			} else {
+				if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n))
+					return fail(err, errlen, "bad shard count '%s' (1-65536)", v);
+				o->req.shards = (uint32_t)n;
+				o->set_shards = 1;
+			}
+			continue;
+		}
+		return fail(err, errlen,
+			    want_dash ? "unknown option '%s' (options end with --)"
+				      : "unknown option '%s'",
+			    a);
+	}
+	if (want_dash)
+		return fail(err, errlen, "run needs -- CMD [ARGS...]");
+	return 0;
+}
+
+int tlshard_plan_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
+		       size_t errlen)
+{
+	return plan_opts(argc, argv, o, 0, err, errlen);
+}
+
+int tlshard_run_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
+		      size_t errlen)
+{
+	return plan_opts(argc, argv, o, 1, err, errlen);
+}
+
+/* ---- tlshard stats ---- */
+
+int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, char *err,
+			size_t errlen)
+{
+	uint64_t pid;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!o || (argc > 0 && !argv))
+		return fail(err, errlen, "no arguments");
+	memset(o, 0, sizeof *o);
+	if (argc < 3 || !argv[2])
+		return fail(err, errlen, "stats needs a PID");
+	if (parse_u64(argv[2], 1, 0x7fffffff, &pid))
+		return fail(err, errlen, "bad PID '%s'", argv[2]);
+	o->pid = (int)pid;
+	for (int i = 3; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!a)
+			return fail(err, errlen, "missing argument %d", i);
+		if (strcmp(a, "--watch") && strcmp(a, "--count"))
+			return fail(err, errlen, "unknown option '%s'", a);
+		if (!v)
+			return fail(err, errlen, "%s needs a value", a);
+		i++;
+		if (!strcmp(a, "--watch") && parse_secs(v, &o->secs))
+			return fail(err, errlen, "bad interval '%s' (seconds, 0.01-3600)", v);
+		if (!strcmp(a, "--count") && parse_u64(v, 1, 1000000000, &o->count))
+			return fail(err, errlen, "bad count '%s' (1-1000000000)", v);
+	}
+	if (o->count && !o->secs)
+		return fail(err, errlen, "--count needs --watch");
+	return 0;
+}
