@@ -43,6 +43,24 @@ struct tl_hslot;
 struct tl_opslot;
 struct tl_drv; /* a driver instance: one per loop, the driver's own type */
 
+struct statx;
+
+/* A typed file request handed to a driver's fs_submit (see there). code is
+ * an enum tl_fs_req (turnloop/pool.h). Every pointer stays valid until the
+ * op's terminal event: paths and stx live in the op's job record, buf is the
+ * caller's (who keeps it, as for the pool). */
+struct tl_fs_native_req {
+	uint8_t code;
+	int fd;              /* CLOSE, READ/WRITE, PREAD/PWRITE, FSTAT, FSYNC */
+	int flags;           /* OPEN: open(2) flags (O_CLOEXEC included) */
+	unsigned mode;       /* OPEN, MKDIR */
+	const char *path, *path2;
+	void *buf;           /* READ/WRITE/PREAD/PWRITE */
+	uint32_t len;
+	uint64_t off;        /* PREAD/PWRITE */
+	struct statx *stx;   /* STAT/FSTAT: where the kernel writes */
+};
+
 /* Operation codes the core submits (tl_opslot.code). */
 enum tl_opcode {
 	TL_OP_ACCEPT = 1,  /* multishot if TL_OPF_MULTI */
@@ -122,6 +140,17 @@ struct tl_driver {
 	/* Embedded loops only: make embed_fd readable at at_ns (the next timer
 	 * or deadline; UINT64_MAX: none), since nobody waits in poll(). */
 	void (*embed_deadline)(struct tl_drv *d, uint64_t at_ns);
+
+	/* Run a typed file request (lib/fs.c) natively. op is a core op with
+	 * no handle (code TL_OP_POOL, TL_OPF_NATIVE already set); req points at
+	 * memory that stays valid until op's terminal (the job record), except
+	 * req itself, which the driver copies what it needs from. Returns 0 when
+	 * taken (exactly one terminal tl__drv_event follows, with the raw
+	 * result: the core's pool_native hook turns it into the TL_K_FS
+	 * payload), -ENOTSUP to let fs.c run it on the blocking pool (nothing
+	 * happened), or another negative errno (refused). cancel() is then
+	 * called with h == NULL. May be NULL: every request runs on the pool. */
+	int (*fs_submit)(struct tl_drv *d, struct tl_opslot *op, const struct tl_fs_native_req *req);
 };
 
 /* The built-in drivers (NULL where not compiled in). */

@@ -1,5 +1,6 @@
 /* drivers/uring.c: the io_uring driver: multishot accept and receive, provided buffer rings, one enter per turn. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -8,12 +9,14 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <liburing.h>
 #include "tl_config.h"
 #include "internal.h"
 #include "sock.h"
 #include "uring.h"
+#include "turnloop/pool.h"
 
 #if TL_HAVE_VALGRIND
 #include <valgrind/memcheck.h>
@@ -75,6 +78,12 @@
  * poll's and the embed timeout's; the generation drops a CQE whose op slot
  * was reused.
  *
+ * Typed file requests (lib/fs.c) come through fs_submit as handle-less ops
+ * (TL_OP_POOL) whose paths and statx buffer live in the pool's job record;
+ * their SQE is prepared at once, like a connect's, and submitted by the
+ * turn's enter. Which of them the kernel has is probed once per ring; the
+ * rest stay on the pool.
+ *
  * Cancellation asks the kernel (ASYNC_CANCEL on the op's user_data) and the
  * op's terminal comes only from the op's own CQE. An op that is not in the
  * kernel (queued behind a head, waiting for buffers or descriptors, or not
@@ -101,6 +110,9 @@ struct ur_o {
 	uint32_t lnext, lprev; /* start / buffer-wait / fd-wait list */
 	uint8_t st;
 	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
+	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
+	uint32_t klen;         /* native file requests: bytes at kbuf the kernel */
+	void *kbuf;            /* may write (read buffer, statx), for valgrind */
 };
 _Static_assert(sizeof(struct ur_o) <= sizeof(((struct tl_opslot *)0)->drv), "ur_o fits");
 
@@ -159,6 +171,7 @@ struct tl_drv {
 	int tmo_armed;
 	union ur_scratch *scr;
 	struct ur_msg *msg;
+	uint32_t fs_ok;         /* bit per enum tl_fs_req the ring runs natively */
 	struct tl_uring_stats st;
 };
 
@@ -883,13 +896,36 @@ static void on_other(struct tl_drv *d, const struct io_uring_cqe *c)
 	}
 }
 
+/* A native file request's terminal. An open that succeeded after its
+ * cancellation was asked for gives its descriptor back here: the host gets
+ * -ECANCELED and must never see (or leak) it. */
+static void fs_done(struct tl_drv *d, struct tl_opslot *o, int64_t res)
+{
+	struct ur_o *u = UO(o);
+	u->st = ST_IDLE;
+	if (res > 0 && u->kbuf)
+		kernel_wrote(d, u->kbuf, (size_t)res < u->klen ? (size_t)res : u->klen);
+	else if (res == 0 && u->kbuf && u->klen == sizeof(struct statx))
+		kernel_wrote(d, u->kbuf, u->klen);
+	if (res >= 0 && (o->flags & TL_OPF_CANCEL) && u->fs_code == TL_FS_OPEN) {
+		close((int)res);
+		res = -ECANCELED;
+		d->st.fs_open_closed++;
+	}
+	tl__drv_event(d->loop, o, res, TL_F_TERMINAL, TL_NO_LEASE);
+}
+
 static void on_op(struct tl_drv *d, struct tl_opslot *o, const struct io_uring_cqe *c)
 {
-	struct tl_hslot *h = HS(d, o->hidx);
 	if (!(c->flags & IORING_CQE_F_MORE) && UO(o)->cancel_sent) {
 		UO(o)->cancel_sent = 0;
 		d->st.kernel_acks++;
 	}
+	if (o->code == TL_OP_POOL) { /* no handle */
+		fs_done(d, o, c->res);
+		return;
+	}
+	struct tl_hslot *h = HS(d, o->hidx);
 	switch (o->code) {
 	case TL_OP_ACCEPT:
 		on_accept(d, h, o, c->res, c->flags);
@@ -1104,6 +1140,12 @@ static int ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 static int ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ur_o *u = UO(o);
+	if (o->code == TL_OP_POOL && u->st != ST_KERNEL) {
+		/* Not reached today (fs_submit prepares the SQE at once), but a
+		 * request the kernel does not hold is acknowledged at once. */
+		fs_done(d, o, -ECANCELED);
+		return 0;
+	}
 	if (u->st != ST_KERNEL) {
 		/* Not in the kernel: acknowledged at once. */
 		list_del(d, o);
@@ -1112,7 +1154,7 @@ static int ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	}
 	/* A write riding in its head's SQE is cancelled through that SQE. */
 	struct tl_opslot *owner = o;
-	if (is_queued(h) && !is_rside(o) && UH(h)->whead != TL_NIL)
+	if (h && is_queued(h) && !is_rside(o) && UH(h)->whead != TL_NIL)
 		owner = OP(d, UH(h)->whead);
 	if (UO(owner)->cancel_sent)
 		return 0;
@@ -1123,6 +1165,101 @@ static int ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	io_uring_sqe_set_data64(s, (uint64_t)TAG_CANCEL << TAG_SHIFT);
 	UO(owner)->cancel_sent = 1;
 	d->st.cancels++;
+	if (d->embed)
+		flush_embed(d);
+	return 0;
+}
+
+/* Opcodes for the native file requests (0: none, stays on the pool). */
+static const uint8_t fs_opcode[TL_FS_REQ_COUNT_] = {
+	[TL_FS_OPEN] = IORING_OP_OPENAT,   [TL_FS_CLOSE] = IORING_OP_CLOSE,
+	[TL_FS_READ] = IORING_OP_READ,     [TL_FS_WRITE] = IORING_OP_WRITE,
+	[TL_FS_PREAD] = IORING_OP_READ,    [TL_FS_PWRITE] = IORING_OP_WRITE,
+	[TL_FS_STAT] = IORING_OP_STATX,    [TL_FS_FSTAT] = IORING_OP_STATX,
+	[TL_FS_FSYNC] = IORING_OP_FSYNC,   [TL_FS_UNLINK] = IORING_OP_UNLINKAT,
+	[TL_FS_RENAME] = IORING_OP_RENAMEAT, [TL_FS_MKDIR] = IORING_OP_MKDIRAT,
+	[TL_FS_RMDIR] = IORING_OP_UNLINKAT,
+};
+
+/* Which file requests this ring can run, from the kernel's probe (once per
+ * ring, at init): a kernel without an opcode leaves that request on the
+ * pool rather than failing it with -EINVAL. */
+static uint32_t probe_fs(struct io_uring *r)
+{
+	struct io_uring_probe *p = io_uring_get_probe_ring(r);
+	uint32_t ok = 0;
+	if (!p)
+		return 0;
+	for (unsigned c = 1; c < TL_FS_REQ_COUNT_; c++)
+		if (fs_opcode[c] && io_uring_opcode_supported(p, fs_opcode[c]))
+			ok |= 1u << c;
+	io_uring_free_probe(p);
+	return ok;
+}
+
+/* Prepare the request's SQE now (like a connect): everything it points at
+ * lives in the op's job record or the caller's buffer until the terminal,
+ * and the turn's single enter submits it with the rest. */
+static int ur_fs_submit(struct tl_drv *d, struct tl_opslot *o, const struct tl_fs_native_req *q)
+{
+	if (q->code >= TL_FS_REQ_COUNT_ || !(d->fs_ok & (1u << q->code)))
+		return -ENOTSUP;
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return -ENOBUFS;
+	struct ur_o *u = UO(o);
+	memset(u, 0, sizeof *u);
+	u->qnext = u->lnext = u->lprev = TL_NIL;
+	u->fs_code = q->code; /* for fs_done */
+	switch (q->code) {
+	case TL_FS_OPEN:
+		io_uring_prep_openat(s, AT_FDCWD, q->path, q->flags, (mode_t)q->mode);
+		break;
+	case TL_FS_CLOSE:
+		io_uring_prep_close(s, q->fd);
+		break;
+	case TL_FS_READ:
+	case TL_FS_PREAD:
+		/* Offset -1: the file's current position, as read(2). */
+		io_uring_prep_read(s, q->fd, q->buf, q->len,
+				   q->code == TL_FS_READ ? (uint64_t)-1 : q->off);
+		u->kbuf = q->buf;
+		u->klen = q->len;
+		break;
+	case TL_FS_WRITE:
+	case TL_FS_PWRITE:
+		io_uring_prep_write(s, q->fd, q->buf, q->len,
+				    q->code == TL_FS_WRITE ? (uint64_t)-1 : q->off);
+		break;
+	case TL_FS_STAT:
+		io_uring_prep_statx(s, AT_FDCWD, q->path, 0, STATX_BASIC_STATS, q->stx);
+		u->kbuf = q->stx;
+		u->klen = sizeof *q->stx;
+		break;
+	case TL_FS_FSTAT:
+		io_uring_prep_statx(s, q->fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, q->stx);
+		u->kbuf = q->stx;
+		u->klen = sizeof *q->stx;
+		break;
+	case TL_FS_FSYNC:
+		io_uring_prep_fsync(s, q->fd, 0);
+		break;
+	case TL_FS_UNLINK:
+		io_uring_prep_unlinkat(s, AT_FDCWD, q->path, 0);
+		break;
+	case TL_FS_RMDIR:
+		io_uring_prep_unlinkat(s, AT_FDCWD, q->path, AT_REMOVEDIR);
+		break;
+	case TL_FS_RENAME:
+		io_uring_prep_renameat(s, AT_FDCWD, q->path, AT_FDCWD, q->path2, 0);
+		break;
+	default: /* TL_FS_MKDIR: the probe let nothing else through */
+		io_uring_prep_mkdirat(s, AT_FDCWD, q->path, (mode_t)q->mode);
+		break;
+	}
+	io_uring_sqe_set_data64(s, ud_op(o));
+	u->st = ST_KERNEL;
+	d->st.fs_native++;
 	if (d->embed)
 		flush_embed(d);
 	return 0;
@@ -1307,6 +1444,7 @@ static int ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	r = -ENOTSUP;
 	if (!has_multishot_recv(&d->ring))
 		goto fail;
+	d->fs_ok = debug_over.no_fs_native ? 0 : probe_fs(&d->ring);
 	/* Enter by registered index: no file lookup per io_uring_enter. */
 	d->reg_ring = io_uring_register_ring_fd(&d->ring) == 1;
 
@@ -1404,4 +1542,5 @@ const struct tl_driver tl__driver_uring = {
 	.lease_returned = ur_lease_returned,
 	.embed_fd = ur_embed_fd,
 	.embed_deadline = ur_embed_deadline,
+	.fs_submit = ur_fs_submit,
 };

@@ -19,6 +19,9 @@ struct tl_uring_stats {
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */
 	uint64_t short_sends;      /* sends that moved fewer bytes than asked */
 	uint64_t gathered;         /* write ops that shared a send with the op before them */
+	uint64_t fs_native;        /* typed file requests (tl_fs_*) run as io_uring opcodes */
+	uint64_t fs_open_closed;   /* native opens that succeeded after their cancellation:
+				    * the driver closed the descriptor */
 };
 
 /* Overrides for loops created afterwards, process-wide (tests only; not
@@ -28,6 +31,8 @@ struct tl_uring_debug {
 	uint32_t sq_entries, cq_entries;
 	uint32_t extra_flags; /* setup flags tried first (e.g. an unknown bit, to see it dropped) */
 	int no_waitall;       /* send without MSG_WAITALL: every short send comes back to us */
+	int no_fs_native;     /* typed file requests stay on the blocking pool (tests that
+			       * need a worker blocked inside a system call) */
 };
 void tl__uring_debug(const struct tl_uring_debug *dbg);
 

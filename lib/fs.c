@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/sysmacros.h>
 #include "pool_int.h"
 
 /*
@@ -15,10 +16,11 @@
  * must touch caller memory from the worker (read/write buffers, directory
  * listings, long paths) do, and only those make tl_loop_destroy wait.
  *
- * Once the io_uring driver exists, the same entry points can go native for
- * the opcodes the kernel supports; a request that the kernel refuses later
- * falls back here through a reservation taken at submission
- * (tl__pool_reserve), so the fallback can never be refused.
+ * A driver with a native path (fs_submit: io_uring, for the opcodes its
+ * kernel has) gets every request but readdir first, using the same job
+ * record for its paths and statx buffer so that nothing it points at lives
+ * on the caller's stack; its result goes through the same tl__fs_deliver.
+ * A request the driver does not take (-ENOTSUP) runs here as before.
  */
 
 struct fs_args {
@@ -69,7 +71,58 @@ static int fs_submit(tl_loop *l, uint8_t code, const struct fs_args *a, uint64_t
 	j->u.fs.user_out = a->out;
 	if (a->buf)
 		j->user_mem = 1;
+	if (code != TL_FS_READDIR && l->dv->fs_submit) {
+		struct tl_fs_native_req q = {
+			.code = code,
+			.fd = a->fd,
+			.flags = a->flags | O_CLOEXEC, /* as tl__fs_exec opens */
+			.mode = a->mode,
+			.path = j->u.fs.path,
+			.path2 = j->u.fs.path2,
+			.buf = a->buf,
+			.len = a->len,
+			.off = a->off,
+			.stx = &j->u.fs.stx,
+		};
+		r = tl__pool_native_submit(l, pl, j, &q, token, op);
+		if (r != -ENOTSUP)
+			return r;
+	}
 	return tl__pool_submit(l, pl, j, TL_POOL_BOUNDED, TL_K_FS, token, -1, op);
+}
+
+/* statx's answer in the struct stat the pool path's stat(2) would have
+ * filled (glibc's fstatat does the same conversion on statx-only ports). */
+static void stat_from_statx(struct stat *st, const struct statx *x)
+{
+	memset(st, 0, sizeof *st);
+	st->st_dev = makedev(x->stx_dev_major, x->stx_dev_minor);
+	st->st_ino = x->stx_ino;
+	st->st_mode = x->stx_mode;
+	st->st_nlink = x->stx_nlink;
+	st->st_uid = x->stx_uid;
+	st->st_gid = x->stx_gid;
+	st->st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor);
+	st->st_size = (off_t)x->stx_size;
+	st->st_blksize = (blksize_t)x->stx_blksize;
+	st->st_blocks = (blkcnt_t)x->stx_blocks;
+	st->st_atim.tv_sec = x->stx_atime.tv_sec;
+	st->st_atim.tv_nsec = x->stx_atime.tv_nsec;
+	st->st_mtim.tv_sec = x->stx_mtime.tv_sec;
+	st->st_mtim.tv_nsec = x->stx_mtime.tv_nsec;
+	st->st_ctim.tv_sec = x->stx_ctime.tv_sec;
+	st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
+}
+
+void tl__fs_native_result(struct tl_job *j, int64_t res)
+{
+	if ((j->fs_code == TL_FS_STAT || j->fs_code == TL_FS_FSTAT) && res == 0) {
+		/* st and stx share storage: convert from a copy. */
+		struct statx x = j->u.fs.stx;
+		stat_from_statx(&j->u.fs.st, &x);
+	}
+	j->res = res;
+	j->value = (uint64_t)res;
 }
 
 static int path_ok(const char *p)

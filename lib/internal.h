@@ -183,6 +183,13 @@ struct tl_loop {
 	int (*pool_ready)(tl_loop *loop);
 	void (*pool_cancel)(tl_loop *loop, struct tl_opslot *op);
 	void (*pool_detach)(tl_loop *loop);
+	/* A file request the driver ran natively (driver fs_submit) reached
+	 * its terminal: fill c's TL_K_FS payload from the raw result res and
+	 * give the job record back. Called from tl__drv_event. */
+	void (*pool_native)(tl_loop *loop, struct tl_opslot *op, tl_completion *c, int64_t res);
+	/* Before that: 1 if the pool took the request over instead (a result
+	 * only the native path gives, see pool.c), so no event is reported. */
+	int (*pool_native_retry)(tl_loop *loop, struct tl_opslot *op, int64_t res);
 	void *pool; /* the pool module's per-loop state */
 
 	int in_turn;

@@ -425,7 +425,15 @@ tl_completion *tl__op_finish(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 
 void tl__drv_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags, uint32_t lease)
 {
-	op_event(l, o, res, flags, lease);
+	if (tl_unlikely(o->code == TL_OP_POOL) && l->pool_native_retry &&
+	    l->pool_native_retry(l, o, res))
+		return;
+	tl_completion *c = op_event(l, o, res, flags, lease);
+	/* A native file request: its payload (aux, value, stat copy) is the
+	 * pool module's, exactly as for a request a worker ran. op_event kept
+	 * o->u.pool.job and the cancel flag. */
+	if (tl_unlikely(o->code == TL_OP_POOL) && c && l->pool_native)
+		l->pool_native(l, o, c, res);
 }
 
 uint32_t tl__drv_room(const tl_loop *l)

@@ -1,5 +1,6 @@
 /* lib/pool.c: the process-wide blocking pool: per-NUMA-node bounded sets, the long class, per-loop result ports. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1045,9 +1046,121 @@ static void hook_cancel(tl_loop *l, struct tl_opslot *o)
 		c->u.pool.ptr = j->type == TL_JT_RESOLVE ? (void *)j->u.rs.out : NULL;
 		return;
 	}
+	if (st == TL_JOB_NATIVE) {
+		/* In the driver's hands: ask it; the terminal comes from the
+		 * kernel once it lets go of the request's memory. A refusal
+		 * (no SQE) leaves the request running to its own end, and the
+		 * core still reports -ECANCELED for it. */
+		(void)l->dv->cancel(l->d, NULL, o);
+		return;
+	}
 	/* Running (or done, with the result on its way): the core turns the
 	 * terminal into -ECANCELED; the job may look at its flag. */
 	atomic_store_explicit(&j->cancel, 1, memory_order_release);
+}
+
+/* The driver reported a native file request's terminal (tl__drv_event): fill
+ * the completion exactly as deliver() does for a worker's result, and give
+ * the record back at once, since no worker or ring ever saw it. */
+static void hook_native(tl_loop *l, struct tl_opslot *o, tl_completion *c, int64_t res)
+{
+	struct tl_pool_loop *pl = l->pool;
+	struct tl_job *j = o->u.pool.job;
+	int cancelled = (o->flags & TL_OPF_CANCEL) != 0;
+	if (j->rsv >= 0) {
+		tl__pool_unreserve(j->rsv);
+		j->rsv = -1;
+	}
+	tl__fs_native_result(j, res);
+	j->t_end = tl__pool_now();
+	pl->st.completed++;
+	pl->st.cancelled += (uint64_t)cancelled;
+	c->aux = j->fs_code;
+	c->u.pool.value = j->value;
+	c->u.pool.ptr = j->ptr;
+	tl__fs_deliver(j, c, cancelled);
+	job_free(pl, j);
+}
+
+/* A blocking open(2) never fails with ENXIO on a FIFO that has no reader
+ * yet (it waits for one), but io_uring's OPENAT tries the open with
+ * O_NONBLOCK first and passes that ENXIO on. Such an open goes to the pool
+ * through the reservation taken at submission, keeping its op (and id). */
+static int native_open_needs_pool(const struct tl_job *j)
+{
+	return j->fs_code == TL_FS_OPEN && !(j->u.fs.flags & O_NONBLOCK);
+}
+
+static int hook_native_retry(tl_loop *l, struct tl_opslot *o, int64_t res)
+{
+	struct tl_pool_loop *pl = l->pool;
+	struct tl_job *j = o->u.pool.job;
+	if (res != -ENXIO || j->rsv < 0 || (o->flags & TL_OPF_CANCEL))
+		return 0;
+	/* Out of the kernel: no longer native. */
+	o->flags &= (uint16_t)~TL_OPF_NATIVE;
+	l->native_pending--;
+	int set = j->rsv;
+	j->rsv = -1;
+	j->t_submit = j->t_start = j->t_end = tl__pool_now();
+	atomic_store_explicit(&j->state, TL_JOB_QUEUED, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->poster->refs, 1, memory_order_relaxed);
+	/* Cannot fail: the reservation holds the queue slot. */
+	(void)bounded_submit(pl->pool, pl->set, j, set);
+	return 1;
+}
+
+int tl__pool_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
+			   const struct tl_fs_native_req *req, uint64_t token, tl_op *op)
+{
+	if (!l->dv->fs_submit)
+		return -ENOTSUP;
+	j->rsv = -1;
+	if (native_open_needs_pool(j)) {
+		/* No room for the fallback: the pool path now (and its refusal). */
+		int set = tl__pool_reserve(l);
+		if (set < 0)
+			return -ENOTSUP;
+		j->rsv = set;
+	}
+	struct tl_opslot *o;
+	int r = tl__op_new(l, NULL, TL_OP_POOL, TL_K_FS, token, &o);
+	if (r < 0) {
+		if (j->rsv >= 0)
+			tl__pool_unreserve(j->rsv);
+		job_free(pl, j);
+		pl->st.refused++;
+		return r;
+	}
+	j->op_idx = o->idx;
+	j->op_gen = o->gen;
+	j->cls = TL_POOL_BOUNDED;
+	j->t_submit = j->t_start = j->t_end = tl__pool_now();
+	o->u.pool.job = j;
+	atomic_store_explicit(&j->state, TL_JOB_NATIVE, memory_order_relaxed);
+	/* Counted as native while in the kernel: turns poll for it and
+	 * tl_loop_destroy waits for it (op_retire gives the count back). */
+	o->flags |= TL_OPF_NATIVE;
+	l->native_pending++;
+	tl_op id = tl__op_id(l, o);
+	r = l->dv->fs_submit(l->d, o, req);
+	if (r < 0) {
+		tl__op_refuse(l, o);
+		if (j->rsv >= 0)
+			tl__pool_unreserve(j->rsv);
+		j->rsv = -1;
+		if (r == -ENOTSUP) {
+			/* Still the caller's, for the pool path. */
+			atomic_store_explicit(&j->state, TL_JOB_FREE, memory_order_relaxed);
+			return r;
+		}
+		job_free(pl, j);
+		pl->st.refused += (uint64_t)(r == -ENOBUFS);
+		return r;
+	}
+	pl->st.submitted++;
+	*op = id;
+	return 0;
 }
 
 static void hook_detach(tl_loop *l)
@@ -1087,6 +1200,8 @@ static void hook_detach(tl_loop *l)
 	l->pool_ready = NULL;
 	l->pool_cancel = NULL;
 	l->pool_detach = NULL;
+	l->pool_native = NULL;
+	l->pool_native_retry = NULL;
 	free(pl->free);
 	free(pl);
 }
@@ -1182,6 +1297,8 @@ int tl__pool_loop_setup(tl_loop *l, struct tl_pool_loop **out)
 	l->pool_ready = hook_ready;
 	l->pool_cancel = hook_cancel;
 	l->pool_detach = hook_detach;
+	l->pool_native = hook_native;
+	l->pool_native_retry = hook_native_retry;
 	*out = pl;
 	return 0;
 }
@@ -1217,6 +1334,7 @@ struct tl_job *tl__pool_job_new(tl_loop *l, struct tl_pool_loop *pl)
 	atomic_store_explicit(&j->cancel, 0, memory_order_relaxed);
 	j->user_mem = 0;
 	j->fs_code = 0;
+	j->rsv = -1;
 	j->ptr = NULL;
 	j->res = 0;
 	j->value = 0;

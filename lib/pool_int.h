@@ -37,6 +37,9 @@ enum tl_job_state {
 	TL_JOB_RUNNING,    /* a worker runs it */
 	TL_JOB_DONE,       /* result written; its index is in (or going to) the ring */
 	TL_JOB_CANCELLED,  /* cancelled before it started: the op is already finished */
+	TL_JOB_NATIVE,     /* run by the driver (fs_submit), not a worker: the record
+			    * only holds its paths and statx buffer, and comes back
+			    * through the pool_native hook, never the result ring */
 };
 
 /* What the worker does (tl_job.type). */
@@ -60,6 +63,7 @@ struct tl_job {
 	uint32_t op_idx;         /* the op (on the loop's thread only) */
 	uint16_t op_gen;
 	uint16_t set;            /* bounded set it was admitted to (bounded jobs) */
+	int32_t rsv;             /* native open: its fallback reservation's set, or -1 */
 	struct tl_port *port;
 	uint64_t t_submit, t_start, t_end; /* CLOCK_MONOTONIC ns */
 	int64_t res;             /* the result the worker produced */
@@ -80,7 +84,10 @@ struct tl_job {
 			int flags;
 			unsigned mode;
 			char inl[TL_FS_INLINE_PATH];
-			struct stat st;
+			union {
+				struct stat st;    /* pool: what stat/fstat wrote */
+				struct statx stx;  /* native: what the kernel wrote */
+			};
 		} fs;
 		struct {
 			tl_addr *out;
@@ -140,6 +147,18 @@ int tl__pool_submit(tl_loop *loop, struct tl_pool_loop *pl, struct tl_job *j, in
  * error. Unreserve gives back a slot that was not used. */
 int tl__pool_reserve(tl_loop *loop);
 void tl__pool_unreserve(int set);
+
+/* Try to run a filled TL_JT_FS job natively through the loop's driver
+ * (fs_submit): 0 accepted (*op set, the record is the op's until its
+ * terminal), -ENOTSUP when the driver has no native path for it (nothing
+ * happened: the caller submits j to the pool as usual), or another negative
+ * errno (refused; the record is given back). req's pointers must point into
+ * j or the caller's memory. */
+int tl__pool_native_submit(tl_loop *loop, struct tl_pool_loop *pl, struct tl_job *j,
+			   const struct tl_fs_native_req *req, uint64_t token, tl_op *op);
+/* A native request's raw result res (job j): set j->res/j->value as a worker
+ * would (statx converted into j->u.fs.st). */
+void tl__fs_native_result(struct tl_job *j, int64_t res);
 
 /* Worker side of fs.c: run a TL_JT_FS / TL_JT_RESOLVE job (sets j->res,
  * j->value). */

@@ -32,6 +32,7 @@
 #include "turnloop/loop.h"
 #include "turnloop/pool.h"
 #include "pool_int.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
+#include "uring.h"    /* tl__uring_debug: keep file requests on the pool */
 
 /*
  * Every test has the same frame: t_begin() (descriptor count, watchdog),
@@ -1137,6 +1138,11 @@ static void wait_in_syscall(void)
 static void test_fs_open_invisible(void)
 {
 	int fds = t_begin("fs_open_invisible");
+	/* Needs open(2) blocked in a worker: on io_uring a FIFO open does not
+	 * wait for a writer (the kernel tries it with O_NONBLOCK first), so
+	 * this runs on the pool there too (tests/test_fs_native.c covers the
+	 * native path). */
+	tl__uring_debug(&(struct tl_uring_debug){.no_fs_native = 1});
 	small_pool(1, 8, 4, 10000);
 	mk_tmpdir();
 	char fifo[512], file[512];
@@ -1215,6 +1221,7 @@ static void test_fs_open_invisible(void)
 	unlink(fifo);
 	rmdir(tmpdir);
 	ctx *cs[] = {c};
+	tl__uring_debug(NULL);
 	t_end(fds, cs, 1);
 	gate_fini(&g);
 }
@@ -1238,6 +1245,9 @@ static void *delayed_writer(void *arg)
 static void test_fs_destroy_waits_for_caller_memory(void)
 {
 	int fds = t_begin("fs_destroy_waits_for_caller_memory");
+	/* A worker blocked in read(2) is the point here; natively, destroy's
+	 * ASYNC_CANCEL takes a pipe read out of the kernel at once. */
+	tl__uring_debug(&(struct tl_uring_debug){.no_fs_native = 1});
 	small_pool(1, 8, 4, 10000);
 	int p[2];
 	EQ_FATAL(pipe2(p, O_CLOEXEC), 0);
@@ -1258,6 +1268,7 @@ static void test_fs_destroy_waits_for_caller_memory(void)
 	pthread_join(th, NULL);
 	close(p[0]);
 	close(p[1]);
+	tl__uring_debug(NULL);
 	t_end(fds, NULL, 0);
 }
 

@@ -202,6 +202,17 @@ void tl_pool_loop_stats_get(const tl_loop *loop, tl_pool_loop_stats *out);
  * never ran; a request cancelled while it ran reports -ECANCELED as result
  * and what the call returned in value (except open: see tl_fs_open).
  *
+ * On a loop that runs on io_uring, every request but readdir runs instead as
+ * the matching io_uring opcode when the kernel has it (probed once per
+ * loop), with the same completion; it does not take a pool worker, and
+ * tl_loop_destroy() waits for it like any native op. A native request
+ * cancelled in the kernel reports in value what the kernel returned (often
+ * -ECANCELED or -EINTR). A blocking open takes one bounded queue slot while
+ * it runs natively (its fallback: io_uring tries opens with O_NONBLOCK first,
+ * so a FIFO's write side answers -ENXIO where open(2) would wait for a
+ * reader; such an open then runs on the pool). One difference remains: the
+ * read side of a FIFO opened natively does not wait for a writer.
+ *
  * Paths of up to TL_FS_INLINE_PATH bytes in total (both of rename's, NULs
  * included) are copied at submission; longer ones, and every buffer, stay the
  * caller's and must stay valid until the terminal completion (loop.h's rule).
