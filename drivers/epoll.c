@@ -310,6 +310,23 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	}
 }
 
+/* Take a pooled buffer for a read or receive on h. None free: park h on
+ * the lease-wait list (lease_returned resumes it; a shortage is never an
+ * error to the host) and return TL_NO_LEASE. */
+static uint32_t take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len)
+{
+	uint32_t cnt, lease = tl__drv_lease_take(d->loop);
+	if (lease == TL_NO_LEASE) {
+		if (!EH(h)->lease_wait) {
+			EH(h)->lease_wait = 1;
+			d->lwait[d->nlwait++] = h->idx;
+		}
+		return TL_NO_LEASE;
+	}
+	*buf = tl__drv_lease_base(d->loop, len, &cnt) + (size_t)lease * *len;
+	return lease;
+}
+
 static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	tl_loop *l = d->loop;
@@ -322,17 +339,9 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		uint32_t lease = TL_NO_LEASE, len;
 		uint8_t *buf;
 		if (o->flags & TL_OPF_POOLED) {
-			lease = tl__drv_lease_take(l);
-			if (lease == TL_NO_LEASE) {
-				/* Wait for the host to give one back; never an error. */
-				if (!EH(h)->lease_wait) {
-					EH(h)->lease_wait = 1;
-					d->lwait[d->nlwait++] = h->idx;
-				}
+			lease = take_lease(d, h, &buf, &len);
+			if (lease == TL_NO_LEASE)
 				return 0;
-			}
-			uint32_t cnt;
-			buf = tl__drv_lease_base(l, &len, &cnt) + (size_t)lease * len;
 		} else {
 			buf = o->u.rw.buf;
 			len = o->u.rw.len;
@@ -370,16 +379,9 @@ static int run_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	uint32_t lease = TL_NO_LEASE, len = o->u.dg.len;
 	uint8_t *buf = o->u.dg.buf;
 	if (o->flags & TL_OPF_POOLED) {
-		uint32_t cnt;
-		lease = tl__drv_lease_take(l);
-		if (lease == TL_NO_LEASE) {
-			if (!EH(h)->lease_wait) {
-				EH(h)->lease_wait = 1;
-				d->lwait[d->nlwait++] = h->idx;
-			}
+		lease = take_lease(d, h, &buf, &len);
+		if (lease == TL_NO_LEASE)
 			return 0;
-		}
-		buf = tl__drv_lease_base(l, &len, &cnt) + (size_t)lease * len;
 	}
 	socklen_t alen = sizeof o->u.dg.addr;
 	ssize_t n;

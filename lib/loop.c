@@ -1008,20 +1008,29 @@ static int valid_addr(const tl_addr *a)
 	return a && (a->sa.sa_family == AF_INET || a->sa.sa_family == AF_INET6);
 }
 
+/* Open a handle that needs no operation to exist (listener, UDP socket):
+ * its family flag set, its id returned. */
+static int open_bound(tl_loop *l, uint8_t type, const struct tl_open_spec *s, tl_handle *out)
+{
+	struct tl_hslot *h;
+	int r = open_handle(l, type, s, &h);
+	if (r < 0)
+		return r;
+	if (s->path)
+		h->flags |= TL_HF_UNIX;
+	else if (s->addr->sa.sa_family == AF_INET6)
+		h->flags |= TL_HF_V6;
+	*out = tl__h_id(l, h);
+	return 0;
+}
+
 int tl_tcp_listen(tl_loop *l, const tl_addr *addr, const tl_listen_opts *opts, tl_handle *out)
 {
 	tl_listen_opts def = {0};
 	if (!valid_addr(addr) || !out)
 		return -EINVAL;
 	struct tl_open_spec s = {TL_OPEN_TCP_LISTEN, addr, NULL, opts ? opts : &def};
-	struct tl_hslot *h;
-	int r = open_handle(l, TL_H_LISTEN, &s, &h);
-	if (r < 0)
-		return r;
-	if (addr->sa.sa_family == AF_INET6)
-		h->flags |= TL_HF_V6;
-	*out = tl__h_id(l, h);
-	return 0;
+	return open_bound(l, TL_H_LISTEN, &s, out);
 }
 
 static int valid_path(const char *path)
@@ -1035,13 +1044,7 @@ int tl_unix_listen(tl_loop *l, const char *path, const tl_listen_opts *opts, tl_
 	if (!valid_path(path) || !out)
 		return -EINVAL;
 	struct tl_open_spec s = {TL_OPEN_UNIX_LISTEN, NULL, path, opts ? opts : &def};
-	struct tl_hslot *h;
-	int r = open_handle(l, TL_H_LISTEN, &s, &h);
-	if (r < 0)
-		return r;
-	h->flags |= TL_HF_UNIX;
-	*out = tl__h_id(l, h);
-	return 0;
+	return open_bound(l, TL_H_LISTEN, &s, out);
 }
 
 int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
@@ -1234,14 +1237,7 @@ int tl_udp_bind(tl_loop *l, const tl_addr *addr, tl_handle *out)
 	if (!valid_addr(addr) || !out)
 		return -EINVAL;
 	struct tl_open_spec s = {TL_OPEN_UDP, addr, NULL, &def};
-	struct tl_hslot *h;
-	int r = open_handle(l, TL_H_UDP, &s, &h);
-	if (r < 0)
-		return r;
-	if (addr->sa.sa_family == AF_INET6)
-		h->flags |= TL_HF_V6;
-	*out = tl__h_id(l, h);
-	return 0;
+	return open_bound(l, TL_H_UDP, &s, out);
 }
 
 int tl_udp_send(tl_loop *l, tl_handle hid, const void *buf, uint32_t len, const tl_addr *to,

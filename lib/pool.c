@@ -1163,6 +1163,20 @@ int tl__pool_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j
 	return 0;
 }
 
+/* Pop one undelivered result and drop it (an open's descriptor is closed):
+ * its job index, or UINT32_MAX when the ring is empty. */
+static uint32_t port_discard_one(struct tl_port *pt)
+{
+	uint32_t idx;
+	if (!tl__mpsc_pop(&pt->ring, &idx, sizeof idx))
+		return UINT32_MAX;
+	struct tl_job *j = &pt->jobs[idx];
+	if (atomic_load_explicit(&j->state, memory_order_relaxed) == TL_JOB_DONE &&
+	    j->type != TL_JT_BLOCKING)
+		tl__fs_discard(j);
+	return idx;
+}
+
 static void hook_detach(tl_loop *l)
 {
 	struct tl_pool_loop *pl = l->pool;
@@ -1172,13 +1186,8 @@ static void hook_detach(tl_loop *l)
 	 * tl_pool_cancelled. Results of finished jobs still in the ring are
 	 * dropped now, so an undelivered open's descriptor closes at once. */
 	uint32_t idx;
-	while (tl__mpsc_pop(&pt->ring, &idx, sizeof idx)) {
-		struct tl_job *j = &pt->jobs[idx];
-		if (atomic_load_explicit(&j->state, memory_order_relaxed) == TL_JOB_DONE &&
-		    j->type != TL_JT_BLOCKING)
-			tl__fs_discard(j);
-		job_free(pl, j);
-	}
+	while ((idx = port_discard_one(pt)) != UINT32_MAX)
+		job_free(pl, &pt->jobs[idx]);
 	for (uint32_t i = 0; i < pt->njobs; i++) {
 		struct tl_job *j = &pt->jobs[i];
 		uint32_t st = TL_JOB_QUEUED;
@@ -1211,13 +1220,8 @@ static void hook_detach(tl_loop *l)
 static void port_free(struct tl_poster *p)
 {
 	struct tl_port *pt = p->port;
-	uint32_t idx;
-	while (tl__mpsc_pop(&pt->ring, &idx, sizeof idx)) {
-		struct tl_job *j = &pt->jobs[idx];
-		if (atomic_load_explicit(&j->state, memory_order_relaxed) == TL_JOB_DONE &&
-		    j->type != TL_JT_BLOCKING)
-			tl__fs_discard(j);
-	}
+	while (port_discard_one(pt) != UINT32_MAX)
+		;
 	tl__mpsc_free(&pt->ring);
 	free(pt->jobs);
 	free(pt);
