@@ -103,6 +103,8 @@ enum {
 	ST_KERNEL,   /* an SQE or CQE of it is outstanding */
 	ST_BUFWAIT,  /* waits for a pooled buffer to come back */
 	ST_FDWAIT,   /* multishot accept waiting for a free descriptor */
+	ST_LATER,    /* stream read whose request ended this poll (see sort_reads) */
+	ST_DEFER,    /* stream read re-issued at the next poll */
 };
 
 struct ur_o {
@@ -111,7 +113,12 @@ struct ur_o {
 	uint8_t st;
 	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
-	uint32_t klen;         /* native file requests: bytes at kbuf the kernel */
+	uint8_t oneshot;       /* stream read: one recv per request, not multishot */
+	uint8_t try_lease;     /* stream read: next recv tries a lease of our choosing */
+	union {
+		uint32_t tlease; /* stream read: the lease its recv holds (TL_NO_LEASE: none) */
+		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
+	};
 	void *kbuf;            /* may write (read buffer, statx), for valgrind */
 };
 _Static_assert(sizeof(struct ur_o) <= sizeof(((struct tl_opslot *)0)->drv), "ur_o fits");
@@ -165,7 +172,7 @@ struct tl_drv {
 	uint32_t *spare, nspare;       /* free leases off the ring, most recent on top */
 	uint8_t *lease_base;
 	uint32_t lease_size, lease_count;
-	struct ur_list start, bufwait, fdwait;
+	struct ur_list start, bufwait, fdwait, later, defer;
 	uint64_t fdwait_at;       /* when accepts parked on EMFILE try anyway */
 	uint64_t tmo_at, tmo_seq; /* embedded loops: the armed timeout, if any */
 	int tmo_armed;
@@ -205,6 +212,10 @@ static struct ur_list *list_of(struct tl_drv *d, uint8_t st)
 		return &d->bufwait;
 	case ST_FDWAIT:
 		return &d->fdwait;
+	case ST_LATER:
+		return &d->later;
+	case ST_DEFER:
+		return &d->defer;
 	}
 	return NULL;
 }
@@ -548,8 +559,17 @@ static int issue(struct tl_drv *d, struct tl_opslot *o)
 	case TL_OP_READ:
 		if (!pooled) {
 			io_uring_prep_recv(s, h->fd, o->u.rw.buf, o->u.rw.len, 0);
+		} else if (UO(o)->oneshot && UO(o)->try_lease && d->nspare) {
+			/* Data is probably there (see sort_reads): receive it into
+			 * a lease taken here, which spares the kernel its buffer
+			 * selection, and come back with -EAGAIN rather than
+			 * parking a poll while holding the lease. */
+			uint32_t id = d->spare[--d->nspare];
+			UO(o)->tlease = id;
+			io_uring_prep_recv(s, h->fd, d->lease_base + (size_t)id * d->lease_size,
+					   d->lease_size, MSG_DONTWAIT);
 		} else {
-			if (multi)
+			if (multi && !UO(o)->oneshot)
 				io_uring_prep_recv_multishot(s, h->fd, NULL, 0, 0);
 			else
 				io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
@@ -673,6 +693,52 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	list_add(d, o, ST_START);
 }
 
+/* The most one recv of stream read o can return. */
+static uint32_t read_cap(const struct tl_drv *d, const struct tl_opslot *o)
+{
+	return (o->flags & TL_OPF_POOLED) ? d->lease_size : o->u.rw.len;
+}
+
+/* Stream reads start as one recv per request, and each ended with less
+ * than a full buffer waits on the later list until the host has seen its
+ * data. Then, at the start of the next poll:
+ * - the host queued a write on the same stream (a request answered): the
+ *   peer's next message cannot come before it has our answer, so a recv
+ *   issued now would only find the socket empty and park a poll in the
+ *   kernel, to be woken and run as task work when the message comes.
+ *   Issued one poll later, after the answer went out, it usually finds the
+ *   message there and completes inline (ST_DEFER, counted deferred_reads);
+ * - nothing was written back (a proxy's stream, a one-way feed): the read
+ *   becomes multishot for good, its poll staying armed between messages
+ *   (counted multishot_reads).
+ * A full buffer means more is waiting: that read goes again at once. A
+ * deferred read keeps the poll after it from blocking, so it is in the
+ * kernel one turn later whatever happens to the write. */
+static int sort_reads(struct tl_drv *d)
+{
+	while (d->defer.head != TL_NIL) {
+		struct tl_opslot *o = OP(d, d->defer.head);
+		list_del(d, o);
+		list_add(d, o, ST_START);
+	}
+	while (d->later.head != TL_NIL) {
+		struct tl_opslot *o = OP(d, d->later.head);
+		list_del(d, o);
+		if (UH(HS(d, o->hidx))->whead != TL_NIL) {
+			d->st.deferred_reads++;
+			UO(o)->try_lease = 1;
+			list_add(d, o, ST_DEFER);
+			continue;
+		}
+		if (o->flags & TL_OPF_POOLED) {
+			UO(o)->oneshot = 0;
+			d->st.multishot_reads++;
+		}
+		list_add(d, o, ST_START);
+	}
+	return d->defer.head != TL_NIL;
+}
+
 /* A pooled read found no buffer: wait for one, unless some came back since
  * or the window was too small for the load. */
 static void park_for_buffer(struct tl_drv *d, struct tl_opslot *o)
@@ -744,6 +810,22 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 		d->br_avail--;
 	if (!more)
 		UO(o)->st = ST_IDLE;
+	if (UO(o)->tlease != TL_NO_LEASE) {
+		lease = UO(o)->tlease;
+		UO(o)->tlease = TL_NO_LEASE;
+		if (res == -EAGAIN) {
+			/* Nothing there yet: wait for it the usual way, with a
+			 * buffer chosen by the kernel when data comes. */
+			recycle(d, lease);
+			d->st.read_tries_missed++;
+			UO(o)->try_lease = 0;
+			if (o->flags & TL_OPF_CANCEL)
+				op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
+			else
+				list_add(d, o, ST_START);
+			return;
+		}
+	}
 	if (res > 0) {
 		if (lease != TL_NO_LEASE) {
 			tl__drv_lease_mark(d->loop, lease);
@@ -756,7 +838,13 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			return;
 		}
 		tl__drv_event(d->loop, o, res, 0, lease);
-		if (!more)
+		if (more)
+			return;
+		if (UO(o)->oneshot && !(o->flags & TL_OPF_CANCEL)) {
+			int full = (uint32_t)res >= read_cap(d, o);
+			UO(o)->try_lease = (uint8_t)full;
+			list_add(d, o, full ? ST_START : ST_LATER);
+		} else
 			rearm(d, h, o);
 		return;
 	}
@@ -992,12 +1080,14 @@ static int ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 		else if (timeout_ns < 0 || (uint64_t)timeout_ns > d->fdwait_at - now)
 			timeout_ns = (int64_t)(d->fdwait_at - now);
 	}
+	int deferred = sort_reads(d);
 	run_starts(d);
 	unsigned submit = flush_sq(r);
 	unsigned kf = IO_URING_READ_ONCE(*r->sq.kflags);
 	/* CQEs already there (left by a turn that ran out of room, or
 	 * overflowed): never block on top of them. */
-	int block = timeout_ns != 0 && !io_uring_cq_ready(r) && !(kf & IORING_SQ_CQ_OVERFLOW);
+	int block = timeout_ns != 0 && !deferred && !io_uring_cq_ready(r) &&
+		    !(kf & IORING_SQ_CQ_OVERFLOW);
 	int ret = 0;
 	if (block) {
 		struct __kernel_timespec ts;
@@ -1117,6 +1207,11 @@ static int ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	struct ur_h *e = UH(h);
 	memset(u, 0, sizeof *u);
 	u->qnext = u->lnext = u->lprev = TL_NIL;
+	/* Embedded loops keep multishot reads: their host polls the ring's
+	 * descriptor, and a deferred read would leave nothing to wake it. */
+	u->oneshot = o->code == TL_OP_READ && (o->flags & TL_OPF_MULTI) && !d->embed;
+	u->try_lease = u->oneshot; /* a new stream may have data waiting */
+	u->tlease = TL_NO_LEASE;
 	if (o->code == TL_OP_CONNECT) {
 		int r = issue_connect(d, h, o);
 		if (r < 0)
@@ -1424,7 +1519,7 @@ static int ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	d->hs = tl__drv_handle(loop, 0);
 	d->vg_efd = -1;
 	d->tmo_at = UINT64_MAX;
-	d->start = d->bufwait = d->fdwait = (struct ur_list){TL_NIL, TL_NIL};
+	d->start = d->bufwait = d->fdwait = d->later = d->defer = (struct ur_list){TL_NIL, TL_NIL};
 	d->send_flags = MSG_NOSIGNAL | (debug_over.no_waitall ? 0 : MSG_WAITALL);
 	/* The SQ holds what one turn prepares (it is flushed when full); the CQ
 	 * absorbs multishot bursts between turns, and overflow beyond it is

@@ -14,6 +14,10 @@ struct tl_uring_stats {
 	uint64_t overflow_flushes; /* enters made to pull overflowed CQEs in */
 	uint64_t room_stops;       /* reaps stopped with CQEs left for the next turn */
 	uint64_t rearms;           /* multishot requests the kernel ended and we re-armed */
+	uint64_t deferred_reads;   /* stream reads re-issued one poll late: the host had
+				    * answered on the same stream (see sort_reads) */
+	uint64_t multishot_reads;  /* stream reads switched to multishot receive */
+	uint64_t read_tries_missed; /* recvs into a lease of ours that found no data */
 	uint64_t enobufs;          /* reads parked because the buffer ring was empty */
 	uint64_t cancels;          /* IORING_OP_ASYNC_CANCEL requests issued */
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */

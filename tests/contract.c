@@ -3745,7 +3745,7 @@ int main(int argc, char **argv)
 	unsigned failures = CU_get_number_of_failures();
 	CU_cleanup_registry();
 	alarm(0);
-	printf("\ncontract suite (%s): %u run, %u failed (%u assertions), %d skipped\n",
+	printf("\ncontract suite (%s): %u run, %u failed (%u failed assertions), %d skipped\n",
 	       env ? env : "default driver", run, failed, failures, h_skip_count());
 	if (failed || failures)
 		return 1;

@@ -709,6 +709,170 @@ static void test_cancel_acknowledged(void)
 	h_end(l, fds);
 }
 
+/* ---- how stream reads are issued ---- */
+
+/* Turn until op has a nonterminal read completion after log index *from
+ * with data: copy it to buf (up to cap), release the leases, return the
+ * bytes (0 if none came in time). */
+static uint32_t next_read(h_ctx *c, tl_op op, uint32_t *from, uint8_t *buf, uint32_t cap)
+{
+	uint64_t dl = h_wall_ns() + H_WAIT_MS * H_MS;
+	uint32_t got = 0;
+	while (!got && h_wall_ns() < dl) {
+		h_turn(c, 10 * (int64_t)H_MS);
+		for (uint32_t j = *from; j < c->log.n; j++) {
+			tl_completion *x = &c->log.v[j];
+			if (x->op.v != op.v)
+				continue;
+			H_TRUE(!(x->flags & TL_F_TERMINAL), "read_start ended: %lld%s",
+			       (long long)x->result, h_errname(x->result));
+			if (x->result > 0 && (x->flags & TL_F_LEASE) && got + (uint32_t)x->result <= cap) {
+				memcpy(buf + got, x->u.read.lease.data, (size_t)x->result);
+				got += (uint32_t)x->result;
+			}
+		}
+		h_release_leases(c, *from);
+		*from = c->log.n;
+	}
+	return got;
+}
+
+/* A stream whose every message the host answers on the same stream (an
+ * echo): its read is re-issued one poll after the answer, into a lease the
+ * driver picks, and finds the next message already there; nothing is ever
+ * late or lost. A stream the host only reads from becomes a multishot
+ * receive. A read that fills its buffer goes again at once, and stopping a
+ * read that waits for its next poll is acknowledged without the kernel. */
+static void test_read_modes(void)
+{
+	enum { ROUNDS = 200, MSG = 100 };
+	int fds = h_begin();
+	tl_config cfg = uring_cfg();
+	cfg.pooled_buffer_size = 4096;
+	h_ctx c;
+	h_ctx_init(&c, h_loop_cfg(&cfg));
+	tl_loop *l = c.loop;
+
+	/* An echo, driven step by step from this thread. */
+	int cl;
+	tl_handle conn = one_conn(&c, 0, &cl);
+	tl_op rop;
+	H_EQ_FATAL(tl_read_start(l, conn, 7, &rop), 0);
+	h_turn(&c, 0);
+	struct tl_uring_stats st0 = stats(l);
+	uint32_t from = c.log.n;
+	static uint8_t req[MSG], got[MSG], back[MSG];
+	int bad = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int k = 0; k < MSG; k++)
+			req[k] = h_pattern((uint64_t)(r * 7 + k));
+		raw_write_all(cl, req, MSG);
+		uint32_t n = 0;
+		while (n < MSG) {
+			uint32_t k = next_read(&c, rop, &from, got + n, MSG - n);
+			if (!k)
+				break;
+			n += k;
+		}
+		H_EQ_FATAL(n, MSG);
+		H_EQ_FATAL(h_write_all(&c, conn, got, MSG), MSG);
+		size_t m = 0;
+		while (m < MSG) {
+			ssize_t k = read(cl, back + m, MSG - m);
+			H_TRUE_FATAL(k > 0, "peer read: %zd: %s", k, strerror(errno));
+			m += (size_t)k;
+		}
+		bad += memcmp(back, req, MSG) != 0;
+	}
+	H_EQ(bad, 0);
+	struct tl_uring_stats st1 = stats(l);
+	printf("\n  echo: deferred_reads %llu tries_missed %llu multishot_reads %llu\n",
+	       (unsigned long long)(st1.deferred_reads - st0.deferred_reads),
+	       (unsigned long long)(st1.read_tries_missed - st0.read_tries_missed),
+	       (unsigned long long)(st1.multishot_reads - st0.multishot_reads));
+	H_TRUE(st1.deferred_reads - st0.deferred_reads >= ROUNDS - 1,
+	       "answered reads were not deferred");
+	/* Each message was written before the turn that issued its recv. */
+	H_TRUE(st1.read_tries_missed - st0.read_tries_missed <= 1,
+	       "deferred recvs found the socket empty");
+	H_EQ(st1.multishot_reads, st0.multishot_reads);
+
+	/* Stop the read while it waits for its next poll: acknowledged at
+	 * once, no ASYNC_CANCEL. */
+	raw_write_all(cl, req, MSG);
+	H_EQ(next_read(&c, rop, &from, got, MSG), MSG);
+	tl_op wop;
+	H_EQ(tl_write(l, conn, got, MSG, 8, &wop), 0);
+	st0 = stats(l);
+	H_EQ(tl_stop(l, rop), 0);
+	H_EQ(stats(l).cancels, st0.cancels);
+	int i = h_wait_op(&c, rop);
+	H_TRUE(i >= 0 && (c.log.v[i].flags & TL_F_STOPPED), "the stopped read did not end");
+	h_wait_op(&c, wop);
+	size_t m = 0;
+	while (m < MSG) {
+		ssize_t k = read(cl, back + m, MSG - m);
+		H_TRUE_FATAL(k > 0, "peer read: %zd", k);
+		m += (size_t)k;
+	}
+
+	/* One way only: the read turns multishot, then carries a stream of
+	 * messages and full buffers in order. */
+	enum { BIG = 64 * 1024 };
+	static uint8_t big[BIG], sink[BIG];
+	for (int k = 0; k < BIG; k++)
+		big[k] = h_pattern((uint64_t)k * 3);
+	from = c.log.n;
+	st0 = stats(l);
+	H_EQ_FATAL(tl_read_start(l, conn, 9, &rop), 0);
+	uint32_t have = 0;
+	for (int r = 0; r < 4; r++) {
+		raw_write_all(cl, big + r * MSG, MSG);
+		uint32_t k = next_read(&c, rop, &from, sink + have, MSG);
+		H_EQ_FATAL(k, MSG);
+		have += k;
+	}
+	H_TRUE(stats(l).multishot_reads > st0.multishot_reads, "an unanswered read stayed one-shot");
+	struct peer_job job = {.fd = cl, .p = big + have, .n = BIG - have};
+	pthread_t t;
+	H_EQ_FATAL(pthread_create(&t, NULL, peer_writer, &job), 0);
+	while (have < BIG) {
+		uint32_t k = next_read(&c, rop, &from, sink + have, BIG - have);
+		if (!k)
+			break;
+		have += k;
+	}
+	pthread_join(t, NULL);
+	H_EQ(have, BIG);
+	H_EQ(memcmp(sink, big, BIG), 0);
+
+	/* Full buffers on a stream that stays one-shot (it is answered). */
+	from = c.log.n;
+	H_EQ(tl_stop(l, rop), 0);
+	h_wait_op(&c, rop);
+	from = c.log.n;
+	H_EQ_FATAL(tl_read_start(l, conn, 10, &rop), 0);
+	job = (struct peer_job){.fd = cl, .p = big, .n = BIG};
+	H_EQ_FATAL(pthread_create(&t, NULL, peer_writer, &job), 0);
+	have = 0;
+	while (have < BIG) {
+		uint32_t k = next_read(&c, rop, &from, sink + have, BIG - have);
+		if (!k)
+			break;
+		if (have == 0)
+			H_EQ(h_write_all(&c, conn, "ok", 2), 2); /* answered once: stays one-shot */
+		have += k;
+	}
+	pthread_join(t, NULL);
+	H_EQ(have, BIG);
+	H_EQ(memcmp(sink, big, BIG), 0);
+
+	close(cl);
+	h_close(&c, conn, 11);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* ---- datagrams with the buffer ring empty ---- */
 
 /* Two pooled buffers and three pooled receives: the third finds the ring
@@ -812,6 +976,7 @@ int main(void)
 	    !CU_add_test(s, "partial_sends", test_partial_sends) ||
 	    !CU_add_test(s, "partial_sends_waitall", test_partial_sends_waitall) ||
 	    !CU_add_test(s, "cancel_acknowledged", test_cancel_acknowledged) ||
+	    !CU_add_test(s, "read_modes", test_read_modes) ||
 	    !CU_add_test(s, "udp_pooled_exhaustion", test_udp_pooled_exhaustion)) {
 		CU_cleanup_registry();
 		return 1;
