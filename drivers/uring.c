@@ -62,6 +62,10 @@
  * comes back (or at once, with a wider window, if spare leases were
  * waiting); the host never sees -ENOBUFS.
  *
+ * Stream reads are one recv per message while the host answers them on the
+ * same stream (the next recv goes a poll after the answer, into a lease we
+ * pick: see sort_reads) and multishot once it does not.
+ *
  * The CQ is four times the SQ; what does not fit is kept by the kernel
  * (IORING_FEAT_NODROP) and poll() pulls it in. A multishot request that the
  * kernel ends (CQ full, an error that leaves the op usable) is re-armed
