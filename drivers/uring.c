@@ -119,6 +119,7 @@ struct ur_o {
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
 	uint8_t oneshot;       /* stream read: one recv per request, not multishot */
 	uint8_t try_lease;     /* stream read: next recv tries a lease of our choosing */
+	uint8_t score;         /* stream read: how its tries have been doing (see try_next) */
 	union {
 		uint32_t tlease; /* stream read: the lease its recv holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
@@ -168,6 +169,7 @@ struct tl_drv {
 	int send_flags;         /* MSG_NOSIGNAL | MSG_WAITALL */
 	uint32_t flags, dropped; /* setup flags kept / refused */
 	uint32_t max_ops;
+	uint32_t probe;         /* deferred reads of low-score reads (try_next) */
 	struct tl_opslot *ops;  /* the core's tables: fixed for the loop's life */
 	struct tl_hslot *hs;
 	struct io_uring_buf_ring *br;
@@ -697,6 +699,32 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	list_add(d, o, ST_START);
 }
 
+/* Whether a deferred read tries a lease of ours (MSG_DONTWAIT) or lets the
+ * kernel pick the buffer when data comes. A try that misses costs a CQE, a
+ * second recv and a turn of latency; a kernel-picked buffer costs the
+ * buffer selection but waits in the kernel, holding no lease, and completes
+ * as soon as data comes. A peer that answers within our turn makes tries
+ * hit; one slower than our turns (a loaded client, a person, a long path)
+ * makes them miss. So a read's score starts at TRY_START, gains 1 per hit
+ * (up to TRY_MAX) and loses TRY_MISS per miss; below TRY_MISS the read
+ * stops trying, except one deferred read in TRY_PROBE across the loop,
+ * which notices when the peer has caught up. */
+#define TRY_START 8
+#define TRY_MISS 4
+#define TRY_MAX 16
+#define TRY_PROBE 8
+
+static int try_next(struct tl_drv *d, struct tl_opslot *o)
+{
+	if (UO(o)->score >= TRY_MISS)
+		return 1;
+	d->st.reads_untried++;
+	if (++d->probe % TRY_PROBE)
+		return 0;
+	d->st.reads_untried--;
+	return 1;
+}
+
 /* The most one recv of stream read o can return. */
 static uint32_t read_cap(const struct tl_drv *d, const struct tl_opslot *o)
 {
@@ -730,7 +758,7 @@ static int sort_reads(struct tl_drv *d)
 		list_del(d, o);
 		if (UH(HS(d, o->hidx))->whead != TL_NIL) {
 			d->st.deferred_reads++;
-			UO(o)->try_lease = 1;
+			UO(o)->try_lease = (uint8_t)try_next(d, o);
 			list_add(d, o, ST_DEFER);
 			continue;
 		}
@@ -823,12 +851,15 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			recycle(d, lease);
 			d->st.read_tries_missed++;
 			UO(o)->try_lease = 0;
+			UO(o)->score = UO(o)->score > TRY_MISS ? UO(o)->score - TRY_MISS : 0;
 			if (o->flags & TL_OPF_CANCEL)
 				op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
 			else
 				list_add(d, o, ST_START);
 			return;
 		}
+		if (res > 0 && UO(o)->score < TRY_MAX)
+			UO(o)->score++;
 	}
 	if (res > 0) {
 		if (lease != TL_NO_LEASE) {
@@ -1215,6 +1246,7 @@ static int ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	 * descriptor, and a deferred read would leave nothing to wake it. */
 	u->oneshot = o->code == TL_OP_READ && (o->flags & TL_OPF_MULTI) && !d->embed;
 	u->try_lease = u->oneshot; /* a new stream may have data waiting */
+	u->score = TRY_START + TRY_MISS; /* its first try may well miss */
 	u->tlease = TL_NO_LEASE;
 	if (o->code == TL_OP_CONNECT) {
 		int r = issue_connect(d, h, o);

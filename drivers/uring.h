@@ -18,6 +18,8 @@ struct tl_uring_stats {
 				    * answered on the same stream (see sort_reads) */
 	uint64_t multishot_reads;  /* stream reads switched to multishot receive */
 	uint64_t read_tries_missed; /* recvs into a lease of ours that found no data */
+	uint64_t reads_untried;    /* deferred reads left to the kernel's buffer selection
+				    * because their tries kept missing (see try_next) */
 	uint64_t enobufs;          /* reads parked because the buffer ring was empty */
 	uint64_t cancels;          /* IORING_OP_ASYNC_CANCEL requests issued */
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */

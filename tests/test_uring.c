@@ -873,6 +873,99 @@ static void test_read_modes(void)
 	h_end(l, fds);
 }
 
+/* One echo round from a blocking client: write req, have the loop read it
+ * (next_read) and answer it (h_write_all), then - after `lag` more turns
+ * of the loop, as a peer slower than our turns would - read the answer
+ * back. Returns 1 when the answer matched. */
+static int echo_round(h_ctx *c, tl_handle conn, tl_op rop, uint32_t *from, int cl,
+		      const uint8_t *req, uint32_t n, int lag)
+{
+	uint8_t got[256], back[256];
+	raw_write_all(cl, req, n);
+	uint32_t have = 0;
+	while (have < n) {
+		uint32_t k = next_read(c, rop, from, got + have, n - have);
+		if (!k)
+			return 0;
+		have += k;
+	}
+	if (h_write_all(c, conn, got, n) != n)
+		return 0;
+	for (int i = 0; i < lag; i++)
+		h_turn(c, 0);
+	*from = c->log.n;
+	size_t m = 0;
+	while (m < n) {
+		ssize_t k = read(cl, back + m, n - m);
+		if (k <= 0)
+			return 0;
+		m += (size_t)k;
+	}
+	return memcmp(back, req, n) == 0;
+}
+
+/* A peer slower than the loop's turns makes deferred tries miss: after a
+ * few misses the read stops trying (the kernel picks the buffer when data
+ * comes) except for a probe every TRY_PROBE deferred reads; when the peer
+ * speeds up, the probes hit and the read tries every time again. */
+static void test_read_slow_peer(void)
+{
+	enum { MSG = 64, SLOW = 48, FAST = 64, TAIL = 16 };
+	int fds = h_begin();
+	tl_config cfg = uring_cfg();
+	h_ctx c;
+	h_ctx_init(&c, h_loop_cfg(&cfg));
+	tl_loop *l = c.loop;
+	int cl;
+	tl_handle conn = one_conn(&c, 0, &cl);
+	tl_op rop;
+	H_EQ_FATAL(tl_read_start(l, conn, 1, &rop), 0);
+	h_turn(&c, 0);
+	uint32_t from = c.log.n;
+	uint8_t req[MSG];
+	int bad = 0, r = 0;
+
+	struct tl_uring_stats st0 = stats(l);
+	for (; r < SLOW; r++) {
+		for (int k = 0; k < MSG; k++)
+			req[k] = h_pattern((uint64_t)(r + k));
+		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 3);
+	}
+	struct tl_uring_stats st1 = stats(l);
+	uint64_t missed = st1.read_tries_missed - st0.read_tries_missed;
+	uint64_t untried = st1.reads_untried - st0.reads_untried;
+	printf("\n  slow peer: %d rounds, %llu tries missed, %llu reads untried\n", SLOW,
+	       (unsigned long long)missed, (unsigned long long)untried);
+	/* Every try misses; without the score each of SLOW reads would. */
+	H_TRUE(missed <= 3 + SLOW / 8 + 1, "tries kept missing: %llu", (unsigned long long)missed);
+	H_TRUE(untried >= SLOW - missed - 3, "reads kept trying: %llu untried",
+	       (unsigned long long)untried);
+
+	struct tl_uring_stats st2 = st1;
+	for (int i = 0; i < FAST; i++, r++) {
+		if (i == FAST - TAIL)
+			st2 = stats(l);
+		for (int k = 0; k < MSG; k++)
+			req[k] = h_pattern((uint64_t)(r * 3 + k));
+		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 0);
+	}
+	struct tl_uring_stats st3 = stats(l);
+	printf("  fast peer: last %d rounds: %llu untried, %llu missed\n", TAIL,
+	       (unsigned long long)(st3.reads_untried - st2.reads_untried),
+	       (unsigned long long)(st3.read_tries_missed - st2.read_tries_missed));
+	H_EQ(st3.reads_untried, st2.reads_untried);
+	H_EQ(st3.read_tries_missed, st2.read_tries_missed);
+	H_EQ(h_count_term(&c.log, rop), 0);
+	H_EQ(bad, 0);
+
+	H_EQ(tl_stop(l, rop), 0);
+	h_wait_op(&c, rop);
+	close(cl);
+	h_close(&c, conn, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* ---- datagrams with the buffer ring empty ---- */
 
 /* Two pooled buffers and three pooled receives: the third finds the ring
@@ -977,6 +1070,7 @@ int main(void)
 	    !CU_add_test(s, "partial_sends_waitall", test_partial_sends_waitall) ||
 	    !CU_add_test(s, "cancel_acknowledged", test_cancel_acknowledged) ||
 	    !CU_add_test(s, "read_modes", test_read_modes) ||
+	    !CU_add_test(s, "read_slow_peer", test_read_slow_peer) ||
 	    !CU_add_test(s, "udp_pooled_exhaustion", test_udp_pooled_exhaustion)) {
 		CU_cleanup_registry();
 		return 1;
