@@ -737,6 +737,48 @@ static uint32_t next_read(h_ctx *c, tl_op op, uint32_t *from, uint8_t *buf, uint
 	return got;
 }
 
+/* A loop on cfg with one accepted connection (its blocking client in *cl)
+ * and a pooled read started on it and handed to the kernel. */
+static tl_handle reading_conn(h_ctx *c, const tl_config *cfg, int *cl, tl_op *rop)
+{
+	h_ctx_init(c, h_loop_cfg(cfg));
+	tl_handle conn = one_conn(c, 0, cl);
+	H_EQ_FATAL(tl_read_start(c->loop, conn, 7, rop), 0);
+	h_turn(c, 0);
+	return conn;
+}
+
+/* One echo round from a blocking client: write req, have the loop read it
+ * (next_read) and answer it (h_write_all), then - after `lag` more turns
+ * of the loop, as a peer slower than our turns would - read the answer
+ * back. Returns 1 when the answer matched. */
+static int echo_round(h_ctx *c, tl_handle conn, tl_op rop, uint32_t *from, int cl,
+		      const uint8_t *req, uint32_t n, int lag)
+{
+	uint8_t got[256], back[256];
+	raw_write_all(cl, req, n);
+	uint32_t have = 0;
+	while (have < n) {
+		uint32_t k = next_read(c, rop, from, got + have, n - have);
+		if (!k)
+			return 0;
+		have += k;
+	}
+	if (h_write_all(c, conn, got, n) != n)
+		return 0;
+	for (int i = 0; i < lag; i++)
+		h_turn(c, 0);
+	*from = c->log.n;
+	size_t m = 0;
+	while (m < n) {
+		ssize_t k = read(cl, back + m, n - m);
+		if (k <= 0)
+			return 0;
+		m += (size_t)k;
+	}
+	return memcmp(back, req, n) == 0;
+}
+
 /* A stream whose every message the host answers on the same stream (an
  * echo): its read is re-issued one poll after the answer, into a lease the
  * driver picks, and finds the next message already there; nothing is ever
@@ -750,15 +792,11 @@ static void test_read_modes(void)
 	tl_config cfg = uring_cfg();
 	cfg.pooled_buffer_size = 4096;
 	h_ctx c;
-	h_ctx_init(&c, h_loop_cfg(&cfg));
-	tl_loop *l = c.loop;
-
-	/* An echo, driven step by step from this thread. */
 	int cl;
-	tl_handle conn = one_conn(&c, 0, &cl);
 	tl_op rop;
-	H_EQ_FATAL(tl_read_start(l, conn, 7, &rop), 0);
-	h_turn(&c, 0);
+	/* An echo, driven step by step from this thread. */
+	tl_handle conn = reading_conn(&c, &cfg, &cl, &rop);
+	tl_loop *l = c.loop;
 	struct tl_uring_stats st0 = stats(l);
 	uint32_t from = c.log.n;
 	static uint8_t req[MSG], got[MSG], back[MSG];
@@ -766,23 +804,7 @@ static void test_read_modes(void)
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int k = 0; k < MSG; k++)
 			req[k] = h_pattern((uint64_t)(r * 7 + k));
-		raw_write_all(cl, req, MSG);
-		uint32_t n = 0;
-		while (n < MSG) {
-			uint32_t k = next_read(&c, rop, &from, got + n, MSG - n);
-			if (!k)
-				break;
-			n += k;
-		}
-		H_EQ_FATAL(n, MSG);
-		H_EQ_FATAL(h_write_all(&c, conn, got, MSG), MSG);
-		size_t m = 0;
-		while (m < MSG) {
-			ssize_t k = read(cl, back + m, MSG - m);
-			H_TRUE_FATAL(k > 0, "peer read: %zd: %s", k, strerror(errno));
-			m += (size_t)k;
-		}
-		bad += memcmp(back, req, MSG) != 0;
+		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 0);
 	}
 	H_EQ(bad, 0);
 	struct tl_uring_stats st1 = stats(l);
@@ -873,37 +895,6 @@ static void test_read_modes(void)
 	h_end(l, fds);
 }
 
-/* One echo round from a blocking client: write req, have the loop read it
- * (next_read) and answer it (h_write_all), then - after `lag` more turns
- * of the loop, as a peer slower than our turns would - read the answer
- * back. Returns 1 when the answer matched. */
-static int echo_round(h_ctx *c, tl_handle conn, tl_op rop, uint32_t *from, int cl,
-		      const uint8_t *req, uint32_t n, int lag)
-{
-	uint8_t got[256], back[256];
-	raw_write_all(cl, req, n);
-	uint32_t have = 0;
-	while (have < n) {
-		uint32_t k = next_read(c, rop, from, got + have, n - have);
-		if (!k)
-			return 0;
-		have += k;
-	}
-	if (h_write_all(c, conn, got, n) != n)
-		return 0;
-	for (int i = 0; i < lag; i++)
-		h_turn(c, 0);
-	*from = c->log.n;
-	size_t m = 0;
-	while (m < n) {
-		ssize_t k = read(cl, back + m, n - m);
-		if (k <= 0)
-			return 0;
-		m += (size_t)k;
-	}
-	return memcmp(back, req, n) == 0;
-}
-
 /* A peer slower than the loop's turns makes deferred tries miss: after a
  * few misses the read stops trying (the kernel picks the buffer when data
  * comes) except for a probe every TRY_PROBE deferred reads; when the peer
@@ -914,13 +905,10 @@ static void test_read_slow_peer(void)
 	int fds = h_begin();
 	tl_config cfg = uring_cfg();
 	h_ctx c;
-	h_ctx_init(&c, h_loop_cfg(&cfg));
-	tl_loop *l = c.loop;
 	int cl;
-	tl_handle conn = one_conn(&c, 0, &cl);
 	tl_op rop;
-	H_EQ_FATAL(tl_read_start(l, conn, 1, &rop), 0);
-	h_turn(&c, 0);
+	tl_handle conn = reading_conn(&c, &cfg, &cl, &rop);
+	tl_loop *l = c.loop;
 	uint32_t from = c.log.n;
 	uint8_t req[MSG];
 	int bad = 0, r = 0;
