@@ -716,13 +716,10 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 
 static int try_next(struct tl_drv *d, struct tl_opslot *o)
 {
-	if (UO(o)->score >= TRY_MISS)
+	if (UO(o)->score >= TRY_MISS || ++d->probe % TRY_PROBE == 0)
 		return 1;
 	d->st.reads_untried++;
-	if (++d->probe % TRY_PROBE)
-		return 0;
-	d->st.reads_untried--;
-	return 1;
+	return 0;
 }
 
 /* The most one recv of stream read o can return. */
