@@ -1002,6 +1002,7 @@ struct flooder {
 	tl_poster *p;
 	atomic_int stop;
 	atomic_ulong sent;
+	atomic_ulong full; /* times tl_post found the queue full */
 	pthread_t t;
 };
 
@@ -1015,6 +1016,7 @@ static void *flood_main(void *arg)
 			k++;
 			atomic_store(&f->sent, k);
 		} else if (rc == -ENOBUFS) {
+			atomic_fetch_add(&f->full, 1);
 			sched_yield();
 		} else {
 			break;
@@ -1054,10 +1056,13 @@ static void test_fair_terminal_under_flood(void)
 	H_EQ_FATAL(pthread_create(&f.t, NULL, flood_main, &f), 0);
 	for (int i = 0; i < 20; i++)
 		h_turn(&c, (int64_t)H_MS);
-	/* On a loaded machine the flooder may not have run yet: the flood
-	 * must be under way before the things that must get out are asked. */
-	for (int i = 0; i < 2000 && atomic_load(&f.sent) == 0; i++)
-		h_turn(&c, (int64_t)H_MS);
+	/* The flood must be under way before the things that must get out are
+	 * asked, however the threads are scheduled: let the flooder fill the
+	 * post queue (the loop does not turn meanwhile), so a full queue's
+	 * backlog, far more than 10 turns' share, stands ahead of them. */
+	for (int i = 0; i < 10000 && atomic_load(&f.full) == 0; i++)
+		h_sleep_ms(1);
+	H_TRUE_FATAL(atomic_load(&f.full) > 0, "the flooder never filled the post queue");
 
 	/* Now ask for the things that must get out. */
 	uint32_t from = c.log.n;
