@@ -119,12 +119,21 @@ struct ur_o {
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
 	uint8_t oneshot;       /* stream read: one recv per request, not multishot */
 	uint8_t try_lease;     /* stream read: next recv tries a lease of our choosing */
-	uint8_t score;         /* stream read: how its tries have been doing (see try_next) */
+	uint8_t score;         /* stream read: how its tries have been doing (see try_failed) */
 	union {
 		uint32_t tlease; /* stream read: the lease its recv holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
 	};
-	void *kbuf;            /* may write (read buffer, statx), for valgrind */
+	union {
+		void *kbuf;    /* native file requests: what the kernel may write
+				* (read buffer, statx), for valgrind */
+		struct {
+			uint32_t fast;  /* messages in a row that came within a
+					 * poll of our answer (see on_read) */
+			uint8_t slow;   /* multishot because its tries kept missing */
+			uint8_t retry;  /* cancelled by us, to be deferred again */
+		} sr;                   /* stream reads (see try_failed) */
+	};
 };
 _Static_assert(sizeof(struct ur_o) <= sizeof(((struct tl_opslot *)0)->drv), "ur_o fits");
 
@@ -133,6 +142,7 @@ struct ur_h {
 	uint32_t whead, wtail; /* connect, writes, shutdown */
 	uint32_t wn;           /* ops the write SQE in flight covers (0: none) */
 	uint8_t connecting;    /* reads wait for the connect */
+	uint32_t wpoll;        /* the poll that issued its last send (see on_read) */
 };
 _Static_assert(sizeof(struct ur_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ur_h fits");
 
@@ -169,7 +179,7 @@ struct tl_drv {
 	int send_flags;         /* MSG_NOSIGNAL | MSG_WAITALL */
 	uint32_t flags, dropped; /* setup flags kept / refused */
 	uint32_t max_ops;
-	uint32_t probe;         /* deferred reads of low-score reads (try_next) */
+	uint32_t polls;         /* ur_poll calls: a peer's answer time in polls */
 	struct tl_opslot *ops;  /* the core's tables: fixed for the loop's life */
 	struct tl_hslot *hs;
 	struct io_uring_buf_ring *br;
@@ -499,6 +509,7 @@ static int issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 	list_del(d, o);
 	UO(o)->st = ST_KERNEL;
 	e->wn = 1;
+	e->wpoll = d->polls;
 	if (o->code == TL_OP_SHUTDOWN) {
 		io_uring_prep_shutdown(s, h->fd, SHUT_WR);
 		io_uring_sqe_set_data64(s, ud_op(o));
@@ -699,27 +710,54 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	list_add(d, o, ST_START);
 }
 
-/* Whether a deferred read tries a lease of ours (MSG_DONTWAIT) or lets the
- * kernel pick the buffer when data comes. A try that misses costs a CQE, a
- * second recv and a turn of latency; a kernel-picked buffer costs the
- * buffer selection but waits in the kernel, holding no lease, and completes
- * as soon as data comes. A peer that answers within our turn makes tries
- * hit; one slower than our turns (a loaded client, a person, a long path)
- * makes them miss. So a read's score starts at TRY_START, gains 1 per hit
- * (up to TRY_MAX) and loses TRY_MISS per miss; below TRY_MISS the read
- * stops trying, except one deferred read in TRY_PROBE across the loop,
- * which notices when the peer has caught up. */
+/* A deferred read tries a lease of ours with MSG_DONTWAIT. A try that
+ * misses costs a CQE, a second recv and a poll of latency. A peer that
+ * answers within our turn makes tries hit; one slower than our turns (a
+ * loaded client, a person, a long path) makes them miss, and its messages
+ * are best caught by a receive that stays armed: it costs no SQE per
+ * message, and the kernel completes it in the order messages arrive, which
+ * keeps a slow peer's many streams answered first come, first served. So a
+ * read's score starts at TRY_START, gains 1 per hit (up to TRY_MAX) and
+ * loses TRY_MISS per miss; below TRY_MISS the read turns multishot. The
+ * peer may catch up: when TL_URING_FAST_RUN messages in a row come by the
+ * poll after the one that sent our answer (when a try would have found
+ * them), the driver cancels that multishot receive itself and defers the
+ * read again (see retry_deferred). */
 #define TRY_START 8
 #define TRY_MISS 4
 #define TRY_MAX 16
-#define TRY_PROBE 8
 
-static int try_next(struct tl_drv *d, struct tl_opslot *o)
+/* A deferred try of o found the socket empty. */
+static void try_failed(struct tl_drv *d, struct tl_opslot *o)
 {
-	if (UO(o)->score >= TRY_MISS || ++d->probe % TRY_PROBE == 0)
-		return 1;
-	d->st.reads_untried++;
-	return 0;
+	struct ur_o *u = UO(o);
+	d->st.read_tries_missed++;
+	u->score = u->score > TRY_MISS ? u->score - TRY_MISS : 0;
+	if (u->score < TRY_MISS) {
+		u->oneshot = 0;
+		u->sr.slow = 1;
+		u->sr.fast = 0;
+		d->st.slow_reads++;
+	}
+}
+
+/* Slow multishot read o has a fast peer again: cancel its receive, so that
+ * its next message is read the deferred way (on_read). */
+static void retry_deferred(struct tl_drv *d, struct tl_opslot *o)
+{
+	struct ur_o *u = UO(o);
+	if (u->cancel_sent)
+		return;
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return; /* the SQ is full and the kernel took none: next message */
+	io_uring_prep_cancel64(s, ud_op(o), 0);
+	io_uring_sqe_set_data64(s, (uint64_t)TAG_CANCEL << TAG_SHIFT);
+	u->cancel_sent = 1;
+	u->sr.retry = 1;
+	u->sr.slow = 0;
+	d->st.cancels++;
+	d->st.slow_retries++;
 }
 
 /* The most one recv of stream read o can return. */
@@ -755,7 +793,7 @@ static int sort_reads(struct tl_drv *d)
 		list_del(d, o);
 		if (UH(HS(d, o->hidx))->whead != TL_NIL) {
 			d->st.deferred_reads++;
-			UO(o)->try_lease = (uint8_t)try_next(d, o);
+			UO(o)->try_lease = 1;
 			list_add(d, o, ST_DEFER);
 			continue;
 		}
@@ -839,6 +877,20 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 		d->br_avail--;
 	if (!more)
 		UO(o)->st = ST_IDLE;
+	if (!more && UO(o)->sr.retry) {
+		/* The multishot receive retry_deferred cancelled has ended
+		 * (cancelled, or by itself first): the read is one-shot again. */
+		UO(o)->sr.retry = 0;
+		UO(o)->oneshot = 1;
+		UO(o)->score = TRY_START;
+		if (res == -ECANCELED && !(o->flags & TL_OPF_CANCEL)) {
+			/* Tried one poll later, after any answer the host gives
+			 * to the messages it has. */
+			UO(o)->try_lease = 1;
+			list_add(d, o, ST_DEFER);
+			return;
+		}
+	}
 	if (UO(o)->tlease != TL_NO_LEASE) {
 		lease = UO(o)->tlease;
 		UO(o)->tlease = TL_NO_LEASE;
@@ -846,9 +898,8 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			/* Nothing there yet: wait for it the usual way, with a
 			 * buffer chosen by the kernel when data comes. */
 			recycle(d, lease);
-			d->st.read_tries_missed++;
 			UO(o)->try_lease = 0;
-			UO(o)->score = UO(o)->score > TRY_MISS ? UO(o)->score - TRY_MISS : 0;
+			try_failed(d, o);
 			if (o->flags & TL_OPF_CANCEL)
 				op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
 			else
@@ -870,8 +921,17 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			return;
 		}
 		tl__drv_event(d->loop, o, res, 0, lease);
-		if (more)
+		if (more) {
+			/* A slow read's peer answering as fast as a try
+			 * needs (see try_failed)? */
+			if (UO(o)->sr.slow) {
+				if (d->polls - UH(h)->wpoll > 1)
+					UO(o)->sr.fast = 0;
+				else if (++UO(o)->sr.fast >= TL_URING_FAST_RUN)
+					retry_deferred(d, o);
+			}
 			return;
+		}
 		if (UO(o)->oneshot && !(o->flags & TL_OPF_CANCEL)) {
 			int full = (uint32_t)res >= read_cap(d, o);
 			UO(o)->try_lease = (uint8_t)full;
@@ -1112,6 +1172,7 @@ static int ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 		else if (timeout_ns < 0 || (uint64_t)timeout_ns > d->fdwait_at - now)
 			timeout_ns = (int64_t)(d->fdwait_at - now);
 	}
+	d->polls++;
 	int deferred = sort_reads(d);
 	run_starts(d);
 	unsigned submit = flush_sq(r);

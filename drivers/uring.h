@@ -5,6 +5,11 @@
 #include <stdint.h>
 #include "turnloop/loop.h"
 
+/* A stream read turned multishot because its deferred tries kept missing
+ * is deferred again after this many messages in a row that came by the
+ * poll after the one that sent the answer to the message before. */
+#define TL_URING_FAST_RUN 16
+
 /* What one loop's io_uring instance did, for tests and tuning. */
 struct tl_uring_stats {
 	uint32_t sq_entries, cq_entries; /* ring sizes the kernel granted */
@@ -18,8 +23,10 @@ struct tl_uring_stats {
 				    * answered on the same stream (see sort_reads) */
 	uint64_t multishot_reads;  /* stream reads switched to multishot receive */
 	uint64_t read_tries_missed; /* recvs into a lease of ours that found no data */
-	uint64_t reads_untried;    /* deferred reads left to the kernel's buffer selection
-				    * because their tries kept missing (see try_next) */
+	uint64_t slow_reads;       /* stream reads turned multishot because their tries
+				    * kept missing (see try_failed) */
+	uint64_t slow_retries;     /* such multishot reads cancelled by the driver to defer
+				    * them again, their peer fast again (see retry_deferred) */
 	uint64_t enobufs;          /* reads parked because the buffer ring was empty */
 	uint64_t cancels;          /* IORING_OP_ASYNC_CANCEL requests issued */
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */

@@ -895,13 +895,84 @@ static void test_read_modes(void)
 	h_end(l, fds);
 }
 
+/* The host stops a slow read in the turn the driver cancelled its multishot
+ * receive to defer it again, its peer fast again (retry_deferred): the two
+ * cancels are one, and the read ends once, stopped, with every message
+ * before it delivered. */
+static void test_read_retry_stop(void)
+{
+	enum { MSG = 32 };
+	int fds = h_begin();
+	tl_config cfg = uring_cfg();
+	h_ctx c;
+	int cl;
+	tl_op rop;
+	tl_handle conn = reading_conn(&c, &cfg, &cl, &rop);
+	tl_loop *l = c.loop;
+	uint32_t from = c.log.n;
+	uint8_t req[MSG], got[MSG], back[MSG];
+	int bad = 0, r = 0;
+	struct tl_uring_stats st0 = stats(l);
+	/* Slow rounds until the read is multishot. */
+	while (stats(l).slow_reads == st0.slow_reads && r < 16) {
+		for (int k = 0; k < MSG; k++)
+			req[k] = h_pattern((uint64_t)(r + k));
+		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 3);
+		r++;
+	}
+	H_EQ_FATAL(stats(l).slow_reads - st0.slow_reads, 1);
+	/* Fast messages until the one after which the driver cancels. */
+	int stopped_at = -1;
+	for (int i = 0; i < 4 * TL_URING_FAST_RUN && stopped_at < 0; i++, r++) {
+		for (int k = 0; k < MSG; k++)
+			req[k] = h_pattern((uint64_t)(r * 3 + k));
+		raw_write_all(cl, req, MSG);
+		uint32_t n = next_read(&c, rop, &from, got, MSG);
+		H_EQ_FATAL(n, MSG);
+		bad += memcmp(got, req, MSG) != 0;
+		struct tl_uring_stats st = stats(l);
+		if (st.slow_retries != st0.slow_retries) {
+			/* Its ASYNC_CANCEL is prepared, not yet submitted. */
+			uint64_t cancels = st.cancels;
+			H_EQ(tl_stop(l, rop), 0);
+			H_EQ(stats(l).cancels, cancels);
+			stopped_at = i;
+			break;
+		}
+		H_EQ_FATAL(h_write_all(&c, conn, got, MSG), MSG);
+		size_t m = 0;
+		while (m < MSG) {
+			ssize_t k = read(cl, back + m, MSG - m);
+			H_TRUE_FATAL(k > 0, "peer read: %zd", k);
+			m += (size_t)k;
+		}
+		bad += memcmp(back, req, MSG) != 0;
+	}
+	printf("\n  stopped after %d multishot messages\n", stopped_at + 1);
+	/* The first came long after the answer before it (the slow round). */
+	H_TRUE(stopped_at + 1 >= TL_URING_FAST_RUN && stopped_at + 1 <= TL_URING_FAST_RUN + 1,
+	       "cancelled after %d fast messages", stopped_at + 1);
+	int i = h_wait_op(&c, rop);
+	H_TRUE(i >= 0 && (c.log.v[i].flags & TL_F_STOPPED), "the read did not end stopped");
+	for (int t = 0; t < 5; t++)
+		h_turn(&c, 0);
+	H_EQ(h_count_term(&c.log, rop), 1);
+	H_EQ(bad, 0);
+	close(cl);
+	h_close(&c, conn, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* A peer slower than the loop's turns makes deferred tries miss: after a
- * few misses the read stops trying (the kernel picks the buffer when data
- * comes) except for a probe every TRY_PROBE deferred reads; when the peer
- * speeds up, the probes hit and the read tries every time again. */
+ * few misses the read turns multishot and misses no more, however long the
+ * peer stays slow. Once the peer answers within a poll again, for
+ * TL_URING_FAST_RUN messages in a row, the driver cancels that receive and
+ * defers the read again, and the tries hit. No message is lost or reordered
+ * across the switches. */
 static void test_read_slow_peer(void)
 {
-	enum { MSG = 64, SLOW = 48, FAST = 64, TAIL = 16 };
+	enum { MSG = 64, SLOW = 48, SLOWER = 200, TAIL = 16 };
 	int fds = h_begin();
 	tl_config cfg = uring_cfg();
 	h_ctx c;
@@ -912,37 +983,59 @@ static void test_read_slow_peer(void)
 	uint32_t from = c.log.n;
 	uint8_t req[MSG];
 	int bad = 0, r = 0;
+	struct tl_uring_stats st0 = stats(l), st;
+#define ROUND(lag)                                                                         \
+	do {                                                                               \
+		for (int k = 0; k < MSG; k++)                                              \
+			req[k] = h_pattern((uint64_t)(r * 5 + k));                         \
+		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, (lag));             \
+		r++;                                                                       \
+	} while (0)
 
-	struct tl_uring_stats st0 = stats(l);
-	for (; r < SLOW; r++) {
-		for (int k = 0; k < MSG; k++)
-			req[k] = h_pattern((uint64_t)(r + k));
-		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 3);
-	}
-	struct tl_uring_stats st1 = stats(l);
-	uint64_t missed = st1.read_tries_missed - st0.read_tries_missed;
-	uint64_t untried = st1.reads_untried - st0.reads_untried;
-	printf("\n  slow peer: %d rounds, %llu tries missed, %llu reads untried\n", SLOW,
-	       (unsigned long long)missed, (unsigned long long)untried);
-	/* Every try misses; without the score each of SLOW reads would. */
-	H_TRUE(missed <= 3 + SLOW / 8 + 1, "tries kept missing: %llu", (unsigned long long)missed);
-	H_TRUE(untried >= SLOW - missed - 3, "reads kept trying: %llu untried",
-	       (unsigned long long)untried);
+	/* Slow: a few misses, then multishot. */
+	for (int i = 0; i < SLOW; i++)
+		ROUND(3);
+	st = stats(l);
+	uint64_t missed = st.read_tries_missed - st0.read_tries_missed;
+	printf("\n  slow peer: %d rounds, %llu tries missed, %llu reads turned multishot\n", SLOW,
+	       (unsigned long long)missed, (unsigned long long)(st.slow_reads - st0.slow_reads));
+	H_TRUE(missed >= 1 && missed <= 3, "%llu tries missed", (unsigned long long)missed);
+	H_EQ(st.slow_reads - st0.slow_reads, 1);
 
-	struct tl_uring_stats st2 = st1;
-	for (int i = 0; i < FAST; i++, r++) {
-		if (i == FAST - TAIL)
-			st2 = stats(l);
-		for (int k = 0; k < MSG; k++)
-			req[k] = h_pattern((uint64_t)(r * 3 + k));
-		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 0);
+	/* Still slow: it stays multishot. */
+	for (int i = 0; i < SLOWER; i++)
+		ROUND(3);
+	st = stats(l);
+	printf("  %d more slow rounds: %llu retries, %llu more misses\n", SLOWER,
+	       (unsigned long long)(st.slow_retries - st0.slow_retries),
+	       (unsigned long long)(st.read_tries_missed - st0.read_tries_missed - missed));
+	H_EQ(st.slow_retries, st0.slow_retries);
+	H_EQ(st.read_tries_missed - st0.read_tries_missed, missed);
+	H_EQ(st.slow_reads - st0.slow_reads, 1);
+
+	/* Fast again: deferred again after a run of fast messages, and the
+	 * tries hit. */
+	struct tl_uring_stats st1 = st;
+	int fast = 0;
+	while (stats(l).slow_retries == st1.slow_retries && fast < 4 * TL_URING_FAST_RUN) {
+		ROUND(0);
+		fast++;
 	}
+	struct tl_uring_stats st2 = stats(l);
+	for (int i = 0; i < TAIL; i++)
+		ROUND(0);
 	struct tl_uring_stats st3 = stats(l);
-	printf("  fast peer: last %d rounds: %llu untried, %llu missed\n", TAIL,
-	       (unsigned long long)(st3.reads_untried - st2.reads_untried),
+	printf("  fast peer: deferred again after %d rounds; then %d rounds: %llu deferred, "
+	       "%llu missed\n",
+	       fast, TAIL, (unsigned long long)(st3.deferred_reads - st2.deferred_reads),
 	       (unsigned long long)(st3.read_tries_missed - st2.read_tries_missed));
-	H_EQ(st3.reads_untried, st2.reads_untried);
+	H_EQ(st2.slow_retries - st1.slow_retries, 1);
+	H_TRUE(fast <= TL_URING_FAST_RUN + 1, "%d fast rounds before the retry", fast);
+	H_TRUE(st3.deferred_reads - st2.deferred_reads >= TAIL - 1, "the read was not deferred");
 	H_EQ(st3.read_tries_missed, st2.read_tries_missed);
+	H_EQ(st3.slow_reads, st2.slow_reads);
+	H_EQ(st3.slow_retries, st2.slow_retries);
+#undef ROUND
 	H_EQ(h_count_term(&c.log, rop), 0);
 	H_EQ(bad, 0);
 
@@ -1059,6 +1152,7 @@ int main(void)
 	    !CU_add_test(s, "cancel_acknowledged", test_cancel_acknowledged) ||
 	    !CU_add_test(s, "read_modes", test_read_modes) ||
 	    !CU_add_test(s, "read_slow_peer", test_read_slow_peer) ||
+	    !CU_add_test(s, "read_retry_stop", test_read_retry_stop) ||
 	    !CU_add_test(s, "udp_pooled_exhaustion", test_udp_pooled_exhaustion)) {
 		CU_cleanup_registry();
 		return 1;
