@@ -718,14 +718,16 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
  * message, and the kernel completes it in the order messages arrive, which
  * keeps a slow peer's many streams answered first come, first served. So a
  * read's score starts at TRY_START, gains 1 per hit (up to TRY_MAX) and
- * loses TRY_MISS per miss; below TRY_MISS the read turns multishot. The
- * peer may catch up: when TL_URING_FAST_RUN messages in a row come by the
- * poll after the one that sent our answer (when a try would have found
- * them), the driver cancels that multishot receive itself and defers the
- * read again (see retry_deferred). */
-#define TRY_START 8
+ * loses TRY_MISS per miss; below TRY_MISS the read turns multishot. It
+ * takes a run of misses: a fast peer's misses come in short bursts (a
+ * scheduling hiccup), and streams that switched on those switched back and
+ * forth, each switch costing misses of its own. The peer may catch up:
+ * when TL_URING_FAST_RUN messages in a row come within TL_URING_FAST_GAP
+ * polls of the one that sent our answer, the driver cancels that multishot
+ * receive itself and defers the read again (see retry_deferred). */
+#define TRY_START 24
 #define TRY_MISS 4
-#define TRY_MAX 16
+#define TRY_MAX 32
 
 /* A deferred try of o found the socket empty. */
 static void try_failed(struct tl_drv *d, struct tl_opslot *o)
@@ -925,7 +927,7 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			/* A slow read's peer answering as fast as a try
 			 * needs (see try_failed)? */
 			if (UO(o)->sr.slow) {
-				if (d->polls - UH(h)->wpoll > 1)
+				if (d->polls - UH(h)->wpoll > TL_URING_FAST_GAP)
 					UO(o)->sr.fast = 0;
 				else if (++UO(o)->sr.fast >= TL_URING_FAST_RUN)
 					retry_deferred(d, o);

@@ -6,9 +6,11 @@
 #include "turnloop/loop.h"
 
 /* A stream read turned multishot because its deferred tries kept missing
- * is deferred again after this many messages in a row that came by the
- * poll after the one that sent the answer to the message before. */
+ * is deferred again after TL_URING_FAST_RUN messages in a row that came
+ * within TL_URING_FAST_GAP polls of the one that sent the answer to the
+ * message before (a try goes one poll after that one). */
 #define TL_URING_FAST_RUN 16
+#define TL_URING_FAST_GAP 2
 
 /* What one loop's io_uring instance did, for tests and tuning. */
 struct tl_uring_stats {

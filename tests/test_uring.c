@@ -965,10 +965,10 @@ static void test_read_retry_stop(void)
 }
 
 /* A peer slower than the loop's turns makes deferred tries miss: after a
- * few misses the read turns multishot and misses no more, however long the
- * peer stays slow. Once the peer answers within a poll again, for
- * TL_URING_FAST_RUN messages in a row, the driver cancels that receive and
- * defers the read again, and the tries hit. No message is lost or reordered
+ * run of misses the read turns multishot and misses no more, however long
+ * the peer stays slow. Once the peer answers within TL_URING_FAST_GAP polls
+ * again, for TL_URING_FAST_RUN messages in a row, the driver cancels that
+ * receive and defers the read again, and the tries hit. No message is lost or reordered
  * across the switches. */
 static void test_read_slow_peer(void)
 {
@@ -999,7 +999,8 @@ static void test_read_slow_peer(void)
 	uint64_t missed = st.read_tries_missed - st0.read_tries_missed;
 	printf("\n  slow peer: %d rounds, %llu tries missed, %llu reads turned multishot\n", SLOW,
 	       (unsigned long long)missed, (unsigned long long)(st.slow_reads - st0.slow_reads));
-	H_TRUE(missed >= 1 && missed <= 3, "%llu tries missed", (unsigned long long)missed);
+	/* A run of misses, not one: the score starts at 28 and loses 4 a miss. */
+	H_TRUE(missed >= 1 && missed <= 7, "%llu tries missed", (unsigned long long)missed);
 	H_EQ(st.slow_reads - st0.slow_reads, 1);
 
 	/* Still slow: it stays multishot. */
