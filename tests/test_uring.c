@@ -779,6 +779,17 @@ static int echo_round(h_ctx *c, tl_handle conn, tl_op rop, uint32_t *from, int c
 	return memcmp(back, req, n) == 0;
 }
 
+/* echo_round with an n-byte message of h_pattern bytes from seed. */
+static int pattern_round(h_ctx *c, tl_handle conn, tl_op rop, uint32_t *from, int cl,
+			 uint32_t n, uint64_t seed, int lag)
+{
+	uint8_t req[256];
+	H_TRUE_FATAL(n <= sizeof req, "message of %u bytes", n);
+	for (uint32_t k = 0; k < n; k++)
+		req[k] = h_pattern(seed + k);
+	return echo_round(c, conn, rop, from, cl, req, n, lag);
+}
+
 /* A stream whose every message the host answers on the same stream (an
  * echo): its read is re-issued one poll after the answer, into a lease the
  * driver picks, and finds the next message already there; nothing is ever
@@ -915,9 +926,7 @@ static void test_read_retry_stop(void)
 	struct tl_uring_stats st0 = stats(l);
 	/* Slow rounds until the read is multishot. */
 	while (stats(l).slow_reads == st0.slow_reads && r < 16) {
-		for (int k = 0; k < MSG; k++)
-			req[k] = h_pattern((uint64_t)(r + k));
-		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, 3);
+		bad += !pattern_round(&c, conn, rop, &from, cl, MSG, (uint64_t)r, 3);
 		r++;
 	}
 	H_EQ_FATAL(stats(l).slow_reads - st0.slow_reads, 1);
@@ -968,8 +977,8 @@ static void test_read_retry_stop(void)
  * run of misses the read turns multishot and misses no more, however long
  * the peer stays slow. Once the peer answers within TL_URING_FAST_GAP polls
  * again, for TL_URING_FAST_RUN messages in a row, the driver cancels that
- * receive and defers the read again, and the tries hit. No message is lost or reordered
- * across the switches. */
+ * receive and defers the read again, and the tries hit. No message is lost
+ * or reordered across the switches. */
 static void test_read_slow_peer(void)
 {
 	enum { MSG = 64, SLOW = 48, SLOWER = 200, TAIL = 16 };
@@ -981,16 +990,10 @@ static void test_read_slow_peer(void)
 	tl_handle conn = reading_conn(&c, &cfg, &cl, &rop);
 	tl_loop *l = c.loop;
 	uint32_t from = c.log.n;
-	uint8_t req[MSG];
 	int bad = 0, r = 0;
 	struct tl_uring_stats st0 = stats(l), st;
-#define ROUND(lag)                                                                         \
-	do {                                                                               \
-		for (int k = 0; k < MSG; k++)                                              \
-			req[k] = h_pattern((uint64_t)(r * 5 + k));                         \
-		bad += !echo_round(&c, conn, rop, &from, cl, req, MSG, (lag));             \
-		r++;                                                                       \
-	} while (0)
+#define ROUND(lag) \
+	(bad += !pattern_round(&c, conn, rop, &from, cl, MSG, (uint64_t)r * 5, (lag)), r++)
 
 	/* Slow: a few misses, then multishot. */
 	for (int i = 0; i < SLOW; i++)
