@@ -1,0 +1,29 @@
+/* lib/core.h: what the files of the loop core (loop.c, turn.c, stream.c) share; never seen by drivers. */
+#ifndef TL_CORE_H
+#define TL_CORE_H
+
+#include "internal.h"
+
+/* Tables (loop.c). A handle lookup by id: NULL when stale, foreign or free. */
+struct tl_hslot *tl__handle_get(tl_loop *loop, tl_handle id);
+/* Take a free handle slot of type (referenced, no OS object yet); NULL when
+ * the table is full. */
+struct tl_hslot *tl__handle_new(tl_loop *loop, uint8_t type);
+/* Give a handle slot back (its OS object already released). */
+void tl__handle_free(tl_loop *loop, struct tl_hslot *h);
+
+/* Queue one event of op with the cancellation rules applied (loop.c); NULL
+ * when the event was dropped. Terminal events retire the op. */
+tl_completion *tl__op_event(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t flags,
+			    uint32_t lease);
+
+/* Ask again for the cancellations a closing handle could not get (loop.c). */
+void tl__retry_closes(tl_loop *loop);
+
+/* Hand out up to cap queued completions, releasing what delivered terminals
+ * and Closed records hold (loop.c). */
+uint32_t tl__drain(tl_loop *loop, tl_completion *out, uint32_t cap);
+/* Finish room waits whose target signalled (turn.c). */
+void tl__run_room(tl_loop *loop);
+
+#endif

@@ -1,0 +1,330 @@
+/* lib/stream.c: streams and datagrams: listen, accept, connect, read, write, shutdown, UDP. */
+#include <errno.h>
+#include <string.h>
+#include <sys/un.h>
+#include "core.h"
+
+/* ---- sockets ---- */
+
+static struct tl_hslot *stream_get(tl_loop *l, tl_handle id, int type, int *err)
+{
+	struct tl_hslot *h = tl__handle_get(l, id);
+	if (!h) {
+		*err = -ENOENT;
+		return NULL;
+	}
+	if (h->type != type || (h->flags & TL_HF_CLOSING)) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	return h;
+}
+
+/* Hand a prepared op to the driver; undo it if refused. */
+static int submit(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_op *oid)
+{
+	o->flags |= TL_OPF_NATIVE;
+	l->native_pending++;
+	tl_op id = tl__op_id(l, o);
+	int r = l->dv->submit(l->d, h, o);
+	if (r < 0) {
+		tl__op_refuse(l, o);
+		return r;
+	}
+	/* The driver may already have completed it; the id stays valid for
+	 * the caller (stale once the terminal is delivered). */
+	*oid = id;
+	return 0;
+}
+
+static int open_handle(tl_loop *l, uint8_t type, const struct tl_open_spec *spec,
+		       struct tl_hslot **out)
+{
+	struct tl_hslot *h = tl__handle_new(l, type);
+	if (!h)
+		return -ENOBUFS;
+	int r = l->dv->open(l->d, h, spec);
+	if (r < 0) {
+		tl__handle_free(l, h);
+		return r;
+	}
+	*out = h;
+	return 0;
+}
+
+static int valid_addr(const tl_addr *a)
+{
+	return a && (a->sa.sa_family == AF_INET || a->sa.sa_family == AF_INET6);
+}
+
+/* Open a handle that needs no operation to exist (listener, UDP socket):
+ * its family flag set, its id returned. */
+static int open_bound(tl_loop *l, uint8_t type, const struct tl_open_spec *s, tl_handle *out)
+{
+	struct tl_hslot *h;
+	int r = open_handle(l, type, s, &h);
+	if (r < 0)
+		return r;
+	if (s->path)
+		h->flags |= TL_HF_UNIX;
+	else if (s->addr->sa.sa_family == AF_INET6)
+		h->flags |= TL_HF_V6;
+	*out = tl__h_id(l, h);
+	return 0;
+}
+
+int tl_tcp_listen(tl_loop *l, const tl_addr *addr, const tl_listen_opts *opts, tl_handle *out)
+{
+	tl_listen_opts def = {0};
+	if (!valid_addr(addr) || !out)
+		return -EINVAL;
+	struct tl_open_spec s = {TL_OPEN_TCP_LISTEN, addr, NULL, opts ? opts : &def};
+	return open_bound(l, TL_H_LISTEN, &s, out);
+}
+
+static int valid_path(const char *path)
+{
+	return path && *path && strlen(path) < sizeof(((struct sockaddr_un *)0)->sun_path);
+}
+
+int tl_unix_listen(tl_loop *l, const char *path, const tl_listen_opts *opts, tl_handle *out)
+{
+	tl_listen_opts def = {0};
+	if (!valid_path(path) || !out)
+		return -EINVAL;
+	struct tl_open_spec s = {TL_OPEN_UNIX_LISTEN, NULL, path, opts ? opts : &def};
+	return open_bound(l, TL_H_LISTEN, &s, out);
+}
+
+int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
+{
+	struct tl_hslot *h = tl__handle_get(l, id);
+	if (!h)
+		return -ENOENT;
+	if (!out || h->type == TL_H_TIMER || (h->flags & TL_HF_UNIX))
+		return -EINVAL;
+	return l->dv->local_addr(l->d, h, out);
+}
+
+static int accept_common(tl_loop *l, tl_handle lid, uint64_t token, tl_op *oid, int multi)
+{
+	int err;
+	if (!oid)
+		return -EINVAL;
+	struct tl_hslot *h = stream_get(l, lid, TL_H_LISTEN, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_ACCEPT, TL_K_ACCEPT, token, &o);
+	if (r < 0)
+		return r;
+	if (multi)
+		o->flags |= TL_OPF_MULTI;
+	return submit(l, h, o, oid);
+}
+
+int tl_accept(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
+{
+	return accept_common(l, h, token, op, 0);
+}
+
+int tl_accept_start(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
+{
+	return accept_common(l, h, token, op, 1);
+}
+
+static int connect_common(tl_loop *l, const struct tl_open_spec *s, uint64_t deadline,
+			  uint64_t token, tl_handle *hid, tl_op *oid)
+{
+	struct tl_hslot *h;
+	if (!hid || !oid)
+		return -EINVAL;
+	if (l->outstanding == l->cfg.max_ops)
+		return -ENOBUFS;
+	int r = open_handle(l, TL_H_STREAM, s, &h);
+	if (r < 0)
+		return r;
+	if (s->kind == TL_OPEN_UNIX_STREAM)
+		h->flags |= TL_HF_UNIX;
+	else if (s->addr->sa.sa_family == AF_INET6)
+		h->flags |= TL_HF_V6;
+	struct tl_opslot *o;
+	r = tl__op_new(l, h, TL_OP_CONNECT, TL_K_CONNECT, token, &o);
+	if (r < 0)
+		goto undo;
+	if (s->addr)
+		o->u.conn.addr = *s->addr;
+	else
+		memset(&o->u.conn.addr, 0, sizeof o->u.conn.addr);
+	o->u.conn.deadline = deadline;
+	o->u.conn.path = s->path; /* valid during submit() only */
+	tl_handle id = tl__h_id(l, h);
+	r = submit(l, h, o, oid);
+	if (r < 0)
+		goto undo;
+	if (deadline && (o->flags & TL_OPF_LIVE) && o->gen == tl__id_gen(oid->v)) {
+		o->flags |= TL_OPF_DEADLINE;
+		tl__heap_push(&l->deadlines, o->idx, deadline, 0);
+	}
+	*hid = id;
+	return 0;
+undo:
+	l->dv->release(l->d, h);
+	tl__handle_free(l, h);
+	return r;
+}
+
+int tl_tcp_connect(tl_loop *l, const tl_addr *addr, uint64_t deadline, uint64_t token,
+		   tl_handle *h, tl_op *op)
+{
+	tl_listen_opts def = {0};
+	if (!valid_addr(addr))
+		return -EINVAL;
+	struct tl_open_spec s = {TL_OPEN_TCP_STREAM, addr, NULL, &def};
+	return connect_common(l, &s, deadline, token, h, op);
+}
+
+int tl_unix_connect(tl_loop *l, const char *path, uint64_t deadline, uint64_t token,
+		    tl_handle *h, tl_op *op)
+{
+	tl_listen_opts def = {0};
+	if (!valid_path(path))
+		return -EINVAL;
+	struct tl_open_spec s = {TL_OPEN_UNIX_STREAM, NULL, path, &def};
+	return connect_common(l, &s, deadline, token, h, op);
+}
+
+static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint16_t flags,
+		       uint64_t token, tl_op *oid)
+{
+	int err;
+	if (!oid)
+		return -EINVAL;
+	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_READ, TL_K_READ, token, &o);
+	if (r < 0)
+		return r;
+	o->flags |= flags;
+	o->u.rw.buf = buf;
+	o->u.rw.len = len;
+	return submit(l, h, o, oid);
+}
+
+int tl_read(tl_loop *l, tl_handle h, void *buf, uint32_t len, uint64_t token, tl_op *op)
+{
+	if (!buf || !len)
+		return -EINVAL;
+	return read_common(l, h, buf, len, 0, token, op);
+}
+
+int tl_read_pooled(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
+{
+	return read_common(l, h, NULL, 0, TL_OPF_POOLED, token, op);
+}
+
+int tl_read_start(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
+{
+	return read_common(l, h, NULL, 0, TL_OPF_POOLED | TL_OPF_MULTI, token, op);
+}
+
+int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_t token,
+	      tl_op *oid)
+{
+	int err;
+	if (!iov || n < 1 || n > TL_IOV_MAX || !oid)
+		return -EINVAL;
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len && !iov[i].iov_base)
+			return -EINVAL;
+		total += iov[i].iov_len;
+	}
+	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_WRITE, TL_K_WRITE, token, &o);
+	if (r < 0)
+		return r;
+	memcpy(o->u.wv.iov, iov, (size_t)n * sizeof *iov);
+	o->u.wv.n = (uint32_t)n;
+	o->u.wv.cur = 0;
+	o->u.wv.off = 0;
+	o->u.wv.total = total;
+	return submit(l, h, o, oid);
+}
+
+int tl_write(tl_loop *l, tl_handle h, const void *buf, uint32_t len, uint64_t token, tl_op *op)
+{
+	if (!buf && len)
+		return -EINVAL;
+	struct iovec v = {(void *)(uintptr_t)buf, len};
+	return tl_writev(l, h, &v, 1, token, op);
+}
+
+int tl_shutdown(tl_loop *l, tl_handle hid, uint64_t token, tl_op *oid)
+{
+	int err;
+	if (!oid)
+		return -EINVAL;
+	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_SHUTDOWN, TL_K_SHUTDOWN, token, &o);
+	if (r < 0)
+		return r;
+	return submit(l, h, o, oid);
+}
+
+int tl_udp_bind(tl_loop *l, const tl_addr *addr, tl_handle *out)
+{
+	tl_listen_opts def = {0};
+	if (!valid_addr(addr) || !out)
+		return -EINVAL;
+	struct tl_open_spec s = {TL_OPEN_UDP, addr, NULL, &def};
+	return open_bound(l, TL_H_UDP, &s, out);
+}
+
+int tl_udp_send(tl_loop *l, tl_handle hid, const void *buf, uint32_t len, const tl_addr *to,
+		uint64_t token, tl_op *oid)
+{
+	int err;
+	if ((!buf && len) || !valid_addr(to) || !oid)
+		return -EINVAL;
+	struct tl_hslot *h = stream_get(l, hid, TL_H_UDP, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_SEND, TL_K_SEND, token, &o);
+	if (r < 0)
+		return r;
+	o->u.dg.buf = (uint8_t *)(uintptr_t)buf;
+	o->u.dg.len = len;
+	o->u.dg.addr = *to;
+	return submit(l, h, o, oid);
+}
+
+int tl_udp_recv(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint64_t token, tl_op *oid)
+{
+	int err;
+	if ((buf && !len) || !oid)
+		return -EINVAL;
+	struct tl_hslot *h = stream_get(l, hid, TL_H_UDP, &err);
+	if (!h)
+		return err;
+	struct tl_opslot *o;
+	int r = tl__op_new(l, h, TL_OP_RECV, TL_K_RECV, token, &o);
+	if (r < 0)
+		return r;
+	if (!buf)
+		o->flags |= TL_OPF_POOLED;
+	o->u.dg.buf = buf;
+	o->u.dg.len = len;
+	memset(&o->u.dg.addr, 0, sizeof o->u.dg.addr);
+	return submit(l, h, o, oid);
+}
+
