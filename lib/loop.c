@@ -511,16 +511,19 @@ uint32_t tl__drv_lease_take(tl_loop *l)
 		return TL_NO_LEASE;
 	uint32_t id = l->lease_free[--l->lease_nfree];
 	l->lease_out[id] = 1;
+	l->lease_nout++;
 	return id;
 }
 
 void tl__drv_lease_mark(tl_loop *l, uint32_t id)
 {
+	l->lease_nout += !l->lease_out[id];
 	l->lease_out[id] = 1;
 }
 
 static void lease_back(tl_loop *l, uint32_t id)
 {
+	l->lease_nout -= l->lease_out[id];
 	l->lease_out[id] = 0;
 	if (!(l->dv->caps & TL_CAP_KBUF))
 		l->lease_free[l->lease_nfree++] = id;
@@ -704,10 +707,7 @@ void tl_loop_stats_get(const tl_loop *l, tl_loop_stats *out)
 	out->ops = l->nops;
 	out->queued = l->qlen;
 	out->timers = l->timers.n;
-	uint32_t outn = 0;
-	for (uint32_t i = 0; i < l->lease_count; i++)
-		outn += l->lease_out[i];
-	out->leases_out = outn;
+	out->leases_out = l->lease_nout;
 }
 
 void tl_loop_destroy(tl_loop *l)
