@@ -6,7 +6,7 @@
 #include "turnloop/loop.h"
 
 /*
- * The simulation driver (drivers/sim.c) runs loops in virtual time over an
+ * The simulation driver (drivers/sim/) runs loops in virtual time over an
  * in-memory network shared by every sim loop of the process. Every random
  * choice it makes (delivery latency, partial reads and writes, which
  * SO_REUSEPORT listener gets a connection, whether a write completes inside

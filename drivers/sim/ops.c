@@ -1,0 +1,444 @@
+/* drivers/sim/ops.c: running operations on simulated sockets, in submission order per direction. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include "sim_int.h"
+
+/* ---- op queues ---- */
+
+
+
+void tl__sim_q_push(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	SO(o)->qnext = TL_NIL;
+	if (*tail == TL_NIL)
+		*head = o->idx;
+	else
+		SO(tl__drv_op(l, *tail))->qnext = o->idx;
+	*tail = o->idx;
+}
+
+int tl__sim_q_remove(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	uint32_t prev = TL_NIL;
+	for (uint32_t i = *head; i != TL_NIL; prev = i, i = SO(tl__drv_op(l, i))->qnext) {
+		if (i != o->idx)
+			continue;
+		uint32_t next = SO(o)->qnext;
+		if (prev == TL_NIL)
+			*head = next;
+		else
+			SO(tl__drv_op(l, prev))->qnext = next;
+		if (*tail == i)
+			*tail = prev;
+		return 1;
+	}
+	return 0;
+}
+
+int tl__sim_q_has(tl_loop *l, uint32_t head, const struct tl_opslot *o)
+{
+	for (uint32_t i = head; i != TL_NIL; i = SO(tl__drv_op(l, i))->qnext)
+		if (i == o->idx)
+			return 1;
+	return 0;
+}
+
+/* ---- running operations (1: the op reported its terminal event) ---- */
+
+static void lease_wait(struct tl_drv *d, struct sim_sock *s)
+{
+	if (!s->lease_wait) {
+		s->lease_wait = 1;
+		d->lwait[d->nlwait++] = s->idx;
+	}
+}
+
+/* The buffer of a read: the caller's or a pooled lease (0: none free). */
+static int read_buf(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o, uint8_t *ubuf,
+		    uint32_t ulen, uint8_t **buf, uint32_t *len, uint32_t *lease)
+{
+	*lease = TL_NO_LEASE;
+	if (!(o->flags & TL_OPF_POOLED)) {
+		*buf = ubuf;
+		*len = ulen;
+		return 1;
+	}
+	uint32_t id = tl__drv_lease_take(d->loop), size, count;
+	if (id == TL_NO_LEASE) {
+		/* Never an error: wait until the host gives one back. */
+		lease_wait(d, s);
+		return 0;
+	}
+	*buf = tl__drv_lease_base(d->loop, &size, &count) + (size_t)id * size;
+	*len = size;
+	*lease = id;
+	return 1;
+}
+
+static int run_accept(struct tl_drv *d, struct sim_sock *L, struct tl_opslot *o)
+{
+	int multi = o->flags & TL_OPF_MULTI;
+	for (;;) {
+		if (!L->acc_head)
+			return 0;
+		if (multi && !tl__drv_room(d->loop)) {
+			tl__sim_sched_at(d, L, now_ns());
+			return 0;
+		}
+		int e = tl__sim_draw(d, TL_SIM_ACCEPT_EMFILE)   ? EMFILE
+			: tl__sim_draw(d, TL_SIM_ACCEPT_ENOMEM)  ? ENOMEM
+			: tl__sim_draw(d, TL_SIM_ACCEPT_ENOBUFS) ? ENOBUFS
+							 : 0;
+		if (e) {
+			/* The connection stays queued; a multishot accept tries
+			 * again a little later rather than in a busy loop. */
+			tl__sim_report(d, o, -e, multi ? 0 : TL_F_TERMINAL, TL_NO_LEASE);
+			if (!multi)
+				return 1;
+			tl__sim_sched(d, L);
+			return 0;
+		}
+		struct sim_sock *sv = L->acc_head;
+		tl__sim_list_unlink(&L->acc_head, &L->acc_tail, sv);
+		L->acc_n--;
+		L->d->nqueued--;
+		sv->in_accq = 0;
+		sv->listener = NULL;
+		tl__sim_promote(d, L);
+		tl_addr peer = sv->remote;
+		tl__sim_hash_u64(d, now_ns());
+		tl__sim_hash_u64(d, ((uint64_t)TL_OP_ACCEPT << 48) | ((uint64_t)o->gen << 32) | o->idx);
+		tl__sim_hash_u64(d, ((uint64_t)sv->idx << 16) | tl__sim_port_of(&peer));
+		d->st.events++;
+		if (tl__drv_accept(d->loop, o, (int)sv->idx, &peer, !multi) < 0)
+			tl__sim_close_sock(d, sv); /* no handle: the peer sees EOF */
+		if (!multi || !(o->flags & TL_OPF_LIVE))
+			return 1;
+		if (o->flags & TL_OPF_CANCEL)
+			return 0;
+	}
+}
+
+static int run_read(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	int multi = o->flags & TL_OPF_MULTI;
+	for (;;) {
+		if (!s->len) {
+			if (s->err) {
+				int e = s->err;
+				s->err = 0;
+				tl__sim_report(d, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
+				return 1;
+			}
+			if (s->rd_eof) {
+				tl__sim_report(d, o, 0, TL_F_TERMINAL | TL_F_EOF, TL_NO_LEASE);
+				return 1;
+			}
+			if (s->cs == CS_FAILED || s->cs == CS_NEW) {
+				tl__sim_report(d, o, -ENOTCONN, TL_F_TERMINAL, TL_NO_LEASE);
+				return 1;
+			}
+			return 0;
+		}
+		if (multi && !tl__drv_room(d->loop)) {
+			tl__sim_sched_at(d, s, now_ns());
+			return 0;
+		}
+		uint8_t *buf;
+		uint32_t len, lease;
+		if (!read_buf(d, s, o, o->u.rw.buf, o->u.rw.len, &buf, &len, &lease))
+			return 0;
+		uint32_t n = s->len < len ? s->len : len;
+		if (s->segn > 1 && tl__sim_draw(d, TL_SIM_SHORT_IO)) {
+			uint32_t m = tl__sim_seg_prefix(s, 1 + tl__sim_below(d, s->segn - 1u));
+			if (m < n)
+				n = m;
+		}
+		tl__sim_ring_get(s, buf, n);
+		tl__sim_seg_take(s, n);
+		/* Room freed: a writer on the other side may go on. */
+		if (s->peer && s->peer->whead != TL_NIL)
+			tl__sim_sched(d, s->peer);
+		tl__sim_report(d, o, n, multi ? 0 : TL_F_TERMINAL, lease);
+		if (!multi)
+			return 1;
+	}
+}
+
+static int run_recv(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	if (!s->ndgram)
+		return 0;
+	uint8_t *buf;
+	uint32_t len, lease;
+	if (!read_buf(d, s, o, o->u.dg.buf, o->u.dg.len, &buf, &len, &lease))
+		return 0;
+	struct dg_hdr h;
+	tl__sim_ring_get(s, &h, sizeof h);
+	uint32_t n = h.len < len ? h.len : len; /* the rest is truncated, as with UDP */
+	tl__sim_ring_get(s, buf, n);
+	tl__sim_ring_get(s, NULL, h.len - n);
+	s->ndgram--;
+	o->u.dg.addr = h.from;
+	if (!n && lease != TL_NO_LEASE) {
+		tl__drv_lease_drop(d->loop, lease);
+		lease = TL_NO_LEASE;
+	}
+	tl__sim_report(d, o, n, TL_F_TERMINAL, lease);
+	return 1;
+}
+
+/* Copy n bytes of a write's remaining iovecs into p's ring; the iovecs are
+ * the core's copies, advanced in place. */
+static void gather(struct tl_opslot *o, struct sim_sock *p, uint32_t n)
+{
+	uint32_t done = 0;
+	while (done < n && o->u.wv.cur < o->u.wv.n) {
+		struct iovec *v = &o->u.wv.iov[o->u.wv.cur];
+		uint32_t k = v->iov_len < n - done ? (uint32_t)v->iov_len : n - done;
+		if (k) {
+			tl__sim_ring_put(p, v->iov_base, k);
+			v->iov_base = (uint8_t *)v->iov_base + k;
+			v->iov_len -= k;
+			done += k;
+		}
+		if (!v->iov_len)
+			o->u.wv.cur++;
+	}
+	o->u.wv.off += done;
+}
+
+static int fail_pending(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	int e = s->err;
+	s->err = 0;
+	tl__sim_report(d, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_write(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	if (s->err)
+		return fail_pending(d, s, o);
+	if (s->broken || s->wr_shut) {
+		tl__sim_report(d, o, -EPIPE, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	if (s->cs != CS_CONNECTED) {
+		tl__sim_report(d, o, -ENOTCONN, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	size_t left = o->u.wv.total - o->u.wv.off;
+	struct sim_sock *p = s->peer;
+	if (left && !p && s->is_unix) {
+		tl__sim_report(d, o, -EPIPE, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	if (left && !p) {
+		/* The TCP peer closed: these bytes go out and are answered by a
+		 * reset, which the next operation reports. */
+		o->u.wv.off = o->u.wv.total;
+		tl__sim_report(d, o, (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
+		tl__sim_abort_side(d, s, ECONNRESET);
+		return 1;
+	}
+	if (left) {
+		uint32_t space = p->cap - p->len;
+		if (!space)
+			return 0; /* the peer's reads wake us */
+		uint32_t n = left < space ? (uint32_t)left : space;
+		if (n > SIM_MSS && tl__sim_draw(d, TL_SIM_SHORT_IO))
+			n = SIM_MSS + tl__sim_below(d, n - SIM_MSS);
+		if (tl__sim_draw(d, TL_SIM_RESET)) {
+			tl__sim_reset_conn(d, s);
+			return fail_pending(d, s, o);
+		}
+		gather(o, p, n);
+		tl__sim_seg_add(p, n);
+		tl__sim_sched(d, p);
+		if (o->u.wv.off < o->u.wv.total) {
+			/* A partial write: go on when the next chunk fits. */
+			if (p->len < p->cap)
+				tl__sim_sched(d, s);
+			return 0;
+		}
+	}
+	tl__sim_report(d, o, (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_shutdown(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	if (s->err)
+		return fail_pending(d, s, o);
+	if (s->cs != CS_CONNECTED || s->broken) {
+		tl__sim_report(d, o, -ENOTCONN, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	if (!s->wr_shut) {
+		s->wr_shut = 1;
+		if (s->peer) {
+			s->peer->rd_eof = 1; /* after the bytes already in its ring */
+			tl__sim_sched(d, s->peer);
+		}
+	}
+	tl__sim_report(d, o, 0, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_send(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	const tl_addr *to = &o->u.dg.addr;
+	int64_t res = o->u.dg.len;
+	if (o->u.dg.len > UDP_MAX)
+		res = -EMSGSIZE;
+	else if (to->sa.sa_family == AF_INET6 && s->local.sa.sa_family == AF_INET)
+		res = -EAFNOSUPPORT;
+	else {
+		tl_addr dst = tl__sim_dest_of(to);
+		struct sim_sock *t = tl__sim_find_udp(&dst);
+		struct dg_hdr h = {.len = o->u.dg.len};
+		/* The source: our port, and the address the datagram went to when
+		 * we are bound to a wildcard or send IPv4 from a dual-stack socket
+		 * (every address is this host). */
+		if (tl__sim_ip_any(&s->local) || dst.sa.sa_family != s->local.sa.sa_family)
+			h.from = dst;
+		else
+			h.from = s->local;
+		tl__sim_set_port(&h.from, tl__sim_port_of(&s->local));
+		h.from = tl__sim_as_family(&h.from, t ? t->local.sa.sa_family : AF_INET);
+		/* Datagrams are lost when the receiver's ring is full, as UDP. */
+		if (t && !tl__sim_draw(d, TL_SIM_UDP_DROP) && t->cap - t->len >= sizeof h + o->u.dg.len) {
+			tl__sim_ring_put(t, &h, sizeof h);
+			tl__sim_ring_put(t, o->u.dg.buf, o->u.dg.len);
+			t->ndgram++;
+			tl__sim_sched(d, t);
+		}
+	}
+	tl__sim_report(d, o, res, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_connect(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	if (s->conn_res == CONN_PENDING)
+		return 0;
+	if (s->conn_res < 0)
+		s->cs = CS_FAILED;
+	tl__sim_report(d, o, s->conn_res, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+static int run_op(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	switch (o->code) {
+	case TL_OP_ACCEPT:
+		return run_accept(d, s, o);
+	case TL_OP_READ:
+		return run_read(d, s, o);
+	case TL_OP_RECV:
+		return run_recv(d, s, o);
+	case TL_OP_CONNECT:
+		return run_connect(d, s, o);
+	case TL_OP_WRITE:
+		return run_write(d, s, o);
+	case TL_OP_SHUTDOWN:
+		return run_shutdown(d, s, o);
+	case TL_OP_SEND:
+		return run_send(d, s, o);
+	}
+	return 1;
+}
+
+/* Acknowledge a cancellation: the op leaves its queue (and a connect its
+ * listener's wait list) and reports its terminal event. */
+void tl__sim_ack_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
+{
+	if (is_rside(o))
+		tl__sim_q_remove(d->loop, &s->rhead, &s->rtail, o);
+	else
+		tl__sim_q_remove(d->loop, &s->whead, &s->wtail, o);
+	if (o->code == TL_OP_CONNECT && s->cs != CS_CONNECTED) {
+		if (s->cs == CS_WAITING && s->listener)
+			tl__sim_list_unlink(&s->listener->wait_head, &s->listener->wait_tail, s);
+		s->listener = NULL;
+		s->cs = CS_FAILED;
+	}
+	SO(o)->cancel = CX_NONE;
+	tl__sim_report(d, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+}
+
+static void sweep_cancels(struct tl_drv *d, struct sim_sock *s, uint32_t head)
+{
+	for (uint32_t i = head; i != TL_NIL;) {
+		struct tl_opslot *o = tl__drv_op(d->loop, i);
+		i = SO(o)->qnext;
+		if (SO(o)->cancel == CX_ACK)
+			tl__sim_ack_cancel(d, s, o);
+	}
+}
+
+/* Ops that raced through this run are acknowledged by the next one. */
+static void settle_races(struct tl_drv *d, struct sim_sock *s, uint32_t head)
+{
+	for (uint32_t i = head; i != TL_NIL; i = SO(tl__drv_op(d->loop, i))->qnext) {
+		struct tl_opslot *o = tl__drv_op(d->loop, i);
+		if (SO(o)->cancel == CX_RACE) {
+			SO(o)->cancel = CX_ACK;
+			tl__sim_sched(d, s);
+		}
+	}
+}
+
+void tl__sim_run_queue(struct tl_drv *d, struct sim_sock *s, uint32_t *head, uint32_t *tail)
+{
+	while (*head != TL_NIL) {
+		struct tl_opslot *o = tl__drv_op(d->loop, *head);
+		if (SO(o)->cancel == CX_ACK) {
+			tl__sim_ack_cancel(d, s, o);
+			continue;
+		}
+		uint32_t idx = o->idx;
+		if (!run_op(d, s, o))
+			break;
+		/* The op's slot is retired but its drv words are intact. */
+		if (*head == idx) {
+			*head = SO(o)->qnext;
+			if (*head == TL_NIL)
+				*tail = TL_NIL;
+		}
+	}
+}
+
+static void run_sock(struct tl_drv *d, struct sim_sock *s)
+{
+	if (s->type == SK_FREE || s->hidx == TL_NIL)
+		return;
+	d->st.runs++;
+	sweep_cancels(d, s, s->whead);
+	sweep_cancels(d, s, s->rhead);
+	tl__sim_run_queue(d, s, &s->whead, &s->wtail);
+	tl__sim_run_queue(d, s, &s->rhead, &s->rtail);
+	settle_races(d, s, s->whead);
+	settle_races(d, s, s->rhead);
+}
+
+/* Run the sockets due at `now` that were scheduled before this call: what
+ * they schedule for `now` waits for the next poll, so a ping-pong between two
+ * sockets of one loop cannot spin inside a poll. */
+void tl__sim_run_due(struct tl_drv *d, uint64_t now)
+{
+	uint64_t limit = d->seq;
+	const struct tl_heap_ent *e;
+	while ((e = tl__heap_top(&d->sched)) && e->at <= now && e->seq < limit) {
+		uint32_t idx = e->slot;
+		tl__heap_remove(&d->sched, idx);
+		run_sock(d, &d->socks[idx]);
+	}
+}
