@@ -17,7 +17,10 @@
  * it is known readable/writable; an edge sets the flag, EAGAIN or a short
  * read/write clears it (a short stream read means the socket was drained at
  * that instant, and any later data raises a new edge: this saves the extra
- * read that would only return EAGAIN). Operations queue per direction in
+ * read that would only return EAGAIN). The exception is the peer's end: once
+ * an edge reported EPOLLRDHUP, EPOLLHUP or EPOLLERR, no edge will follow the
+ * data already queued, so a short read no longer means drained and reads go
+ * on until they return EOF or the error (contract 4.7). Operations queue per direction in
  * submission order. Writes are tried at submission when nothing is queued
  * ahead of them; their completion is queued like any other.
  *
@@ -32,6 +35,7 @@ struct ep_h {
 	uint32_t rhead, rtail; /* reads, accepts, receives */
 	uint32_t whead, wtail; /* connect, writes, shutdown, sends */
 	uint8_t readable, writable, registered, queued, lease_wait, connecting, emfile;
+	uint8_t peer_end; /* the peer's FIN or reset arrived: read until EOF/error */
 };
 _Static_assert(sizeof(struct ep_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ep_h fits");
 
@@ -348,7 +352,7 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		}
 		ssize_t n = read(h->fd, buf, len);
 		if (n > 0) {
-			if ((size_t)n < len)
+			if ((size_t)n < len && !EH(h)->peer_end)
 				EH(h)->readable = 0;
 			tl__drv_event(l, o, n, multi ? 0 : TL_F_TERMINAL, lease);
 			if (!multi)
@@ -682,6 +686,8 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 		struct ep_h *e = EH(h);
 		if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			e->readable = 1;
+		if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			e->peer_end = 1;
 		if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
 			e->writable = 1;
 			e->connecting = 0;

@@ -2,7 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "harness.h"
+#include "contract.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -22,59 +22,11 @@
 
 /* ---- Small local helpers ---- */
 
-/* tl_now() + ms. */
-static uint64_t in_ms(tl_loop *l, uint64_t ms)
-{
-	return tl_now(l) + ms * H_MS;
-}
-
 static void timer_ok(h_ctx *c, uint64_t at, uint64_t repeat, uint64_t token, tl_handle *h,
 		     tl_op *op)
 {
 	int rc = tl_timer_start(c->loop, at, repeat, token, h, op);
 	H_EQ_FATAL(rc, 0);
-}
-
-static tl_config cfg_default(void)
-{
-	tl_config c;
-	tl_config_init(&c);
-	return c;
-}
-
-static tl_loop_stats stats(tl_loop *l)
-{
-	tl_loop_stats s;
-	memset(&s, 0, sizeof s);
-	tl_loop_stats_get(l, &s);
-	return s;
-}
-
-/* Fill buf[0..len) with the test pattern from stream offset off. */
-static void fill_pattern(void *buf, size_t len, uint64_t off)
-{
-	uint8_t *b = buf;
-	for (size_t i = 0; i < len; i++)
-		b[i] = h_pattern(off + i);
-}
-
-/* Index of the first mismatch of buf against the pattern at off, or -1. */
-static long check_pattern(const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *b = buf;
-	for (size_t i = 0; i < len; i++)
-		if (b[i] != h_pattern(off + i))
-			return (long)i;
-	return -1;
-}
-
-static int all_bytes(const void *buf, size_t len, uint8_t v)
-{
-	const uint8_t *b = buf;
-	for (size_t i = 0; i < len; i++)
-		if (b[i] != v)
-			return 0;
-	return 1;
 }
 
 static uint16_t addr_port(const tl_addr *a)
@@ -3598,12 +3550,6 @@ out:
  * Registration and main
  * ===================================================================== */
 
-struct test_def {
-	const char *suite, *name;
-	CU_TestFunc fn;
-};
-
-#define T(suite, fn) { suite, #fn, fn }
 static const struct test_def tests[] = {
 	T("1.2 config", test_config_zero_limits),
 	T("1.2 config", test_config_absurd_limits),
@@ -3680,8 +3626,11 @@ static const struct test_def tests[] = {
 	T("8.2 poster", test_post_wait_room_limits),
 	T("8.3 embed", test_embed_needs_config),
 	T("8.3 embed", test_embed_fd),
+	{ NULL, NULL, NULL },
 };
-#undef T
+
+/* Every table of the suite, in the order they run. */
+static const struct test_def *const tables[] = { tests, tl_contract_streams };
 
 /* A test is selected when no filter is given or "suite/name" contains one. */
 static int selected(const struct test_def *t, int argc, char **argv)
@@ -3724,14 +3673,15 @@ int main(int argc, char **argv)
 	CU_pSuite suite = NULL;
 	const char *cur = NULL;
 	int registered = 0;
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-		if (!selected(&tests[i], argc, argv))
+	for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
+	for (const struct test_def *td = tables[k]; td->fn; td++) {
+		if (!selected(td, argc, argv))
 			continue;
-		if (!cur || strcmp(cur, tests[i].suite) != 0) {
-			suite = CU_add_suite(tests[i].suite, NULL, NULL);
-			cur = tests[i].suite;
+		if (!cur || strcmp(cur, td->suite) != 0) {
+			suite = CU_add_suite(td->suite, NULL, NULL);
+			cur = td->suite;
 		}
-		if (!suite || !CU_add_test(suite, tests[i].name, tests[i].fn)) {
+		if (!suite || !CU_add_test(suite, td->name, td->fn)) {
 			fprintf(stderr, "CUnit registration failed\n");
 			CU_cleanup_registry();
 			return 1;
