@@ -26,4 +26,10 @@ uint32_t tl__drain(tl_loop *loop, tl_completion *out, uint32_t cap);
 /* Finish room waits whose target signalled (turn.c). */
 void tl__run_room(tl_loop *loop);
 
+/* Start l's driver (select.c): the one cfg names, else the process's
+ * driver, chosen by the first such loop (contract 10). Sets *dv and *d.
+ * 0, -EINVAL, -ENOTSUP or the driver's error. */
+int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+		     struct tl_drv **d);
+
 #endif

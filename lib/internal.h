@@ -221,14 +221,6 @@ static inline tl_handle tl__h_id(const tl_loop *loop, const struct tl_hslot *h)
 	return (tl_handle){tl__id_make(loop->owner, h->gen, h->idx)};
 }
 
-/* Driver selection (drivers/select.c). *forced: 0 the default choice, 1 set
- * by the config, 2 by TL_DRIVER. */
-int tl__driver_pick(const tl_config *cfg, const struct tl_driver **out, int *forced);
-/* Say (once per process and outcome, on stderr) which driver a loop got and
- * why: dv is the driver tried last, uring_err the error that made the default
- * choice fall back from io_uring (0 if none), r the result of dv's init. */
-void tl__driver_note(const struct tl_driver *dv, int forced, int uring_err, int r);
-
 /* Poster internals (lib/poster.c). */
 int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out);
 void tl__poster_close(struct tl_poster *p);

@@ -128,23 +128,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	r = tl__poster_new(cfg->post_capacity, cfg->room_waiters, &l->poster);
 	if (r < 0)
 		goto fail;
-	int forced = 0, uring_err = 0;
-	r = tl__driver_pick(cfg, &l->dv, &forced);
-	if (r < 0)
-		goto fail_poster;
-	r = l->dv->init(l, cfg, l->poster->efd, &l->d);
-	if (r < 0 && !forced && l->dv == &tl__driver_uring) {
-		/* io_uring refused at setup time (seccomp, sysctl, memlock, an
-		 * old kernel): the default choice falls back to epoll. */
-		uring_err = r;
-		l->dv = &tl__driver_epoll;
-		r = l->dv->init(l, cfg, l->poster->efd, &l->d);
-	}
-	tl__driver_note(l->dv, forced, uring_err, r);
-	/* A forced io_uring that cannot start is "unavailable" to the caller;
-	 * the note above gave the OS's reason. */
-	if (r < 0 && forced && l->dv == &tl__driver_uring)
-		r = -ENOTSUP;
+	r = tl__driver_start(l, cfg, l->poster->efd, &l->dv, &l->d);
 	if (r < 0)
 		goto fail_poster;
 	*out = l;

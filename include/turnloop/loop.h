@@ -51,9 +51,10 @@ int tl_addr_parse(tl_addr *out, const char *ip, uint16_t port);
 /* Length of the sockaddr inside (sizeof sockaddr_in or _in6), 0 if unknown. */
 unsigned tl_addr_len(const tl_addr *a);
 
-/* Driver kinds. TL_DRIVER_DEFAULT picks io_uring and falls back to epoll when
- * io_uring cannot be set up (TL_DRIVER=uring|epoll|sim in the environment
- * forces a choice; see tl_driver_select()). */
+/* Driver kinds. TL_DRIVER_DEFAULT uses the process's driver: the first loop
+ * created with it decides that once for the whole process (TL_DRIVER=uring|
+ * epoll|sim in the environment if set, else io_uring, else epoll when
+ * io_uring cannot be set up); see tl_driver_info_get(). */
 enum tl_driver_kind {
 	TL_DRIVER_DEFAULT = 0,
 	TL_DRIVER_EPOLL = 1,
@@ -82,9 +83,40 @@ typedef struct tl_config {
 /* Fill *cfg with the defaults above. */
 void tl_config_init(tl_config *cfg);
 
+/* How the process's driver was chosen (tl_driver_info.how). */
+enum tl_driver_how {
+	TL_HOW_NONE = 0,  /* no loop has asked for the process's driver yet */
+	TL_HOW_DEFAULT,   /* io_uring, the default */
+	TL_HOW_FALLBACK,  /* epoll, because io_uring could not be set up */
+	TL_HOW_ENV,       /* forced by TL_DRIVER */
+};
+
+/* The process's driver and why (contract 10). The library prints nothing
+ * about it; a program prints this if it wants to. */
+typedef struct tl_driver_info {
+	int kind;             /* enum tl_driver_kind; TL_DRIVER_DEFAULT while how is TL_HOW_NONE */
+	int how;              /* enum tl_driver_how */
+	int uring_error;      /* TL_HOW_FALLBACK: why io_uring could not start (negative errno) */
+	char reason[192];     /* one line: "uring (default)", "epoll (io_uring unavailable:
+			       * Operation not permitted; refused by seccomp or a security policy)" */
+	char last_error[192]; /* why the most recent loop that failed to start its driver failed
+			       * (any loop of the process, named drivers included); "" if none did */
+} tl_driver_info;
+
+/* Copy the process's driver choice into *out (any thread; out NULL: nothing).
+ * The choice is made by the first tl_loop_new() whose config leaves driver
+ * at TL_DRIVER_DEFAULT and held for the life of the process: a later such
+ * loop that cannot start that driver fails with its error instead of
+ * switching. A loop whose config names a driver (tests) neither makes nor
+ * follows the choice. */
+void tl_driver_info_get(tl_driver_info *out);
+
 /* Create a loop owned by the calling thread, with all of its storage
- * allocated now. Returns 0 and sets *out, or -EINVAL (bad config), -ENOMEM,
- * -ENOTSUP (driver forced but unavailable) or the OS error of the driver. */
+ * allocated now. Returns 0 and sets *out, or -EINVAL (bad config, or
+ * TL_DRIVER names no driver), -ENOMEM, -ENOTSUP (io_uring forced by the
+ * config or TL_DRIVER but unavailable, or a driver not built in) or the OS
+ * error of the driver (the process's driver could not start for this loop).
+ * Prints nothing; tl_driver_info_get() says why a driver did not start. */
 int tl_loop_new(tl_loop **out, const tl_config *cfg);
 
 /* Close a loop that has no live handles: -EBUSY (and nothing changes) while

@@ -1,0 +1,200 @@
+/* lib/select.c: the process's driver: chosen once (forced, io_uring, or the epoll fallback), held for every later loop, and why. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+/*
+ * Contract 10: every loop of a process runs on the same driver kind. The
+ * first loop that does not name a driver in its config decides: TL_DRIVER
+ * if set, else io_uring, else (io_uring refused at setup: seccomp, sysctl,
+ * memlock, an old kernel) epoll. Later such loops get that kind or fail with
+ * the driver's error; they never switch, because a process whose shards run
+ * on different drivers behaves differently shard by shard (near the
+ * RLIMIT_MEMLOCK limit, one shard would come up on io_uring and the next on
+ * epoll). A loop that names its driver in cfg.driver (tests) is exempt and
+ * changes nothing here. The library prints nothing: tl_driver_info_get()
+ * tells a program what was chosen and why, for it to print if it wants.
+ */
+
+static struct {
+	pthread_mutex_t mu;
+	const struct tl_driver *dv; /* the process's driver; NULL until decided */
+	tl_driver_info info;
+} proc = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static const struct tl_driver *by_kind(int kind)
+{
+	switch (kind) {
+	case TL_DRIVER_EPOLL:
+		return &tl__driver_epoll;
+	case TL_DRIVER_URING:
+		return &tl__driver_uring;
+	case TL_DRIVER_SIM:
+		return &tl__driver_sim;
+	default:
+		return NULL;
+	}
+}
+
+static int kind_of(const struct tl_driver *dv)
+{
+	return dv == &tl__driver_uring ? TL_DRIVER_URING
+	       : dv == &tl__driver_sim ? TL_DRIVER_SIM
+				       : TL_DRIVER_EPOLL;
+}
+
+/* The kind TL_DRIVER names: TL_DRIVER_DEFAULT when unset or empty, -EINVAL
+ * when it names no driver. */
+static int env_kind(void)
+{
+	const char *env = getenv("TL_DRIVER");
+	if (!env || !*env)
+		return TL_DRIVER_DEFAULT;
+	if (!strcmp(env, "epoll"))
+		return TL_DRIVER_EPOLL;
+	if (!strcmp(env, "uring") || !strcmp(env, "io_uring"))
+		return TL_DRIVER_URING;
+	if (!strcmp(env, "sim"))
+		return TL_DRIVER_SIM;
+	return -EINVAL;
+}
+
+/* A hint on why io_uring setup failed with err, "" when there is none. */
+static void uring_hint(int err, char *buf, size_t len)
+{
+	int disabled = -1;
+	FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "re");
+	if (f) {
+		if (fscanf(f, "%d", &disabled) != 1)
+			disabled = -1;
+		fclose(f);
+	}
+	if (disabled > 0)
+		snprintf(buf, len, "; kernel.io_uring_disabled=%d%s", disabled,
+			 disabled == 1 ? " and not in kernel.io_uring_group" : "");
+	else if (err == -EPERM)
+		snprintf(buf, len, "; refused by seccomp or a security policy");
+	else if (err == -ENOSYS)
+		snprintf(buf, len, "; kernel built without io_uring");
+	else if (err == -ENOMEM)
+		snprintf(buf, len, "; out of memory or RLIMIT_MEMLOCK too low");
+	else if (err == -ENOTSUP)
+		snprintf(buf, len, "; needs Linux 6.0 or later");
+	else
+		buf[0] = 0;
+}
+
+static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, int wake_fd,
+		 struct tl_drv **d)
+{
+	if (!dv->init)
+		return -ENOTSUP;
+	return dv->init(l, cfg, wake_fd, d);
+}
+
+/* Note (under proc.mu) why a loop could not start its driver. */
+static void failed(const char *fmt, const struct tl_driver *dv, const char *by, int r)
+{
+	char hint[96] = "";
+	if (dv == &tl__driver_uring)
+		uring_hint(r, hint, sizeof hint);
+	snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, dv->name, by,
+		 strerror(-r), hint);
+}
+
+/* A loop whose config names its driver: exempt from the process's choice. */
+static int start_named(tl_loop *l, const tl_config *cfg, int wake_fd,
+		       const struct tl_driver **dv, struct tl_drv **d)
+{
+	*dv = by_kind(cfg->driver);
+	int r = start(*dv, l, cfg, wake_fd, d);
+	if (r < 0) {
+		pthread_mutex_lock(&proc.mu);
+		failed("driver %s%s is unavailable: %s%s", *dv, " (named by the loop's config)", r);
+		pthread_mutex_unlock(&proc.mu);
+		/* A named io_uring that cannot start is "unavailable". */
+		if (*dv == &tl__driver_uring)
+			r = -ENOTSUP;
+	}
+	return r;
+}
+
+/* The first default loop: decide the process's driver (under proc.mu). */
+static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+		  struct tl_drv **d)
+{
+	int kind = env_kind();
+	if (kind < 0) {
+		snprintf(proc.info.last_error, sizeof proc.info.last_error,
+			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim)", getenv("TL_DRIVER"));
+		return -EINVAL;
+	}
+	char hint[96] = "";
+	int r;
+	if (kind != TL_DRIVER_DEFAULT) {
+		*dv = by_kind(kind);
+		r = start(*dv, l, cfg, wake_fd, d);
+		if (r < 0) {
+			failed("driver %s%s is unavailable: %s%s", *dv, " (forced by TL_DRIVER)", r);
+			return *dv == &tl__driver_uring ? -ENOTSUP : r;
+		}
+		proc.info.how = TL_HOW_ENV;
+		snprintf(proc.info.reason, sizeof proc.info.reason, "%s (forced by TL_DRIVER)",
+			 (*dv)->name);
+	} else {
+		*dv = &tl__driver_uring;
+		r = start(*dv, l, cfg, wake_fd, d);
+		if (r < 0) {
+			int uerr = r;
+			*dv = &tl__driver_epoll;
+			r = start(*dv, l, cfg, wake_fd, d);
+			if (r < 0) {
+				failed("no driver could start: %s%s %s%s", *dv, "", r);
+				return r;
+			}
+			uring_hint(uerr, hint, sizeof hint);
+			proc.info.how = TL_HOW_FALLBACK;
+			proc.info.uring_error = uerr;
+			snprintf(proc.info.reason, sizeof proc.info.reason,
+				 "epoll (io_uring unavailable: %s%s)", strerror(-uerr), hint);
+		} else {
+			proc.info.how = TL_HOW_DEFAULT;
+			snprintf(proc.info.reason, sizeof proc.info.reason, "uring (default)");
+		}
+	}
+	proc.dv = *dv;
+	proc.info.kind = kind_of(*dv);
+	return 0;
+}
+
+int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+		     struct tl_drv **d)
+{
+	if (cfg->driver != TL_DRIVER_DEFAULT)
+		return start_named(l, cfg, wake_fd, dv, d);
+	pthread_mutex_lock(&proc.mu);
+	int r;
+	if (!proc.dv) {
+		r = decide(l, cfg, wake_fd, dv, d);
+	} else {
+		*dv = proc.dv;
+		r = start(*dv, l, cfg, wake_fd, d);
+		if (r < 0)
+			failed("driver %s%s could not start for a new loop: %s%s", *dv,
+			       " (the process's driver)", r);
+	}
+	pthread_mutex_unlock(&proc.mu);
+	return r;
+}
+
+void tl_driver_info_get(tl_driver_info *out)
+{
+	if (!out)
+		return;
+	pthread_mutex_lock(&proc.mu);
+	*out = proc.info;
+	pthread_mutex_unlock(&proc.mu);
+}
