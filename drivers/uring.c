@@ -1719,7 +1719,7 @@ int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
 
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_KBUF,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_KBUF,
 	.init = ur_init,
 	.destroy = ur_destroy,
 	.now = ur_now,

@@ -1065,9 +1065,18 @@ static int shard_setup(tl_shard *s)
 	}
 	rc = tl_loop_new(&s->loop, &rt->cfg.loop);
 	if (rc < 0) {
-		fail(rt, rc, "shard %u (cpu %d) cannot create its loop: %s", s->id, p->pu_os_index,
-		     tl_strerror(rc));
+		tl_driver_info di;
+		tl_driver_info_get(&di);
+		fail(rt, rc, "shard %u (cpu %d) cannot create its loop: %s%s%s", s->id,
+		     p->pu_os_index, tl_strerror(rc), di.last_error[0] ? ": " : "", di.last_error);
 		return rc;
+	}
+	if (!(tl_loop_caps(s->loop) & TL_CAP_OS)) {
+		/* A server on the simulation driver would listen where nobody
+		 * can reach it. */
+		fail(rt, -ENOTSUP, "shard %u: the %s driver has no operating-system sockets "
+				   "(it runs tests, not servers)", s->id, tl_loop_driver(s->loop));
+		return -ENOTSUP;
 	}
 	s->poster = tl_poster_get(s->loop);
 	if (s->id == 0 && rt->hdr)

@@ -105,6 +105,10 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 			return fail(err, errlen, "missing argument %d", i);
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
 			return 1;
+		if (!strcmp(a, "--reuseport")) {
+			o->reuseport = 1;
+			continue;
+		}
 		if (!v)
 			return fail(err, errlen, "%s needs a value", a);
 		i++;

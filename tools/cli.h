@@ -20,7 +20,7 @@
  */
 
 /* tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N]
- * [--buffer-size BYTES] [--shards N] [--cpus LIST] */
+ * [--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport] */
 struct tlecho_opts {
 	uint32_t port;        /* 1..65535, required */
 	const char *host;     /* default "127.0.0.1" */
@@ -30,6 +30,7 @@ struct tlecho_opts {
 	uint32_t buffer_size; /* bytes per buffer, 64..1048576, default 4096 */
 	uint32_t shards;      /* 1..1024, 0 = not given */
 	const char *cpus;     /* a CPU list below 1024, NULL = not given */
+	int reuseport;        /* --reuseport: share the port with other processes */
 };
 int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t errlen);
 

@@ -7,6 +7,7 @@
 #include "turnloop.h"
 #include "turnloop/shard.h"
 #include "cli.h"
+#include "util.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -19,7 +20,9 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N] "
-		   "[--buffer-size BYTES] [--shards N] [--cpus LIST]\n");
+		   "[--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport]\n"
+		   "  --reuseport  share the port with another process already listening on it\n"
+		   "               (without it, tlecho refuses to start on a port in use)\n");
 }
 
 /* What one completion asks of an echo server; shared by the single loop and
@@ -142,8 +145,10 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		free(e.count);
 		return 1;
 	}
-	fprintf(stderr, "tlecho: listening on %s:%u with %u shards\n", host, port,
-		tl_runtime_shards(rt));
+	tl_driver_info di;
+	tl_driver_info_get(&di);
+	fprintf(stderr, "tlecho: listening on %s:%u with %u shards, driver %s\n", host, port,
+		tl_runtime_shards(rt), di.reason);
 	r = tl_runtime_run(rt);
 	if (r < 0)
 		fprintf(stderr, "tlecho: %s\n", tl_runtime_strerror(rt));
@@ -175,6 +180,18 @@ int main(int argc, char **argv)
 	const char *host = o.host, *cpus = o.cpus;
 	uint32_t port = o.port, shards = o.shards;
 	tl_addr addr = o.addr;
+	if (!o.reuseport) {
+		int taken = tl_tool_port_taken(&addr);
+		if (taken != 0) {
+			if (taken > 0)
+				fprintf(stderr, "tlecho: %s:%u is already in use by another process "
+						"(--reuseport shares it)\n", host, port);
+			else
+				fprintf(stderr, "tlecho: cannot listen on %s:%u: %s\n", host, port,
+					tl_strerror(taken));
+			return 1;
+		}
+	}
 	tl_config_init(&cfg);
 	cfg.driver = o.driver;
 	cfg.pooled_buffers = o.buffers;
@@ -186,12 +203,21 @@ int main(int argc, char **argv)
 	tl_loop *loop;
 	int r = tl_loop_new(&loop, &cfg);
 	if (r < 0) {
-		fprintf(stderr, "tlecho: cannot create the loop: %s\n", tl_strerror(r));
+		tl_driver_info di;
+		tl_driver_info_get(&di);
+		fprintf(stderr, "tlecho: cannot create the loop: %s%s%s\n", tl_strerror(r),
+			di.last_error[0] ? ": " : "", di.last_error);
+		return 1;
+	}
+	if (!(tl_loop_caps(loop) & TL_CAP_OS)) {
+		fprintf(stderr, "tlecho: the %s driver has no operating-system sockets "
+				"(it runs tests, not servers)\n", tl_loop_driver(loop));
+		tl_loop_destroy(loop);
 		return 1;
 	}
 	tl_handle lh;
 	tl_op accept_op;
-	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
+	tl_listen_opts lo = {.backlog = 4096, .reuseport = o.reuseport};
 	if ((r = tl_tcp_listen(loop, &addr, &lo, &lh)) < 0 ||
 	    (r = tl_accept_start(loop, lh, 0, &accept_op)) < 0) {
 		fprintf(stderr, "tlecho: cannot listen on %s:%u: %s\n", host, port, tl_strerror(r));
@@ -201,7 +227,10 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
-	fprintf(stderr, "tlecho: listening on %s:%u (driver %s)\n", host, port, tl_loop_driver(loop));
+	tl_driver_info di;
+	tl_driver_info_get(&di);
+	fprintf(stderr, "tlecho: listening on %s:%u, driver %s\n", host, port,
+		cfg.driver ? tl_loop_driver(loop) : di.reason);
 	static tl_completion out[512];
 	uint64_t conns = 0, bytes = 0;
 	while (!stop_flag) {

@@ -142,6 +142,10 @@ const char *tl_loop_driver(const tl_loop *loop);
 #define TL_CAP_EMBED     (1u << 3) /* tl_loop_fd() */
 #define TL_CAP_DETACH    (1u << 4) /* tl_detach/tl_attach */
 #define TL_CAP_SPLICE    (1u << 5)
+/* Handles are the operating system's sockets, reachable from other processes
+ * (the simulation driver's are not: a server must refuse to run without it;
+ * the sharded runtime does). */
+#define TL_CAP_OS        (1u << 6)
 #define TL_CAP_KBUF      (1u << 16) /* internal: the kernel picks pooled buffers */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
