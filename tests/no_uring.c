@@ -1,0 +1,77 @@
+/* tests/no_uring.c: run a program with io_uring_setup refused (EPERM, as a container's seccomp profile does), and check its exit status. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+/*
+ * Usage: no_uring [--expect STATUS] PROGRAM ARGS...
+ * Without --expect, exits with PROGRAM's status. With it, exits 0 when
+ * PROGRAM exited with STATUS and 1 otherwise: a test that must skip (77)
+ * when io_uring is refused can then be asserted, not merely tolerated.
+ */
+
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#endif
+
+int main(int argc, char **argv)
+{
+	int expect = -1, i = 1;
+	if (argc > 2 && !strcmp(argv[1], "--expect")) {
+		expect = atoi(argv[2]);
+		i = 3;
+	}
+	if (i >= argc) {
+		fprintf(stderr, "usage: no_uring [--expect STATUS] PROGRAM ARGS...\n");
+		return 2;
+	}
+#ifdef ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof f / sizeof f[0]), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
+		perror("no_uring: seccomp");
+		return 2;
+	}
+#else
+	fprintf(stderr, "no_uring: no seccomp architecture constant for this CPU\n");
+	return 2;
+#endif
+	pid_t pid = fork();
+	if (pid < 0)
+		return 2;
+	if (pid == 0) {
+		execv(argv[i], argv + i);
+		perror("no_uring: exec");
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return 2;
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (expect < 0)
+		return code;
+	if (code != expect)
+		fprintf(stderr, "no_uring: %s exited %d, expected %d\n", argv[i], code, expect);
+	return code == expect ? 0 : 1;
+}
