@@ -2,6 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +24,14 @@ static void usage(void)
 		"  -v           print every call and completion\n");
 }
 
+/* A decimal or 0x count: strtoull alone would read "-1" as 2^64-1. */
 static uint64_t num(const char *s)
 {
 	char *end;
+	errno = 0;
 	uint64_t v = strtoull(s, &end, 0);
-	if (!*s || *end) {
-		fprintf(stderr, "model: not a number: %s\n", s);
+	if (*s < '0' || *s > '9' || *end || errno) {
+		fprintf(stderr, "model: not a count: %s (a number 0..2^64-1, no sign)\n", s);
 		exit(2);
 	}
 	return v;
