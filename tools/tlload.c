@@ -84,6 +84,10 @@ int main(int argc, char **argv)
 		}
 	}
 	uint64_t hist[64] = {0}, rts = 0, errors = 0, reconnects = 0;
+	/* Connects that failed, with the first reason: one line at the end,
+	 * not one per connection (a closed port fails all of them). */
+	uint64_t cfail = 0;
+	int cfail_first = 0;
 	uint64_t start = tl_now(loop), end = start + (uint64_t)secs * 1000000000ull;
 	uint32_t up = 0, down = 0;
 	while (tl_now(loop) < end && down < nconn) {
@@ -98,7 +102,8 @@ int main(int argc, char **argv)
 			switch (c->kind) {
 			case TL_K_CONNECT:
 				if (c->result < 0) {
-					fprintf(stderr, "tlload: connect: %s\n", tl_strerror((int)c->result));
+					if (!cfail++)
+						cfail_first = (int)c->result;
 					errors++;
 					down++;
 					break;
@@ -153,7 +158,8 @@ int main(int argc, char **argv)
 				r = tl_tcp_connect(loop, &addr, tl_now(loop) + 2000000000ull, c->token, &x->h,
 						   &op);
 				if (r < 0) {
-					fprintf(stderr, "tlload: reconnect: %s\n", tl_strerror(r));
+					if (!cfail++)
+						cfail_first = r;
 					errors++;
 					down++;
 				}
@@ -164,6 +170,10 @@ int main(int argc, char **argv)
 		}
 	}
 	double el = (double)(tl_now(loop) - start) / 1e9;
+	if (cfail)
+		fprintf(stderr, "tlload: %llu of %llu connects failed, the first with: %s\n",
+			(unsigned long long)cfail, (unsigned long long)(nconn + reconnects),
+			tl_strerror(cfail_first));
 	printf("tlload conns=%u size=%u secs=%.1f rps=%.0f p50_us<=%llu p99_us<=%llu errors=%llu "
 	       "reconnects=%llu driver=%s\n",
 	       nconn, size, el, (double)rts / el, (unsigned long long)pct(hist, rts, 0.5) * 2,

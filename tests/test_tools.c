@@ -1,4 +1,4 @@
-/* tests/test_tlecho.c: tlecho as a user runs it: the port it refuses to share, the simulation driver it refuses, and stream ends it must never lose. */
+/* tests/test_tools.c: tlecho and tlload as a user runs them: the port tlecho refuses to share, the simulation driver it refuses, stream ends it must never lose, tlload's one line for a closed port. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include <CUnit/Basic.h>
 #include "harness.h"
 
-static const char *tlecho_path;
+static const char *tlecho_path, *tlload_path;
 
 /* A tlecho child and the end of a pipe carrying its stderr. */
 struct child {
@@ -23,18 +23,32 @@ struct child {
 	int err; /* read end of its stderr, or -1 */
 };
 
+/* A TCP port that was free a moment ago (bound to port 0 and closed); the
+ * same k gives the same port within a test. */
+static uint16_t ports[8];
 static uint16_t test_port(int k)
 {
-	return (uint16_t)(21000 + (getpid() * 7 + k * 101) % 20000);
+	if (ports[k])
+		return ports[k];
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t al = sizeof a;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &al) == 0)
+		ports[k] = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return ports[k];
 }
 
-/* Start tlecho with args (NULL-terminated, after the program name). */
-static struct child start(const char *const *args, const char *env_driver)
+/* Start prog with args (NULL-terminated, after the program name). */
+static struct child start_prog(const char *prog, const char *const *args, const char *env_driver)
 {
 	struct child c = {.pid = -1, .err = -1};
 	const char *argv[16];
 	int n = 0, p[2];
-	argv[n++] = tlecho_path;
+	argv[n++] = prog;
 	for (; *args && n < 15; args++)
 		argv[n++] = *args;
 	argv[n] = NULL;
@@ -48,12 +62,17 @@ static struct child start(const char *const *args, const char *env_driver)
 			setenv("TL_DRIVER", env_driver, 1);
 		else
 			unsetenv("TL_DRIVER");
-		execv(tlecho_path, (char *const *)argv);
+		execv(prog, (char *const *)argv);
 		_exit(127);
 	}
 	close(p[1]);
 	c.err = p[0];
 	return c;
+}
+
+static struct child start(const char *const *args, const char *env_driver)
+{
+	return start_prog(tlecho_path, args, env_driver);
 }
 
 /* Read what the child wrote on stderr until it closes it or ms pass. */
@@ -269,27 +288,46 @@ static void eof_after_byte(const char *driver)
 	h_end(NULL, fds);
 }
 
+/* tlload against a port nobody listens on: every connect fails, and it says
+ * so in one line (not one per connection) and exits non-zero. */
+static void test_tlload_closed_port(void)
+{
+	int fds = h_begin();
+	char port[16], buf[4096];
+	/* A port just bound and closed again is free, and nobody listens. */
+	snprintf(port, sizeof port, "%u", test_port(5));
+	const char *args[] = {"-p", port, "-c", "50", "-d", "1", NULL};
+	struct child c = start_prog(tlload_path, args, NULL);
+	read_err(&c, buf, sizeof buf, 5000);
+	H_EQ(wait_exit(&c, 5000), 1);
+	H_EQ(lines(buf), 1);
+	H_TRUE(strstr(buf, "50 of 50 connects failed") != NULL, "said: %s", buf);
+	h_end(NULL, fds);
+}
+
 static void test_eof_after_byte_epoll(void) { eof_after_byte("epoll"); }
 static void test_eof_after_byte_uring(void) { eof_after_byte("uring"); }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: test_tlecho PATH-TO-TLECHO\n");
+	if (argc < 3) {
+		fprintf(stderr, "usage: test_tools PATH-TO-TLECHO PATH-TO-TLLOAD\n");
 		return 2;
 	}
 	tlecho_path = argv[1];
+	tlload_path = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	h_init();
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
-	CU_pSuite s = CU_add_suite("tlecho", NULL, NULL);
+	CU_pSuite s = CU_add_suite("tools", NULL, NULL);
 	if (!s || !CU_add_test(s, "port_in_use_refused", test_port_in_use_refused) ||
 	    !CU_add_test(s, "reuseport_shares", test_reuseport_shares) ||
 	    !CU_add_test(s, "sim_driver_refused", test_sim_driver_refused) ||
 	    !CU_add_test(s, "eof_after_byte_epoll", test_eof_after_byte_epoll) ||
-	    !CU_add_test(s, "eof_after_byte_uring", test_eof_after_byte_uring)) {
+	    !CU_add_test(s, "eof_after_byte_uring", test_eof_after_byte_uring) ||
+	    !CU_add_test(s, "tlload_closed_port", test_tlload_closed_port)) {
 		CU_cleanup_registry();
 		return 1;
 	}
