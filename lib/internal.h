@@ -46,6 +46,7 @@ enum tl_htype {
 #define TL_HF_CLOSED_QUEUED 0x04
 #define TL_HF_UNIX 0x08
 #define TL_HF_V6 0x10
+#define TL_HF_CONNECTING 0x20   /* its connect op has not finished yet */
 
 struct tl_hslot {
 	uint16_t gen;

@@ -267,6 +267,8 @@ static void op_retire(tl_loop *l, struct tl_opslot *o)
 			l->refs--;
 		if (h->type == TL_H_TIMER)
 			h->u.t.op = TL_NIL;
+		if (o->code == TL_OP_CONNECT)
+			h->flags &= (uint8_t)~TL_HF_CONNECTING;
 	} else {
 		l->refs--;
 	}

@@ -103,6 +103,10 @@ int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
 		return -ENOENT;
 	if (!out || h->type == TL_H_TIMER || (h->flags & TL_HF_UNIX))
 		return -EINVAL;
+	/* Drivers bind a connecting socket at different moments (epoll at
+	 * submit, io_uring when the SQE runs): say "not yet" on every one. */
+	if (h->flags & TL_HF_CONNECTING)
+		return -EAGAIN;
 	return l->dv->local_addr(l->d, h, out);
 }
 
@@ -159,6 +163,7 @@ static int connect_common(tl_loop *l, const struct tl_open_spec *s, uint64_t dea
 	o->u.conn.deadline = deadline;
 	o->u.conn.path = s->path; /* valid during submit() only */
 	tl_handle id = tl__h_id(l, h);
+	h->flags |= TL_HF_CONNECTING;
 	r = submit(l, h, o, oid);
 	if (r < 0)
 		goto undo;

@@ -145,7 +145,44 @@ static void test_reset_with_data_read(void) { end_together(R_PROVIDED, 1); }
 static void test_reset_with_data_read_pooled(void) { end_together(R_POOLED, 1); }
 static void test_reset_with_data_read_start(void) { end_together(R_START, 1); }
 
+/* Rule 4.2 (a decision where drivers differed): tl_local_addr of a handle
+ * whose connect is pending is -EAGAIN on every driver, and the bound
+ * loopback address with a port once TL_K_CONNECT arrived. */
+static void test_local_addr_while_connecting(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!h_need_cap(l, TL_CAP_TCP))
+		goto out;
+	tl_handle lis, cli;
+	tl_addr la, got;
+	tl_op aop, cop;
+	H_EQ_FATAL(h_listen(&c, AF_INET, NULL, &lis, &la), 0);
+	H_EQ(tl_accept(l, lis, 1, &aop), 0);
+	H_EQ_FATAL(tl_tcp_connect(l, &la, 0, 2, &cli, &cop), 0);
+	H_EQ(tl_local_addr(l, cli, &got), -EAGAIN);
+	int i = h_wait_op(&c, cop);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 0);
+	memset(&got, 0, sizeof got);
+	H_EQ(tl_local_addr(l, cli, &got), 0);
+	H_EQ(got.sa.sa_family, AF_INET);
+	H_TRUE(got.in.sin_port != 0, "no port");
+	H_EQ(got.in.sin_addr.s_addr, la.in.sin_addr.s_addr);
+	i = h_wait_op(&c, aop);
+	if (i >= 0 && c.log.v[i].result == 0)
+		h_close(&c, c.log.v[i].u.accept.conn, 3);
+	h_close(&c, cli, 4);
+	h_close(&c, lis, 5);
+out:
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 const struct test_def tl_contract_streams[] = {
+	T("4.2 connect", test_local_addr_while_connecting),
 	T("4.7 stream end", test_end_with_data_read),
 	T("4.7 stream end", test_end_with_data_read_pooled),
 	T("4.7 stream end", test_end_with_data_read_start),

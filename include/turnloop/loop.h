@@ -279,7 +279,10 @@ int tl_tcp_listen(tl_loop *loop, const tl_addr *addr, const tl_listen_opts *opts
  * stale socket). */
 int tl_unix_listen(tl_loop *loop, const char *path, const tl_listen_opts *opts,
 		   tl_handle *out);
-/* The bound local address of a TCP/UDP handle. */
+/* The bound local address of a TCP/UDP handle: 0, -ENOENT (stale or
+ * foreign), -EINVAL (out NULL, a timer or a Unix-domain handle), -EAGAIN
+ * while the handle's connect has not completed (drivers bind at different
+ * moments; ask again once TL_K_CONNECT arrived), or the OS error. */
 int tl_local_addr(tl_loop *loop, tl_handle h, tl_addr *out);
 
 /* Accept one connection (TL_K_ACCEPT, terminal). */
