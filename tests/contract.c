@@ -2304,6 +2304,7 @@ static void test_tcp_accept_multishot_table_full(void)
 	uint32_t mark = ca.log.n;
 	H_EQ_FATAL(tl_tcp_connect(b, &la, 0, 11, &cli[1], &cop[1]), 0);
 	h_idle(&ca, 100);
+	int refused = 0;
 	for (uint32_t k = mark; k < ca.log.n; k++) {
 		tl_completion *x = &ca.log.v[k];
 		if (x->op.v != aop.v)
@@ -2311,7 +2312,11 @@ static void test_tcp_accept_multishot_table_full(void)
 		H_EQ(x->flags & TL_F_TERMINAL, 0);
 		H_TRUE(x->result == -ENOBUFS, "accept with a full handle table: %lld%s",
 		       (long long)x->result, h_errname(x->result));
+		refused += x->result == -ENOBUFS;
 	}
+	/* The connection that found the table full is reported, not dropped
+	 * in silence. */
+	H_TRUE(refused >= 1, "no -ENOBUFS for the connection that found the table full");
 	H_EQ(h_count_term(&ca.log, aop), 0);
 	h_close(&ca, conn1, 2);
 	mark = ca.log.n;
@@ -2362,10 +2367,32 @@ static void test_tcp_reuseport(void)
 	H_EQ(tl_tcp_listen(b, &aa, &off, &x), -EADDRINUSE);
 	H_EQ(tl_tcp_listen(b, &aa, NULL, &x), -EADDRINUSE);
 	H_EQ(h_fd_count(), fd0);
-	/* Both listeners accept. */
-	tl_op o1, o2;
-	H_EQ(tl_accept(a, la, 1, &o1), 0);
-	H_EQ(tl_accept(b, lb, 2, &o2), 0);
+	/* Both listeners accept: the kernel (or the simulation) spreads
+	 * connections over them; 32 all landing on one listener would take
+	 * odds of 2^-31. */
+	enum { NC = 32 };
+	tl_op o1, o2, cop[NC];
+	tl_handle cli[NC];
+	h_ctx_link(&ca, &cb);
+	H_EQ(tl_accept_start(a, la, 1, &o1), 0);
+	H_EQ(tl_accept_start(b, lb, 2, &o2), 0);
+	for (int k = 0; k < NC; k++)
+		H_EQ_FATAL(tl_tcp_connect(b, &aa, 0, 100 + (uint64_t)k, &cli[k], &cop[k]), 0);
+	uint64_t dl = h_wall_ns() + H_WAIT_MS * H_MS;
+	while (h_count_op(&ca.log, o1, 0) + h_count_op(&cb.log, o2, 0) < NC && h_wall_ns() < dl)
+		h_turn(&ca, (int64_t)H_MS);
+	uint32_t na = h_count_op(&ca.log, o1, 0), nb = h_count_op(&cb.log, o2, 0);
+	H_EQ(na + nb, NC);
+	H_TRUE(na > 0 && nb > 0, "one listener got every connection: %u and %u", na, nb);
+	for (uint32_t i = 0; i < ca.log.n; i++)
+		if (ca.log.v[i].op.v == o1.v && ca.log.v[i].result >= 0)
+			h_close(&ca, ca.log.v[i].u.accept.conn, 6);
+	for (uint32_t i = 0; i < cb.log.n; i++)
+		if (cb.log.v[i].op.v == o2.v && cb.log.v[i].result >= 0 &&
+		    !(cb.log.v[i].flags & TL_F_TERMINAL))
+			h_close(&cb, cb.log.v[i].u.accept.conn, 7);
+	for (int k = 0; k < NC; k++)
+		h_close(&cb, cli[k], 8);
 	h_close(&ca, la, 3);
 	h_close(&cb, lb, 4);
 
@@ -2376,6 +2403,7 @@ static void test_tcp_reuseport(void)
 	H_EQ(h_fd_count(), fd0);
 	h_close(&ca, la, 5);
 out:
+	ca.peer = cb.peer = NULL;
 	h_ctx_fini(&ca);
 	h_ctx_fini(&cb);
 	h_drain_close(b);
