@@ -63,7 +63,9 @@ enum tl_sim_knob {
 	TL_SIM_SYNC_WRITE,
 	/* (scheduling) a cancellation is acknowledged later, from poll(), as
 	 * io_uring does, instead of inside cancel(); half of those race: the op
-	 * runs once more (its events then are the core's to drop) first. */
+	 * runs once more first, as if nothing was asked (the core then drops
+	 * its events, except a read's bytes, which it delivers before the
+	 * terminal: contract 2.5). */
 	TL_SIM_ASYNC_CANCEL,
 	TL_SIM_NKNOBS
 };

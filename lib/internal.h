@@ -194,6 +194,8 @@ struct tl_loop {
 	int (*pool_native_retry)(tl_loop *loop, struct tl_opslot *op, int64_t res);
 	void *pool; /* the pool module's per-loop state */
 
+	uint64_t late_dropped; /* read bytes after a cancel dropped for want of room (see
+				* tl__op_event); 0 unless a driver ignores tl__drv_room() */
 	int in_turn;
 	int close_retry; /* a close could not cancel every op: retry next turn */
 	int destroying;

@@ -343,25 +343,11 @@ static inline void lease_fill(tl_loop *l, tl_lease *ls, uint32_t id)
 /* Queue one event of an op, applying the cancellation rules: after a cancel
  * request, nonterminal events are dropped and the terminal one reports the
  * cancellation instead of what the driver saw. */
-tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
-			       uint32_t lease)
+/* Queue one record of op as given (no cancellation rules). */
+static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
+			     uint32_t lease)
 {
 	int terminal = flags & TL_F_TERMINAL;
-	if (o->flags & TL_OPF_CANCEL) {
-		if (lease != TL_NO_LEASE)
-			tl__drv_lease_drop(l, lease);
-		if (!terminal)
-			return NULL;
-		lease = TL_NO_LEASE;
-		flags = TL_F_TERMINAL;
-		if (o->flags & TL_OPF_TIMEDOUT)
-			res = -ETIMEDOUT;
-		else if (o->flags & TL_OPF_STOP) {
-			res = 0;
-			flags |= TL_F_STOPPED;
-		} else
-			res = -ECANCELED;
-	}
 	struct tl_hslot *h = o->hidx != TL_NIL ? &l->h[o->hidx] : NULL;
 	int referenced = terminal && (!h || (h->flags & TL_HF_REF));
 	int cls = TL_CLS_NONE;
@@ -399,6 +385,54 @@ tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32
 	return c;
 }
 
+/*
+ * The cancellation rule (contract 2.1, 2.5), in one place. After a cancel
+ * or stop was accepted, an op's events are dropped and its terminal reports
+ * the cancellation (-ECANCELED, Stopped, or -ETIMEDOUT for a connect
+ * deadline) instead of what the driver saw; with one exception: bytes a
+ * read (stream or datagram) had already taken off the socket. Dropping them
+ * would lose them for good (a proxy would forward a stream with a hole), so
+ * they reach the host as ordinary nonterminal read completions, in order,
+ * before the terminal, even when the driver reported them with the terminal
+ * itself (a one-shot read that completed as the cancel went in).
+ *
+ * Such a record takes a place of the native class. Drivers count it against
+ * tl__drv_room() like any nonterminal event; should one not, the queue's
+ * spare share (TL_CLS_NONE's budget, which no record uses) still holds up
+ * to events_per_turn more, and beyond that the bytes are dropped and
+ * counted (late_dropped) rather than overflowing the queue.
+ */
+static int carries_data(const struct tl_opslot *o, int64_t res)
+{
+	return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV);
+}
+
+tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
+			    uint32_t lease)
+{
+	int terminal = flags & TL_F_TERMINAL;
+	if (tl_likely(!(o->flags & TL_OPF_CANCEL)))
+		return record(l, o, res, flags, lease);
+	tl_completion *data = NULL;
+	if (carries_data(o, res) && l->buffered[TL_CLS_NATIVE] < 2 * l->cfg.events_per_turn)
+		data = record(l, o, res, flags & ~(uint32_t)TL_F_TERMINAL, lease);
+	else if (carries_data(o, res))
+		l->late_dropped++;
+	if (!data && lease != TL_NO_LEASE)
+		tl__drv_lease_drop(l, lease);
+	if (!terminal)
+		return data;
+	flags = TL_F_TERMINAL;
+	if (o->flags & TL_OPF_TIMEDOUT)
+		res = -ETIMEDOUT;
+	else if (o->flags & TL_OPF_STOP) {
+		res = 0;
+		flags |= TL_F_STOPPED;
+	} else
+		res = -ECANCELED;
+	return record(l, o, res, flags, TL_NO_LEASE);
+}
+
 tl_completion *tl__op_finish(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags)
 {
 	return tl__op_event(l, o, res, flags, TL_NO_LEASE);
@@ -419,7 +453,8 @@ void tl__drv_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
 
 uint32_t tl__drv_room(const tl_loop *l)
 {
-	return l->cfg.events_per_turn - l->buffered[TL_CLS_NATIVE];
+	uint32_t used = l->buffered[TL_CLS_NATIVE];
+	return used < l->cfg.events_per_turn ? l->cfg.events_per_turn - used : 0;
 }
 
 int tl__drv_accept(tl_loop *l, struct tl_opslot *o, int fd, const tl_addr *peer, int terminal)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <CUnit/CUnit.h>
 
 /* The three read forms of contract 4.3. */
 enum rform { R_PROVIDED, R_POOLED, R_START };
@@ -181,7 +182,203 @@ out:
 	h_end(l, fds);
 }
 
+/* Read h (on c) with tl_read_start until want bytes of the pattern from
+ * *off arrived or the stream ended; checks order. Returns the bytes read. */
+static uint64_t drain_rest(h_ctx *c, tl_handle h, uint64_t off, uint64_t want, int *wrong)
+{
+	tl_op op;
+	H_EQ_FATAL(tl_read_start(c->loop, h, 0x4e57, &op), 0);
+	uint32_t from = c->log.n;
+	uint64_t got = 0, dl = h_wall_ns() + H_WAIT_MS * H_MS;
+	while (got < want && h_wall_ns() < dl && h_find_term(&c->log, op) < 0) {
+		h_turn(c, (int64_t)H_MS);
+		for (; from < c->log.n; from++) {
+			tl_completion *x = &c->log.v[from];
+			if (x->op.v != op.v || x->result <= 0 || !(x->flags & TL_F_LEASE))
+				continue;
+			if (check_pattern(x->u.read.lease.data, (size_t)x->result, off + got) >= 0)
+				(*wrong)++;
+			got += (uint64_t)x->result;
+			H_EQ(tl_lease_release(c->loop, x->u.read.lease.id), 0);
+			x->flags &= (uint16_t)~TL_F_LEASE;
+		}
+	}
+	if (h_find_term(&c->log, op) < 0) {
+		H_EQ(tl_stop(c->loop, op), 0);
+		h_wait_op(c, op);
+		h_release_leases(c, from);
+	}
+	return got;
+}
+
+/* Rule 2.5: a read is stopped or cancelled while its data is in flight:
+ * the peer's bytes reached the socket after the read was armed, and (for
+ * read_start) the reader's last turn took only part of what the driver had
+ * for it (two events per turn, 1 KiB leases), so the rest is in the driver
+ * or the kernel (io_uring: CQEs left in the CQ for want of room; the
+ * simulation driver: a run racing the cancel). Whatever the driver had already taken
+ * off the socket arrives, in order, as nonterminal read completions before
+ * the terminal, and nothing after it; a new read then gets the rest: no
+ * byte is lost. Twenty rounds. */
+static void in_flight(enum rform form, int stop)
+{
+	enum { N = 32 * 1024, ROUNDS = 20 };
+	int fds = h_begin();
+	h_ctx ca, cb;
+	tl_config cfg = cfg_default();
+	cfg.events_per_turn = 2;
+	cfg.pooled_buffer_size = 1024;
+	h_ctx_init(&ca, h_loop_cfg(&cfg));
+	h_ctx_init(&cb, h_loop());
+	tl_loop *a = ca.loop, *b = cb.loop;
+	if (!h_need_cap(a, TL_CAP_TCP))
+		goto out;
+	tl_handle srv, cli;
+	h_ctx_link(&ca, &cb);
+	H_EQ_FATAL(h_pair(&ca, &cb, AF_INET, &srv, &cli), 0);
+	ca.peer = cb.peer = NULL; /* from now on each side turns alone */
+	uint8_t *msg = malloc(N), buf[N];
+	CU_ASSERT_PTR_NOT_NULL_FATAL(msg);
+	uint64_t off = 0;
+	int wrong = 0, after = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		tl_op op;
+		int rc = form == R_START    ? tl_read_start(a, srv, 0x1f, &op)
+			 : form == R_POOLED ? tl_read_pooled(a, srv, 0x1f, &op)
+					    : tl_read(a, srv, buf, sizeof buf, 0x1f, &op);
+		H_EQ_FATAL(rc, 0);
+		h_turn(&ca, 0); /* the read is armed in the driver */
+		fill_pattern(msg, N, off);
+		uint32_t mark = ca.log.n;
+		int w0 = 0;
+		if (form == R_START) {
+			/* A first message the host does not answer: the io_uring
+			 * driver's read then stays armed in the kernel (multishot),
+			 * where the rest piles up as CQEs. */
+			H_EQ(h_write_all(&cb, cli, msg, 2048), 2048);
+			for (int w = 0; w < 50 && h_count_op(&ca.log, op, mark) == 0; w++)
+				h_turn(&ca, (int64_t)H_MS);
+			h_turn(&ca, 0);
+			w0 = 1;
+		}
+		for (int w = w0; w < N / 2048; w++)
+			H_EQ(h_write_all(&cb, cli, msg + w * 2048, 2048), 2048);
+		if (form == R_START)
+			h_turn(&ca, 0); /* takes part of it; a one-shot read would end */
+		H_EQ(stop ? tl_stop(a, op) : tl_cancel(a, op), 0);
+		int i = h_wait_op(&ca, op);
+		H_TRUE_FATAL(i >= 0, "no terminal");
+		uint64_t got = 0;
+		for (uint32_t k = mark; k < ca.log.n; k++) {
+			tl_completion *x = &ca.log.v[k];
+			if (x->op.v != op.v)
+				continue;
+			if ((int)k > i) {
+				after++;
+				continue;
+			}
+			if ((int)k == i) {
+				H_EQ(x->result, stop ? 0 : -ECANCELED);
+				break;
+			}
+			H_EQ(x->flags & TL_F_TERMINAL, 0);
+			H_TRUE(x->result > 0, "a nonterminal read without data: %lld", (long long)x->result);
+			if (x->result <= 0)
+				continue;
+			const uint8_t *data = (x->flags & TL_F_LEASE) ? x->u.read.lease.data : buf;
+			if (check_pattern(data, (size_t)x->result, off + got) >= 0)
+				wrong++;
+			got += (uint64_t)x->result;
+			if (x->flags & TL_F_LEASE) {
+				H_EQ(tl_lease_release(a, x->u.read.lease.id), 0);
+				x->flags &= (uint16_t)~TL_F_LEASE;
+			}
+		}
+		/* What the driver had not taken is still in the socket. */
+		if (got < N)
+			got += drain_rest(&ca, srv, off + got, N - got, &wrong);
+		H_EQ(got, N);
+		off += N;
+	}
+	H_EQ(wrong, 0);
+	H_EQ(after, 0);
+	free(msg);
+	h_close(&ca, srv, 1);
+	h_close(&cb, cli, 2);
+out:
+	ca.peer = cb.peer = NULL;
+	h_ctx_fini(&ca);
+	h_ctx_fini(&cb);
+	h_drain_close(b);
+	h_end(a, fds);
+}
+
+static void test_stop_read_start_in_flight(void) { in_flight(R_START, 1); }
+static void test_cancel_read_start_in_flight(void) { in_flight(R_START, 0); }
+static void test_cancel_read_in_flight(void) { in_flight(R_PROVIDED, 0); }
+static void test_cancel_read_pooled_in_flight(void) { in_flight(R_POOLED, 0); }
+
+/* Rule 2.5, the other half: no operation but a read produces a nonterminal
+ * completion after its stop was accepted. Connections the kernel completed
+ * are waiting for a multishot accept, and a repeating timer is due, when
+ * both are stopped without a turn in between: each ends with Stopped and
+ * nothing else. */
+static void test_stop_accept_and_timer_in_flight(void)
+{
+	enum { NC = 8 };
+	int fds = h_begin();
+	h_ctx ca, cb;
+	h_ctx_init(&ca, h_loop());
+	h_ctx_init(&cb, h_loop());
+	tl_loop *a = ca.loop, *b = cb.loop;
+	if (!h_need_cap(a, TL_CAP_TCP))
+		goto out;
+	tl_handle lis, cli[NC], th;
+	tl_addr la;
+	tl_op aop, cop[NC], top;
+	H_EQ_FATAL(h_listen(&ca, AF_INET, NULL, &lis, &la), 0);
+	H_EQ(tl_accept_start(a, lis, 7, &aop), 0);
+	H_EQ_FATAL(tl_timer_start(a, tl_now(a), 1000 * H_MS, 8, &th, &top), 0);
+	h_turn(&ca, 0); /* armed; the timer's first expiry came */
+	for (int k = 0; k < NC; k++)
+		H_EQ_FATAL(tl_tcp_connect(b, &la, 0, 10 + (uint64_t)k, &cli[k], &cop[k]), 0);
+	for (int k = 0; k < NC; k++)
+		h_wait_op(&cb, cop[k]);
+	H_EQ(tl_timer_reset(a, th, tl_now(a)), 0); /* due again */
+	uint32_t mark = ca.log.n;
+	H_EQ(tl_stop(a, aop), 0);
+	H_EQ(tl_stop(a, top), 0);
+	int ia = h_wait_op(&ca, aop), it = h_wait_op(&ca, top);
+	for (uint32_t k = mark; k < ca.log.n; k++) {
+		tl_completion *x = &ca.log.v[k];
+		if (x->op.v != aop.v && x->op.v != top.v)
+			continue;
+		H_TRUE(x->flags & TL_F_TERMINAL, "a nonterminal %s after its stop (result %lld)",
+		       x->op.v == aop.v ? "accept" : "timer", (long long)x->result);
+		H_TRUE(x->flags & TL_F_STOPPED, "terminal not Stopped");
+	}
+	H_TRUE(ia >= 0 && it >= 0, "a terminal is missing");
+	for (uint32_t k = 0; k < ca.log.n; k++)
+		if (ca.log.v[k].op.v == aop.v && ca.log.v[k].result >= 0 &&
+		    !(ca.log.v[k].flags & TL_F_TERMINAL))
+			h_close(&ca, ca.log.v[k].u.accept.conn, 3);
+	h_close(&ca, th, 4);
+	for (int k = 0; k < NC; k++)
+		h_close(&cb, cli[k], 5);
+	h_close(&ca, lis, 6);
+out:
+	h_ctx_fini(&ca);
+	h_ctx_fini(&cb);
+	h_drain_close(b);
+	h_end(a, fds);
+}
+
 const struct test_def tl_contract_streams[] = {
+	T("2.5 cancel in flight", test_stop_read_start_in_flight),
+	T("2.5 cancel in flight", test_cancel_read_start_in_flight),
+	T("2.5 cancel in flight", test_cancel_read_in_flight),
+	T("2.5 cancel in flight", test_cancel_read_pooled_in_flight),
+	T("2.5 cancel in flight", test_stop_accept_and_timer_in_flight),
 	T("4.2 connect", test_local_addr_while_connecting),
 	T("4.7 stream end", test_end_with_data_read),
 	T("4.7 stream end", test_end_with_data_read_pooled),

@@ -1166,6 +1166,25 @@ static void on_completion(struct model *m, int li, const tl_completion *c)
 	      (unsigned long long)o->token);
 	CHECK(c->kind == o->kind, "kind %u, want %u", c->kind, o->kind);
 	int term = c->flags & TL_F_TERMINAL;
+	/* Contract 2.5: a read cancelled, stopped or closed still delivers the
+	 * bytes the kernel had taken off the socket, as nonterminal records
+	 * before its terminal (one-shot reads too); nothing else may. */
+	if (!term && (o->kind == TL_K_READ || o->kind == TL_K_RECV) &&
+	    (o->rq != RQ_NONE || o->closed)) {
+		CHECK(c->result > 0, "a cancelled read's nonterminal without data: %lld%s",
+		      (long long)c->result, ename(c->result));
+		CHECK(!(c->flags & (TL_F_EOF | TL_F_STOPPED)), "late read data flags %#x", c->flags);
+		if (o->pooled) {
+			CHECK(c->flags & TL_F_LEASE, "pooled late read without a lease");
+			hold_lease(m, li, o->kind == TL_K_READ ? &c->u.read.lease : &c->u.recv.lease,
+				   c->result);
+		} else {
+			CHECK(!(c->flags & TL_F_LEASE), "a lease on a buffered late read");
+			CHECK((uint64_t)c->result <= o->len, "late read %lld > %u",
+			      (long long)c->result, o->len);
+		}
+		return;
+	}
 	CHECK(term || o->multi, "nonterminal completion of a one-shot op");
 	if (!term && o->late >= 0)
 		CHECK(o->late-- > 0, "a nonterminal completion generated after its cancel");

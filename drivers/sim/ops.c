@@ -146,7 +146,9 @@ static int run_read(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 			}
 			return 0;
 		}
-		if (multi && !tl__drv_room(d->loop)) {
+		/* A multishot read's data is a nonterminal event, and so is a
+		 * cancelled read's (contract 2.5): both wait for room. */
+		if ((multi || (o->flags & TL_OPF_CANCEL)) && !tl__drv_room(d->loop)) {
 			tl__sim_sched_at(d, s, now_ns());
 			return 0;
 		}
@@ -175,6 +177,10 @@ static int run_recv(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
 	if (!s->ndgram)
 		return 0;
+	if ((o->flags & TL_OPF_CANCEL) && !tl__drv_room(d->loop)) {
+		tl__sim_sched_at(d, s, now_ns());
+		return 0;
+	}
 	uint8_t *buf;
 	uint32_t len, lease;
 	if (!read_buf(d, s, o, o->u.dg.buf, o->u.dg.len, &buf, &len, &lease))
