@@ -31,7 +31,7 @@
 
 #include "turnloop/loop.h"
 #include "turnloop/pool.h"
-#include "pool_int.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
+#include "pool/pool_int.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
 #include "uring.h"    /* tl__uring_debug: keep file requests on the pool */
 
 /*

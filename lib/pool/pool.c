@@ -1,4 +1,4 @@
-/* lib/pool.c: the process-wide blocking pool: per-NUMA-node bounded sets, the long class, per-loop result ports. */
+/* lib/pool/pool.c: the process-wide blocking pool: per-NUMA-node bounded sets, the long class, per-loop result ports. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

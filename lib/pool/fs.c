@@ -1,4 +1,4 @@
-/* lib/fs.c: typed file requests and getaddrinfo lookups, run on the bounded pool. */
+/* lib/pool/fs.c: typed file requests and getaddrinfo lookups, run on the bounded pool. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* lib/pool_int.h: the blocking pool's private structures, shared by pool.c and fs.c (and the pool tests). */
+/* lib/pool/pool_int.h: the blocking pool's private structures, shared by pool.c and fs.c (and the pool tests). */
 #ifndef TL_POOL_INT_H
 #define TL_POOL_INT_H
 
