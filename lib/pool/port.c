@@ -1,13 +1,12 @@
 /* lib/pool/port.c: the loop's side of the pool: job records, the result port, the core's hooks, submission and reservations. */
 #include <errno.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "pool_int.h"
 
-/* ---- the loop's side ---- */
+/* ---- records and the core's hooks ---- */
 
 static void job_free(struct tl_pool_loop *pl, struct tl_job *j)
 {
@@ -15,6 +14,7 @@ static void job_free(struct tl_pool_loop *pl, struct tl_job *j)
 	pl->free[pl->nfree++] = j->idx;
 }
 
+/* The terminal of a job a worker ran. */
 static void deliver(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j)
 {
 	struct tl_opslot *o = &l->o[j->op_idx];
@@ -24,11 +24,11 @@ static void deliver(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j)
 	pl->st.completed++;
 	pl->st.cancelled += (uint64_t)cancelled;
 	tl_completion *c = tl__op_finish(l, o, j->res, TL_F_TERMINAL);
-	c->aux = j->type == TL_JT_FS ? j->fs_code : j->cls;
+	c->aux = j->aux;
 	c->u.pool.value = j->value;
 	c->u.pool.ptr = j->ptr;
-	if (j->type != TL_JT_BLOCKING)
-		tl__fs_deliver(j, c, cancelled);
+	if (j->ops->deliver)
+		j->ops->deliver(j, c, cancelled);
 }
 
 static uint32_t hook_drain(tl_loop *l, uint32_t budget)
@@ -65,16 +65,16 @@ static void hook_cancel(tl_loop *l, struct tl_opslot *o)
 		pl->st.completed++;
 		pl->st.cancelled++;
 		tl_completion *c = tl__op_finish(l, o, -ECANCELED, TL_F_TERMINAL);
-		c->aux = j->type == TL_JT_FS ? j->fs_code : j->cls;
+		c->aux = j->aux;
 		c->u.pool.value = (uint64_t)(int64_t)-ECANCELED;
-		c->u.pool.ptr = j->type == TL_JT_RESOLVE ? (void *)j->u.rs.out : NULL;
+		c->u.pool.ptr = j->ptr;
 		return;
 	}
 	if (st == TL_JOB_NATIVE) {
 		/* In the driver's hands: ask it; the terminal comes from the
-		 * kernel once it lets go of the request's memory. A refusal
-		 * (no SQE) leaves the request running to its own end, and the
-		 * core still reports -ECANCELED for it. */
+		 * driver once it lets go of the record's memory. A refusal
+		 * leaves the job running to its own end, and the core still
+		 * reports -ECANCELED for it. */
 		(void)l->dv->cancel(l->d, NULL, o);
 		return;
 	}
@@ -83,7 +83,9 @@ static void hook_cancel(tl_loop *l, struct tl_opslot *o)
 	atomic_store_explicit(&j->cancel, 1, memory_order_release);
 }
 
-/* The driver reported a native file request's terminal (tl__drv_event): fill
+/* ---- jobs the driver runs (job.h) ---- */
+
+/* The driver reported the terminal of a job it ran (tl__drv_event): fill
  * the completion exactly as deliver() does for a worker's result, and give
  * the record back at once, since no worker or ring ever saw it. */
 static void hook_native(tl_loop *l, struct tl_opslot *o, tl_completion *c, int64_t res)
@@ -95,35 +97,32 @@ static void hook_native(tl_loop *l, struct tl_opslot *o, tl_completion *c, int64
 		tl__pool_unreserve(j->rsv);
 		j->rsv = -1;
 	}
-	tl__fs_native_result(j, res);
+	if (j->ops->native_result) {
+		j->ops->native_result(j, res);
+	} else {
+		j->res = res;
+		j->value = (uint64_t)res;
+	}
 	j->t_end = tl__pool_now();
 	pl->st.completed++;
 	pl->st.cancelled += (uint64_t)cancelled;
-	c->aux = j->fs_code;
+	c->aux = j->aux;
 	c->u.pool.value = j->value;
 	c->u.pool.ptr = j->ptr;
-	tl__fs_deliver(j, c, cancelled);
+	if (j->ops->deliver)
+		j->ops->deliver(j, c, cancelled);
 	job_free(pl, j);
-}
-
-/* A blocking open(2) never fails with ENXIO on a FIFO that has no reader
- * yet (it waits for one), but io_uring's OPENAT tries the open with
- * O_NONBLOCK first and passes that ENXIO on. Such an open goes to the pool
- * through the reservation taken at submission, keeping its op (and id). */
-static int native_open_needs_pool(const struct tl_job *j)
-{
-	return j->fs_code == TL_FS_OPEN && !(j->u.fs.flags & O_NONBLOCK);
 }
 
 static int hook_native_retry(tl_loop *l, struct tl_opslot *o, int64_t res)
 {
-	struct tl_pool_loop *pl = l->pool;
 	struct tl_job *j = o->u.pool.job;
-	if (res != -ENXIO || j->rsv < 0 || (o->flags & TL_OPF_CANCEL))
-		return 0;
-	/* Out of the kernel: no longer native. */
-	o->flags &= (uint16_t)~TL_OPF_NATIVE;
-	l->native_pending--;
+	return j->ops->native_retry && j->ops->native_retry(l, o, j, res);
+}
+
+void tl__pool_requeue(tl_loop *l, struct tl_job *j)
+{
+	struct tl_pool_loop *pl = l->pool;
 	int set = j->rsv;
 	j->rsv = -1;
 	j->t_submit = j->t_start = j->t_end = tl__pool_now();
@@ -131,24 +130,13 @@ static int hook_native_retry(tl_loop *l, struct tl_opslot *o, int64_t res)
 	atomic_fetch_add_explicit(&l->poster->refs, 1, memory_order_relaxed);
 	/* Cannot fail: the reservation holds the queue slot. */
 	(void)tl__pool_bounded_submit(pl->pool, pl->set, j, set);
-	return 1;
 }
 
-int tl__pool_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
-			   const struct tl_fs_native_req *req, uint64_t token, tl_op *op)
+int tl__pool_native_begin(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j, uint8_t kind,
+			  uint64_t token, struct tl_opslot **out)
 {
-	if (!l->dv->fs_submit)
-		return -ENOTSUP;
-	j->rsv = -1;
-	if (native_open_needs_pool(j)) {
-		/* No room for the fallback: the pool path now (and its refusal). */
-		int set = tl__pool_reserve(l);
-		if (set < 0)
-			return -ENOTSUP;
-		j->rsv = set;
-	}
 	struct tl_opslot *o;
-	int r = tl__op_new(l, NULL, TL_OP_POOL, TL_K_FS, token, &o);
+	int r = tl__op_new(l, NULL, TL_OP_POOL, kind, token, &o);
 	if (r < 0) {
 		if (j->rsv >= 0)
 			tl__pool_unreserve(j->rsv);
@@ -162,33 +150,33 @@ int tl__pool_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j
 	j->t_submit = j->t_start = j->t_end = tl__pool_now();
 	o->u.pool.job = j;
 	atomic_store_explicit(&j->state, TL_JOB_NATIVE, memory_order_relaxed);
-	/* Counted as native while in the kernel: turns poll for it and
-	 * tl_loop_destroy waits for it (op_retire gives the count back). */
-	o->flags |= TL_OPF_NATIVE;
-	l->native_pending++;
-	tl_op id = tl__op_id(l, o);
-	r = l->dv->fs_submit(l->d, o, req);
-	if (r < 0) {
-		tl__op_refuse(l, o);
-		if (j->rsv >= 0)
-			tl__pool_unreserve(j->rsv);
-		j->rsv = -1;
-		if (r == -ENOTSUP) {
-			/* Still the caller's, for the pool path. */
-			atomic_store_explicit(&j->state, TL_JOB_FREE, memory_order_relaxed);
-			return r;
-		}
-		job_free(pl, j);
-		pl->st.refused += (uint64_t)(r == -ENOBUFS);
-		return r;
-	}
-	pl->st.submitted++;
-	*op = id;
+	*out = o;
 	return 0;
 }
 
-/* Pop one undelivered result and drop it (an open's descriptor is closed):
- * its job index, or UINT32_MAX when the ring is empty. */
+int tl__pool_native_end(struct tl_pool_loop *pl, struct tl_job *j, int r)
+{
+	if (r == 0) {
+		pl->st.submitted++;
+		return 0;
+	}
+	if (j->rsv >= 0)
+		tl__pool_unreserve(j->rsv);
+	j->rsv = -1;
+	if (r == -ENOTSUP) {
+		/* Still the caller's, for the pool path. */
+		atomic_store_explicit(&j->state, TL_JOB_FREE, memory_order_relaxed);
+		return r;
+	}
+	job_free(pl, j);
+	pl->st.refused += (uint64_t)(r == -ENOBUFS);
+	return r;
+}
+
+/* ---- the port's end ---- */
+
+/* Pop one undelivered result and drop it (tl_job_ops.discard): its job
+ * index, or UINT32_MAX when the ring is empty. */
 static uint32_t port_discard_one(struct tl_port *pt)
 {
 	uint32_t idx;
@@ -196,8 +184,8 @@ static uint32_t port_discard_one(struct tl_port *pt)
 		return UINT32_MAX;
 	struct tl_job *j = &pt->jobs[idx];
 	if (atomic_load_explicit(&j->state, memory_order_relaxed) == TL_JOB_DONE &&
-	    j->type != TL_JT_BLOCKING)
-		tl__fs_discard(j);
+	    j->ops->discard)
+		j->ops->discard(j);
 	return idx;
 }
 
@@ -208,7 +196,7 @@ static void hook_detach(tl_loop *l)
 	/* tl_loop_destroy has cancelled every op (so nothing is QUEUED any
 	 * more) and closed the poster, which running jobs see through
 	 * tl_pool_cancelled. Results of finished jobs still in the ring are
-	 * dropped now, so an undelivered open's descriptor closes at once. */
+	 * dropped now, so that what they made (a descriptor) goes at once. */
 	uint32_t idx;
 	while ((idx = port_discard_one(pt)) != UINT32_MAX)
 		job_free(pl, &pt->jobs[idx]);
@@ -219,8 +207,8 @@ static void hook_detach(tl_loop *l)
 		if (st != TL_JOB_FREE)
 			atomic_store_explicit(&j->cancel, 1, memory_order_release);
 	}
-	/* Requests that use the caller's memory must be out of the kernel
-	 * before tl_loop_destroy returns (contract 1.9). */
+	/* Jobs that use the caller's memory must be done with it before
+	 * tl_loop_destroy returns (contract 1.9). */
 	for (uint32_t i = 0; i < pt->njobs; i++) {
 		struct tl_job *j = &pt->jobs[i];
 		while (j->user_mem &&
@@ -348,7 +336,7 @@ struct tl_job *tl__pool_job_new(tl_loop *l, struct tl_pool_loop *pl)
 	struct tl_job *j = &pl->port->jobs[pl->free[--pl->nfree]];
 	atomic_store_explicit(&j->cancel, 0, memory_order_relaxed);
 	j->user_mem = 0;
-	j->fs_code = 0;
+	j->aux = 0;
 	j->rsv = -1;
 	j->ptr = NULL;
 	j->res = 0;
@@ -392,6 +380,36 @@ int tl__pool_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j, int c
 	return 0;
 }
 
+/* ---- tl_blocking's kind ---- */
+
+struct blocking_job {
+	tl_job_fn fn;
+	void *arg;
+};
+_Static_assert(sizeof(struct blocking_job) <= sizeof(((struct tl_job *)0)->data),
+	       "blocking_job fits");
+
+static void blocking_run(struct tl_job *j)
+{
+	struct blocking_job *b = (struct blocking_job *)j->data;
+	int64_t r = b->fn(b->arg, (tl_cancel_flag *)j);
+	j->res = r;
+	j->value = (uint64_t)r;
+}
+
+static const struct tl_job_ops blocking_ops = {
+	.run = blocking_run,
+};
+
+void tl__pool_job_blocking(struct tl_job *j, tl_job_fn fn, void *arg, int cls)
+{
+	struct blocking_job *b = (struct blocking_job *)j->data;
+	j->ops = &blocking_ops;
+	j->aux = (uint8_t)cls;
+	b->fn = fn;
+	b->arg = arg;
+}
+
 int tl_blocking(tl_loop *l, tl_job_fn fn, void *arg, int cls, uint64_t token, tl_op *op)
 {
 	if (!fn || !op || (cls != TL_POOL_BOUNDED && cls != TL_POOL_LONG))
@@ -403,11 +421,11 @@ int tl_blocking(tl_loop *l, tl_job_fn fn, void *arg, int cls, uint64_t token, tl
 	struct tl_job *j = tl__pool_job_new(l, pl);
 	if (!j)
 		return -ENOBUFS;
-	j->type = TL_JT_BLOCKING;
-	j->u.b.fn = fn;
-	j->u.b.arg = arg;
+	tl__pool_job_blocking(j, fn, arg, cls);
 	return tl__pool_submit(l, pl, j, cls, TL_K_POOL, token, -1, op);
 }
+
+/* ---- reservations ---- */
 
 int tl__pool_reserve(tl_loop *l)
 {
@@ -430,6 +448,11 @@ void tl__pool_unreserve(int set)
 	struct tl_bset *s = &tl__pool_get()->sets[set];
 	atomic_fetch_sub_explicit(&s->reserved, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&s->used, 1, memory_order_relaxed);
+}
+
+int tl__pool_loop_gone(const struct tl_job *j)
+{
+	return atomic_load(&j->port->poster->closed) != 0;
 }
 
 void tl_pool_loop_stats_get(const tl_loop *l, tl_pool_loop_stats *out)

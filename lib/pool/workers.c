@@ -70,20 +70,7 @@ static void run_job(struct tl_job *j)
 						    memory_order_acquire) &&
 	    to == TL_JOB_RUNNING) {
 		j->t_start = tl__pool_now();
-		switch (j->type) {
-		case TL_JT_BLOCKING: {
-			int64_t r = j->u.b.fn(j->u.b.arg, (tl_cancel_flag *)j);
-			j->res = r;
-			j->value = (uint64_t)r;
-			break;
-		}
-		case TL_JT_FS:
-			tl__fs_exec(j);
-			break;
-		default:
-			tl__resolve_exec(j);
-			break;
-		}
+		j->ops->run(j);
 		j->t_end = tl__pool_now();
 		/* Release: a loop being destroyed waits for this before it lets
 		 * the caller reuse memory the request used. */
