@@ -1,4 +1,4 @@
-/* lib/core.h: what the files of the loop core (loop.c, turn.c, stream.c) share; never seen by drivers. */
+/* lib/core.h: what the files of the loop core (loop.c, turn.c, stream.c) share, and lib/'s file requests use; never seen by drivers. */
 #ifndef TL_CORE_H
 #define TL_CORE_H
 
@@ -31,5 +31,31 @@ void tl__run_room(tl_loop *loop);
  * 0, -EINVAL, -ENOTSUP or the driver's error. */
 int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
 		     struct tl_drv **d);
+
+/*
+ * An op the driver holds is counted in native_pending: turns poll for it and
+ * tl_loop_destroy waits for it; its retirement gives the count back. Hand a
+ * handle-less op (tl__op_new) to the driver as a native file request
+ * (driver fs_submit): 0, or the driver's refusal, after which the op is
+ * undone (tl__op_refuse) and nothing is owed.
+ */
+static inline int tl__op_fs_submit(tl_loop *l, struct tl_opslot *o,
+				   const struct tl_fs_native_req *req)
+{
+	o->flags |= TL_OPF_NATIVE;
+	l->native_pending++;
+	int r = l->dv->fs_submit(l->d, o, req);
+	if (r < 0)
+		tl__op_refuse(l, o);
+	return r;
+}
+
+/* The driver gave such an op back before its terminal (the pool runs it
+ * now): it is no longer the driver's. */
+static inline void tl__op_native_end(tl_loop *l, struct tl_opslot *o)
+{
+	o->flags &= (uint16_t)~TL_OPF_NATIVE;
+	l->native_pending--;
+}
 
 #endif

@@ -190,7 +190,8 @@ struct tl_loop {
 	 * give the job record back. Called from tl__drv_event. */
 	void (*pool_native)(tl_loop *loop, struct tl_opslot *op, tl_completion *c, int64_t res);
 	/* Before that: 1 if the pool took the request over instead (a result
-	 * only the native path gives, see pool.c), so no event is reported. */
+	 * only the native path gives, see pool/fs_native.c), so no event is
+	 * reported. */
 	int (*pool_native_retry)(tl_loop *loop, struct tl_opslot *op, int64_t res);
 	void *pool; /* the pool module's per-loop state */
 

@@ -31,7 +31,7 @@
 
 #include "turnloop/loop.h"
 #include "turnloop/pool.h"
-#include "pool_int.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
+#include "pool/job.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
 #include "uring.h"    /* tl__uring_debug: keep file requests on the pool */
 
 /*
@@ -1466,9 +1466,7 @@ static void test_numa_synthetic(void)
 	EQ(tl__pool_loop_setup(b->l, &pl), 0);
 	struct tl_job *j = tl__pool_job_new(b->l, pl);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
-	j->type = TL_JT_BLOCKING;
-	j->u.b.fn = job_value;
-	j->u.b.arg = (void *)(intptr_t)55;
+	tl__pool_job_blocking(j, job_value, (void *)(intptr_t)55, TL_POOL_BOUNDED);
 	tl_op rop;
 	EQ(tl__pool_submit(b->l, pl, j, TL_POOL_BOUNDED, TL_K_POOL, 22, s1, &rop), 0);
 	tl_pool_stats_get(&t, per, 4);
