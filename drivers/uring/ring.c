@@ -31,7 +31,8 @@ uint64_t tl__ur_now(struct tl_drv *d)
 }
 
 /* Make the SQEs prepared so far visible to the kernel; returns how many it
- * has not consumed yet. */
+ * has not consumed yet.
+ * Not liburing's own: 2.3 keeps this step (__io_uring_flush_sq) internal. */
 static unsigned flush_sq(struct io_uring *r)
 {
 	unsigned tail = r->sq.sqe_tail;
@@ -43,7 +44,8 @@ static unsigned flush_sq(struct io_uring *r)
 }
 
 /* One io_uring_enter: submit, run deferred completions, and wait for
- * wait_nr CQEs at most until ts (NULL: no limit). */
+ * wait_nr CQEs at most until ts (NULL: no limit).
+ * Not io_uring_submit_and_wait_timeout: it peeks the CQ and may enter twice. */
 static int enter(struct tl_drv *d, unsigned submit, unsigned wait_nr,
 		 const struct __kernel_timespec *ts)
 {
@@ -194,30 +196,27 @@ static void on_op(struct tl_drv *d, struct tl_opslot *o, const struct io_uring_c
 static uint32_t reap(struct tl_drv *d, int *stopped)
 {
 	struct io_uring *r = &d->ring;
-	unsigned mask = r->cq.ring_mask, head = *r->cq.khead, n = 0;
-	for (;;) {
-		unsigned tail = io_uring_smp_load_acquire(r->cq.ktail);
-		if (head == tail)
-			break;
-		while (head != tail) {
-			struct io_uring_cqe c = r->cq.cqes[head & mask];
-			struct tl_opslot *o = NULL;
-			if (c.user_data >> TAG_SHIFT == TAG_OP) {
-				o = op_of(d, c.user_data);
-				if (o && wants_room(o, c.res) && !tl__drv_room(d->loop)) {
-					d->st.room_stops++;
-					*stopped = 1;
-					return n;
-				}
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	io_uring_for_each_cqe(r, head, cqe) {
+		/* A copy: the head moves past it (one CQE at a time, as the
+		 * walk may stop at any CQE) before the handler runs. */
+		struct io_uring_cqe c = *cqe;
+		struct tl_opslot *o = NULL;
+		if (c.user_data >> TAG_SHIFT == TAG_OP) {
+			o = op_of(d, c.user_data);
+			if (o && wants_room(o, c.res) && !tl__drv_room(d->loop)) {
+				d->st.room_stops++;
+				*stopped = 1;
+				return n;
 			}
-			head++;
-			io_uring_smp_store_release(r->cq.khead, head);
-			n++;
-			if (o)
-				on_op(d, o, &c);
-			else
-				on_other(d, &c);
 		}
+		io_uring_cq_advance(r, 1);
+		n++;
+		if (o)
+			on_op(d, o, &c);
+		else
+			on_other(d, &c);
 	}
 	return n;
 }
@@ -267,7 +266,7 @@ int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 	uint32_t n = reap(d, &stopped);
 	/* The kernel kept CQEs that did not fit (IORING_FEAT_NODROP): pull them
 	 * in while there is room, or they would wait for the next enter. */
-	while (!stopped && (IO_URING_READ_ONCE(*r->sq.kflags) & IORING_SQ_CQ_OVERFLOW)) {
+	while (!stopped && io_uring_cq_has_overflow(r)) {
 		d->st.overflow_flushes++;
 		enter(d, flush_sq(r), 0, NULL);
 		uint32_t k = reap(d, &stopped);
