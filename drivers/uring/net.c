@@ -20,9 +20,9 @@
  * of host (over loopback the kernel copies anyway, and the notification
  * makes it 1.25x to 8x dearer), so zero copy is not used.
  *
- * Stream reads are one recv per message while the host answers them on the
- * same stream (the next recv goes a poll after the answer, into a lease we
- * pick: see sort_reads) and multishot once it does not.
+ * Stream reads are one recv per message or a multishot receive, as
+ * read_policy.h decides; on_read tells it what each CQE was and does what
+ * it answers.
  *
  * Connect gets its SQE at submit: a Unix path is only valid during submit
  * (the SQE's scratch slot keeps the address until the kernel copies it).
@@ -172,17 +172,16 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return 0;
 	if (!(o->flags & TL_OPF_POOLED)) {
 		io_uring_prep_recv(s, h->fd, o->u.rw.buf, o->u.rw.len, 0);
-	} else if (UO(o)->oneshot && UO(o)->try_lease && d->nspare) {
-		/* Data is probably there (see sort_reads): receive it into
-		 * a lease taken here, which spares the kernel its buffer
-		 * selection, and come back with -EAGAIN rather than
-		 * parking a poll while holding the lease. */
+	} else if (UO(o)->rp.mode == TL_RP_TRY && d->nspare) {
+		/* Data is probably there: receive it into a lease taken here,
+		 * which spares the kernel its buffer selection, and come back
+		 * with -EAGAIN rather than park a poll holding the lease. */
 		uint32_t id = d->spare[--d->nspare];
 		UO(o)->tlease = id;
 		io_uring_prep_recv(s, h->fd, d->lease_base + (size_t)id * d->lease_size,
 				   d->lease_size, MSG_DONTWAIT);
 	} else {
-		if ((o->flags & TL_OPF_MULTI) && !UO(o)->oneshot)
+		if (tl__rp_multishot(UO(o)->rp.mode))
 			io_uring_prep_recv_multishot(s, h->fd, NULL, 0, 0);
 		else
 			io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
@@ -330,60 +329,38 @@ static void on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
 		op_done(d, h, o, res, 0, TL_NO_LEASE);
 }
 
-/* A deferred read tries a lease of ours with MSG_DONTWAIT. A try that
- * misses costs a CQE, a second recv and a poll of latency. A peer that
- * answers within our turn makes tries hit; one slower than our turns (a
- * loaded client, a person, a long path) makes them miss, and its messages
- * are best caught by a receive that stays armed: it costs no SQE per
- * message, and the kernel completes it in the order messages arrive, which
- * keeps a slow peer's many streams answered first come, first served. So a
- * read's score starts at TRY_START, gains 1 per hit (up to TRY_MAX) and
- * loses TRY_MISS per miss; below TRY_MISS the read turns multishot. It
- * takes a run of misses: a fast peer's misses come in short bursts (a
- * scheduling hiccup), and streams that switched on those switched back and
- * forth, each switch costing misses of its own. The peer may catch up:
- * when TL_URING_FAST_RUN messages in a row come within TL_URING_FAST_GAP
- * polls of the one that sent our answer, the driver cancels that multishot
- * receive itself and defers the read again (see retry_deferred). */
-#define TRY_START 24
-#define TRY_MISS 4
-#define TRY_MAX 32
-
 void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o)
 {
-	struct ur_o *u = UO(o);
-	/* Embedded loops keep multishot reads: their host polls the ring's
-	 * descriptor, and a deferred read would leave nothing to wake it. */
-	u->oneshot = (o->flags & TL_OPF_MULTI) && !d->embed;
-	u->try_lease = u->oneshot; /* a new stream may have data waiting */
-	u->score = TRY_START + TRY_MISS; /* its first try may well miss */
-	u->tlease = TL_NO_LEASE;
+	if (o->flags & TL_OPF_MULTI)
+		UO(o)->rp = tl__rp_new(d->embed);
+	UO(o)->tlease = TL_NO_LEASE;
 }
 
-/* A deferred try of o found the socket empty. */
-static void try_failed(struct tl_drv *d, struct tl_opslot *o)
+/* Do what the read policy answered for stream read o (read_policy.h). */
+static inline void rp_do(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
+		  struct tl_rp_step s)
 {
 	struct ur_o *u = UO(o);
-	d->st.read_tries_missed++;
-	u->score = u->score > TRY_MISS ? u->score - TRY_MISS : 0;
-	if (u->score < TRY_MISS) {
-		u->oneshot = 0;
-		u->sr.slow = 1;
-		u->sr.fast = 0;
-		d->st.slow_reads++;
+	if (s.act == TL_RP_CANCEL) {
+		if (tl__ur_cancel_kernel(d, o) != 0)
+			return; /* ours or the host's is in flight, or no SQE */
+		d->st.slow_retries++;
 	}
-}
-
-/* Slow multishot read o has a fast peer again: cancel its receive, so that
- * its next message is read the deferred way (on_read). */
-static void retry_deferred(struct tl_drv *d, struct tl_opslot *o)
-{
-	struct ur_o *u = UO(o);
-	if (tl__ur_cancel_kernel(d, o) != 0)
-		return; /* ours or the host's is in flight, or no SQE: next message */
-	u->sr.retry = 1;
-	u->sr.slow = 0;
-	d->st.slow_retries++;
+	if (s.rp.mode == TL_RP_SLOW && u->rp.mode != TL_RP_SLOW)
+		d->st.slow_reads++;
+	u->rp = s.rp;
+	if (s.act == TL_RP_GO_ON || s.act == TL_RP_CANCEL)
+		return;
+	if (o->flags & TL_OPF_CANCEL) { /* the host's: it ends instead */
+		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
+		return;
+	}
+	if (s.act == TL_RP_ISSUE)
+		list_add(d, o, ST_START);
+	else if (s.act == TL_RP_HOLD)
+		list_add(d, o, ST_LATER);
+	else
+		list_add(d, o, ST_DEFER);
 }
 
 /* The most one recv of stream read o can return. */
@@ -392,82 +369,56 @@ static uint32_t read_cap(const struct tl_drv *d, const struct tl_opslot *o)
 	return (o->flags & TL_OPF_POOLED) ? d->lease_size : o->u.rw.len;
 }
 
-/* Stream reads start as one recv per request, and each ended with less
- * than a full buffer waits on the later list until the host has seen its
- * data. Then, at the start of the next poll:
- * - the host queued a write on the same stream (a request answered): the
- *   peer's next message cannot come before it has our answer, so a recv
- *   issued now would only find the socket empty and park a poll in the
- *   kernel, to be woken and run as task work when the message comes.
- *   Issued one poll later, after the answer went out, it usually finds the
- *   message there and completes inline (ST_DEFER, counted deferred_reads);
- * - nothing was written back (a proxy's stream, a one-way feed): the read
- *   becomes multishot for good, its poll staying armed between messages
- *   (counted multishot_reads).
- * A full buffer means more is waiting: that read goes again at once. A
- * deferred read keeps the poll after it from blocking, so it is in the
- * kernel one turn later whatever happens to the write. */
 int tl__ur_sort_reads(struct tl_drv *d)
 {
 	list_restart(d, &d->defer);
 	while (d->later.head != TL_NIL) {
 		struct tl_opslot *o = OP(d, d->later.head);
+		struct tl_hslot *h = HS(d, o->hidx);
 		list_del(d, o);
-		if (UH(HS(d, o->hidx))->whead != TL_NIL) {
+		int answered = UH(h)->whead != TL_NIL;
+		if (answered)
 			d->st.deferred_reads++;
-			UO(o)->try_lease = 1;
-			list_add(d, o, ST_DEFER);
-			continue;
-		}
-		if (o->flags & TL_OPF_POOLED) {
-			UO(o)->oneshot = 0;
+		else
 			d->st.multishot_reads++;
-		}
-		list_add(d, o, ST_START);
+		rp_do(d, h, o,
+		      tl__rp_step(UO(o)->rp, answered ? TL_RP_EV_ANSWERED : TL_RP_EV_UNANSWERED));
 	}
 	return d->defer.head != TL_NIL;
 }
 
+/* A stream read's CQE: the leases and tries are kept here, and what comes
+ * next is the policy's answer. */
 static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		    unsigned cf)
 {
+	struct ur_o *u = UO(o);
 	int more = cf & IORING_CQE_F_MORE;
 	uint32_t lease = (cf & IORING_CQE_F_BUFFER) ? cf >> IORING_CQE_BUFFER_SHIFT : TL_NO_LEASE;
 	if (lease != TL_NO_LEASE)
 		d->br_avail--;
-	if (!more)
-		UO(o)->st = ST_IDLE;
-	if (!more && UO(o)->sr.retry) {
-		/* The multishot receive retry_deferred cancelled has ended
-		 * (cancelled, or by itself first): the read is one-shot again. */
-		UO(o)->sr.retry = 0;
-		UO(o)->oneshot = 1;
-		UO(o)->score = TRY_START;
-		if (res == -ECANCELED && !(o->flags & TL_OPF_CANCEL)) {
-			/* Tried one poll later, after any answer the host gives
-			 * to the messages it has. */
-			UO(o)->try_lease = 1;
-			list_add(d, o, ST_DEFER);
-			return;
+	if (!more) {
+		u->st = ST_IDLE;
+		if (tl__rp_multishot(u->rp.mode)) {
+			int ours = res == -ECANCELED && !(o->flags & TL_OPF_CANCEL);
+			struct tl_rp_step s =
+				tl__rp_step(u->rp, ours ? TL_RP_EV_CANCELLED : TL_RP_EV_ENDED);
+			rp_do(d, h, o, s);
+			if (s.act != TL_RP_GO_ON)
+				return;
 		}
 	}
-	if (UO(o)->tlease != TL_NO_LEASE) {
-		lease = UO(o)->tlease;
-		UO(o)->tlease = TL_NO_LEASE;
+	if (u->tlease != TL_NO_LEASE) { /* a try */
+		lease = u->tlease;
+		u->tlease = TL_NO_LEASE;
 		if (res == -EAGAIN) {
-			/* Nothing there yet: wait for it the usual way, with a
-			 * buffer chosen by the kernel when data comes. */
 			recycle(d, lease);
-			UO(o)->try_lease = 0;
-			try_failed(d, o);
-			if (o->flags & TL_OPF_CANCEL)
-				op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
-			else
-				list_add(d, o, ST_START);
+			d->st.read_tries_missed++;
+			rp_do(d, h, o, tl__rp_step(u->rp, TL_RP_EV_MISS));
 			return;
 		}
-		if (res > 0 && UO(o)->score < TRY_MAX)
-			UO(o)->score++;
+		if (res > 0)
+			u->rp = tl__rp_step(u->rp, TL_RP_EV_HIT).rp;
 	}
 	if (res > 0) {
 		if (lease != TL_NO_LEASE) {
@@ -481,23 +432,16 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			return;
 		}
 		tl__drv_event(d->loop, o, res, 0, lease);
-		if (more) {
-			/* A slow read's peer answering as fast as a try
-			 * needs (see try_failed)? */
-			if (UO(o)->sr.slow) {
-				if (d->polls - UH(h)->wpoll > TL_URING_FAST_GAP)
-					UO(o)->sr.fast = 0;
-				else if (++UO(o)->sr.fast >= TL_URING_FAST_RUN)
-					retry_deferred(d, o);
-			}
+		enum tl_rp_event ev;
+		if (more) /* how soon after the stream's last send? */
+			ev = tl__rp_gap(d->polls - UH(h)->wpoll);
+		else if (tl__rp_oneshot(u->rp.mode))
+			ev = (uint32_t)res >= read_cap(d, o) ? TL_RP_EV_FULL : TL_RP_EV_SHORT;
+		else {
+			rearm(d, h, o);
 			return;
 		}
-		if (UO(o)->oneshot && !(o->flags & TL_OPF_CANCEL)) {
-			int full = (uint32_t)res >= read_cap(d, o);
-			UO(o)->try_lease = (uint8_t)full;
-			list_add(d, o, full ? ST_START : ST_LATER);
-		} else
-			rearm(d, h, o);
+		rp_do(d, h, o, tl__rp_step(u->rp, ev));
 		return;
 	}
 	if (lease != TL_NO_LEASE)

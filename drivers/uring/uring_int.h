@@ -10,6 +10,7 @@
 #include "tl_config.h"
 #include "internal.h"
 #include "uring.h"
+#include "read_policy.h"
 
 /*
  * How the pieces fit; each file explains its own part.
@@ -59,8 +60,8 @@ enum {
 	ST_KERNEL,   /* an SQE or CQE of it is outstanding */
 	ST_BUFWAIT,  /* waits for a pooled buffer to come back */
 	ST_FDWAIT,   /* multishot accept waiting for a free descriptor */
-	ST_LATER,    /* stream read whose request ended this poll (tl__ur_sort_reads) */
-	ST_DEFER,    /* stream read re-issued at the next poll */
+	ST_LATER,    /* stream read held until the next poll (TL_RP_HOLD) */
+	ST_DEFER,    /* stream read issued at the next poll (TL_RP_DEFER) */
 };
 
 struct ur_o {
@@ -69,23 +70,13 @@ struct ur_o {
 	uint8_t st;
 	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
-	uint8_t oneshot;       /* stream read: one recv per request, not multishot */
-	uint8_t try_lease;     /* stream read: next recv tries a lease of our choosing */
-	uint8_t score;         /* stream read: how its tries have been doing (see try_failed) */
+	struct tl_rp rp;       /* stream reads: the read policy's state */
 	union {
-		uint32_t tlease; /* stream read: the lease its recv holds (TL_NO_LEASE: none) */
+		uint32_t tlease; /* stream read: the lease its try holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
 	};
-	union {
-		void *kbuf;    /* native file requests: what the kernel may write
+	void *kbuf;            /* native file requests: what the kernel may write
 				* (read buffer, statx), for valgrind */
-		struct {
-			uint32_t fast;  /* messages in a row that came within a
-					 * poll of our answer (see on_read) */
-			uint8_t slow;   /* multishot because its tries kept missing */
-			uint8_t retry;  /* cancelled by us, to be deferred again */
-		} sr;                   /* stream reads (see try_failed) */
-	};
 };
 _Static_assert(sizeof(struct ur_o) <= sizeof(((struct tl_opslot *)0)->drv), "ur_o fits");
 
@@ -94,7 +85,7 @@ struct ur_h {
 	uint32_t whead, wtail; /* connect, writes, shutdown */
 	uint32_t wn;           /* ops the write SQE in flight covers (0: none) */
 	uint8_t connecting;    /* reads wait for the connect */
-	uint32_t wpoll;        /* the poll that issued its last send (see on_read) */
+	uint32_t wpoll;        /* the poll that issued its last send (tl__rp_gap) */
 };
 _Static_assert(sizeof(struct ur_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ur_h fits");
 
@@ -418,8 +409,9 @@ int tl__ur_issue_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 /* Ask the kernel to cancel o's request: 0 asked, 1 a cancel of it is in
  * flight already (nothing done), -ENOBUFS no SQE could be had. */
 int tl__ur_cancel_kernel(struct tl_drv *d, struct tl_opslot *o);
-/* Start of a poll: move the stream reads whose request ended last poll on
- * (see there). 1 when a read waits for the next poll: it must not block. */
+/* Start of a poll: issue the reads deferred to it, and tell the policy of
+ * each held read whether the host answered. 1 when a read was deferred to
+ * the next poll: this one must not block. */
 int tl__ur_sort_reads(struct tl_drv *d);
 /* A new op's stream-read fields. */
 void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o);
