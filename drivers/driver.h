@@ -185,8 +185,16 @@ void tl__drv_lease_mark(tl_loop *loop, uint32_t id);
 /* Give back a lease that never reached the host (an event that was dropped). */
 void tl__drv_lease_drop(tl_loop *loop, uint32_t id);
 
-/* Slot lookup for drivers that carry an op index in kernel user data. */
+/* Slot lookup for drivers that carry an op index in kernel user data. Each
+ * table is one array that stays in place for the loop's life, so a driver
+ * may keep tl__drv_op(loop, 0) and index it below cfg->max_ops (handles:
+ * cfg->max_handles). */
 struct tl_opslot *tl__drv_op(tl_loop *loop, uint32_t idx);
 struct tl_hslot *tl__drv_handle(tl_loop *loop, uint32_t idx);
+
+/* The driver instance loop runs on, if that is driver dv (NULL otherwise,
+ * or when loop is NULL): for a driver's own diagnostic hooks, which are
+ * handed a loop. Any thread, as long as loop lives. */
+struct tl_drv *tl__drv_self(const tl_loop *loop, const struct tl_driver *dv);
 
 #endif

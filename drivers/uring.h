@@ -5,13 +5,6 @@
 #include <stdint.h>
 #include "turnloop/loop.h"
 
-/* A stream read turned multishot because its deferred tries kept missing
- * is deferred again after TL_URING_FAST_RUN messages in a row that came
- * within TL_URING_FAST_GAP polls of the one that sent the answer to the
- * message before (a try goes one poll after that one). */
-#define TL_URING_FAST_RUN 16
-#define TL_URING_FAST_GAP 2
-
 /* What one loop's io_uring instance did, for tests and tuning. */
 struct tl_uring_stats {
 	uint32_t sq_entries, cq_entries; /* ring sizes the kernel granted */
@@ -21,14 +14,13 @@ struct tl_uring_stats {
 	uint64_t overflow_flushes; /* enters made to pull overflowed CQEs in */
 	uint64_t room_stops;       /* reaps stopped with CQEs left for the next turn */
 	uint64_t rearms;           /* multishot requests the kernel ended and we re-armed */
-	uint64_t deferred_reads;   /* stream reads re-issued one poll late: the host had
-				    * answered on the same stream (see sort_reads) */
-	uint64_t multishot_reads;  /* stream reads switched to multishot receive */
-	uint64_t read_tries_missed; /* recvs into a lease of ours that found no data */
-	uint64_t slow_reads;       /* stream reads turned multishot because their tries
-				    * kept missing (see try_failed) */
-	uint64_t slow_retries;     /* such multishot reads cancelled by the driver to defer
-				    * them again, their peer fast again (see retry_deferred) */
+	/* Stream reads (drivers/uring/read_policy.h says when each happens): */
+	uint64_t deferred_reads;   /* issued one poll late, the host having answered */
+	uint64_t multishot_reads;  /* turned multishot, the host not having answered */
+	uint64_t read_tries_missed; /* tries (recvs into a lease of ours) that found no data */
+	uint64_t slow_reads;       /* turned multishot because their tries kept missing */
+	uint64_t slow_retries;     /* such reads whose receive the driver cancelled to
+				    * defer them again, their peer fast again */
 	uint64_t enobufs;          /* reads parked because the buffer ring was empty */
 	uint64_t cancels;          /* IORING_OP_ASYNC_CANCEL requests issued */
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */

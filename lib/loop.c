@@ -173,6 +173,11 @@ struct tl_opslot *tl__op_lookup(tl_loop *l, tl_op id)
 struct tl_opslot *tl__drv_op(tl_loop *l, uint32_t idx) { return &l->o[idx]; }
 struct tl_hslot *tl__drv_handle(tl_loop *l, uint32_t idx) { return &l->h[idx]; }
 
+struct tl_drv *tl__drv_self(const tl_loop *l, const struct tl_driver *dv)
+{
+	return l && l->dv == dv ? l->d : NULL;
+}
+
 /* Weight of a handle itself in alive(): sockets always, timers only while
  * closing (an idle timer handle does not keep the loop alive). */
 static inline uint32_t hweight(const struct tl_hslot *h)

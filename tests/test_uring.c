@@ -16,6 +16,7 @@
 #include "tl_config.h"
 #include "harness.h"
 #include "uring.h"
+#include "uring/read_policy.h"
 #if TL_HAVE_VALGRIND
 #include <valgrind/valgrind.h>
 #else
@@ -907,7 +908,7 @@ static void test_read_modes(void)
 }
 
 /* The host stops a slow read in the turn the driver cancelled its multishot
- * receive to defer it again, its peer fast again (retry_deferred): the two
+ * receive to defer it again, its peer fast again (TL_RP_CANCEL): the two
  * cancels are one, and the read ends once, stopped, with every message
  * before it delivered. */
 static void test_read_retry_stop(void)
@@ -932,7 +933,7 @@ static void test_read_retry_stop(void)
 	H_EQ_FATAL(stats(l).slow_reads - st0.slow_reads, 1);
 	/* Fast messages until the one after which the driver cancels. */
 	int stopped_at = -1;
-	for (int i = 0; i < 4 * TL_URING_FAST_RUN && stopped_at < 0; i++, r++) {
+	for (int i = 0; i < 4 * TL_RP_FAST_RUN && stopped_at < 0; i++, r++) {
 		for (int k = 0; k < MSG; k++)
 			req[k] = h_pattern((uint64_t)(r * 3 + k));
 		raw_write_all(cl, req, MSG);
@@ -959,7 +960,7 @@ static void test_read_retry_stop(void)
 	}
 	printf("\n  stopped after %d multishot messages\n", stopped_at + 1);
 	/* The first came long after the answer before it (the slow round). */
-	H_TRUE(stopped_at + 1 >= TL_URING_FAST_RUN && stopped_at + 1 <= TL_URING_FAST_RUN + 1,
+	H_TRUE(stopped_at + 1 >= TL_RP_FAST_RUN && stopped_at + 1 <= TL_RP_FAST_RUN + 1,
 	       "cancelled after %d fast messages", stopped_at + 1);
 	int i = h_wait_op(&c, rop);
 	H_TRUE(i >= 0 && (c.log.v[i].flags & TL_F_STOPPED), "the read did not end stopped");
@@ -975,8 +976,8 @@ static void test_read_retry_stop(void)
 
 /* A peer slower than the loop's turns makes deferred tries miss: after a
  * run of misses the read turns multishot and misses no more, however long
- * the peer stays slow. Once the peer answers within TL_URING_FAST_GAP polls
- * again, for TL_URING_FAST_RUN messages in a row, the driver cancels that
+ * the peer stays slow. Once the peer answers within TL_RP_FAST_GAP polls
+ * again, for TL_RP_FAST_RUN messages in a row, the driver cancels that
  * receive and defers the read again, and the tries hit. No message is lost
  * or reordered across the switches. */
 static void test_read_slow_peer(void)
@@ -1002,7 +1003,7 @@ static void test_read_slow_peer(void)
 	uint64_t missed = st.read_tries_missed - st0.read_tries_missed;
 	printf("\n  slow peer: %d rounds, %llu tries missed, %llu reads turned multishot\n", SLOW,
 	       (unsigned long long)missed, (unsigned long long)(st.slow_reads - st0.slow_reads));
-	/* A run of misses, not one: the score starts at 28 and loses 4 a miss. */
+	/* A run of misses, not one: TL_RP_SCORE_NEW (28) loses TL_RP_SCORE_MISS (4) a miss. */
 	H_TRUE(missed >= 1 && missed <= 7, "%llu tries missed", (unsigned long long)missed);
 	H_EQ(st.slow_reads - st0.slow_reads, 1);
 
@@ -1021,7 +1022,7 @@ static void test_read_slow_peer(void)
 	 * tries hit. */
 	struct tl_uring_stats st1 = st;
 	int fast = 0;
-	while (stats(l).slow_retries == st1.slow_retries && fast < 4 * TL_URING_FAST_RUN) {
+	while (stats(l).slow_retries == st1.slow_retries && fast < 4 * TL_RP_FAST_RUN) {
 		ROUND(0);
 		fast++;
 	}
@@ -1034,7 +1035,7 @@ static void test_read_slow_peer(void)
 	       fast, TAIL, (unsigned long long)(st3.deferred_reads - st2.deferred_reads),
 	       (unsigned long long)(st3.read_tries_missed - st2.read_tries_missed));
 	H_EQ(st2.slow_retries - st1.slow_retries, 1);
-	H_TRUE(fast <= TL_URING_FAST_RUN + 1, "%d fast rounds before the retry", fast);
+	H_TRUE(fast <= TL_RP_FAST_RUN + 1, "%d fast rounds before the retry", fast);
 	H_TRUE(st3.deferred_reads - st2.deferred_reads >= TAIL - 1, "the read was not deferred");
 	H_EQ(st3.read_tries_missed, st2.read_tries_missed);
 	H_EQ(st3.slow_reads, st2.slow_reads);

@@ -1,0 +1,567 @@
+/* drivers/uring/net.c: the io_uring driver's network operations: accept, connect, stream reads and writes, datagrams, and asking the kernel to cancel. */
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+#include "sock.h"
+#include "uring_int.h"
+
+/*
+ * Accept is multishot. A multishot accept that runs out of descriptors
+ * (EMFILE/ENFILE) reports it as a nonterminal event and parks on the
+ * fd-wait list: it goes again when the loop releases a descriptor, or after
+ * FDWAIT_RETRY_NS whatever freed one (another loop, a raised limit): a slow
+ * timed retry, never a busy loop.
+ *
+ * Writes: the write queue's head gets an SQE that also carries the writes
+ * queued behind it (up to UR_GATHER iovecs), and its result is spread over
+ * them in order: a short send finishes the ops it covered and re-issues the
+ * rest. Sends are plain IORING_OP_SEND/SENDMSG: bench/zc_threshold.c found
+ * no size at which IORING_OP_SEND_ZC costs less CPU per byte on this kind
+ * of host (over loopback the kernel copies anyway, and the notification
+ * makes it 1.25x to 8x dearer), so zero copy is not used.
+ *
+ * Stream reads are one recv per message or a multishot receive, as
+ * read_policy.h decides; on_read tells it what each CQE was and does what
+ * it answers.
+ *
+ * Connect gets its SQE at submit: a Unix path is only valid during submit
+ * (the SQE's scratch slot keeps the address until the kernel copies it).
+ *
+ * Cancelling is an ASYNC_CANCEL on the op's user_data (tl__ur_cancel in
+ * queue.c says which op's, and when none is needed).
+ */
+
+#define FDWAIT_RETRY_NS (100 * 1000 * 1000)
+
+static int accept_retry(int e)
+{
+	return e == ECONNABORTED || e == EINTR || e == EAGAIN;
+}
+
+int tl__ur_cancel_kernel(struct tl_drv *d, struct tl_opslot *o)
+{
+	if (UO(o)->cancel_sent)
+		return 1;
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return -ENOBUFS;
+	io_uring_prep_cancel64(s, ud_op(o), 0);
+	io_uring_sqe_set_data64(s, (uint64_t)TAG_CANCEL << TAG_SHIFT);
+	UO(o)->cancel_sent = 1;
+	d->st.cancels++;
+	return 0;
+}
+
+/* ---- issuing ---- */
+
+/* o, taken off the start list, is in the kernel once its SQE s goes. */
+static inline void issued(struct tl_drv *d, struct tl_opslot *o, struct io_uring_sqe *s)
+{
+	io_uring_sqe_set_data64(s, ud_op(o));
+	list_del(d, o);
+	UO(o)->st = ST_KERNEL;
+}
+
+static void prep_pooled(struct io_uring_sqe *s)
+{
+	s->flags |= IOSQE_BUFFER_SELECT;
+	s->buf_group = 0;
+}
+
+/* Advance o's iovecs by n sent bytes; returns what is left of n. */
+static size_t wv_advance(struct tl_opslot *o, size_t n)
+{
+	while (n && o->u.wv.cur < o->u.wv.n) {
+		struct iovec *v = &o->u.wv.iov[o->u.wv.cur];
+		if (n < v->iov_len) {
+			v->iov_base = (uint8_t *)v->iov_base + n;
+			v->iov_len -= n;
+			o->u.wv.off += n;
+			return 0;
+		}
+		n -= v->iov_len;
+		o->u.wv.off += v->iov_len;
+		v->iov_len = 0;
+		o->u.wv.cur++;
+	}
+	return n;
+}
+
+static int wv_done(struct tl_opslot *o)
+{
+	while (o->u.wv.cur < o->u.wv.n && o->u.wv.iov[o->u.wv.cur].iov_len == 0)
+		o->u.wv.cur++;
+	return o->u.wv.cur == o->u.wv.n;
+}
+
+/* The write queue's head (a write or a shutdown) gets an SQE that also
+ * carries the writes queued behind it. */
+static int issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct ur_h *e = UH(h);
+	if (o->code == TL_OP_WRITE && wv_done(o)) {
+		/* Nothing (left) to send: finished without the kernel. */
+		list_del(d, o);
+		op_done(d, h, o, (int64_t)o->u.wv.total, 0, TL_NO_LEASE);
+		return 1;
+	}
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	list_del(d, o);
+	UO(o)->st = ST_KERNEL;
+	e->wn = 1;
+	e->wpoll = d->polls;
+	if (o->code == TL_OP_SHUTDOWN) {
+		io_uring_prep_shutdown(s, h->fd, SHUT_WR);
+		io_uring_sqe_set_data64(s, ud_op(o));
+		return 1;
+	}
+	struct iovec *one = &o->u.wv.iov[o->u.wv.cur];
+	uint32_t left = o->u.wv.n - o->u.wv.cur;
+	if (left == 1 && (UO(o)->qnext == TL_NIL || OP(d, UO(o)->qnext)->code != TL_OP_WRITE)) {
+		/* An SQE's length is 32 bits; a longer write goes on in pieces. */
+		size_t len = one->iov_len < INT_MAX ? one->iov_len : INT_MAX;
+		io_uring_prep_send(s, h->fd, one->iov_base, len, d->send_flags);
+		io_uring_sqe_set_data64(s, ud_op(o));
+		return 1;
+	}
+	union ur_scratch *sc = scratch_of(d, s);
+	uint32_t n = 0;
+	memcpy(sc->w.iov, one, left * sizeof *one);
+	n = left;
+	for (uint32_t i = UO(o)->qnext; i != TL_NIL;) {
+		struct tl_opslot *x = OP(d, i);
+		if (x->code != TL_OP_WRITE || UO(x)->st != ST_IDLE)
+			break;
+		uint32_t k = x->u.wv.n - x->u.wv.cur;
+		if (n + k > UR_GATHER)
+			break;
+		memcpy(&sc->w.iov[n], &x->u.wv.iov[x->u.wv.cur], k * sizeof *one);
+		n += k;
+		UO(x)->st = ST_KERNEL;
+		e->wn++;
+		d->st.gathered++;
+		i = UO(x)->qnext;
+	}
+	memset(&sc->w.mh, 0, sizeof sc->w.mh);
+	sc->w.mh.msg_iov = sc->w.iov;
+	sc->w.mh.msg_iovlen = n;
+	io_uring_prep_sendmsg(s, h->fd, &sc->w.mh, (unsigned)d->send_flags);
+	io_uring_sqe_set_data64(s, ud_op(o));
+	return 1;
+}
+
+static int issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	if (o->flags & TL_OPF_MULTI)
+		io_uring_prep_multishot_accept(s, h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	else
+		io_uring_prep_accept(s, h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	issued(d, o, s);
+	return 1;
+}
+
+static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	if (!(o->flags & TL_OPF_POOLED)) {
+		io_uring_prep_recv(s, h->fd, o->u.rw.buf, o->u.rw.len, 0);
+	} else if (UO(o)->rp.mode == TL_RP_TRY && d->nspare) {
+		/* Data is probably there: receive it into a lease taken here,
+		 * which spares the kernel its buffer selection, and come back
+		 * with -EAGAIN rather than park a poll holding the lease. */
+		uint32_t id = d->spare[--d->nspare];
+		UO(o)->tlease = id;
+		io_uring_prep_recv(s, h->fd, d->lease_base + (size_t)id * d->lease_size,
+				   d->lease_size, MSG_DONTWAIT);
+	} else {
+		if (tl__rp_multishot(UO(o)->rp.mode))
+			io_uring_prep_recv_multishot(s, h->fd, NULL, 0, 0);
+		else
+			io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
+		prep_pooled(s);
+	}
+	issued(d, o, s);
+	return 1;
+}
+
+static int issue_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	union ur_scratch *sc = scratch_of(d, s);
+	memset(&sc->w.mh, 0, sizeof sc->w.mh);
+	sc->w.iov[0].iov_base = o->u.dg.buf;
+	sc->w.iov[0].iov_len = o->u.dg.len;
+	sc->w.mh.msg_name = &o->u.dg.addr;
+	sc->w.mh.msg_namelen = tl_addr_len(&o->u.dg.addr);
+	sc->w.mh.msg_iov = sc->w.iov;
+	sc->w.mh.msg_iovlen = 1;
+	io_uring_prep_sendmsg(s, h->fd, &sc->w.mh, MSG_NOSIGNAL);
+	issued(d, o, s);
+	return 1;
+}
+
+static int issue_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	int pooled = o->flags & TL_OPF_POOLED;
+	struct ur_msg *m = &d->msg[o->idx];
+	memset(m, 0, sizeof *m);
+	m->iov.iov_base = pooled ? NULL : o->u.dg.buf;
+	m->iov.iov_len = pooled ? d->lease_size : o->u.dg.len;
+	m->mh.msg_name = &o->u.dg.addr;
+	m->mh.msg_namelen = sizeof o->u.dg.addr;
+	m->mh.msg_iov = &m->iov;
+	m->mh.msg_iovlen = 1;
+	io_uring_prep_recvmsg(s, h->fd, &m->mh, 0);
+	if (pooled)
+		prep_pooled(s);
+	issued(d, o, s);
+	return 1;
+}
+
+/* Not reached: a connect's SQE is prepared at submit, and it never joins
+ * the start list. Should it, a nop keeps the one-terminal rule. */
+static int issue_nop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	io_uring_prep_nop(s);
+	issued(d, o, s);
+	return 1;
+}
+
+int tl__ur_issue_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct sockaddr_un sun;
+	unsigned len = 0;
+	if (h->flags & TL_HF_UNIX) {
+		int r = tl__sock_unix_addr(o->u.conn.path, &sun, &len);
+		if (r < 0)
+			return r;
+	}
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return -ENOBUFS;
+	if (h->flags & TL_HF_UNIX) {
+		union ur_scratch *sc = scratch_of(d, s);
+		sc->sun = sun;
+		io_uring_prep_connect(s, h->fd, (struct sockaddr *)&sc->sun, len);
+	} else {
+		io_uring_prep_connect(s, h->fd, &o->u.conn.addr.sa, tl_addr_len(&o->u.conn.addr));
+	}
+	io_uring_sqe_set_data64(s, ud_op(o));
+	UO(o)->st = ST_KERNEL;
+	return 0;
+}
+
+/* ---- completions ---- */
+
+/* A multishot request the kernel ended while the op goes on. */
+static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	if (o->flags & TL_OPF_CANCEL) {
+		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
+		return;
+	}
+	d->st.rearms++;
+	list_add(d, o, ST_START);
+}
+
+static void on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		      unsigned cf)
+{
+	int more = cf & IORING_CQE_F_MORE, multi = o->flags & TL_OPF_MULTI;
+	if (!more)
+		UO(o)->st = ST_IDLE;
+	if (res >= 0) {
+		tl_addr peer;
+		memset(&peer, 0, sizeof peer);
+		if (h->flags & TL_HF_UNIX) {
+			peer.sa.sa_family = AF_UNIX;
+		} else {
+			/* TCP_NODELAY comes from the listener (see tl__ur_open). */
+			socklen_t len = sizeof peer;
+			getpeername(res, &peer.sa, &len);
+		}
+		if (!multi)
+			unqueue(d, h, o);
+		if (tl__drv_accept(d->loop, o, res, &peer, !multi) < 0)
+			close(res);
+		if (!multi)
+			kick(d, h);
+		else if (!more)
+			rearm(d, h, o);
+		return;
+	}
+	int e = -res;
+	if (!(o->flags & TL_OPF_CANCEL)) {
+		if (multi && accept_soft(e)) {
+			/* The connection stays queued in the kernel: go on when a
+			 * descriptor is released (see tl__ur_retry_fdwait), not
+			 * in a busy loop. */
+			tl__drv_event(d->loop, o, res, 0, TL_NO_LEASE);
+			if (!more) {
+				if (d->fdwait.head == TL_NIL)
+					d->fdwait_at = tl__ur_now(d) + FDWAIT_RETRY_NS;
+				list_add(d, o, ST_FDWAIT);
+			}
+			return;
+		}
+		if (accept_retry(e)) {
+			if (!more)
+				rearm(d, h, o);
+			return;
+		}
+	}
+	if (!more)
+		op_done(d, h, o, res, 0, TL_NO_LEASE);
+}
+
+void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o)
+{
+	if (o->flags & TL_OPF_MULTI)
+		UO(o)->rp = tl__rp_new(d->embed);
+	UO(o)->tlease = TL_NO_LEASE;
+}
+
+/* Do what the read policy answered for stream read o (read_policy.h). */
+static inline void rp_do(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
+		  struct tl_rp_step s)
+{
+	struct ur_o *u = UO(o);
+	if (s.act == TL_RP_CANCEL) {
+		if (tl__ur_cancel_kernel(d, o) != 0)
+			return; /* ours or the host's is in flight, or no SQE */
+		d->st.slow_retries++;
+	}
+	if (s.rp.mode == TL_RP_SLOW && u->rp.mode != TL_RP_SLOW)
+		d->st.slow_reads++;
+	u->rp = s.rp;
+	if (s.act == TL_RP_GO_ON || s.act == TL_RP_CANCEL)
+		return;
+	if (o->flags & TL_OPF_CANCEL) { /* the host's: it ends instead */
+		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
+		return;
+	}
+	if (s.act == TL_RP_ISSUE)
+		list_add(d, o, ST_START);
+	else if (s.act == TL_RP_HOLD)
+		list_add(d, o, ST_LATER);
+	else
+		list_add(d, o, ST_DEFER);
+}
+
+/* The most one recv of stream read o can return. */
+static uint32_t read_cap(const struct tl_drv *d, const struct tl_opslot *o)
+{
+	return (o->flags & TL_OPF_POOLED) ? d->lease_size : o->u.rw.len;
+}
+
+int tl__ur_sort_reads(struct tl_drv *d)
+{
+	list_restart(d, &d->defer);
+	while (d->later.head != TL_NIL) {
+		struct tl_opslot *o = OP(d, d->later.head);
+		struct tl_hslot *h = HS(d, o->hidx);
+		list_del(d, o);
+		int answered = UH(h)->whead != TL_NIL;
+		if (answered)
+			d->st.deferred_reads++;
+		else
+			d->st.multishot_reads++;
+		rp_do(d, h, o,
+		      tl__rp_step(UO(o)->rp, answered ? TL_RP_EV_ANSWERED : TL_RP_EV_UNANSWERED));
+	}
+	return d->defer.head != TL_NIL;
+}
+
+/* A stream read's CQE: the leases and tries are kept here, and what comes
+ * next is the policy's answer. */
+static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		    unsigned cf)
+{
+	struct ur_o *u = UO(o);
+	int more = cf & IORING_CQE_F_MORE;
+	uint32_t lease = (cf & IORING_CQE_F_BUFFER) ? cf >> IORING_CQE_BUFFER_SHIFT : TL_NO_LEASE;
+	if (lease != TL_NO_LEASE)
+		d->br_avail--;
+	if (!more) {
+		u->st = ST_IDLE;
+		if (tl__rp_multishot(u->rp.mode)) {
+			int ours = res == -ECANCELED && !(o->flags & TL_OPF_CANCEL);
+			struct tl_rp_step s =
+				tl__rp_step(u->rp, ours ? TL_RP_EV_CANCELLED : TL_RP_EV_ENDED);
+			rp_do(d, h, o, s);
+			if (s.act != TL_RP_GO_ON)
+				return;
+		}
+	}
+	if (u->tlease != TL_NO_LEASE) { /* a try */
+		lease = u->tlease;
+		u->tlease = TL_NO_LEASE;
+		if (res == -EAGAIN) {
+			recycle(d, lease);
+			d->st.read_tries_missed++;
+			rp_do(d, h, o, tl__rp_step(u->rp, TL_RP_EV_MISS));
+			return;
+		}
+		if (res > 0)
+			u->rp = tl__rp_step(u->rp, TL_RP_EV_HIT).rp;
+	}
+	if (res > 0) {
+		if (lease != TL_NO_LEASE) {
+			tl__drv_lease_mark(d->loop, lease);
+			kernel_wrote(d, d->lease_base + (size_t)lease * d->lease_size, (size_t)res);
+		} else {
+			kernel_wrote(d, o->u.rw.buf, (size_t)res);
+		}
+		if (!(o->flags & TL_OPF_MULTI)) {
+			op_done(d, h, o, res, 0, lease);
+			return;
+		}
+		tl__drv_event(d->loop, o, res, 0, lease);
+		enum tl_rp_event ev;
+		if (more) /* how soon after the stream's last send? */
+			ev = tl__rp_gap(d->polls - UH(h)->wpoll);
+		else if (tl__rp_oneshot(u->rp.mode))
+			ev = (uint32_t)res >= read_cap(d, o) ? TL_RP_EV_FULL : TL_RP_EV_SHORT;
+		else {
+			rearm(d, h, o);
+			return;
+		}
+		rp_do(d, h, o, tl__rp_step(u->rp, ev));
+		return;
+	}
+	if (lease != TL_NO_LEASE)
+		recycle(d, lease);
+	if (more)
+		return;
+	if (res == -ENOBUFS && (o->flags & TL_OPF_POOLED) && !(o->flags & TL_OPF_CANCEL)) {
+		tl__ur_park_for_buffer(d, o);
+		return;
+	}
+	op_done(d, h, o, res, res == 0 ? TL_F_EOF : 0, TL_NO_LEASE);
+}
+
+static void on_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		    unsigned cf)
+{
+	uint32_t lease = (cf & IORING_CQE_F_BUFFER) ? cf >> IORING_CQE_BUFFER_SHIFT : TL_NO_LEASE;
+	if (lease != TL_NO_LEASE)
+		d->br_avail--;
+	UO(o)->st = ST_IDLE;
+	if (res >= 0) {
+		struct ur_msg *m = &d->msg[o->idx];
+		kernel_wrote(d, &m->mh, sizeof m->mh);
+		socklen_t alen = m->mh.msg_namelen;
+		kernel_wrote(d, &o->u.dg.addr, alen < sizeof o->u.dg.addr ? alen : sizeof o->u.dg.addr);
+		if (lease != TL_NO_LEASE && res == 0) {
+			recycle(d, lease);
+			lease = TL_NO_LEASE;
+		}
+		if (lease != TL_NO_LEASE) {
+			tl__drv_lease_mark(d->loop, lease);
+			kernel_wrote(d, d->lease_base + (size_t)lease * d->lease_size, (size_t)res);
+		} else if (o->u.dg.buf) {
+			kernel_wrote(d, o->u.dg.buf, (size_t)res);
+		}
+		op_done(d, h, o, res, 0, lease);
+		return;
+	}
+	if (lease != TL_NO_LEASE)
+		recycle(d, lease);
+	if (res == -ENOBUFS && (o->flags & TL_OPF_POOLED) && !(o->flags & TL_OPF_CANCEL)) {
+		tl__ur_park_for_buffer(d, o);
+		return;
+	}
+	op_done(d, h, o, res, 0, TL_NO_LEASE);
+}
+
+static void on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		       unsigned cf)
+{
+	UH(h)->connecting = 0;
+	op_done(d, h, o, res, 0, TL_NO_LEASE);
+}
+
+static void on_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		    unsigned cf)
+{
+	op_done(d, h, o, res, 0, TL_NO_LEASE);
+}
+
+/* The write SQE of h's queue head came back: spread its bytes over the ops
+ * it covered, in order; finish those fully sent, keep the rest queued. */
+static void on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *head, int res,
+		     unsigned cf)
+{
+	struct ur_h *e = UH(h);
+	uint32_t covered = e->wn;
+	e->wn = 0;
+	size_t n = res > 0 ? (size_t)res : 0;
+	int err = res < 0 && res != -EAGAIN && res != -EINTR ? res : 0;
+	if (head->code == TL_OP_SHUTDOWN) {
+		op_done(d, h, head, res, 0, TL_NO_LEASE);
+		return;
+	}
+	/* -ECANCELED because another covered op was cancelled is no error of
+	 * the ops that were not. */
+	if (err == -ECANCELED) {
+		uint32_t i = e->whead;
+		for (uint32_t k = 0; k < covered && i != TL_NIL; k++, i = UO(OP(d, i))->qnext)
+			if (OP(d, i)->flags & TL_OPF_CANCEL)
+				err = 0;
+	}
+	int shortened = 0;
+	uint32_t i = e->whead;
+	for (uint32_t k = 0; k < covered && i != TL_NIL; k++) {
+		struct tl_opslot *o = OP(d, i);
+		i = UO(o)->qnext;
+		UO(o)->st = ST_IDLE;
+		UO(o)->cancel_sent = 0;
+		n = wv_advance(o, n);
+		if (wv_done(o)) {
+			unqueue(d, h, o);
+			tl__drv_event(d->loop, o, (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
+			continue;
+		}
+		shortened = 1;
+		if (err) {
+			unqueue(d, h, o);
+			tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
+			err = 0;
+		} else if (o->flags & TL_OPF_CANCEL) {
+			unqueue(d, h, o);
+			tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+		}
+	}
+	if (shortened && res > 0)
+		d->st.short_sends++;
+	kick(d, h);
+}
+
+/* ---- the table of operations (indexed by enum tl_opcode) ---- */
+
+const struct ur_opdef tl__ur_ops[] = {
+	[TL_OP_ACCEPT] = {.issue = issue_accept, .complete = on_accept},
+	[TL_OP_CONNECT] = {.issue = issue_nop, .complete = on_connect},
+	[TL_OP_READ] = {.issue = issue_read, .complete = on_read},
+	[TL_OP_WRITE] = {.issue = issue_write, .complete = on_write},
+	[TL_OP_SHUTDOWN] = {.issue = issue_write, .complete = on_write},
+	[TL_OP_SEND] = {.issue = issue_send, .complete = on_send},
+	[TL_OP_RECV] = {.issue = issue_recv, .complete = on_recv},
+};
+_Static_assert(sizeof tl__ur_ops / sizeof tl__ur_ops[0] == TL_OP_CODES_,
+	       "one entry per enum tl_opcode");

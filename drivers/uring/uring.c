@@ -1,0 +1,51 @@
+/* drivers/uring/uring.c: the io_uring driver's table of operations for the core, and its diagnostic hooks (drivers/uring.h). */
+#include <string.h>
+#include "uring_int.h"
+
+struct tl_uring_debug tl__ur_debug;
+
+void tl__uring_debug(const struct tl_uring_debug *dbg)
+{
+	if (dbg)
+		tl__ur_debug = *dbg;
+	else
+		memset(&tl__ur_debug, 0, sizeof tl__ur_debug);
+}
+
+uint32_t tl__uring_flags(const tl_loop *loop, uint32_t *dropped)
+{
+	const struct tl_drv *d = tl__drv_self(loop, &tl__driver_uring);
+	if (!d)
+		return 0;
+	if (dropped)
+		*dropped = d->dropped;
+	return d->flags;
+}
+
+int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
+{
+	const struct tl_drv *d = tl__drv_self(loop, &tl__driver_uring);
+	if (!d)
+		return -ENOTSUP;
+	*out = d->st;
+	return 0;
+}
+
+const struct tl_driver tl__driver_uring = {
+	.name = "uring",
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_KBUF,
+	.init = tl__ur_init,
+	.destroy = tl__ur_destroy,
+	.now = tl__ur_now,
+	.open = tl__ur_open,
+	.attach = tl__ur_attach,
+	.release = tl__ur_release,
+	.local_addr = tl__ur_local,
+	.submit = tl__ur_submit,
+	.cancel = tl__ur_cancel,
+	.poll = tl__ur_poll,
+	.lease_returned = tl__ur_lease_returned,
+	.embed_fd = tl__ur_embed_fd,
+	.embed_deadline = tl__ur_embed_deadline,
+	.fs_submit = tl__ur_fs_submit,
+};

@@ -1,0 +1,427 @@
+/* drivers/uring/uring_int.h: the io_uring driver's private structures and hot helpers, seen only by drivers/uring/. */
+#ifndef TL_URING_INT_H
+#define TL_URING_INT_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <liburing.h>
+#include "tl_config.h"
+#include "internal.h"
+#include "uring.h"
+#include "read_policy.h"
+
+/*
+ * How the pieces fit; each file explains its own part.
+ *
+ * queue.c        handles, and the per-handle queues the core's ops join
+ * ring.c         the ring's setup, and the turn: the start list becomes SQEs
+ *                right before the turn's one io_uring_enter, then the CQEs
+ * net.c          the network operations, in one table indexed by opcode, and
+ *                asking the kernel to cancel
+ * read_policy.h  how a stream read picks one recv per message or multishot
+ * kbuf.c         the provided-buffer ring pooled reads receive into
+ * fs.c           typed file requests run as io_uring opcodes
+ * uring.c        the driver table and the diagnostic hooks (drivers/uring.h)
+ *
+ * user_data: tag (8 bits) << 56 | op generation (16 bits) << 24 | op slot
+ * (24 bits). The tag tells an op's own CQE from an ASYNC_CANCEL's, the wake
+ * poll's and the embed timeout's; the generation drops a CQE whose op slot
+ * was reused.
+ */
+
+#if TL_HAVE_VALGRIND
+#include <valgrind/memcheck.h>
+/* Memory the kernel filled from its own context, after the system call that
+ * asked for it returned: valgrind cannot see those writes. (d->vg caches
+ * RUNNING_ON_VALGRIND: the client request costs a few instructions even
+ * natively, on every read.) */
+#define kernel_wrote(d, p, n)                                      \
+	do {                                                       \
+		if (tl_unlikely((d)->vg))                          \
+			(void)VALGRIND_MAKE_MEM_DEFINED((p), (n)); \
+	} while (0)
+#define under_valgrind() RUNNING_ON_VALGRIND
+#else
+#define kernel_wrote(d, p, n) ((void)(d))
+#define under_valgrind() 0
+#endif
+
+#define UR_GATHER 16     /* iovecs one send may gather */
+_Static_assert(UR_GATHER >= TL_IOV_MAX, "a send always takes the whole head op");
+#define TAG_SHIFT 56
+enum { TAG_OP = 1, TAG_CANCEL = 2, TAG_WAKE = 3, TAG_TIMER = 4, TAG_TIMER_CTL = 5 };
+
+/* Where an op is (ur_o.st). */
+enum {
+	ST_IDLE = 0, /* queued behind its handle's head, or finished */
+	ST_START,    /* on the start list: gets an SQE at the next poll */
+	ST_KERNEL,   /* an SQE or CQE of it is outstanding */
+	ST_BUFWAIT,  /* waits for a pooled buffer to come back */
+	ST_FDWAIT,   /* multishot accept waiting for a free descriptor */
+	ST_LATER,    /* stream read held until the next poll (TL_RP_HOLD) */
+	ST_DEFER,    /* stream read issued at the next poll (TL_RP_DEFER) */
+};
+
+struct ur_o {
+	uint32_t qnext;        /* next op in the handle's queue */
+	uint32_t lnext, lprev; /* start / buffer-wait / fd-wait list */
+	uint8_t st;
+	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
+	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
+	struct tl_rp rp;       /* stream reads: the read policy's state */
+	union {
+		uint32_t tlease; /* stream read: the lease its try holds (TL_NO_LEASE: none) */
+		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
+	};
+	void *kbuf;            /* native file requests: what the kernel may write
+				* (read buffer, statx), for valgrind */
+};
+_Static_assert(sizeof(struct ur_o) <= sizeof(((struct tl_opslot *)0)->drv), "ur_o fits");
+
+struct ur_h {
+	uint32_t rhead, rtail; /* accepts or reads */
+	uint32_t whead, wtail; /* connect, writes, shutdown */
+	uint32_t wn;           /* ops the write SQE in flight covers (0: none) */
+	uint8_t connecting;    /* reads wait for the connect */
+	uint32_t wpoll;        /* the poll that issued its last send (tl__rp_gap) */
+};
+_Static_assert(sizeof(struct ur_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ur_h fits");
+
+struct ur_list {
+	uint32_t head, tail;
+};
+
+/* Per SQE slot: what a sendmsg or a Unix connect points at. The kernel
+ * copies both when it consumes the SQE (IORING_FEAT_SUBMIT_STABLE), and a
+ * slot is handed out again only after that. */
+union ur_scratch {
+	struct {
+		struct msghdr mh;
+		struct iovec iov[UR_GATHER];
+	} w;
+	struct sockaddr_un sun;
+	struct __kernel_timespec ts;
+};
+
+/* Per op slot, for datagram receives only: recvmsg writes the source length
+ * and flags back into the msghdr when it completes, so it must outlive the
+ * SQE. The array is calloc'ed, so pages of unused slots are never touched. */
+struct ur_msg {
+	struct msghdr mh;
+	struct iovec iov;
+};
+
+struct tl_drv {
+	struct io_uring ring;
+	tl_loop *loop;
+	int wake_fd, embed, reg_ring, wake_armed;
+	int vg;                 /* running under valgrind */
+	int vg_efd;             /* see vg_wait; -1 unless under valgrind */
+	int send_flags;         /* MSG_NOSIGNAL | MSG_WAITALL */
+	uint32_t flags, dropped; /* setup flags kept / refused */
+	uint32_t max_ops;
+	uint32_t polls;         /* ur_poll calls: a peer's answer time in polls */
+	struct tl_opslot *ops;  /* the core's tables: fixed for the loop's life */
+	struct tl_hslot *hs;
+	struct io_uring_buf_ring *br;
+	uint32_t br_entries, br_avail; /* buffers on the ring, as far as we know */
+	uint32_t br_win;               /* how many br_avail is topped up to */
+	uint32_t *spare, nspare;       /* free leases off the ring, most recent on top */
+	uint8_t *lease_base;
+	uint32_t lease_size, lease_count;
+	struct ur_list start, bufwait, fdwait, later, defer;
+	uint64_t fdwait_at;       /* when accepts parked on EMFILE try anyway */
+	uint64_t tmo_at, tmo_seq; /* embedded loops: the armed timeout, if any */
+	int tmo_armed;
+	union ur_scratch *scr;
+	struct ur_msg *msg;
+	uint32_t fs_ok;         /* bit per enum tl_fs_req the ring runs natively */
+	struct tl_uring_stats st;
+};
+
+/* Overrides for rings set up from now on (tl__uring_debug, uring.c). */
+extern struct tl_uring_debug tl__ur_debug;
+
+/* What the driver does per opcode of the core (the table is in net.c). */
+struct ur_opdef {
+	/* Give o, on the start list, its SQE: 1 done with this start entry,
+	 * 0 no SQE (it stays on the list for the next poll). */
+	int (*issue)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+	/* o's CQE (result res, CQE flags cf). */
+	void (*complete)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			 unsigned cf);
+};
+extern const struct ur_opdef tl__ur_ops[TL_OP_CODES_];
+
+static inline struct ur_h *UH(struct tl_hslot *h) { return (struct ur_h *)h->u.drv; }
+static inline struct ur_o *UO(struct tl_opslot *o) { return (struct ur_o *)o->drv; }
+static inline struct tl_opslot *OP(struct tl_drv *d, uint32_t i) { return &d->ops[i]; }
+static inline struct tl_hslot *HS(struct tl_drv *d, uint32_t i) { return &d->hs[i]; }
+
+static inline uint64_t ud_op(const struct tl_opslot *o)
+{
+	return (uint64_t)TAG_OP << TAG_SHIFT | (uint64_t)o->gen << TL_ID_SLOT_BITS | o->idx;
+}
+
+/* ---- lists of ops (start, buffer wait, fd wait, later, defer) ---- */
+
+static inline struct ur_list *list_of(struct tl_drv *d, uint8_t st)
+{
+	switch (st) {
+	case ST_START:
+		return &d->start;
+	case ST_BUFWAIT:
+		return &d->bufwait;
+	case ST_FDWAIT:
+		return &d->fdwait;
+	case ST_LATER:
+		return &d->later;
+	case ST_DEFER:
+		return &d->defer;
+	}
+	return NULL;
+}
+
+static inline void list_add(struct tl_drv *d, struct tl_opslot *o, uint8_t st)
+{
+	struct ur_list *L = list_of(d, st);
+	struct ur_o *u = UO(o);
+	u->st = st;
+	u->lnext = TL_NIL;
+	u->lprev = L->tail;
+	if (L->tail == TL_NIL)
+		L->head = o->idx;
+	else
+		UO(OP(d, L->tail))->lnext = o->idx;
+	L->tail = o->idx;
+}
+
+/* Take o off whatever list it is on (none for ST_IDLE/ST_KERNEL). */
+static inline void list_del(struct tl_drv *d, struct tl_opslot *o)
+{
+	struct ur_o *u = UO(o);
+	struct ur_list *L = list_of(d, u->st);
+	if (!L)
+		return;
+	if (u->lprev == TL_NIL)
+		L->head = u->lnext;
+	else
+		UO(OP(d, u->lprev))->lnext = u->lnext;
+	if (u->lnext == TL_NIL)
+		L->tail = u->lprev;
+	else
+		UO(OP(d, u->lnext))->lprev = u->lprev;
+	u->st = ST_IDLE;
+}
+
+/* Move every op of list L to the start list, in order. */
+static inline void list_restart(struct tl_drv *d, struct ur_list *L)
+{
+	while (L->head != TL_NIL) {
+		struct tl_opslot *o = OP(d, L->head);
+		list_del(d, o);
+		list_add(d, o, ST_START);
+	}
+}
+
+/* ---- per-handle queues ---- */
+
+static inline int is_rside(const struct tl_opslot *o)
+{
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ;
+}
+
+/* Datagram ops are not ordered: they are never queued. */
+static inline int is_queued(const struct tl_hslot *h)
+{
+	return h->type != TL_H_UDP;
+}
+
+static inline void q_push(struct tl_drv *d, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	UO(o)->qnext = TL_NIL;
+	if (*tail == TL_NIL)
+		*head = o->idx;
+	else
+		UO(OP(d, *tail))->qnext = o->idx;
+	*tail = o->idx;
+}
+
+static inline void q_remove(struct tl_drv *d, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	if (tl_likely(*head == o->idx)) { /* the op in the kernel is the head */
+		*head = UO(o)->qnext;
+		if (*head == TL_NIL)
+			*tail = TL_NIL;
+		return;
+	}
+	uint32_t prev = TL_NIL;
+	for (uint32_t i = *head; i != TL_NIL; prev = i, i = UO(OP(d, i))->qnext) {
+		if (i != o->idx)
+			continue;
+		uint32_t next = UO(o)->qnext;
+		if (prev == TL_NIL)
+			*head = next;
+		else
+			UO(OP(d, prev))->qnext = next;
+		if (*tail == i)
+			*tail = prev;
+		return;
+	}
+}
+
+static inline void unqueue(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct ur_h *e = UH(h);
+	if (!is_queued(h))
+		return;
+	if (is_rside(o))
+		q_remove(d, &e->rhead, &e->rtail, o);
+	else
+		q_remove(d, &e->whead, &e->wtail, o);
+}
+
+/* Put the idle heads of h's queues on the start list. */
+static inline void kick(struct tl_drv *d, struct tl_hslot *h)
+{
+	struct ur_h *e = UH(h);
+	if (!is_queued(h) || h->fd < 0)
+		return;
+	if (e->rhead != TL_NIL && !e->connecting) {
+		struct tl_opslot *o = OP(d, e->rhead);
+		if (UO(o)->st == ST_IDLE)
+			list_add(d, o, ST_START);
+	}
+	if (e->whead != TL_NIL) {
+		struct tl_opslot *o = OP(d, e->whead);
+		if (UO(o)->st == ST_IDLE)
+			list_add(d, o, ST_START);
+	}
+}
+
+/* The op leaves the driver: report its terminal event, start what waited. */
+static inline void op_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
+			   int64_t res, uint32_t flags, uint32_t lease)
+{
+	UO(o)->st = ST_IDLE;
+	unqueue(d, h, o);
+	tl__drv_event(d->loop, o, res, flags | TL_F_TERMINAL, lease);
+	kick(d, h);
+}
+
+/* ---- SQEs ---- */
+
+/* A free SQE, submitting what is queued if the SQ is full; NULL only when
+ * the kernel took none of them. */
+static inline struct io_uring_sqe *sqe_get(struct tl_drv *d)
+{
+	struct io_uring_sqe *s = io_uring_get_sqe(&d->ring);
+	if (tl_unlikely(!s)) {
+		d->st.sq_full_flushes++;
+		io_uring_submit(&d->ring);
+		s = io_uring_get_sqe(&d->ring);
+	}
+	return s;
+}
+
+static inline uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+static inline union ur_scratch *scratch_of(struct tl_drv *d, struct io_uring_sqe *s)
+{
+	return &d->scr[s - d->ring.sq.sqes];
+}
+
+/* ---- the provided-buffer ring (kbuf.c says how it is kept) ---- */
+
+/* Hand a buffer (lease id) to the kernel. */
+static inline void provide(struct tl_drv *d, uint32_t id)
+{
+	io_uring_buf_ring_add(d->br, d->lease_base + (size_t)id * d->lease_size, d->lease_size,
+			      (unsigned short)id, io_uring_buf_ring_mask(d->br_entries), 0);
+	io_uring_buf_ring_advance(d->br, 1);
+	d->br_avail++;
+}
+
+/* Fill the ring up to its window from the spare stack, most recent first. */
+static inline void top_up(struct tl_drv *d)
+{
+	while (d->br_avail < d->br_win && d->nspare)
+		provide(d, d->spare[--d->nspare]);
+}
+
+/* A free lease (given back by the host, or taken by the kernel for no data). */
+static inline void recycle(struct tl_drv *d, uint32_t id)
+{
+	d->spare[d->nspare++] = id;
+	top_up(d);
+}
+
+/* ---- across the files ---- */
+
+/* ring.c: the driver table's init, destroy, now, poll and embed entries */
+int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
+void tl__ur_destroy(struct tl_drv *d);
+uint64_t tl__ur_now(struct tl_drv *d);
+int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info);
+int tl__ur_embed_fd(struct tl_drv *d);
+void tl__ur_embed_deadline(struct tl_drv *d, uint64_t at_ns);
+/* Embedded loops are not polled by their host until the ring fd is
+ * readable, so nothing may wait in the SQ for the next turn. */
+void tl__ur_flush_embed(struct tl_drv *d);
+
+/* kbuf.c */
+/* Register the ring of pooled buffers (group 0) and fill its first window:
+ * 0 or a negative errno. */
+int tl__ur_kbuf_init(struct tl_drv *d);
+/* Unregister it (before the ring goes; tl__ur_destroy frees the memory). */
+void tl__ur_kbuf_exit(struct tl_drv *d);
+/* A pooled read found no buffer (-ENOBUFS): park it until one comes back. */
+void tl__ur_park_for_buffer(struct tl_drv *d, struct tl_opslot *o);
+void tl__ur_lease_returned(struct tl_drv *d, uint32_t id);
+
+/* queue.c */
+/* Multishot accepts parked on EMFILE/ENFILE go again. */
+void tl__ur_retry_fdwait(struct tl_drv *d);
+int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s);
+int tl__ur_attach(struct tl_drv *d, struct tl_hslot *h);
+void tl__ur_release(struct tl_drv *d, struct tl_hslot *h);
+int tl__ur_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+
+/* net.c */
+/* An accept error that leaves the listener usable, reported as a
+ * nonterminal event. */
+static inline int accept_soft(int e)
+{
+	return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+}
+/* Prepare o's SQE now (its Unix path is only valid during submit). */
+int tl__ur_issue_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+/* Ask the kernel to cancel o's request: 0 asked, 1 a cancel of it is in
+ * flight already (nothing done), -ENOBUFS no SQE could be had. */
+int tl__ur_cancel_kernel(struct tl_drv *d, struct tl_opslot *o);
+/* Start of a poll: issue the reads deferred to it, and tell the policy of
+ * each held read whether the host answered. 1 when a read was deferred to
+ * the next poll: this one must not block. */
+int tl__ur_sort_reads(struct tl_drv *d);
+/* A new op's stream-read fields. */
+void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o);
+
+/* fs.c */
+/* Which typed file requests the ring runs, one bit per enum tl_fs_req. */
+uint32_t tl__ur_probe_fs(struct io_uring *r);
+int tl__ur_fs_submit(struct tl_drv *d, struct tl_opslot *o, const struct tl_fs_native_req *q);
+/* A native file request's terminal (its CQE, or a cancel of one never
+ * submitted). */
+void tl__ur_fs_done(struct tl_drv *d, struct tl_opslot *o, int64_t res);
+
+#endif
