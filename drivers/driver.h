@@ -141,7 +141,7 @@ struct tl_driver {
 	 * or deadline; UINT64_MAX: none), since nobody waits in poll(). */
 	void (*embed_deadline)(struct tl_drv *d, uint64_t at_ns);
 
-	/* Run a typed file request (lib/fs.c) natively. op is a core op with
+	/* Run a typed file request (lib/pool/fs.c) natively. op is a core op with
 	 * no handle (code TL_OP_POOL, TL_OPF_NATIVE already set); req points at
 	 * memory that stays valid until op's terminal (the job record), except
 	 * req itself, which the driver copies what it needs from. Returns 0 when

@@ -7,7 +7,7 @@
 #include "turnloop/pool.h"
 
 /*
- * Typed file requests (lib/fs.c) come through fs_submit as handle-less ops
+ * Typed file requests (lib/pool/fs.c) come through fs_submit as handle-less ops
  * (TL_OP_POOL) whose paths and statx buffer live in the pool's job record;
  * their SQE is prepared at once, like a connect's, and submitted by the
  * turn's enter. Which of them the kernel has is probed once per ring; the
