@@ -142,7 +142,11 @@ static struct tl_opslot *op_of(struct tl_drv *d, uint64_t ud)
 /* Would this CQE of o become a nonterminal event (and so need room)? */
 static int wants_room(const struct tl_opslot *o, int res)
 {
-	if (!(o->flags & TL_OPF_MULTI) || (o->flags & TL_OPF_CANCEL))
+	/* After a cancel, a read's bytes still become a nonterminal record
+	 * (contract 2.5, tl__op_event); nothing else of the op does. */
+	if (o->flags & TL_OPF_CANCEL)
+		return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV);
+	if (!(o->flags & TL_OPF_MULTI))
 		return 0;
 	if (o->code == TL_OP_READ)
 		return res > 0;
