@@ -2,8 +2,104 @@
 #ifndef TL_DRIVER_H
 #define TL_DRIVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "turnloop/loop.h"
+
+/* ---- The core's slots, as drivers see them ---- */
+
+#define tl_likely(x) __builtin_expect(!!(x), 1)
+#define tl_unlikely(x) __builtin_expect(!!(x), 0)
+#define tl_container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+#define TL_NIL UINT32_MAX
+
+/* Id layout: [63..40] loop identity (24 bits), [39..24] generation (16 bits),
+ * [23..0] slot (24 bits). Generation 0 is never used, so no valid id is 0. */
+#define TL_ID_SLOT_BITS 24u
+#define TL_ID_GEN_BITS 16u
+#define TL_ID_MAX_SLOTS (1u << TL_ID_SLOT_BITS)
+
+static inline uint64_t tl__id_make(uint32_t owner, uint32_t gen, uint32_t slot)
+{
+	return ((uint64_t)owner << 40) | ((uint64_t)(gen & 0xffffu) << 24) | slot;
+}
+static inline uint32_t tl__id_owner(uint64_t v) { return (uint32_t)(v >> 40); }
+static inline uint32_t tl__id_gen(uint64_t v) { return (uint32_t)(v >> 24) & 0xffffu; }
+static inline uint32_t tl__id_slot(uint64_t v) { return (uint32_t)v & (TL_ID_MAX_SLOTS - 1); }
+
+/* Handle types. */
+enum tl_htype {
+	TL_H_FREE = 0,
+	TL_H_LISTEN,   /* TCP or Unix listener */
+	TL_H_STREAM,   /* TCP or Unix connection */
+	TL_H_UDP,
+	TL_H_TIMER,
+};
+
+/* Handle flags. */
+#define TL_HF_REF 0x01          /* counts toward alive() */
+#define TL_HF_CLOSING 0x02
+#define TL_HF_CLOSED_QUEUED 0x04
+#define TL_HF_UNIX 0x08
+#define TL_HF_V6 0x10
+#define TL_HF_CONNECTING 0x20   /* its connect op has not finished yet */
+
+struct tl_hslot {
+	uint16_t gen;
+	uint8_t type;    /* enum tl_htype */
+	uint8_t flags;   /* TL_HF_* */
+	uint32_t idx;
+	int fd;          /* the OS object (driver-defined for the sim driver) */
+	uint32_t pending;/* ops of this handle not yet terminal */
+	uint32_t head, tail; /* its ops, oldest first */
+	uint32_t next_free;
+	uint64_t close_token;
+	union {
+		uint64_t drv[6];      /* driver private state */
+		struct {              /* timers use no driver */
+			uint64_t at, repeat, seq;
+			uint32_t op;
+		} t;
+	} u;
+};
+
+/* Op flags. */
+#define TL_OPF_CANCEL 0x0001   /* cancellation requested */
+#define TL_OPF_STOP 0x0002     /* ... as a stop */
+#define TL_OPF_TIMEDOUT 0x0004 /* ... by a connect deadline */
+#define TL_OPF_MULTI 0x0008    /* multishot */
+#define TL_OPF_NATIVE 0x0010   /* submitted to the driver */
+#define TL_OPF_POOLED 0x0020   /* reads into leases */
+#define TL_OPF_DEADLINE 0x0040 /* in the connect-deadline heap */
+#define TL_OPF_LIVE 0x0080     /* active: its terminal is not yet queued */
+#define TL_OPF_OWED 0x0100     /* terminal queued, slot held until delivered */
+
+struct tl_opslot {
+	uint16_t gen;
+	uint8_t code;     /* enum tl_opcode, or a core-only kind (timer, room, pool) */
+	uint8_t kind;     /* enum tl_kind of its completions */
+	uint16_t flags;   /* TL_OPF_* */
+	uint16_t _pad;
+	uint32_t idx;
+	uint32_t hidx;    /* handle slot or TL_NIL */
+	uint32_t prev, next; /* the handle's op list; next doubles as free link */
+	uint64_t token;
+	union {
+		struct { uint8_t *buf; uint32_t len; } rw;
+		struct { struct iovec iov[TL_IOV_MAX]; uint32_t n, cur; size_t off, total; } wv;
+		struct { uint8_t *buf; uint32_t len; uint32_t alen; tl_addr addr; } dg;
+		struct { tl_addr addr; uint64_t deadline; const char *path; } conn;
+		struct { uint32_t bit; struct tl_poster *target; } room;
+		struct { void *job; } pool;
+	} u;
+	uint64_t drv[4]; /* driver private state */
+};
+
+/* Core-only op codes (never submitted to a driver). */
+#define TL_OP_TIMER 100
+#define TL_OP_ROOM 101
+#define TL_OP_POOL 102
 
 /*
  * The split of work between the core (lib/loop.c) and a driver:
@@ -39,8 +135,6 @@
  *    the OS object.
  */
 
-struct tl_hslot;
-struct tl_opslot;
 struct tl_drv; /* a driver instance: one per loop, the driver's own type */
 
 struct statx;
@@ -196,5 +290,17 @@ struct tl_hslot *tl__drv_handle(tl_loop *loop, uint32_t idx);
  * or when loop is NULL): for a driver's own diagnostic hooks, which are
  * handed a loop. Any thread, as long as loop lives. */
 struct tl_drv *tl__drv_self(const tl_loop *loop, const struct tl_driver *dv);
+
+/* Completions queued in the loop and not yet handed out: a poll compares it
+ * before and after its work to tell whether it produced any. */
+uint32_t tl__drv_queued(const tl_loop *loop);
+
+/* 1 when a party other than the loop holds its poster, and so may post or
+ * wake from another thread (a virtual-time driver then waits for real). */
+int tl__drv_shared(const tl_loop *loop);
+
+/* Wake loop from another thread: a system call only if it is parked. A call
+ * from loop's own thread does nothing (it is not waiting). */
+void tl__drv_wake(tl_loop *loop);
 
 #endif

@@ -8,7 +8,7 @@
 #include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include "internal.h"
+#include "driver.h"
 #include "sock.h"
 
 /*
@@ -632,7 +632,7 @@ static void run_ready(struct tl_drv *d)
 static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 {
 	tl_loop *l = d->loop;
-	uint32_t before = l->qlen;
+	uint32_t before = tl__drv_queued(l);
 	if (tl_unlikely(d->nemfile)) {
 		uint64_t now = ep_now(d);
 		if (now >= d->emfile_retry_at)
@@ -642,7 +642,7 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 	}
 	if (d->rlen)
 		run_ready(d);
-	if (l->qlen != before || d->rlen)
+	if (tl__drv_queued(l) != before || d->rlen)
 		timeout_ns = 0; /* results are ready: do not block */
 	uint32_t room = tl__drv_room(l);
 	int maxev = (int)(room < d->maxev ? room : d->maxev);

@@ -178,6 +178,19 @@ struct tl_drv *tl__drv_self(const tl_loop *l, const struct tl_driver *dv)
 	return l && l->dv == dv ? l->d : NULL;
 }
 
+uint32_t tl__drv_queued(const tl_loop *l) { return l->qlen; }
+
+int tl__drv_shared(const tl_loop *l)
+{
+	return atomic_load(&l->poster->refs) > 1;
+}
+
+void tl__drv_wake(tl_loop *l)
+{
+	if (!pthread_equal(l->thread, pthread_self()))
+		tl_poster_wake(l->poster);
+}
+
 /* Weight of a handle itself in alive(): sockets always, timers only while
  * closing (an idle timer handle does not keep the loop alive). */
 static inline uint32_t hweight(const struct tl_hslot *h)
@@ -687,6 +700,17 @@ int tl_close(tl_loop *l, tl_handle id, uint64_t token)
 	return 0;
 }
 
+uint32_t tl_close_all(tl_loop *l, uint64_t token)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < l->cfg.max_handles; i++) {
+		struct tl_hslot *h = &l->h[i];
+		if (h->type != TL_H_FREE && !(h->flags & TL_HF_CLOSING))
+			n += tl_close(l, tl__h_id(l, h), token) == 0;
+	}
+	return n;
+}
+
 int tl_set_ref(tl_loop *l, tl_handle id, int ref)
 {
 	struct tl_hslot *h = tl__handle_get(l, id);
@@ -745,11 +769,7 @@ void tl_loop_destroy(tl_loop *l)
 	 * other threads hold references. */
 	atomic_store(&l->poster->closed, 1);
 	tl_completion scratch[64];
-	for (uint32_t i = 0; i < l->cfg.max_handles; i++) {
-		struct tl_hslot *h = &l->h[i];
-		if (h->type != TL_H_FREE && !(h->flags & TL_HF_CLOSING))
-			tl_close(l, tl__h_id(l, h), 0);
-	}
+	tl_close_all(l, 0);
 	/* Ops without a handle: room waits and pool jobs. */
 	for (uint32_t i = 0; i < l->cfg.max_ops; i++) {
 		struct tl_opslot *o = &l->o[i];

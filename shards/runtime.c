@@ -845,17 +845,17 @@ static int room_check(tl_shard *s, int arm)
 
 /* ---- shard threads ---- */
 
+static uint32_t nhandles(tl_shard *s)
+{
+	tl_loop_stats st;
+	tl_loop_stats_get(s->loop, &st);
+	return st.handles;
+}
+
 static void close_all(tl_shard *s)
 {
-	tl_loop *l = s->loop;
-
-	for (uint32_t i = 0; i < l->cfg.max_handles && l->nhandles; i++) {
-		struct tl_hslot *h = &l->h[i];
-
-		if (h->type != TL_H_FREE && !(h->flags & TL_HF_CLOSING))
-			tl_close(l, tl__h_id(l, h), 0);
-	}
-	s->last_nhandles = l->nhandles;
+	tl_close_all(s->loop, 0);
+	s->last_nhandles = nhandles(s);
 }
 
 /* One pass: turn, hand out completions, run arrived messages, let the
@@ -965,9 +965,9 @@ static void finish(tl_shard *s)
 	while ((tl_alive(s->loop) || s->loop->nhandles || s->loop->qlen) && mono_ns() < dl) {
 		if (pass(s, 10 * 1000000) < 0)
 			break;
-		if (s->loop->nhandles > s->last_nhandles)
+		if (nhandles(s) > s->last_nhandles)
 			close_all(s);
-		s->last_nhandles = s->loop->nhandles;
+		s->last_nhandles = nhandles(s);
 	}
 	publish(s, mono_ns());
 }
@@ -998,9 +998,9 @@ static void shard_run(tl_shard *s)
 		if (s->phase == PH_DRAIN) {
 			uint64_t now = mono_ns();
 
-			if (s->loop->nhandles > s->last_nhandles)
+			if (nhandles(s) > s->last_nhandles)
 				close_all(s);
-			s->last_nhandles = s->loop->nhandles;
+			s->last_nhandles = nhandles(s);
 			if (drained(s) || now >= s->drain_deadline) {
 				s->phase = PH_WAIT;
 				if (atomic_fetch_add(&rt->ndone, 1) + 1 == rt->n)

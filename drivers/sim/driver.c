@@ -321,12 +321,12 @@ static uint64_t mono_ns(void)
 static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 {
 	tl_loop *l = d->loop;
-	uint32_t before = l->qlen;
+	uint32_t before = tl__drv_queued(l);
 	int r = 0, woke = 0;
 	lock();
 	uint64_t start = now_ns();
 	tl__sim_run_due(d, start);
-	if (l->qlen != before || timeout_ns == 0) {
+	if (tl__drv_queued(l) != before || timeout_ns == 0) {
 		/* No wait; the poll itself took a little time. */
 		info->discovery_polls++;
 		advance(start + d->f.poll_ns);
@@ -339,7 +339,7 @@ static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *i
 	const struct tl_heap_ent *e = tl__heap_top(&d->sched);
 	uint64_t next = e ? e->at : UINT64_MAX;
 	if (d->f.shared_wait_us && (next != UINT64_MAX || limit != UINT64_MAX) &&
-	    atomic_load(&l->poster->refs) > 1) {
+	    tl__drv_shared(l)) {
 		/* Another thread may post: let real time pass, a little, before
 		 * virtual time jumps (with nothing to jump to, the wait below is
 		 * real anyway). */
@@ -363,14 +363,14 @@ static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *i
 	 * produces an event or the timeout is reached; events that produce
 	 * nothing (bytes for a socket with no read yet) do not end the wait. */
 	for (int pass = 0; pass < 2; pass++) {
-		for (uint32_t guard = 0; l->qlen == before && guard < (1u << 20); guard++) {
+		for (uint32_t guard = 0; tl__drv_queued(l) == before && guard < (1u << 20); guard++) {
 			e = tl__heap_top(&d->sched);
 			if (!e || e->at > limit)
 				break;
 			advance(e->at);
 			tl__sim_run_due(d, now_ns());
 		}
-		if (l->qlen != before || timeout_ns > 0 || tl__heap_top(&d->sched) || pass)
+		if (tl__drv_queued(l) != before || timeout_ns > 0 || tl__heap_top(&d->sched) || pass)
 			break;
 		/* No timeout and nothing scheduled: only another thread can bring
 		 * work now. Block for real on the wake eventfd (the core marked us
@@ -382,10 +382,10 @@ static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *i
 		 * pass jumps to the latter. */
 		tl__sim_run_due(d, now_ns());
 	}
-	if (l->qlen == before && timeout_ns > 0 && !woke)
+	if (tl__drv_queued(l) == before && timeout_ns > 0 && !woke)
 		advance(limit);
 done:
-	if (l->qlen == before && !woke)
+	if (tl__drv_queued(l) == before && !woke)
 		info->zero_event_waits++;
 out:
 	d->st.advanced_ns += now_ns() - start;
@@ -426,7 +426,7 @@ const struct tl_driver tl__driver_sim = {
 
 static struct tl_drv *sim_of(tl_loop *loop)
 {
-	return loop && loop->dv == &tl__driver_sim ? loop->d : NULL;
+	return tl__drv_self(loop, &tl__driver_sim);
 }
 
 int tl__sim_set_faults(tl_loop *loop, const struct tl_sim_faults *f)

@@ -200,8 +200,8 @@ void tl__sim_sched_at(struct tl_drv *a, struct sim_sock *s, uint64_t at)
 	}
 	tl__heap_push(hp, s->idx, at, d->seq++);
 	/* A loop on another thread may be blocked on its eventfd. */
-	if (d != a && !pthread_equal(d->loop->thread, pthread_self()))
-		tl_poster_wake(d->loop->poster);
+	if (d != a)
+		tl__drv_wake(d->loop);
 }
 
 void tl__sim_sched(struct tl_drv *a, struct sim_sock *s)

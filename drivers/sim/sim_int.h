@@ -6,7 +6,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/un.h>
-#include "internal.h"
+#include "driver.h"
+#include "heap.h"
 #include "sim.h"
 
 /*

@@ -8,7 +8,7 @@
 #include <sys/un.h>
 #include <liburing.h>
 #include "tl_config.h"
-#include "internal.h"
+#include "driver.h"
 #include "uring.h"
 #include "read_policy.h"
 

@@ -250,6 +250,11 @@ int tl_stop(tl_loop *loop, tl_op op);
  * (-ENOENT) from then on. -EINVAL if h is already closing. */
 int tl_close(tl_loop *loop, tl_handle h, uint64_t token);
 
+/* tl_close(h, token) for every handle of loop that is not closing yet
+ * (timers included); each delivers its own completions and its Closed as
+ * tl_close() says. Returns how many handles it started closing. */
+uint32_t tl_close_all(tl_loop *loop, uint64_t token);
+
 /* ---- Timers (contract section 3) ---- */
 
 /* Create a timer that first expires at the absolute time at_ns (tl_now()
