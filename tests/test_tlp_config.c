@@ -566,6 +566,56 @@ static void test_many_errors(void)
 	T_EQ(tlp_config_parse("a: b", 4, NULL, NULL, &d), -EINVAL);
 }
 
+/* Every reason is one line, whatever bytes the input held. */
+static void test_one_line(void)
+{
+	struct tlp_config *c;
+	static struct tlp_diag d;
+	struct tlp_args a;
+	char err[256];
+
+	T_EQ(parse(LST("    deny: [\"10.0.0.0/8\\n- x\"]\n"), &c, &d), -EINVAL);
+	T_EQ(d.count, 1);
+	T_TRUE(!strchr(d.e[0].text, '\n') && strstr(d.e[0].text, "'10.0.0.0/8?- x'"), "%s",
+	       d.e[0].text);
+	T_EQ(parse("listeners:\n  - {name: l, pool: p, listen: [\"unix:/a\\nb\", \"unix:/a\\nb\"]}\n"
+		   "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
+		   &c, &d),
+	     -EINVAL);
+	T_EQ(d.count, 1);
+	T_TRUE(!strchr(d.e[0].text, '\n') && strstr(d.e[0].text, "unix:/a?b is already listened on"),
+	       "%s", d.e[0].text);
+	T_EQ(tlp_config_parse("x: 1\n", 5, "dir\nname.yaml", &c, &d), -EINVAL);
+	T_TRUE(d.count >= 1 && !strncmp(d.e[0].text, "dir?name.yaml:1:1: ", 19), "%s", d.e[0].text);
+	T_EQ(tlp_config_load("/nonexistent/a\nb", &c, &d), -ENOENT);
+	T_TRUE(!strchr(d.e[0].text, '\n'), "%s", d.e[0].text);
+
+	static char *const bad[][4] = {
+		{"--shards", "1\n2", NULL},
+		{"--cpus", "0\n", NULL},
+		{"--balance", "hash\n", NULL},
+		{"--proxy-protocol", "v1\n", NULL},
+		{"--max-conns", "\n", NULL},
+		{"--bogus\n", "x", NULL},
+		{"--listen", "127.0.0.1:1", "--bogus\n"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *argv[5] = {"tlproxy", bad[i][0], bad[i][1], bad[i][2], NULL};
+		int argc = bad[i][2] ? 4 : 3;
+
+		T_EQ(tlp_args_parse(argc, argv, &a, err, sizeof err), -EINVAL);
+		T_TRUE(!strchr(err, '\n') && strchr(err, '?'), "%s: '%s'", bad[i][0], err);
+	}
+	char *dup[] = {"tlproxy", "--listen", "unix:/a\nb", "--listen", "unix:/a\nb", NULL};
+
+	T_EQ(tlp_args_parse(5, dup, &a, err, sizeof err), -EINVAL);
+	T_TRUE(!strchr(err, '\n') && strstr(err, "unix:/a?b given twice"), "'%s'", err);
+	char *dup2[] = {"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "unix:/u\n,unix:/u\n", NULL};
+
+	T_EQ(tlp_args_parse(5, dup2, &a, err, sizeof err), -EINVAL);
+	T_TRUE(!strchr(err, '\n') && strstr(err, "unix:/u? given twice"), "'%s'", err);
+}
+
 static void test_durations_sizes(void)
 {
 	uint64_t v;
@@ -928,6 +978,7 @@ int main(int argc, char **argv)
 		{"top-level errors, located", test_top_errors},
 		{"YAML syntax, aliases, documents", test_yaml_errors},
 		{"every error in one load, and the cap", test_many_errors},
+		{"every reason is one line", test_one_line},
 		{"durations and sizes", test_durations_sizes},
 		{"addresses", test_endpoints},
 		{"loading a file", test_load_file},

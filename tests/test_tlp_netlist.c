@@ -126,6 +126,9 @@ static void test_parse_bad(void)
 	T_HAS(err, "NUL");
 	T_EQ(tlp_cidr_parse(NULL, 3, &c, NULL, 0), -EINVAL);
 	T_EQ(tlp_cidr_parse("10.0.0.0", 8, NULL, NULL, 0), -EINVAL);
+	/* The reason is one line: a newline in the text is shown as '?'. */
+	T_EQ(parse("10.0.0.0/8\n", &c, err, sizeof err), -EINVAL);
+	T_TRUE(!strchr(err, '\n') && strstr(err, "'10.0.0.0/8?'"), "%s", err);
 	/* A short error buffer is cut and terminated. */
 	T_EQ(parse("10.1.0.0/8", &c, err, 5), -EINVAL);
 	T_EQ(strlen(err), 4);

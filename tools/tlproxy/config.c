@@ -646,10 +646,14 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -EINVAL;
 }
 
-/* Text for a reason: the first 48 bytes of s, unprintable ones as '?'. */
+/* Text for a reason: the first bytes of s that fit (at most SHOW), the
+ * unprintable ones as '?', "..." when cut. */
 static const char *clip(const char *s, size_t len, char *buf, size_t cap)
 {
 	size_t k = 0, lim = len < SHOW ? len : SHOW;
+
+	if (lim + 4 > cap)
+		lim = cap > 4 ? cap - 4 : 0;
 
 	for (size_t i = 0; i < lim && k + 1 < cap; i++)
 		buf[k++] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
@@ -1331,9 +1335,11 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 					continue;
 				for (uint32_t j = 0; j < *nseen; j++)
 					if (tlp_endpoint_same(seen[j].ep, &l->listen[k])) {
+						char b[SHOW + 4];
+
 						errat(c, it->line, it->col,
 						      "%s: %s is already listened on (line %u)", q,
-						      l->listen[k].text, seen[j].node->line);
+						      shown(it, b, sizeof b), seen[j].node->line);
 						break;
 					}
 				seen[*nseen].ep = &l->listen[k];
@@ -1525,6 +1531,18 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 	}
 }
 
+/* A file name for messages, which are one line each whatever the file is
+ * called: unprintable bytes as '?', cut to cap - 1. */
+static const char *clean_name(const char *s, char *buf, size_t cap)
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < cap; i++)
+		buf[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
+	buf[i] = '\0';
+	return buf;
+}
+
 static struct tlp_config *new_config(struct tlp_arena **arena)
 {
 	struct tlp_config *cfg;
@@ -1560,7 +1578,8 @@ static void note_nomem(struct ctx *c)
 int tlp_config_parse(const char *text, size_t len, const char *name, struct tlp_config **out,
 		     struct tlp_diag *diag)
 {
-	struct ctx c = {.diag = diag, .name = name ? name : "config"};
+	char clean[200];
+	struct ctx c = {.diag = diag, .name = clean_name(name ? name : "config", clean, sizeof clean)};
 	struct tlp_arena *model = NULL;
 	struct tlp_config *cfg;
 	struct ynode *root;
@@ -1609,7 +1628,7 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
 {
 	struct tlp_diag local;
 	struct stat st;
-	char *text;
+	char *text, shown[200];
 	size_t got = 0;
 	int fd, r;
 
@@ -1620,19 +1639,20 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
 		*out = NULL;
 	if (!path || !out)
 		return -EINVAL;
+	clean_name(path, shown, sizeof shown);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		r = -errno;
 		if (fd >= 0)
 			close(fd);
 		diag->total = diag->count = 1;
-		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", path, strerror(-r));
+		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", shown, strerror(-r));
 		return r;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size > (off_t)TLP_CONFIG_FILE_MAX) {
 		close(fd);
 		diag->total = diag->count = 1;
-		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", path,
+		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", shown,
 			 S_ISREG(st.st_mode) ? "larger than 4 MiB" : "not a regular file");
 		return S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
 	}
@@ -1640,7 +1660,7 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
 	if (!text) {
 		close(fd);
 		diag->total = diag->count = 1;
-		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: out of memory", path);
+		snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: out of memory", shown);
 		return -ENOMEM;
 	}
 	while (got < (size_t)st.st_size) {
@@ -1653,7 +1673,7 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
 			free(text);
 			close(fd);
 			diag->total = diag->count = 1;
-			snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", path,
+			snprintf(diag->e[0].text, sizeof diag->e[0].text, "%s: %s", shown,
 				 n < 0 ? strerror(-r) : "file shrank while being read");
 			return r;
 		}
@@ -1728,7 +1748,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		const char *s;
 		size_t len;
 	} *up_text = NULL;
-	char why[200];
+	char why[200], shown[SHOW + 4];
 
 	if (err && errlen)
 		err[0] = '\0';
@@ -1763,7 +1783,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		}
 		v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
-			fail(err, errlen, "%s needs a value", o);
+			fail(err, errlen, "%s needs a value", clip(o, strlen(o), shown, sizeof shown));
 			goto out;
 		}
 		i++;
@@ -1793,7 +1813,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			}
 			for (uint32_t j = 0; j < nlisten; j++)
 				if (tlp_endpoint_same(&listen[j], &listen[nlisten])) {
-					fail(err, errlen, "--listen: %s given twice", v);
+					fail(err, errlen, "--listen: %s given twice",
+					     clip(v, strlen(v), shown, sizeof shown));
 					goto out;
 				}
 			listen_text[nlisten++] = v;
@@ -1826,16 +1847,16 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 						while (k < l && (up_text[j].s[k] | 0x20) == (s[k] | 0x20))
 							k++;
 						if (k == l) {
-							fail(err, errlen, "--upstream: %.*s given twice",
-							     (int)(l < 200 ? l : 200), s);
+							fail(err, errlen, "--upstream: %s given twice",
+							     clip(s, l, shown, sizeof shown));
 							goto out;
 						}
 					}
 				} else {
 					for (uint32_t j = 0; j < nup; j++)
 						if (tlp_endpoint_same(&up[j], &up[nup])) {
-							fail(err, errlen, "--upstream: %.*s given twice",
-							     (int)(l < 200 ? l : 200), s);
+							fail(err, errlen, "--upstream: %s given twice",
+							     clip(s, l, shown, sizeof shown));
 							goto out;
 						}
 				}
@@ -1846,15 +1867,16 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			}
 		} else if (!strcmp(o, "--shards")) {
 			if (args_u32(v, 1, 1024, &shards)) {
-				fail(err, errlen, "--shards: '%.64s' is not 1 to 1024", v);
+				fail(err, errlen, "--shards: '%s' is not 1 to 1024",
+				     clip(v, strlen(v), shown, sizeof shown));
 				goto out;
 			}
 		} else if (!strcmp(o, "--cpus")) {
 			uint64_t mask[16];
 
 			if (tl_cpulist_parse(v, mask, 16) < 0) {
-				fail(err, errlen, "--cpus: '%.64s' is not a CPU list below 1024 (like 0-3,6)",
-				     v);
+				fail(err, errlen, "--cpus: '%s' is not a CPU list below 1024 (like 0-3,6)",
+				     clip(v, strlen(v), shown, sizeof shown));
 				goto out;
 			}
 			cpus = v;
@@ -1865,7 +1887,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				;
 			if (k == TLP_BAL_COUNT) {
 				fail(err, errlen,
-				     "--balance: '%.64s' is not roundrobin, weighted, leastconn or hash", v);
+				     "--balance: '%s' is not roundrobin, weighted, leastconn or hash",
+				     clip(v, strlen(v), shown, sizeof shown));
 				goto out;
 			}
 			balance = k;
@@ -1875,13 +1898,15 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			for (k = 0; k < 3 && strcmp(v, pp_names[k]); k++)
 				;
 			if (k == 3) {
-				fail(err, errlen, "--proxy-protocol: '%.64s' is not none, v1 or v2", v);
+				fail(err, errlen, "--proxy-protocol: '%s' is not none, v1 or v2",
+				     clip(v, strlen(v), shown, sizeof shown));
 				goto out;
 			}
 			pp = k;
 		} else if (!strcmp(o, "--max-conns")) {
 			if (args_u32(v, 1, TLP_MAX_CONNS_LIMIT, &max_conns)) {
-				fail(err, errlen, "--max-conns: '%.64s' is not 1 to %u", v,
+				fail(err, errlen, "--max-conns: '%s' is not 1 to %u",
+				     clip(v, strlen(v), shown, sizeof shown),
 				     TLP_MAX_CONNS_LIMIT);
 				goto out;
 			}
@@ -1892,7 +1917,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
 		} else {
-			fail(err, errlen, "unknown option '%.64s'", o);
+			fail(err, errlen, "unknown option '%s'", clip(o, strlen(o), shown, sizeof shown));
 			goto out;
 		}
 	}

@@ -24,6 +24,17 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -EINVAL;
 }
 
+/* s for a one-line reason: anything unprintable shown as '?'. */
+static const char *printable(const char *s, char *buf, size_t cap)
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < cap; i++)
+		buf[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
+	buf[i] = '\0';
+	return buf;
+}
+
 static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 /* Clear every bit of a (nbytes long) past prefix; returns 1 if any was set. */
@@ -66,8 +77,13 @@ int tlp_cidr_parse(const char *s, size_t len, struct tlp_cidr *out, char *err, s
 	for (size_t i = 0; i < len; i++)
 		if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f') ||
 		      (text[i] >= 'A' && text[i] <= 'F') || text[i] == '.' || text[i] == ':' ||
-		      text[i] == '/'))
-			return fail(err, errlen, "bad character in network '%s'", text);
+		      text[i] == '/')) {
+			char shown[sizeof text];
+
+			/* Past this check the text is hex, '.', ':' and '/' only. */
+			return fail(err, errlen, "bad character in network '%s'",
+				    printable(text, shown, sizeof shown));
+		}
 	slash = strchr(text, '/');
 	has_prefix = slash != NULL;
 	alen = has_prefix ? (size_t)(slash - text) : len;
