@@ -198,6 +198,33 @@ out:
 	tlp_config_free(c);
 }
 
+/* docs/TLPROXY.md's example is the file test_full checks, byte for byte. */
+static void test_docs_example(void)
+{
+	char path[512];
+	size_t dlen = 0, flen = 0;
+	unsigned char *doc, *full;
+	const char *start, *end;
+
+	snprintf(path, sizeof path, "%s/../docs/TLPROXY.md", srcdir);
+	doc = tlp_read_file(path, &dlen);
+	snprintf(path, sizeof path, "%s/tlproxy/full.yaml", srcdir);
+	full = tlp_read_file(path, &flen);
+	T_TRUE(doc && full, "cannot read the docs or the example");
+	if (doc && full) {
+		start = strstr((const char *)doc, "```yaml\n");
+		end = start ? strstr(start + 8, "```\n") : NULL;
+		T_TRUE(start && end, "no yaml block in the docs");
+		if (start && end) {
+			start += 8;
+			T_TRUE((size_t)(end - start) == flen && !memcmp(start, full, flen),
+			       "the docs' example differs from tests/tlproxy/full.yaml");
+		}
+	}
+	free(doc);
+	free(full);
+}
+
 static void test_defaults(void)
 {
 	struct tlp_config *c = NULL;
@@ -972,6 +999,7 @@ int main(int argc, char **argv)
 {
 	static const struct tlp_case cases[] = {
 		{"the full example", test_full},
+		{"the docs show the same example", test_docs_example},
 		{"defaults", test_defaults},
 		{"listener errors, located", test_listener_errors},
 		{"pool and server errors, located", test_pool_errors},
