@@ -60,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(r1 == 0 || r1 == 1 || r1 == -EINVAL || r1 == -ENOMEM, "unexpected return", r1);
 	if (err) {
 		check(memchr(err, '\0', errlen) != NULL, "reason not terminated", r1);
-		check((r1 < 0) == (err[0] != '\0') || errlen == 1, "reason missing or left over", r1);
+		check((r1 < 0) == (err[0] != '\0') || errlen == 1, "reason missing or left over",
+		      r1);
 		check(strchr(err, '\n') == NULL, "reason of more than one line", r1);
 	}
 	if (r1 == 0) {

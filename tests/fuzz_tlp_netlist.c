@@ -121,10 +121,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t a[16];
 
 		memcpy(a, data + off, 16);
-		check(match_bytes(&set, a, AF_INET) == brute(c, n, a, AF_INET), "IPv4 probe", (int)off);
+		check(match_bytes(&set, a, AF_INET) == brute(c, n, a, AF_INET), "IPv4 probe",
+		      (int)off);
 		if (memcmp(a, mapped, 12))
-			check(match_bytes(&set, a, AF_INET6) == brute(c, n, a, AF_INET6), "IPv6 probe",
-			      (int)off);
+			check(match_bytes(&set, a, AF_INET6) == brute(c, n, a, AF_INET6),
+			      "IPv6 probe", (int)off);
 	}
 	return 0;
 }

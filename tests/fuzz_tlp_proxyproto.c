@@ -31,7 +31,8 @@ static int parse_n(const uint8_t *data, size_t n, struct tlp_pp_header *h, int *
 static int same_addr(int family, const union tlp_pp_addr *a, const union tlp_pp_addr *b)
 {
 	if (family == AF_INET)
-		return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr && a->in.sin_port == b->in.sin_port;
+		return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr &&
+		       a->in.sin_port == b->in.sin_port;
 	if (family == AF_INET6)
 		return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) &&
 		       a->in6.sin6_port == b->in6.sin6_port;
@@ -49,16 +50,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	r = tlp_pp_parse(data, size, &h, &why);
 	check(r > 0 || r == -EAGAIN || r == -EPROTO, "unexpected return", r);
-	check(r == -EPROTO ? why > TLP_PP_OK && why < TLP_PP_E_COUNT : why == TLP_PP_OK, "reason", r);
+	check(r == -EPROTO ? why > TLP_PP_OK && why < TLP_PP_E_COUNT : why == TLP_PP_OK, "reason",
+	      r);
 	if (r > 0) {
 		check((size_t)r <= size && (uint32_t)r == h.len, "length", r);
 		check(h.version == 1 || h.version == 2, "version", r);
 		if (h.version == 1)
 			check(r <= TLP_PP_V1_MAX && data[r - 2] == '\r' && data[r - 1] == '\n' &&
-				      !memchr(data, '\r', (size_t)r - 2) && h.command == TLP_PP_CMD_PROXY,
+				      !memchr(data, '\r', (size_t)r - 2) &&
+				      h.command == TLP_PP_CMD_PROXY,
 			      "v1 line", r);
 		else
-			check(r >= 16 && r <= TLP_PP_V2_MAX && (data[12] >> 4) == 2, "v2 header", r);
+			check(r >= 16 && r <= TLP_PP_V2_MAX && (data[12] >> 4) == 2, "v2 header",
+			      r);
 		check(h.family == AF_UNSPEC || h.family == AF_INET || h.family == AF_INET6 ||
 			      h.family == AF_UNIX,
 		      "family", r);

@@ -56,8 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	r = tlp_sni_parse(data, size, host, sizeof host, &why);
 	check(r >= 0 || r == -EAGAIN || r == -EPROTO, "unexpected return", r);
-	check(r == -EPROTO ? why > TLP_SNI_OK && why < TLP_SNI_E_COUNT : why == TLP_SNI_OK, "reason",
-	      r);
+	check(r == -EPROTO ? why > TLP_SNI_OK && why < TLP_SNI_E_COUNT : why == TLP_SNI_OK,
+	      "reason", r);
 	if (r > 0) {
 		check(r <= TLP_SNI_HOST_MAX && strlen(host) == (size_t)r, "host length", r);
 		check(tlp_sni_host_check(host, (size_t)r) == 0, "host not a host name", r);
@@ -78,7 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (r2 == -EAGAIN && !decided)
 			continue;
 		decided = 1;
-		check(r2 == r && w2 == why && !strcmp(h2, host), "an answer changed with more bytes", r2);
+		check(r2 == r && w2 == why && !strcmp(h2, host),
+		      "an answer changed with more bytes", r2);
 	}
 	/* A caller that keeps TLP_SNI_INPUT_MAX bytes always gets an answer. */
 	if (size >= TLP_SNI_INPUT_MAX)

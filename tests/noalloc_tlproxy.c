@@ -155,7 +155,8 @@ int main(int argc, char **argv)
 		srv[i].weight = i % 4 + 1;
 		srv[i].max_conns = 50;
 	}
-	if (tlp_bal_init(&bal[0], TLP_BAL_WEIGHTED, srv, 16) || tlp_bal_init(&bal[1], TLP_BAL_LEASTCONN, srv, 16) ||
+	if (tlp_bal_init(&bal[0], TLP_BAL_WEIGHTED, srv, 16) ||
+	    tlp_bal_init(&bal[1], TLP_BAL_LEASTCONN, srv, 16) ||
 	    tlp_bal_init(&bal[2], TLP_BAL_HASH, srv, 16)) {
 		fprintf(stderr, "noalloc_tlproxy: balancer setup failed\n");
 		return 1;
@@ -192,17 +193,21 @@ int main(int argc, char **argv)
 
 		expect(tlp_pp_parse(v1, sizeof v1 - 1, &h, NULL) == 46, "v1 parse");
 		expect(tlp_pp_parse(v2, sizeof v2, &h, NULL) == 31 && h.tlv_count == 1, "v2 parse");
-		expect(tlp_pp_build_v1(out, sizeof out, (struct sockaddr *)&a4, (struct sockaddr *)&a4) > 0,
+		expect(tlp_pp_build_v1(out, sizeof out, (struct sockaddr *)&a4,
+				       (struct sockaddr *)&a4) > 0,
 		       "v1 build, IPv4");
-		expect(tlp_pp_build_v1(out, sizeof out, (struct sockaddr *)&a6, (struct sockaddr *)&a4) > 0,
+		expect(tlp_pp_build_v1(out, sizeof out, (struct sockaddr *)&a6,
+				       (struct sockaddr *)&a4) > 0,
 		       "v1 build, mixed");
-		expect(tlp_pp_build_v2(out, sizeof out, (struct sockaddr *)&a6, (struct sockaddr *)&a6) == 52,
+		expect(tlp_pp_build_v2(out, sizeof out, (struct sockaddr *)&a6,
+				       (struct sockaddr *)&a6) == 52,
 		       "v2 build");
 		expect(tlp_sni_parse(hello, hlen, host, sizeof host, NULL) == 15, "SNI");
 		expect(tlp_sni_parse(split, slen, host, sizeof host, NULL) == 15, "SNI in records");
 		expect(tlp_sni_match(rules, 2, host, 15) == 1, "SNI match");
 		for (int m = 0; m < 3; m++) {
-			r = tlp_bal_pick(&bal[m], tlp_hash_addr((struct sockaddr *)&a4) + (uint64_t)round);
+			r = tlp_bal_pick(&bal[m],
+					 tlp_hash_addr((struct sockaddr *)&a4) + (uint64_t)round);
 			expect(r >= 0, "pick");
 			if (r >= 0 && ++srv[r].conns == srv[r].max_conns) /* fill, then drain */
 				srv[r].conns = 0;
@@ -216,7 +221,8 @@ int main(int argc, char **argv)
 	for (int m = 0; m < 3; m++)
 		tlp_bal_free(&bal[m]);
 	if (calls) {
-		fprintf(stderr, "noalloc_tlproxy: %lu allocator calls in the measured phase\n", calls);
+		fprintf(stderr, "noalloc_tlproxy: %lu allocator calls in the measured phase\n",
+			calls);
 		return 1;
 	}
 	if (failures) {

@@ -68,8 +68,8 @@ static void test_swrr_shares(void)
 				count[r]++;
 		}
 		for (int i = 0; i < N; i++)
-			T_TRUE(count[i] == s[i].weight, "cycle %d server %d: %u picks, weight %u", cycle,
-			       i, count[i], s[i].weight);
+			T_TRUE(count[i] == s[i].weight, "cycle %d server %d: %u picks, weight %u",
+			       cycle, i, count[i], s[i].weight);
 	}
 	/* Smooth: with weights 1 and 3, never two picks of the light one in a row. */
 	struct tlp_bal_server t[2];
@@ -270,8 +270,8 @@ static void test_maglev_shares(void)
 			keys[a[k]]++;
 	/* Equal weights: the slots differ by at most one; keys within 5%. */
 	for (int i = 0; i < N; i++) {
-		T_TRUE(slots[i] == m.size / N || slots[i] == m.size / N + 1, "server %d: %u slots", i,
-		       slots[i]);
+		T_TRUE(slots[i] == m.size / N || slots[i] == m.size / N + 1, "server %d: %u slots",
+		       i, slots[i]);
 		T_TRUE(keys[i] > KEYS / N * 95 / 100 && keys[i] < KEYS / N * 105 / 100,
 		       "server %d: %u keys of %u", i, keys[i], KEYS);
 	}
@@ -531,11 +531,14 @@ static void test_hash_addr(void)
 	inet_pton(AF_INET6, "::ffff:192.0.2.7", &m.sin6_addr);
 	inet_pton(AF_INET6, "2001:db8::7", &v6.sin6_addr);
 	/* The port does not count; a mapped address is its IPv4 one. */
-	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) == tlp_hash_addr((struct sockaddr *)&b), "port");
-	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) == tlp_hash_addr((struct sockaddr *)&m), "mapped");
+	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) == tlp_hash_addr((struct sockaddr *)&b),
+	       "port");
+	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) == tlp_hash_addr((struct sockaddr *)&m),
+	       "mapped");
 	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) != tlp_hash_addr((struct sockaddr *)&v6), "v6");
 	inet_pton(AF_INET, "192.0.2.8", &b.sin_addr);
-	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) != tlp_hash_addr((struct sockaddr *)&b), "addr");
+	T_TRUE(tlp_hash_addr((struct sockaddr *)&a) != tlp_hash_addr((struct sockaddr *)&b),
+	       "addr");
 	T_TRUE(tlp_hash_addr(&un) == tlp_hash_addr(NULL), "non-IP");
 	/* Bits spread: consecutive addresses differ in about half the bits. */
 	uint32_t bits = 0;

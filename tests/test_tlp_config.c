@@ -274,7 +274,8 @@ static void test_defaults(void)
 	tlp_config_free(c);
 
 	/* Sub-mappings given empty-handed take their defaults. */
-	r = parse(LST("    socket: {keepalive: true}\n") "    health: {}\n    passive: {}\n", &c, &d);
+	r = parse(LST("    socket: {keepalive: true}\n") "    health: {}\n    passive: {}\n", &c,
+		  &d);
 	T_EQ(r, 0);
 	if (r) {
 		dump(&d);
@@ -305,64 +306,92 @@ static void test_defaults(void)
 
 static void test_listener_errors(void)
 {
-	one_error(LST("    max_conns: 0\n"), "t.yaml:5:16: listeners[0].max_conns: ", "out of range (1 to 10000000)");
-	one_error(LST("    max_conns: 10k\n"), "t.yaml:5:16: listeners[0].max_conns: ", "not a whole number");
-	one_error(LST("    max_conns: -5\n"), "t.yaml:5:16: listeners[0].max_conns: ", "not a whole number");
+	one_error(LST("    max_conns: 0\n"),
+		  "t.yaml:5:16: listeners[0].max_conns: ", "out of range (1 to 10000000)");
+	one_error(LST("    max_conns: 10k\n"),
+		  "t.yaml:5:16: listeners[0].max_conns: ", "not a whole number");
+	one_error(LST("    max_conns: -5\n"),
+		  "t.yaml:5:16: listeners[0].max_conns: ", "not a whole number");
 	one_error(LST("    maxconns: 5\n"), "t.yaml:5:5: listeners[0]: ", "unknown key 'maxconns'");
-	one_error(LST("    pool: q\n"), "t.yaml:5:5: listeners[0].pool: ", "given twice (first on line 4)");
+	one_error(LST("    pool: q\n"),
+		  "t.yaml:5:5: listeners[0].pool: ", "given twice (first on line 4)");
 	one_error(LST("    timeouts: {idle: 300}\n"), "t.yaml:5:22: listeners[0].timeouts.idle: ",
 		  "bare number '300' has no unit: write 300s or 300ms");
-	one_error(LST("    timeouts: {connect: 1.5s}\n"), "t.yaml:5:25: listeners[0].timeouts.connect: ", "fractions");
-	one_error(LST("    timeouts: {connect: 2 s}\n"), "t.yaml:5:25: listeners[0].timeouts.connect: ", "unknown unit");
-	one_error(LST("    timeouts: {connect: 11m}\n"), "t.yaml:5:25: listeners[0].timeouts.connect: ", "out of range (1ms to 10m)");
-	one_error(LST("    timeouts: {idle: 50ms}\n"), "t.yaml:5:22: listeners[0].timeouts.idle: ", "out of range (100ms to 30d)");
-	one_error(LST("    timeouts: {connect: 0s}\n"), "t.yaml:5:25: listeners[0].timeouts.connect: ", "out of range");
-	one_error(LST("    timeouts: {connect: }\n"), "t.yaml:5:25: listeners[0].timeouts.connect: ", "needs a value");
-	one_error(LST("    timeouts: {read: 2s}\n"), "t.yaml:5:16: listeners[0].timeouts: ", "unknown key 'read'");
-	one_error(LST("    timeouts: 5s\n"), "t.yaml:5:15: listeners[0].timeouts: ", "expected a mapping");
-	one_error(LST("    queue: {max: 1000001}\n"), "t.yaml:5:18: listeners[0].queue.max: ", "out of range");
-	one_error(LST("    splice: yes\n"), "t.yaml:5:13: listeners[0].splice: ", "'yes' is not true or false");
-	one_error(LST("    socket: {rcvbuf: 64kb}\n"), "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "unknown unit");
-	one_error(LST("    socket: {rcvbuf: 512}\n"), "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "out of range (1k to 256m)");
-	one_error(LST("    socket: {sndbuf: 1g}\n"), "t.yaml:5:22: listeners[0].socket.sndbuf: ", "out of range");
-	one_error(LST("    socket: {keepalive: {idle: 1500ms}}\n"), "t.yaml:5:32: listeners[0].socket.keepalive.idle: ",
-		  "not whole seconds");
-	one_error(LST("    socket: {keepalive: {count: 128}}\n"), "t.yaml:5:33: listeners[0].socket.keepalive.count: ",
-		  "out of range (1 to 127)");
-	one_error(LST("    socket: {keepalive: maybe}\n"), "t.yaml:5:25: listeners[0].socket.keepalive: ", "not true or false");
+	one_error(LST("    timeouts: {connect: 1.5s}\n"),
+		  "t.yaml:5:25: listeners[0].timeouts.connect: ", "fractions");
+	one_error(LST("    timeouts: {connect: 2 s}\n"),
+		  "t.yaml:5:25: listeners[0].timeouts.connect: ", "unknown unit");
+	one_error(LST("    timeouts: {connect: 11m}\n"),
+		  "t.yaml:5:25: listeners[0].timeouts.connect: ", "out of range (1ms to 10m)");
+	one_error(LST("    timeouts: {idle: 50ms}\n"),
+		  "t.yaml:5:22: listeners[0].timeouts.idle: ", "out of range (100ms to 30d)");
+	one_error(LST("    timeouts: {connect: 0s}\n"),
+		  "t.yaml:5:25: listeners[0].timeouts.connect: ", "out of range");
+	one_error(LST("    timeouts: {connect: }\n"),
+		  "t.yaml:5:25: listeners[0].timeouts.connect: ", "needs a value");
+	one_error(LST("    timeouts: {read: 2s}\n"),
+		  "t.yaml:5:16: listeners[0].timeouts: ", "unknown key 'read'");
+	one_error(LST("    timeouts: 5s\n"),
+		  "t.yaml:5:15: listeners[0].timeouts: ", "expected a mapping");
+	one_error(LST("    queue: {max: 1000001}\n"),
+		  "t.yaml:5:18: listeners[0].queue.max: ", "out of range");
+	one_error(LST("    splice: yes\n"),
+		  "t.yaml:5:13: listeners[0].splice: ", "'yes' is not true or false");
+	one_error(LST("    socket: {rcvbuf: 64kb}\n"),
+		  "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "unknown unit");
+	one_error(LST("    socket: {rcvbuf: 512}\n"),
+		  "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "out of range (1k to 256m)");
+	one_error(LST("    socket: {sndbuf: 1g}\n"),
+		  "t.yaml:5:22: listeners[0].socket.sndbuf: ", "out of range");
+	one_error(LST("    socket: {keepalive: {idle: 1500ms}}\n"),
+		  "t.yaml:5:32: listeners[0].socket.keepalive.idle: ", "not whole seconds");
+	one_error(LST("    socket: {keepalive: {count: 128}}\n"),
+		  "t.yaml:5:33: listeners[0].socket.keepalive.count: ", "out of range (1 to 127)");
+	one_error(LST("    socket: {keepalive: maybe}\n"),
+		  "t.yaml:5:25: listeners[0].socket.keepalive: ", "not true or false");
 	one_error(LST("    allow: [\"10.1.0.0/8\"]\n"), "t.yaml:5:13: listeners[0].allow[0]: ",
 		  "bits set past its prefix (the network is 10.0.0.0/8)");
-	one_error(LST("    deny: [\"10.0.0.0/8\", \"1.2.3.400\"]\n"), "t.yaml:5:26: listeners[0].deny[1]: ",
+	one_error(LST("    deny: [\"10.0.0.0/8\", \"1.2.3.400\"]\n"),
+		  "t.yaml:5:26: listeners[0].deny[1]: ",
 		  "'1.2.3.400' is not an IPv4 or IPv6 address");
-	one_error(LST("    deny: [\"10.0.0.0/8\", \"nope\"]\n"), "t.yaml:5:26: listeners[0].deny[1]: ",
-		  "bad character in network 'nope'");
-	one_error(LST("    proxy_protocol_from: {a: 1}\n"), "t.yaml:5:26: listeners[0].proxy_protocol_from: ",
-		  "expected a list of networks");
-	one_error(LST("    sni_default: p\n"), "t.yaml:5:18: listeners[0].sni_default: ", "no sni rules");
-	one_error(LST("    sni_timeout: 1s\n"), "t.yaml:5:18: listeners[0].sni_timeout: ", "no sni rules");
-	one_error(LST("    sni: [{name: \"a.b\", pool: q}]\n"), "t.yaml:5:31: listeners[0].sni[0].pool: ", "no pool named 'q'");
-	one_error(LST("    sni: [{name: \"a b\", pool: p}]\n"), "t.yaml:5:18: listeners[0].sni[0].name: ",
-		  "neither a host name nor *.host.name");
-	one_error(LST("    sni: [{name: \"*\", pool: p}]\n"), "t.yaml:5:18: listeners[0].sni[0].name: ", "neither");
-	one_error(LST("    sni: [{pool: p}]\n"), "t.yaml:5:11: listeners[0].sni[0]: ", "name is required");
-	one_error(LST("    sni: [{name: a.b}]\n"), "t.yaml:5:11: listeners[0].sni[0]: ", "pool is required");
+	one_error(LST("    deny: [\"10.0.0.0/8\", \"nope\"]\n"),
+		  "t.yaml:5:26: listeners[0].deny[1]: ", "bad character in network 'nope'");
+	one_error(LST("    proxy_protocol_from: {a: 1}\n"),
+		  "t.yaml:5:26: listeners[0].proxy_protocol_from: ", "expected a list of networks");
+	one_error(LST("    sni_default: p\n"),
+		  "t.yaml:5:18: listeners[0].sni_default: ", "no sni rules");
+	one_error(LST("    sni_timeout: 1s\n"),
+		  "t.yaml:5:18: listeners[0].sni_timeout: ", "no sni rules");
+	one_error(LST("    sni: [{name: \"a.b\", pool: q}]\n"),
+		  "t.yaml:5:31: listeners[0].sni[0].pool: ", "no pool named 'q'");
+	one_error(LST("    sni: [{name: \"a b\", pool: p}]\n"),
+		  "t.yaml:5:18: listeners[0].sni[0].name: ", "neither a host name nor *.host.name");
+	one_error(LST("    sni: [{name: \"*\", pool: p}]\n"),
+		  "t.yaml:5:18: listeners[0].sni[0].name: ", "neither");
+	one_error(LST("    sni: [{pool: p}]\n"),
+		  "t.yaml:5:11: listeners[0].sni[0]: ", "name is required");
+	one_error(LST("    sni: [{name: a.b}]\n"),
+		  "t.yaml:5:11: listeners[0].sni[0]: ", "pool is required");
 	one_error(LST("    sni:\n      - {name: A.b, pool: p}\n      - {name: a.B, pool: p}\n"),
 		  "t.yaml:7:16: listeners[0].sni[1].name: ", "'a.b' is already a rule (line 6)");
-	one_error(LST("    timeouts: {[x]: 1s}\n"), "t.yaml:5:16: listeners[0].timeouts: ", "a key must be a plain word");
+	one_error(LST("    timeouts: {[x]: 1s}\n"),
+		  "t.yaml:5:16: listeners[0].timeouts: ", "a key must be a plain word");
 	one_error(LST("    sni: \"a.b\"\n"), "t.yaml:5:10: listeners[0].sni: ", "expected a list");
 	/* Listen addresses. */
 	one_error("listeners:\n  - {name: l, pool: p, listen: \"::1:80\"}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
-		  "t.yaml:2:32: listeners[0].listen[0]: ", "an IPv6 address goes in brackets, as in [::1]:8080");
+		  "t.yaml:2:32: listeners[0].listen[0]: ",
+		  "an IPv6 address goes in brackets, as in [::1]:8080");
 	one_error("listeners:\n  - {name: l, pool: p, listen: \"localhost:80\"}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:2:32: listeners[0].listen[0]: ", "listen on a numeric IP address");
 	one_error("listeners:\n  - {name: l, pool: p, listen: \"*:80\"}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:2:32: listeners[0].listen[0]: ", "write 0.0.0.0:PORT or [::]:PORT");
-	one_error("listeners:\n  - {name: l, pool: p, listen: [\"127.0.0.1:80\", \"127.0.0.1:0\"]}\n"
-		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
-		  "t.yaml:2:49: listeners[0].listen[1]: ", "port must be 1 to 65535");
+	one_error(
+		"listeners:\n  - {name: l, pool: p, listen: [\"127.0.0.1:80\", \"127.0.0.1:0\"]}\n"
+		"pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
+		"t.yaml:2:49: listeners[0].listen[1]: ", "port must be 1 to 65535");
 	one_error("listeners:\n  - {name: l, pool: p, listen: [\"[::1]:80\", \"[0::1]:80\"]}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:2:45: listeners[0].listen[1]: ", "is already listened on (line 2)");
@@ -386,7 +415,8 @@ static void test_listener_errors(void)
 	one_error("listeners:\n  - {name: l, listen: \"unix:/run/x\", pool: p}\n"
 		  "  - {name: m, listen: \"unix:/run/x\", pool: p}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
-		  "t.yaml:3:23: listeners[1].listen[0]: ", "unix:/run/x is already listened on (line 2)");
+		  "t.yaml:3:23: listeners[1].listen[0]: ",
+		  "unix:/run/x is already listened on (line 2)");
 	/* A Unix path of 108 bytes does not fit sun_path with its NUL. */
 	char yaml[1024], path[109];
 
@@ -397,7 +427,8 @@ static void test_listener_errors(void)
 		 "listeners:\n  - {name: l, pool: p, listen: \"unix:%s\"}\n"
 		 "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		 path);
-	one_error(yaml, "t.yaml:2:32: listeners[0].listen[0]: ", "Unix socket path of 108 bytes: at most 107");
+	one_error(yaml, "t.yaml:2:32: listeners[0].listen[0]: ",
+		  "Unix socket path of 108 bytes: at most 107");
 	path[107] = '\0';
 	snprintf(yaml, sizeof yaml,
 		 "listeners:\n  - {name: l, pool: p, listen: \"unix:%s\"}\n"
@@ -415,23 +446,33 @@ static void test_pool_errors(void)
 {
 	one_error(POOL("    balance: random\n"), "t.yaml:8:14: pools[0].balance: ",
 		  "'random' is not one of: roundrobin, weighted, leastconn, hash");
-	one_error(POOL("    proxy_protocol: v3\n"), "t.yaml:8:21: pools[0].proxy_protocol: ", "not one of: none, v1, v2");
-	one_error(POOL("    retries: 11\n"), "t.yaml:8:14: pools[0].retries: ", "out of range (0 to 10)");
-	one_error(POOL("    resolve_interval: 10\n"), "t.yaml:8:23: pools[0].resolve_interval: ", "bare number");
-	one_error(POOL("    health: {interval: 1s, timeout: 2s}\n"), "t.yaml:8:37: pools[0].health.timeout: ",
-		  "2s is longer than the interval (1s)");
-	one_error(POOL("    health: {rise: 0}\n"), "t.yaml:8:20: pools[0].health.rise: ", "out of range (1 to 100)");
-	one_error(POOL("    health: {check: tcp}\n"), "t.yaml:8:14: pools[0].health: ", "unknown key 'check'");
-	one_error(POOL("    passive: {failures: 0}\n"), "t.yaml:8:25: pools[0].passive.failures: ", "out of range");
-	one_error(POOL("    passive: {down_for: 2h}\n"), "t.yaml:8:25: pools[0].passive.down_for: ", "out of range (1s to 1h)");
-	one_error(POOL("    health: [1]\n"), "t.yaml:8:13: pools[0].health: ", "expected a mapping");
+	one_error(POOL("    proxy_protocol: v3\n"),
+		  "t.yaml:8:21: pools[0].proxy_protocol: ", "not one of: none, v1, v2");
+	one_error(POOL("    retries: 11\n"),
+		  "t.yaml:8:14: pools[0].retries: ", "out of range (0 to 10)");
+	one_error(POOL("    resolve_interval: 10\n"),
+		  "t.yaml:8:23: pools[0].resolve_interval: ", "bare number");
+	one_error(POOL("    health: {interval: 1s, timeout: 2s}\n"),
+		  "t.yaml:8:37: pools[0].health.timeout: ", "2s is longer than the interval (1s)");
+	one_error(POOL("    health: {rise: 0}\n"),
+		  "t.yaml:8:20: pools[0].health.rise: ", "out of range (1 to 100)");
+	one_error(POOL("    health: {check: tcp}\n"),
+		  "t.yaml:8:14: pools[0].health: ", "unknown key 'check'");
+	one_error(POOL("    passive: {failures: 0}\n"),
+		  "t.yaml:8:25: pools[0].passive.failures: ", "out of range");
+	one_error(POOL("    passive: {down_for: 2h}\n"),
+		  "t.yaml:8:25: pools[0].passive.down_for: ", "out of range (1s to 1h)");
+	one_error(POOL("    health: [1]\n"),
+		  "t.yaml:8:13: pools[0].health: ", "expected a mapping");
 	/* Servers. */
-	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
-		  "pools:\n  - name: p\n    servers:\n      - {address: \"127.0.0.1:1\", weight: 0}\n",
-		  "t.yaml:6:42: pools[0].servers[0].weight: ", "out of range (1 to 256)");
-	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
-		  "pools:\n  - name: p\n    servers:\n      - {address: \"127.0.0.1:1\", weight: 257}\n",
-		  "t.yaml:6:42: pools[0].servers[0].weight: ", "out of range (1 to 256)");
+	one_error(
+		"listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
+		"pools:\n  - name: p\n    servers:\n      - {address: \"127.0.0.1:1\", weight: 0}\n",
+		"t.yaml:6:42: pools[0].servers[0].weight: ", "out of range (1 to 256)");
+	one_error(
+		"listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
+		"pools:\n  - name: p\n    servers:\n      - {address: \"127.0.0.1:1\", weight: 257}\n",
+		"t.yaml:6:42: pools[0].servers[0].weight: ", "out of range (1 to 256)");
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - name: p\n    servers:\n      - {address: \"127.0.0.1:65536\"}\n",
 		  "t.yaml:6:19: pools[0].servers[0].address: ", "port must be 1 to 65535");
@@ -440,11 +481,13 @@ static void test_pool_errors(void)
 		  "t.yaml:6:19: pools[0].servers[0].address: ", "not an IPv4 address");
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - name: p\n    servers:\n      - {address: \"bad_host!:80\"}\n",
-		  "t.yaml:6:19: pools[0].servers[0].address: ", "neither an IP address nor a host name");
+		  "t.yaml:6:19: pools[0].servers[0].address: ",
+		  "neither an IP address nor a host name");
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - name: p\n    servers:\n      - {address: \"Db.Internal:80\"}\n"
 		  "      - {address: \"db.internal:80\"}\n",
-		  "t.yaml:7:19: pools[0].servers[1].address: ", "the same address as pools[0].servers[0] (line 6)");
+		  "t.yaml:7:19: pools[0].servers[1].address: ",
+		  "the same address as pools[0].servers[0] (line 6)");
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - name: p\n    servers:\n      - {weight: 2}\n",
 		  "t.yaml:6:9: pools[0].servers[0]: ", "address is required");
@@ -454,9 +497,10 @@ static void test_pool_errors(void)
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - name: p\n",
 		  "t.yaml:4:5: pools[0]: ", "servers is required");
-	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
-		  "pools:\n  - {servers: [{address: \"127.0.0.1:1\"}]}\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
-		  "t.yaml:4:5: pools[0]: ", "name is required");
+	one_error(
+		"listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
+		"pools:\n  - {servers: [{address: \"127.0.0.1:1\"}]}\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
+		"t.yaml:4:5: pools[0]: ", "name is required");
 	one_error("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
 		  "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n"
 		  "  - {name: p, servers: [{address: \"127.0.0.1:2\"}]}\n",
@@ -465,11 +509,12 @@ static void test_pool_errors(void)
 	size_t cap = 64 * (TLP_MAX_SERVERS + 2) + 256, n;
 	char *y = malloc(cap);
 
-	n = (size_t)snprintf(y, cap, "listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
-				     "pools:\n  - name: p\n    servers:\n");
+	n = (size_t)snprintf(y, cap,
+			     "listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n"
+			     "pools:\n  - name: p\n    servers:\n");
 	for (int i = 0; i < TLP_MAX_SERVERS + 1; i++)
-		n += (size_t)snprintf(y + n, cap - n, "      - {address: \"10.0.%d.%d:80\"}\n", i / 250,
-				      i % 250 + 1);
+		n += (size_t)snprintf(y + n, cap - n, "      - {address: \"10.0.%d.%d:80\"}\n",
+				      i / 250, i % 250 + 1);
 	one_error(y, "t.yaml:6:7: pools[0].servers: ", "more than 1024 servers");
 	free(y);
 }
@@ -477,30 +522,35 @@ static void test_pool_errors(void)
 static void test_top_errors(void)
 {
 	one_error("shards: 0\n" LST(""), "t.yaml:1:9: shards: ", "out of range (1 to 1024)");
-	one_error("shards: 2\ncpus: \"0-1\"\n" LST(""), "t.yaml:2:7: cpus: ", "give shards or cpus, not both");
+	one_error("shards: 2\ncpus: \"0-1\"\n" LST(""),
+		  "t.yaml:2:7: cpus: ", "give shards or cpus, not both");
 	one_error("cpus: \"1-0\"\n" LST(""), "t.yaml:1:7: cpus: ", "not a CPU list below 1024");
 	one_error("cpus: \"2000\"\n" LST(""), "t.yaml:1:7: cpus: ", "not a CPU list below 1024");
 	one_error("user: \"a b\"\n" LST(""), "t.yaml:1:7: user: ", "not a user name");
 	one_error("admin: \"\"\n" LST(""), "t.yaml:1:8: admin: ", "needs a value");
 	one_error("max_conns: 10000001\n" LST(""), "t.yaml:1:12: max_conns: ", "out of range");
 	one_error("Listeners: []\n" LST(""), "t.yaml:1:1: ", "unknown key 'Listeners'");
-	one_error("pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n", "t.yaml:1:1: listeners: ",
-		  "at least one listener is required");
+	one_error("pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
+		  "t.yaml:1:1: listeners: ", "at least one listener is required");
 	{
 		struct tlp_config *c;
 		static struct tlp_diag d;
 
-		T_EQ(parse("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n", &c, &d),
+		T_EQ(parse("listeners:\n  - {name: l, listen: \"127.0.0.1:80\", pool: p}\n", &c,
+			   &d),
 		     -EINVAL);
 		T_EQ(d.count, 2);
-		T_TRUE(has_error(&d, "t.yaml:1:1: pools: ", "at least one pool is required"), "pools");
-		T_TRUE(has_error(&d, "t.yaml:2:45: listeners[0].pool: ", "no pool named 'p'"), "pool");
+		T_TRUE(has_error(&d, "t.yaml:1:1: pools: ", "at least one pool is required"),
+		       "pools");
+		T_TRUE(has_error(&d, "t.yaml:2:45: listeners[0].pool: ", "no pool named 'p'"),
+		       "pool");
 	}
 	one_error("listeners: {}\npools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:1:12: listeners: ", "expected a list");
 	one_error("listeners: []\npools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:1:12: listeners: ", "needs 1 to 256 listeners");
-	one_error(LST("") "shards: 3\nshards: 4\n", "t.yaml:9:1: shards: ", "given twice (first on line 8)");
+	one_error(LST("") "shards: 3\nshards: 4\n",
+		  "t.yaml:9:1: shards: ", "given twice (first on line 8)");
 	one_error(LST("") "? [a, b]\n: c\n", "t.yaml:8:3: a key", "must be a plain word");
 	/* Text that is not a config at all. */
 	one_error("", "t.yaml:1:1: ", "the config is empty");
@@ -509,13 +559,16 @@ static void test_top_errors(void)
 	one_error("42\n", "t.yaml:1:1: ", "must be a mapping");
 	one_error("- a\n- b\n", "t.yaml:1:1: ", "must be a mapping");
 	one_error("user: \"a\\0b\"\n" LST(""), "t.yaml:1:7: user: ", "not a user name");
-	one_error("access_log: \"a\\0b\"\n" LST(""), "t.yaml:1:13: access_log: ", "contains a NUL byte");
+	one_error("access_log: \"a\\0b\"\n" LST(""),
+		  "t.yaml:1:13: access_log: ", "contains a NUL byte");
 }
 
 static void test_yaml_errors(void)
 {
-	one_error("listeners: [\n", "t.yaml:2:1: ", "YAML syntax: did not find expected node content");
-	one_error("a: \"unterminated\n", "t.yaml:2:1: ", "YAML syntax: found unexpected end of stream");
+	one_error("listeners: [\n",
+		  "t.yaml:2:1: ", "YAML syntax: did not find expected node content");
+	one_error("a: \"unterminated\n",
+		  "t.yaml:2:1: ", "YAML syntax: found unexpected end of stream");
 	one_error("a: b: c\n", "t.yaml:1:5: ", "YAML syntax: mapping values are not allowed");
 	one_error("a:\n\t- b\n", "t.yaml:2:1: ", "YAML syntax");
 	one_error(LST("") "---\nshards: 1\n", "t.yaml:8:1: ", "a second YAML document");
@@ -570,8 +623,8 @@ static void test_many_errors(void)
 	T_TRUE(has_error(&d, "t.yaml:6:22: listeners[0].timeouts.idle: ", "bare number"), "idle");
 	for (uint32_t i = 0; i < d.count; i++) {
 		T_EQ(strncmp(d.e[i].text, "t.yaml:", 7), 0);
-		T_TRUE(d.e[i].line >= 1 && d.e[i].line <= 10 && d.e[i].col >= 1, "%u:%u", d.e[i].line,
-		       d.e[i].col);
+		T_TRUE(d.e[i].line >= 1 && d.e[i].line <= 10 && d.e[i].col >= 1, "%u:%u",
+		       d.e[i].line, d.e[i].col);
 	}
 	if (d.count != 6)
 		dump(&d);
@@ -610,7 +663,8 @@ static void test_one_line(void)
 		   &c, &d),
 	     -EINVAL);
 	T_EQ(d.count, 1);
-	T_TRUE(!strchr(d.e[0].text, '\n') && strstr(d.e[0].text, "unix:/a?b is already listened on"),
+	T_TRUE(!strchr(d.e[0].text, '\n') &&
+		       strstr(d.e[0].text, "unix:/a?b is already listened on"),
 	       "%s", d.e[0].text);
 	T_EQ(tlp_config_parse("x: 1\n", 5, "dir\nname.yaml", &c, &d), -EINVAL);
 	T_TRUE(d.count >= 1 && !strncmp(d.e[0].text, "dir?name.yaml:1:1: ", 19), "%s", d.e[0].text);
@@ -637,7 +691,8 @@ static void test_one_line(void)
 
 	T_EQ(tlp_args_parse(5, dup, &a, err, sizeof err), -EINVAL);
 	T_TRUE(!strchr(err, '\n') && strstr(err, "unix:/a?b given twice"), "'%s'", err);
-	char *dup2[] = {"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "unix:/u\n,unix:/u\n", NULL};
+	char *dup2[] = {"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "unix:/u\n,unix:/u\n",
+			NULL};
 
 	T_EQ(tlp_args_parse(5, dup2, &a, err, sizeof err), -EINVAL);
 	T_TRUE(!strchr(err, '\n') && strstr(err, "unix:/u? given twice"), "'%s'", err);
@@ -755,8 +810,8 @@ static void test_endpoints(void)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		int r = EP(bad[i].s, bad[i].host);
 
-		T_TRUE(r == -EINVAL && strstr(err, bad[i].why), "'%s': %d '%s', want '%s'", bad[i].s, r,
-		       err, bad[i].why);
+		T_TRUE(r == -EINVAL && strstr(err, bad[i].why), "'%s': %d '%s', want '%s'",
+		       bad[i].s, r, err, bad[i].why);
 	}
 	T_EQ(tlp_endpoint_parse("1.2.3.4\0:80", 10, 1, &e, err, sizeof err), -EINVAL);
 	T_HAS(err, "NUL");
@@ -803,7 +858,8 @@ static void test_load_file(void)
 	T_EQ(pwrite(fd, bad, strlen(bad), 0), (long long)strlen(bad));
 	T_EQ(tlp_config_load(path, &c, &d), -EINVAL);
 	T_EQ(d.count, 1);
-	T_TRUE(!strncmp(d.e[0].text, path, strlen(path)) && strstr(d.e[0].text, ":5:13: listeners[0].splice:"),
+	T_TRUE(!strncmp(d.e[0].text, path, strlen(path)) &&
+		       strstr(d.e[0].text, ":5:13: listeners[0].splice:"),
 	       "%s", d.e[0].text);
 	const char *good = LST("");
 
@@ -859,10 +915,10 @@ static void test_args(void)
 	int r;
 
 	r = args(&a, err, sizeof err, "--listen", "127.0.0.1:8080", "--upstream",
-		 "10.0.0.1:80,[2001:db8::1]:80,Backend.Internal:81", "--upstream", "unix:/run/u.sock",
-		 "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2", "--splice",
-		 "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout", "2m",
-		 "--listen", "[::]:8080", NULL);
+		 "10.0.0.1:80,[2001:db8::1]:80,Backend.Internal:81", "--upstream",
+		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
+		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
+		 "2m", "--listen", "[::]:8080", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -967,31 +1023,36 @@ static void test_args_bad(void)
 	args_bad("--listen HOST:PORT is required", "--upstream", "127.0.0.1:1", NULL);
 	args_bad("unknown option '--port'", "--port", "80", NULL);
 	args_bad("--listen needs a value", "--upstream", "127.0.0.1:1", "--listen", NULL);
-	args_bad("--listen: 'localhost:80': listen on a numeric IP address", "--listen", "localhost:80",
-		 "--upstream", "127.0.0.1:1", NULL);
-	args_bad("--listen: 127.0.0.1:1 given twice", "--listen", "127.0.0.1:1", "--listen", "127.0.0.1:1",
-		 "--upstream", "127.0.0.1:2", NULL);
+	args_bad("--listen: 'localhost:80': listen on a numeric IP address", "--listen",
+		 "localhost:80", "--upstream", "127.0.0.1:1", NULL);
+	args_bad("--listen: 127.0.0.1:1 given twice", "--listen", "127.0.0.1:1", "--listen",
+		 "127.0.0.1:1", "--upstream", "127.0.0.1:2", NULL);
 	args_bad("--upstream: '127.0.0.1:0': port must be", "--listen", "127.0.0.1:1", "--upstream",
 		 "127.0.0.1:2,127.0.0.1:0", NULL);
 	args_bad("--upstream: 'a b:1'", "--listen", "127.0.0.1:1", "--upstream", "a b:1", NULL);
-	args_bad("--upstream: empty address", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2,", NULL);
-	args_bad("--upstream: db:1 given twice", "--listen", "127.0.0.1:1", "--upstream", "DB:1,db:1", NULL);
+	args_bad("--upstream: empty address", "--listen", "127.0.0.1:1", "--upstream",
+		 "127.0.0.1:2,", NULL);
+	args_bad("--upstream: db:1 given twice", "--listen", "127.0.0.1:1", "--upstream",
+		 "DB:1,db:1", NULL);
 	args_bad("--upstream: 127.0.0.1:2 given twice", "--listen", "127.0.0.1:1", "--upstream",
 		 "127.0.0.1:2", "--upstream", "127.0.0.1:2", NULL);
 	args_bad("--shards: '0' is not 1 to 1024", "--shards", "0", NULL);
 	args_bad("--shards: '+2' is not 1 to 1024", "--shards", "+2", NULL);
 	args_bad("--cpus: '0-' is not a CPU list", "--cpus", "0-", NULL);
-	args_bad("--shards and --cpus: give one", "--shards", "2", "--cpus", "0-1", "--listen", "127.0.0.1:1",
-		 "--upstream", "127.0.0.1:2", NULL);
-	args_bad("--balance: 'random' is not roundrobin, weighted, leastconn or hash", "--balance", "random", NULL);
+	args_bad("--shards and --cpus: give one", "--shards", "2", "--cpus", "0-1", "--listen",
+		 "127.0.0.1:1", "--upstream", "127.0.0.1:2", NULL);
+	args_bad("--balance: 'random' is not roundrobin, weighted, leastconn or hash", "--balance",
+		 "random", NULL);
 	args_bad("--proxy-protocol: 'v3' is not none, v1 or v2", "--proxy-protocol", "v3", NULL);
 	args_bad("--max-conns: '0' is not 1 to 10000000", "--max-conns", "0", NULL);
 	args_bad("--connect-timeout: bare number '5' has no unit", "--connect-timeout", "5", NULL);
 	args_bad("--connect-timeout: out of range (1ms to 10m)", "--connect-timeout", "1h", NULL);
 	args_bad("--idle-timeout: '1.5m': fractions", "--idle-timeout", "1.5m", NULL);
 	args_bad("--config takes no other options", "--config", "x.yaml", "--splice", NULL);
-	args_bad("--check takes no other options", "--listen", "127.0.0.1:1", "--check", "x.yaml", NULL);
-	args_bad("--check: only one of --config and --check", "--config", "x", "--check", "y", NULL);
+	args_bad("--check takes no other options", "--listen", "127.0.0.1:1", "--check", "x.yaml",
+		 NULL);
+	args_bad("--check: only one of --config and --check", "--config", "x", "--check", "y",
+		 NULL);
 	args_bad("--config needs a file name", "--config", "", NULL);
 }
 

@@ -95,7 +95,8 @@ static const char *tlp_model_problem(const struct tlp_config *c)
 		    !tlp_mc_dur(p->health.timeout_ns, ms, 3600 * s) || p->health.rise < 1 ||
 		    p->health.rise > 100 || p->health.fall < 1 || p->health.fall > 100 ||
 		    p->health.send_len > TLP_HEALTH_DATA_MAX ||
-		    p->health.expect_len > TLP_HEALTH_DATA_MAX || (!p->health.send && p->health.send_len) ||
+		    p->health.expect_len > TLP_HEALTH_DATA_MAX ||
+		    (!p->health.send && p->health.send_len) ||
 		    (!p->health.expect && p->health.expect_len))
 			return "health";
 		if (p->passive.failures < 1 || p->passive.failures > 1000 ||
@@ -108,7 +109,8 @@ static const char *tlp_model_problem(const struct tlp_config *c)
 
 			if (!tlp_mc_ep(&sv->ep, 1))
 				return "server address";
-			if (sv->weight < 1 || sv->weight > TLP_WEIGHT_MAX || sv->max_conns > TLP_MAX_CONNS_LIMIT)
+			if (sv->weight < 1 || sv->weight > TLP_WEIGHT_MAX ||
+			    sv->max_conns > TLP_MAX_CONNS_LIMIT)
 				return "server weight or max_conns";
 			for (uint32_t j = 0; j < k; j++)
 				if (tlp_endpoint_same(&p->servers[j].ep, &sv->ep))
@@ -129,8 +131,10 @@ static const char *tlp_model_problem(const struct tlp_config *c)
 			if (!tlp_mc_ep(&l->listen[k], 0))
 				return "listen address";
 			for (uint32_t j = 0; j <= i; j++)
-				for (uint32_t m = 0; m < c->listeners[j].nlisten && (j < i || m < k); m++)
-					if (tlp_endpoint_same(&c->listeners[j].listen[m], &l->listen[k]))
+				for (uint32_t m = 0;
+				     m < c->listeners[j].nlisten && (j < i || m < k); m++)
+					if (tlp_endpoint_same(&c->listeners[j].listen[m],
+							      &l->listen[k]))
 						return "listen addresses repeat";
 		}
 		if (l->pool < -1 || l->pool >= (int32_t)c->npools)
@@ -155,7 +159,8 @@ static const char *tlp_model_problem(const struct tlp_config *c)
 		    !tlp_mc_dur(l->queue_timeout_ns, ms, 3600 * s) ||
 		    !tlp_mc_dur(l->connect_timeout_ns, ms, 600 * s) ||
 		    !tlp_mc_dur(l->idle_timeout_ns, 100 * ms, 30 * day) ||
-		    !tlp_mc_dur(l->client_fin_ns, ms, day) || !tlp_mc_dur(l->server_fin_ns, ms, day))
+		    !tlp_mc_dur(l->client_fin_ns, ms, day) ||
+		    !tlp_mc_dur(l->server_fin_ns, ms, day))
 			return "listener durations";
 		if (l->queue_max > 1000000 || l->max_conns > TLP_MAX_CONNS_LIMIT)
 			return "queue or max_conns";
@@ -164,8 +169,10 @@ static const char *tlp_model_problem(const struct tlp_config *c)
 		    l->socket.ka_idle_s < 1 || l->socket.ka_idle_s > 32767 ||
 		    l->socket.ka_interval_s < 1 || l->socket.ka_interval_s > 32767 ||
 		    l->socket.ka_count < 1 || l->socket.ka_count > 127 ||
-		    (l->socket.rcvbuf && (l->socket.rcvbuf < 1024 || l->socket.rcvbuf > (256u << 20))) ||
-		    (l->socket.sndbuf && (l->socket.sndbuf < 1024 || l->socket.sndbuf > (256u << 20))))
+		    (l->socket.rcvbuf &&
+		     (l->socket.rcvbuf < 1024 || l->socket.rcvbuf > (256u << 20))) ||
+		    (l->socket.sndbuf &&
+		     (l->socket.sndbuf < 1024 || l->socket.sndbuf > (256u << 20))))
 			return "socket";
 		if (l->splice != 0 && l->splice != 1)
 			return "splice";

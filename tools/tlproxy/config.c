@@ -225,7 +225,8 @@ static struct ynode *load_tree(struct ctx *c, const char *text, size_t len, int 
 			}
 			break;
 		case YAML_ALIAS_EVENT:
-			errat(c, (uint32_t)ev.start_mark.line + 1, (uint32_t)ev.start_mark.column + 1,
+			errat(c, (uint32_t)ev.start_mark.line + 1,
+			      (uint32_t)ev.start_mark.column + 1,
 			      "aliases (*%.*s) are not supported: write the value out", SHOW,
 			      (const char *)ev.data.alias.anchor);
 			n = new_node(c, YN_ALIAS, ev.start_mark);
@@ -328,8 +329,8 @@ static int scalar(struct ctx *c, const struct ynode *n, const char *path)
 	return 0;
 }
 
-static int get_uint(struct ctx *c, const struct ynode *n, const char *path, uint64_t lo, uint64_t hi,
-		    uint32_t *out)
+static int get_uint(struct ctx *c, const struct ynode *n, const char *path, uint64_t lo,
+		    uint64_t hi, uint32_t *out)
 {
 	char b[SHOW + 4];
 	uint64_t v = 0;
@@ -406,7 +407,8 @@ static int get_dur(struct ctx *c, const struct ynode *n, const char *path, struc
 		char s[SHOW + 4];
 
 		errat(c, n->line, n->col, "%s: %s is out of range (%s to %s)", path,
-		      shown(n, s, sizeof s), fmt_dur(r.lo, a, sizeof a), fmt_dur(r.hi, b, sizeof b));
+		      shown(n, s, sizeof s), fmt_dur(r.lo, a, sizeof a),
+		      fmt_dur(r.hi, b, sizeof b));
 		return -1;
 	}
 	*out = v;
@@ -424,16 +426,17 @@ static int get_secs(struct ctx *c, const struct ynode *n, const char *path, stru
 	if (v % SEC) {
 		char s[SHOW + 4];
 
-		errat(c, n->line, n->col, "%s: %s is not whole seconds (the socket option takes seconds)",
-		      path, shown(n, s, sizeof s));
+		errat(c, n->line, n->col,
+		      "%s: %s is not whole seconds (the socket option takes seconds)", path,
+		      shown(n, s, sizeof s));
 		return -1;
 	}
 	*out = (uint32_t)(v / SEC);
 	return 0;
 }
 
-static int get_size(struct ctx *c, const struct ynode *n, const char *path, uint64_t lo, uint64_t hi,
-		    uint32_t *out)
+static int get_size(struct ctx *c, const struct ynode *n, const char *path, uint64_t lo,
+		    uint64_t hi, uint32_t *out)
 {
 	char why[160], s[SHOW + 4];
 	uint64_t v;
@@ -564,7 +567,8 @@ static int take(struct ctx *c, const struct ynode *n, const char *path, const ch
 		if (i == nk) {
 			list[0] = '\0';
 			for (size_t j = 0; j < nk && w < sizeof list; j++) {
-				int r = snprintf(list + w, sizeof list - w, "%s%s", j ? ", " : "", keys[j]);
+				int r = snprintf(list + w, sizeof list - w, "%s%s", j ? ", " : "",
+						 keys[j]);
 
 				if (r < 0)
 					break;
@@ -616,7 +620,8 @@ static int is_list(struct ctx *c, const struct ynode *n, const char *path)
 
 /* Paths name keys in messages ("listeners[0].timeouts.idle"); a path too
  * long for its buffer is cut, which only shortens a message. */
-static void mkpath(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void mkpath(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 static void mkpath(char *buf, size_t cap, const char *fmt, ...)
 {
@@ -690,11 +695,13 @@ int tlp_duration_parse(const char *s, size_t len, uint64_t *ns, char *err, size_
 	if (i == 0)
 		return fail(err, errlen, "'%s' is not a duration (like 500ms, 2s, 1m, 1h)", b);
 	if (i == len)
-		return fail(err, errlen,
-			    "bare number '%s' has no unit: write %ss or %sms (units: ms, s, m, h, d)",
-			    b, b, b);
+		return fail(
+			err, errlen,
+			"bare number '%s' has no unit: write %ss or %sms (units: ms, s, m, h, d)",
+			b, b, b);
 	if (s[i] == '.' || s[i] == ',')
-		return fail(err, errlen, "'%s': fractions are not taken; use a smaller unit (ms)", b);
+		return fail(err, errlen, "'%s': fractions are not taken; use a smaller unit (ms)",
+			    b);
 	for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
 		size_t ul = strlen(units[u].unit);
 
@@ -730,13 +737,15 @@ int tlp_size_parse(const char *s, size_t len, uint64_t *bytes, char *err, size_t
 		return fail(err, errlen, "'%s' is not a size (like 4096, 64k, 1m)", b);
 	if (i < len) {
 		if (len - i != 1)
-			return fail(err, errlen, "'%s' has an unknown unit (k, m or g, as in 64k)", b);
+			return fail(err, errlen, "'%s' has an unknown unit (k, m or g, as in 64k)",
+				    b);
 		switch (s[i]) {
 		case 'k': case 'K': mult = 1ull << 10; break;
 		case 'm': case 'M': mult = 1ull << 20; break;
 		case 'g': case 'G': mult = 1ull << 30; break;
 		default:
-			return fail(err, errlen, "'%s' has an unknown unit (k, m or g, as in 64k)", b);
+			return fail(err, errlen, "'%s' has an unknown unit (k, m or g, as in 64k)",
+				    b);
 		}
 	}
 	if (v > (1ull << 40) / mult)
@@ -786,8 +795,8 @@ int tlp_endpoint_parse(const char *s, size_t len, int allow_host, struct tlp_end
 		if (len == 5)
 			return fail(err, errlen, "empty Unix socket path in '%s'", b);
 		if (len - 5 >= sizeof ep->addr.un.sun_path)
-			return fail(err, errlen, "Unix socket path of %zu bytes: at most %zu", len - 5,
-				    sizeof ep->addr.un.sun_path - 1);
+			return fail(err, errlen, "Unix socket path of %zu bytes: at most %zu",
+				    len - 5, sizeof ep->addr.un.sun_path - 1);
 		ep->kind = TLP_EP_UNIX;
 		ep->addr.un.sun_family = AF_UNIX;
 		memcpy(ep->addr.un.sun_path, s + 5, len - 5);
@@ -824,7 +833,8 @@ int tlp_endpoint_parse(const char *s, size_t len, int allow_host, struct tlp_end
 	}
 	if (hl == 0 || (hl == 1 && hs[0] == '*'))
 		return fail(err, errlen,
-			    "'%s' has no host: write 0.0.0.0:PORT or [::]:PORT for every address", b);
+			    "'%s' has no host: write 0.0.0.0:PORT or [::]:PORT for every address",
+			    b);
 	if (parse_port(ps, pl, &ep->port))
 		return fail(err, errlen, "'%s': port must be 1 to 65535 (plain decimal)", b);
 	if (bracket) {
@@ -858,7 +868,8 @@ int tlp_endpoint_parse(const char *s, size_t len, int allow_host, struct tlp_end
 	if (numeric)
 		return fail(err, errlen, "'%s' is not an IPv4 address", b);
 	if (tlp_sni_host_check(hs, hl) < 0)
-		return fail(err, errlen, "'%s': the host is neither an IP address nor a host name", b);
+		return fail(err, errlen, "'%s': the host is neither an IP address nor a host name",
+			    b);
 	if (!allow_host)
 		return fail(err, errlen,
 			    "'%s': listen on a numeric IP address (host names are for servers)", b);
@@ -1113,10 +1124,11 @@ static void parse_servers(struct ctx *c, const struct ynode *n, const char *path
 			s->id = ep_id(&s->ep);
 			addr_node[k] = v[0];
 			for (uint32_t j = 0; j < k; j++)
-				if (addr_node[j] && tlp_endpoint_same(&pool->servers[j].ep, &s->ep)) {
+				if (addr_node[j] &&
+				    tlp_endpoint_same(&pool->servers[j].ep, &s->ep)) {
 					errat(c, v[0]->line, v[0]->col,
-					      "%s: the same address as %s[%u] (line %u)", q, path, j,
-					      addr_node[j]->line);
+					      "%s: the same address as %s[%u] (line %u)", q, path,
+					      j, addr_node[j]->line);
 					break;
 				}
 		}
@@ -1223,7 +1235,8 @@ static void parse_sni(struct ctx *c, const struct tlp_config *cfg, const struct 
 				for (size_t i = 0; i < v[0]->len; i++) {
 					char ch = v[0]->s[i];
 
-					lc[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+					lc[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a')
+								       : ch;
 				}
 				r->name = lc;
 				r->len = (uint32_t)v[0]->len;
@@ -1319,9 +1332,11 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 
 		PATH(p, "%s.listen", path);
 		if (v[LISTEN]->kind == YN_MAP) {
-			errat(c, v[LISTEN]->line, v[LISTEN]->col, "%s: expected a list of addresses", p);
+			errat(c, v[LISTEN]->line, v[LISTEN]->col,
+			      "%s: expected a list of addresses", p);
 		} else if (count == 0) {
-			errat(c, v[LISTEN]->line, v[LISTEN]->col, "%s: needs at least one address", p);
+			errat(c, v[LISTEN]->line, v[LISTEN]->col, "%s: needs at least one address",
+			      p);
 		} else if (count > TLP_MAX_LISTEN) {
 			errat(c, v[LISTEN]->line, v[LISTEN]->col, "%s: more than %d addresses", p,
 			      TLP_MAX_LISTEN);
@@ -1509,7 +1524,8 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 		if (ln->count == 0 || ln->count > TLP_MAX_LISTENERS) {
 			errat(c, ln->line, ln->col, "listeners: needs 1 to %d listeners",
 			      TLP_MAX_LISTENERS);
-		} else if ((cfg->listeners = zalloc(c, c->model, ln->count * sizeof *cfg->listeners)) &&
+		} else if ((cfg->listeners =
+				    zalloc(c, c->model, ln->count * sizeof *cfg->listeners)) &&
 			   (seen = zalloc(c, c->tree,
 					  (size_t)ln->count * TLP_MAX_LISTEN * sizeof *seen))) {
 			cfg->nlisteners = ln->count;
@@ -1519,7 +1535,8 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 					       &name_node);
 				for (uint32_t j = 0; j < k; j++)
 					if (cfg->listeners[k].name && cfg->listeners[j].name &&
-					    !strcmp(cfg->listeners[j].name, cfg->listeners[k].name)) {
+					    !strcmp(cfg->listeners[j].name,
+						    cfg->listeners[k].name)) {
 						errat(c, name_node->line, name_node->col,
 						      "listeners[%u].name: '%s' is already the name of "
 						      "listeners[%u]",
@@ -1579,7 +1596,8 @@ int tlp_config_parse(const char *text, size_t len, const char *name, struct tlp_
 		     struct tlp_diag *diag)
 {
 	char clean[200];
-	struct ctx c = {.diag = diag, .name = clean_name(name ? name : "config", clean, sizeof clean)};
+	struct ctx c = {.diag = diag,
+			.name = clean_name(name ? name : "config", clean, sizeof clean)};
 	struct tlp_arena *model = NULL;
 	struct tlp_config *cfg;
 	struct ynode *root;
@@ -1731,8 +1749,8 @@ static int args_dur(const char *opt, const char *s, struct dur_range r, uint64_t
 	if (tlp_duration_parse(s, strlen(s), out, why, sizeof why) < 0)
 		return fail(err, errlen, "%s: %s", opt, why);
 	if (*out < r.lo || *out > r.hi)
-		return fail(err, errlen, "%s: out of range (%s to %s)", opt, fmt_dur(r.lo, a, sizeof a),
-			    fmt_dur(r.hi, b, sizeof b));
+		return fail(err, errlen, "%s: out of range (%s to %s)", opt,
+			    fmt_dur(r.lo, a, sizeof a), fmt_dur(r.hi, b, sizeof b));
 	return 0;
 }
 
@@ -1783,7 +1801,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		}
 		v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
-			fail(err, errlen, "%s needs a value", clip(o, strlen(o), shown, sizeof shown));
+			fail(err, errlen, "%s needs a value",
+			     clip(o, strlen(o), shown, sizeof shown));
 			goto out;
 		}
 		i++;
@@ -1804,10 +1823,12 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		other = 1;
 		if (!strcmp(o, "--listen")) {
 			if (nlisten == TLP_MAX_LISTEN) {
-				fail(err, errlen, "--listen: more than %d addresses", TLP_MAX_LISTEN);
+				fail(err, errlen, "--listen: more than %d addresses",
+				     TLP_MAX_LISTEN);
 				goto out;
 			}
-			if (tlp_endpoint_parse(v, strlen(v), 0, &listen[nlisten], why, sizeof why) < 0) {
+			if (tlp_endpoint_parse(v, strlen(v), 0, &listen[nlisten], why,
+					       sizeof why) < 0) {
 				fail(err, errlen, "--listen: %s", why);
 				goto out;
 			}
@@ -1839,15 +1860,18 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				/* Hosts compare lowercased, as the model keeps them. */
 				if (up[nup].kind == TLP_EP_HOST) {
 					for (uint32_t j = 0; j < nup; j++) {
-						if (up[j].kind != TLP_EP_HOST || up[j].port != up[nup].port ||
+						if (up[j].kind != TLP_EP_HOST ||
+						    up[j].port != up[nup].port ||
 						    up_text[j].len != l)
 							continue;
 						size_t k = 0;
 
-						while (k < l && (up_text[j].s[k] | 0x20) == (s[k] | 0x20))
+						while (k < l &&
+						       (up_text[j].s[k] | 0x20) == (s[k] | 0x20))
 							k++;
 						if (k == l) {
-							fail(err, errlen, "--upstream: %s given twice",
+							fail(err, errlen,
+							     "--upstream: %s given twice",
 							     clip(s, l, shown, sizeof shown));
 							goto out;
 						}
@@ -1855,7 +1879,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				} else {
 					for (uint32_t j = 0; j < nup; j++)
 						if (tlp_endpoint_same(&up[j], &up[nup])) {
-							fail(err, errlen, "--upstream: %s given twice",
+							fail(err, errlen,
+							     "--upstream: %s given twice",
 							     clip(s, l, shown, sizeof shown));
 							goto out;
 						}
@@ -1875,7 +1900,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			uint64_t mask[16];
 
 			if (tl_cpulist_parse(v, mask, 16) < 0) {
-				fail(err, errlen, "--cpus: '%s' is not a CPU list below 1024 (like 0-3,6)",
+				fail(err, errlen,
+				     "--cpus: '%s' is not a CPU list below 1024 (like 0-3,6)",
 				     clip(v, strlen(v), shown, sizeof shown));
 				goto out;
 			}
@@ -1917,13 +1943,15 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
 		} else {
-			fail(err, errlen, "unknown option '%s'", clip(o, strlen(o), shown, sizeof shown));
+			fail(err, errlen, "unknown option '%s'",
+			     clip(o, strlen(o), shown, sizeof shown));
 			goto out;
 		}
 	}
 	if (path) {
 		if (other) {
-			fail(err, errlen, "%s takes no other options (put them in the file)", path_opt);
+			fail(err, errlen, "%s takes no other options (put them in the file)",
+			     path_opt);
 			goto out;
 		}
 		a->config_path = path;

@@ -113,7 +113,8 @@ int tlp_cidr_parse(const char *s, size_t len, struct tlp_cidr *out, char *err, s
 				return fail(err, errlen, "bad prefix length in '%s'", text);
 			prefix = prefix * 10 + (unsigned)(*p - '0');
 			if (prefix > max)
-				return fail(err, errlen, "prefix length past /%u in '%s'", max, text);
+				return fail(err, errlen, "prefix length past /%u in '%s'", max,
+					    text);
 		}
 	} else {
 		prefix = max;
@@ -125,8 +126,8 @@ int tlp_cidr_parse(const char *s, size_t len, struct tlp_cidr *out, char *err, s
 		c.prefix = (uint8_t)prefix;
 		if (tlp_cidr_format(&c, fixed, sizeof fixed) < 0)
 			fixed[0] = '\0';
-		return fail(err, errlen, "'%s' has bits set past its prefix (the network is %s)", text,
-			    fixed);
+		return fail(err, errlen, "'%s' has bits set past its prefix (the network is %s)",
+			    text, fixed);
 	}
 	out->prefix = (uint8_t)prefix;
 	if (out->family == AF_INET6 && !memcmp(out->addr, v4mapped, 12) && prefix >= 96) {
@@ -146,7 +147,8 @@ int tlp_cidr_format(const struct tlp_cidr *c, char *buf, size_t len)
 
 	if (!c || !buf)
 		return -EINVAL;
-	if (!((c->family == AF_INET && c->prefix <= 32) || (c->family == AF_INET6 && c->prefix <= 128)))
+	if (!((c->family == AF_INET && c->prefix <= 32) ||
+	      (c->family == AF_INET6 && c->prefix <= 128)))
 		return -EINVAL;
 	if (!inet_ntop(c->family, c->addr, a, sizeof a))
 		return -EINVAL;

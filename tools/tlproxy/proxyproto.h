@@ -32,7 +32,7 @@ enum tlp_pp_error {
 	TLP_PP_E_V1_DST_PORT,   /* destination port likewise */
 	TLP_PP_E_V2_VERSION,    /* version nibble not 2 */
 	TLP_PP_E_V2_COMMAND,    /* command nibble neither LOCAL (0) nor PROXY (1) */
-	TLP_PP_E_V2_FAMILY,     /* address family nibble past 3 (UNIX), or UNSPEC with a transport */
+	TLP_PP_E_V2_FAMILY,     /* family nibble past 3 (UNIX), or UNSPEC with a transport */
 	TLP_PP_E_V2_TRANSPORT,  /* transport nibble past 2 (DGRAM), or a family without one */
 	TLP_PP_E_V2_TOO_LONG,   /* 16 + announced length > TLP_PP_V2_MAX */
 	TLP_PP_E_V2_ADDR_LEN,   /* announced length shorter than the family's addresses */

@@ -146,8 +146,8 @@ static int host_ok(const char *s, size_t len)
 			label = 0;
 			continue;
 		}
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '-' || ch == '_'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
 			return 0;
 		if (++label > 63)
 			return 0;

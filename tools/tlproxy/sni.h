@@ -18,8 +18,9 @@
 /* Why the bytes were refused (tlp_sni_parse's *why when it returns -EPROTO). */
 enum tlp_sni_error {
 	TLP_SNI_OK = 0,
-	TLP_SNI_E_NOT_TLS,      /* first record is not a TLS handshake record (type 22, version 3.0-3.3) */
-	TLP_SNI_E_RECORD,       /* a record of length 0 or past 2^14, or a later record that is not handshake */
+	TLP_SNI_E_NOT_TLS,      /* first record not a TLS handshake (type 22, version 3.0-3.3) */
+	TLP_SNI_E_RECORD,       /* a record of length 0 or past 2^14, or a later record that
+				 * is not handshake */
 	TLP_SNI_E_NOT_HELLO,    /* the first handshake message is not a ClientHello */
 	TLP_SNI_E_TOO_LONG,     /* the ClientHello announces more than TLP_SNI_INPUT_MAX bytes,
 				 * or reading it would go past that offset */
