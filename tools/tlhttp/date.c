@@ -55,9 +55,10 @@ int tlhttp_date_format(int64_t t, char *out)
 	while (days_before_year(y + 1) <= z)
 		y++;
 	yd = (int)(z - days_before_year(y));
-	for (m = 0; m < 11 && yd >= month_start[m + 1] + (m >= 1 && leap(y)); m++)
+	int ly = leap(y);
+	for (m = 0; m < 11 && yd >= month_start[m + 1] + (m >= 1 && ly); m++)
 		;
-	d = yd - month_start[m] - (m >= 2 && leap(y)) + 1;
+	d = yd - month_start[m] - (m >= 2 && ly) + 1;
 
 	memcpy(out, day_names[wd], 3);
 	out[3] = ',';

@@ -9,16 +9,17 @@
 #define C_TCHAR 1 /* RFC 9110 tchar */
 #define C_TGT 2   /* RFC 3986 characters a request-target may hold */
 #define C_HOST 4  /* reg-name, IP-literal and port characters */
+#define C_PATH 8  /* C_TGT but '?': what a path may hold */
 
 static const unsigned char cls[256] = {
-	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00 */
-	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
-	0, 7, 0, 1, 7, 7, 7, 7, 6, 6, 7, 7, 6, 7, 7, 2, /* SP ! " # $ % & ' ( ) * + , - . / */
-	7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 0, 6, 0, 2, /* 0-9 : ; < = > ? */
-	2, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, /* @ A-O */
-	7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6, 0, 6, 1, 7, /* P-Z [ \ ] ^ _ */
-	1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, /* ` a-o */
-	7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0, 1, 0, 7, 0, /* p-z { | } ~ DEL */
+	 0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0, /* 0x00 */
+	 0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0, /* 0x10 */
+	 0, 15,  0,  1, 15, 15, 15, 15, 14, 14, 15, 15, 14, 15, 15, 10, /* SP ! " # $ % & ' ( ) * + , - . / */
+	15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14, 14,  0, 14,  0,  2, /* 0-9 : ; < = > ? */
+	10, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, /* @ A-O */
+	15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 14,  0, 14,  1, 15, /* P-Z [ \ ] ^ _ */
+	 1, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, /* ` a-o */
+	15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  1,  0, 15,  0, /* p-z { | } ~ DEL */
 	/* 0x80 - 0xff: none of the classes */
 };
 
@@ -154,7 +155,7 @@ static int ieq(const unsigned char *a, size_t n, const char *lower)
  */
 static int request_line(struct tlhttp_req *r, const unsigned char *b, size_t s, size_t c)
 {
-	const unsigned char *p = b + s, *ce = b + c, *t, *v;
+	const unsigned char *p = b + s, *ce = b + c, *t, *v, *qm = NULL;
 	size_t n = c - s;
 	int other = 0;
 
@@ -180,8 +181,13 @@ static int request_line(struct tlhttp_req *r, const unsigned char *b, size_t s, 
 	}
 
 	t = p;
-	while (cls[*p] & C_TGT)
+	while (cls[*p] & C_PATH)
 		p++;
+	if (*p == '?') {
+		qm = p++;
+		while (cls[*p] & C_TGT)
+			p++;
+	}
 	if (*p != ' ') {
 		if (p == ce)
 			return TLHTTP_R_REQUEST_LINE;
@@ -220,10 +226,10 @@ static int request_line(struct tlhttp_req *r, const unsigned char *b, size_t s, 
 			return TLHTTP_R_TARGET_FORM;
 		r->authority = span(a, (size_t)(ps - a));
 	}
-	q = memchr(ps, '?', (size_t)(te - ps));
-	if (!q)
-		q = te;
-	else
+	/* Neither the scheme nor the authority holds a '?': the first one of
+	 * the target is the path's end in both forms. */
+	q = qm ? qm : te;
+	if (qm)
 		r->query = span(q + 1, (size_t)(te - q - 1));
 	if (q > ps && *ps == '/')
 		r->path = span(ps, (size_t)(q - ps));

@@ -11,22 +11,24 @@
  *
  *   request-head   = *( CRLF ) request-line *( field-line CRLF ) CRLF
  *   request-line   = method SP request-target SP HTTP-version CRLF
- *   method         = token                   ; GET / HEAD, case-sensitive
+ *   method         = token                    ; only GET and HEAD are served
  *   request-target = origin-form / absolute-form
- *   origin-form    = "/" *tchar-target        ; path [ "?" query ]
- *   absolute-form  = ( "http" / "https" ) "://" authority [ "/" ... ] [ "?" ... ]
- *                                             ; scheme case-insensitive
- *   HTTP-version   = "HTTP/" DIGIT "." DIGIT  ; case-sensitive
+ *   origin-form    = "/" *tgtchar              ; path [ "?" query ]
+ *   absolute-form  = ( "http" / "https" ) "://" authority [ ( "/" / "?" ) *tgtchar ]
+ *   authority      = 1*( tgtchar except "/" "?" "@" )
+ *   tgtchar        = unreserved / sub-delims / ":" / "@" / "/" / "?" / "%" / "[" / "]"
+ *                                              ; RFC 3986 2.2, 2.3
+ *   HTTP-version   = "HTTP/" DIGIT "." DIGIT
  *   field-line     = field-name ":" OWS field-value OWS
  *   field-name     = token
  *   field-value    = *( VCHAR / obs-text / SP / HTAB )
- *   token          = 1*tchar                  ; RFC 9110 5.6.2
+ *   token          = 1*tchar                   ; RFC 9110 5.6.2
  *
- * The request-target bytes must be RFC 3986 characters: unreserved,
- * sub-delims, ":", "@", "/", "?", "%", "[", "]" (no "#", no space, no byte
- * above 0x7E; percent-escapes are checked by path.h, not here). The
- * absolute-form's authority must be non-empty and carry no userinfo
- * (RFC 9110 4.2.1, 4.2.4); its path is what the server serves.
+ * The method, "HTTP" and the version are case-sensitive; the scheme and
+ * field names are not. Percent-escapes in the target are checked by path.h,
+ * not here; "#", SP and bytes above 0x7E are not tgtchars. The authority of
+ * an absolute-form must be non-empty and carry no userinfo (RFC 9110 4.2.1,
+ * 4.2.4); the path that follows it is what the server serves.
  *
  * Stricter than RFC 9112 allows, on purpose (each one is refused with 400):
  * every line ends in CRLF (a bare LF is not a line end, RFC 9112 2.2 MAY);
@@ -40,8 +42,10 @@
  *   (RFC 9110 2.5: a higher minor version is processed as the highest one
  *   implemented); any other well-formed version (0.x, 2.x ...) is 505.
  * - A method other than GET and HEAD is 405 (the response carries
- *   "Allow: GET, HEAD"), decided at the end of the request line, like 505:
- *   the header section of such a request is not read.
+ *   "Allow: GET, HEAD"), decided once the request line is in and
+ *   well-formed, like 505 (which comes first): the header section of such a
+ *   request is not read. asterisk-form and authority-form are thus 405 for
+ *   the methods they belong to (OPTIONS, CONNECT), 400 on GET and HEAD.
  * - No body is ever read. A GET or HEAD with Content-Length greater than 0,
  *   or with Transfer-Encoding at all, is refused (400, TLHTTP_R_BODY) rather
  *   than its body skipped: content in a GET has no defined semantics
