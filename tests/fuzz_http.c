@@ -20,9 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * again, the parser says the same; the same bytes split in two (at a point
  * derived from the input), and fed byte by byte into a new buffer each time,
  * give the same result with spans at the same offsets. The values the server
- * would go on to parse (Range, If-Modified-Since, the path) go through their
- * parsers, and so does the raw input. Every buffer is a heap block of exactly
- * its length, so that ASan sees a read one byte too far.
+ * would go on to parse (Range, If-Range, If-Modified-Since, the path) go
+ * through their parsers, and so does the raw input. Every buffer is a heap
+ * block of exactly its length, so that ASan sees a read one byte too far.
  */
 
 #define CHECK(cond, ...)                                              \
@@ -66,7 +66,8 @@ static int same_req(const struct tlhttp_req *a, const char *ba, const struct tlh
 	       same_span(a->path, ba, b->path, bb) && same_span(a->query, ba, b->query, bb) &&
 	       same_span(a->authority, ba, b->authority, bb) && same_span(a->host, ba, b->host, bb) &&
 	       same_span(a->if_modified_since, ba, b->if_modified_since, bb) &&
-	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb);
+	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb) &&
+	       same_span(a->if_range, ba, b->if_range, bb);
 }
 
 static void span_inside(struct tlhttp_span s, const char *b, size_t n, const char *what)
@@ -157,11 +158,16 @@ static long one(const uint8_t *in, size_t n, const struct tlhttp_limits *lim, si
 		span_inside(r.if_modified_since, b, (size_t)rc, "if_modified_since");
 		span_inside(r.range, b, (size_t)rc, "range");
 		span_inside(r.expect, b, (size_t)rc, "expect");
+		span_inside(r.if_range, b, (size_t)rc, "if_range");
 		CHECK(!r.minor || r.host.p, "1.1 without Host accepted");
 		check_path(r.path.p, r.path.len);
 		if (r.range.p) {
 			check_range(r.range.p, r.range.len, 0);
 			check_range(r.range.p, r.range.len, 1000);
+		}
+		if (r.if_range.p) {
+			int ok = tlhttp_if_range_ok(r.if_range.p, r.if_range.len, 784111777, 1714000000);
+			CHECK(ok == 0 || ok == 1, "if_range_ok %d", ok);
 		}
 		if (r.if_modified_since.p)
 			check_date(r.if_modified_since.p, r.if_modified_since.len);

@@ -69,7 +69,8 @@ static int same_req(const struct tlhttp_req *a, const char *ba, const struct tlh
 	       same_span(a->path, ba, b->path, bb) && same_span(a->query, ba, b->query, bb) &&
 	       same_span(a->authority, ba, b->authority, bb) && same_span(a->host, ba, b->host, bb) &&
 	       same_span(a->if_modified_since, ba, b->if_modified_since, bb) &&
-	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb);
+	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb) &&
+	       same_span(a->if_range, ba, b->if_range, bb);
 }
 
 static int span_is(struct tlhttp_span s, const char *want)
@@ -366,9 +367,22 @@ static void test_repeated_fields(void)
 				     NULL, &r, &b) > 0);
 	CU_ASSERT_TRUE(span_is(r.if_modified_since, NULL));
 	CU_ASSERT_TRUE(span_is(r.range, NULL));
+	CU_ASSERT_TRUE(span_is(r.if_range, NULL));
 	/* Expect: the first line counts. */
 	CU_ASSERT_TRUE(span_is(r.expect, "100-continue"));
 	CU_ASSERT_EQUAL(r.expect_continue, 1);
+	free(b);
+
+	/* If-Range: its value; repeated, present but empty. */
+	CU_ASSERT_TRUE(parse_checked(S("GET / HTTP/1.1\r\nHost: a\r\nRange: bytes=5-\r\n"
+				       "IF-RANGE: Sun, 06 Nov 1994 08:49:37 GMT \r\n\r\n"),
+				     NULL, &r, &b) > 0);
+	CU_ASSERT_TRUE(span_is(r.if_range, "Sun, 06 Nov 1994 08:49:37 GMT"));
+	free(b);
+	CU_ASSERT_TRUE(parse_checked(S("GET / HTTP/1.1\r\nHost: a\r\nIf-Range: \"x\"\r\n"
+				       "If-Range: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"),
+				     NULL, &r, &b) > 0);
+	CU_ASSERT_TRUE(span_is(r.if_range, ""));
 	free(b);
 }
 
@@ -774,6 +788,23 @@ static void test_range(void)
 	CU_ASSERT_EQUAL(tlhttp_range_parse(v, 9, 100, &f, &l), 206);
 	CU_ASSERT_EQUAL(l, 1);
 	free(v);
+}
+
+static void test_if_range(void)
+{
+	const int64_t mtime = 784111777, now = 1714000000;
+
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(NULL, 0, mtime, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:37 GMT"), mtime, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sunday, 06-Nov-94 08:49:37 GMT"), mtime, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun Nov  6 08:49:37 1994"), mtime, now), 1);
+	/* A second off, either way: the file is not the one the client has. */
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:38 GMT"), mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:36 GMT"), mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("\"abc\""), mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("W/\"abc\""), mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok("", 0, mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("garbage"), mtime, now), 0);
 }
 
 /* ---- dates ---- */
@@ -1454,6 +1485,7 @@ int main(void)
 		{ "parse", "bad calls", test_bad_calls },
 		{ "parse", "reason table", test_reasons },
 		{ "range", "range", test_range },
+		{ "range", "If-Range", test_if_range },
 		{ "date", "format", test_date_format },
 		{ "date", "parse", test_date_parse },
 		{ "date", "cache", test_date_cache },

@@ -33,6 +33,7 @@ enum { PH_LINE, PH_HEADERS, PH_DONE, PH_FAILED };
 #define S_TE 16
 #define S_IMS_DUP 32
 #define S_RANGE_DUP 64
+#define S_IF_RANGE 128
 
 /* te_: where the Transfer-Encoding codings stand so far. */
 enum { TE_NONE, TE_CHUNKED_LAST, TE_OTHER_LAST, TE_BAD };
@@ -64,14 +65,14 @@ const char *tlhttp_reason_text(unsigned reason)
 
 static const struct tlhttp_limits default_limits = TLHTTP_LIMITS_DEFAULT;
 
-/* Eight 16-byte stores: the compiler turns a memset of the whole request
+/* Nine 16-byte stores: the compiler turns a memset of the whole request
  * into a "rep stos", slow to start for this size. */
 static inline void clear_spans(struct tlhttp_req *r)
 {
 	static const struct tlhttp_span none;
 
 	r->target = r->path = r->query = r->authority = none;
-	r->host = r->if_modified_since = r->range = r->expect = none;
+	r->host = r->if_modified_since = r->range = r->expect = r->if_range = none;
 }
 
 int tlhttp_req_init(struct tlhttp_req *req, const struct tlhttp_limits *lim)
@@ -96,6 +97,7 @@ static const size_t span_fields[] = {
 	offsetof(struct tlhttp_req, query), offsetof(struct tlhttp_req, authority),
 	offsetof(struct tlhttp_req, host), offsetof(struct tlhttp_req, if_modified_since),
 	offsetof(struct tlhttp_req, range), offsetof(struct tlhttp_req, expect),
+	offsetof(struct tlhttp_req, if_range),
 };
 
 static void rebase(struct tlhttp_req *r, const char *buf)
@@ -428,6 +430,13 @@ static int header_line(struct tlhttp_req *r, const unsigned char *b, size_t s, s
 			r->seen_ |= S_EXPECT;
 			r->expect = span(v, vlen);
 			r->expect_continue = ieq(v, vlen, "100-continue");
+		}
+		break;
+	case 8:
+		if (name_is(nm, "if-range", 8)) {
+			/* Repeated: present and empty, a validator nothing matches. */
+			r->if_range = span(v, r->seen_ & S_IF_RANGE ? 0 : vlen);
+			r->seen_ |= S_IF_RANGE;
 		}
 		break;
 	case 10:

@@ -72,7 +72,10 @@
  *   If-Modified-Since is a list of more than one date, which RFC 9110 13.1.3
  *   says to ignore, and a repeated Range is a multi-range set, which range.h
  *   serves as 200 anyway. Expect: the first line's value is returned, with
- *   expect_continue set when it is exactly "100-continue".
+ *   expect_continue set when it is exactly "100-continue". If-Range is
+ *   returned too (range.h's tlhttp_if_range_ok judges it); a second line
+ *   leaves it present but empty, which matches no validator, so the Range
+ *   is not honoured: the safe answer is the whole representation.
  * - Any other header line is checked for syntax, counted and ignored.
  *
  * Limits (struct tlhttp_limits): max_line bounds the request line without
@@ -191,6 +194,7 @@ struct tlhttp_req {
 	struct tlhttp_span if_modified_since;
 	struct tlhttp_span range;
 	struct tlhttp_span expect;
+	struct tlhttp_span if_range;
 };
 
 /*
