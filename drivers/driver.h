@@ -44,6 +44,7 @@ enum tl_htype {
 #define TL_HF_UNIX 0x08
 #define TL_HF_V6 0x10
 #define TL_HF_CONNECTING 0x20   /* its connect op has not finished yet */
+#define TL_HF_PAUSED 0x40       /* over a cap: its reads take nothing from the socket */
 
 struct tl_hslot {
 	uint16_t gen;
@@ -55,6 +56,11 @@ struct tl_hslot {
 	uint32_t head, tail; /* its ops, oldest first */
 	uint32_t next_free;
 	uint64_t close_token;
+	/* Per-handle caps (contract 4.10, lib/caps.c): leases read from this
+	 * stream that the host holds, write bytes queued, and their limits.
+	 * Over either limit the core sets TL_HF_PAUSED and calls pause(). */
+	uint32_t leases, lim_leases;
+	uint64_t wbytes, lim_wbytes;
 	union {
 		uint64_t drv[6];      /* driver private state */
 		struct {              /* timers use no driver */
@@ -228,6 +234,16 @@ struct tl_driver {
 	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
 	 * resume reads that waited for a buffer. May be NULL. */
 	void (*lease_returned)(struct tl_drv *d, uint32_t id);
+
+	/* h (a stream) went over one of its caps (paused = 1: TL_HF_PAUSED is
+	 * set) or back under both (0: cleared). While paused a driver takes
+	 * nothing more off h's socket for its reads (a read already in the
+	 * kernel may still complete, so a cap can be passed by what the kernel
+	 * had taken) and reads wait; on 0 they go on. Other handles are not
+	 * affected. Called from the core, possibly from inside one of this
+	 * driver's callbacks (an event that took a lease, a write that
+	 * completed). May be NULL: then only the flag tells. */
+	void (*pause)(struct tl_drv *d, struct tl_hslot *h, int paused);
 
 	/* A descriptor readable when the driver has events (TL_CAP_EMBED). */
 	int (*embed_fd)(struct tl_drv *d);

@@ -336,6 +336,10 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	tl_loop *l = d->loop;
 	int multi = o->flags & TL_OPF_MULTI;
 	while (EH(h)->readable) {
+		/* Over a cap (lib/caps.c): the bytes stay in the socket; ep_pause
+		 * runs the read again when the stream is under its caps. */
+		if (h->flags & TL_HF_PAUSED)
+			return 0;
 		if (multi && !tl__drv_room(l)) {
 			mark_ready(d, h);
 			return 0;
@@ -613,6 +617,12 @@ static void ep_lease_returned(struct tl_drv *d, uint32_t id)
 	}
 }
 
+static void ep_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
+{
+	if (!paused && EH(h)->readable && EH(h)->rhead != TL_NIL)
+		mark_ready(d, h);
+}
+
 static void run_ready(struct tl_drv *d)
 {
 	/* Only the entries present now: handles re-queued while running wait
@@ -731,6 +741,7 @@ const struct tl_driver tl__driver_epoll = {
 	.cancel = ep_cancel,
 	.poll = ep_poll,
 	.lease_returned = ep_lease_returned,
+	.pause = ep_pause,
 	.embed_fd = ep_embed_fd,
 	.embed_deadline = ep_embed_deadline,
 };

@@ -58,4 +58,17 @@ static inline void tl__op_native_end(tl_loop *l, struct tl_opslot *o)
 	l->native_pending--;
 }
 
+/* Per-stream caps (caps.c, contract 4.10). */
+#define TL_MAX_WRITE_CAP (1ull << 40)
+/* Set a new handle's caps: the config's, or those of from (its listener). */
+void tl__caps_init(tl_loop *loop, struct tl_hslot *h, const struct tl_hslot *from);
+/* A read record of stream h carries lease: it counts against h. */
+void tl__caps_lease(tl_loop *loop, struct tl_hslot *h, uint32_t lease);
+/* lease came back from the host: uncount it from its stream, if any. */
+void tl__caps_lease_back(tl_loop *loop, uint32_t lease);
+/* Write bytes queued on h grew (delta > 0) or completed (delta < 0). */
+void tl__caps_write(tl_loop *loop, struct tl_hslot *h, int64_t delta);
+/* h is being freed: forget its pause. */
+void tl__caps_release(tl_loop *loop, struct tl_hslot *h);
+
 #endif

@@ -81,6 +81,7 @@ struct tl_loop {
 	uint32_t lease_nfree;
 	uint8_t *lease_out;   /* 1 while the host (or a dropped event) holds it */
 	uint32_t lease_nout;  /* how many lease_out[] are 1 */
+	uint64_t *lease_owner;/* the stream a lease was read from (handle id), 0: none (caps.c) */
 
 	uint32_t room_ops[64]; /* op slot per room bit, TL_NIL if none */
 	uint64_t room_used;

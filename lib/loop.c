@@ -19,6 +19,8 @@ void tl_config_init(tl_config *c)
 	c->pooled_buffer_size = 16384;
 	c->max_undelivered = 256;
 	c->room_waiters = 16;
+	c->handle_leases = 16;
+	c->handle_write_bytes = 1u << 20;
 	c->driver = TL_DRIVER_DEFAULT;
 	c->sim_seed = 1;
 }
@@ -40,6 +42,10 @@ static int valid_config(const tl_config *c)
 	if (!c->max_undelivered || c->max_undelivered > (1u << 20))
 		return 0;
 	if (!c->room_waiters || c->room_waiters > 64)
+		return 0;
+	if (!c->handle_leases || c->handle_leases > 32768)
+		return 0;
+	if (!c->handle_write_bytes || c->handle_write_bytes > TL_MAX_WRITE_CAP)
 		return 0;
 	if (c->driver < TL_DRIVER_DEFAULT || c->driver > TL_DRIVER_SIM)
 		return 0;
@@ -70,6 +76,7 @@ static void free_tables(tl_loop *l)
 	free(l->lease_mem);
 	free(l->lease_free);
 	free(l->lease_out);
+	free(l->lease_owner);
 	tl__heap_free(&l->timers);
 	tl__heap_free(&l->deadlines);
 }
@@ -104,8 +111,10 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 						   ~(size_t)4095);
 	l->lease_free = malloc(l->lease_count * sizeof *l->lease_free);
 	l->lease_out = calloc(l->lease_count, 1);
+	l->lease_owner = calloc(l->lease_count, sizeof *l->lease_owner);
 	int r = -ENOMEM;
 	if (!l->h || !l->o || !l->q || !l->qm || !l->lease_mem || !l->lease_free || !l->lease_out ||
+	    !l->lease_owner ||
 	    tl__heap_init(&l->timers, cfg->max_handles) < 0 ||
 	    tl__heap_init(&l->deadlines, cfg->max_ops) < 0)
 		goto fail;
@@ -212,12 +221,14 @@ struct tl_hslot *tl__handle_new(tl_loop *l, uint8_t type)
 	h->head = h->tail = TL_NIL;
 	h->close_token = 0;
 	memset(&h->u, 0, sizeof h->u);
+	tl__caps_init(l, h, NULL);
 	l->refs += hweight(h);
 	return h;
 }
 
 void tl__handle_free(tl_loop *l, struct tl_hslot *h)
 {
+	tl__caps_release(l, h);
 	if (h->flags & TL_HF_REF)
 		l->refs -= hweight(h);
 	h->type = TL_H_FREE;
@@ -287,6 +298,8 @@ static void op_retire(tl_loop *l, struct tl_opslot *o)
 			h->u.t.op = TL_NIL;
 		if (o->code == TL_OP_CONNECT)
 			h->flags &= (uint8_t)~TL_HF_CONNECTING;
+		else if (o->code == TL_OP_WRITE)
+			tl__caps_write(l, h, -(int64_t)o->u.wv.total);
 	} else {
 		l->refs--;
 	}
@@ -389,6 +402,7 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 			c->u.recv.from = o->u.dg.addr;
 		} else {
 			lease_fill(l, &c->u.read.lease, lease);
+			tl__caps_lease(l, h, lease);
 		}
 	} else if (o->code == TL_OP_RECV) {
 		c->u.recv.lease = (tl_lease){0};
@@ -492,6 +506,7 @@ int tl__drv_accept(tl_loop *l, struct tl_opslot *o, int fd, const tl_addr *peer,
 	}
 	h->fd = fd;
 	h->flags |= lh->flags & (TL_HF_UNIX | TL_HF_V6);
+	tl__caps_init(l, h, lh);
 	int r = l->dv->attach(l->d, h);
 	if (r < 0) {
 		tl__handle_free(l, h);
@@ -562,6 +577,7 @@ void tl__drv_lease_mark(tl_loop *l, uint32_t id)
 
 static void lease_back(tl_loop *l, uint32_t id)
 {
+	tl__caps_lease_back(l, id);
 	l->lease_nout -= l->lease_out[id];
 	l->lease_out[id] = 0;
 	if (!(l->dv->caps & TL_CAP_KBUF))

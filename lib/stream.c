@@ -259,6 +259,7 @@ int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_
 	o->u.wv.cur = 0;
 	o->u.wv.off = 0;
 	o->u.wv.total = total;
+	tl__caps_write(l, h, (int64_t)total); /* op_retire takes it back */
 	return submit(l, h, o, oid);
 }
 

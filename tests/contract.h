@@ -17,7 +17,8 @@ struct test_def {
 
 /* The tables of the suite's files, each ended by an entry with fn NULL;
  * contract.c runs them in this order. */
-extern const struct test_def tl_contract_streams[]; /* contract_streams.c: 2.5, 4.7 */
+extern const struct test_def tl_contract_streams[]; /* contract_streams.c: 2.5, 4.2, 4.7 */
+extern const struct test_def tl_contract_caps[];    /* contract_caps.c: 4.10 */
 
 /* tl_now() + ms. */
 static inline uint64_t in_ms(tl_loop *l, uint64_t ms)

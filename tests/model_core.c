@@ -1275,6 +1275,12 @@ static void make_loops(struct model *m)
 		c->pooled_buffers = pb[pick(m, 3)];
 		c->pooled_buffer_size = ps[pick(m, 3)];
 		c->post_capacity = pc[pick(m, 2)];
+		/* Per-stream caps from tight to out of the way (contract 4.10):
+		 * a paused stream only waits, so every invariant still holds. */
+		static const uint32_t hl[] = {1, 2, 16};
+		static const uint64_t hw[] = {64, 4096, 1u << 20};
+		c->handle_leases = hl[pick(m, 3)];
+		c->handle_write_bytes = hw[pick(m, 3)];
 		c->driver = TL_DRIVER_SIM;
 		c->sim_seed = m->p->seed * 2 + (uint64_t)li;
 		int rc = tl_loop_new(&L->l, c);
@@ -1435,6 +1441,9 @@ static void probe_pool(struct model *m, int li)
 	wait_done(m, li, con, "connect");
 	CHECK(m->last_accepted >= 0, "probe: no connection accepted");
 	uint32_t shi = (uint32_t)m->last_accepted;
+	/* One stream holds every buffer: lift its lease cap (contract 4.10)
+	 * to all of them. */
+	CHECK(tl_handle_caps(L->l, H(m, shi)->id, L->cfg.pooled_buffers, 0) == 0, "probe: caps");
 	for (uint32_t k = 0; k <= L->cfg.pooled_buffers; k++) {
 		uint32_t w = probe_op(m, li, tl_write(L->l, ch, m->wbuf, 1, m->next_token + 1, &op),
 				      op, chi, TL_K_WRITE, "write");

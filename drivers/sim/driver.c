@@ -405,6 +405,18 @@ static void sim_lease_returned(struct tl_drv *d, uint32_t id)
 	unlock();
 }
 
+/* A stream back under its caps: run its reads again. */
+static void sim_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
+{
+	if (paused)
+		return;
+	lock();
+	struct sim_sock *s = sock_of(d, h);
+	if (s)
+		tl__sim_sched_at(d, s, now_ns());
+	unlock();
+}
+
 const struct tl_driver tl__driver_sim = {
 	.name = "sim",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX,
@@ -419,6 +431,7 @@ const struct tl_driver tl__driver_sim = {
 	.cancel = sim_cancel,
 	.poll = sim_poll,
 	.lease_returned = sim_lease_returned,
+	.pause = sim_pause,
 	.embed_fd = NULL,
 };
 

@@ -128,7 +128,11 @@ static int run_accept(struct tl_drv *d, struct sim_sock *L, struct tl_opslot *o)
 static int run_read(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
 	int multi = o->flags & TL_OPF_MULTI;
+	const struct tl_hslot *h = tl__drv_handle(d->loop, o->hidx);
 	for (;;) {
+		/* Over a cap (lib/caps.c): wait for sim_pause(0). */
+		if (h->flags & TL_HF_PAUSED)
+			return 0;
 		if (!s->len) {
 			if (s->err) {
 				int e = s->err;

@@ -167,6 +167,12 @@ static int issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 
 static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
+	if (tl_unlikely(h->flags & TL_HF_PAUSED)) {
+		/* Over a cap: nothing more off this socket (lib/caps.c). */
+		list_del(d, o);
+		list_add(d, o, ST_PAUSED);
+		return 1;
+	}
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
 		return 0;
@@ -363,6 +369,30 @@ static inline void rp_do(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 		list_add(d, o, ST_DEFER);
 }
 
+void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
+{
+	struct ur_h *e = UH(h);
+	if (e->rhead == TL_NIL)
+		return;
+	struct tl_opslot *o = OP(d, e->rhead);
+	struct ur_o *u = UO(o);
+	if (o->code != TL_OP_READ)
+		return;
+	if (!paused) {
+		if (u->st == ST_PAUSED) {
+			list_del(d, o);
+			list_add(d, o, ST_START);
+		}
+		return;
+	}
+	/* A multishot receive would go on taking buffers: cancel it (its
+	 * final CQE parks the read, see on_read). A one-shot recv in the
+	 * kernel completes; the next one parks at issue. */
+	if (u->st == ST_KERNEL && tl__rp_multishot(u->rp.mode) && !u->cancel_sent &&
+	    tl__ur_cancel_kernel(d, o) == 0)
+		u->pause_cut = 1;
+}
+
 /* The most one recv of stream read o can return. */
 static uint32_t read_cap(const struct tl_drv *d, const struct tl_opslot *o)
 {
@@ -399,6 +429,15 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 		d->br_avail--;
 	if (!more) {
 		u->st = ST_IDLE;
+		if (tl_unlikely(u->pause_cut)) {
+			/* The receive tl__ur_pause cancelled: the read waits for its
+			 * handle to resume (or goes on if it already has). */
+			u->pause_cut = 0;
+			if (res == -ECANCELED && !(o->flags & TL_OPF_CANCEL)) {
+				list_add(d, o, (h->flags & TL_HF_PAUSED) ? ST_PAUSED : ST_START);
+				return;
+			}
+		}
 		if (tl__rp_multishot(u->rp.mode)) {
 			int ours = res == -ECANCELED && !(o->flags & TL_OPF_CANCEL);
 			struct tl_rp_step s =

@@ -426,7 +426,7 @@ int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv 
 	d->hs = tl__drv_handle(loop, 0);
 	d->vg_efd = -1;
 	d->tmo_at = UINT64_MAX;
-	d->start = d->bufwait = d->fdwait = d->later = d->defer = (struct ur_list){TL_NIL, TL_NIL};
+	d->start = d->bufwait = d->fdwait = d->later = d->defer = d->paused = (struct ur_list){TL_NIL, TL_NIL};
 	d->send_flags = MSG_NOSIGNAL | (tl__ur_debug.no_waitall ? 0 : MSG_WAITALL);
 	/* The SQ holds what one turn prepares (it is flushed when full); the CQ
 	 * absorbs multishot bursts between turns, and overflow beyond it is

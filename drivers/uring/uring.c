@@ -45,6 +45,7 @@ const struct tl_driver tl__driver_uring = {
 	.cancel = tl__ur_cancel,
 	.poll = tl__ur_poll,
 	.lease_returned = tl__ur_lease_returned,
+	.pause = tl__ur_pause,
 	.embed_fd = tl__ur_embed_fd,
 	.embed_deadline = tl__ur_embed_deadline,
 	.fs_submit = tl__ur_fs_submit,

@@ -62,6 +62,7 @@ enum {
 	ST_FDWAIT,   /* multishot accept waiting for a free descriptor */
 	ST_LATER,    /* stream read held until the next poll (TL_RP_HOLD) */
 	ST_DEFER,    /* stream read issued at the next poll (TL_RP_DEFER) */
+	ST_PAUSED,   /* stream read of a handle over a cap (TL_HF_PAUSED): waits for pause(0) */
 };
 
 struct ur_o {
@@ -71,6 +72,7 @@ struct ur_o {
 	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
 	struct tl_rp rp;       /* stream reads: the read policy's state */
+	uint8_t pause_cut;     /* stream reads: we cancelled its receive for a pause */
 	union {
 		uint32_t tlease; /* stream read: the lease its try holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
@@ -131,7 +133,7 @@ struct tl_drv {
 	uint32_t *spare, nspare;       /* free leases off the ring, most recent on top */
 	uint8_t *lease_base;
 	uint32_t lease_size, lease_count;
-	struct ur_list start, bufwait, fdwait, later, defer;
+	struct ur_list start, bufwait, fdwait, later, defer, paused;
 	uint64_t fdwait_at;       /* when accepts parked on EMFILE try anyway */
 	uint64_t tmo_at, tmo_seq; /* embedded loops: the armed timeout, if any */
 	int tmo_armed;
@@ -180,6 +182,8 @@ static inline struct ur_list *list_of(struct tl_drv *d, uint8_t st)
 		return &d->later;
 	case ST_DEFER:
 		return &d->defer;
+	case ST_PAUSED:
+		return &d->paused;
 	}
 	return NULL;
 }
@@ -386,6 +390,8 @@ void tl__ur_kbuf_exit(struct tl_drv *d);
 /* A pooled read found no buffer (-ENOBUFS): park it until one comes back. */
 void tl__ur_park_for_buffer(struct tl_drv *d, struct tl_opslot *o);
 void tl__ur_lease_returned(struct tl_drv *d, uint32_t id);
+/* The core paused h (over a cap) or resumed it (lib/caps.c, driver.h). */
+void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused);
 
 /* queue.c */
 /* Multishot accepts parked on EMFILE/ENFILE go again. */

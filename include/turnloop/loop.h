@@ -75,6 +75,14 @@ typedef struct tl_config {
 	uint32_t pooled_buffer_size; /* bytes per pooled buffer            16384, <= 16 MiB */
 	uint32_t max_undelivered;    /* pool results in flight (2^k)       256, <= 2^20 */
 	uint32_t room_waiters;       /* poster "room again" waiters        16, <= 64 */
+	/* Per-stream caps (contract 4.10; tl_handle_caps() changes them for one
+	 * handle): the pooled leases a stream's reads hold (released or not
+	 * yet), and the write bytes queued on it. Over either, that stream's
+	 * reads pause, and only its own, until it is back under both; a write
+	 * is never refused for a cap. */
+	uint32_t handle_leases;      /* leases per stream (at most pooled_buffers
+	                              * take effect)                       16, <= 32768 */
+	uint64_t handle_write_bytes; /* queued write bytes per stream      1 MiB, <= 2^40 */
 	int driver;                  /* enum tl_driver_kind                 TL_DRIVER_DEFAULT */
 	int embed;                   /* 1: tl_loop_fd() will be used (see below)    0 */
 	uint64_t sim_seed;           /* simulation driver only: the run's seed      1 */
@@ -318,6 +326,14 @@ int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 /* Give a lease back. -ENOENT if id is not an outstanding lease. */
 int tl_lease_release(tl_loop *loop, uint32_t id);
 
+/* Change the caps of one stream (or of a listener: the streams it accepts
+ * from then on inherit them; contract 4.10, see tl_config.handle_leases):
+ * leases 0 or write_bytes 0 keep that cap. 0, -ENOENT (stale or foreign),
+ * -EINVAL (not a stream or listener, closing, leases above the loop's
+ * pooled buffers, write_bytes above 2^40). A stream already over a new cap
+ * pauses at once; one under both resumes. */
+int tl_handle_caps(tl_loop *loop, tl_handle h, uint32_t leases, uint64_t write_bytes);
+
 /* Write all of buf[0..len) in submission order per handle (partial writes are
  * continued inside the loop). Result: len. */
 int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t token,
@@ -376,6 +392,8 @@ typedef struct tl_loop_stats {
 	uint64_t completions[TL_K_COUNT_];
 	uint64_t wakes_sent, wakes_coalesced;
 	uint32_t handles, ops, queued, timers, leases_out;
+	uint32_t paused;          /* streams whose reads are paused by a cap now */
+	uint64_t pauses;          /* times a stream went over a cap (contract 4.10) */
 	uint64_t busy_ns, idle_ns;
 } tl_loop_stats;
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
