@@ -172,6 +172,7 @@ struct tl_loop {
 	uint32_t *lease_free; /* stack of free ids */
 	uint32_t lease_nfree;
 	uint8_t *lease_out;   /* 1 while the host (or a dropped event) holds it */
+	uint32_t lease_nout;  /* ids with lease_out set: stats read it in O(1) */
 
 	uint32_t room_ops[64]; /* op slot per room bit, TL_NIL if none */
 	uint64_t room_used;

@@ -487,17 +487,20 @@ uint32_t tl__drv_lease_take(tl_loop *l)
 	if (!l->lease_nfree)
 		return TL_NO_LEASE;
 	uint32_t id = l->lease_free[--l->lease_nfree];
+	l->lease_nout += !l->lease_out[id];
 	l->lease_out[id] = 1;
 	return id;
 }
 
 void tl__drv_lease_mark(tl_loop *l, uint32_t id)
 {
+	l->lease_nout += !l->lease_out[id];
 	l->lease_out[id] = 1;
 }
 
 static void lease_back(tl_loop *l, uint32_t id)
 {
+	l->lease_nout -= l->lease_out[id];
 	l->lease_out[id] = 0;
 	if (!(l->dv->caps & TL_CAP_KBUF))
 		l->lease_free[l->lease_nfree++] = id;
@@ -948,6 +951,7 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 		info->discovery_polls = pi.discovery_polls;
 		info->zero_event_waits = pi.zero_event_waits;
 		info->waited_ns = end - start;
+		info->idle_ns = idle;
 		info->alive = l->refs != 0;
 	}
 	if (r < 0 && !n)
@@ -1297,10 +1301,7 @@ void tl_loop_stats_get(const tl_loop *l, tl_loop_stats *out)
 	out->ops = l->nops;
 	out->queued = l->qlen;
 	out->timers = l->timers.n;
-	uint32_t outn = 0;
-	for (uint32_t i = 0; i < l->lease_count; i++)
-		outn += l->lease_out[i];
-	out->leases_out = outn;
+	out->leases_out = l->lease_nout;
 }
 
 void tl_loop_destroy(tl_loop *l)
