@@ -43,8 +43,10 @@ static int compute(struct tlshard_plan_opts *o, tl_plan *plan)
 	}
 	r = tl_plan_compute(plan, &o->req, NULL);
 	if (r == -EINVAL) {
-		fprintf(stderr, "tlshard: no such plan: a CPU is not allowed to this process, or "
-				"more shards than usable cores\n");
+		char why[256];
+
+		tl_plan_explain(&o->req, NULL, why, sizeof why);
+		fprintf(stderr, "tlshard: no such plan: %s\n", why);
 		return 2;
 	}
 	if (r < 0) {

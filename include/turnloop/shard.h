@@ -116,6 +116,19 @@ void tl_plan_free(tl_plan *p);
 int tl_plan_from_env(tl_plan_request *req);
 
 /*
+ * Say in one line why tl_plan_compute(&plan, req, synthetic) fails: which
+ * CPU of req->cpus (or TL_CPUS, once tl_plan_from_env filled it in) is
+ * wrong and why (no such CPU on the machine; outside the cgroup cpuset;
+ * outside the CPU affinity of the process, as taskset sets it; outside
+ * req->allowed), or how many shards were asked against how many usable cores
+ * or PUs, or what the topology could not load. The line goes to buf of len
+ * bytes, NUL-terminated and cut to fit, with no trailing newline.
+ * Returns the reason's length, 0 when the request can be met (buf then
+ * holds ""), or -EINVAL (buf NULL or len 0).
+ */
+int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf, size_t len);
+
+/*
  * Print the plan, one line per shard:
  *   "shard 0: cpu 2 core 1 numa 0 package 0\n"
  * into buf of len bytes, NUL-terminated. Returns the number of bytes written,
