@@ -156,51 +156,93 @@ static const char *state_name(uint32_t s)
 	return s < 4 ? names[s] : "?";
 }
 
+static const char *clean(const char *s, char *buf, size_t len);
+
 static void print_header(const tl_stats_info *in)
 {
+	char drv[4 * sizeof in->driver];
+
 	printf("pid %d: %u shard%s, driver %s, %s, arenas %s, pool stats %s, stall threshold %.1f ms\n",
-	       in->pid, in->shards, in->shards == 1 ? "" : "s", in->driver[0] ? in->driver : "?",
-	       state_name(in->state), (in->flags & TL_STATS_F_ARENAS) ? "on" : "off",
+	       in->pid, in->shards, in->shards == 1 ? "" : "s",
+	       in->driver[0] ? clean(in->driver, drv, sizeof drv) : "?", state_name(in->state),
+	       (in->flags & TL_STATS_F_ARENAS) ? "on" : "off",
 	       (in->flags & TL_STATS_F_POOL) ? "on" : "n/a", (double)in->stall_ns / 1e6);
 }
 
-static void print_named(const tl_stats_info *in, const tl_stats_shard *a, const tl_stats_shard *b,
-			double secs)
+/* Bytes from another process, printable: anything but printable ASCII is
+ * shown as \xNN (and a backslash as \\), so no control sequence reaches the
+ * terminal. */
+static const char *clean(const char *s, char *buf, size_t len)
 {
-	for (uint32_t k = 0; k < in->named && k < TL_STATS_NAMED; k++) {
-		if (secs > 0)
-			printf(" %s=%.0f/s", in->names[k], (double)(b->named[k] - a->named[k]) / secs);
+	size_t o = 0;
+
+	for (; *s && o + 5 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			buf[o++] = (char)c;
 		else
-			printf(" %s=%llu", in->names[k], (unsigned long long)b->named[k]);
+			o += (size_t)snprintf(buf + o, len - o, c == '\\' ? "\\\\" : "\\x%02x", c);
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
+static void print_named(tl_stats_reader *r, const tl_stats_info *in, const uint64_t *a,
+			const uint64_t *b, double secs)
+{
+	for (uint32_t k = 0; k < in->families; k++) {
+		tl_stats_family f;
+		char name[4 * TL_STATS_NAME_MAX];
+
+		if (tl_stats_family_get(r, k, &f) < 0)
+			continue;
+		clean(f.name, name, sizeof name);
+		for (uint32_t j = 0; j < f.rows; j++) {
+			uint32_t v = f.first + j;
+
+			printf(" %s", name);
+			if (f.rows > 1)
+				printf("[%u]", j);
+			if (f.kind == TL_STAT_GAUGE)
+				printf("=%lld", (long long)b[v]);
+			else if (a && secs > 0)
+				printf("=%.0f/s", (double)(b[v] - a[v]) / secs);
+			else
+				printf("=%llu", (unsigned long long)b[v]);
+		}
 	}
 }
 
-/* One line per shard: totals (a NULL), or rates between a and b. */
-static void print_shard(const tl_stats_info *in, const tl_stats_shard *a, const tl_stats_shard *b,
+/* One line per shard: totals (a NULL), or rates between a and b. busy is
+ * the share of time the shard's thread was on a CPU (kernel work in its OS
+ * waits included): over the interval, or since the region was made. */
+static void print_shard(tl_stats_reader *r, const tl_stats_info *in, const tl_stats_shard *a,
+			const tl_stats_shard *b, const uint64_t *va, const uint64_t *vb,
 			double secs)
 {
 	double live = (double)(b->alloc_bytes - b->freed_bytes) / 1048576.0;
 
 	if (!a) {
-		uint64_t t = b->busy_ns + b->idle_ns;
+		uint64_t t = b->updated_ns > in->started_ns ? b->updated_ns - in->started_ns : 0;
 
 		printf("shard %u cpu %d numa %d: turns %llu waits %llu completions %llu busy %.1f%% "
 		       "mesh in %llu out %llu refused %llu inbound %llu alloc %.1f MiB live",
 		       b->shard, b->cpu, b->numa, (unsigned long long)b->turns,
 		       (unsigned long long)b->os_waits, (unsigned long long)sum_completions(b),
-		       t ? 100.0 * (double)b->busy_ns / (double)t : 0.0,
+		       t ? 100.0 * (double)b->cpu_ns / (double)t : 0.0,
 		       (unsigned long long)b->mesh_in, (unsigned long long)b->mesh_out,
 		       (unsigned long long)b->mesh_refused, (unsigned long long)b->mesh_inbound,
 		       b->arena == UINT32_MAX ? 0.0 : live);
 	} else {
-		uint64_t busy = b->busy_ns - a->busy_ns, span = b->updated_ns - a->updated_ns;
+		uint64_t busy = b->cpu_ns - a->cpu_ns;
 
 		printf("shard %u cpu %d: turns/s %.0f waits/s %.0f completions/s %.0f busy %.1f%% "
 		       "mesh in/s %.0f out/s %.0f inbound %llu alloc %.1f MiB live",
 		       b->shard, b->cpu, (double)(b->turns - a->turns) / secs,
 		       (double)(b->os_waits - a->os_waits) / secs,
 		       (double)(sum_completions(b) - sum_completions(a)) / secs,
-		       span ? 100.0 * (double)busy / (double)span : 0.0,
+		       100.0 * (double)busy / (secs * 1e9),
 		       (double)(b->mesh_in - a->mesh_in) / secs,
 		       (double)(b->mesh_out - a->mesh_out) / secs, (unsigned long long)b->mesh_inbound,
 		       b->arena == UINT32_MAX ? 0.0 : live);
@@ -215,15 +257,34 @@ static void print_shard(const tl_stats_info *in, const tl_stats_shard *a, const 
 	       (unsigned long long)b->node_long_busy);
 	printf(" stalls %llu max_pass %.2f ms", (unsigned long long)b->stalls,
 	       (double)b->max_pass_ns / 1e6);
-	print_named(in, a, b, a ? secs : 0);
+	print_named(r, in, va, vb, a ? secs : 0);
 	putchar('\n');
 }
 
-static int read_all(tl_stats_reader *r, uint32_t n, tl_stats_shard *v)
+/* Every shard's record and values; a target that went away ends it with a
+ * line that says so. */
+static int read_all(tl_stats_reader *r, int pid, const tl_stats_info *in, tl_stats_shard *v,
+		    uint64_t *vals)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		int rc = tl_stats_read(r, i, &v[i]);
+	tl_stats_info now;
+	int rc = tl_stats_info_get(r, &now);
 
+	if (rc == -ESRCH) {
+		fprintf(stderr, "tlshard: process %d has exited\n", pid);
+		return -1;
+	}
+	if (rc == -ENOENT) {
+		fprintf(stderr, "tlshard: process %d removed its stats region (its runtime stopped)\n",
+			pid);
+		return -1;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "tlshard: cannot read the stats of process %d: %s\n", pid,
+			tl_strerror(rc));
+		return -1;
+	}
+	for (uint32_t i = 0; i < in->shards; i++) {
+		rc = tl_stats_read(r, i, &v[i], vals + (size_t)i * in->values, in->values);
 		if (rc < 0) {
 			fprintf(stderr, "tlshard: cannot read shard %u: %s\n", i, tl_strerror(rc));
 			return -1;
@@ -232,11 +293,19 @@ static int read_all(tl_stats_reader *r, uint32_t n, tl_stats_shard *v)
 	return 0;
 }
 
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static int cmd_stats(int argc, char **argv)
 {
 	struct tlshard_stats_opts o;
-	uint64_t count;
-	double secs;
+	uint64_t count, *va = NULL, *vb = NULL;
+	double secs, ta, tb;
 	tl_stats_reader *r;
 	tl_stats_info info;
 	tl_stats_shard *a, *b;
@@ -259,38 +328,49 @@ static int cmd_stats(int argc, char **argv)
 	}
 	a = calloc(info.shards, sizeof *a);
 	b = calloc(info.shards, sizeof *b);
+	va = calloc((size_t)info.shards * info.values + 1, sizeof *va);
+	vb = calloc((size_t)info.shards * info.values + 1, sizeof *vb);
 	rc = 1;
-	if (!a || !b) {
+	if (!a || !b || !va || !vb) {
 		fprintf(stderr, "tlshard: out of memory\n");
 		goto out;
 	}
 	print_header(&info);
-	if (read_all(r, info.shards, b) < 0)
+	if (read_all(r, o.pid, &info, b, vb) < 0)
 		goto out;
+	tb = mono_s();
 	if (!secs) {
 		for (uint32_t i = 0; i < info.shards; i++)
-			print_shard(&info, NULL, &b[i], 0);
+			print_shard(r, &info, NULL, &b[i], NULL, vb + (size_t)i * info.values, 0);
 		rc = 0;
 		goto out;
 	}
 	for (uint64_t k = 0; !count || k < count; k++) {
 		struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
 		tl_stats_shard *t = a;
+		uint64_t *tv = va;
 
 		a = b;
 		b = t;
+		va = vb;
+		vb = tv;
+		ta = tb;
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
-		if (read_all(r, info.shards, b) < 0)
+		if (read_all(r, o.pid, &info, b, vb) < 0)
 			goto out;
+		tb = mono_s();
 		for (uint32_t i = 0; i < info.shards; i++)
-			print_shard(&info, &a[i], &b[i], secs);
+			print_shard(r, &info, &a[i], &b[i], va + (size_t)i * info.values,
+				    vb + (size_t)i * info.values, tb - ta);
 		fflush(stdout);
 	}
 	rc = 0;
 out:
 	free(a);
 	free(b);
+	free(va);
+	free(vb);
 	tl_stats_close(r);
 	return rc;
 }
