@@ -630,17 +630,19 @@ static void test_reused_pid(void)
 
 /* ---- tlshard prints no control character from a region ---- */
 
+/* Printable ASCII, newlines and the tabs that indent JSON. */
 static int printable(const char *s)
 {
 	for (; *s; s++)
-		if (((unsigned char)*s < 0x20 && *s != '\n') || (unsigned char)*s >= 0x7f)
+		if (((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t') || (unsigned char)*s >= 0x7f)
 			return 0;
 	return 1;
 }
 
 static void test_control_chars(void)
 {
-	static const char *const formats[][2] = {{NULL, NULL}};
+	static const char *const formats[][2] = {{NULL, NULL}, {"--json", NULL},
+						  {"--format", "prometheus"}};
 	uint32_t uid = test_uid(9);
 	struct sleeper sl;
 	char out[65536], pidarg[16];
@@ -663,6 +665,10 @@ static void test_control_chars(void)
 		CU_ASSERT_TRUE(printable(out));
 		CU_ASSERT_PTR_NULL(strchr(out, '\x1b'));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "x1b"));
+		/* The labels too, in the formats that show them. */
+		if (k > 0)
+			CU_ASSERT_PTR_NOT_NULL(strstr(out, "lbl"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "x9b"));
 	}
 	sleeper_end(&sl);
 	clean_dir(uid);
