@@ -154,6 +154,9 @@ for t in /proc/$srv/task/*; do
 		[ "$allowed" = "${name#tl-shard-}" ] || { bad_pin=1; echo "  $name on $allowed"; }
 		;;
 	*)
+		# The main thread keeps the affinity run gave the process (other
+		# threads, like the kernel's io_uring workers, are the kernel's).
+		[ "${t##*/}" = "$srv" ] || continue
 		want=$([ "$nshards" = 2 ] && echo 0-1 || echo 0)
 		[ "$allowed" = "$want" ] || { bad_pin=1; echo "  $name on $allowed, not $want"; }
 		;;
