@@ -263,6 +263,7 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 		info->discovery_polls = pi.discovery_polls;
 		info->zero_event_waits = pi.zero_event_waits;
 		info->waited_ns = end - start;
+		info->idle_ns = idle;
 		info->alive = l->refs != 0;
 	}
 	if (r < 0 && !n)

@@ -1,6 +1,7 @@
 /* shards/plan.c: the shard plan, computed from the hwloc topology (contract 9.1 and 9.8). */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,7 @@ static int hwloc_err(int fallback)
 	return errno > 0 ? -errno : -fallback;
 }
 
-static int load_topology(hwloc_topology_t *out, const char *synthetic)
+static int load_topology(hwloc_topology_t *out, const char *synthetic, unsigned long flags)
 {
 	hwloc_topology_t topo;
 	int rc;
@@ -146,6 +147,10 @@ static int load_topology(hwloc_topology_t *out, const char *synthetic)
 		return -EINVAL;
 	if (hwloc_topology_init(&topo))
 		return -ENOMEM;
+	if (flags && hwloc_topology_set_flags(topo, flags)) {
+		hwloc_topology_destroy(topo);
+		return -EINVAL;
+	}
 	if (synthetic) {
 		errno = 0;
 		if (ends_with(synthetic, ".xml"))
@@ -402,7 +407,7 @@ int tl_plan_compute(tl_plan *out, const tl_plan_request *req, const char *synthe
 	if (req->allowed && walk_cpulist(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
 		return -EINVAL;
 
-	rc = load_topology(&topo, synthetic);
+	rc = load_topology(&topo, synthetic, 0);
 	if (rc)
 		return rc;
 	rc = plan_from_topology(out, topo, req);
@@ -472,6 +477,157 @@ int tl_plan_from_env(tl_plan_request *req)
 	}
 	*req = r;
 	return 0;
+}
+
+/* ---- Why a plan cannot be met ---- */
+
+struct why {
+	char *buf;
+	size_t len;
+};
+
+static int why_say(struct why *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int why_say(struct why *w, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(w->buf, w->len, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		w->buf[0] = '\0';
+		return 0;
+	}
+	return (size_t)n < w->len ? n : (int)w->len - 1;
+}
+
+/* set as a list like "0-3,6" ("none" when empty), in the caller's buf. */
+static const char *list_of(hwloc_const_bitmap_t set, char *buf, size_t len)
+{
+	if (!set || hwloc_bitmap_iszero(set))
+		snprintf(buf, len, "none");
+	else if (hwloc_bitmap_list_snprintf(buf, len, set) < 0)
+		snprintf(buf, len, "?");
+	return buf;
+}
+
+/* The first CPU of want that set lacks, or -1. */
+static int first_missing(hwloc_const_bitmap_t want, hwloc_const_bitmap_t set)
+{
+	int c;
+
+	hwloc_bitmap_foreach_begin(c, want)
+	{
+		if (!hwloc_bitmap_isset(set, (unsigned)c))
+			return c;
+	}
+	hwloc_bitmap_foreach_end();
+	return -1;
+}
+
+static int explain_cpus(struct why *w, hwloc_topology_t topo, const tl_plan_request *req,
+			hwloc_const_bitmap_t want)
+{
+	hwloc_const_bitmap_t all = hwloc_topology_get_complete_cpuset(topo);
+	hwloc_const_bitmap_t cg = hwloc_topology_get_allowed_cpuset(topo);
+	hwloc_bitmap_t bound = hwloc_bitmap_alloc(), extra = NULL;
+	char l1[256];
+	int c, rc = 0;
+
+	if (!bound)
+		return why_say(w, "out of memory");
+	/* What exists, then what the cgroup allows, then the affinity. */
+	if ((c = first_missing(want, all)) >= 0) {
+		rc = why_say(w, "cpu %d does not exist (this machine has cpus %s)", c,
+			     list_of(all, l1, sizeof l1));
+		goto out;
+	}
+	if ((c = first_missing(want, cg)) >= 0) {
+		rc = why_say(w, "cpu %d is outside this process's cgroup cpuset (it allows %s)", c,
+			     list_of(cg, l1, sizeof l1));
+		goto out;
+	}
+	if (hwloc_topology_is_thissystem(topo) &&
+	    (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 ||
+	     hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_THREAD) == 0) &&
+	    !hwloc_bitmap_iszero(bound) && (c = first_missing(want, bound)) >= 0) {
+		rc = why_say(w, "cpu %d is outside this process's CPU affinity (it allows %s; "
+				"see taskset -p)", c, list_of(bound, l1, sizeof l1));
+		goto out;
+	}
+	if (req->allowed && cpulist_bitmap(req->allowed, &extra) == 0 &&
+	    (c = first_missing(want, extra)) >= 0)
+		rc = why_say(w, "cpu %d is outside the allowed set %s", c, req->allowed);
+out:
+	hwloc_bitmap_free(extra);
+	hwloc_bitmap_free(bound);
+	return rc;
+}
+
+int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf, size_t len)
+{
+	static const tl_plan_request defaults;
+	struct why w = {buf, len};
+	hwloc_bitmap_t want = NULL;
+	hwloc_topology_t topo;
+	tl_plan_request r;
+	tl_plan p;
+	int rc;
+
+	if (!buf || !len)
+		return -EINVAL;
+	buf[0] = '\0';
+	if (!req)
+		req = &defaults;
+	rc = tl_plan_compute(&p, req, synthetic);
+	if (rc == 0) {
+		tl_plan_free(&p);
+		return 0;
+	}
+	if (req->shards > TL_PLAN_MAX_SHARDS)
+		return why_say(&w, "%u shards is more than a plan takes (%u)", req->shards,
+			       TL_PLAN_MAX_SHARDS);
+	if (req->cpus && walk_cpulist(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
+		return why_say(&w, "'%s' is not a CPU list (like 0-3,6; CPUs below %u)", req->cpus,
+			       TL_PLAN_MAX_CPU);
+	if (req->allowed && walk_cpulist(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
+		return why_say(&w, "'%s' is not a CPU list (like 0-3,6)", req->allowed);
+	if (rc != -EINVAL)
+		return why_say(&w, "cannot load the topology%s%s: %s", synthetic ? " " : "",
+			       synthetic ? synthetic : "", strerror(-rc));
+	/* The disallowed PUs too, to tell a CPU that does not exist from one
+	 * the cgroup forbids. */
+	rc = load_topology(&topo, synthetic, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+	if (rc && synthetic)
+		return why_say(&w, "'%s' is not a topology hwloc can read (a synthetic "
+				   "description like \"pack:2 core:4 pu:2\", or an XML file)",
+			       synthetic);
+	if (rc)
+		return why_say(&w, "cannot load the machine's topology: %s", strerror(-rc));
+	if (req->cpus && cpulist_bitmap(req->cpus, &want) == 0) {
+		rc = explain_cpus(&w, topo, req, want);
+		hwloc_bitmap_free(want);
+		if (rc > 0) {
+			hwloc_topology_destroy(topo);
+			return rc;
+		}
+	}
+	hwloc_topology_destroy(topo);
+	/* The CPUs are fine, so the count is not: plan without it to see how
+	 * many shards the request can have. */
+	r = *req;
+	r.shards = 0;
+	if (tl_plan_compute(&p, &r, synthetic) == 0) {
+		rc = why_say(&w, "%u shards asked, but %s %u usable %s%s%s", req->shards,
+			     req->cpus ? "the listed CPUs hold" : "this process has", p.count,
+			     req->smt ? "PU" : "core", p.count == 1 ? "" : "s",
+			     req->smt ? "" : " (--smt uses every PU of a core)");
+		tl_plan_free(&p);
+		return rc;
+	}
+	return why_say(&w, "no usable CPU: the allowed set and the CPU list do not meet");
 }
 
 /* ---- Output and binding ---- */

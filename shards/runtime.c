@@ -1,4 +1,5 @@
 /* shards/runtime.c: the sharded runtime: pinned shard threads with their own arenas, the mesh, lifecycle, live stats, stall detector (contract 9.2-9.7). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -73,6 +74,7 @@ struct tl_shard {
 	struct pair *in;   /* column of rt->pairs: in[src * n] is src's ring to us */
 	struct pair *outp; /* row: outp[t] is our ring to t */
 	struct tl__stats_rec *rec;
+	uint64_t *rec_values; /* the record's program values */
 	volatile uint64_t *je_alloc, *je_freed;
 
 	/* The shard thread's own. */
@@ -85,6 +87,9 @@ struct tl_shard {
 	uint32_t last_nhandles;
 	uint64_t drain_deadline, last_pub, pass_end;
 	uint64_t mesh_comp[TL_STATS_KINDS];
+	uint64_t cpu_read;  /* when cpu_ns was last read */
+	uint64_t *vals;     /* the program's values (tl_shard_counter_add, ...) */
+	uint32_t nvals;
 	tl_stats_shard st;
 	int setup_rc;
 };
@@ -106,15 +111,22 @@ struct tl_runtime {
 	int result;
 	char why[256];
 
-	/* Live stats: the region (shared memory, or plain memory with stats
-	 * off so that the code path is the same). */
+	/* Live stats: the region (shared memory, or plain memory when stats
+	 * are off or cannot be published, so that the code path is the
+	 * same), its directory and name in it. */
 	void *region;
 	size_t region_size;
 	int region_shm;
-	char shm_name[64];
+	int stats_dfd;
+	char stats_dir[TL__STATS_DIR_MAX];
+	char region_name[16];
+	char stats_why[320];
 	struct tl__stats_hdr *hdr;
-	char names[TL_STATS_NAMED][TL_STATS_NAME_MAX];
-	uint32_t nnamed;
+	struct tl__stats_fam *fams; /* the region's family table */
+	char (*labels)[TL_STATS_LABEL_MAX];
+	uint8_t *vkind;             /* TL_STAT_* of each value slot in use */
+	uint32_t nfams, nvals;
+	pthread_mutex_t meta_mu;    /* label changes from any thread */
 
 	int sig_installed;
 	struct sigaction old_int, old_term;
@@ -171,6 +183,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	c->drain_ns = 5 * 1000000000ull;
 	c->stats_period_ns = 1000000ull;
 	c->stats = 1;
+	c->stats_values = 64;
 	c->signals = 1;
 }
 
@@ -179,7 +192,8 @@ static int valid_config(const tl_runtime_config *c)
 	return c->mesh_capacity && c->mesh_capacity <= TL__SPSC_MAX_CAP && c->mesh_budget &&
 	       c->mesh_budget <= 65536 && c->mesh_inflight && c->mesh_inflight <= 65536 &&
 	       c->batch && c->batch <= 65536 && c->drain_ns && c->stats_period_ns &&
-	       c->stats_period_ns <= 1000000000ull && !c->handlers[0];
+	       c->stats_period_ns <= 1000000000ull && c->stats_values &&
+	       c->stats_values <= TL_STATS_VALUES_MAX && !c->handlers[0];
 }
 
 /* ---- jemalloc arenas ---- */
@@ -277,77 +291,243 @@ static void arena_setup(tl_shard *s)
 
 /* ---- the stats region ---- */
 
+static void *region_at(tl_runtime *rt, size_t off)
+{
+	return (char *)rt->region + off;
+}
+
+static void stats_off(tl_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The region cannot be published: say why, once, and keep the reason. */
+static void stats_off(tl_runtime *rt, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rt->stats_why, sizeof rt->stats_why, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "turnloop: live stats off: %s\n", rt->stats_why);
+}
+
+/*
+ * Open this user's stats directory, creating it if needed, and check it: a
+ * directory (O_DIRECTORY|O_NOFOLLOW: not a symbolic link) that belongs to
+ * the effective user, with mode 0700. Every check is on the descriptor, so
+ * what was checked is what is used. /dev/shm is sticky: nobody but its owner
+ * (and root) can remove or rename the directory once it is there.
+ */
+static int stats_dir(tl_runtime *rt)
+{
+	uid_t uid = geteuid();
+	struct stat st;
+	int dfd, rc;
+
+	snprintf(rt->stats_dir, sizeof rt->stats_dir, TL__STATS_DIR_FMT, (unsigned)uid);
+	if (mkdir(rt->stats_dir, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		stats_off(rt, "cannot create %s: %s", rt->stats_dir, strerror(-rc));
+		return rc;
+	}
+	dfd = open(rt->stats_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		rc = -errno;
+		if ((rc == -ELOOP || rc == -ENOTDIR) && lstat(rt->stats_dir, &st) == 0)
+			stats_off(rt, "%s is not a directory but a %s of uid %u; it was not "
+				      "made by turnloop (remove it as root or as its owner)",
+				  rt->stats_dir, S_ISLNK(st.st_mode) ? "symbolic link" : "file",
+				  (unsigned)st.st_uid);
+		else
+			stats_off(rt, "cannot open %s: %s", rt->stats_dir, strerror(-rc));
+		return rc;
+	}
+	if (fstat(dfd, &st) < 0) {
+		rc = -errno;
+		stats_off(rt, "cannot check %s: %s", rt->stats_dir, strerror(-rc));
+		close(dfd);
+		return rc;
+	}
+	if (st.st_uid != uid) {
+		stats_off(rt, "%s belongs to uid %u, not to this process's user (uid %u): its "
+			      "regions could be read or forged by that user (remove it as root "
+			      "or as its owner)",
+			  rt->stats_dir, (unsigned)st.st_uid, (unsigned)uid);
+		close(dfd);
+		return -EPERM;
+	}
+	/* Ours: a mode the umask or a user's chmod left is set back. */
+	if ((st.st_mode & 07777) != 0700 && fchmod(dfd, 0700) < 0) {
+		rc = -errno;
+		stats_off(rt, "cannot set %s to mode 0700: %s", rt->stats_dir, strerror(-rc));
+		close(dfd);
+		return rc;
+	}
+	return dfd;
+}
+
+static int all_digits(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return 0;
+	return 1;
+}
+
+/*
+ * Remove the regions of this user's processes that died without cleaning up
+ * (SIGKILL, a crash): a region whose process is gone or a zombie, or whose
+ * header names another start time than the live process with that pid. A
+ * region still being made (no magic yet) is left alone. Bounded: a start
+ * looks at 1024 entries at most.
+ */
+static void sweep_stale(int dfd)
+{
+	int fd = dup(dfd), seen = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((e = readdir(d)) && seen++ < 1024) {
+		struct tl__stats_hdr h;
+		uint64_t start;
+		char state;
+		long pid;
+		int rfd, dead, rc;
+
+		if (!all_digits(e->d_name) || strlen(e->d_name) > 10)
+			continue;
+		pid = strtol(e->d_name, NULL, 10);
+		if (pid <= 0 || pid > 0x7fffffff || pid == (long)getpid())
+			continue;
+		rc = tl__proc_stat((int)pid, &start, &state);
+		dead = rc == -ESRCH || (rc == 0 && (state == 'Z' || state == 'X'));
+		if (!dead && rc == 0) {
+			rfd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+			if (rfd < 0)
+				continue;
+			dead = pread(rfd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
+			       h.magic == TL_STATS_MAGIC && h.version == TL_STATS_VERSION &&
+			       h.start_time != start;
+			close(rfd);
+		}
+		if (dead)
+			unlinkat(dfd, e->d_name, 0);
+	}
+	closedir(d);
+}
+
+/* Plain memory in place of the region (stats off, or not publishable), so
+ * that the code path stays the same. */
+static int region_private(tl_runtime *rt, size_t size)
+{
+	void *mem = aligned_alloc(64, size);
+
+	if (!mem)
+		return -ENOMEM;
+	memset(mem, 0, size);
+	rt->region = mem;
+	rt->region_size = size;
+	return 0;
+}
+
 static int region_create(tl_runtime *rt)
 {
-	size_t size = TL__STATS_HDR_SIZE + (size_t)rt->n * TL__STATS_STRIDE;
-	int fd = -1, rc;
+	size_t size = tl__stats_header_size(rt->cfg.stats_values) +
+		      (size_t)rt->n * tl__stats_stride(rt->cfg.stats_values);
+	int fd = -1, dfd, rc;
 	void *mem;
 
-	if (!rt->cfg.stats) {
-		mem = aligned_alloc(64, size);
-		if (!mem)
-			return -ENOMEM;
-		memset(mem, 0, size);
-		rt->region = mem;
-		rt->region_size = size;
-		return 0;
-	}
+	if (!rt->cfg.stats)
+		return region_private(rt, size);
 	if (atomic_exchange(&region_owned, 1))
 		return -EBUSY;
-	snprintf(rt->shm_name, sizeof rt->shm_name, "/turnloop.%d", (int)getpid());
+	dfd = stats_dir(rt);
+	if (dfd < 0)
+		goto private;
+	sweep_stale(dfd);
+	snprintf(rt->region_name, sizeof rt->region_name, "%d", (int)getpid());
 	for (int tries = 0; tries < 2; tries++) {
-		fd = shm_open(rt->shm_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+		fd = openat(dfd, rt->region_name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
+			    0600);
 		if (fd >= 0 || errno != EEXIST)
 			break;
-		/* Left by an earlier process with our pid (it died without
-		 * cleaning up): this process owns no region, so it is stale. */
-		shm_unlink(rt->shm_name);
+		/* Only this user can create entries in the directory, and this
+		 * process owns no region yet: one with our pid is a dead
+		 * process's. */
+		unlinkat(dfd, rt->region_name, 0);
 	}
 	if (fd < 0) {
 		rc = -errno;
-		goto fail;
+		stats_off(rt, "cannot create %s/%s: %s", rt->stats_dir, rt->region_name,
+			  strerror(-rc));
+		goto private_dir;
 	}
-	/* shm_open applies the umask; the mode must be exactly 0600. */
+	/* openat applies the umask; the mode must be exactly 0600. */
 	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0) {
 		rc = -errno;
-		goto fail_unlink;
+		stats_off(rt, "cannot size %s/%s: %s", rt->stats_dir, rt->region_name,
+			  strerror(-rc));
+		goto unlink;
 	}
 	mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (mem == MAP_FAILED) {
 		rc = -errno;
-		goto fail_unlink;
+		stats_off(rt, "cannot map %s/%s: %s", rt->stats_dir, rt->region_name,
+			  strerror(-rc));
+		goto unlink;
 	}
 	close(fd);
 	rt->region = mem;
 	rt->region_size = size;
 	rt->region_shm = 1;
+	rt->stats_dfd = dfd;
 	return 0;
-fail_unlink:
+unlink:
 	close(fd);
-	shm_unlink(rt->shm_name);
-fail:
-	rt->shm_name[0] = '\0';
+	unlinkat(dfd, rt->region_name, 0);
+private_dir:
+	close(dfd);
+private:
+	rt->region_name[0] = '\0';
 	atomic_store(&region_owned, 0);
-	return rc;
+	return region_private(rt, size);
 }
 
 static void region_init(tl_runtime *rt)
 {
 	struct tl__stats_hdr *h = rt->region;
+	uint32_t cap = rt->cfg.stats_values;
+	uint64_t start = 0;
 
+	tl__proc_stat(0, &start, NULL);
 	h->version = TL_STATS_VERSION;
-	h->header_size = TL__STATS_HDR_SIZE;
+	h->header_size = (uint32_t)tl__stats_header_size(cap);
 	h->shards = rt->n;
-	h->stride = TL__STATS_STRIDE;
+	h->stride = (uint32_t)tl__stats_stride(cap);
 	h->record_size = sizeof(tl_stats_shard);
-	h->flags = TL_STATS_F_POOL;
+	h->flags = TL_STATS_F_POOL | TL_STATS_F_CPU;
 	atomic_init(&h->state, TL_STATS_STARTING);
 	h->pid = (int32_t)getpid();
+	h->uid = (uint32_t)geteuid();
+	h->capacity = cap;
+	h->start_time = start;
+	h->started_ns = mono_ns();
 	h->stall_ns = rt->cfg.stall_ns;
 	h->period_ns = rt->cfg.stats_period_ns;
+	h->families_off = (uint32_t)tl__stats_families_off();
+	h->labels_off = (uint32_t)tl__stats_labels_off(cap);
+	atomic_init(&h->meta_seq, 0);
+	rt->fams = region_at(rt, h->families_off);
+	rt->labels = region_at(rt, h->labels_off);
 	for (uint32_t i = 0; i < rt->n; i++) {
-		struct tl__stats_rec *r =
-			(void *)((char *)rt->region + TL__STATS_HDR_SIZE + (size_t)i * TL__STATS_STRIDE);
+		struct tl__stats_rec *r = region_at(rt, h->header_size + (size_t)i * h->stride);
 		const tl_shard_place *p = &rt->plan.shards[i];
 
 		atomic_init(&r->seq, 0);
@@ -355,7 +535,9 @@ static void region_init(tl_runtime *rt)
 		r->data.cpu = p->pu_os_index;
 		r->data.numa = p->numa_node;
 		r->data.arena = UINT32_MAX;
+		r->data.node_id = -1;
 		rt->shards[i].rec = r;
+		rt->shards[i].rec_values = (uint64_t *)(r + 1);
 	}
 	/* The magic goes last: a reader that sees it sees a whole header. */
 	__atomic_store_n(&h->magic, TL_STATS_MAGIC, __ATOMIC_RELEASE);
@@ -367,14 +549,33 @@ static void region_destroy(tl_runtime *rt)
 	if (!rt->region)
 		return;
 	if (rt->region_shm) {
+		set_state(rt, TL_STATS_STOPPED);
 		munmap(rt->region, rt->region_size);
-		shm_unlink(rt->shm_name);
+		unlinkat(rt->stats_dfd, rt->region_name, 0);
+		close(rt->stats_dfd);
+		rt->stats_dfd = -1;
 		atomic_store(&region_owned, 0);
 	} else {
 		free(rt->region);
 	}
 	rt->region = NULL;
 	rt->hdr = NULL;
+}
+
+/* Begin and end a change of the family table or the labels (meta_seq odd
+ * while it lasts); under rt->meta_mu, since labels come from any thread. */
+static void meta_begin(tl_runtime *rt)
+{
+	uint64_t seq = atomic_load_explicit(&rt->hdr->meta_seq, memory_order_relaxed);
+
+	atomic_exchange_explicit(&rt->hdr->meta_seq, seq + 1, memory_order_acq_rel);
+}
+
+static void meta_end(tl_runtime *rt)
+{
+	uint64_t seq = atomic_load_explicit(&rt->hdr->meta_seq, memory_order_relaxed);
+
+	atomic_store_explicit(&rt->hdr->meta_seq, seq + 1, memory_order_release);
 }
 
 static uint32_t hist_bucket(uint64_t ns)
@@ -390,7 +591,7 @@ static void pool_publish(tl_shard *s, tl_stats_shard *st)
 {
 	tl_pool_loop_stats pl;
 	tl_pool_stats nodes[64];
-	int n;
+	int n, node;
 
 	tl_pool_loop_stats_get(s->loop, &pl);
 	st->pool_submitted = pl.submitted;
@@ -400,12 +601,13 @@ static void pool_publish(tl_shard *s, tl_stats_shard *st)
 	st->pool_in_flight = pl.in_flight;
 	st->pool_wait_ns = pl.queue_wait_ns;
 	st->pool_run_ns = pl.run_ns;
-	if (pl.node < 0)
-		return; /* this shard has not used the pool */
+	/* The node this shard's jobs go to, its own before its first job. */
+	node = pl.node >= 0 ? pl.node : st->numa;
 	n = tl_pool_stats_get(NULL, nodes, 64);
 	for (int i = 0; i < n && i < 64; i++) {
-		if (nodes[i].node != pl.node)
+		if (nodes[i].node != node)
 			continue;
+		st->node_id = node;
 		st->node_threads = nodes[i].threads;
 		st->node_busy = nodes[i].busy;
 		st->node_queued = nodes[i].queued;
@@ -415,26 +617,45 @@ static void pool_publish(tl_shard *s, tl_stats_shard *st)
 	}
 }
 
-/* Copy the shard's counters into its record under the sequence lock. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Copy the shard's counters into its record under the sequence lock. Uses
+ * the loop's public stats only (a constant-time copy). */
 static void publish(tl_shard *s, uint64_t now)
 {
-	const tl_loop *l = s->loop;
 	tl_stats_shard *st = &s->st;
 	struct tl__stats_rec *rec = s->rec;
 	uint64_t inbound = 0, backlog = 0;
+	tl_loop_stats ls;
 
+	tl_loop_stats_get(s->loop, &ls);
 	st->updated_ns = now;
-	st->turns = l->st.turns;
-	st->os_waits = l->st.os_waits;
-	st->discovery_polls = l->st.discovery_polls;
-	st->zero_event_waits = l->st.zero_event_waits;
+	/* The thread's CPU clock is a system call: read it at most once per
+	 * period, so a shard that parks often pays for it once per period and
+	 * a parked one's figure is at most one period behind. */
+	if (now - s->cpu_read >= s->rt->cfg.stats_period_ns || !s->cpu_read) {
+		st->cpu_ns = thread_cpu_ns();
+		s->cpu_read = now;
+	}
+	st->turns = ls.turns;
+	st->os_waits = ls.os_waits;
+	st->discovery_polls = ls.discovery_polls;
+	st->zero_event_waits = ls.zero_event_waits;
 	for (uint32_t k = 0; k < TL_K_COUNT_; k++)
-		st->completions[k] = l->st.completions[k] + s->mesh_comp[k];
-	st->idle_ns = l->st.idle_ns;
-	st->handles = l->nhandles;
-	st->ops = l->nops;
-	st->queued = l->qlen;
-	st->timers = l->timers.n;
+		st->completions[k] = ls.completions[k] + s->mesh_comp[k];
+	st->idle_ns = ls.idle_ns;
+	st->handles = ls.handles;
+	st->ops = ls.ops;
+	st->queued = ls.queued;
+	st->timers = ls.timers;
+	st->leases_out = ls.leases_out;
 	for (uint32_t i = 0; i < s->n; i++) {
 		inbound += tl__spsc_size_approx(&s->in[(size_t)i * s->n].ring);
 		backlog += s->out[i].bl_len;
@@ -453,6 +674,8 @@ static void publish(tl_shard *s, uint64_t now)
 
 	atomic_exchange_explicit(&rec->seq, seq + 1, memory_order_acq_rel);
 	memcpy(&rec->data, st, sizeof *st);
+	if (s->nvals)
+		memcpy(s->rec_values, s->vals, (size_t)s->nvals * sizeof *s->vals);
 	atomic_store_explicit(&rec->seq, seq + 2, memory_order_release);
 	s->last_pub = now;
 }
@@ -866,10 +1089,12 @@ static int pass(tl_shard *s, int64_t timeout)
 	tl_loop *l = s->loop;
 	/* A pass starts where the previous one ended (what happens between
 	 * two passes is the runtime's own work): one clock read per pass. */
-	uint64_t t0 = s->pass_end, idle0 = l->st.idle_ns, t1, busy;
+	uint64_t t0 = s->pass_end, t1, busy;
+	tl_turn_info ti;
 	int n, rc = 0, more;
 
-	n = tl_turn(l, timeout, s->batch, rt->cfg.batch, NULL);
+	ti.idle_ns = 0;
+	n = tl_turn(l, timeout, s->batch, rt->cfg.batch, &ti);
 	if (n < 0) {
 		if (n != -EINTR)
 			rc = n;
@@ -888,8 +1113,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	t1 = mono_ns();
 	s->pass_end = t1;
 	busy = t1 - t0;
-	idle0 = l->st.idle_ns - idle0;
-	busy = busy > idle0 ? busy - idle0 : 0;
+	busy = busy > ti.idle_ns ? busy - ti.idle_ns : 0;
 	s->st.busy_ns += busy;
 	s->st.pass_hist[hist_bucket(busy)]++;
 	if (busy > s->st.max_pass_ns)
@@ -1047,10 +1271,15 @@ static int shard_setup(tl_shard *s)
 	/* After the binding, so that the arena's first pages are touched
 	 * on the shard's node. */
 	arena_setup(s);
+	s->st.tid = (int32_t)gettid();
 	s->batch = malloc((size_t)rt->cfg.batch * sizeof *s->batch);
 	s->out = calloc(s->n, sizeof *s->out);
 	s->dirty = malloc((size_t)s->n * sizeof *s->dirty);
-	if (!s->batch || !s->out || !s->dirty)
+	/* The families are final now (declared before start); the values are
+	 * this thread's own, on its node. */
+	s->nvals = rt->nvals;
+	s->vals = calloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
+	if (!s->batch || !s->out || !s->dirty || !s->vals)
 		goto nomem;
 	for (uint32_t t = 0; t < s->n; t++) {
 		s->out[t].backlog = malloc((size_t)rt->cfg.mesh_inflight * sizeof(struct tl_mesh_msg));
@@ -1100,9 +1329,11 @@ static void shard_teardown(tl_shard *s)
 	free(s->out);
 	free(s->dirty);
 	free(s->batch);
+	free(s->vals);
 	s->out = NULL;
 	s->dirty = NULL;
 	s->batch = NULL;
+	s->vals = NULL;
 }
 
 static void *shard_main(void *arg)
@@ -1150,7 +1381,9 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 	if (!rt)
 		return -ENOMEM;
 	rt->cfg = *cfg;
+	rt->stats_dfd = -1;
 	pthread_mutex_init(&rt->mu, NULL);
+	pthread_mutex_init(&rt->meta_mu, NULL);
 	pthread_cond_init(&rt->cv, NULL);
 	atomic_init(&rt->arenas, TL_ARENAS);
 	rt->arenas_why = TL_ARENAS ? "" :
@@ -1169,7 +1402,8 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 	}
 	rt->pairs = aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * rt->n * sizeof *rt->pairs);
 	rt->shards = aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * sizeof *rt->shards);
-	if (!rt->pairs || !rt->shards) {
+	rt->vkind = calloc(cfg->stats_values, 1);
+	if (!rt->pairs || !rt->shards || !rt->vkind) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -1200,50 +1434,142 @@ fail:
 	tl_plan_free(&rt->plan);
 	free(rt->pairs);
 	free(rt->shards);
+	free(rt->vkind);
 	pthread_mutex_destroy(&rt->mu);
+	pthread_mutex_destroy(&rt->meta_mu);
 	pthread_cond_destroy(&rt->cv);
 	free(rt);
 	return rc;
+}
+
+/* ---- the program's own stats ---- */
+
+static int name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '_' || c == '.' || c == '-';
 }
 
 static int valid_name(const char *name)
 {
 	size_t n = 0;
 
-	if (!name)
+	if (!name || !((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z')))
 		return 0;
-	for (; name[n]; n++) {
-		char c = name[n];
+	for (; name[n]; n++)
+		if (n + 1 >= TL_STATS_NAME_MAX || !name_char(name[n]))
+			return 0;
+	return 1;
+}
 
-		if (n + 1 >= TL_STATS_NAME_MAX)
+/* Equal once '.' and '-' read as '_' (they map to one Prometheus name). */
+static int same_metric(const char *a, const char *b)
+{
+	for (;; a++, b++) {
+		char x = *a == '.' || *a == '-' ? '_' : *a, y = *b == '.' || *b == '-' ? '_' : *b;
+
+		if (x != y)
 			return 0;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return 0;
+		if (!x)
+			return 1;
 	}
-	return n > 0;
+}
+
+int tl_runtime_stat(tl_runtime *rt, const char *name, int kind, uint32_t rows)
+{
+	struct tl__stats_fam *f;
+
+	if (!rt || rt->started || !valid_name(name) ||
+	    (kind != TL_STAT_COUNTER && kind != TL_STAT_GAUGE) || rows == 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < rt->nfams; i++) {
+		f = &rt->fams[i];
+		if (!strcmp(f->name, name))
+			return f->kind == (uint32_t)kind && f->rows == rows ? (int)f->first : -EINVAL;
+		if (same_metric(f->name, name))
+			return -EINVAL;
+	}
+	if (rows > rt->cfg.stats_values - rt->nvals)
+		return -ENOBUFS;
+	pthread_mutex_lock(&rt->meta_mu);
+	meta_begin(rt);
+	f = &rt->fams[rt->nfams];
+	memset(f, 0, sizeof *f);
+	snprintf(f->name, sizeof f->name, "%s", name);
+	f->kind = (uint32_t)kind;
+	f->rows = rows;
+	f->first = rt->nvals;
+	memset(rt->vkind + rt->nvals, kind, rows);
+	rt->nfams++;
+	rt->nvals += rows;
+	rt->hdr->families = rt->nfams;
+	rt->hdr->values = rt->nvals;
+	meta_end(rt);
+	pthread_mutex_unlock(&rt->meta_mu);
+	return (int)f->first;
 }
 
 int tl_runtime_counter(tl_runtime *rt, const char *name)
 {
-	if (!rt || rt->started || !valid_name(name))
-		return -EINVAL;
-	for (uint32_t i = 0; i < rt->nnamed; i++)
-		if (!strcmp(rt->names[i], name))
-			return (int)i;
-	if (rt->nnamed == TL_STATS_NAMED)
-		return -ENOBUFS;
-	snprintf(rt->names[rt->nnamed], TL_STATS_NAME_MAX, "%s", name);
-	memcpy(rt->hdr->names[rt->nnamed], rt->names[rt->nnamed], TL_STATS_NAME_MAX);
-	rt->hdr->named = ++rt->nnamed;
-	return (int)rt->nnamed - 1;
+	return tl_runtime_stat(rt, name, TL_STAT_COUNTER, 1);
 }
 
-int tl_shard_counter_add(tl_shard *s, int idx, uint64_t delta)
+int tl_runtime_gauge(tl_runtime *rt, const char *name)
 {
-	if (idx < 0 || (uint32_t)idx >= s->rt->nnamed)
+	return tl_runtime_stat(rt, name, TL_STAT_GAUGE, 1);
+}
+
+static int label_char(char c)
+{
+	return name_char(c) || c == ':' || c == '/' || c == '@' || c == '+' || c == '=' ||
+	       c == '[' || c == ']';
+}
+
+int tl_runtime_stat_label(tl_runtime *rt, int id, const char *label)
+{
+	size_t n = 0;
+
+	if (!rt || !label || id < 0)
 		return -EINVAL;
-	s->st.named[idx] += delta;
+	for (; label[n]; n++)
+		if (n + 1 >= TL_STATS_LABEL_MAX || !label_char(label[n]))
+			return -EINVAL;
+	pthread_mutex_lock(&rt->meta_mu);
+	if ((uint32_t)id >= rt->nvals) {
+		pthread_mutex_unlock(&rt->meta_mu);
+		return -EINVAL;
+	}
+	meta_begin(rt);
+	memset(rt->labels[id], 0, TL_STATS_LABEL_MAX);
+	memcpy(rt->labels[id], label, n);
+	meta_end(rt);
+	pthread_mutex_unlock(&rt->meta_mu);
+	return 0;
+}
+
+int tl_shard_counter_add(tl_shard *s, int id, uint64_t delta)
+{
+	if (tl_unlikely((uint32_t)id >= s->nvals || s->rt->vkind[id] != TL_STAT_COUNTER))
+		return -EINVAL;
+	s->vals[id] += delta;
+	return 0;
+}
+
+int tl_shard_gauge_set(tl_shard *s, int id, int64_t value)
+{
+	if (tl_unlikely((uint32_t)id >= s->nvals || s->rt->vkind[id] != TL_STAT_GAUGE))
+		return -EINVAL;
+	s->vals[id] = (uint64_t)value;
+	return 0;
+}
+
+int tl_shard_gauge_add(tl_shard *s, int id, int64_t delta)
+{
+	if (tl_unlikely((uint32_t)id >= s->nvals || s->rt->vkind[id] != TL_STAT_GAUGE))
+		return -EINVAL;
+	/* Unsigned arithmetic wraps where int64_t would overflow; the word is
+	 * read back as int64_t. */
+	s->vals[id] += (uint64_t)delta;
 	return 0;
 }
 
@@ -1393,7 +1719,9 @@ void tl_runtime_destroy(tl_runtime *rt)
 	tl_plan_free(&rt->plan);
 	free(rt->pairs);
 	free(rt->shards);
+	free(rt->vkind);
 	pthread_mutex_destroy(&rt->mu);
+	pthread_mutex_destroy(&rt->meta_mu);
 	pthread_cond_destroy(&rt->cv);
 	free(rt);
 }
@@ -1404,6 +1732,11 @@ const tl_plan *tl_runtime_plan(const tl_runtime *rt) { return rt ? &rt->plan : N
 const char *tl_runtime_strerror(const tl_runtime *rt)
 {
 	return rt ? rt->why : "";
+}
+
+const char *tl_runtime_stats_error(const tl_runtime *rt)
+{
+	return rt ? rt->stats_why : "";
 }
 
 int tl_runtime_arenas(const tl_runtime *rt, const char **why)

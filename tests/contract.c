@@ -862,6 +862,10 @@ static void test_turn_info(void)
 	       (unsigned long long)info.waited_ns);
 	H_TRUE(tl_now(l) - n0 >= 10 * H_MS, "clock advanced %llu ns over a 20 ms wait",
 	       (unsigned long long)(tl_now(l) - n0));
+	H_TRUE(info.idle_ns >= 10 * H_MS && info.idle_ns <= info.waited_ns,
+	       "idle %llu ns of %llu", (unsigned long long)info.idle_ns,
+	       (unsigned long long)info.waited_ns);
+	uint64_t idle1 = info.idle_ns;
 	H_EQ(info.alive, 1);
 	H_EQ(info.alive, tl_alive(l));
 
@@ -873,8 +877,10 @@ static void test_turn_info(void)
 	H_EQ(info.completions, 2);
 	H_EQ(info.os_waits, 0);
 	H_EQ(info.discovery_polls, 0);
+	H_EQ(info.idle_ns, 0);
 	H_EQ(info.alive, tl_alive(l));
 	tl_loop_stats s1 = stats(l);
+	H_EQ(s1.idle_ns - s0.idle_ns, idle1);
 	H_EQ(s1.turns - s0.turns, 2);
 	H_TRUE(s1.os_waits - s0.os_waits == 1, "stats os_waits +%llu",
 	       (unsigned long long)(s1.os_waits - s0.os_waits));

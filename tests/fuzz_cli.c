@@ -9,18 +9,20 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
- * Input: byte 0 picks the parser (value % 5: tlecho, tlload, tlshard plan,
- * run, stats) and the error buffer (value / 5 % 4: 256 bytes, none, 1 byte,
- * 7 bytes, so truncation is exercised); the rest, split at NUL bytes, is
- * argv after the program name (and the tlshard command). Every argument is
- * its own heap block of exactly its length, and the error buffer too, so
+ * Input: byte 0 picks the parser (value % 6: tlecho, tlload, tlshard plan,
+ * run, stats, topo) and the error buffer (value / 6 % 4: 256 bytes, none, 1
+ * byte, 7 bytes, so truncation is exercised); the rest, split at NUL bytes,
+ * is argv after the program name (and the tlshard command). Every argument
+ * is its own heap block of exactly its length, and the error buffer too, so
  * that ASan sees a read one byte too far.
  */
 
 #define MAX_ARGS 64
 
-static const char *const tool_name[5] = {"tlecho", "tlload", "tlshard", "tlshard", "tlshard"};
-static const char *const command[5] = {NULL, NULL, "plan", "run", "stats"};
+#define NTOOLS 6
+static const char *const tool_name[NTOOLS] = {"tlecho",  "tlload",  "tlshard",
+					      "tlshard", "tlshard", "tlshard"};
+static const char *const command[NTOOLS] = {NULL, NULL, "plan", "run", "stats", "topo"};
 static const size_t err_sizes[4] = {256, 0, 1, 7};
 
 static void check(int ok, const char *what, int tool, int r)
@@ -57,8 +59,10 @@ static int run(int tool, int argc, char **argv, void *res, size_t ressz, char *e
 		return tlshard_plan_parse(argc, argv, res, err, errlen);
 	case 3:
 		return tlshard_run_parse(argc, argv, res, err, errlen);
-	default:
+	case 4:
 		return tlshard_stats_parse(argc, argv, res, err, errlen);
+	default:
+		return tlshard_topo_parse(argc, argv, res, err, errlen);
 	}
 }
 
@@ -87,8 +91,19 @@ static void check_numbers(int tool, int argc, char **argv)
 	for (; i < argc; i++) {
 		if (tool == 3 && !strcmp(argv[i], "--"))
 			return;
-		if (tool >= 2 && tool <= 3 && !strcmp(argv[i], "--smt"))
+		if (tool >= 2 && tool != 4 && !strcmp(argv[i], "--smt"))
 			continue;
+		/* Options without a value, and --watch whose value is there
+		 * only when it starts like a number (the stats check looks at
+		 * what it became). */
+		if (tool != 3 && !strcmp(argv[i], "--json"))
+			continue;
+		if (tool == 4 && !strcmp(argv[i], "--watch")) {
+			if (i + 1 < argc && ((argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') ||
+					     argv[i + 1][0] == '.'))
+				i++;
+			continue;
+		}
 		if (i + 1 >= argc)
 			return;
 		for (size_t k = 0; k < sizeof numeric / sizeof numeric[0]; k++)
@@ -130,7 +145,7 @@ static void check_result(int tool, int r, int argc, char **argv, const void *res
 		check(o->churn <= (1u << 30), "tlload churn", tool, r);
 		check(o->host && from_argv(o->host, argc, argv, "127.0.0.1"), "tlload host", tool, r);
 		check(tl_addr_len(&o->addr) != 0, "tlload address", tool, r);
-	} else if (tool == 2 || tool == 3) {
+	} else if (tool == 2 || tool == 3 || tool == 5) {
 		const struct tlshard_plan_opts *o = res;
 		uint64_t mask[16];
 
@@ -143,18 +158,25 @@ static void check_result(int tool, int r, int argc, char **argv, const void *res
 						tl_cpulist_parse(o->req.cpus, mask, 16) == 0)),
 		      "tlshard cpus", tool, r);
 		if (tool == 3)
-			check(o->cmd >= 3 && o->cmd < argc && !strcmp(argv[o->cmd - 1], "--"),
+			check(o->cmd >= 3 && o->cmd < argc && !strcmp(argv[o->cmd - 1], "--") &&
+				      !o->topology && !o->json,
 			      "tlshard run command", tool, r);
 		else
-			check(o->cmd == 0, "tlshard plan command", tool, r);
+			check(o->cmd == 0 && (!o->topology || (*o->topology &&
+							       from_argv(o->topology, argc, argv,
+									 NULL))),
+			      "tlshard plan/topo command", tool, r);
 	} else {
 		const struct tlshard_stats_opts *o = res;
 
 		check(o->pid >= 1, "tlshard stats pid", tool, r);
-		check(o->secs == 0 || (o->secs >= 0.01 && o->secs <= 3600), "tlshard stats secs",
+		check(o->watch ? o->secs >= 0.01 && o->secs <= 3600 : o->secs == 0,
+		      "tlshard stats secs", tool, r);
+		check(o->count <= 1000000000 && (!o->count || o->watch), "tlshard stats count",
 		      tool, r);
-		check(o->count <= 1000000000 && (!o->count || o->secs > 0), "tlshard stats count",
-		      tool, r);
+		check(o->format >= TLSHARD_TABLE && o->format <= TLSHARD_PROMETHEUS &&
+			      !(o->watch && o->format == TLSHARD_PROMETHEUS),
+		      "tlshard stats format", tool, r);
 	}
 }
 
@@ -173,8 +195,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
-	tool = data[0] % 5;
-	errlen = err_sizes[data[0] / 5 % 4];
+	tool = data[0] % NTOOLS;
+	errlen = err_sizes[data[0] / NTOOLS % 4];
 	argv[argc++] = strdup(tool_name[tool]);
 	if (command[tool])
 		argv[argc++] = strdup(command[tool]);
@@ -196,7 +218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	err = errlen ? malloc(errlen) : NULL;
 
 	r1 = run(tool, argc, argv, &res1, sizeof res1, err, errlen);
-	check(r1 == 0 || r1 == -EINVAL || (r1 == 1 && tool < 2), "unexpected return", tool, r1);
+	/* Every parser takes -h/--help. */
+	check(r1 == 0 || r1 == -EINVAL || r1 == 1, "unexpected return", tool, r1);
 	if (err) {
 		check(memchr(err, '\0', errlen) != NULL, "error not terminated", tool, r1);
 		/* A reason whenever it fails and there is room for one. */

@@ -625,6 +625,84 @@ static void test_real_affinity(void)
 	CU_ASSERT_TRUE(plan_is_zero(&p));
 }
 
+/* tl_plan_explain says which part of a request is wrong, and why. */
+static void test_explain(void)
+{
+	tl_plan_request req = {0};
+	char why[256], tiny[8];
+	cpu_set_t mine, one;
+	int last = -1, rc;
+
+	/* A plan that can be met has nothing to explain. */
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, sizeof why), 0);
+	CU_ASSERT_STRING_EQUAL(why, "");
+	CU_ASSERT_EQUAL(tl_plan_explain(NULL, TOPO, why, sizeof why), 0);
+	req.cpus = "40";
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "cpu 40 does not exist (this machine has cpus 0-31)");
+	req.cpus = "0-3";
+	req.allowed = "0-1";
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "cpu 2 is outside the allowed set 0-1");
+	req.allowed = NULL;
+	req.cpus = NULL;
+	req.shards = 17;
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "17 shards asked, but this process has 16 usable cores "
+				    "(--smt uses every PU of a core)");
+	req.smt = 1;
+	req.shards = 33;
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "33 shards asked, but this process has 32 usable PUs");
+	req.smt = 0;
+	req.cpus = "0-3";
+	req.shards = 3;
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "3 shards asked, but the listed CPUs hold 2 usable cores "
+				    "(--smt uses every PU of a core)");
+	req.cpus = "3-1";
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why, "'3-1' is not a CPU list"));
+	req.cpus = NULL;
+	req.shards = 0;
+	CU_ASSERT_TRUE(tl_plan_explain(&req, "pack:zero", why, sizeof why) > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why, "'pack:zero' is not a topology hwloc can read"));
+	CU_ASSERT_TRUE(tl_plan_explain(&req, "/nonexistent/topo.xml", why, sizeof why) > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why, "cannot load the topology /nonexistent/topo.xml"));
+	/* Cut to fit, still terminated. */
+	req.cpus = "40";
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, tiny, sizeof tiny), (int)sizeof tiny - 1);
+	CU_ASSERT_STRING_EQUAL(tiny, "cpu 40 ");
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, NULL, 8), -EINVAL);
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, 0), -EINVAL);
+
+	/* On the real machine: a CPU outside this thread's affinity. */
+	CU_ASSERT_EQUAL_FATAL(sched_getaffinity(0, sizeof mine, &mine), 0);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &mine))
+			last = c;
+	CU_ASSERT_FATAL(last >= 0);
+	if (CPU_COUNT(&mine) < 2)
+		return; /* nothing to leave out */
+	CPU_ZERO(&one);
+	CPU_SET(last, &one);
+	CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+	char list[16], want[160];
+	int first = -1;
+
+	for (int c = 0; c < last && first < 0; c++)
+		if (CPU_ISSET(c, &mine))
+			first = c;
+	snprintf(list, sizeof list, "%d", first);
+	req = (tl_plan_request){.cpus = list};
+	rc = tl_plan_explain(&req, NULL, why, sizeof why);
+	CU_ASSERT_EQUAL(sched_setaffinity(0, sizeof mine, &mine), 0);
+	snprintf(want, sizeof want, "cpu %d is outside this process's CPU affinity (it allows %d; "
+				    "see taskset -p)", first, last);
+	CU_ASSERT_TRUE(rc > 0);
+	CU_ASSERT_STRING_EQUAL(why, want);
+}
+
 int main(void)
 {
 	static const struct {
@@ -647,6 +725,7 @@ int main(void)
 		{ "bind on synthetic", test_bind_synthetic },
 		{ "real machine", test_real_machine },
 		{ "real machine affinity", test_real_affinity },
+		{ "explain", test_explain },
 	};
 	CU_pSuite suite;
 	unsigned failures;

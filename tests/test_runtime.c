@@ -366,8 +366,8 @@ static void test_stall(void)
 	close(saved);
 	/* The counters outlive the run until destroy. */
 	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &st0), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &st1), 0);
+	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &st0, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &st1, NULL, 0), 0);
 	tl_stats_close(r);
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(st0.stalls, 1);

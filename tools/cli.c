@@ -196,11 +196,18 @@ int tlload_parse(int argc, char **argv, struct tlload_opts *o, char *err, size_t
 	return 0;
 }
 
-/* ---- tlshard plan and run ---- */
+/* ---- tlshard plan, topo and run ---- */
 
-/* Options shared by plan and run, from argv[2]; run stops at "--". */
-static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int want_dash,
-		     char *err, size_t errlen)
+enum { CMD_PLAN, CMD_TOPO, CMD_RUN };
+
+static int is_help(const char *a)
+{
+	return !strcmp(a, "-h") || !strcmp(a, "--help");
+}
+
+/* Options shared by plan, topo and run, from argv[2]; run stops at "--". */
+static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int cmd, char *err,
+		     size_t errlen)
 {
 	int i;
 
@@ -210,51 +217,60 @@ static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int wan
 		return fail(err, errlen, "no arguments");
 	memset(o, 0, sizeof *o);
 	for (i = 2; i < argc; i++) {
-		const char *a = argv[i];
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		uint64_t n;
 
 		if (!a)
 			return fail(err, errlen, "missing argument %d", i);
-		if (want_dash && !strcmp(a, "--")) {
+		if (cmd == CMD_RUN && !strcmp(a, "--")) {
 			if (i + 1 >= argc || !argv[i + 1])
 				return fail(err, errlen, "run needs a command after --");
 			o->cmd = i + 1;
 			return 0;
 		}
+		if (is_help(a))
+			return 1;
 		if (!strcmp(a, "--smt")) {
 			o->req.smt = 1;
 			o->set_smt = 1;
 			continue;
 		}
-		if (!strcmp(a, "--cpus") || !strcmp(a, "--shards")) {
-			const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-			uint64_t n;
-
-			if (!v)
-				return fail(err, errlen, "%s needs a value", a);
-			i++;
-			if (a[2] == 'c') {
-				/* A list is checked for form here, for allowed
-				 * CPUs by the plan. */
-				if (!cpulist_ok(v))
-					return fail(err, errlen,
-						    "bad CPU list '%s' (like 0-3,6; CPUs below 1024)",
-						    v);
-				o->req.cpus = v;
-				o->set_cpus = 1;
-			} else {
-				if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n))
-					return fail(err, errlen, "bad shard count '%s' (1-65536)", v);
-				o->req.shards = (uint32_t)n;
-				o->set_shards = 1;
-			}
+		if (cmd != CMD_RUN && !strcmp(a, "--json")) {
+			o->json = 1;
 			continue;
 		}
-		return fail(err, errlen,
-			    want_dash ? "unknown option '%s' (options end with --)"
-				      : "unknown option '%s'",
-			    a);
+		if (strcmp(a, "--cpus") && strcmp(a, "--shards") &&
+		    (cmd == CMD_RUN || strcmp(a, "--topology")))
+			return fail(err, errlen,
+				    cmd == CMD_RUN ? "unknown option '%s' (options end with --)"
+						   : "unknown option '%s'",
+				    a);
+		if (!v)
+			return fail(err, errlen, "%s needs a value", a);
+		i++;
+		if (!strcmp(a, "--cpus")) {
+			/* A list is checked for form here, for allowed CPUs
+			 * by the plan. */
+			if (!cpulist_ok(v))
+				return fail(err, errlen,
+					    "bad CPU list '%s' (like 0-3,6; CPUs below 1024)", v);
+			o->req.cpus = v;
+			o->set_cpus = 1;
+		} else if (!strcmp(a, "--shards")) {
+			if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n))
+				return fail(err, errlen, "bad shard count '%s' (1-65536)", v);
+			o->req.shards = (uint32_t)n;
+			o->set_shards = 1;
+		} else {
+			/* hwloc judges the description; only an empty one is
+			 * refused here. */
+			if (!*v)
+				return fail(err, errlen, "--topology needs a synthetic description "
+							 "or an XML file");
+			o->topology = v;
+		}
 	}
-	if (want_dash)
+	if (cmd == CMD_RUN)
 		return fail(err, errlen, "run needs -- CMD [ARGS...]");
 	return 0;
 }
@@ -262,13 +278,19 @@ static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int wan
 int tlshard_plan_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
 		       size_t errlen)
 {
-	return plan_opts(argc, argv, o, 0, err, errlen);
+	return plan_opts(argc, argv, o, CMD_PLAN, err, errlen);
+}
+
+int tlshard_topo_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
+		       size_t errlen)
+{
+	return plan_opts(argc, argv, o, CMD_TOPO, err, errlen);
 }
 
 int tlshard_run_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
 		      size_t errlen)
 {
-	return plan_opts(argc, argv, o, 1, err, errlen);
+	return plan_opts(argc, argv, o, CMD_RUN, err, errlen);
 }
 
 /* ---- tlshard stats ---- */
@@ -277,12 +299,16 @@ int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, cha
 			size_t errlen)
 {
 	uint64_t pid;
+	int json = 0, format = -1;
 
 	if (err && errlen)
 		err[0] = '\0';
 	if (!o || (argc > 0 && !argv))
 		return fail(err, errlen, "no arguments");
 	memset(o, 0, sizeof *o);
+	for (int i = 2; i < argc; i++)
+		if (argv[i] && is_help(argv[i]))
+			return 1;
 	if (argc < 3 || !argv[2])
 		return fail(err, errlen, "stats needs a PID");
 	if (parse_u64(argv[2], 1, 0x7fffffff, &pid))
@@ -293,17 +319,48 @@ int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, cha
 
 		if (!a)
 			return fail(err, errlen, "missing argument %d", i);
-		if (strcmp(a, "--watch") && strcmp(a, "--count"))
+		if (!strcmp(a, "--watch")) {
+			o->watch = 1;
+			o->secs = 1;
+			/* The interval is optional: a number right after it. */
+			if (v && ((*v >= '0' && *v <= '9') || *v == '.')) {
+				if (parse_secs(v, &o->secs))
+					return fail(err, errlen,
+						    "bad interval '%s' (seconds, 0.01-3600)", v);
+				i++;
+			}
+			continue;
+		}
+		if (!strcmp(a, "--json")) {
+			json = 1;
+			continue;
+		}
+		if (strcmp(a, "--count") && strcmp(a, "--format"))
 			return fail(err, errlen, "unknown option '%s'", a);
 		if (!v)
 			return fail(err, errlen, "%s needs a value", a);
 		i++;
-		if (!strcmp(a, "--watch") && parse_secs(v, &o->secs))
-			return fail(err, errlen, "bad interval '%s' (seconds, 0.01-3600)", v);
-		if (!strcmp(a, "--count") && parse_u64(v, 1, 1000000000, &o->count))
-			return fail(err, errlen, "bad count '%s' (1-1000000000)", v);
+		if (!strcmp(a, "--count")) {
+			if (parse_u64(v, 1, 1000000000, &o->count))
+				return fail(err, errlen, "bad count '%s' (1-1000000000)", v);
+		} else if (!strcmp(v, "table")) {
+			format = TLSHARD_TABLE;
+		} else if (!strcmp(v, "json")) {
+			format = TLSHARD_JSON;
+		} else if (!strcmp(v, "prometheus")) {
+			format = TLSHARD_PROMETHEUS;
+		} else {
+			return fail(err, errlen, "unknown format '%s' (table, json, prometheus)", v);
+		}
 	}
-	if (o->count && !o->secs)
+	if (json && format >= 0 && format != TLSHARD_JSON)
+		return fail(err, errlen, "--json and --format %s contradict each other",
+			    format == TLSHARD_TABLE ? "table" : "prometheus");
+	o->format = json ? TLSHARD_JSON : format >= 0 ? format : TLSHARD_TABLE;
+	if (o->count && !o->watch)
 		return fail(err, errlen, "--count needs --watch");
+	if (o->watch && o->format == TLSHARD_PROMETHEUS)
+		return fail(err, errlen, "--watch does not go with --format prometheus (a scraper "
+					 "asks again by itself)");
 	return 0;
 }

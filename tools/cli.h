@@ -47,28 +47,42 @@ struct tlload_opts {
 int tlload_parse(int argc, char **argv, struct tlload_opts *o, char *err, size_t errlen);
 
 /*
- * tlshard plan [--cpus LIST] [--shards N] [--smt]
+ * tlshard plan [--cpus LIST] [--shards N] [--smt] [--topology T] [--json]
+ * tlshard topo [--cpus LIST] [--shards N] [--smt] [--topology T] [--json]
  * tlshard run [--cpus LIST] [--shards N] [--smt] -- CMD [ARGS...]
- * argv[1] is the command; its options start at argv[2]. Neither takes
- * --help (the tool's own -h/--help comes before the command), so these
- * return 0 or -EINVAL, never 1. req is what the options asked for; the
- * environment is the caller's to add (tl_plan_from_env).
+ * argv[1] is the command; its options start at argv[2]. -h or --help among
+ * them (before "--" for run) returns 1: print that command's manual. req is
+ * what the options asked for; the environment is the caller's to add
+ * (tl_plan_from_env).
  */
 struct tlshard_plan_opts {
 	tl_plan_request req;
 	int set_cpus, set_shards, set_smt; /* which options were given */
+	const char *topology;              /* --topology: synthetic or XML; NULL = this machine */
+	int json;                          /* --json */
 	int cmd;                           /* run: argv index of CMD (< argc) */
 };
 int tlshard_plan_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
 		       size_t errlen);
+int tlshard_topo_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
+		       size_t errlen);
 int tlshard_run_parse(int argc, char **argv, struct tlshard_plan_opts *o, char *err,
 		      size_t errlen);
 
-/* tlshard stats PID [--watch SECS] [--count N]: argv[2] is the PID. */
+/*
+ * tlshard stats PID [--watch [SECS]] [--count N] [--json]
+ *                   [--format table|json|prometheus]
+ * argv[2] is the PID (or -h/--help). --watch without a number watches every
+ * second. --json is --format json. --count needs --watch; --watch does not
+ * go with prometheus (a scraper asks again by itself).
+ */
+enum { TLSHARD_TABLE = 0, TLSHARD_JSON = 1, TLSHARD_PROMETHEUS = 2 };
 struct tlshard_stats_opts {
 	int pid;        /* 1..2^31-1 */
-	double secs;    /* --watch interval, 0.01..3600; 0 = print once */
+	int watch;      /* --watch given */
+	double secs;    /* its interval, 0.01..3600 (1 when not given); 0 without --watch */
 	uint64_t count; /* --count, 1..10^9; 0 = forever (only with --watch) */
+	int format;     /* TLSHARD_TABLE, _JSON, _PROMETHEUS */
 };
 int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, char *err,
 			size_t errlen);

@@ -125,8 +125,22 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	rc.arg = &e;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
-		fprintf(stderr, "tlecho: cannot plan %u shard(s)%s%s: %s\n", shards,
-			cpus ? " on cpus " : "", cpus ? cpus : "", tl_strerror(r));
+		char why[256] = "";
+		tl_plan_request req = rc.plan;
+
+		/* Which part of the plan (the options or TL_CPUS, TL_SHARDS,
+		 * TL_SMT) cannot be met, and why. */
+		if (r == -EINVAL && tl_plan_from_env(&req) < 0)
+			snprintf(why, sizeof why, "bad TL_CPUS, TL_SHARDS or TL_SMT in the environment");
+		else if (r == -EINVAL)
+			tl_plan_explain(&req, NULL, why, sizeof why);
+		if (shards)
+			fprintf(stderr, "tlecho: cannot plan %u shard%s%s%s: %s\n", shards,
+				shards == 1 ? "" : "s", cpus ? " on cpus " : "", cpus ? cpus : "",
+				why[0] ? why : tl_strerror(r));
+		else
+			fprintf(stderr, "tlecho: cannot plan the shards%s%s: %s\n",
+				cpus ? " on cpus " : "", cpus ? cpus : "", why[0] ? why : tl_strerror(r));
 		return r == -EINVAL ? 2 : 1;
 	}
 	e.count = calloc(tl_runtime_shards(rt), sizeof *e.count);

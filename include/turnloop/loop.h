@@ -225,6 +225,7 @@ typedef struct tl_turn_info {
 	uint32_t discovery_polls; /* zero-timeout native polls (0 or 1) */
 	uint32_t zero_event_waits;/* OS waits that returned no event */
 	uint64_t waited_ns;       /* time spent in the turn, driver clock */
+	uint64_t idle_ns;         /* of which inside the OS wait (0 without one) */
 	int alive;                /* tl_alive() after the turn */
 } tl_turn_info;
 
@@ -386,7 +387,11 @@ int tl_post_wait_room(tl_loop *loop, tl_poster *p, uint64_t token, tl_op *op);
  * TL_CAP_EMBED. The loop owns the descriptor. */
 int tl_loop_fd(tl_loop *loop);
 
-/* Per-loop counters, cheap to read from the loop's thread. */
+/* Per-loop counters, read from the loop's thread in constant time (no walk
+ * over any table), so a runtime may publish them often. leases_out: pooled
+ * buffers not in the free set (held by the host, or by the driver for a read
+ * it has in flight). busy_ns/idle_ns: time in turns outside/inside the OS
+ * wait, driver clock. */
 typedef struct tl_loop_stats {
 	uint64_t turns, os_waits, discovery_polls, zero_event_waits;
 	uint64_t completions[TL_K_COUNT_];
