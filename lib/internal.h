@@ -12,7 +12,7 @@
 #include "mpsc.h"
 
 /* Event classes with their own per-turn budget and queue reserve. */
-enum { TL_CLS_NONE = 0, TL_CLS_NATIVE, TL_CLS_TIMER, TL_CLS_POST, TL_CLS_MESH, TL_CLS_N };
+enum { TL_CLS_NONE = 0, TL_CLS_NATIVE, TL_CLS_TIMER, TL_CLS_POST, TL_CLS_N };
 
 /* Queue entry metadata, parallel to the completion ring. */
 struct tl_qmeta {

@@ -14,12 +14,14 @@
 #include <sys/stat.h>
 
 #include "tl_config.h"
-#include "internal.h"
 #include "spsc.h"
 #include "stats_region.h"
 #include "turnloop/error.h"
 #include "turnloop/pool.h"
 #include "turnloop/shard.h"
+
+#define tl_likely(x) __builtin_expect(!!(x), 1)
+#define tl_unlikely(x) __builtin_expect(!!(x), 0)
 
 /* Sanitizers replace malloc; jemalloc's arenas would then hold nothing. */
 #if TL_HAVE_JEMALLOC && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
@@ -919,8 +921,8 @@ static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t a
 	c.kind = kind;
 	c.flags = TL_F_TERMINAL;
 	c.aux = aux;
-	c.u.pool.value = value;
-	c.u.pool.ptr = ptr;
+	c.u.mesh.payload = value;
+	c.u.mesh.arg = ptr;
 	s->mesh_comp[kind]++;
 	dispatch(s, &c);
 }
@@ -990,8 +992,8 @@ static int receive(tl_shard *s, uint32_t budget)
 					c.kind = TL_K_MESH;
 					c.flags = TL_F_TERMINAL;
 					c.aux = src;
-					c.u.pool.value = m->a;
-					c.u.pool.ptr = NULL;
+					c.u.mesh.payload = m->a;
+					c.u.mesh.arg = NULL;
 					posts++;
 					dispatch(s, &c);
 				} else {
@@ -1137,12 +1139,17 @@ static int has_work(tl_shard *s)
 	return s->pass_busy || inbound_ready(s) || room_check(s, 1);
 }
 
+/* Nothing left in the loop: no live handle, op or queued completion. */
+static int loop_empty(tl_shard *s)
+{
+	tl_loop_stats st;
+	tl_loop_stats_get(s->loop, &st);
+	return !tl_alive(s->loop) && !st.handles && !st.queued;
+}
+
 static int drained(tl_shard *s)
 {
-	const tl_loop *l = s->loop;
-
-	return !tl_alive(l) && !l->nhandles && !l->qlen && !s->ndirty && !s->nbacklog &&
-	       !s->inflight_total;
+	return loop_empty(s) && !s->ndirty && !s->nbacklog && !s->inflight_total;
 }
 
 static void wake_all(tl_runtime *rt)
@@ -1186,7 +1193,7 @@ static void finish(tl_shard *s)
 		;
 	close_all(s);
 	dl = mono_ns() + rt->cfg.drain_ns;
-	while ((tl_alive(s->loop) || s->loop->nhandles || s->loop->qlen) && mono_ns() < dl) {
+	while (!loop_empty(s) && mono_ns() < dl) {
 		if (pass(s, 10 * 1000000) < 0)
 			break;
 		if (nhandles(s) > s->last_nhandles)

@@ -32,7 +32,7 @@ static void stress_handler(tl_shard *s, const tl_completion *c)
 	uint32_t src = (uint32_t)(c->token >> 48) & 0xff;
 	uint64_t seq = c->token & 0xffffffffffffull;
 
-	if (src != c->aux || src >= S.n || seq != S.next[me][src] || c->u.post.payload != ~seq ||
+	if (src != c->aux || src >= S.n || seq != S.next[me][src] || c->u.mesh.payload != ~seq ||
 	    c->result != 0 || !(c->flags & TL_F_TERMINAL)) {
 		if (atomic_fetch_add(&S.bad, 1) < 5)
 			fprintf(stderr, "  shard %u from %u: seq %llu want %llu (aux %u)\n", me, src,
@@ -173,7 +173,7 @@ static void full_handler(tl_shard *s, const tl_completion *c)
 			F.bad++;
 		full_send(s);
 	} else if (tl_shard_id(s) == 1 && c->kind == TL_K_MESH) {
-		if (c->token != F.got || c->u.post.payload != F.got * 3 || c->aux != 0)
+		if (c->token != F.got || c->u.mesh.payload != F.got * 3 || c->aux != 0)
 			F.bad++;
 		if (++F.got == F.total)
 			tl_runtime_stop(tl_shard_runtime(s));
@@ -263,7 +263,7 @@ static void call_handler(tl_shard *s, const tl_completion *c)
 	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0)
 		return;
 	if (c->aux != (1 | TL_MESH_RESULT) || c->result != (int64_t)(1000000 + c->token) ||
-	    c->u.pool.ptr != &C.arg_cells[c->token % 128] || c->token != C.results) {
+	    c->u.mesh.arg != &C.arg_cells[c->token % 128] || c->token != C.results) {
 		if (C.bad++ < 3)
 			fprintf(stderr, "  result: aux %#x result %lld token %llu (want %llu)\n", c->aux,
 				(long long)c->result, (unsigned long long)c->token,
@@ -396,7 +396,7 @@ static void bc_handler(tl_shard *s, const tl_completion *c)
 	if (c->kind != TL_K_MESH)
 		return;
 	if (c->token == 0xb0) {
-		if (c->aux != 0 || c->u.post.payload != 42)
+		if (c->aux != 0 || c->u.mesh.payload != 42)
 			atomic_fetch_add(&BC.bad, 1);
 		atomic_fetch_add(&BC.got[me], 1);
 	} else if (c->token == 0xca11) {

@@ -215,6 +215,7 @@ typedef struct tl_completion {
 		struct { tl_lease lease; tl_addr from; } recv;
 		struct { uint64_t payload; } post;
 		struct { uint64_t value; void *ptr; } pool;
+		struct { uint64_t payload; void *arg; } mesh; /* turnloop/shard.h */
 	} u;
 } tl_completion;
 

@@ -222,10 +222,10 @@ static inline unsigned tl_token_handler(uint64_t token)
 
 /*
  * Mesh completions (kind TL_K_MESH), delivered to the target's handler:
- *  - a tl_shard_post() message: token and u.post.payload as posted, result 0,
- *    aux = the sending shard's id;
+ *  - a tl_shard_post() message: token and u.mesh.payload as posted, result 0,
+ *    u.mesh.arg NULL, aux = the sending shard's id;
  *  - the result of a tl_shard_submit_to() on the caller: token as submitted,
- *    result = what fn returned, u.pool.ptr = fn's arg (u.pool.value 0),
+ *    result = what fn returned, u.mesh.arg = fn's arg (u.mesh.payload 0),
  *    aux = the shard fn ran on | TL_MESH_RESULT.
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
