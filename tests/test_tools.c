@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,6 +306,91 @@ static void test_tlload_closed_port(void)
 	h_end(NULL, fds);
 }
 
+/* A client that sends and never reads (a tiny receive buffer, so tlecho's
+ * replies back up at once) writes from a thread while a second client does
+ * 200 ping-pong round trips: each must come back within a second, on each
+ * driver. Without per-stream caps the slow client's queued replies held all
+ * of tlecho's 4096 leases and the second client got nothing. */
+struct flood {
+	int fd;
+	volatile int stop;
+	uint64_t sent;
+};
+
+static void *flood_main(void *arg)
+{
+	struct flood *f = arg;
+	static char buf[65536];
+	memset(buf, 'f', sizeof buf);
+	while (!f->stop) {
+		ssize_t k = send(f->fd, buf, sizeof buf, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k > 0)
+			f->sent += (uint64_t)k;
+		else
+			h_sleep_ms(1);
+	}
+	return NULL;
+}
+
+static void slow_reader(const char *driver)
+{
+	int fds = h_begin();
+	char port[16];
+	snprintf(port, sizeof port, "%u", test_port(6));
+	const char *a[] = {"-p", port, "--driver", driver, NULL};
+	struct child c = start(a, NULL);
+	H_TRUE_FATAL(wait_listening(test_port(6)), "tlecho did not listen");
+	struct flood f = {.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+	int small = 4096;
+	setsockopt(f.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(test_port(6))};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	H_EQ_FATAL(connect(f.fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	pthread_t t;
+	H_EQ_FATAL(pthread_create(&t, NULL, flood_main, &f), 0);
+	h_sleep_ms(500 * h_slow()); /* its replies back up, tlecho's leases would go */
+	int fd = connect_to(test_port(6));
+	H_TRUE_FATAL(fd >= 0, "connect");
+	int done = 0;
+	uint64_t worst = 0;
+	for (int i = 0; i < 200; i++) {
+		char msg[64], got[64];
+		memset(msg, 'a' + i % 26, sizeof msg);
+		uint64_t t0 = h_wall_ns();
+		if (write(fd, msg, sizeof msg) != (ssize_t)sizeof msg)
+			break;
+		size_t n = 0;
+		while (n < sizeof got) {
+			struct pollfd pf = {.fd = fd, .events = POLLIN};
+			if (poll(&pf, 1, 1000 * h_slow()) <= 0)
+				break;
+			ssize_t k = read(fd, got + n, sizeof got - n);
+			if (k <= 0)
+				break;
+			n += (size_t)k;
+		}
+		if (n != sizeof got || memcmp(got, msg, sizeof msg))
+			break;
+		uint64_t dt = h_wall_ns() - t0;
+		worst = dt > worst ? dt : worst;
+		done++;
+	}
+	f.stop = 1;
+	pthread_join(t, NULL);
+	H_EQ(done, 200);
+	H_TRUE(f.sent > (64u << 20) / 16, "the slow client sent only %llu bytes",
+	       (unsigned long long)f.sent);
+	printf("\n  %s: slow client sent %.1f MB; 200 round trips beside it, the slowest %.2f ms\n",
+	       driver, (double)f.sent / 1e6, (double)worst / 1e6);
+	close(fd);
+	close(f.fd);
+	stop(&c);
+	h_end(NULL, fds);
+}
+
+static void test_slow_reader_epoll(void) { slow_reader("epoll"); }
+static void test_slow_reader_uring(void) { slow_reader("uring"); }
+
 static void test_eof_after_byte_epoll(void) { eof_after_byte("epoll"); }
 static void test_eof_after_byte_uring(void) { eof_after_byte("uring"); }
 
@@ -327,7 +413,9 @@ int main(int argc, char **argv)
 	    !CU_add_test(s, "sim_driver_refused", test_sim_driver_refused) ||
 	    !CU_add_test(s, "eof_after_byte_epoll", test_eof_after_byte_epoll) ||
 	    !CU_add_test(s, "eof_after_byte_uring", test_eof_after_byte_uring) ||
-	    !CU_add_test(s, "tlload_closed_port", test_tlload_closed_port)) {
+	    !CU_add_test(s, "tlload_closed_port", test_tlload_closed_port) ||
+	    !CU_add_test(s, "slow_reader_epoll", test_slow_reader_epoll) ||
+	    !CU_add_test(s, "slow_reader_uring", test_slow_reader_uring)) {
 		CU_cleanup_registry();
 		return 1;
 	}
