@@ -716,15 +716,26 @@ int tl_close(tl_loop *l, tl_handle id, uint64_t token)
 	return 0;
 }
 
-uint32_t tl_close_all(tl_loop *l, uint64_t token)
+static uint32_t close_type(tl_loop *l, int type, uint64_t token)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < l->cfg.max_handles; i++) {
 		struct tl_hslot *h = &l->h[i];
-		if (h->type != TL_H_FREE && !(h->flags & TL_HF_CLOSING))
+		if (h->type != TL_H_FREE && (type < 0 || h->type == type) &&
+		    !(h->flags & TL_HF_CLOSING))
 			n += tl_close(l, tl__h_id(l, h), token) == 0;
 	}
 	return n;
+}
+
+uint32_t tl_close_all(tl_loop *l, uint64_t token)
+{
+	return close_type(l, -1, token);
+}
+
+uint32_t tl_close_listeners(tl_loop *l, uint64_t token)
+{
+	return close_type(l, TL_H_LISTEN, token);
 }
 
 int tl_set_ref(tl_loop *l, tl_handle id, int ref)

@@ -40,7 +40,9 @@
 enum { MSG_POST = 0, MSG_CALL = 1, MSG_RESULT = 2 };
 
 /* Shard phases (see shard_run). */
-enum { PH_RUN = 0, PH_DRAIN, PH_WAIT };
+/* A shard's life: running, letting connections finish (tl_runtime_drain),
+ * closing what is left (bounded by drain_ns), waiting for the others. */
+enum { PH_RUN = 0, PH_GRACE, PH_DRAIN, PH_WAIT };
 
 /* The ring from one shard to another, shared by its producer and consumer:
  * rt->pairs[src * n + dst]. */
@@ -109,6 +111,8 @@ struct tl_runtime {
 	int go, started, joined, barrier_ok;
 	pthread_barrier_t barrier;
 	_Atomic int stop;
+	_Atomic int drain;          /* tl_runtime_drain asked */
+	_Atomic int signals_seen;   /* SIGINT/SIGTERM so far: the first drains */
 	_Atomic uint32_t ndone;
 	int result;
 	char why[256];
@@ -183,6 +187,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	c->batch = 256;
 	c->stall_ns = 25 * 1000000ull;
 	c->drain_ns = 5 * 1000000000ull;
+	c->grace_ns = 30 * 1000000000ull;
 	c->stats_period_ns = 1000000ull;
 	c->stats = 1;
 	c->stats_values = 64;
@@ -193,7 +198,7 @@ static int valid_config(const tl_runtime_config *c)
 {
 	return c->mesh_capacity && c->mesh_capacity <= TL__SPSC_MAX_CAP && c->mesh_budget &&
 	       c->mesh_budget <= 65536 && c->mesh_inflight && c->mesh_inflight <= 65536 &&
-	       c->batch && c->batch <= 65536 && c->drain_ns && c->stats_period_ns &&
+	       c->batch && c->batch <= 65536 && c->drain_ns && c->grace_ns && c->stats_period_ns &&
 	       c->stats_period_ns <= 1000000000ull && c->stats_values &&
 	       c->stats_values <= TL_STATS_VALUES_MAX && !c->handlers[0];
 }
@@ -1079,7 +1084,7 @@ static uint32_t nhandles(tl_shard *s)
 
 static void close_all(tl_shard *s)
 {
-	tl_close_all(s->loop, 0);
+	tl_close_all(s->loop, TL_RT_CLOSE_TOKEN);
 	s->last_nhandles = nhandles(s);
 }
 
@@ -1159,6 +1164,20 @@ static void wake_all(tl_runtime *rt)
 			tl_poster_wake(rt->shards[i].poster);
 }
 
+/* A graceful drain begins: listeners go, the program is told, its
+ * connections may finish until the loop is no longer alive or grace_ns. */
+static void begin_grace(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+
+	s->phase = PH_GRACE;
+	set_state(rt, TL_STATS_STOPPING);
+	tl_close_listeners(s->loop, TL_RT_CLOSE_TOKEN);
+	if (rt->cfg.on_drain)
+		rt->cfg.on_drain(s, rt->cfg.arg);
+	s->drain_deadline = mono_ns() + rt->cfg.grace_ns;
+}
+
 static void begin_drain(tl_shard *s)
 {
 	tl_runtime *rt = s->rt;
@@ -1224,6 +1243,18 @@ static void shard_run(tl_shard *s)
 	for (;;) {
 		int64_t timeout = -1;
 
+		if (s->phase == PH_RUN && atomic_load_explicit(&rt->drain, memory_order_acquire) &&
+		    !atomic_load_explicit(&rt->stop, memory_order_acquire))
+			begin_grace(s);
+		if (s->phase == PH_GRACE) {
+			uint64_t now = mono_ns();
+
+			if (atomic_load_explicit(&rt->stop, memory_order_acquire) ||
+			    (!tl_alive(s->loop) && !has_work(s)) || now >= s->drain_deadline)
+				begin_drain(s);
+			else
+				timeout = (int64_t)(s->drain_deadline - now);
+		}
 		if (s->phase == PH_RUN && atomic_load_explicit(&rt->stop, memory_order_acquire))
 			begin_drain(s);
 		if (s->phase == PH_DRAIN) {
@@ -1585,7 +1616,11 @@ static void on_signal(int sig)
 	tl_runtime *rt = atomic_load(&sig_target);
 
 	(void)sig;
-	if (rt)
+	if (!rt)
+		return;
+	if (atomic_fetch_add(&rt->signals_seen, 1) == 0)
+		tl_runtime_drain(rt);
+	else
 		tl_runtime_stop(rt);
 }
 
@@ -1702,6 +1737,14 @@ void tl_runtime_stop(tl_runtime *rt)
 	if (!rt)
 		return;
 	atomic_store_explicit(&rt->stop, 1, memory_order_release);
+	wake_all(rt);
+}
+
+void tl_runtime_drain(tl_runtime *rt)
+{
+	if (!rt)
+		return;
+	atomic_store_explicit(&rt->drain, 1, memory_order_release);
 	wake_all(rt);
 }
 

@@ -5,6 +5,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "shard_test.h"
 
@@ -224,6 +227,236 @@ static void test_sigterm_drain(void)
 	st_end(fds);
 }
 
+/* ---- a graceful drain lets an in-flight transfer finish ---- */
+
+/* Each shard listens on one port (SO_REUSEPORT) and sends every connection
+ * XFER bytes of the test pattern, one 64 KiB write at a time, then closes
+ * it. */
+#define XFER (8u << 20)
+#define CHUNK 65536u
+#define TOK_XW 0x3e17
+
+static uint16_t xport;
+static uint8_t xbuf[CHUNK];
+struct xfer_shard {
+	tl_handle conn;
+	uint64_t sent;
+	int drains, closed_rt;
+};
+static struct xfer_shard X[MAXS];
+
+static void x_send(tl_loop *l, struct xfer_shard *x)
+{
+	tl_op op;
+	if (x->sent >= XFER) {
+		tl_close(l, x->conn, 1);
+		x->conn = TL_HANDLE_NONE;
+		return;
+	}
+	ST_CHECK(tl_write(l, x->conn, xbuf, CHUNK, TOK_XW, &op) == 0);
+}
+
+static int x_start(tl_shard *s, void *arg)
+{
+	tl_loop *l = tl_shard_loop(s);
+	tl_addr a;
+	tl_listen_opts o = {.reuseport = 1};
+	tl_handle h;
+	tl_op op;
+
+	(void)arg;
+	tl_addr_parse(&a, "127.0.0.1", xport);
+	ST_CHECK(tl_tcp_listen(l, &a, &o, &h) == 0);
+	ST_CHECK(tl_accept_start(l, h, TOK_ACCEPT, &op) == 0);
+	return 0;
+}
+
+static void x_drain(tl_shard *s, void *arg)
+{
+	(void)arg;
+	X[tl_shard_id(s)].drains++;
+}
+
+static void x_handler(tl_shard *s, const tl_completion *c)
+{
+	struct xfer_shard *x = &X[tl_shard_id(s)];
+	tl_loop *l = tl_shard_loop(s);
+
+	if (c->kind == TL_K_ACCEPT && c->result == 0 && !(c->flags & TL_F_TERMINAL)) {
+		ST_CHECK(x->conn.v == 0);
+		x->conn = c->u.accept.conn;
+		x->sent = 0;
+		x_send(l, x);
+	} else if (c->kind == TL_K_WRITE && c->token == TOK_XW) {
+		if (c->result > 0) {
+			x->sent += (uint64_t)c->result;
+			if (x->conn.v)
+				x_send(l, x);
+		}
+	} else if (c->kind == TL_K_CLOSED && c->token == TL_RT_CLOSE_TOKEN) {
+		x->closed_rt++;
+	}
+}
+
+/* A free port: bound to port 0 and closed. */
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t al = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bind(fd, (struct sockaddr *)&a, sizeof a);
+	getsockname(fd, (struct sockaddr *)&a, &al);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static int x_connect(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(xport)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* Connect once the shards listen (on_start runs after tl_runtime_start). */
+static int x_connect_started(void)
+{
+	int fd = -1;
+	for (int i = 0; i < 400 && fd < 0; i++) {
+		fd = x_connect();
+		if (fd < 0)
+			usleep(5000);
+	}
+	return fd;
+}
+
+/* Read from fd, slowly (a pause every 256 KiB), until EOF or XFER bytes;
+ * hook(arg) runs once after 1 MiB. Returns the bytes read; *intact tells
+ * whether they all matched. */
+static uint64_t x_read(int fd, void (*hook)(void *), void *arg, int *intact)
+{
+	static uint8_t in[CHUNK];
+	uint64_t got = 0;
+	int hooked = 0;
+	*intact = 1;
+	for (;;) {
+		ssize_t k = read(fd, in, sizeof in);
+		if (k <= 0)
+			break;
+		for (ssize_t i = 0; i < k; i++)
+			if (in[i] != xbuf[(got + (uint64_t)i) % CHUNK])
+				*intact = 0;
+		got += (uint64_t)k;
+		if (!hooked && got >= (1u << 20)) {
+			hooked = 1;
+			hook(arg);
+		}
+		if (got % (256u << 10) < (uint64_t)k)
+			usleep(2000);
+	}
+	return got;
+}
+
+static void x_config(tl_runtime_config *cfg)
+{
+	memset(X, 0, sizeof X);
+	for (uint32_t i = 0; i < CHUNK; i++)
+		xbuf[i] = (uint8_t)(i * 7 + 3);
+	xport = free_port();
+	st_config(cfg, 2);
+	cfg->on_start = x_start;
+	cfg->on_drain = x_drain;
+	cfg->on_completion = x_handler;
+}
+
+static void do_drain(void *rt)
+{
+	tl_runtime_drain(rt);
+	/* The listeners go at once: a new connection is refused. */
+	int refused = 0;
+	for (int i = 0; i < 200 && !refused; i++) {
+		int fd = x_connect();
+		if (fd == -ECONNREFUSED)
+			refused = 1;
+		else if (fd >= 0)
+			close(fd);
+		usleep(5000);
+	}
+	ST_CHECK(refused);
+}
+
+static void test_drain_finishes_transfer(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/drain_finishes_transfer");
+
+	x_config(&cfg);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	int fd = x_connect_started(), intact;
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	uint64_t t0 = st_now_ns();
+	uint64_t got = x_read(fd, do_drain, rt, &intact);
+	close(fd);
+	/* Every byte of the transfer in flight arrived, then the runtime ended
+	 * by itself, well before the grace period (30 s). */
+	CU_ASSERT_EQUAL(got, XFER);
+	CU_ASSERT_TRUE(intact);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	CU_ASSERT_TRUE(st_now_ns() - t0 < 10000000000ull);
+	tl_runtime_destroy(rt);
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(X[i].drains, 1);
+		/* The program closed its connection itself; the runtime closed
+		 * the listener (the only handle it closed). */
+		CU_ASSERT_EQUAL(X[i].closed_rt, 1);
+	}
+	st_end(fds);
+}
+
+/* A second signal (or tl_runtime_stop) during the grace period stops at
+ * once: the transfer is cut, the runtime's closes carry its token. */
+static void do_two_signals(void *rt)
+{
+	(void)rt;
+	kill(getpid(), SIGTERM);
+	usleep(20000);
+	kill(getpid(), SIGTERM);
+}
+
+static void test_second_signal_stops(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/second_signal_stops");
+
+	x_config(&cfg);
+	cfg.signals = 1;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	int fd = x_connect_started(), intact;
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	uint64_t got = x_read(fd, do_two_signals, rt, &intact);
+	close(fd);
+	CU_ASSERT_TRUE(got < XFER);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	int cut = 0;
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(X[i].drains, 1);
+		cut += X[i].closed_rt == 2; /* the listener, and the connection */
+	}
+	CU_ASSERT_EQUAL(cut, 1);
+	st_end(fds);
+}
+
 /* ---- a shard that fails to start stops the rest, with the reason ---- */
 
 static void test_start_fails(void)
@@ -395,6 +628,8 @@ int main(void)
 	st_add(s, "stop_before_run", test_stop_before_run);
 	st_add(s, "bad_config", test_bad_config);
 	st_add(s, "sigterm_drain", test_sigterm_drain);
+	st_add(s, "drain_finishes_transfer", test_drain_finishes_transfer);
+	st_add(s, "second_signal_stops", test_second_signal_stops);
 	st_add(s, "start_fails", test_start_fails);
 	st_add(s, "setup_fails", test_setup_fails);
 	st_add(s, "env", test_env);

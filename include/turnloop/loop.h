@@ -265,6 +265,10 @@ int tl_close(tl_loop *loop, tl_handle h, uint64_t token);
  * tl_close() says. Returns how many handles it started closing. */
 uint32_t tl_close_all(tl_loop *loop, uint64_t token);
 
+/* tl_close(h, token) for every listener of loop not closing yet (a server
+ * that stops accepting). Returns how many it started closing. */
+uint32_t tl_close_listeners(tl_loop *loop, uint64_t token);
+
 /* ---- Timers (contract section 3) ---- */
 
 /* Create a timer that first expires at the absolute time at_ns (tl_now()

@@ -251,13 +251,16 @@ typedef struct tl_runtime_config {
 	uint32_t batch;               /* completions per turn                256, <= 65536 */
 	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
 	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
+	uint64_t grace_ns;            /* a graceful drain (tl_runtime_drain, SIGTERM)
+	                               * lets connections finish this long    30 s */
 	uint64_t stats_period_ns;     /* a busy shard publishes its stats once per
 	                               * period, a shard about to park first   1 ms, <= 1 s */
 	int stats;                    /* publish the live stats region (see
 	                               * "Live stats" below)                  1 */
 	uint32_t stats_values;        /* value slots per shard for the program's
 	                               * own counters and gauges   64, 1..TL_STATS_VALUES_MAX */
-	int signals;                  /* SIGINT/SIGTERM stop the runtime     1 */
+	int signals;                  /* SIGINT/SIGTERM drain the runtime (a second
+	                               * one stops it at once)                 1 */
 	tl_shard_handler on_completion;            /* NULL: completions are dropped */
 	tl_shard_handler handlers[TL_RT_HANDLERS]; /* [0] unused; see tl_token() */
 	/* On each shard after its loop exists, before any completion: a
@@ -267,10 +270,18 @@ typedef struct tl_runtime_config {
 	 * handles still open (so a program can close its own with its own
 	 * tokens and say goodbye to peers). */
 	void (*on_stop)(tl_shard *s, void *arg);
+	/* On each shard when a graceful drain begins, after the runtime closed
+	 * the shard's listeners: the program lets its connections finish (or
+	 * ends idle ones). The shard leaves the grace period when its loop is
+	 * no longer alive (tl_alive: no referenced socket or pending op; the
+	 * program can tl_set_ref(h, 0) what it does not want waited for) or
+	 * after grace_ns; then the stop of tl_runtime_stop follows. May be
+	 * NULL. */
+	void (*on_drain)(tl_shard *s, void *arg);
 	/* On each shard once per pass; return nonzero while it has more work
 	 * (the next turn then does not block). */
 	int (*on_pass)(tl_shard *s, void *arg);
-	void *arg;                    /* passed to on_start/on_stop/on_pass */
+	void *arg;                    /* passed to on_start/on_stop/on_drain/on_pass */
 } tl_runtime_config;
 
 /* Fill *cfg with the defaults above. */
@@ -366,13 +377,30 @@ int tl_runtime_start(tl_runtime *rt);
 int tl_runtime_run(tl_runtime *rt);
 
 /*
- * Ask every shard to stop: each calls on_stop, closes its remaining handles,
+ * Stop at once (the hard stop): each shard calls on_stop, closes its remaining
+ * handles (their Closed completions carry TL_RT_CLOSE_TOKEN),
  * delivers their completions and the mesh messages already sent, then its
  * thread exits (bounded by drain_ns, after which leftover operations are
  * cancelled by tl_loop_destroy). Any thread; async-signal-safe (atomic
  * stores and at most one eventfd write per shard). Idempotent.
  */
 void tl_runtime_stop(tl_runtime *rt);
+
+/*
+ * Drain gracefully (contract 9.6): every shard closes its listeners (new
+ * connections are refused: another process or shard takes them), calls
+ * on_drain, and lets its connections finish for up to grace_ns, until its
+ * loop is no longer alive; then it stops as tl_runtime_stop says. A
+ * tl_runtime_stop() during the grace period cuts it short. Any thread;
+ * async-signal-safe; idempotent. With cfg.signals the first SIGINT or
+ * SIGTERM drains and a second one stops.
+ */
+void tl_runtime_drain(tl_runtime *rt);
+
+/* The token of the Closed completions of handles the runtime closes when a
+ * shard stops (those the program had not closed itself); its handler byte
+ * is 0, so they go to on_completion. */
+#define TL_RT_CLOSE_TOKEN UINT64_C(0x00c105edc105ed00)
 
 /*
  * Stop (if running), join the threads, free the rings and the plan, unlink the
