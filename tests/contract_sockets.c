@@ -613,8 +613,9 @@ out:
 /* Rule 4.8 on connects: a source address is bound before the connect (the
  * accepted side's peer and the connector's local address show it, with the
  * same port), and the option list is applied before connect(2) and reads
- * back. IPv4 from 127.0.0.2 (Linux routes all of 127/8 to loopback); IPv6
- * from ::1 with a fixed-by-kernel port. */
+ * back. IPv4 from 127.0.0.2 (Linux routes all of 127/8 to loopback), port 0;
+ * IPv6 from ::1 (its only loopback address, which an unbound socket would
+ * get too) with a fixed port, which only the bind can give. */
 static void connect_source(int family)
 {
 	int fds = h_begin();
@@ -629,6 +630,16 @@ static void connect_source(int family)
 	char b1[64], b2[64];
 	tl_connect_opts co = {0};
 	addr_of(&co.source, v6 ? "::1" : "127.0.0.2", 0);
+	uint16_t fixed = 0;
+	if (v6) {
+		/* A port nothing uses: a listener's, closed again. */
+		tl_handle probe;
+		tl_addr pa;
+		H_EQ_FATAL(h_listen(&c, AF_INET6, NULL, &probe, &pa), 0);
+		fixed = port_of(&pa);
+		h_close(&c, probe, 9);
+		addr_of(&co.source, "::1", fixed);
+	}
 	const tl_sockopt_val so[] = {
 		{TL_SO_NODELAY, 0}, {TL_SO_KEEPALIVE, 1}, {TL_SO_KEEPCNT, 3},
 		{TL_SO_RCVBUF, 16384}, {TL_SO_TCLASS, 0x48}, {TL_SO_USER_TIMEOUT, 7000},
@@ -647,6 +658,8 @@ static void connect_source(int family)
 	       ip_text(&loc, b1, sizeof b1), port_of(&loc), ip_text(&peer, b2, sizeof b2),
 	       port_of(&peer));
 	H_TRUE(port_of(&loc) != 0, "no port");
+	if (fixed)
+		H_EQ(port_of(&peer), fixed);
 	expect_opt(l, cli, TL_SO_NODELAY, v6, 0, "connect opts");
 	expect_opt(l, cli, TL_SO_KEEPALIVE, v6, 1, "connect opts");
 	expect_opt(l, cli, TL_SO_KEEPCNT, v6, 3, "connect opts");
