@@ -1,6 +1,5 @@
 /* drivers/uring/queue.c: the io_uring driver's handles and the ops the core submits: which queue an op joins, and when it reaches the start list. */
 #include <string.h>
-#include <unistd.h>
 #include "sock.h"
 #include "uring_int.h"
 
