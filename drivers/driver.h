@@ -45,13 +45,15 @@ enum tl_htype {
 #define TL_HF_V6 0x10
 #define TL_HF_CONNECTING 0x20   /* its connect op has not finished yet */
 #define TL_HF_PAUSED 0x40       /* over a cap: its reads take nothing from the socket */
+#define TL_HF_ABORT 0x80        /* tl_close_abort: release() resets the peer */
 
 struct tl_hslot {
 	uint16_t gen;
 	uint8_t type;    /* enum tl_htype */
 	uint8_t flags;   /* TL_HF_* */
 	uint32_t idx;
-	int fd;          /* the OS object (driver-defined for the sim driver) */
+	int fd;          /* the OS object (driver-defined for the sim driver); with
+			  * TL_CAP_OS the descriptor tl_handle_fd() hands out */
 	uint32_t pending;/* ops of this handle not yet terminal */
 	uint32_t head, tail; /* its ops, oldest first */
 	uint32_t next_free;
@@ -138,7 +140,13 @@ struct tl_opslot {
  *  - Nonterminal events respect tl__drv_room(): when it is 0 the driver keeps
  *    the readiness or CQE for a later turn instead of reporting it.
  *  - release() is called once per handle, after its last event, and closes
- *    the OS object.
+ *    the OS object; abortively when the handle has TL_HF_ABORT (a stream
+ *    closed by tl_close_abort): the peer sees a reset, not an end of
+ *    stream (a kernel socket gets SO_LINGER {1, 0} right before close).
+ *  - Socket options (sockopt) are checked by the core (lib/sockopt.c)
+ *    before a driver sees them: opt is taken by the handle's kind and the
+ *    value is in range, so a driver only applies or reads them. The same
+ *    holds for the option lists and connect setup of struct tl_open_spec.
  */
 
 struct tl_drv; /* a driver instance: one per loop, the driver's own type */
@@ -187,6 +195,16 @@ struct tl_open_spec {
 	const tl_addr *addr;          /* TCP/UDP */
 	const char *path;             /* Unix */
 	const tl_listen_opts *opts;   /* listeners; never NULL */
+	/* TL_OPEN_TCP_STREAM: source address, bind flags (never NULL there;
+	 * NULL for the other kinds). Apply in this order: the options of so[],
+	 * then freebind / transparent / bind_no_port, then bind to source if
+	 * its family is set; the core checked all of it. */
+	const tl_connect_opts *conn;
+	/* Options to apply before listen(2) (listeners: opts->sockopts, and
+	 * defer_accept / fastopen of opts after them) or connect(2) (TCP
+	 * streams: conn->sockopts), valid during open() only. */
+	const tl_sockopt_val *so;
+	uint32_t nso;
 };
 
 /* What one poll did, for tl_turn_info. */
@@ -219,6 +237,18 @@ struct tl_driver {
 	/* Close the handle's OS object; no event of it may follow. */
 	void (*release)(struct tl_drv *d, struct tl_hslot *h);
 	int (*local_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+	/* The peer of a connected stream (the core has ruled out a pending
+	 * connect); a Unix-domain peer as sa_family AF_UNIX only. 0, or
+	 * -ENOTCONN (the connect failed, the connection was reset) or another
+	 * negative errno. NULL: tl_peer_addr is -ENOTSUP. */
+	int (*peer_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+	/* Apply (set 1: *value is the value) or read (set 0: fill *value)
+	 * option opt (enum tl_sockopt) of h's OS object. TL_HF_V6 tells the
+	 * family (TL_SO_TCLASS differs). What is read is what the OS reports
+	 * (Linux doubles buffer sizes; a driver without an OS models the
+	 * same). 0 or a negative errno. NULL: the tl_sockopt_* calls, and opens
+	 * whose spec has options (nso > 0), are -ENOTSUP. */
+	int (*sockopt)(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value);
 
 	/* Start an operation (see the rules above). */
 	int (*submit)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *op);

@@ -207,8 +207,7 @@ static void retry_emfile(struct tl_drv *d)
 
 static void ep_release(struct tl_drv *d, struct tl_hslot *h)
 {
-	if (h->fd >= 0)
-		close(h->fd);
+	tl__sock_release(h->fd, h->flags & TL_HF_ABORT);
 	h->fd = -1;
 	EH(h)->queued = 0; /* a stale ring entry is skipped */
 	/* A descriptor came free: listeners that hit EMFILE may go on. */
@@ -218,6 +217,16 @@ static void ep_release(struct tl_drv *d, struct tl_hslot *h)
 static int ep_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
 {
 	return tl__sock_local(h->fd, out);
+}
+
+static int ep_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	return tl__sock_peer(h->fd, h->flags & TL_HF_UNIX, out);
+}
+
+static int ep_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value)
+{
+	return tl__sock_opt(h->fd, !!(h->flags & TL_HF_V6), set, opt, value);
 }
 
 /* ---- per-direction op queues ---- */
@@ -301,10 +310,9 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 			tl__drv_event(l, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
 			return 1;
 		}
+		/* TCP options (TCP_NODELAY, ...) come from the listener. */
 		if (h->flags & TL_HF_UNIX)
 			memset(&peer, 0, sizeof peer), peer.sa.sa_family = AF_UNIX;
-		else
-			tl__sock_stream_opts(fd, 0);
 		if (tl__drv_accept(l, o, fd, &peer, !multi) < 0)
 			close(fd);
 		if (!multi || !(o->flags & TL_OPF_LIVE))
@@ -737,6 +745,8 @@ const struct tl_driver tl__driver_epoll = {
 	.attach = ep_attach,
 	.release = ep_release,
 	.local_addr = ep_local,
+	.peer_addr = ep_peer,
+	.sockopt = ep_sockopt,
 	.submit = ep_submit,
 	.cancel = ep_cancel,
 	.poll = ep_poll,

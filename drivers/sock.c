@@ -1,4 +1,4 @@
-/* drivers/sock.c: socket creation and options, shared by the kernel drivers. */
+/* drivers/sock.c: socket creation, options, peer addresses and abortive release, shared by the kernel drivers. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,6 +30,113 @@ void tl__sock_stream_opts(int fd, int is_unix)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* Where option opt lives on a socket of the family v6 tells: 0 if nowhere. */
+static int opt_where(int opt, int v6, int *level, int *name)
+{
+	static const struct { int level, name; } where[] = {
+		[TL_SO_NODELAY] = {IPPROTO_TCP, TCP_NODELAY},
+		[TL_SO_KEEPALIVE] = {SOL_SOCKET, SO_KEEPALIVE},
+		[TL_SO_KEEPIDLE] = {IPPROTO_TCP, TCP_KEEPIDLE},
+		[TL_SO_KEEPINTVL] = {IPPROTO_TCP, TCP_KEEPINTVL},
+		[TL_SO_KEEPCNT] = {IPPROTO_TCP, TCP_KEEPCNT},
+		[TL_SO_USER_TIMEOUT] = {IPPROTO_TCP, TCP_USER_TIMEOUT},
+		[TL_SO_RCVBUF] = {SOL_SOCKET, SO_RCVBUF},
+		[TL_SO_SNDBUF] = {SOL_SOCKET, SO_SNDBUF},
+		[TL_SO_MARK] = {SOL_SOCKET, SO_MARK},
+		[TL_SO_TCLASS] = {IPPROTO_IP, IP_TOS},
+		[TL_SO_DEFER_ACCEPT] = {IPPROTO_TCP, TCP_DEFER_ACCEPT},
+		[TL_SO_FASTOPEN] = {IPPROTO_TCP, TCP_FASTOPEN},
+	};
+	_Static_assert(sizeof where / sizeof where[0] == TL_SO_COUNT_, "one entry per option");
+	/* Levels may be 0 (IPPROTO_IP); no option name is. */
+	if (opt <= 0 || opt >= TL_SO_COUNT_ || !where[opt].name)
+		return 0;
+	*level = where[opt].level;
+	*name = where[opt].name;
+	if (opt == TL_SO_TCLASS && v6) {
+		*level = IPPROTO_IPV6;
+		*name = IPV6_TCLASS;
+	}
+	return 1;
+}
+
+int tl__sock_opt(int fd, int v6, int set, int opt, int64_t *value)
+{
+	int level, name;
+	if (!opt_where(opt, v6, &level, &name))
+		return -EINVAL;
+	if (set) {
+		/* Every value fits an int; SO_MARK's 32 bits go as they are. */
+		int v = (int)(uint32_t)*value;
+		if (setsockopt(fd, level, name, &v, sizeof v) < 0)
+			return -errno;
+		/* A dual-stack IPv6 socket talks to IPv4 peers with IPv4's TOS. */
+		if (opt == TL_SO_TCLASS && v6 &&
+		    setsockopt(fd, IPPROTO_IP, IP_TOS, &v, sizeof v) < 0)
+			return -errno;
+		return 0;
+	}
+	int v = 0;
+	socklen_t len = sizeof v;
+	if (getsockopt(fd, level, name, &v, &len) < 0)
+		return -errno;
+	*value = opt == TL_SO_MARK ? (int64_t)(uint32_t)v : (int64_t)v;
+	return 0;
+}
+
+/* Apply a checked option list: 0 or the first error. */
+static int apply_opts(int fd, int v6, const tl_sockopt_val *so, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t v = so[i].value;
+		int r = tl__sock_opt(fd, v6, 1, so[i].opt, &v);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int set_int(int fd, int level, int name, int v)
+{
+	return setsockopt(fd, level, name, &v, sizeof v) < 0 ? -errno : 0;
+}
+
+/* A listener's options before listen(2): NODELAY on (the streams it accepts
+ * inherit it, as every other option of the list), the list, then
+ * TCP_DEFER_ACCEPT and TCP_FASTOPEN. */
+static int listen_opts(int fd, int v6, const struct tl_open_spec *s)
+{
+	int r = set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+	if (r == 0)
+		r = apply_opts(fd, v6, s->so, s->nso);
+	if (r == 0 && s->opts->defer_accept)
+		r = set_int(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, s->opts->defer_accept);
+	if (r == 0 && s->opts->fastopen)
+		r = set_int(fd, IPPROTO_TCP, TCP_FASTOPEN, s->opts->fastopen);
+	return r;
+}
+
+/* A stream to connect: NODELAY, the list, then the bind flags and the bind.
+ * The three flags are IP-level options that Linux takes on IPv6 sockets
+ * too (IPV6_FREEBIND and IPV6_TRANSPARENT name the same bits). */
+static int connect_setup(int fd, int v6, const struct tl_open_spec *s)
+{
+	const tl_connect_opts *c = s->conn;
+	tl__sock_stream_opts(fd, 0);
+	int r = apply_opts(fd, v6, s->so, s->nso);
+	if (r < 0 || !c || c->source.sa.sa_family == AF_UNSPEC)
+		return r;
+	if (c->freebind && (r = set_int(fd, IPPROTO_IP, IP_FREEBIND, 1)) < 0)
+		return r;
+	if (c->transparent && (r = set_int(fd, IPPROTO_IP, IP_TRANSPARENT, 1)) < 0)
+		return r;
+	if (c->bind_no_port && (r = set_int(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)) < 0)
+		return r;
+	if (bind(fd, &c->source.sa, tl_addr_len(&c->source)) < 0)
+		return -errno;
+	return 0;
+}
+
 int tl__sock_open(const struct tl_open_spec *s)
 {
 	int one = 1, fd, r;
@@ -49,6 +156,8 @@ int tl__sock_open(const struct tl_open_spec *s)
 			int v6 = !!s->opts->v6only;
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6, sizeof v6);
 		}
+		if ((r = listen_opts(fd, family == AF_INET6, s)) < 0)
+			goto fail_r;
 		if (bind(fd, &s->addr->sa, tl_addr_len(s->addr)) < 0)
 			goto fail;
 		if (listen(fd, s->opts->backlog > 0 ? s->opts->backlog : 511) < 0)
@@ -80,7 +189,8 @@ int tl__sock_open(const struct tl_open_spec *s)
 			goto fail;
 		return fd;
 	case TL_OPEN_TCP_STREAM:
-		tl__sock_stream_opts(fd, 0);
+		if ((r = connect_setup(fd, family == AF_INET6, s)) < 0)
+			goto fail_r;
 		return fd;
 	case TL_OPEN_UNIX_STREAM:
 		return fd;
@@ -88,8 +198,37 @@ int tl__sock_open(const struct tl_open_spec *s)
 	errno = EINVAL;
 fail:
 	r = -errno;
+fail_r:
 	close(fd);
 	return r;
+}
+
+void tl__sock_release(int fd, int abort)
+{
+	if (fd < 0)
+		return;
+	if (abort) {
+		/* Linger on, timeout 0: close(2) sends a reset and drops what
+		 * was not sent. Nobody is left to hear a failure here. */
+		struct linger lg = {.l_onoff = 1, .l_linger = 0};
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	}
+	close(fd);
+}
+
+int tl__sock_peer(int fd, int is_unix, tl_addr *out)
+{
+	/* Large enough for any family getpeername may report. */
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	memset(out, 0, sizeof *out);
+	if (is_unix)
+		out->sa.sa_family = AF_UNIX;
+	else
+		memcpy(out, &ss, len < sizeof *out ? len : sizeof *out);
+	return 0;
 }
 
 int tl__sock_local(int fd, tl_addr *out)

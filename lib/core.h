@@ -1,4 +1,4 @@
-/* lib/core.h: what the files of the loop core (loop.c, turn.c, stream.c) share, and lib/'s file requests use; never seen by drivers. */
+/* lib/core.h: what the files of the loop core (loop.c, turn.c, stream.c, sockopt.c) share, and lib/'s file requests use; never seen by drivers. */
 #ifndef TL_CORE_H
 #define TL_CORE_H
 
@@ -25,6 +25,25 @@ void tl__retry_closes(tl_loop *loop);
 uint32_t tl__drain(tl_loop *loop, tl_completion *out, uint32_t cap);
 /* Finish room waits whose target signalled (turn.c). */
 void tl__run_room(tl_loop *loop);
+
+/* Socket control (sockopt.c). The kinds of socket handle options are
+ * checked against; tl__sok_of(h) is h's (0 for a timer). */
+#define TL_SOK_TCP 0x01
+#define TL_SOK_UNIX 0x02
+#define TL_SOK_TCP_LISTEN 0x04
+#define TL_SOK_UNIX_LISTEN 0x08
+#define TL_SOK_UDP 0x10
+unsigned tl__sok_of(const struct tl_hslot *h);
+/* A list of options for a socket of kind: 0 or -EINVAL. */
+int tl__sockopts_check(unsigned kind, const tl_sockopt_val *v, uint32_t n);
+/* Check a listener's options (is_unix: a Unix-domain one) and put its
+ * option list into s: 0, -EINVAL, -ENOTSUP (the driver sets no options). */
+int tl__listen_opts_check(tl_loop *loop, const tl_listen_opts *o, int is_unix,
+			  struct tl_open_spec *s);
+/* Check the setup of a TCP connect to dst and put it into s: 0, -EINVAL,
+ * -ENOTSUP. */
+int tl__connect_opts_check(tl_loop *loop, const tl_addr *dst, const tl_connect_opts *o,
+			   struct tl_open_spec *s);
 
 /* Start l's driver (select.c): the one cfg names, else the process's
  * driver, chosen by the first such loop (contract 10). Sets *dv and *d.

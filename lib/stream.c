@@ -78,7 +78,11 @@ int tl_tcp_listen(tl_loop *l, const tl_addr *addr, const tl_listen_opts *opts, t
 	tl_listen_opts def = {0};
 	if (!valid_addr(addr) || !out)
 		return -EINVAL;
-	struct tl_open_spec s = {TL_OPEN_TCP_LISTEN, addr, NULL, opts ? opts : &def};
+	struct tl_open_spec s = {.kind = TL_OPEN_TCP_LISTEN, .addr = addr,
+				 .opts = opts ? opts : &def};
+	int r = tl__listen_opts_check(l, s.opts, 0, &s);
+	if (r < 0)
+		return r;
 	return open_bound(l, TL_H_LISTEN, &s, out);
 }
 
@@ -92,7 +96,11 @@ int tl_unix_listen(tl_loop *l, const char *path, const tl_listen_opts *opts, tl_
 	tl_listen_opts def = {0};
 	if (!valid_path(path) || !out)
 		return -EINVAL;
-	struct tl_open_spec s = {TL_OPEN_UNIX_LISTEN, NULL, path, opts ? opts : &def};
+	struct tl_open_spec s = {.kind = TL_OPEN_UNIX_LISTEN, .path = path,
+				 .opts = opts ? opts : &def};
+	int r = tl__listen_opts_check(l, s.opts, 1, &s);
+	if (r < 0)
+		return r;
 	return open_bound(l, TL_H_LISTEN, &s, out);
 }
 
@@ -179,14 +187,24 @@ undo:
 	return r;
 }
 
+int tl_tcp_connect_opts(tl_loop *l, const tl_addr *addr, const tl_connect_opts *opts,
+			uint64_t deadline, uint64_t token, tl_handle *h, tl_op *op)
+{
+	tl_listen_opts def = {0};
+	tl_connect_opts cdef = {0};
+	if (!valid_addr(addr))
+		return -EINVAL;
+	struct tl_open_spec s = {.kind = TL_OPEN_TCP_STREAM, .addr = addr, .opts = &def};
+	int r = tl__connect_opts_check(l, addr, opts ? opts : &cdef, &s);
+	if (r < 0)
+		return r;
+	return connect_common(l, &s, deadline, token, h, op);
+}
+
 int tl_tcp_connect(tl_loop *l, const tl_addr *addr, uint64_t deadline, uint64_t token,
 		   tl_handle *h, tl_op *op)
 {
-	tl_listen_opts def = {0};
-	if (!valid_addr(addr))
-		return -EINVAL;
-	struct tl_open_spec s = {TL_OPEN_TCP_STREAM, addr, NULL, &def};
-	return connect_common(l, &s, deadline, token, h, op);
+	return tl_tcp_connect_opts(l, addr, NULL, deadline, token, h, op);
 }
 
 int tl_unix_connect(tl_loop *l, const char *path, uint64_t deadline, uint64_t token,
@@ -195,7 +213,7 @@ int tl_unix_connect(tl_loop *l, const char *path, uint64_t deadline, uint64_t to
 	tl_listen_opts def = {0};
 	if (!valid_path(path))
 		return -EINVAL;
-	struct tl_open_spec s = {TL_OPEN_UNIX_STREAM, NULL, path, &def};
+	struct tl_open_spec s = {.kind = TL_OPEN_UNIX_STREAM, .path = path, .opts = &def};
 	return connect_common(l, &s, deadline, token, h, op);
 }
 
@@ -291,7 +309,7 @@ int tl_udp_bind(tl_loop *l, const tl_addr *addr, tl_handle *out)
 	tl_listen_opts def = {0};
 	if (!valid_addr(addr) || !out)
 		return -EINVAL;
-	struct tl_open_spec s = {TL_OPEN_UDP, addr, NULL, &def};
+	struct tl_open_spec s = {.kind = TL_OPEN_UDP, .addr = addr, .opts = &def};
 	return open_bound(l, TL_H_UDP, &s, out);
 }
 

@@ -218,6 +218,20 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		what = "tl_loop_fd";
 		rc = tl_loop_fd(loop);
 		break;
+	case TL_CAP_OS: {
+		what = "OS sockets (tl_handle_fd)";
+		tl_handle u = TL_HANDLE_NONE;
+		h_loopback(&a, AF_INET, 0);
+		rc = tl_udp_bind(loop, &a, &u); /* a failure here fails the check */
+		if (rc == 0) {
+			rc = tl_handle_fd(loop, u);
+			h_ctx c;
+			h_ctx_init(&c, loop);
+			h_close(&c, u, 0);
+			h_ctx_fini(&c);
+		}
+		break;
+	}
 	default:
 		break;
 	}

@@ -29,7 +29,9 @@
  * (so 100 accepts, EOFs and closes), reads alternating between a provided
  * buffer and a pooled lease, a repeating 1 ms timer, a one-shot timer
  * started and closed every 10 round trips, a far timer reset every round
- * trip, and one post per round trip from the client thread.
+ * trip, and one post per round trip from the client thread. Each accepted
+ * connection's peer address is read and an option set and read back
+ * (socket control, contract 4.8), and every other one is closed abortively.
  */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -235,6 +237,7 @@ struct conn {
 	tl_handle h;
 	int reads;          /* alternates provided / pooled */
 	int closing;
+	int abortive;       /* closed with tl_close_abort */
 	uint32_t lease;     /* lease being echoed, if has_lease */
 	int has_lease;
 	uint8_t buf[MSG];
@@ -349,7 +352,7 @@ static tl_loop *loop;
 static tl_handle listener, tick, oneshot, far_timer;
 static int tearing_down; /* teardown closed the timers: completions after it touch none */
 static int oneshot_live;
-static uint64_t posts_seen, rounds_seen;
+static uint64_t posts_seen, rounds_seen, accepts_seen;
 
 static struct conn *conn_of(uint64_t token)
 {
@@ -373,7 +376,10 @@ static void close_conn(struct conn *c)
 	if (c->closing)
 		return;
 	c->closing = 1;
-	int rc = tl_close(loop, c->h, TOK_CONN_BASE + (uint64_t)(c - conns));
+	/* The client closed first: the reset of an abortive close reaches
+	 * nobody, the release path runs all the same. */
+	uint64_t tok = TOK_CONN_BASE + (uint64_t)(c - conns);
+	int rc = c->abortive ? tl_close_abort(loop, c->h, tok) : tl_close(loop, c->h, tok);
 	if (rc != 0)
 		server_error(__LINE__, rc);
 }
@@ -406,6 +412,17 @@ static void on_completion(const tl_completion *x)
 		c->reads = 0;
 		c->has_lease = 0;
 		c->h = x->u.accept.conn;
+		c->abortive = (int)(++accepts_seen & 1);
+		{
+			tl_addr peer;
+			int64_t v = 0;
+			if ((rc = tl_peer_addr(loop, c->h, &peer)) != 0 ||
+			    peer.sa.sa_family != AF_INET)
+				server_error(__LINE__, rc);
+			if ((rc = tl_sockopt_set(loop, c->h, TL_SO_KEEPALIVE, 1)) != 0 ||
+			    (rc = tl_sockopt_get(loop, c->h, TL_SO_KEEPALIVE, &v)) != 0 || v != 1)
+				server_error(__LINE__, rc);
+		}
 		start_read(c);
 		break;
 	case TL_K_READ:

@@ -104,6 +104,47 @@ static struct sim_sock *sock_of(struct tl_drv *d, const struct tl_hslot *h)
 	return &d->socks[h->fd];
 }
 
+/*
+ * Socket options. The simulation keeps every option per socket and reports
+ * it as Linux would (buffer sizes doubled, TCP_DEFER_ACCEPT rounded to its
+ * retransmission schedule), and accepted sockets start with their
+ * listener's values, as Linux clones them; what an option does to traffic
+ * (Nagle, keepalive probes, marks, traffic classes, window sizes, TFO,
+ * deferred accepts) is not modelled, and nothing needs a capability. Every
+ * address is this host's, so freebind and transparent change nothing.
+ */
+
+/* Linux keeps TCP_DEFER_ACCEPT as a count of SYN-ACK retransmissions (the
+ * first after 1 s, each next one twice as late up to 120 s, at most 255 of
+ * them) and reports the seconds that count covers: the value set, rounded
+ * up to that schedule. */
+static uint32_t defer_reported(int64_t secs)
+{
+	if (secs <= 0)
+		return 0;
+	uint64_t covered = 1, step = 1;
+	for (int n = 1; (uint64_t)secs > covered && n < 255; n++) {
+		step = step * 2 > 120 ? 120 : step * 2;
+		covered += step;
+	}
+	return (uint32_t)covered;
+}
+
+static void so_set(struct sim_sock *s, int opt, int64_t v)
+{
+	if (opt == TL_SO_RCVBUF || opt == TL_SO_SNDBUF)
+		v *= 2; /* as Linux reports it (the core keeps 2v within 32 bits) */
+	else if (opt == TL_SO_DEFER_ACCEPT)
+		v = defer_reported(v);
+	s->so[opt] = (uint32_t)v;
+}
+
+static void so_list(struct sim_sock *s, const struct tl_open_spec *sp)
+{
+	for (uint32_t i = 0; i < sp->nso; i++)
+		so_set(s, sp->so[i].opt, sp->so[i].value);
+}
+
 static int sim_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
 {
 	int r = 0;
@@ -125,6 +166,11 @@ static int sim_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_s
 		r = tl__sim_bind_ip(s, sp->addr, sp->opts->reuseport,
 			    sp->addr->sa.sa_family == AF_INET6 && sp->opts->v6only);
 		s->backlog = sp->opts->backlog > 0 ? (uint32_t)sp->opts->backlog : 511;
+		so_list(s, sp);
+		if (sp->opts->defer_accept)
+			so_set(s, TL_SO_DEFER_ACCEPT, sp->opts->defer_accept);
+		if (sp->opts->fastopen)
+			so_set(s, TL_SO_FASTOPEN, sp->opts->fastopen);
 		break;
 	case TL_OPEN_UNIX_LISTEN:
 		if (tl__sim_find_listener(d, NULL, sp->path)) {
@@ -139,6 +185,14 @@ static int sim_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_s
 		break;
 	case TL_OPEN_TCP_STREAM:
 		s->local.sa.sa_family = sp->addr->sa.sa_family;
+		so_list(s, sp);
+		if (sp->conn && sp->conn->source.sa.sa_family != AF_UNSPEC) {
+			/* The port (0: picked) and a wildcard IP are settled at
+			 * connect, as IP_BIND_ADDRESS_NO_PORT does; a fixed port
+			 * is not checked against other connections. */
+			s->local = sp->conn->source;
+			s->src_bound = 1;
+		}
 		r = tl__sim_ring_init(s);
 		break;
 	case TL_OPEN_UNIX_STREAM:
@@ -177,8 +231,12 @@ static void sim_release(struct tl_drv *d, struct tl_hslot *h)
 {
 	lock();
 	struct sim_sock *s = sock_of(d, h);
-	if (s)
+	if (s) {
+		/* Linux has no reset for Unix-domain streams: their peer
+		 * sees an end of stream (unless it left data unread). */
+		s->aborting = (h->flags & TL_HF_ABORT) && !s->is_unix;
 		tl__sim_close_sock(d, s);
+	}
 	h->fd = -1;
 	unlock();
 }
@@ -193,6 +251,38 @@ static int sim_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
 	return s ? 0 : -EBADF;
 }
 
+static int sim_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	int r = 0;
+	lock();
+	struct sim_sock *s = sock_of(d, h);
+	if (!s)
+		r = -EBADF;
+	else if (s->cs != CS_CONNECTED || s->broken)
+		r = -ENOTCONN; /* as getpeername after a failed connect or a reset */
+	else if (s->is_unix) {
+		memset(out, 0, sizeof *out);
+		out->sa.sa_family = AF_UNIX;
+	} else
+		*out = s->remote;
+	unlock();
+	return r;
+}
+
+static int sim_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value)
+{
+	lock();
+	struct sim_sock *s = sock_of(d, h);
+	if (s) {
+		if (set)
+			so_set(s, opt, *value);
+		else
+			*value = s->so[opt];
+	}
+	unlock();
+	return s ? 0 : -EBADF;
+}
+
 static int start_connect(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
 	tl_addr dst;
@@ -203,13 +293,27 @@ static int start_connect(struct tl_drv *d, struct sim_sock *s, struct tl_opslot 
 			return -ENOENT; /* no such socket file: refused at once, as Linux */
 	} else {
 		dst = tl__sim_dest_of(&o->u.conn.addr);
-		L = tl__sim_find_listener(d, &dst, NULL);
+		/* A mapped destination is an IPv4 connection. */
+		tl_addr route = tl__sim_unmapped(&dst);
+		L = tl__sim_find_listener(d, &route, NULL);
 		s->remote = dst;
-		s->local = dst;
-		int p = tl__sim_pick_port(SK_LISTEN);
-		if (p < 0)
-			return p;
-		tl__sim_set_port(&s->local, (uint16_t)p);
+		uint16_t port = 0;
+		if (s->src_bound) {
+			port = tl__sim_port_of(&s->local);
+			/* A wildcard source IP: the host's address the route
+			 * takes, which is the destination's (it is this host). */
+			if (tl__sim_ip_any(&s->local))
+				s->local = dst;
+		} else {
+			s->local = dst;
+		}
+		if (!port) {
+			int p = tl__sim_pick_port(SK_LISTEN);
+			if (p < 0)
+				return p;
+			port = (uint16_t)p;
+		}
+		tl__sim_set_port(&s->local, port);
 	}
 	tl__sim_q_push(d->loop, &s->whead, &s->wtail, o);
 	if (!L || tl__sim_draw(d, TL_SIM_CONNECT_REFUSED)) {
@@ -427,6 +531,8 @@ const struct tl_driver tl__driver_sim = {
 	.attach = sim_attach,
 	.release = sim_release,
 	.local_addr = sim_local,
+	.peer_addr = sim_peer,
+	.sockopt = sim_sockopt,
 	.submit = sim_submit,
 	.cancel = sim_cancel,
 	.poll = sim_poll,

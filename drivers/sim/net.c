@@ -229,7 +229,21 @@ struct sim_sock *tl__sim_sock_new(struct tl_drv *d, uint8_t type)
 	s->hidx = TL_NIL;
 	s->conn_res = CONN_PENDING;
 	s->rhead = s->rtail = s->whead = s->wtail = TL_NIL;
+	tl__sim_so_defaults(s);
 	return s;
+}
+
+/* What Linux reports for a fresh socket (NODELAY is the loop's own default;
+ * the buffers are the simulation's receive buffer). */
+void tl__sim_so_defaults(struct sim_sock *s)
+{
+	memset(s->so, 0, sizeof s->so);
+	s->so[TL_SO_NODELAY] = 1;
+	s->so[TL_SO_KEEPIDLE] = 7200;
+	s->so[TL_SO_KEEPINTVL] = 75;
+	s->so[TL_SO_KEEPCNT] = 9;
+	s->so[TL_SO_RCVBUF] = s->d->f.rcvbuf;
+	s->so[TL_SO_SNDBUF] = s->d->f.rcvbuf;
 }
 
 void tl__sim_sock_free(struct sim_sock *s)
@@ -370,9 +384,32 @@ tl_addr tl__sim_dest_of(const tl_addr *a)
 	return r;
 }
 
-/* An IPv4 address as a dual-stack IPv6 socket sees it (::ffff:a.b.c.d). */
+static int is_mapped(const tl_addr *a)
+{
+	return a->sa.sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a->in6.sin6_addr);
+}
+
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) as the IPv4 address it
+ * stands for: what a connection to it really is, as in Linux (so that an
+ * IPV6_V6ONLY listener does not get it). Any other address as it is. */
+tl_addr tl__sim_unmapped(const tl_addr *a)
+{
+	if (!is_mapped(a))
+		return *a;
+	tl_addr r;
+	memset(&r, 0, sizeof r);
+	r.in.sin_family = AF_INET;
+	r.in.sin_port = a->in6.sin6_port;
+	memcpy(&r.in.sin_addr, &a->in6.sin6_addr.s6_addr[12], 4);
+	return r;
+}
+
+/* An IPv4 address as a dual-stack IPv6 socket sees it (::ffff:a.b.c.d),
+ * and a mapped one as an IPv4 socket sees it. */
 tl_addr tl__sim_as_family(const tl_addr *a, int family)
 {
+	if (family == AF_INET)
+		return tl__sim_unmapped(a);
 	if (a->sa.sa_family != AF_INET || family != AF_INET6)
 		return *a;
 	tl_addr r;
@@ -604,6 +641,9 @@ int tl__sim_establish(struct tl_drv *a, struct sim_sock *L, struct sim_sock *c)
 		sv->local = tl__sim_as_family(&c->remote, L->local.sa.sa_family);
 		sv->remote = tl__sim_as_family(&c->local, L->local.sa.sa_family);
 	}
+	/* An accepted socket starts with its listener's options, as Linux
+	 * clones them. */
+	memcpy(sv->so, L->so, sizeof sv->so);
 	sv->peer = c;
 	c->peer = sv;
 	c->cs = CS_CONNECTED;
@@ -647,8 +687,9 @@ void tl__sim_close_sock(struct tl_drv *a, struct sim_sock *s)
 			struct sim_sock *p = s->peer;
 			p->peer = NULL;
 			s->peer = NULL;
-			/* Unread data makes the close abortive, as in TCP. */
-			if (s->len || tl__sim_draw(a, TL_SIM_CLOSE_RESET)) {
+			/* Unread data makes the close abortive, as in TCP, and so
+			 * does tl_close_abort (SO_LINGER {1, 0}). */
+			if (s->len || s->aborting || tl__sim_draw(a, TL_SIM_CLOSE_RESET)) {
 				tl__sim_abort_side(a, p, ECONNRESET);
 			} else {
 				p->rd_eof = 1;

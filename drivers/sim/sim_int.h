@@ -68,6 +68,8 @@ struct sim_sock {
 	uint8_t broken;    /* reset: writes fail with EPIPE from now on */
 	uint8_t lease_wait;
 	uint8_t in_accq;   /* a server socket on its listener's accept queue */
+	uint8_t src_bound; /* a stream to connect: local holds the source it was bound to */
+	uint8_t aborting;  /* released by tl_close_abort: the peer is reset */
 	int err;           /* a pending error, reported once by the next read or write */
 	int conn_res;      /* the connect's outcome: CONN_PENDING, 0 or -errno */
 	struct tl_drv *d;  /* owner */
@@ -80,6 +82,10 @@ struct sim_sock {
 	struct sim_sock *acc_head, *acc_tail, *wait_head, *wait_tail;
 	uint32_t acc_n, backlog;
 	tl_addr local, remote;
+	/* Socket options as tl_sockopt_get reports them (enum tl_sockopt):
+	 * kept and reported the way Linux reports them, their effects not
+	 * modelled (see drivers/sim/driver.c). */
+	uint32_t so[TL_SO_COUNT_];
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	/* receive ring: stream bytes, or datagram records (struct dg_hdr + bytes) */
 	uint8_t *buf;
@@ -185,6 +191,8 @@ void tl__sim_set_port(tl_addr *a, uint16_t p);
 int tl__sim_ip_any(const tl_addr *a);
 tl_addr tl__sim_dest_of(const tl_addr *a);
 tl_addr tl__sim_as_family(const tl_addr *a, int family);
+tl_addr tl__sim_unmapped(const tl_addr *a);
+void tl__sim_so_defaults(struct sim_sock *s);
 int tl__sim_pick_port(uint8_t type);
 void tl__sim_reg_add(struct sim_sock *s);
 int tl__sim_bind_ip(struct sim_sock *s, const tl_addr *addr, int reuseport, int v6only);

@@ -297,7 +297,7 @@ static void on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
 		if (h->flags & TL_HF_UNIX) {
 			peer.sa.sa_family = AF_UNIX;
 		} else {
-			/* TCP_NODELAY comes from the listener (see tl__ur_open). */
+			/* TCP_NODELAY comes from the listener (see tl__sock_open). */
 			socklen_t len = sizeof peer;
 			getpeername(res, &peer.sa, &len);
 		}

@@ -1,6 +1,5 @@
 /* drivers/uring/queue.c: the io_uring driver's handles and the ops the core submits: which queue an op joins, and when it reaches the start list. */
 #include <string.h>
-#include <unistd.h>
 #include "sock.h"
 #include "uring_int.h"
 
@@ -22,13 +21,11 @@ static void reset_h(struct tl_hslot *h)
 
 int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s)
 {
+	/* Accepted sockets inherit TCP_NODELAY (and the other options) from
+	 * their listener on Linux: tl__sock_open sets it there once. */
 	int fd = tl__sock_open(s);
 	if (fd < 0)
 		return fd;
-	/* Accepted sockets inherit TCP_NODELAY from their listener on Linux:
-	 * set it once here instead of once per connection. */
-	if (s->kind == TL_OPEN_TCP_LISTEN)
-		tl__sock_stream_opts(fd, 0);
 	h->fd = fd;
 	reset_h(h);
 	return 0;
@@ -47,8 +44,7 @@ void tl__ur_retry_fdwait(struct tl_drv *d)
 
 void tl__ur_release(struct tl_drv *d, struct tl_hslot *h)
 {
-	if (h->fd >= 0)
-		close(h->fd);
+	tl__sock_release(h->fd, h->flags & TL_HF_ABORT);
 	h->fd = -1;
 	/* A descriptor came free: accepts that hit EMFILE may go on. */
 	tl__ur_retry_fdwait(d);
@@ -59,6 +55,16 @@ void tl__ur_release(struct tl_drv *d, struct tl_hslot *h)
 int tl__ur_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
 {
 	return tl__sock_local(h->fd, out);
+}
+
+int tl__ur_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	return tl__sock_peer(h->fd, h->flags & TL_HF_UNIX, out);
+}
+
+int tl__ur_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value)
+{
+	return tl__sock_opt(h->fd, !!(h->flags & TL_HF_V6), set, opt, value);
 }
 
 int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)

@@ -400,6 +400,8 @@ int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec 
 int tl__ur_attach(struct tl_drv *d, struct tl_hslot *h);
 void tl__ur_release(struct tl_drv *d, struct tl_hslot *h);
 int tl__ur_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+int tl__ur_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+int tl__ur_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value);
 int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 

@@ -285,17 +285,75 @@ int tl_timer_reset(tl_loop *loop, tl_handle h, uint64_t at_ns);
 
 /* ---- Streams and datagrams (contract section 4) ---- */
 
+/*
+ * Typed socket options (contract 4.8; docs/SOCKETS.md), for tl_sockopt_set()
+ * and tl_sockopt_get() and the option lists of tl_listen_opts and
+ * tl_connect_opts. Which handles take which option (anything else is
+ * -EINVAL):
+ *  - TCP streams (accepted, connected or still connecting) and TCP listeners:
+ *    TL_SO_NODELAY .. TL_SO_TCLASS. The streams a listener accepts inherit
+ *    its values (as Linux copies them), so set an option on the listener
+ *    once instead of on every connection.
+ *  - TCP listeners also: TL_SO_DEFER_ACCEPT, TL_SO_FASTOPEN.
+ *  - Unix-domain streams: TL_SO_RCVBUF, TL_SO_SNDBUF.
+ *  - UDP sockets: TL_SO_RCVBUF, TL_SO_SNDBUF, TL_SO_MARK, TL_SO_TCLASS.
+ *  - Unix-domain listeners and timers: none.
+ * A value outside the range given is -EINVAL.
+ */
+enum tl_sockopt {
+	TL_SO_NODELAY = 1,  /* TCP_NODELAY, 0 or 1; 1 by default (replies must not wait
+			     * for Nagle's algorithm) */
+	TL_SO_KEEPALIVE,    /* SO_KEEPALIVE, 0 or 1; 0 by default */
+	TL_SO_KEEPIDLE,     /* TCP_KEEPIDLE: idle seconds before the first probe, 1..32767 */
+	TL_SO_KEEPINTVL,    /* TCP_KEEPINTVL: seconds between probes, 1..32767 */
+	TL_SO_KEEPCNT,      /* TCP_KEEPCNT: unanswered probes before the reset, 1..127 */
+	TL_SO_USER_TIMEOUT, /* TCP_USER_TIMEOUT: ms sent data may stay unacknowledged
+			     * before the connection fails (-ETIMEDOUT); 0 (the system's
+			     * default) .. INT32_MAX */
+	TL_SO_RCVBUF,       /* SO_RCVBUF bytes, 1..2^30-1; read back doubled (see below) */
+	TL_SO_SNDBUF,       /* SO_SNDBUF bytes, 1..2^30-1; read back doubled */
+	TL_SO_MARK,         /* SO_MARK (routing and filtering mark), 0..UINT32_MAX; setting it
+			     * needs CAP_NET_ADMIN or CAP_NET_RAW (-EPERM) */
+	TL_SO_TCLASS,       /* traffic class: IP_TOS on IPv4 sockets, IPV6_TCLASS on IPv6 ones
+			     * (and IP_TOS too, for the IPv4 peers of a dual-stack socket);
+			     * 0..255 with the two ECN bits clear (they are the kernel's) */
+	TL_SO_DEFER_ACCEPT, /* TCP listeners: TCP_DEFER_ACCEPT, seconds a connection may wait
+			     * for its first bytes before accept sees it; 0 (off) .. INT32_MAX */
+	TL_SO_FASTOPEN,     /* TCP listeners: TCP_FASTOPEN, the queue of pending TFO
+			     * requests; 0 (off) .. INT32_MAX */
+	TL_SO_COUNT_
+};
+
+/* One option and its value, for the lists of tl_listen_opts and
+ * tl_connect_opts (read during the call only). */
+typedef struct tl_sockopt_val {
+	int opt;       /* enum tl_sockopt */
+	int64_t value;
+} tl_sockopt_val;
+#define TL_SOCKOPTS_MAX 16 /* entries a list may have */
+
 typedef struct tl_listen_opts {
-	int backlog;    /* default 511 when 0 */
-	int reuseport;  /* SO_REUSEPORT: several loops listen on one address */
-	int v6only;     /* IPv6 listeners: IPV6_V6ONLY */
+	int backlog;      /* default 511 when 0 */
+	int reuseport;    /* SO_REUSEPORT: several loops listen on one address */
+	int v6only;       /* IPv6 listeners: IPV6_V6ONLY */
+	int defer_accept; /* TCP: TL_SO_DEFER_ACCEPT seconds (0: off); Unix: must be 0 */
+	int fastopen;     /* TCP: TL_SO_FASTOPEN queue length (0: off); Unix: must be 0 */
+	/* More options, applied in order before listen(2) (a buffer size set
+	 * then also shapes the window the accepted streams advertise); each
+	 * must be one a listener of this kind takes. NULL with 0: none. */
+	const tl_sockopt_val *sockopts;
+	uint32_t nsockopts; /* <= TL_SOCKOPTS_MAX */
 } tl_listen_opts;
 
-/* Bind and listen on addr (IPv4 or IPv6). opts may be NULL. */
+/* Bind and listen on addr (IPv4 or IPv6). opts may be NULL. 0 and *out, or
+ * -EINVAL (addr or out NULL, addr not IPv4/IPv6, a bad option, value or
+ * list in opts), -ENOBUFS (handle table full), the OS error (-EADDRINUSE,
+ * ...). */
 int tl_tcp_listen(tl_loop *loop, const tl_addr *addr, const tl_listen_opts *opts,
 		  tl_handle *out);
 /* Listen on a Unix-domain stream socket at path (unlinked first if it is a
- * stale socket). */
+ * stale socket). Return codes as tl_tcp_listen (opts may carry no socket
+ * option: a Unix-domain listener takes none). */
 int tl_unix_listen(tl_loop *loop, const char *path, const tl_listen_opts *opts,
 		   tl_handle *out);
 /* The bound local address of a TCP/UDP handle: 0, -ENOENT (stale or
@@ -317,6 +375,44 @@ int tl_accept_start(tl_loop *loop, tl_handle listener, uint64_t token, tl_op *op
  * and writes submitted right away) and *op. */
 int tl_tcp_connect(tl_loop *loop, const tl_addr *addr, uint64_t deadline_ns, uint64_t token,
 		   tl_handle *h, tl_op *op);
+
+/* How tl_tcp_connect_opts() sets up its socket before connecting. Zeroed:
+ * as tl_tcp_connect. */
+typedef struct tl_connect_opts {
+	/* Bind here before connecting: sa_family 0 (AF_UNSPEC) for no bind,
+	 * else the destination's family; port 0 lets the kernel pick one. */
+	tl_addr source;
+	/* Nonzero, with a source of port 0: IP_BIND_ADDRESS_NO_PORT, so the
+	 * port is picked at connect for the whole 4-tuple instead of reserved
+	 * at bind. Many connections from one source IP (a proxy's upstream
+	 * side) then share local ports across destinations instead of
+	 * exhausting and serialising on the local port table. */
+	int bind_no_port;
+	/* Nonzero: IP_FREEBIND, the source need not be an address of this
+	 * host (yet). */
+	int freebind;
+	/* Nonzero: IP_TRANSPARENT (a transparent proxy's foreign source);
+	 * needs CAP_NET_ADMIN (-EPERM). */
+	int transparent;
+	/* Stream options applied before connect(2), in order, so that the
+	 * SYN already carries them (mark, traffic class, buffer sizes and
+	 * the window they give): options a TCP stream takes. NULL with 0:
+	 * none. */
+	const tl_sockopt_val *sockopts;
+	uint32_t nsockopts; /* <= TL_SOCKOPTS_MAX */
+} tl_connect_opts;
+
+/* tl_tcp_connect with the socket set up by opts first (NULL: none). 0 with
+ * *h and *op set, or -EINVAL (addr not IPv4/IPv6; a source of another
+ * family; bind_no_port, freebind or transparent without a source; a bad
+ * option, value or list), -ENOBUFS (a table is full), -ENOTSUP (the driver
+ * cannot set socket options), or the OS error of the setup (-EPERM for
+ * transparent or a mark without the capability, -EADDRNOTAVAIL for a
+ * source that is not local without freebind, -EADDRINUSE, ...). On the
+ * simulation driver every address is local (freebind changes nothing) and
+ * nothing needs a capability. */
+int tl_tcp_connect_opts(tl_loop *loop, const tl_addr *addr, const tl_connect_opts *opts,
+			uint64_t deadline_ns, uint64_t token, tl_handle *h, tl_op *op);
 int tl_unix_connect(tl_loop *loop, const char *path, uint64_t deadline_ns, uint64_t token,
 		    tl_handle *h, tl_op *op);
 
@@ -351,6 +447,57 @@ int tl_writev(tl_loop *loop, tl_handle h, const struct iovec *iov, int n, uint64
 	      tl_op *op);
 /* Half-close the write side after all earlier writes. */
 int tl_shutdown(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
+
+/* ---- Socket control (contract 4.8; docs/SOCKETS.md) ---- */
+
+/* Set option opt (enum tl_sockopt) of socket handle h to value, at once
+ * (also while h's connect is pending). 0, -ENOENT (stale or foreign),
+ * -EINVAL (opt unknown or not taken by h's kind, value out of range, h
+ * closing), -ENOTSUP (the driver cannot set socket options), or the OS
+ * error unchanged (-EPERM: TL_SO_MARK without the capability). */
+int tl_sockopt_set(tl_loop *loop, tl_handle h, int opt, int64_t value);
+
+/* Read option opt of h into *value: what the OS reports, which is not
+ * always what was set. Linux reports TL_SO_RCVBUF / TL_SO_SNDBUF as twice
+ * the value set (its bookkeeping overhead, counted in the buffer), after
+ * clamping that value to net.core.rmem_max / wmem_max; it rounds
+ * TL_SO_DEFER_ACCEPT up to its SYN-ACK retransmission schedule (1, 3, 7, 15,
+ * 31, 63, 127, 247, ... seconds) and caps TL_SO_FASTOPEN at
+ * net.core.somaxconn. Works until h's Closed (also while closing). 0,
+ * -ENOENT, -EINVAL (value NULL, opt unknown or not taken by h's kind),
+ * -ENOTSUP, or the OS error. */
+int tl_sockopt_get(tl_loop *loop, tl_handle h, int opt, int64_t *value);
+
+/* The peer address of a connected stream: accepted, or connected (its
+ * TL_K_CONNECT arrived with 0). A Unix-domain peer is reported as
+ * sa_family AF_UNIX and nothing else, as accept reports it. Works until h's
+ * Closed. 0, -ENOENT (stale or foreign), -EINVAL (out NULL, h not a stream),
+ * -EAGAIN while h's connect is pending (as tl_local_addr), -ENOTCONN (the
+ * connect failed, or the connection was reset), -ENOTSUP, or another OS
+ * error. */
+int tl_peer_addr(tl_loop *loop, tl_handle h, tl_addr *out);
+
+/* Like tl_close(h, token) (the same completions, rules and return codes),
+ * but abortive: right before the OS object is released (when Closed is
+ * handed out) the socket gets SO_LINGER {1, 0}, so the peer sees a reset
+ * (-ECONNRESET) instead of an end of stream, and bytes not yet sent are
+ * dropped: how a proxy passes a reset on. A Unix-domain stream has no
+ * reset: its peer sees an end of stream, as after tl_close (or -ECONNRESET
+ * if it had left bytes unread, as after tl_close too). Streams only:
+ * -EINVAL for any other handle (and, as tl_close, when h is already
+ * closing). */
+int tl_close_abort(tl_loop *loop, tl_handle h, uint64_t token);
+
+/* The OS descriptor of socket handle h, for what the typed calls do not
+ * cover. The loop still owns it: never close, read, write or shut it down,
+ * never change its O_NONBLOCK or O_CLOEXEC flags, and hand it to nobody who
+ * might. setsockopt(2), getsockopt(2) and other queries (getsockname,
+ * fstat, ...) are fine. It is valid until h's TL_K_CLOSED completion has
+ * been returned by tl_turn(); after that the number may name anything.
+ * Returns the descriptor (>= 0), -ENOENT (stale or foreign), -EINVAL (a
+ * timer), or -ENOTSUP when the driver's handles are no OS sockets (no
+ * TL_CAP_OS: the simulation driver). */
+int tl_handle_fd(tl_loop *loop, tl_handle h);
 
 /* UDP: bind a datagram socket (port 0 picks one). */
 int tl_udp_bind(tl_loop *loop, const tl_addr *addr, tl_handle *out);
