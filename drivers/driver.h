@@ -214,6 +214,10 @@ struct tl_poll_info {
 	uint32_t zero_event_waits;
 };
 
+/* A driver's own capability bits, above the public TL_CAP_* ones
+ * (tl_loop_caps() shows only the low 16 bits). */
+#define TL_DRV_CAP_KBUF (1u << 16) /* the kernel picks pooled buffers (a provided-buffer ring) */
+
 struct tl_driver {
 	const char *name;
 	uint32_t caps; /* TL_CAP_* */

@@ -5,20 +5,23 @@
 #include "turnloop/error.h"
 #include "turnloop/loop.h"
 
+/* The codes turnloop gives a meaning of its own (turnloop/error.h): the OS's
+ * meaning first, since the same code also comes straight from the OS (a
+ * write's -EPIPE is a broken pipe), then turnloop's. */
 const char *tl_strerror(int code)
 {
 	switch (code) {
-	case 0: return "success";
-	case -EINVAL: return "invalid argument, limit or handle state";
-	case -ENOENT: return "unknown, foreign or stale id";
-	case -EALREADY: return "cancellation already requested";
-	case -ENOBUFS: return "table, ring or queue full";
-	case -EAGAIN: return "would block: retry after a turn";
-	case -ECANCELED: return "operation cancelled";
-	case -ETIMEDOUT: return "deadline passed";
-	case -ENOTSUP: return "not supported by this driver";
-	case -EPIPE: return "endpoint closed";
-	case -EBUSY: return "loop still has live handles";
+	case 0: return "Success";
+	case -EINVAL: return "Invalid argument (turnloop: bad argument, limit or handle state)";
+	case -ENOENT: return "No such file or directory (turnloop: unknown, foreign or stale id)";
+	case -EALREADY: return "Operation already in progress (turnloop: cancellation already requested)";
+	case -ENOBUFS: return "No buffer space available (turnloop: a table, ring or queue is full)";
+	case -EAGAIN: return "Resource temporarily unavailable (turnloop: would block, retry after a turn)";
+	case -ECANCELED: return "Operation canceled";
+	case -ETIMEDOUT: return "Connection timed out (turnloop: a deadline passed)";
+	case -ENOTSUP: return "Operation not supported (turnloop: not supported by this driver or platform)";
+	case -EPIPE: return "Broken pipe (turnloop: loop, poster or pool endpoint closed)";
+	case -EBUSY: return "Device or resource busy (turnloop: the loop still has live handles)";
 	default: return code < 0 ? strerror(-code) : "not an error code";
 	}
 }

@@ -580,7 +580,7 @@ static void lease_back(tl_loop *l, uint32_t id)
 	tl__caps_lease_back(l, id);
 	l->lease_nout -= l->lease_out[id];
 	l->lease_out[id] = 0;
-	if (!(l->dv->caps & TL_CAP_KBUF))
+	if (!(l->dv->caps & TL_DRV_CAP_KBUF))
 		l->lease_free[l->lease_nfree++] = id;
 	if (l->dv->lease_returned)
 		l->dv->lease_returned(l->d, id);

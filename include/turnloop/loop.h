@@ -154,7 +154,6 @@ const char *tl_loop_driver(const tl_loop *loop);
  * (the simulation driver's are not: a server must refuse to run without it;
  * the sharded runtime does). */
 #define TL_CAP_OS        (1u << 6)
-#define TL_CAP_KBUF      (1u << 16) /* internal: the kernel picks pooled buffers */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
 /* True while a referenced handle, a pending operation of a referenced handle,
