@@ -55,6 +55,7 @@ struct mo {
 	uint8_t rq;        /* RQ_*: a cancel or stop the core accepted (returned 0) */
 	uint8_t closed;    /* its handle was closed while it was live */
 	uint8_t queued;    /* a cancel said -ENOENT: its own terminal is queued */
+	uint8_t late_data; /* data records of a read after its cancel, stop or close */
 	uint8_t timedout;  /* a cancel said -EALREADY unasked: its deadline fired */
 	uint8_t at_exact;  /* a one-shot timer never reset: check it is not early */
 	int32_t late;      /* nonterminal events it may still deliver after a cancel
@@ -885,6 +886,24 @@ static void a_cancel(struct model *m, int li, int stop)
 	limit_late(m, li, o);
 }
 
+/* tl_close(h) returned 0: every op of h is cancelled, Closed follows. */
+static void closing(struct model *m, uint32_t hi, uint64_t tk)
+{
+	struct mh *h = H(m, hi);
+	h->state = HS_CLOSING;
+	h->close_token = tk;
+	for (uint32_t i = 0; i < m->no; i++) {
+		struct mo *o = &m->o[i];
+		if (o->state != MO_LIVE)
+			continue;
+		if (o->h == hi) {
+			o->closed = 1;
+			if (!m->may_cancel_err)
+				limit_late(m, h->loop, o);
+		}
+	}
+}
+
 static void a_close(struct model *m, int li)
 {
 	struct tref t = pick_h(m, li, -1);
@@ -893,17 +912,8 @@ static void a_close(struct model *m, int li)
 	say(m, "L%d close h=%#llx -> %d%s", li, (unsigned long long)t.v, rc, ename(rc));
 	int pre = pre_handle(m, li, t, ~0u);
 	CHECK(rc == pre, "close: %d%s, want %d%s", rc, ename(rc), pre, ename(pre));
-	if (rc)
-		return;
-	struct mh *h = H(m, (uint32_t)t.idx);
-	h->state = HS_CLOSING;
-	h->close_token = tk;
-	for (uint32_t i = 0; i < m->no; i++)
-		if (m->o[i].h == (uint32_t)t.idx && m->o[i].state == MO_LIVE) {
-			m->o[i].closed = 1;
-			if (!m->may_cancel_err)
-				limit_late(m, li, &m->o[i]);
-		}
+	if (rc == 0)
+		closing(m, (uint32_t)t.idx, tk);
 }
 
 static void a_set_ref(struct model *m, int li)
@@ -1174,6 +1184,11 @@ static void on_completion(struct model *m, int li, const tl_completion *c)
 		CHECK(c->result > 0, "a cancelled read's nonterminal without data: %lld%s",
 		      (long long)c->result, ename(c->result));
 		CHECK(!(c->flags & (TL_F_EOF | TL_F_STOPPED)), "late read data flags %#x", c->flags);
+		/* A one-shot read had one read's worth in the kernel at most. */
+		CHECK(o->multi || o->late_data == 0,
+		      "a one-shot read gave a second data record after its cancel");
+		o->late_data++;
+		say(m, "    data after its cancel, stop or close (contract 2.5)");
 		if (o->pooled) {
 			CHECK(c->flags & TL_F_LEASE, "pooled late read without a lease");
 			hold_lease(m, li, o->kind == TL_K_READ ? &c->u.read.lease : &c->u.recv.lease,
@@ -1186,8 +1201,15 @@ static void on_completion(struct model *m, int li, const tl_completion *c)
 		return;
 	}
 	CHECK(term || o->multi, "nonterminal completion of a one-shot op");
+	/* Contract 2.5: no other op produces a nonterminal completion once its
+	 * cancel or stop returned 0 (or its close cancelled it); the only ones
+	 * that may still come are those already queued, undelivered, when it
+	 * was asked (late counts the queue then, an upper bound). */
 	if (!term && o->late >= 0)
-		CHECK(o->late-- > 0, "a nonterminal completion generated after its cancel");
+		CHECK(o->late-- > 0,
+		      "a nonterminal completion (kind %u, result %lld%s) generated after its %s",
+		      c->kind, (long long)c->result, ename(c->result),
+		      o->rq == RQ_STOP ? "stop" : o->rq == RQ_CANCEL ? "cancel" : "close");
 	if (term && o->rq == RQ_CANCEL) {
 		CHECK(c->result == -ECANCELED && !(c->flags & TL_F_STOPPED),
 		      "cancelled op ended with %lld%s flags %#x", (long long)c->result,
@@ -1360,11 +1382,7 @@ static void drain_all(struct model *m)
 			if (h->state == HS_OPEN) {
 				int rc = tl_close(m->L[h->loop].l, h->id, 0xc105e);
 				CHECK(rc == 0, "final close: %d%s", rc, ename(rc));
-				h->state = HS_CLOSING;
-				h->close_token = 0xc105e;
-				for (uint32_t k = 0; k < m->no; k++)
-					if (m->o[k].h == i && m->o[k].state == MO_LIVE)
-						m->o[k].closed = 1;
+				closing(m, i, 0xc105e);
 			}
 			busy |= h->state != HS_GONE;
 		}
