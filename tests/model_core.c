@@ -1,4 +1,4 @@
-/* tests/model_core.c: random public API call sequences on sim loops, checked against a model of their promises. */
+/* tests/model_core.c: random public API call sequences on two loops (sim, epoll or io_uring), checked against a model of their promises. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <turnloop/loop.h>
 #include "sim.h"
 
@@ -23,12 +28,29 @@
  * the exact state (a terminal may be queued but not yet delivered when it
  * cancels), the model accepts each answer the contract allows and then holds
  * the core to what that answer implies.
+ *
+ * On a kernel driver (m->real) the sockets are real loopback sockets and the
+ * clock is the real one, so the model cannot know when the kernel finishes
+ * anything: it never expects an event in a given turn, every wait for one is
+ * bounded by wall-clock time, and where the kernel decides (a connect to a
+ * full Unix backlog, an error of a real socket) the model accepts what Linux
+ * documents for that call. What the contract promises whatever the timing is
+ * checked as strictly as on sim: return codes of every call, exactly one
+ * terminal per accepted op, nothing after it, Closed last, stale ids, alive(),
+ * tables and leases.
  */
 
 #define NLOOPS 2
 #define NOH UINT32_MAX /* an op without a handle (a room wait) */
 #define WBUF_SIZE (96 * 1024)
 #define POST_TOKEN 0xb057000000000000ull
+#define NPATHS 3
+#define PATH_NONE (-1)
+#define PATH_STALE (-2)
+/* A kernel driver: how long the end of a run may wait for the kernel to
+ * finish what was cancelled or closed, and a probe for its one event. */
+#define REAL_DRAIN_S 10.0
+#define REAL_PROBE_S 5.0
 
 enum { MH_TCPL, MH_UNIXL, MH_STREAM, MH_UDP, MH_TIMER, MH_NTYPES };
 enum { HS_OPEN, HS_CLOSING, HS_GONE };
@@ -47,6 +69,10 @@ struct mh {
 	uint64_t close_token;
 	tl_addr addr; /* TCP listeners and UDP: the bound address */
 	int path;     /* Unix listeners: index into paths[] */
+	int backlog;  /* listeners: the backlog asked for (0: the default, 511) */
+	uint32_t waiting; /* Unix listeners: connections in its queue, at most */
+	uint8_t conn; /* streams: CS_* (kernel drivers) */
+	uint8_t unix_; /* a Unix-domain stream */
 };
 
 struct mo {
@@ -65,7 +91,20 @@ struct mo {
 	uint64_t token, deadline, at;
 	uint8_t *buf;      /* a read's buffer, ours until the terminal */
 	uint32_t len;      /* read/recv buffer length, write or send length */
+	/* A connect on a kernel driver: the results the kernel may give it
+	 * (CW_*), from every state its target was in while it was pending,
+	 * and its Unix path (-1 for TCP). */
+	uint8_t want;
+	int8_t path;
+	uint8_t cross; /* a datagram to the other address family */
+	uint16_t tport; /* a TCP connect: the port it connects to */
 };
+
+enum { CW_OK = 1, CW_REFUSED = 2, CW_NOENT = 4, CW_AGAIN = 8, CW_RESET = 16 };
+/* A stream on a kernel driver: connected for sure (accepted, or its connect
+ * said 0), or not known to be (its connect is pending, failed, timed out or
+ * was cancelled: the kernel may or may not have connected it). */
+enum { CS_PENDING, CS_OK, CS_NOTSURE };
 
 struct mloop {
 	tl_loop *l;
@@ -100,10 +139,24 @@ struct model {
 	int last_accepted; /* model index of the last accepted connection */
 	int by_destroy;    /* end with tl_loop_destroy, everything still in flight */
 	uint8_t *wbuf;
+	/* A kernel driver: real sockets, real time (see the top of the file). */
+	int real;
+	int have_v6;       /* ::1 can be bound */
+	const char *paths[NPATHS];
+	char pathbuf[NPATHS][108];
+	char dir[64];      /* the run's directory for its Unix paths */
+	int dir_made;
+	/* Which listener's socket file is at each path: a model handle index,
+	 * PATH_NONE (no file) or PATH_STALE (a file nobody listens on). */
+	int path_owner[NPATHS];
+	/* Ports bound by the model itself and never listened on or read: a
+	 * connect there is refused and a datagram goes nowhere, without
+	 * touching anything else on the machine. TCP v4, TCP v6, UDP v4. */
+	int dead_fd[3];
+	tl_addr dead[3];
 };
 
-static const char *const paths[] = {"/model/a", "/model/b", "/model/c"};
-#define NPATHS 3
+static const char *const sim_paths[NPATHS] = {"/model/a", "/model/b", "/model/c"};
 
 /* ---- failing ---- */
 
@@ -116,6 +169,20 @@ static const char *ename(long long v)
 	const char *n = strerrorname_np((int)-v);
 	char *s = b[k++ & 3];
 	snprintf(s, sizeof b[0], "(-%s)", n ? n : "?");
+	return s;
+}
+
+static const char *addr_str(const tl_addr *a)
+{
+	static char b[4][64];
+	static int k;
+	char *s = b[k++ & 3], ip[48] = "?";
+	if (a->sa.sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &a->in6.sin6_addr, ip, sizeof ip);
+	else if (a->sa.sa_family == AF_INET)
+		inet_ntop(AF_INET, &a->in.sin_addr, ip, sizeof ip);
+	snprintf(s, sizeof b[0], a->sa.sa_family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip,
+		 ntohs(a->in.sin_port));
 	return s;
 }
 
@@ -218,6 +285,7 @@ static uint32_t h_add(struct model *m, int li, tl_handle id, uint8_t type)
 	h->state = HS_OPEN;
 	h->ref = 1;
 	h->path = -1;
+	say(m, "    new %s #%u h=%#llx", type_names[type], m->nh, (unsigned long long)id.v);
 	m->L[li].nh_live++;
 	m->L[li].owner_id = id.v;
 	return m->nh++;
@@ -239,6 +307,8 @@ static uint32_t o_add(struct model *m, int li, tl_op id, uint32_t h, uint16_t ki
 	o->kind = kind;
 	o->h = h;
 	o->late = -1;
+	o->path = -1;
+	say(m, "    new op #%u (kind %u) op=%#llx", m->no, kind, (unsigned long long)id.v);
 	m->L[li].no_live++;
 	return m->no++;
 }
@@ -488,19 +558,44 @@ static uint32_t loop_of(struct model *m)
 	return pick(m, NLOOPS);
 }
 
+static void listener_changed(struct model *m, const struct mh *h);
+
+/* Without IPv6 on the machine, a kernel driver's run uses IPv4 instead. */
+static const char *ip_of(struct model *m, const char *ip)
+{
+	if (!m->real || m->have_v6 || !strchr(ip, ':'))
+		return ip;
+	return strcmp(ip, "::") ? "127.0.0.1" : "0.0.0.0";
+}
+
+/* A port to listen on again (choice k of 3). On sim, fixed ports; on a
+ * kernel driver the port of one of the run's own TCP listeners (maybe
+ * closed since), so that a run never binds a port someone else may use;
+ * 0 when there is none yet. */
+static uint16_t fixed_port(struct model *m, uint32_t k)
+{
+	if (!m->real)
+		return (uint16_t)(7000 + k);
+	for (uint32_t i = m->nh; i-- > 0;)
+		if (m->h[i].type == MH_TCPL && k-- == 0)
+			return ntohs(m->h[i].addr.in.sin_port);
+	return 0;
+}
+
 static void a_listen(struct model *m, int li)
 {
 	tl_loop *l = m->L[li].l;
 	tl_addr a;
 	static const char *const ips[] = {"127.0.0.1", "::1", "0.0.0.0", "::"};
-	const char *ip = ips[pick(m, 4)];
-	uint16_t port = pick(m, 2) ? 0 : (uint16_t)(7000 + pick(m, 3));
+	const char *ip = ip_of(m, ips[pick(m, 4)]);
+	uint16_t port = pick(m, 2) ? 0 : fixed_port(m, pick(m, 3));
 	CHECK(tl_addr_parse(&a, ip, port) == 0, "addr_parse");
 	tl_listen_opts o = {.backlog = (int)pick(m, 4), .reuseport = chance(m, 50),
 			    .v6only = chance(m, 30)};
 	tl_handle h;
 	int hfull = handles_full(m, li);
-	int rc = tl_tcp_listen(l, &a, chance(m, 80) ? &o : NULL, &h);
+	int with_opts = chance(m, 80);
+	int rc = tl_tcp_listen(l, &a, with_opts ? &o : NULL, &h);
 	say(m, "L%d listen %s:%u reuse=%d -> %d%s", li, ip, port, o.reuseport, rc, ename(rc));
 	if (hfull) {
 		CHECK(rc == -ENOBUFS, "listen with the handle table full: %d%s", rc, ename(rc));
@@ -512,8 +607,12 @@ static void a_listen(struct model *m, int li)
 		return;
 	}
 	uint32_t i = h_add(m, li, h, MH_TCPL);
+	H(m, i)->backlog = with_opts ? o.backlog : 0;
 	int r2 = tl_local_addr(l, h, &H(m, i)->addr);
 	CHECK(r2 == 0, "local_addr of a listener: %d%s", r2, ename(r2));
+	say(m, "    bound to %s backlog %d", addr_str(&H(m, i)->addr), H(m, i)->backlog);
+	if (m->real)
+		listener_changed(m, H(m, i));
 	CHECK(port == 0 || ntohs(H(m, i)->addr.in.sin_port) == port, "listener bound elsewhere");
 	CHECK(port != 0 || ntohs(H(m, i)->addr.in.sin_port) != 0, "port 0 stayed 0");
 }
@@ -526,24 +625,101 @@ static int path_listened(struct model *m, int path)
 	return 0;
 }
 
+/* A kernel driver: what a Unix connect to path may end with now (CW_*).
+ * No socket file: -ENOENT. A file nobody listens on: -ECONNREFUSED. A
+ * listener (open, or closing but not yet Closed, so its socket is still
+ * there): connected, or -EAGAIN when its queue is full (Linux refuses a
+ * connect while more than backlog connections wait), or -ECONNRESET once
+ * it closes. The model counts the connections that may wait in each queue
+ * (every connect that may have entered it, less the accepts delivered), an
+ * upper bound, so -EAGAIN is allowed only where the queue may be full. */
+static uint8_t unix_want(struct model *m, int path)
+{
+	int owner = m->path_owner[path];
+	if (owner == PATH_NONE)
+		return CW_NOENT;
+	if (owner == PATH_STALE)
+		return CW_REFUSED;
+	const struct mh *h = &m->h[owner];
+	uint32_t cap = h->backlog > 0 ? (uint32_t)h->backlog : 511;
+	return CW_OK | (h->waiting > cap ? CW_AGAIN : 0) | (h->state != HS_OPEN ? CW_RESET : 0);
+}
+
+/* A listener on port that may get a TCP connect to it reset: one closing
+ * (the connections in its queue are reset), or one whose small backlog may
+ * overflow (Linux then may reset a connection it cannot queue). Any
+ * listener on the port counts: with SO_REUSEPORT, and IPv4 beside IPv6,
+ * the kernel picks which one a connection reaches. */
+static int risky_listener(const struct mh *h, uint16_t port)
+{
+	return h->type == MH_TCPL && h->state != HS_GONE && ntohs(h->addr.in.sin_port) == port &&
+	       (h->state == HS_CLOSING || (h->backlog > 0 && h->backlog < 8));
+}
+
+static uint8_t tcp_want(struct model *m, uint16_t port)
+{
+	for (uint32_t i = 0; i < m->nh; i++)
+		if (risky_listener(&m->h[i], port))
+			return CW_RESET;
+	return 0;
+}
+
+/* A kernel driver: a listener changed; a TCP connect still pending to its
+ * port (or a Unix one to its path) may meet what it now allows. */
+static void listener_changed(struct model *m, const struct mh *h)
+{
+	for (uint32_t i = 0; i < m->no; i++) {
+		struct mo *o = &m->o[i];
+		if (o->state != MO_LIVE || o->kind != TL_K_CONNECT)
+			continue;
+		if (h->type == MH_TCPL && o->path < 0 && risky_listener(h, o->tport))
+			o->want |= CW_RESET;
+		if (h->type == MH_UNIXL && o->path == h->path && h->state == HS_CLOSING)
+			o->want |= CW_RESET | CW_REFUSED;
+	}
+}
+
+/* A kernel driver: the socket file at path changed; a connect still
+ * pending there (io_uring issues it at the next turn) may meet either. */
+static void path_changed(struct model *m, int path, int owner)
+{
+	m->path_owner[path] = owner;
+	for (uint32_t i = 0; i < m->no; i++)
+		if (m->o[i].state == MO_LIVE && m->o[i].kind == TL_K_CONNECT &&
+		    m->o[i].path == path) {
+			m->o[i].want |= unix_want(m, path);
+			if (owner >= 0)
+				m->h[owner].waiting++; /* it may land in this queue */
+		}
+}
+
 static void a_unix_listen(struct model *m, int li)
 {
 	int path = (int)pick(m, NPATHS);
 	tl_listen_opts o = {.backlog = (int)pick(m, 3)};
 	tl_handle h;
 	int hfull = handles_full(m, li);
-	int rc = tl_unix_listen(m->L[li].l, paths[path], &o, &h);
-	say(m, "L%d unix_listen %s -> %d%s", li, paths[path], rc, ename(rc));
+	int rc = tl_unix_listen(m->L[li].l, m->paths[path], &o, &h);
+	say(m, "L%d unix_listen %s backlog %d -> %d%s", li, m->paths[path], o.backlog, rc, ename(rc));
 	if (hfull)
 		CHECK(rc == -ENOBUFS, "unix_listen, table full: %d%s", rc, ename(rc));
+	else if (m->real)
+		/* The kernel drivers replace a socket file left at the path
+		 * (tl_unix_listen), whether or not a listener still has it. */
+		CHECK(rc == 0, "unix_listen: %d%s", rc, ename(rc));
 	else if (path_listened(m, path))
 		CHECK(rc == -EADDRINUSE || (rc == -EMFILE && m->may_open_err),
 		      "unix_listen on a live path: %d%s", rc, ename(rc));
 	else
 		CHECK(rc == 0 || (rc == -EMFILE && m->may_open_err), "unix_listen: %d%s", rc,
 		      ename(rc));
-	if (rc == 0)
-		H(m, h_add(m, li, h, MH_UNIXL))->path = path;
+	if (rc == 0) {
+		uint32_t i = h_add(m, li, h, MH_UNIXL);
+		H(m, i)->path = path;
+		H(m, i)->backlog = o.backlog;
+		if (m->real)
+			path_changed(m, path, (int)i);
+	}
 }
 
 static void a_accept(struct model *m, int li, int multi)
@@ -575,28 +751,45 @@ static void a_connect(struct model *m, int li, int unix_)
 	tl_handle h;
 	tl_op op;
 	int rc, path = -1;
+	uint8_t want = 0;
+	uint16_t tport = 0;
 	int full = ops_full(m, li) || handles_full(m, li);
 	char desc[96];
 	if (unix_) {
 		path = (int)pick(m, NPATHS);
-		rc = tl_unix_connect(L->l, paths[path], dl, tk, &h, &op);
-		snprintf(desc, sizeof desc, "unix %s", paths[path]);
+		if (m->real)
+			want = unix_want(m, path);
+		rc = tl_unix_connect(L->l, m->paths[path], dl, tk, &h, &op);
+		if (m->real && m->path_owner[path] >= 0 && rc == 0)
+			m->h[m->path_owner[path]].waiting++;
+		snprintf(desc, sizeof desc, "unix %s", m->paths[path]);
 	} else {
 		tl_addr a;
 		uint32_t cand[32], n = 0;
 		for (uint32_t i = 0; i < m->nh && n < 32; i++)
 			if (m->h[i].type == MH_TCPL)
 				cand[n++] = i;
-		if (n && pick(m, 5))
+		want = CW_OK | CW_REFUSED;
+		if (n && pick(m, 5)) {
 			a = H(m, cand[pick(m, n)])->addr; /* maybe closed since: refused */
-		else
+			if (m->real)
+				want |= tcp_want(m, ntohs(a.in.sin_port));
+		} else if (m->real) {
+			a = m->dead[m->have_v6 ? pick(m, 2) : 0];
+			want = CW_REFUSED;
+		} else {
 			CHECK(tl_addr_parse(&a, pick(m, 2) ? "127.0.0.1" : "::1",
 					    (uint16_t)(1 + pick(m, 30))) == 0,
 			      "addr_parse");
+		}
 		rc = tl_tcp_connect(L->l, &a, dl, tk, &h, &op);
-		snprintf(desc, sizeof desc, "tcp port %u", ntohs(a.in.sin_port));
+		tport = ntohs(a.in.sin_port);
+		snprintf(desc, sizeof desc, "tcp port %u", tport);
 	}
-	say(m, "L%d connect %s dl=%llu -> %d%s", li, desc, (unsigned long long)dl, rc, ename(rc));
+	say(m, "L%d connect %s dl=%llu -> %d%s h=%#llx op=%#llx", li, desc, (unsigned long long)dl,
+	    rc, ename(rc), rc ? 0ull : (unsigned long long)h.v, rc ? 0ull : (unsigned long long)op.v);
+	if (want & CW_AGAIN)
+		say(m, "    its listener's queue may be full (-EAGAIN allowed)");
 	if (full) {
 		CHECK(rc == -ENOBUFS, "connect with a full table: %d%s", rc, ename(rc));
 		return;
@@ -604,16 +797,25 @@ static void a_connect(struct model *m, int li, int unix_)
 	if (rc < 0) {
 		int ok = (m->may_open_err && rc == -EMFILE) ||
 			 (m->may_submit_err && (rc == -ENOMEM || rc == -ENOBUFS)) ||
-			 (unix_ && rc == -ENOENT && !path_listened(m, path));
-		CHECK(ok, "connect %s: %d%s", desc, rc, ename(rc));
+			 (!m->real && unix_ && rc == -ENOENT && !path_listened(m, path)) ||
+			 /* epoll connects a Unix socket inside the call: the
+			  * kernel's answer comes back at once. */
+			 (m->real && unix_ && rc == -ENOENT && (want & CW_NOENT)) ||
+			 (m->real && unix_ && rc == -ECONNREFUSED && (want & CW_REFUSED));
+		CHECK(ok, "connect %s: %d%s (want %#x)", desc, rc, ename(rc), want);
 		return;
 	}
-	CHECK(!unix_ || path_listened(m, path), "unix connect to %s nobody listens on: 0",
-	      paths[path]);
+	CHECK(m->real || !unix_ || path_listened(m, path), "unix connect to %s nobody listens on: 0",
+	      m->paths[path]);
 	uint32_t hi = h_add(m, li, h, MH_STREAM);
 	struct mo *o = O(m, o_add(m, li, op, hi, TL_K_CONNECT));
 	o->token = tk;
 	o->deadline = dl;
+	o->want = want;
+	o->path = (int8_t)path;
+	o->tport = unix_ ? 0 : tport;
+	H(m, hi)->unix_ = (uint8_t)unix_;
+	H(m, hi)->conn = CS_PENDING;
 }
 
 static void a_read(struct model *m, int li, int how)
@@ -703,11 +905,11 @@ static void a_udp_bind(struct model *m, int li)
 {
 	tl_addr a;
 	static const char *const ips[] = {"127.0.0.1", "::1", "0.0.0.0"};
-	CHECK(tl_addr_parse(&a, ips[pick(m, 3)], 0) == 0, "addr_parse");
+	CHECK(tl_addr_parse(&a, ip_of(m, ips[pick(m, 3)]), 0) == 0, "addr_parse");
 	tl_handle h;
 	int hfull = handles_full(m, li);
 	int rc = tl_udp_bind(m->L[li].l, &a, &h);
-	say(m, "L%d udp_bind -> %d%s", li, rc, ename(rc));
+	say(m, "L%d udp_bind %s -> %d%s", li, addr_str(&a), rc, ename(rc));
 	if (hfull) {
 		CHECK(rc == -ENOBUFS, "udp_bind, table full: %d%s", rc, ename(rc));
 		return;
@@ -716,6 +918,7 @@ static void a_udp_bind(struct model *m, int li)
 	if (rc == 0) {
 		uint32_t i = h_add(m, li, h, MH_UDP);
 		CHECK(tl_local_addr(m->L[li].l, h, &H(m, i)->addr) == 0, "udp local_addr");
+		say(m, "    bound to %s", addr_str(&H(m, i)->addr));
 	}
 }
 
@@ -729,18 +932,23 @@ static void a_send(struct model *m, int li)
 			cand[n++] = i;
 	if (n && pick(m, 5))
 		to = H(m, cand[pick(m, n)])->addr;
+	else if (m->real)
+		to = m->dead[2];
 	else
 		CHECK(tl_addr_parse(&to, "127.0.0.1", (uint16_t)(1 + pick(m, 20))) == 0, "parse");
 	uint32_t len = pick(m, 4) ? pick(m, 200) : pick(m, 70000);
 	uint64_t tk = tok(m);
 	tl_op op;
 	int rc = tl_udp_send(m->L[li].l, (tl_handle){t.v}, m->wbuf, len, &to, tk, &op);
-	say(m, "L%d send h=%#llx len=%u -> %d%s", li, (unsigned long long)t.v, len, rc, ename(rc));
+	say(m, "L%d send h=%#llx%s%s len=%u to %s -> %d%s", li, (unsigned long long)t.v,
+	    t.idx >= 0 ? " from " : "", t.idx >= 0 ? addr_str(&H(m, t.idx)->addr) : "", len,
+	    addr_str(&to), rc, ename(rc));
 	check_submit(m, li, pre_handle(m, li, t, 1u << MH_UDP), rc, "udp_send");
 	if (rc == 0) {
 		struct mo *o = O(m, o_add(m, li, op, (uint32_t)t.idx, TL_K_SEND));
 		o->token = tk;
 		o->len = len;
+		o->cross = to.sa.sa_family != H(m, (uint32_t)t.idx)->addr.sa.sa_family;
 	}
 }
 
@@ -902,6 +1110,8 @@ static void closing(struct model *m, uint32_t hi, uint64_t tk)
 				limit_late(m, h->loop, o);
 		}
 	}
+	if (m->real)
+		listener_changed(m, h);
 }
 
 static void a_close(struct model *m, int li)
@@ -1037,6 +1247,31 @@ static int in(int64_t v, const int *set, int n)
 	return 0;
 }
 
+/* A kernel driver: the errors Linux gives a read or write on a stream. Any
+ * stream may find its peer reset (-ECONNRESET) or, writing, gone (-EPIPE).
+ * One not known to be connected may also get the error its connect left on
+ * the socket (-ECONNREFUSED), or find no peer (-ENOTCONN; a Unix read on a
+ * socket that never connected says -EINVAL). */
+static int real_stream_err(struct model *m, const struct mo *o, int64_t r)
+{
+	const struct mh *h = H(m, o->h);
+	if (r == -ECONNRESET || (r == -EPIPE && o->kind == TL_K_WRITE))
+		return 1;
+	if (h->conn == CS_OK)
+		return 0;
+	return r == -ECONNREFUSED || r == -ENOTCONN ||
+	       (r == -EINVAL && h->unix_ && o->kind == TL_K_READ);
+}
+
+static const char *conn_note(struct model *m, const struct mo *o)
+{
+	const struct mh *h = H(m, o->h);
+	if (!m->real || h->conn != CS_OK)
+		return "";
+	return h->unix_ ? " on a Unix stream known connected (accepted, or its connect said 0)"
+			: " on a TCP stream known connected (accepted, or its connect said 0)";
+}
+
 /* The result an op's own completion may carry when nobody cancelled it. */
 static void check_natural(struct model *m, int li, struct mo *o, const tl_completion *c)
 {
@@ -1046,6 +1281,10 @@ static void check_natural(struct model *m, int li, struct mo *o, const tl_comple
 	case TL_K_ACCEPT:
 		if (r == 0) {
 			m->last_accepted = (int)h_add(m, li, c->u.accept.conn, MH_STREAM);
+			H(m, (uint32_t)m->last_accepted)->conn = CS_OK;
+			H(m, (uint32_t)m->last_accepted)->unix_ = H(m, o->h)->type == MH_UNIXL;
+			if (H(m, o->h)->waiting)
+				H(m, o->h)->waiting--;
 		} else {
 			static const int e[] = {ENOBUFS, EMFILE, ENOMEM};
 			CHECK(in(r, e, 3), "accept: %lld%s", (long long)r, ename(r));
@@ -1058,6 +1297,15 @@ static void check_natural(struct model *m, int li, struct mo *o, const tl_comple
 		if (r == -ETIMEDOUT)
 			CHECK(o->deadline && m->L[li].last_now >= o->deadline,
 			      "-ETIMEDOUT before the deadline");
+		else if (m->real)
+			CHECK((r == 0 && (o->want & CW_OK)) ||
+				      (r == -ECONNREFUSED && (o->want & CW_REFUSED)) ||
+				      (r == -ENOENT && (o->want & CW_NOENT)) ||
+				      (r == -EAGAIN && (o->want & CW_AGAIN)) ||
+				      (r == -ECONNRESET && (o->want & CW_RESET)),
+			      "connect: %lld%s, the model allows %#x (1 ok, 2 refused, 4 noent, 8 "
+			      "again, 16 reset)",
+			      (long long)r, ename(r), o->want);
 		else
 			CHECK(r == 0 || in(r, e, 1), "connect: %lld%s", (long long)r, ename(r));
 		break;
@@ -1078,14 +1326,15 @@ static void check_natural(struct model *m, int li, struct mo *o, const tl_comple
 			CHECK(term, "EOF not terminal");
 		} else {
 			static const int e[] = {ECONNRESET, ENOTCONN};
-			CHECK(in(r, e, 2), "read: %lld%s", (long long)r, ename(r));
+			CHECK(m->real ? real_stream_err(m, o, r) : in(r, e, 2), "read: %lld%s%s",
+			      (long long)r, ename(r), conn_note(m, o));
 			CHECK(term, "read error not terminal");
 		}
 		break;
 	case TL_K_WRITE: {
 		static const int e[] = {EPIPE, ECONNRESET, ENOTCONN};
-		CHECK(r == o->len || in(r, e, 3), "write of %u: %lld%s", o->len, (long long)r,
-		      ename(r));
+		CHECK(r == o->len || (m->real ? real_stream_err(m, o, r) : in(r, e, 3)),
+		      "write of %u: %lld%s%s", o->len, (long long)r, ename(r), conn_note(m, o));
 		break;
 	}
 	case TL_K_SHUTDOWN: {
@@ -1095,6 +1344,19 @@ static void check_natural(struct model *m, int li, struct mo *o, const tl_comple
 	}
 	case TL_K_SEND: {
 		static const int e[] = {EAFNOSUPPORT, EMSGSIZE};
+		if (m->real) {
+			/* Linux: one datagram carries at most 64 KiB less its
+			 * headers; an IPv4 socket cannot send to IPv6
+			 * (-EAFNOSUPPORT), one bound to ::1 reaches no IPv4
+			 * address (-ENETUNREACH). */
+			int big = o->len > 65535, small = o->len < 65000;
+			CHECK((r == o->len && !big && !o->cross) ||
+				      (r == -EMSGSIZE && !small) ||
+				      ((r == -EAFNOSUPPORT || r == -ENETUNREACH) && o->cross),
+			      "send of %u%s: %lld%s", o->len, o->cross ? " across families" : "",
+			      (long long)r, ename(r));
+			break;
+		}
 		CHECK(r == o->len || in(r, e, 2), "send of %u: %lld%s", o->len, (long long)r,
 		      ename(r));
 		break;
@@ -1156,11 +1418,15 @@ static void on_completion(struct model *m, int li, const tl_completion *c)
 			      "Closed before the terminal of op #%u (kind %u)", i, m->o[i].kind);
 		h->state = HS_GONE;
 		L->nh_live--;
+		/* Its socket is closed now; a Unix listener's file stays. */
+		if (m->real && h->type == MH_UNIXL && m->path_owner[h->path] == hi)
+			path_changed(m, h->path, PATH_STALE);
 		return;
 	}
 	int oi = find_o(m, li, c->op.v);
-	say(m, "  L%d kind=%u op=%#llx res=%lld%s flags=%#x", li, c->kind,
-	    (unsigned long long)c->op.v, (long long)c->result, ename(c->result), c->flags);
+	say(m, "  L%d kind=%u op=%#llx h=%#llx res=%lld%s flags=%#x", li, c->kind,
+	    (unsigned long long)c->op.v, (unsigned long long)c->handle.v, (long long)c->result,
+	    ename(c->result), c->flags);
 	CHECK(oi >= 0, "completion (kind %u, result %lld) for op %#llx, which is not live", c->kind,
 	      (long long)c->result, (unsigned long long)c->op.v);
 	struct mo *o = O(m, (uint32_t)oi);
@@ -1231,6 +1497,9 @@ static void on_completion(struct model *m, int li, const tl_completion *c)
 			check_natural(m, li, o, c);
 	}
 	if (term) {
+		if (o->kind == TL_K_CONNECT)
+			H(m, o->h)->conn =
+				c->result == 0 && !(c->flags & TL_F_STOPPED) ? CS_OK : CS_NOTSURE;
 		/* A lease on a terminal read: check_natural took it. */
 		o_done(m, o);
 	}
@@ -1303,7 +1572,7 @@ static void make_loops(struct model *m)
 		static const uint64_t hw[] = {64, 4096, 1u << 20};
 		c->handle_leases = hl[pick(m, 3)];
 		c->handle_write_bytes = hw[pick(m, 3)];
-		c->driver = TL_DRIVER_SIM;
+		c->driver = m->real ? m->p->driver : TL_DRIVER_SIM;
 		c->sim_seed = m->p->seed * 2 + (uint64_t)li;
 		int rc = tl_loop_new(&L->l, c);
 		CHECK(rc == 0, "tl_loop_new: %d%s", rc, ename(rc));
@@ -1313,6 +1582,8 @@ static void make_loops(struct model *m)
 		L->p = tl_poster_get(L->l);
 		L->leases = calloc(c->pooled_buffers, sizeof *L->leases);
 		L->last_now = tl_now(L->l);
+		if (m->real)
+			continue; /* no knobs: the kernel decides */
 		/* The seed's fault profile. */
 		struct tl_sim_faults *f = &m->f[li];
 		tl__sim_faults_default(f);
@@ -1353,9 +1624,18 @@ static void make_loops(struct model *m)
 	}
 }
 
-/* Close every open handle and turn both loops until nothing is left. */
+static double wall(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Close every open handle and turn both loops until nothing is left (on a
+ * kernel driver: or until REAL_DRAIN_S of wall-clock time have passed). */
 static void drain_all(struct model *m)
 {
+	double until = wall() + REAL_DRAIN_S;
 	for (int li = 0; li < NLOOPS; li++) {
 		struct mloop *L = &m->L[li];
 		while (L->nleases) {
@@ -1395,7 +1675,7 @@ static void drain_all(struct model *m)
 				CHECK(tl_lease_release(L->l, id) == 0, "final release");
 			}
 		}
-		if (!busy)
+		if (!busy || (m->real && wall() > until))
 			break;
 	}
 	for (uint32_t i = 0; i < m->nh; i++)
@@ -1417,8 +1697,12 @@ static void drain_all(struct model *m)
 
 static void wait_done(struct model *m, int li, uint32_t oi, const char *what)
 {
-	for (int t = 0; t < 10000 && O(m, oi)->state == MO_LIVE; t++)
+	double until = wall() + REAL_PROBE_S;
+	for (int t = 0; (m->real || t < 10000) && O(m, oi)->state == MO_LIVE; t++) {
+		if (m->real && wall() > until)
+			break;
 		turn(m, li, 1000000, 64);
+	}
 	CHECK(O(m, oi)->state == MO_DONE, "probe: %s never finished", what);
 }
 
@@ -1437,10 +1721,12 @@ static uint32_t probe_op(struct model *m, int li, int rc, tl_op id, uint32_t h, 
 static void probe_pool(struct model *m, int li)
 {
 	struct mloop *L = &m->L[li];
-	struct tl_sim_faults f;
-	tl__sim_faults_default(&f);
-	f.shared_wait_us = 0;
-	CHECK(tl__sim_set_faults(L->l, &f) == 0, "set faults");
+	if (!m->real) {
+		struct tl_sim_faults f;
+		tl__sim_faults_default(&f);
+		f.shared_wait_us = 0;
+		CHECK(tl__sim_set_faults(L->l, &f) == 0, "set faults");
+	}
 	tl_addr a;
 	tl_handle lh, ch;
 	tl_op op;
@@ -1454,6 +1740,7 @@ static void probe_pool(struct model *m, int li)
 	CHECK(rc == 0, "probe: connect: %d%s", rc, ename(rc));
 	uint32_t chi = h_add(m, li, ch, MH_STREAM);
 	uint32_t con = probe_op(m, li, 0, op, chi, TL_K_CONNECT, "connect");
+	O(m, con)->want = CW_OK; /* a listener of its own, waiting */
 	m->last_accepted = -1;
 	wait_done(m, li, acc, "accept");
 	wait_done(m, li, con, "connect");
@@ -1496,7 +1783,8 @@ static void finish(struct model *m)
 	m->r->trace = 0;
 	for (int li = 0; li < NLOOPS; li++) {
 		struct mloop *L = &m->L[li];
-		m->r->trace = mix64(m->r->trace ^ tl__sim_trace(L->l));
+		if (!m->real)
+			m->r->trace = mix64(m->r->trace ^ tl__sim_trace(L->l));
 		tl_poster_put(L->p);
 		int rc = tl_loop_close(L->l);
 		CHECK(rc == 0, "tl_loop_close: %d%s", rc, ename(rc));
@@ -1514,7 +1802,8 @@ static void destroy_all(struct model *m)
 	m->r->trace = 0;
 	for (int k = 0; k < NLOOPS; k++) {
 		struct mloop *L = &m->L[(m->by_destroy - 1 + k) % NLOOPS];
-		m->r->trace = mix64(m->r->trace ^ tl__sim_trace(L->l));
+		if (!m->real)
+			m->r->trace = mix64(m->r->trace ^ tl__sim_trace(L->l));
 		tl_loop_destroy(L->l);
 		L->l = NULL;
 		int rc = tl_post(L->p, 1, 1);
@@ -1590,6 +1879,57 @@ static void step(struct model *m)
 		check_loop(m, i, "after a call");
 }
 
+/* A socket of the model's own, bound to a loopback port and left alone. */
+static int dead_port(struct model *m, int k, int family, int type)
+{
+	tl_addr *a = &m->dead[k];
+	CHECK(tl_addr_parse(a, family == AF_INET6 ? "::1" : "127.0.0.1", 0) == 0, "parse");
+	int fd = socket(family, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	socklen_t len = tl_addr_len(a);
+	if (bind(fd, &a->sa, len) < 0 || getsockname(fd, &a->sa, &len) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	m->dead_fd[k] = fd;
+	return 0;
+}
+
+/* A kernel driver's run: a fresh directory for the Unix paths, and the
+ * ports nobody listens on. */
+static void real_setup(struct model *m)
+{
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp || strlen(tmp) > 40)
+		tmp = "/tmp";
+	snprintf(m->dir, sizeof m->dir, "%s/tlmodel.XXXXXX", tmp);
+	CHECK(mkdtemp(m->dir) != NULL, "mkdtemp %s: %s", m->dir, strerror(errno));
+	m->dir_made = 1;
+	for (int i = 0; i < NPATHS; i++) {
+		snprintf(m->pathbuf[i], sizeof m->pathbuf[i], "%s/%c", m->dir, 'a' + i);
+		m->paths[i] = m->pathbuf[i];
+	}
+	int rc = dead_port(m, 0, AF_INET, SOCK_STREAM);
+	CHECK(rc == 0, "a TCP port on 127.0.0.1: %s", strerror(-rc));
+	m->have_v6 = dead_port(m, 1, AF_INET6, SOCK_STREAM) == 0;
+	rc = dead_port(m, 2, AF_INET, SOCK_DGRAM);
+	CHECK(rc == 0, "a UDP port on 127.0.0.1: %s", strerror(-rc));
+}
+
+static void real_cleanup(struct model *m)
+{
+	for (int k = 0; k < 3; k++)
+		if (m->dead_fd[k] >= 0)
+			close(m->dead_fd[k]);
+	if (!m->dir_made)
+		return;
+	for (int i = 0; i < NPATHS; i++)
+		unlink(m->pathbuf[i]);
+	rmdir(m->dir);
+}
+
 int model_run(const struct model_params *p, struct model_result *r)
 {
 	struct model *m = calloc(1, sizeof *m);
@@ -1601,6 +1941,13 @@ int model_run(const struct model_params *p, struct model_result *r)
 	m->rng = mix64(p->seed ^ 0x6d6f64656cull);
 	m->data = p->data;
 	m->size = p->size;
+	m->real = p->driver && p->driver != TL_DRIVER_SIM;
+	for (int i = 0; i < NPATHS; i++) {
+		m->paths[i] = sim_paths[i];
+		m->path_owner[i] = PATH_NONE;
+	}
+	for (int k = 0; k < 3; k++)
+		m->dead_fd[k] = -1;
 	m->wbuf = malloc(WBUF_SIZE);
 	for (uint32_t i = 0; m->wbuf && i < WBUF_SIZE; i++)
 		m->wbuf[i] = (uint8_t)(i * 131u + (i >> 8));
@@ -1610,6 +1957,8 @@ int model_run(const struct model_params *p, struct model_result *r)
 		r->failed = 1;
 		failed = 1;
 	} else if (setjmp(m->jb) == 0) {
+		if (m->real)
+			real_setup(m);
 		make_loops(m);
 		uint32_t steps = p->steps ? p->steps : 300;
 		for (m->step = 0; m->step < steps && !m->exhausted; m->step++)
@@ -1626,9 +1975,13 @@ int model_run(const struct model_params *p, struct model_result *r)
 			free(m->o[i].buf); /* a failed run may still have them in flight */
 	for (int li = 0; li < NLOOPS; li++)
 		free(m->L[li].leases);
+	if (m->real)
+		real_cleanup(m);
 	free(m->h);
 	free(m->o);
-	free(m->wbuf);
+	/* After a failure the kernel may still be sending from wbuf. */
+	if (!failed || !m->real)
+		free(m->wbuf);
 	free(m);
 	return failed ? -1 : 0;
 }

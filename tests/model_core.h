@@ -6,9 +6,9 @@
 #include <stdint.h>
 
 /*
- * One run: two sim loops in one thread, sharing the sim network, and a
- * sequence of random public API calls (listen, accept, connect, read, write,
- * shutdown, UDP, timers, cancel, stop, close, set_ref, leases, posts, turns),
+ * One run: two loops in one thread and a sequence of random public API
+ * calls (listen, accept, connect, read, write, shutdown, UDP, timers,
+ * cancel, stop, close, set_ref, leases, posts, turns),
  * including calls with stale, foreign and never-issued ids. A model of what
  * is live is kept beside the loops, and every return code and completion is
  * checked against it (exactly one terminal per accepted op, Closed last,
@@ -16,12 +16,20 @@
  * The run ends by closing everything, turning until !alive and closing the
  * loops, which must return 0 with no lease out.
  *
+ * The loops run on the sim driver (sharing the sim network) or on a kernel
+ * driver (epoll, io_uring) over real loopback sockets: TCP on IPv4 and IPv6,
+ * Unix-domain sockets in a fresh directory, UDP.
+ *
  * The choices come from the seed (a PRNG) or, for the fuzzer, from the input
- * bytes; either way the run is a pure function of them and replays exactly.
+ * bytes. On sim the run is a pure function of them and replays exactly; on a
+ * kernel driver they fix the sequence of API calls the model tries, while
+ * what the kernel does (and so which results, and which later calls are
+ * possible) follows real timing.
  */
 
 struct model_params {
 	uint64_t seed;        /* the run's seed: choices, config, sim seeds */
+	int driver;           /* TL_DRIVER_SIM (or 0), TL_DRIVER_EPOLL, TL_DRIVER_URING */
 	uint32_t steps;       /* API calls to make (0: 300) */
 	const char *faults;   /* sim knobs on top of the seed's profile, or NULL */
 	int verbose;          /* print every call and completion on stderr */
@@ -33,7 +41,7 @@ struct model_result {
 	int failed;           /* 1 when an invariant broke */
 	uint32_t step;        /* the step where it broke */
 	char what[512];       /* what broke */
-	uint64_t trace;       /* the two loops' sim traces, mixed */
+	uint64_t trace;       /* the two loops' sim traces, mixed (0 on a kernel driver) */
 	uint32_t calls, completions, turns;
 };
 
