@@ -558,10 +558,17 @@ static int start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 		r = connect(h->fd, &o->u.conn.addr.sa, tl_addr_len(&o->u.conn.addr));
 	}
 	int e = r < 0 ? errno : 0;
-	if (r < 0 && e != EINPROGRESS && e != EAGAIN)
-		return -e;
 	if ((r = do_register(d, h)) < 0)
 		return r;
+	if (e && e != EINPROGRESS) {
+		/* Failed at once: a Unix listener's full queue says EAGAIN (not
+		 * "in progress"), a path nobody listens on ECONNREFUSED. The
+		 * connect ends with that error, as io_uring reports it; later
+		 * ops on the socket run and fail. */
+		EH(h)->readable = EH(h)->writable = 1;
+		tl__drv_event(d->loop, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
+		return 0;
+	}
 	q_push(d->loop, &EH(h)->whead, &EH(h)->wtail, o);
 	if (e == 0) {
 		/* Connected at once (Unix sockets usually are). */

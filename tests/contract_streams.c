@@ -2,7 +2,9 @@
 #include "contract.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <CUnit/CUnit.h>
@@ -373,7 +375,61 @@ out:
 	h_end(a, fds);
 }
 
+/* Rule 4.2: a Unix connect to a listener whose queue is full (backlog 1,
+ * nothing accepted) either connects, and the socket then takes a write, or
+ * ends with the error the kernel gave (-EAGAIN); never "connected" on a
+ * socket that is not (epoll used to take the kernel's EAGAIN for "in
+ * progress" and report 0). */
+static void test_unix_connect_queue_full(void)
+{
+	enum { N = 4 };
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!h_need_cap(l, TL_CAP_UNIX))
+		goto out;
+	char dir[] = "/tmp/tl-cq-XXXXXX", path[64];
+	H_TRUE_FATAL(mkdtemp(dir) != NULL, "mkdtemp");
+	snprintf(path, sizeof path, "%s/sock", dir);
+	tl_listen_opts lo = {.backlog = 1};
+	tl_handle lis, cli[N];
+	tl_op cop[N];
+	H_EQ_FATAL(tl_unix_listen(l, path, &lo, &lis), 0);
+	int refused = 0, connected = 0;
+	for (int k = 0; k < N; k++) {
+		int rc = tl_unix_connect(l, path, 0, 10 + (uint64_t)k, &cli[k], &cop[k]);
+		H_EQ_FATAL(rc, 0);
+		int i = h_wait_op(&c, cop[k]);
+		H_TRUE_FATAL(i >= 0, "connect %d never ended", k);
+		int64_t r = c.log.v[i].result;
+		if (r == 0) {
+			connected++;
+			tl_op w;
+			H_EQ(tl_write(l, cli[k], "x", 1, 20, &w), 0);
+			int j = h_wait_op(&c, w);
+			if (j >= 0)
+				H_EQ(c.log.v[j].result, 1);
+		} else {
+			H_EQ(r, -EAGAIN);
+			refused++;
+		}
+	}
+	H_TRUE(connected >= 1, "no connect succeeded");
+	H_TRUE(refused >= 1, "a backlog of 1 took %d connects", connected);
+	for (int k = 0; k < N; k++)
+		h_close(&c, cli[k], 30);
+	h_close(&c, lis, 31);
+	if (unlink(path) != 0)
+		H_EQ(errno, ENOENT); /* the simulation driver makes no file */
+	H_EQ(rmdir(dir), 0);
+out:
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 const struct test_def tl_contract_streams[] = {
+	T("4.2 connect", test_unix_connect_queue_full),
 	T("2.5 cancel in flight", test_stop_read_start_in_flight),
 	T("2.5 cancel in flight", test_cancel_read_start_in_flight),
 	T("2.5 cancel in flight", test_cancel_read_in_flight),

@@ -324,6 +324,14 @@ static int start_connect(struct tl_drv *d, struct sim_sock *s, struct tl_opslot 
 	}
 	if (tl__sim_can_establish(L) && tl__sim_establish(d, L, s) == 0)
 		return 0;
+	if (s->is_unix) {
+		/* A Unix listener with a full queue: Linux answers a non-blocking
+		 * connect with EAGAIN at once. */
+		s->cs = CS_FAILED;
+		s->conn_res = -EAGAIN;
+		tl__sim_sched(d, s);
+		return 0;
+	}
 	/* The accept queue is full: the handshake waits, as a SYN that Linux
 	 * drops and the client retransmits, until an accept makes room or the
 	 * connect is cancelled (its deadline). */
