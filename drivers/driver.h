@@ -75,11 +75,11 @@ struct tl_hslot {
 /* Op flags. */
 #define TL_OPF_CANCEL 0x0001   /* cancellation requested */
 #define TL_OPF_STOP 0x0002     /* ... as a stop */
-#define TL_OPF_TIMEDOUT 0x0004 /* ... by a connect deadline */
+#define TL_OPF_TIMEDOUT 0x0004 /* ... by a deadline (idle, read or connect) */
 #define TL_OPF_MULTI 0x0008    /* multishot */
 #define TL_OPF_NATIVE 0x0010   /* submitted to the driver */
 #define TL_OPF_POOLED 0x0020   /* reads into leases */
-#define TL_OPF_DEADLINE 0x0040 /* in the connect-deadline heap */
+#define TL_OPF_DEADLINE 0x0040 /* has a read or connect deadline in the loop's heap */
 #define TL_OPF_LIVE 0x0080     /* active: its terminal is not yet queued */
 #define TL_OPF_OWED 0x0100     /* terminal queued, slot held until delivered */
 
@@ -112,7 +112,7 @@ struct tl_opslot {
 /*
  * The split of work between the core (lib/loop.c) and a driver:
  *
- * The core owns every table: handles, operations, timers, connect deadlines,
+ * The core owns every table: handles, operations, timers, deadlines,
  * the completion queue, the pooled buffers and their leases, the poster. It
  * validates every call, decides when a turn may wait and for how long, and
  * turns driver events into completions (applying cancel/stop/timeout, the

@@ -20,6 +20,12 @@ tl_completion *tl__op_event(tl_loop *loop, struct tl_opslot *op, int64_t res, ui
 /* Ask again for the cancellations a closing handle could not get (loop.c). */
 void tl__retry_closes(tl_loop *loop);
 
+/* Ask for the cancellation of a live op (loop.c), as tl_cancel (why 0),
+ * tl_stop (TL_OPF_STOP) or a deadline (TL_OPF_TIMEDOUT: its terminal is
+ * -ETIMEDOUT). 0, -EALREADY, or the driver's refusal: then nothing changed
+ * and the op keeps its deadline. */
+int tl__op_cancel(tl_loop *loop, struct tl_opslot *op, uint16_t why);
+
 /* Hand out up to cap queued completions, releasing what delivered terminals
  * and Closed records hold (loop.c). */
 uint32_t tl__drain(tl_loop *loop, tl_completion *out, uint32_t cap);
@@ -89,5 +95,52 @@ void tl__caps_lease_back(tl_loop *loop, uint32_t lease);
 void tl__caps_write(tl_loop *loop, struct tl_hslot *h, int64_t delta);
 /* h is being freed: forget its pause. */
 void tl__caps_release(tl_loop *loop, struct tl_hslot *h);
+
+/* Deadlines (deadline.c: idle deadlines per stream, deadlines per read and
+ * per connect; contract 2.4, 4.9). */
+int tl__dl_init(tl_loop *loop);
+void tl__dl_free(tl_loop *loop);
+/* Give live op the deadline at (absolute), replacing any it had. */
+void tl__dl_op_arm(tl_loop *loop, struct tl_opslot *op, uint64_t at);
+/* A handle slot is being freed: forget its idle deadline. */
+void tl__dl_release(tl_loop *loop, struct tl_hslot *h);
+/* Start the idle periods the restart list holds at now (a clock reading
+ * no earlier than any of the events that put them there). */
+void tl__dl_resolve(tl_loop *loop, uint64_t now);
+/* Act on every deadline due at now. 0, or the driver's refusal of a
+ * cancellation (that deadline stays due and the next turn retries). */
+int tl__dl_expire(tl_loop *loop, uint64_t now);
+/* The earliest deadline in the heap (UINT64_MAX: none). */
+uint64_t tl__dl_next(const tl_loop *loop);
+
+/* The op no longer has a deadline (it ended, or its end was asked for). */
+static inline void tl__dl_op_disarm(tl_loop *l, struct tl_opslot *o)
+{
+	if (o->flags & TL_OPF_DEADLINE) {
+		o->flags &= (uint16_t)~TL_OPF_DEADLINE;
+		tl__heap_remove(&l->dl.heap, l->dl.hbase + o->idx);
+	}
+}
+
+/* A new idle period of h starts at the loop's next clock reading: one
+ * store when h is already on the restart list, three when it is not. */
+static inline void tl__dl_touch(tl_loop *l, const struct tl_hslot *h)
+{
+	struct tl_idle *s = &l->dl.h[h->idx];
+	if (s->idle_ns && !(s->flags & TL_IDLE_RESTART)) {
+		s->flags |= TL_IDLE_RESTART;
+		s->next = l->dl.restart;
+		l->dl.restart = h->idx;
+	}
+}
+
+/* An op of h was accepted by the driver; first: h had no op pending
+ * before it. A period starts if none was running. */
+static inline void tl__dl_submitted(tl_loop *l, const struct tl_hslot *h, int first)
+{
+	if (tl_unlikely(l->dl.nidle) &&
+	    (first || (l->dl.h[h->idx].flags & TL_IDLE_LAPSED)))
+		tl__dl_touch(l, h);
+}
 
 #endif

@@ -1,4 +1,4 @@
-/* lib/heap.c: the deadline heap behind timers and connect deadlines. */
+/* lib/heap.c: the deadline heap behind timers and the loop's deadlines (idle, read, connect). */
 #include <string.h>
 #include "heap.h"
 
@@ -92,4 +92,16 @@ int tl__heap_remove(struct tl_heap *hp, uint32_t slot)
 			sift_down(hp, i);
 	}
 	return 1;
+}
+
+void tl__heap_move(struct tl_heap *hp, uint32_t slot, uint64_t at)
+{
+	uint32_t i = hp->pos[slot];
+	struct tl_heap_ent e = hp->a[i];
+	int later = at > e.at;
+	hp->a[i].at = at;
+	if (later)
+		sift_down(hp, i);
+	else
+		sift_up(hp, i);
 }

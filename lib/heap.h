@@ -23,6 +23,8 @@ int tl__heap_init(struct tl_heap *hp, uint32_t cap);
 void tl__heap_free(struct tl_heap *hp);
 void tl__heap_push(struct tl_heap *hp, uint32_t slot, uint64_t at, uint64_t seq);
 int tl__heap_remove(struct tl_heap *hp, uint32_t slot); /* 1 if it was there */
+/* Give slot (which must be in the heap) the deadline at: one sift. */
+void tl__heap_move(struct tl_heap *hp, uint32_t slot, uint64_t at);
 
 static inline int tl__heap_has(const struct tl_heap *hp, uint32_t slot)
 {

@@ -49,6 +49,30 @@ struct tl_poster {
 
 enum { TL_PARK_RUNNING = 0, TL_PARK_PARKED = 1, TL_PARK_NOTIFIED = 2 };
 
+/* The idle deadline of one handle slot (lib/deadline.c explains them). */
+struct tl_idle {
+	uint64_t idle_ns; /* 0: none */
+	uint64_t last;    /* when the current idle period started */
+	uint32_t next;    /* link in the restart list while TL_IDLE_RESTART */
+	uint8_t flags;    /* TL_IDLE_* */
+};
+#define TL_IDLE_QUEUED 0x01  /* has its entry in the heap */
+#define TL_IDLE_RESTART 0x02 /* on the restart list: a period starts at the next clock reading */
+#define TL_IDLE_LAPSED 0x04  /* its period passed (fired or nothing pending): the next
+			      * submission starts one */
+#define TL_IDLE_FIRING 0x08  /* a fire the driver refused part of: retried, whatever progress */
+
+/* Every deadline of a loop: one heap whose slots are the handle slots
+ * (idle deadlines) followed by the op slots (read and connect deadlines,
+ * heap slot hbase + op index), and the handles' idle state. */
+struct tl_deadlines {
+	struct tl_heap heap;
+	struct tl_idle *h;   /* per handle slot */
+	uint32_t hbase;      /* = max_handles */
+	uint32_t nidle;      /* handles with an idle deadline: 0 skips every hook */
+	uint32_t restart;    /* head of the restart list (handle slot), TL_NIL if empty */
+};
+
 struct tl_loop {
 	const struct tl_driver *dv;
 	struct tl_drv *d;
@@ -66,7 +90,7 @@ struct tl_loop {
 	uint64_t refs;        /* alive() count */
 
 	struct tl_heap timers;    /* over handle slots */
-	struct tl_heap deadlines; /* connect deadlines, over op slots */
+	struct tl_deadlines dl;   /* idle, read and connect deadlines (deadline.c) */
 	uint64_t timer_seq;
 
 	tl_completion *q;

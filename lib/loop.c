@@ -78,7 +78,7 @@ static void free_tables(tl_loop *l)
 	free(l->lease_out);
 	free(l->lease_owner);
 	tl__heap_free(&l->timers);
-	tl__heap_free(&l->deadlines);
+	tl__dl_free(l);
 }
 
 int tl_loop_new(tl_loop **out, const tl_config *cfg)
@@ -115,8 +115,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	int r = -ENOMEM;
 	if (!l->h || !l->o || !l->q || !l->qm || !l->lease_mem || !l->lease_free || !l->lease_out ||
 	    !l->lease_owner ||
-	    tl__heap_init(&l->timers, cfg->max_handles) < 0 ||
-	    tl__heap_init(&l->deadlines, cfg->max_ops) < 0)
+	    tl__heap_init(&l->timers, cfg->max_handles) < 0 || tl__dl_init(l) < 0)
 		goto fail;
 	for (uint32_t i = 0; i < cfg->max_handles; i++) {
 		l->h[i].idx = i;
@@ -229,6 +228,7 @@ struct tl_hslot *tl__handle_new(tl_loop *l, uint8_t type)
 void tl__handle_free(tl_loop *l, struct tl_hslot *h)
 {
 	tl__caps_release(l, h);
+	tl__dl_release(l, h);
 	if (h->flags & TL_HF_REF)
 		l->refs -= hweight(h);
 	h->type = TL_H_FREE;
@@ -277,8 +277,7 @@ int tl__op_new(tl_loop *l, struct tl_hslot *h, uint8_t code, uint8_t kind, uint6
  * refused). The outstanding credit stays until delivery. */
 static void op_retire(tl_loop *l, struct tl_opslot *o)
 {
-	if (o->flags & TL_OPF_DEADLINE)
-		tl__heap_remove(&l->deadlines, o->idx);
+	tl__dl_op_disarm(l, o);
 	if (o->flags & TL_OPF_NATIVE)
 		l->native_pending--;
 	if (o->hidx != TL_NIL) {
@@ -409,6 +408,9 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 		c->u.recv.from = o->u.dg.addr;
 	}
 	l->st.completions[o->kind]++;
+	/* Progress for the handle's idle deadline (deadline.c). */
+	if (h && tl_unlikely(l->dl.nidle) && res >= 0 && !(flags & TL_F_STOPPED))
+		tl__dl_touch(l, h);
 	if (terminal) {
 		op_retire(l, o);
 		if (h)
@@ -420,8 +422,8 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 /*
  * The cancellation rule (contract 2.1, 2.5), in one place. After a cancel
  * or stop was accepted, an op's events are dropped and its terminal reports
- * the cancellation (-ECANCELED, Stopped, or -ETIMEDOUT for a connect
- * deadline) instead of what the driver saw; with one exception: bytes a
+ * the cancellation (-ECANCELED, Stopped, or -ETIMEDOUT for a deadline:
+ * deadline.c) instead of what the driver saw; with one exception: bytes a
  * read (stream or datagram) had already taken off the socket. Dropping them
  * would lose them for good (a proxy would forward a stream with a hole), so
  * they reach the host as ordinary nonterminal read completions, in order,
@@ -601,11 +603,11 @@ int tl_lease_release(tl_loop *l, uint32_t id)
 
 /* ---- cancel, stop, close ---- */
 
-static int cancel_op(tl_loop *l, struct tl_opslot *o, int stop)
+int tl__op_cancel(tl_loop *l, struct tl_opslot *o, uint16_t why)
 {
 	if (o->flags & TL_OPF_CANCEL)
 		return -EALREADY;
-	uint16_t add = TL_OPF_CANCEL | (stop ? TL_OPF_STOP : 0);
+	uint16_t add = TL_OPF_CANCEL | why;
 	switch (o->code) {
 	case TL_OP_TIMER:
 		tl__heap_remove(&l->timers, o->hidx);
@@ -632,19 +634,12 @@ static int cancel_op(tl_loop *l, struct tl_opslot *o, int stop)
 	}
 	/* Set the flags first: a driver may acknowledge synchronously. */
 	o->flags |= add;
-	uint16_t had_deadline = o->flags & TL_OPF_DEADLINE;
-	if (had_deadline) {
-		o->flags &= (uint16_t)~TL_OPF_DEADLINE;
-		tl__heap_remove(&l->deadlines, o->idx);
-	}
 	int r = l->dv->cancel(l->d, &l->h[o->hidx], o);
-	if (r < 0 && (o->flags & TL_OPF_LIVE)) {
-		/* Nothing changed: the op keeps its deadline (contract 2.4). */
-		o->flags &= (uint16_t)~add;
-		if (had_deadline) {
-			o->flags |= TL_OPF_DEADLINE;
-			tl__heap_push(&l->deadlines, o->idx, o->u.conn.deadline, 0);
-		}
+	if (o->flags & TL_OPF_LIVE) {
+		if (r < 0)
+			o->flags &= (uint16_t)~add; /* nothing changed: it keeps its deadline (2.4) */
+		else
+			tl__dl_op_disarm(l, o); /* its end is asked for: no deadline may change it */
 	}
 	return r < 0 ? r : 0;
 }
@@ -656,7 +651,7 @@ static void close_ops(tl_loop *l, struct tl_hslot *h)
 {
 	for (uint32_t i = h->head; i != TL_NIL;) {
 		uint32_t next = l->o[i].next;
-		if (!(l->o[i].flags & TL_OPF_CANCEL) && cancel_op(l, &l->o[i], 0) < 0)
+		if (!(l->o[i].flags & TL_OPF_CANCEL) && tl__op_cancel(l, &l->o[i], 0) < 0)
 			l->close_retry = 1;
 		i = next;
 	}
@@ -683,7 +678,7 @@ static int cancel_id(tl_loop *l, tl_op id, int stop)
 	if (o->gen != tl__id_gen(id.v))
 		return -ENOENT;
 	if (o->flags & TL_OPF_LIVE)
-		return cancel_op(l, o, stop);
+		return tl__op_cancel(l, o, stop ? TL_OPF_STOP : 0);
 	if (o->flags & TL_OPF_OWED)
 		return (o->flags & TL_OPF_CANCEL) ? -EALREADY : -ENOENT;
 	return -ENOENT;
@@ -801,7 +796,7 @@ void tl_loop_destroy(tl_loop *l)
 	for (uint32_t i = 0; i < l->cfg.max_ops; i++) {
 		struct tl_opslot *o = &l->o[i];
 		if ((o->flags & TL_OPF_LIVE) && o->hidx == TL_NIL && !(o->flags & TL_OPF_CANCEL))
-			cancel_op(l, o, 0);
+			tl__op_cancel(l, o, 0);
 	}
 	/* Wait for the driver to acknowledge every cancellation before any
 	 * memory is freed: the kernel may own buffers until then. */

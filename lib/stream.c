@@ -26,11 +26,13 @@ static int submit(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_op *oi
 	o->flags |= TL_OPF_NATIVE;
 	l->native_pending++;
 	tl_op id = tl__op_id(l, o);
+	int first = h->pending == 1; /* o is the only op of h */
 	int r = l->dv->submit(l->d, h, o);
 	if (r < 0) {
 		tl__op_refuse(l, o);
 		return r;
 	}
+	tl__dl_submitted(l, h, first);
 	/* The driver may already have completed it; the id stays valid for
 	 * the caller (stale once the terminal is delivered). */
 	*oid = id;
@@ -175,10 +177,8 @@ static int connect_common(tl_loop *l, const struct tl_open_spec *s, uint64_t dea
 	r = submit(l, h, o, oid);
 	if (r < 0)
 		goto undo;
-	if (deadline && (o->flags & TL_OPF_LIVE) && o->gen == tl__id_gen(oid->v)) {
-		o->flags |= TL_OPF_DEADLINE;
-		tl__heap_push(&l->deadlines, o->idx, deadline, 0);
-	}
+	if (deadline && (o->flags & TL_OPF_LIVE) && o->gen == tl__id_gen(oid->v))
+		tl__dl_op_arm(l, o, deadline);
 	*hid = id;
 	return 0;
 undo:

@@ -1,4 +1,4 @@
-/* lib/turn.c: the turn: timers, connect deadlines, room waits, posts, and handing completions out. */
+/* lib/turn.c: the turn: timers, deadlines (deadline.c), room waits, posts, and handing completions out. */
 #include <errno.h>
 #include <string.h>
 #include "core.h"
@@ -71,42 +71,14 @@ static void run_timers(tl_loop *l, uint64_t now)
 	}
 }
 
-/* ---- connect deadlines ---- */
-
-static int expire_connects(tl_loop *l, uint64_t now)
-{
-	for (;;) {
-		const struct tl_heap_ent *e = tl__heap_top(&l->deadlines);
-		if (!e || e->at > now)
-			return 0;
-		struct tl_opslot *o = &l->o[e->slot];
-		uint16_t add = TL_OPF_CANCEL | TL_OPF_TIMEDOUT;
-		o->flags |= add;
-		int r = l->dv->cancel(l->d, &l->h[o->hidx], o);
-		if (r < 0) {
-			/* Keep the deadline: nothing may be reported before the
-			 * native connect is acknowledged. The next turn retries. */
-			if (o->flags & TL_OPF_LIVE)
-				o->flags &= (uint16_t)~add;
-			return r;
-		}
-		if ((o->flags & TL_OPF_LIVE) && (o->flags & TL_OPF_DEADLINE)) {
-			o->flags &= (uint16_t)~TL_OPF_DEADLINE;
-			tl__heap_remove(&l->deadlines, o->idx);
-		}
-	}
-}
-
 static uint64_t next_deadline(tl_loop *l)
 {
 	uint64_t d = UINT64_MAX;
 	const struct tl_heap_ent *e = tl__heap_top(&l->timers);
 	if (e)
 		d = e->at;
-	e = tl__heap_top(&l->deadlines);
-	if (e && e->at < d)
-		d = e->at;
-	return d;
+	uint64_t dd = tl__dl_next(l);
+	return dd < d ? dd : d;
 }
 
 /* ---- room waits ---- */
@@ -215,7 +187,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	if (tl_unlikely(l->close_retry))
 		tl__retry_closes(l);
 	uint64_t start = l->dv->now(l->d);
-	int r = expire_connects(l, start);
+	tl__dl_resolve(l, start);
+	int r = tl__dl_expire(l, start);
 	if (r < 0)
 		return r;
 	int queued = work_ready(l);
@@ -241,7 +214,9 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 			idle = l->dv->now(l->d) - start;
 	}
 	uint64_t now = l->dv->now(l->d);
-	r = expire_connects(l, now);
+	/* Progress the poll reported happened before this reading. */
+	tl__dl_resolve(l, now);
+	r = tl__dl_expire(l, now);
 	run_timers(l, now);
 	if (l->pool_drain)
 		l->pool_drain(l, l->cfg.events_per_turn);

@@ -32,6 +32,12 @@
  * trip, and one post per round trip from the client thread. Each accepted
  * connection's peer address is read and an option set and read back
  * (socket control, contract 4.8), and every other one is closed abortively.
+ * Deadlines (contract 4.9): every echo stream has an idle deadline
+ * (re-armed by its traffic, moved lazily every period) and its pooled reads
+ * a far read deadline; beside it the client holds a silent connection (a
+ * new one every 100 round trips) whose reads end by a read deadline and by
+ * the idle deadline, in turn, and are issued again: both must fire in the
+ * measured phase.
  */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -230,7 +236,15 @@ enum {
 	MAXCONN = 8,
 };
 
-enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_CONN_BASE = 100 };
+enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_ACCEPT_SILENT,
+       TOK_CONN_BASE = 100 };
+
+/* Deadlines: echo streams go idle only when the client thread stalls (and
+ * then read again); a silent stream's provided reads end by their read
+ * deadline, its pooled reads by the idle deadline. */
+#define ECHO_IDLE_NS (20 * 1000000ull)
+#define SILENT_IDLE_NS (2 * 1000000ull)
+#define SILENT_READ_NS (1 * 1000000ull)
 
 struct conn {
 	int used;
@@ -240,11 +254,13 @@ struct conn {
 	int abortive;       /* closed with tl_close_abort */
 	uint32_t lease;     /* lease being echoed, if has_lease */
 	int has_lease;
+	int silent;         /* from the silent listener: nothing is ever sent */
+	int writing;        /* an echo write is pending: it starts the next read */
 	uint8_t buf[MSG];
 };
 
 static struct conn conns[MAXCONN];
-static tl_addr listen_addr;
+static tl_addr listen_addr, silent_addr;
 static tl_poster *poster;
 static atomic_int client_done, client_failed;
 static atomic_int round_no;
@@ -265,14 +281,14 @@ static void server_error(int where, long long code)
 
 static unsigned char out_buf[MSG], in_buf[MSG];
 
-static int client_connect(void)
+static int client_connect(const tl_addr *to)
 {
-	int fd = socket(listen_addr.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(to->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(fd, &listen_addr.sa, tl_addr_len(&listen_addr)) != 0) {
+	if (connect(fd, &to->sa, tl_addr_len(to)) != 0) {
 		int e = errno;
 		close(fd);
 		return -e;
@@ -307,15 +323,22 @@ static int round_trip(int fd, int i)
 	return rc == 0 ? 0 : -4;
 }
 
+static int silent_fd = -1;
+
 static int client_phase(int *fd, int first, int rounds)
 {
 	for (int i = first; i < first + rounds; i++) {
 		if (i % RECONNECT_EVERY == 0) {
 			if (*fd >= 0)
 				close(*fd);
-			*fd = client_connect();
+			*fd = client_connect(&listen_addr);
 			if (*fd < 0)
 				return *fd;
+			if (silent_fd >= 0)
+				close(silent_fd);
+			silent_fd = client_connect(&silent_addr);
+			if (silent_fd < 0)
+				return silent_fd;
 		}
 		int rc = round_trip(*fd, i);
 		if (rc != 0)
@@ -339,6 +362,8 @@ static void *client_main(void *arg)
 	}
 	if (fd >= 0)
 		close(fd);
+	if (silent_fd >= 0)
+		close(silent_fd);
 	if (client_rc != 0)
 		atomic_store(&client_failed, 1);
 	atomic_store(&client_done, 1);
@@ -349,7 +374,9 @@ static void *client_main(void *arg)
 /* ---- Server: the loop on the main thread ---- */
 
 static tl_loop *loop;
-static tl_handle listener, tick, oneshot, far_timer;
+static tl_handle listener, silent_listener, tick, oneshot, far_timer;
+/* Deadlines that ended a silent stream's read in the measured phase. */
+static uint64_t read_timeouts, idle_timeouts;
 static int tearing_down; /* teardown closed the timers: completions after it touch none */
 static int oneshot_live;
 static uint64_t posts_seen, rounds_seen, accepts_seen;
@@ -365,8 +392,17 @@ static void start_read(struct conn *c)
 {
 	tl_op op;
 	uint64_t tok = TOK_CONN_BASE + (uint64_t)(c - conns);
-	int rc = (c->reads++ & 1) ? tl_read_pooled(loop, c->h, tok, &op)
-				  : tl_read(loop, c->h, c->buf, MSG, tok, &op);
+	int pooled = c->reads++ & 1;
+	int rc = pooled ? tl_read_pooled(loop, c->h, tok, &op)
+			: tl_read(loop, c->h, c->buf, MSG, tok, &op);
+	if (rc != 0) {
+		server_error(__LINE__, rc);
+		return;
+	}
+	if (c->silent && !pooled)
+		rc = tl_read_deadline(loop, op, tl_now(loop) + SILENT_READ_NS);
+	else if (!c->silent && pooled)
+		rc = tl_read_deadline(loop, op, tl_now(loop) + 3600ull * 1000000000ull);
 	if (rc != 0)
 		server_error(__LINE__, rc);
 }
@@ -411,6 +447,8 @@ static void on_completion(const tl_completion *x)
 		c->closing = 0;
 		c->reads = 0;
 		c->has_lease = 0;
+		c->writing = 0;
+		c->silent = x->token == TOK_ACCEPT_SILENT;
 		c->h = x->u.accept.conn;
 		c->abortive = (int)(++accepts_seen & 1);
 		{
@@ -423,6 +461,9 @@ static void on_completion(const tl_completion *x)
 			    (rc = tl_sockopt_get(loop, c->h, TL_SO_KEEPALIVE, &v)) != 0 || v != 1)
 				server_error(__LINE__, rc);
 		}
+		rc = tl_idle_deadline(loop, c->h, c->silent ? SILENT_IDLE_NS : ECHO_IDLE_NS);
+		if (rc != 0)
+			server_error(__LINE__, rc);
 		start_read(c);
 		break;
 	case TL_K_READ:
@@ -431,12 +472,27 @@ static void on_completion(const tl_completion *x)
 			server_error(__LINE__, -ENOENT);
 			break;
 		}
+		if (x->result == -ETIMEDOUT) {
+			/* A silent stream's read ended by a deadline (or an
+			 * echo stream's, if the client stalled): read again,
+			 * unless bytes it had taken are being echoed. */
+			if (c->silent && atomic_load(&counting))
+				*(c->reads & 1 ? &read_timeouts : &idle_timeouts) += 1;
+			if (!c->writing && !c->closing)
+				start_read(c);
+			break;
+		}
 		if (x->result <= 0) {
 			if (x->result < 0 && x->result != -ECANCELED && x->result != -ECONNRESET)
 				server_error(__LINE__, x->result);
 			close_conn(c);
 			break;
 		}
+		if (c->silent) {
+			server_error(__LINE__, -EPROTO);
+			break;
+		}
+		c->writing = 1;
 		if (x->flags & TL_F_LEASE) {
 			c->lease = x->u.read.lease.id;
 			c->has_lease = 1;
@@ -459,6 +515,7 @@ static void on_completion(const tl_completion *x)
 				server_error(__LINE__, rc);
 			c->has_lease = 0;
 		}
+		c->writing = 0;
 		if (x->result < 0) {
 			if (x->result != -ECANCELED && x->result != -EPIPE && x->result != -ECONNRESET)
 				server_error(__LINE__, x->result);
@@ -545,7 +602,10 @@ int main(void)
 	tl_op op;
 	if (tl_addr_parse(&a, "127.0.0.1", 0) != 0 || tl_tcp_listen(loop, &a, NULL, &listener) != 0 ||
 	    tl_local_addr(loop, listener, &listen_addr) != 0 ||
-	    tl_accept_start(loop, listener, TOK_ACCEPT, &op) != 0) {
+	    tl_accept_start(loop, listener, TOK_ACCEPT, &op) != 0 ||
+	    tl_tcp_listen(loop, &a, NULL, &silent_listener) != 0 ||
+	    tl_local_addr(loop, silent_listener, &silent_addr) != 0 ||
+	    tl_accept_start(loop, silent_listener, TOK_ACCEPT_SILENT, &op) != 0) {
 		fprintf(stderr, "noalloc: listen failed\n");
 		return 1;
 	}
@@ -558,7 +618,7 @@ int main(void)
 	poster = tl_poster_get(loop);
 	/* A first probe: a driver without OS sockets (simulation) cannot serve a
 	 * plain socket client. */
-	int probe = client_connect();
+	int probe = client_connect(&listen_addr);
 	if (probe < 0) {
 		fprintf(stderr, "noalloc: a plain socket cannot connect to the loop's listener (%s)\n",
 			strerror(-probe));
@@ -596,6 +656,7 @@ int main(void)
 		if (conns[i].used)
 			close_conn(&conns[i]);
 	tl_close(loop, listener, 0);
+	tl_close(loop, silent_listener, 0);
 	tl_close(loop, tick, 0);
 	tl_close(loop, far_timer, 0);
 	if (oneshot_live)
@@ -611,9 +672,11 @@ int main(void)
 	tl_poster_put(poster);
 
 	printf("noalloc: %d round trips measured (last %d), %llu echoed by the server, %llu posts, "
+	       "%llu read and %llu idle deadlines fired, "
 	       "%lu allocation calls, %lu frees during the measured phase\n",
 	       ROUNDS, atomic_load(&round_no), (unsigned long long)rounds_seen,
-	       (unsigned long long)posts_seen, allocs, frees);
+	       (unsigned long long)posts_seen, (unsigned long long)read_timeouts,
+	       (unsigned long long)idle_timeouts, allocs, frees);
 	int fail = 0;
 	if (atomic_load(&client_failed)) {
 		fprintf(stderr, "noalloc: the echo client failed (%d)\n", client_rc);
@@ -631,6 +694,10 @@ int main(void)
 	}
 	if (close_rc != 0) {
 		fprintf(stderr, "noalloc: tl_loop_close: %d\n", close_rc);
+		fail = 1;
+	}
+	if (!read_timeouts || !idle_timeouts) {
+		fprintf(stderr, "noalloc: a kind of deadline never fired in the measured phase\n");
 		fail = 1;
 	}
 	return fail;

@@ -508,6 +508,48 @@ int tl_udp_send(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, const
 int tl_udp_recv(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token,
 		tl_op *op);
 
+/* ---- Deadlines without a timer per connection (contract 4.9) ----
+ *
+ * Both kinds live in one heap per loop, sized by tl_loop_new (no allocation,
+ * no timer handle), and end an op the way tl_cancel does: its terminal is
+ * -ETIMEDOUT instead of -ECANCELED, delivered only after the driver
+ * acknowledged the cancellation, and bytes a read had already taken come
+ * first as ordinary read completions (contract 2.5). A write it ends may
+ * have been partly written, as with tl_cancel. The handle stays open and
+ * usable. docs/DEADLINES.md has the rules with examples. */
+
+/* Arm (idle_ns > 0, at most 2^62) or clear (0) the idle deadline of stream
+ * h (a TCP or Unix connection). An idle period starts now, at every
+ * progress of h, and when an op is submitted to h while none was pending
+ * (or after a period lapsed); it ends idle_ns later. Progress is every
+ * completion of an op of h that succeeded: a read that moved bytes or saw
+ * the end of stream, a write (when it completes: a write that takes longer
+ * than idle_ns ends even if its bytes trickle out), a shutdown or a
+ * connect. A stream paused by its caps (tl_handle_caps) makes no read
+ * progress. When a period ends, every op of h not already cancelled or
+ * stopped ends with -ETIMEDOUT, each reported once; the period then lapses
+ * and nothing more happens until the next submission or progress starts
+ * another. A period that ends with nothing pending reports nothing. Arming
+ * again replaces the duration and restarts the period. The times used are
+ * the loop's clock readings at the turn that saw each event, never earlier
+ * than the event: a deadline never fires early, and may fire late by as
+ * long as the host spent between turns. Progress costs O(1) and reads no
+ * clock. 0, -ENOENT (stale or foreign), -EINVAL (not a stream, closing,
+ * idle_ns above 2^62). The deadline goes with the handle's Closed. */
+int tl_idle_deadline(tl_loop *loop, tl_handle h, uint64_t idle_ns);
+
+/* Give a pending read (tl_read, tl_read_pooled, tl_read_start or
+ * tl_udp_recv) the absolute deadline deadline_ns (tl_now() clock; one in
+ * the past acts at the next turn), replacing any it had, or clear it (0).
+ * If the op has not ended by then it ends with -ETIMEDOUT. The deadline
+ * does not move with data: a tl_read_start read ends at deadline_ns even
+ * while bytes arrive, unless the host moves or clears it first (for a
+ * limit on silence, use tl_idle_deadline). 0, -ENOENT (stale, foreign,
+ * never issued, or already terminal), -EINVAL (op is not a read, whatever
+ * its state), -EALREADY (its cancel, stop or timeout was already asked
+ * for). */
+int tl_read_deadline(tl_loop *loop, tl_op op, uint64_t deadline_ns);
+
 /* ---- Waking and posting from other threads (contract section 8) ---- */
 
 /* The loop's poster: a bounded multi-producer queue into the loop that any
