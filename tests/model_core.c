@@ -1940,11 +1940,7 @@ static void step(struct model *m)
 		a_post(m, li);
 	else if (k < 975)
 		a_room(m, li);
-	else if (k < 985 || m->real)
-		/* On the kernel drivers the deadline slots stay local_addr's,
-		 * so that their seed ranges (tests/meson.build) replay the calls
-		 * they were chosen for; the contract suite covers deadlines
-		 * there. */
+	else if (k < 985)
 		a_local_addr(m, li);
 	else if (k < 993)
 		a_read_deadline(m, li);
