@@ -298,17 +298,22 @@ static void x_handler(tl_shard *s, const tl_completion *c)
 	}
 }
 
-/* A free port: bound to port 0 and closed. */
+/* A port free a moment ago, below the ephemeral range (32768 and up) so
+ * that no other process's outgoing connection takes it meanwhile. */
 static uint16_t free_port(void)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t al = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	bind(fd, (struct sockaddr *)&a, sizeof a);
-	getsockname(fd, (struct sockaddr *)&a, &al);
-	close(fd);
-	return ntohs(a.sin_port);
+	for (int tries = 0; tries < 1000; tries++) {
+		uint16_t p = (uint16_t)(20000 + (getpid() * 131 + tries * 7) % 12000);
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p)};
+		int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, ok;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+		close(fd);
+		if (ok)
+			return p;
+	}
+	return 0;
 }
 
 static int x_connect(void)

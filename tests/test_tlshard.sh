@@ -18,9 +18,10 @@ fail() {
 }
 ok() { echo "ok: $*"; }
 
-# A port nothing listens on.
+# A port nothing listens on, below the ephemeral range (32768 and up), so
+# that no other process's outgoing connection holds it.
 free_port() {
-	local p=$((20000 + ($$ * 7 + $1) % 30000))
+	local p=$((20000 + ($$ * 7 + $1 * 101) % 12000))
 	while (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; do p=$((p + 1)); done
 	echo $p
 }

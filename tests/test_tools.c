@@ -24,22 +24,25 @@ struct child {
 	int err; /* read end of its stderr, or -1 */
 };
 
-/* A TCP port that was free a moment ago (bound to port 0 and closed); the
- * same k gives the same port within a test. */
+/* A TCP port that was free a moment ago, below the ephemeral range (32768
+ * and up) so that no other process's outgoing connection takes it in the
+ * meantime; the same k gives the same port within a run. */
 static uint16_t ports[8];
 static uint16_t test_port(int k)
 {
 	if (ports[k])
 		return ports[k];
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t al = sizeof a;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-		ports[k] = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
+	for (int tries = 0; tries < 1000 && !ports[k]; tries++) {
+		uint16_t p = (uint16_t)(20000 + (getpid() * 131 + k * 1009 + tries * 7) % 12000);
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p)};
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0)
+			ports[k] = p;
+		if (fd >= 0)
+			close(fd);
+	}
 	return ports[k];
 }
 
