@@ -100,6 +100,18 @@ struct tl_opslot {
 		struct { tl_addr addr; uint64_t deadline; const char *path; } conn;
 		struct { uint32_t bit; struct tl_poster *target; } room;
 		struct { void *job; } pool;
+		struct {              /* TL_OP_SEND_FDS, TL_OP_RECV_FDS */
+			uint8_t *buf;      /* the payload (the caller's) */
+			uint32_t len;
+			uint32_t done;     /* SEND_FDS: payload bytes sent so far (the
+					    * descriptors went with the first ones) */
+			uint32_t nfds;     /* SEND_FDS: descriptors in fds; RECV_FDS: the
+					    * most the caller takes */
+			uint32_t got;      /* RECV_FDS: descriptors the driver put in fds */
+			int *out;          /* RECV_FDS: the caller's array (the core copies
+					    * fds[0..got) there with the completion) */
+			int fds[TL_FDS_MAX];
+		} fd;
 	} u;
 	uint64_t drv[4]; /* driver private state */
 };
@@ -178,6 +190,18 @@ enum tl_opcode {
 	TL_OP_SHUTDOWN,
 	TL_OP_SEND,        /* u.dg: one datagram to u.dg.addr */
 	TL_OP_RECV,        /* u.dg: one datagram, source into u.dg.addr; pooled if buf NULL */
+	/* Unix-domain streams (TL_CAP_DETACH): SEND_FDS joins the write queue
+	 * and sends all of u.fd.buf, with u.fd.fds[0..nfds) as SCM_RIGHTS on
+	 * the first sendmsg that moves bytes (u.fd.done says how far it got;
+	 * its terminal's res is len). RECV_FDS joins the read queue: one
+	 * recvmsg (MSG_CMSG_CLOEXEC) into u.fd.buf, whose descriptors go to
+	 * u.fd.fds, their count to u.fd.got, before the event
+	 * (tl__sock_take_fds does both, and closes them all with -EMSGSIZE
+	 * when the control data was cut or carries more than u.fd.nfds);
+	 * res is the bytes, 0 with TL_F_EOF at the end. A driver never closes
+	 * descriptors it reported: the core hands them out or closes them. */
+	TL_OP_SEND_FDS,
+	TL_OP_RECV_FDS,
 	TL_OP_CODES_
 };
 
@@ -240,6 +264,19 @@ struct tl_driver {
 	int (*attach)(struct tl_drv *d, struct tl_hslot *h);
 	/* Close the handle's OS object; no event of it may follow. */
 	void (*release)(struct tl_drv *d, struct tl_hslot *h);
+	/* Take over the socket descriptor fd for h (tl_adopt): find its kind
+	 * (set h->type to TL_H_LISTEN, TL_H_STREAM or TL_H_UDP, and TL_HF_UNIX
+	 * or TL_HF_V6 in h->flags), make it non-blocking and close-on-exec, set
+	 * h->fd and attach it. 0, or -ENOTSOCK, -EINVAL (a kind the loop does
+	 * not take) or another negative errno, with fd and its flags as they
+	 * were and h's type, flags and fd unchanged. NULL: tl_adopt is
+	 * -ENOTSUP (also without TL_CAP_OS). */
+	int (*adopt)(struct tl_drv *d, struct tl_hslot *h, int fd);
+	/* Let go of h's OS object without closing it (tl_detach: h has no op
+	 * left, none of its events may follow): forget it in the OS wait set
+	 * and in the driver's lists. The core then frees h. Needed with
+	 * TL_CAP_DETACH. */
+	void (*detach)(struct tl_drv *d, struct tl_hslot *h);
 	int (*local_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
 	/* The peer of a connected stream (the core has ruled out a pending
 	 * connect); a Unix-domain peer as sa_family AF_UNIX only. 0, or

@@ -36,6 +36,7 @@ struct ep_h {
 	uint32_t whead, wtail; /* connect, writes, shutdown, sends */
 	uint8_t readable, writable, registered, queued, lease_wait, connecting, emfile;
 	uint8_t peer_end; /* the peer's FIN or reset arrived: read until EOF/error */
+	uint8_t fdpass;   /* a Unix stream that receives descriptors: see run_recv_fds */
 };
 _Static_assert(sizeof(struct ep_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ep_h fits");
 
@@ -188,6 +189,40 @@ static int ep_attach(struct tl_drv *d, struct tl_hslot *h)
 	return do_register(d, h);
 }
 
+static int ep_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
+{
+	uint8_t type, fl;
+	struct tl__sock_prev prev;
+	int r = tl__sock_adopt(fd, &type, &fl, &prev);
+	if (r < 0)
+		return r;
+	uint8_t type0 = h->type, flags0 = h->flags;
+	h->type = type;
+	h->flags |= fl;
+	h->fd = fd;
+	/* Registering reports what is already there (bytes, connections, the
+	 * peer's end) as the first edge. */
+	r = ep_attach(d, h);
+	if (r < 0) {
+		h->type = type0;
+		h->flags = flags0;
+		h->fd = -1;
+		tl__sock_unadopt(fd, &prev);
+	}
+	return r;
+}
+
+/* The descriptor goes on living elsewhere: an epoll registration outlives
+ * our descriptor while any other refers to the same file, so take it out. */
+static void ep_detach(struct tl_drv *d, struct tl_hslot *h)
+{
+	if (EH(h)->registered)
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+	EH(h)->registered = 0;
+	EH(h)->queued = 0; /* a stale ring entry is skipped */
+	h->fd = -1;
+}
+
 /* Listeners parked on EMFILE/ENFILE go again when the loop releases a
  * descriptor, or after EMFILE_RETRY_NS whatever freed one (another loop, a
  * raised limit): a slow timed retry, never a busy loop. */
@@ -269,7 +304,8 @@ static int q_remove(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot
 
 static int is_rside(const struct tl_opslot *o)
 {
-	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV;
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV ||
+	       o->code == TL_OP_RECV_FDS;
 }
 
 /* ---- running operations ---- */
@@ -364,7 +400,7 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		}
 		ssize_t n = read(h->fd, buf, len);
 		if (n > 0) {
-			if ((size_t)n < len && !EH(h)->peer_end)
+			if ((size_t)n < len && !EH(h)->peer_end && !EH(h)->fdpass)
 				EH(h)->readable = 0;
 			tl__drv_event(l, o, n, multi ? 0 : TL_F_TERMINAL, lease);
 			if (!multi)
@@ -478,6 +514,71 @@ static int run_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	return 1;
 }
 
+/* Descriptors go with the first sendmsg that moves bytes; the rest of the
+ * payload follows as plain bytes (a short send is continued like a write). */
+static int run_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	union tl__fds_ctl ctl;
+	for (;;) {
+		struct iovec v = {o->u.fd.buf + o->u.fd.done, o->u.fd.len - o->u.fd.done};
+		struct msghdr mh = {.msg_iov = &v, .msg_iovlen = 1};
+		if (!o->u.fd.done) {
+			mh.msg_control = ctl.buf;
+			mh.msg_controllen = tl__sock_fds_ctl(&ctl, o->u.fd.fds, o->u.fd.nfds);
+		}
+		ssize_t n = sendmsg(h->fd, &mh, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				EH(h)->writable = 0;
+				return 0;
+			}
+			tl__drv_event(d->loop, o, -errno, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		o->u.fd.done += (uint32_t)n;
+		if (o->u.fd.done == o->u.fd.len) {
+			tl__drv_event(d->loop, o, o->u.fd.len, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		EH(h)->writable = 0;
+		return 0;
+	}
+}
+
+/* A Unix stream's receive ends after bytes that carry descriptors, with
+ * more bytes possibly waiting behind them: on such a stream a short read
+ * no longer means drained (fdpass), or the rest would wait for an edge
+ * that never comes. */
+static int run_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	union tl__fds_ctl ctl;
+	struct iovec v = {o->u.fd.buf, o->u.fd.len};
+	struct msghdr mh = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+			    .msg_controllen = sizeof ctl.buf};
+	ssize_t n;
+	do
+		n = recvmsg(h->fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			EH(h)->readable = 0;
+			return 0;
+		}
+		tl__drv_event(d->loop, o, -errno, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	int got = tl__sock_take_fds(&mh, o->u.fd.fds, o->u.fd.nfds);
+	if (got < 0) {
+		tl__drv_event(d->loop, o, got, TL_F_TERMINAL, TL_NO_LEASE);
+		return 1;
+	}
+	o->u.fd.got = (uint32_t)got;
+	tl__drv_event(d->loop, o, n, TL_F_TERMINAL | (n == 0 ? TL_F_EOF : 0), TL_NO_LEASE);
+	return 1;
+}
+
 static int run_connect_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	int err = 0;
@@ -498,6 +599,8 @@ static int run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return run_write(d, h, o);
 	case TL_OP_SEND:
 		return run_send(d, h, o);
+	case TL_OP_SEND_FDS:
+		return run_send_fds(d, h, o);
 	case TL_OP_SHUTDOWN:
 		tl__drv_event(d->loop, o, shutdown(h->fd, SHUT_WR) < 0 ? -errno : 0,
 			      TL_F_TERMINAL, TL_NO_LEASE);
@@ -515,6 +618,8 @@ static int run_rop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return run_read(d, h, o);
 	case TL_OP_RECV:
 		return run_recv(d, h, o);
+	case TL_OP_RECV_FDS:
+		return run_recv_fds(d, h, o);
 	}
 	return 1;
 }
@@ -587,6 +692,8 @@ static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	if (o->code == TL_OP_CONNECT)
 		return start_connect(d, h, o);
 	if (is_rside(o)) {
+		if (o->code == TL_OP_RECV_FDS)
+			e->fdpass = 1;
 		q_push(l, &e->rhead, &e->rtail, o);
 		if (e->readable && e->rhead == o->idx)
 			mark_ready(d, h);
@@ -744,13 +851,15 @@ static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
 
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH,
 	.init = ep_init,
 	.destroy = ep_destroy,
 	.now = ep_now,
 	.open = ep_open,
 	.attach = ep_attach,
 	.release = ep_release,
+	.adopt = ep_adopt,
+	.detach = ep_detach,
 	.local_addr = ep_local,
 	.peer_addr = ep_peer,
 	.sockopt = ep_sockopt,

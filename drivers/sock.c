@@ -1,5 +1,6 @@
-/* drivers/sock.c: socket creation, options, peer addresses and abortive release, shared by the kernel drivers. */
+/* drivers/sock.c: socket creation, options, peer addresses, abortive release and handing sockets over, shared by the kernel drivers. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 #include <netinet/tcp.h>
@@ -238,4 +239,119 @@ int tl__sock_local(int fd, tl_addr *out)
 	if (getsockname(fd, &out->sa, &len) < 0)
 		return -errno;
 	return 0;
+}
+
+/* ---- Handing sockets over ---- */
+
+static int sockopt_int(int fd, int name, int *v)
+{
+	socklen_t len = sizeof *v;
+	return getsockopt(fd, SOL_SOCKET, name, v, &len) < 0 ? -errno : 0;
+}
+
+int tl__sock_adopt(int fd, uint8_t *type, uint8_t *hflags, struct tl__sock_prev *prev)
+{
+	int domain, stype, proto, listening = 0, r;
+	/* A file or a pipe answers ENOTSOCK, a closed descriptor EBADF. */
+	if ((r = sockopt_int(fd, SO_DOMAIN, &domain)) < 0 ||
+	    (r = sockopt_int(fd, SO_TYPE, &stype)) < 0 ||
+	    (r = sockopt_int(fd, SO_PROTOCOL, &proto)) < 0)
+		return r;
+	if (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX)
+		return -EINVAL;
+	if (stype == SOCK_STREAM) {
+		/* SCTP and MPTCP have stream sockets too: only TCP is TCP. */
+		if (domain != AF_UNIX && proto != IPPROTO_TCP)
+			return -EINVAL;
+		if ((r = sockopt_int(fd, SO_ACCEPTCONN, &listening)) < 0)
+			return r;
+		if (listening) {
+			*type = TL_H_LISTEN;
+		} else {
+			/* Neither listening nor connected (never connected, a
+			 * connect in progress, reset): nothing the loop can
+			 * read, write or accept on. */
+			struct sockaddr_storage ss;
+			socklen_t len = sizeof ss;
+			if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+				return errno == ENOTCONN ? -EINVAL : -errno;
+			*type = TL_H_STREAM;
+		}
+	} else if (stype == SOCK_DGRAM && domain != AF_UNIX && proto == IPPROTO_UDP) {
+		*type = TL_H_UDP;
+	} else {
+		return -EINVAL; /* ICMP datagrams, SEQPACKET, Unix datagrams, raw */
+	}
+	*hflags = domain == AF_UNIX ? TL_HF_UNIX : domain == AF_INET6 ? TL_HF_V6 : 0;
+	prev->fl = fcntl(fd, F_GETFL);
+	prev->fdfl = fcntl(fd, F_GETFD);
+	if (prev->fl < 0 || prev->fdfl < 0)
+		return -errno;
+	if (!(prev->fl & O_NONBLOCK) && fcntl(fd, F_SETFL, prev->fl | O_NONBLOCK) < 0)
+		return -errno;
+	if (!(prev->fdfl & FD_CLOEXEC) && fcntl(fd, F_SETFD, prev->fdfl | FD_CLOEXEC) < 0) {
+		r = -errno;
+		tl__sock_unadopt(fd, prev);
+		return r;
+	}
+	return 0;
+}
+
+void tl__sock_unadopt(int fd, const struct tl__sock_prev *prev)
+{
+	fcntl(fd, F_SETFL, prev->fl);
+	fcntl(fd, F_SETFD, prev->fdfl);
+}
+
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04 /* Linux 6.5; older headers lack the name */
+#endif
+
+_Static_assert(CMSG_SPACE(sizeof(int) * TL_FDS_MAX) + CMSG_SPACE(3 * sizeof(int)) +
+		       CMSG_SPACE(sizeof(int)) <= TL__FDS_CTL,
+	       "the control buffer holds the descriptors, credentials and a pidfd");
+
+unsigned tl__sock_fds_ctl(union tl__fds_ctl *ctl, const int *fds, uint32_t n)
+{
+	struct msghdr mh = {.msg_control = ctl->buf,
+			    .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+	memset(ctl->buf, 0, mh.msg_controllen);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(n * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+	return (unsigned)mh.msg_controllen;
+}
+
+int tl__sock_take_fds(const struct msghdr *mh, int *fds, uint32_t max)
+{
+	uint32_t n = 0;
+	int cut = (mh->msg_flags & MSG_CTRUNC) != 0;
+	if (!mh->msg_control || mh->msg_controllen < sizeof(struct cmsghdr))
+		return cut ? -EMSGSIZE : 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR((struct msghdr *)mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_len < CMSG_LEN(0))
+			continue;
+		if (c->cmsg_type != SCM_RIGHTS && c->cmsg_type != SCM_PIDFD)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const unsigned char *p = CMSG_DATA(c);
+		for (size_t i = 0; i < k; i++) {
+			int v;
+			memcpy(&v, p + i * sizeof v, sizeof v);
+			if (c->cmsg_type == SCM_RIGHTS && n < max) {
+				fds[n++] = v;
+			} else {
+				if (c->cmsg_type == SCM_RIGHTS)
+					cut = 1;
+				close(v);
+			}
+		}
+	}
+	if (!cut)
+		return (int)n;
+	while (n)
+		close(fds[--n]);
+	return -EMSGSIZE;
 }

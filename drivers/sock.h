@@ -2,6 +2,7 @@
 #ifndef TL_SOCK_H
 #define TL_SOCK_H
 
+#include <sys/socket.h>
 #include "driver.h"
 
 struct tl_hslot;
@@ -25,4 +26,37 @@ int tl__sock_peer(int fd, int is_unix, tl_addr *out);
 /* Close fd (nothing if < 0); abort: SO_LINGER {1, 0} first, so the peer
  * sees a reset. */
 void tl__sock_release(int fd, int abort);
+
+/* ---- Handing sockets over (tl_adopt, tl_send_fds, tl_recv_fds) ---- */
+
+/* A descriptor's flags before tl__sock_adopt changed them. */
+struct tl__sock_prev {
+	int fl, fdfl;
+};
+/* Find the kind of socket fd for tl_adopt (*type: TL_H_LISTEN, TL_H_STREAM
+ * or TL_H_UDP; *hflags: TL_HF_UNIX or TL_HF_V6 or 0) and make it
+ * non-blocking and close-on-exec, keeping its old flags in *prev. 0, or
+ * -ENOTSOCK, -EBADF, -EINVAL (a kind the loop does not take) or another OS
+ * error, with fd unchanged. */
+int tl__sock_adopt(int fd, uint8_t *type, uint8_t *hflags, struct tl__sock_prev *prev);
+/* Put fd's flags back as they were before tl__sock_adopt (its attach failed). */
+void tl__sock_unadopt(int fd, const struct tl__sock_prev *prev);
+
+/* Control buffer of one descriptor message: SCM_RIGHTS for TL_FDS_MAX
+ * descriptors, and room for the credentials and pidfd messages that an
+ * adopted socket may have asked for (SO_PASSCRED, SO_PASSPIDFD), so that
+ * those do not cut the descriptors off. Aligned for struct cmsghdr. */
+#define TL__FDS_CTL (64 + 32 + 32 + 16 * TL_FDS_MAX)
+union tl__fds_ctl {
+	char buf[TL__FDS_CTL];
+	uint64_t align;
+};
+/* Fill ctl with an SCM_RIGHTS message of fds[0..n) (n <= TL_FDS_MAX);
+ * returns its length for msg_controllen. */
+unsigned tl__sock_fds_ctl(union tl__fds_ctl *ctl, const int *fds, uint32_t n);
+/* The descriptors a recvmsg (MSG_CMSG_CLOEXEC) received, per mh's control
+ * data, into fds (room for max): their count, or -EMSGSIZE when the control
+ * data was cut (MSG_CTRUNC) or carried more than max, after closing every
+ * descriptor that arrived. A pidfd that SO_PASSPIDFD added is closed. */
+int tl__sock_take_fds(const struct msghdr *mh, int *fds, uint32_t max);
 #endif

@@ -143,4 +143,24 @@ static inline void tl__dl_submitted(tl_loop *l, const struct tl_hslot *h, int fi
 		tl__dl_touch(l, h);
 }
 
+/* Hand an op of handle h (tl__op_new) to the driver, as stream.c's own
+ * submissions go: 0 and *id, or the driver's refusal, after which the op is
+ * undone and nothing is owed. The driver may complete it at once; the id
+ * stays valid for the caller. */
+static inline int tl__op_submit(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_op *id)
+{
+	o->flags |= TL_OPF_NATIVE;
+	l->native_pending++;
+	tl_op oid = tl__op_id(l, o);
+	int first = h->pending == 1; /* o is the only op of h */
+	int r = l->dv->submit(l->d, h, o);
+	if (r < 0) {
+		tl__op_refuse(l, o);
+		return r;
+	}
+	tl__dl_submitted(l, h, first);
+	*id = oid;
+	return 0;
+}
+
 #endif

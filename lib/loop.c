@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/un.h>
 #include "core.h"
 
@@ -406,6 +407,12 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 	} else if (o->code == TL_OP_RECV) {
 		c->u.recv.lease = (tl_lease){0};
 		c->u.recv.from = o->u.dg.addr;
+	} else if (tl_unlikely(o->code == TL_OP_RECV_FDS) && o->u.fd.got) {
+		/* The descriptors go out with the record that carries their
+		 * bytes (the terminal after a cancel carries none). */
+		memcpy(o->u.fd.out, o->u.fd.fds, o->u.fd.got * sizeof *o->u.fd.fds);
+		c->aux = o->u.fd.got;
+		o->u.fd.got = 0;
 	}
 	l->st.completions[o->kind]++;
 	/* Progress for the handle's idle deadline (deadline.c). */
@@ -438,7 +445,15 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
  */
 static int carries_data(const struct tl_opslot *o, int64_t res)
 {
-	return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV);
+	return res > 0 &&
+	       (o->code == TL_OP_READ || o->code == TL_OP_RECV || o->code == TL_OP_RECV_FDS);
+}
+
+/* Descriptors a receive took that will never reach the host: close them. */
+static void drop_fds(const int *fds, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		close(fds[i]);
 }
 
 tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
@@ -454,6 +469,10 @@ tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32
 		l->late_dropped++;
 	if (!data && lease != TL_NO_LEASE)
 		tl__drv_lease_drop(l, lease);
+	if (!data && o->code == TL_OP_RECV_FDS) {
+		drop_fds(o->u.fd.fds, o->u.fd.got);
+		o->u.fd.got = 0;
+	}
 	if (!terminal)
 		return data;
 	flags = TL_F_TERMINAL;
@@ -538,6 +557,13 @@ uint32_t tl__drain(tl_loop *l, tl_completion *out, uint32_t cap)
 		l->qlen--;
 		l->buffered[m.cls]--;
 		l->refs -= m.referenced;
+		/* tl_loop_destroy drops what it drains: descriptors a receive
+		 * handed out in it would leak (the op slot is intact until its
+		 * terminal is drained). */
+		if (tl_unlikely(l->destroying) && out[n - 1].aux && m.oidx < l->cfg.max_ops &&
+		    out[n - 1].kind == TL_K_READ && l->o[m.oidx].code == TL_OP_RECV_FDS &&
+		    out[n - 1].op.v == tl__op_id(l, &l->o[m.oidx]).v)
+			drop_fds(l->o[m.oidx].u.fd.fds, out[n - 1].aux);
 		if (m.op_terminal) {
 			op_free(l, &l->o[m.oidx]);
 			l->outstanding--;

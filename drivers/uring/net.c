@@ -1,4 +1,4 @@
-/* drivers/uring/net.c: the io_uring driver's network operations: accept, connect, stream reads and writes, datagrams, and asking the kernel to cancel. */
+/* drivers/uring/net.c: the io_uring driver's network operations: accept, connect, stream reads and writes, datagrams, descriptor passing, and asking the kernel to cancel. */
 #include <limits.h>
 #include <string.h>
 #include <unistd.h>
@@ -591,6 +591,99 @@ static void on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *hea
 	kick(d, h);
 }
 
+/* ---- descriptor passing (Unix-domain streams) ---- */
+
+/* A send of descriptors is its own SQE at the head of the write queue,
+ * never gathered with the writes around it. Its descriptors go with the
+ * first sendmsg; what a short send left goes on as plain bytes. No
+ * MSG_WAITALL: the kernel's own retry of a short send would be ours to
+ * follow, and the control data must go once. */
+static int issue_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	struct ur_fdmsg *m = &d->fdm[o->idx];
+	memset(&m->mh, 0, sizeof m->mh);
+	m->iov.iov_base = o->u.fd.buf + o->u.fd.done;
+	m->iov.iov_len = o->u.fd.len - o->u.fd.done;
+	m->mh.msg_iov = &m->iov;
+	m->mh.msg_iovlen = 1;
+	if (!o->u.fd.done) {
+		m->mh.msg_control = m->ctl.buf;
+		m->mh.msg_controllen = tl__sock_fds_ctl(&m->ctl, o->u.fd.fds, o->u.fd.nfds);
+	}
+	io_uring_prep_sendmsg(s, h->fd, &m->mh, MSG_NOSIGNAL);
+	UH(h)->wpoll = d->polls;
+	issued(d, o, s);
+	return 1;
+}
+
+static void on_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf)
+{
+	UO(o)->st = ST_IDLE;
+	if (res > 0) {
+		o->u.fd.done += (uint32_t)res;
+		if (o->u.fd.done == o->u.fd.len) {
+			op_done(d, h, o, o->u.fd.len, 0, TL_NO_LEASE);
+			return;
+		}
+	} else if (res != 0 && res != -EAGAIN && res != -EINTR) {
+		op_done(d, h, o, res, 0, TL_NO_LEASE);
+		return;
+	}
+	if (o->flags & TL_OPF_CANCEL) {
+		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
+		return;
+	}
+	kick(d, h); /* the rest of the payload */
+}
+
+static int issue_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_uring_sqe *s = sqe_get(d);
+	if (!s)
+		return 0;
+	struct ur_fdmsg *m = &d->fdm[o->idx];
+	memset(&m->mh, 0, sizeof m->mh);
+	m->iov.iov_base = o->u.fd.buf;
+	m->iov.iov_len = o->u.fd.len;
+	m->mh.msg_iov = &m->iov;
+	m->mh.msg_iovlen = 1;
+	m->mh.msg_control = m->ctl.buf;
+	m->mh.msg_controllen = sizeof m->ctl.buf;
+	io_uring_prep_recvmsg(s, h->fd, &m->mh, MSG_CMSG_CLOEXEC);
+	issued(d, o, s);
+	return 1;
+}
+
+/* The kernel installed the descriptors when it ran the recvmsg: they are
+ * reported with the bytes, cancelled or not (the core hands them out or
+ * closes them), never dropped here. */
+static void on_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf)
+{
+	UO(o)->st = ST_IDLE;
+	if (res < 0) {
+		op_done(d, h, o, res, 0, TL_NO_LEASE);
+		return;
+	}
+	struct ur_fdmsg *m = &d->fdm[o->idx];
+	kernel_wrote(d, &m->mh, sizeof m->mh);
+	kernel_wrote(d, m->ctl.buf,
+		     m->mh.msg_controllen < sizeof m->ctl.buf ? m->mh.msg_controllen
+							 : sizeof m->ctl.buf);
+	kernel_wrote(d, o->u.fd.buf, (size_t)res);
+	int got = tl__sock_take_fds(&m->mh, o->u.fd.fds, o->u.fd.nfds);
+	if (got < 0) {
+		op_done(d, h, o, got, 0, TL_NO_LEASE);
+		return;
+	}
+	o->u.fd.got = (uint32_t)got;
+	op_done(d, h, o, res, res == 0 ? TL_F_EOF : 0, TL_NO_LEASE);
+}
+
 /* ---- the table of operations (indexed by enum tl_opcode) ---- */
 
 const struct ur_opdef tl__ur_ops[] = {
@@ -601,6 +694,8 @@ const struct ur_opdef tl__ur_ops[] = {
 	[TL_OP_SHUTDOWN] = {.issue = issue_write, .complete = on_write},
 	[TL_OP_SEND] = {.issue = issue_send, .complete = on_send},
 	[TL_OP_RECV] = {.issue = issue_recv, .complete = on_recv},
+	[TL_OP_SEND_FDS] = {.issue = issue_send_fds, .complete = on_send_fds},
+	[TL_OP_RECV_FDS] = {.issue = issue_recv_fds, .complete = on_recv_fds},
 };
 _Static_assert(sizeof tl__ur_ops / sizeof tl__ur_ops[0] == TL_OP_CODES_,
 	       "one entry per enum tl_opcode");

@@ -37,6 +37,27 @@ int tl__ur_attach(struct tl_drv *d, struct tl_hslot *h)
 	return 0;
 }
 
+int tl__ur_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
+{
+	uint8_t type, fl;
+	struct tl__sock_prev prev;
+	int r = tl__sock_adopt(fd, &type, &fl, &prev);
+	if (r < 0)
+		return r;
+	h->type = type;
+	h->flags |= fl;
+	h->fd = fd;
+	reset_h(h);
+	return 0;
+}
+
+/* Every op of h has had its CQE (the core asks only then), so the kernel
+ * holds nothing of ours on the descriptor. */
+void tl__ur_detach(struct tl_drv *d, struct tl_hslot *h)
+{
+	h->fd = -1;
+}
+
 void tl__ur_retry_fdwait(struct tl_drv *d)
 {
 	list_restart(d, &d->fdwait);

@@ -145,7 +145,8 @@ static int wants_room(const struct tl_opslot *o, int res)
 	/* After a cancel, a read's bytes still become a nonterminal record
 	 * (contract 2.5, tl__op_event); nothing else of the op does. */
 	if (o->flags & TL_OPF_CANCEL)
-		return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV);
+		return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV ||
+				   o->code == TL_OP_RECV_FDS);
 	if (!(o->flags & TL_OPF_MULTI))
 		return 0;
 	if (o->code == TL_OP_READ)
@@ -409,6 +410,7 @@ void tl__ur_destroy(struct tl_drv *d)
 	free(d->br);
 	free(d->scr);
 	free(d->msg);
+	free(d->fdm);
 	free(d->spare);
 	free(d);
 }
@@ -452,8 +454,9 @@ int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv 
 
 	d->scr = calloc(d->ring.sq.ring_entries, sizeof *d->scr);
 	d->msg = calloc(cfg->max_ops, sizeof *d->msg);
+	d->fdm = calloc(cfg->max_ops, sizeof *d->fdm);
 	r = -ENOMEM;
-	if (!d->scr || !d->msg)
+	if (!d->scr || !d->msg || !d->fdm)
 		goto fail;
 	if ((r = tl__ur_kbuf_init(d)) < 0)
 		goto fail;

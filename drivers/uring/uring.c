@@ -33,13 +33,16 @@ int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
 
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_DRV_CAP_KBUF,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
+		TL_DRV_CAP_KBUF,
 	.init = tl__ur_init,
 	.destroy = tl__ur_destroy,
 	.now = tl__ur_now,
 	.open = tl__ur_open,
 	.attach = tl__ur_attach,
 	.release = tl__ur_release,
+	.adopt = tl__ur_adopt,
+	.detach = tl__ur_detach,
 	.local_addr = tl__ur_local,
 	.peer_addr = tl__ur_peer,
 	.sockopt = tl__ur_sockopt,

@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "uring.h"
 #include "read_policy.h"
+#include "sock.h"
 
 /*
  * How the pieces fit; each file explains its own part.
@@ -115,6 +116,16 @@ struct ur_msg {
 	struct iovec iov;
 };
 
+/* Per op slot, for descriptor passing (TL_OP_SEND_FDS, TL_OP_RECV_FDS):
+ * the msghdr and its control buffer stay where the SQE points until the
+ * CQE (recvmsg writes the control data and its length back at the end).
+ * calloc'ed like ur_msg. */
+struct ur_fdmsg {
+	struct msghdr mh;
+	struct iovec iov;
+	union tl__fds_ctl ctl;
+};
+
 struct tl_drv {
 	struct io_uring ring;
 	tl_loop *loop;
@@ -139,6 +150,7 @@ struct tl_drv {
 	int tmo_armed;
 	union ur_scratch *scr;
 	struct ur_msg *msg;
+	struct ur_fdmsg *fdm;
 	uint32_t fs_ok;         /* bit per enum tl_fs_req the ring runs natively */
 	struct tl_uring_stats st;
 };
@@ -234,7 +246,7 @@ static inline void list_restart(struct tl_drv *d, struct ur_list *L)
 
 static inline int is_rside(const struct tl_opslot *o)
 {
-	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ;
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV_FDS;
 }
 
 /* Datagram ops are not ordered: they are never queued. */
@@ -398,6 +410,8 @@ void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused);
 void tl__ur_retry_fdwait(struct tl_drv *d);
 int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s);
 int tl__ur_attach(struct tl_drv *d, struct tl_hslot *h);
+int tl__ur_adopt(struct tl_drv *d, struct tl_hslot *h, int fd);
+void tl__ur_detach(struct tl_drv *d, struct tl_hslot *h);
 void tl__ur_release(struct tl_drv *d, struct tl_hslot *h);
 int tl__ur_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
 int tl__ur_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);

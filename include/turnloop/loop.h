@@ -148,7 +148,10 @@ const char *tl_loop_driver(const tl_loop *loop);
 #define TL_CAP_UDP       (1u << 1)
 #define TL_CAP_UNIX      (1u << 2)
 #define TL_CAP_EMBED     (1u << 3) /* tl_loop_fd() */
-#define TL_CAP_DETACH    (1u << 4) /* tl_detach/tl_attach */
+/* tl_detach, tl_send_fds, tl_recv_fds: a handle's descriptor can leave the
+ * loop, and descriptors can travel over Unix-domain streams (tl_adopt, which
+ * takes one in, needs TL_CAP_OS); docs/SOCKETS.md, "Handing sockets over". */
+#define TL_CAP_DETACH    (1u << 4)
 #define TL_CAP_SPLICE    (1u << 5)
 /* Handles are the operating system's sockets, reachable from other processes
  * (the simulation driver's are not: a server must refuse to run without it;
@@ -207,7 +210,8 @@ typedef struct tl_completion {
 	int64_t result;   /* count or negative errno (-ECANCELED once cancelled) */
 	uint16_t kind;    /* enum tl_kind */
 	uint16_t flags;   /* TL_F_* */
-	uint32_t aux;     /* kind-specific small value (pool: job class) */
+	uint32_t aux;     /* kind-specific small value (pool: job class; tl_recv_fds:
+			   * descriptors received) */
 	union {
 		struct { tl_handle conn; tl_addr peer; } accept;
 		struct { tl_lease lease; } read;
@@ -497,6 +501,136 @@ int tl_close_abort(tl_loop *loop, tl_handle h, uint64_t token);
  * timer), or -ENOTSUP when the driver's handles are no OS sockets (no
  * TL_CAP_OS: the simulation driver). */
 int tl_handle_fd(tl_loop *loop, tl_handle h);
+
+/* ---- Handing sockets over (contract 4.6; docs/SOCKETS.md) ---- */
+
+/*
+ * Adopt the socket descriptor fd into loop: socket activation, sockets
+ * handed over by a restart, and the way back in for a descriptor that
+ * tl_detach gave out (attaching it to another loop of this process, or of
+ * another process that received it with tl_recv_fds, is tl_adopt). The
+ * loop takes, and makes of it:
+ *  - a listening TCP (IPv4, IPv6) or Unix-domain stream socket: a listener;
+ *  - a connected TCP or Unix-domain stream socket: a stream (bytes already
+ *    waiting in it are what its first read gets);
+ *  - a UDP socket (IPv4, IPv6), bound or not: a datagram handle.
+ * The kind is read from the socket (getsockopt SO_DOMAIN, SO_TYPE,
+ * SO_PROTOCOL, SO_ACCEPTCONN; getpeername for a stream). The descriptor is
+ * made non-blocking (O_NONBLOCK belongs to the open file, so other
+ * descriptors of it, in other processes too, see it as well) and
+ * close-on-exec. Its socket options stay as they are: an adopted TCP
+ * stream keeps its TCP_NODELAY setting (tl_sockopt_set changes it).
+ *
+ * On success the loop owns fd, as if it had made the socket itself: it is
+ * closed when the handle's Closed is handed out (or given back by
+ * tl_detach), and the caller uses it only as tl_handle_fd allows. fd must
+ * be the caller's to give: a descriptor that a loop still owns is not
+ * (nothing can tell which descriptors another loop owns).
+ *
+ * Returns 0 and sets *out, or -EINVAL (out NULL, fd < 0, or a socket of a
+ * kind the loop does not take: a stream socket neither listening nor
+ * connected, such as one whose connect is still in progress or was reset;
+ * a datagram socket that is not UDP; another family or type), -ENOTSOCK
+ * (fd is no socket: a file, a pipe), -EBADF (fd is not open), -ENOBUFS
+ * (the handle table is full), -ENOTSUP (no TL_CAP_OS: the simulation
+ * driver's handles are no OS sockets), or the OS error of registering it.
+ * On every error fd stays the caller's, open, with its flags as they were.
+ * Setup, not steady state (contract 1.2): a few system calls; it allocates
+ * no memory.
+ */
+int tl_adopt(tl_loop *loop, int fd, tl_handle *out);
+
+/*
+ * Detach socket handle h from loop and give its descriptor to the caller,
+ * who owns it from then on (attach it to a loop with tl_adopt, pass it on
+ * with tl_send_fds, or close it). The loop lets h go only once it holds
+ * nothing more of it:
+ *  - while h has operations whose terminal the driver has not reported,
+ *    -EAGAIN, and each of them whose cancellation was not asked yet is
+ *    cancelled now. As for tl_close, each delivers its own terminal
+ *    (-ECANCELED; Stopped after tl_stop), and bytes a read had already
+ *    taken off the socket come before it as ordinary read completions
+ *    (contract 2.5).
+ *  - while completions that name h are queued (not yet handed out by
+ *    tl_turn), -EAGAIN.
+ *  - then 0: *fd is the descriptor (still non-blocking and close-on-exec;
+ *    what the kernel holds, unread bytes, queued connections, unsent
+ *    bytes, stays in it), h is stale (-ENOENT) from now on, and no Closed
+ *    completion follows.
+ * So once it returns 0 the host has seen every completion of h, and with
+ * them every byte the loop took off the socket: a stream moved this way
+ * loses nothing. Call it again after a turn until it returns 0. Writes
+ * cancelled by it may have sent part of their bytes (as with tl_close):
+ * let a stream's writes finish before detaching it when its peer must see
+ * a whole stream. Leases read from h stay the host's to release; h's idle
+ * deadline (tl_idle_deadline) ends with it: an adopted handle has none.
+ * Returns 0, -ENOENT (stale or foreign), -EINVAL (fd NULL, a timer, h
+ * closing), -EAGAIN (see above), -ENOTSUP (no TL_CAP_DETACH: the
+ * simulation driver). Setup, not steady state, as tl_adopt.
+ */
+int tl_detach(tl_loop *loop, tl_handle h, int *fd);
+
+#define TL_FDS_MAX 16 /* descriptors one tl_send_fds / tl_recv_fds carries */
+
+/*
+ * Send descriptors fds[0..nfds) (1 <= nfds <= TL_FDS_MAX) over the
+ * connected Unix-domain stream h as SCM_RIGHTS, with the payload
+ * buf[0..len) (len >= 1: a stream carries descriptors only along with
+ * bytes). A write: it joins h's write queue, in order with h's writes,
+ * other sends and shutdown, writes every byte of buf (the descriptors go
+ * with the first bytes that leave), and its terminal is TL_K_WRITE with
+ * result = len. The fds array is copied at the call; the descriptors stay
+ * the caller's (the receiver gets its own): keep each open until the
+ * terminal, and close it whenever you like after. buf must stay valid
+ * until the terminal, as for tl_write. Its bytes do not count against h's
+ * write cap (tl_handle_caps). Cancel and close follow contract 2; a send
+ * cancelled after it started has sent its descriptors and part of its
+ * bytes. 0 and *op, or -EINVAL (op, fds or buf NULL, nfds or len out of
+ * range, a descriptor < 0, h not a Unix-domain stream, h closing),
+ * -ENOENT (stale or foreign), -ENOBUFS (op table full), -ENOTSUP (no
+ * TL_CAP_DETACH). A descriptor that is not open is the terminal's -EBADF
+ * (nothing was sent). Allocates nothing.
+ */
+int tl_send_fds(tl_loop *loop, tl_handle h, const int *fds, uint32_t nfds, const void *buf,
+		uint32_t len, uint64_t token, tl_op *op);
+
+/*
+ * Receive once from the connected Unix-domain stream h into buf[0..len)
+ * (len >= 1), and the descriptors sent with those bytes into fds (room for
+ * cap, 1 <= cap <= TL_FDS_MAX). A read: it joins h's read queue, in order
+ * with h's other reads. Its terminal is TL_K_READ with result = payload
+ * bytes (0 with TL_F_EOF at end of stream) and aux = the number of
+ * descriptors received, in fds[0..aux) (0 when those bytes carried none).
+ * They are new descriptors of this process, close-on-exec
+ * (MSG_CMSG_CLOEXEC), the host's to close or to tl_adopt.
+ *
+ * The descriptors of one tl_send_fds (or sendmsg) arrive with the receive
+ * that reads the first bytes of its payload; that receive ends within that
+ * payload, so one receive carries at most one send's descriptors (it may
+ * read plain bytes sent before them). A protocol that sends a payload of a
+ * known size with its descriptors and receives it with that len gets them
+ * one message at a time. Descriptors sent to a plain tl_read are closed
+ * by the kernel.
+ *
+ * When the bytes carry more descriptors than cap, or more than the kernel
+ * could hand over (MSG_CTRUNC), every descriptor that arrived is closed and
+ * the terminal is -EMSGSIZE; the payload bytes read with them are dropped
+ * too, so treat the stream as broken. A receive cancelled (or its handle
+ * closed) after the kernel had taken bytes and descriptors delivers them
+ * first, as an ordinary nonterminal TL_K_READ completion as above
+ * (contract 2.5): the host owns those descriptors, nothing leaks. The loop
+ * closes the descriptors of a completion that it never hands out (the
+ * completions tl_loop_destroy drops).
+ *
+ * buf and fds must stay valid until the terminal. Not paused by h's caps
+ * (it takes no pooled lease). It is progress for h's idle deadline, which
+ * ends it as any op of h; tl_read_deadline does not take it (-EINVAL). 0 and *op, or -EINVAL (op, fds or buf NULL,
+ * len 0, cap out of range, h not a Unix-domain stream, h closing),
+ * -ENOENT, -ENOBUFS (op table full), -ENOTSUP (no TL_CAP_DETACH).
+ * Allocates nothing.
+ */
+int tl_recv_fds(tl_loop *loop, tl_handle h, int *fds, uint32_t cap, void *buf, uint32_t len,
+		uint64_t token, tl_op *op);
 
 /* UDP: bind a datagram socket (port 0 picks one). */
 int tl_udp_bind(tl_loop *loop, const tl_addr *addr, tl_handle *out);
