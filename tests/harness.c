@@ -232,6 +232,24 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		}
 		break;
 	}
+	case TL_CAP_DETACH: {
+		what = "detaching and passing descriptors (tl_detach)";
+		int fd = -1;
+		tl_handle u = TL_HANDLE_NONE;
+		h_loopback(&a, AF_INET, 0);
+		rc = tl_udp_bind(loop, &a, &u); /* a failure here fails the check */
+		if (rc == 0)
+			rc = tl_detach(loop, u, &fd);
+		if (rc == 0) {
+			close(fd); /* detached after all: not the loop's to close */
+		} else if (u.v) {
+			h_ctx c;
+			h_ctx_init(&c, loop);
+			h_close(&c, u, 0);
+			h_ctx_fini(&c);
+		}
+		break;
+	}
 	default:
 		break;
 	}
