@@ -36,8 +36,13 @@
  * before the producer's pass ends; the wake still waits for the pass end. */
 #define PUBLISH_EVERY 32u
 
-/* What a ring slot carries (tl_mesh_msg.b). */
-enum { MSG_POST = 0, MSG_CALL = 1, MSG_RESULT = 2 };
+/* What a ring slot carries: the low 32 bits of tl_mesh_msg.b. A migration
+ * (tl_shard_migrate) carries the payload in a and, in the high 32 bits of
+ * b, the descriptor (MSG_MIGRATE) or the target's result (MSG_MIGRATED). */
+enum { MSG_POST = 0, MSG_CALL = 1, MSG_RESULT = 2, MSG_MIGRATE = 3, MSG_MIGRATED = 4 };
+#define MSG_TYPE(b) ((uint32_t)(b))
+#define MSG_WORD(b) ((int32_t)((b) >> 32))
+#define MSG_MAKE(type, word) ((uint64_t)(type) | (uint64_t)(uint32_t)(word) << 32)
 
 /* Shard phases (see shard_run). */
 /* A shard's life: running, letting connections finish (tl_runtime_drain),
@@ -87,6 +92,7 @@ struct tl_shard {
 	uint32_t ndirty, nroom_wait, nbacklog;
 	uint64_t inflight_total;
 	tl_completion *batch;
+	uint32_t bat_i, bat_n; /* the batch entry being handled, and how many (0: none) */
 	int phase, mesh_closed, pass_busy;
 	uint32_t last_nhandles;
 	uint64_t drain_deadline, last_pub, pass_end;
@@ -754,6 +760,41 @@ int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload
 	return 0;
 }
 
+/* Can a call (it holds a credit until its result) go to t now? */
+static int can_call(tl_shard *s, uint32_t t)
+{
+	if (t < s->n && s->out[t].inflight >= s->rt->cfg.mesh_inflight && !s->mesh_closed) {
+		s->st.mesh_refused++;
+		return -ENOBUFS;
+	}
+	return can_send(s, t);
+}
+
+int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t payload,
+		     uint64_t token)
+{
+	int fd, rc = can_call(s, target);
+
+	if (rc)
+		return rc;
+	/* Completions of h that the loop handed out this pass but the program
+	 * has not seen yet (later in the batch) hold it as the loop's queued
+	 * ones hold tl_detach: their bytes are the program's to handle first. */
+	for (uint32_t k = s->bat_i + 1; k < s->bat_n; k++)
+		if (s->batch[k].handle.v == h.v)
+			return -EAGAIN;
+	/* The ring has room and a credit is free: once detached, the
+	 * descriptor is sure to go. */
+	rc = tl_detach(s->loop, h, &fd);
+	if (rc)
+		return rc;
+	stage(s, target,
+	      &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_MAKE(MSG_MIGRATE, fd)});
+	s->out[target].inflight++;
+	s->inflight_total++;
+	return 0;
+}
+
 int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token)
 {
 	int rc;
@@ -928,15 +969,44 @@ static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t a
 	c.aux = aux;
 	c.u.mesh.payload = value;
 	c.u.mesh.arg = ptr;
+	c.u.mesh.conn = TL_HANDLE_NONE;
 	s->mesh_comp[kind]++;
 	dispatch(s, &c);
+}
+
+/* A connection migrated from src: adopt it and tell the program, or close
+ * it; either way src hears how it went. */
+static void run_migrate(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
+{
+	tl_completion c;
+	int fd = MSG_WORD(m->b);
+	int rc = tl_adopt(s->loop, fd, &c.u.mesh.conn);
+
+	if (rc < 0) {
+		close(fd);
+	} else {
+		c.token = m->token;
+		c.op = TL_OP_NONE;
+		c.handle = TL_HANDLE_NONE;
+		c.result = 0;
+		c.kind = TL_K_MESH;
+		c.flags = TL_F_TERMINAL;
+		c.aux = src | TL_MESH_MIGRATED;
+		c.u.mesh.payload = m->a;
+		c.u.mesh.arg = NULL;
+		s->mesh_comp[TL_K_MESH]++;
+		dispatch(s, &c);
+	}
+	send_result(s, src,
+		    &(struct tl_mesh_msg){.token = m->token, .a = m->a,
+					  .b = MSG_MAKE(MSG_MIGRATED, rc)});
 }
 
 /* ---- the mesh: consumer side ---- */
 
 static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
 {
-	switch (m->b) {
+	switch (MSG_TYPE(m->b)) {
 	case MSG_POST:
 		deliver_mesh(s, m->token, 0, src, m->a, NULL, TL_K_MESH);
 		break;
@@ -949,6 +1019,15 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 						  .b = MSG_RESULT, .fn = (void *)(uintptr_t)m->a});
 		break;
 	}
+	case MSG_MIGRATE:
+		run_migrate(s, src, m);
+		break;
+	case MSG_MIGRATED:
+		s->out[src].inflight--;
+		s->inflight_total--;
+		deliver_mesh(s, m->token, MSG_WORD(m->b), src | TL_MESH_RESULT | TL_MESH_MIGRATED,
+			     m->a, NULL, TL_K_MESH);
+		break;
 	default: /* MSG_RESULT */
 		s->out[src].inflight--;
 		s->inflight_total--;
@@ -967,6 +1046,7 @@ static int receive(tl_shard *s, uint32_t budget)
 
 	c.op = TL_OP_NONE;
 	c.handle = TL_HANDLE_NONE;
+	c.u.mesh.conn = TL_HANDLE_NONE;
 	for (uint32_t src = 0; src < s->n; src++) {
 		struct pair *p = &s->in[(size_t)src * s->n];
 		struct tl__spsc *r = &p->ring;
@@ -1107,8 +1187,12 @@ static int pass(tl_shard *s, int64_t timeout)
 			rc = n;
 		n = 0;
 	}
-	for (int i = 0; i < n; i++)
+	s->bat_n = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		s->bat_i = (uint32_t)i;
 		dispatch(s, &s->batch[i]);
+	}
+	s->bat_n = 0;
 	more = receive(s, rt->cfg.mesh_budget);
 	if (s->nroom_wait || s->nbacklog)
 		room_check(s, 0);

@@ -211,14 +211,14 @@ typedef struct tl_completion {
 	uint16_t kind;    /* enum tl_kind */
 	uint16_t flags;   /* TL_F_* */
 	uint32_t aux;     /* kind-specific small value (pool: job class; tl_recv_fds:
-			   * descriptors received) */
+			   * descriptors received; mesh: turnloop/shard.h) */
 	union {
 		struct { tl_handle conn; tl_addr peer; } accept;
 		struct { tl_lease lease; } read;
 		struct { tl_lease lease; tl_addr from; } recv;
 		struct { uint64_t payload; } post;
 		struct { uint64_t value; void *ptr; } pool;
-		struct { uint64_t payload; void *arg; } mesh; /* turnloop/shard.h */
+		struct { uint64_t payload; void *arg; tl_handle conn; } mesh; /* turnloop/shard.h */
 	} u;
 } tl_completion;
 
@@ -557,9 +557,11 @@ int tl_adopt(tl_loop *loop, int fd, tl_handle *out);
  *    what the kernel holds, unread bytes, queued connections, unsent
  *    bytes, stays in it), h is stale (-ENOENT) from now on, and no Closed
  *    completion follows.
- * So once it returns 0 the host has seen every completion of h, and with
- * them every byte the loop took off the socket: a stream moved this way
- * loses nothing. Call it again after a turn until it returns 0. Writes
+ * So once it returns 0 every completion of h, and with them every byte the
+ * loop took off the socket, has been handed out by tl_turn: a stream moved
+ * this way loses nothing (a host that detaches h while it works through a
+ * turn's completions finds the rest of h's there, later in the array).
+ * Call it again after a turn until it returns 0. Writes
  * cancelled by it may have sent part of their bytes (as with tl_close):
  * let a stream's writes finish before detaching it when its peer must see
  * a whole stream. Leases read from h stay the host's to release; h's idle

@@ -227,11 +227,20 @@ static inline unsigned tl_token_handler(uint64_t token)
  *  - the result of a tl_shard_submit_to() on the caller: token as submitted,
  *    result = what fn returned, u.mesh.arg = fn's arg (u.mesh.payload 0),
  *    aux = the shard fn ran on | TL_MESH_RESULT.
+ *  - a connection tl_shard_migrate() moved here: token and u.mesh.payload
+ *    as given, result 0, u.mesh.conn = its new handle on this shard's loop,
+ *    aux = the sending shard's id | TL_MESH_MIGRATED;
+ *  - the result of a tl_shard_migrate() on the caller: token and
+ *    u.mesh.payload as given, result 0 (adopted there) or the target's
+ *    tl_adopt error, aux = the target shard | TL_MESH_RESULT |
+ *    TL_MESH_MIGRATED.
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
- * are TL_OP_NONE / TL_HANDLE_NONE.
+ * are TL_OP_NONE / TL_HANDLE_NONE, u.mesh.conn is TL_HANDLE_NONE unless
+ * said otherwise.
  */
 #define TL_MESH_RESULT 0x80000000u
+#define TL_MESH_MIGRATED 0x40000000u
 #define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
 
 /*
@@ -459,6 +468,38 @@ int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload
  * result may be dropped (the stats count it).
  */
 int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * Move the connection h of this shard's loop to shard target (contract 4.6;
+ * docs/SOCKETS.md, "Handing sockets over"): h is detached (tl_detach), its
+ * descriptor travels over the mesh, and target adopts it (tl_adopt) between
+ * its turns and hands its program a TL_K_MESH completion naming the new
+ * handle (see "Mesh completions" above: u.mesh.conn, aux |
+ * TL_MESH_MIGRATED) with token and payload; token names the handler on
+ * target as for tl_shard_post, and on this shard for the result. This
+ * shard then gets the result (0, or the error of tl_adopt there, in which
+ * case target has closed the descriptor: it is never leaked, but the
+ * connection is gone). Bytes not read yet stay in the kernel's socket and
+ * are read by the new owner, and it succeeds only once the program has
+ * been handed every completion of h, so a stream moves without losing a
+ * byte.
+ *
+ * Returns 0 (h is stale from now on); -EAGAIN while completions of h are
+ * still to reach the program: later in the batch of this pass that it is
+ * being handed (nothing is done then: call again from the handler of the
+ * last of them), or queued in the loop, or owed by operations still
+ * pending (as tl_detach: those operations are cancelled now). Stop h's
+ * reads, let its writes finish, and call again from the handler of their
+ * terminals. -ENOENT, -EINVAL (target out of range, h a timer or
+ * closing), -ENOTSUP as tl_detach; -ENOBUFS and -EPIPE as
+ * tl_shard_submit_to (it takes one of the mesh_inflight credits to target
+ * until the result is back). On any error h stays where it is, nothing was
+ * sent. If the runtime stops before target ran it, target still adopts and
+ * then closes the connection with its other handles; the result may be
+ * dropped (as for tl_shard_submit_to). Allocates nothing.
+ */
+int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t payload,
+		     uint64_t token);
 
 /*
  * tl_shard_post() to every shard, this one included, all or nothing.
