@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <turnloop/loop.h>
 
@@ -38,6 +39,12 @@
  * new one every 100 round trips) whose reads end by a read deadline and by
  * the idle deadline, in turn, and are issued again: both must fire in the
  * measured phase.
+ *
+ * Then, on drivers that pass descriptors (TL_CAP_DETACH), a second measured
+ * phase: 2,000 descriptors sent with tl_send_fds and received with
+ * tl_recv_fds over a Unix-domain socketpair adopted by the loop. Adopting
+ * (tl_adopt) and detaching are setup, not steady state, so the pair is
+ * adopted before the phase and detached after it.
  */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -570,6 +577,87 @@ static void on_completion(const tl_completion *x)
 	}
 }
 
+/* ---- Passing descriptors (TL_CAP_DETACH) ---- */
+
+enum { FD_ROUNDS = 2000, FD_WARM = 100, TOK_FDS_SEND = 900, TOK_FDS_RECV };
+
+/* Turn until the terminals of ops s and r: 0 with them in *cs and *cr, or -1. */
+static int fd_wait(tl_op s, tl_op r, tl_completion *cs, tl_completion *cr)
+{
+	tl_completion c[16];
+	int seen = 0;
+	for (int k = 0; k < 2000 && seen != 3; k++) {
+		int n = tl_turn(loop, 10 * 1000000ll, c, 16, NULL);
+		if (n < 0)
+			return -1;
+		for (int i = 0; i < n; i++) {
+			if (!(c[i].flags & TL_F_TERMINAL))
+				continue;
+			if (c[i].op.v == s.v) {
+				*cs = c[i];
+				seen |= 1;
+			} else if (c[i].op.v == r.v) {
+				*cr = c[i];
+				seen |= 2;
+			}
+		}
+	}
+	return seen == 3 ? 0 : -1;
+}
+
+/* One descriptor from a to b and back to the pipe: 0 or a step < 0. */
+static int fd_round(tl_handle a, tl_handle b, int pass_fd, int i)
+{
+	static int got[4];
+	static char in[8];
+	char out[8];
+	tl_op s, r;
+	tl_completion cs, cr;
+	memcpy(out, &i, sizeof i);
+	memcpy(out + 4, "fds!", 4);
+	if (tl_recv_fds(loop, b, got, 4, in, sizeof in, TOK_FDS_RECV, &r) != 0)
+		return -1;
+	if (tl_send_fds(loop, a, &pass_fd, 1, out, sizeof out, TOK_FDS_SEND, &s) != 0)
+		return -2;
+	if (fd_wait(s, r, &cs, &cr) != 0 || cs.result != (int64_t)sizeof out)
+		return -3;
+	if (cr.result != (int64_t)sizeof out || cr.aux != 1 || memcmp(in, out, sizeof out) != 0)
+		return -4;
+	if (close(got[0]) != 0)
+		return -5;
+	return 0;
+}
+
+static int pass_fds_phase(unsigned long *allocs)
+{
+	int sv[2], pfd[2];
+	tl_handle a, b;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+	    pipe2(pfd, O_CLOEXEC) != 0)
+		return -10;
+	if (tl_adopt(loop, sv[0], &a) != 0 || tl_adopt(loop, sv[1], &b) != 0)
+		return -11;
+	int rc = 0;
+	for (int i = 0; i < FD_WARM && rc == 0; i++)
+		rc = fd_round(a, b, pfd[1], i);
+	unsigned long a0 = atomic_load(&calls_alloc) + atomic_load(&calls_free);
+	atomic_store(&counting, 1);
+	for (int i = 0; i < FD_ROUNDS && rc == 0; i++)
+		rc = fd_round(a, b, pfd[1], i);
+	atomic_store(&counting, 0);
+	*allocs = atomic_load(&calls_alloc) + atomic_load(&calls_free) - a0;
+	int fa = -1, fb = -1;
+	if (rc == 0 && (tl_detach(loop, a, &fa) != 0 || tl_detach(loop, b, &fb) != 0))
+		rc = -12;
+	if (fa >= 0)
+		close(fa);
+	if (fb >= 0)
+		close(fb);
+	close(pfd[0]);
+	close(pfd[1]);
+	return rc < 0 ? rc : FD_ROUNDS;
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -652,6 +740,10 @@ int main(void)
 	}
 	pthread_join(t, NULL);
 	unsigned long allocs = atomic_load(&calls_alloc), frees = atomic_load(&calls_free);
+	unsigned long fd_allocs = 0;
+	int fd_rounds = 0;
+	if (tl_loop_caps(loop) & TL_CAP_DETACH)
+		fd_rounds = pass_fds_phase(&fd_allocs);
 
 	/* Tear down (not measured). */
 	tearing_down = 1;
@@ -681,6 +773,18 @@ int main(void)
 	       (unsigned long long)posts_seen, (unsigned long long)read_timeouts,
 	       (unsigned long long)idle_timeouts, allocs, frees);
 	int fail = 0;
+	if (fd_rounds < 0) {
+		fprintf(stderr, "noalloc: the descriptor phase failed at step %d\n", -fd_rounds);
+		fail = 1;
+	} else if (fd_rounds) {
+		printf("noalloc: %d descriptors passed, %lu allocator calls during that phase\n",
+		       fd_rounds, fd_allocs);
+		if (fd_allocs) {
+			fprintf(stderr, "noalloc: passing descriptors made %lu allocator calls (want 0)\n",
+				fd_allocs);
+			fail = 1;
+		}
+	}
 	if (atomic_load(&client_failed)) {
 		fprintf(stderr, "noalloc: the echo client failed (%d)\n", client_rc);
 		fail = 1;
