@@ -612,7 +612,12 @@ static void test_stall(void)
 	CU_ASSERT_TRUE(st0.last_stall_ns >= 30 * 1000000ull);
 	CU_ASSERT_TRUE(st0.max_pass_ns >= 30 * 1000000ull);
 	CU_ASSERT_EQUAL(st1.stalls, 0);
-	CU_ASSERT_TRUE(st0.pass_hist[TL_STATS_HIST - 7] + st0.pass_hist[TL_STATS_HIST - 6] > 0);
+	/* The 30 ms pass is in its bucket, or a later one if the machine kept
+	 * the shard off its CPU on top of that. */
+	uint64_t slow = 0;
+	for (int b = TL_STATS_HIST - 7; b < TL_STATS_HIST; b++)
+		slow += st0.pass_hist[b];
+	CU_ASSERT_TRUE(slow > 0);
 	rewind(tmp);
 	size_t n = fread(buf, 1, sizeof buf - 1, tmp);
 	buf[n] = '\0';
