@@ -615,7 +615,7 @@ static void test_stall(void)
 	/* The 30 ms pass is in its bucket, or a later one if the machine kept
 	 * the shard off its CPU on top of that. */
 	uint64_t slow = 0;
-	for (int b = TL_STATS_HIST - 7; b < TL_STATS_HIST; b++)
+	for (uint32_t b = TL_STATS_HIST - 7; b < TL_STATS_HIST; b++)
 		slow += st0.pass_hist[b];
 	CU_ASSERT_TRUE(slow > 0);
 	rewind(tmp);
