@@ -74,13 +74,17 @@ static int vg_wait(struct tl_drv *d, unsigned submit, const struct __kernel_time
 	if (io_uring_cq_ready(&d->ring) ||
 	    (IO_URING_READ_ONCE(*d->ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)))
 		return r;
-	struct pollfd pf = {.fd = d->vg_efd, .events = POLLIN};
+	/* The wake eventfd too: another thread's wake must end the wait even
+	 * where the kernel does not signal the ring's eventfd for the deferred
+	 * task work of the wake poll (shards parked under valgrind hung). */
+	struct pollfd pf[2] = {{.fd = d->vg_efd, .events = POLLIN},
+			       {.fd = d->wake_fd, .events = POLLIN}};
 	struct timespec t;
 	if (ts) {
 		t.tv_sec = ts->tv_sec;
 		t.tv_nsec = ts->tv_nsec;
 	}
-	if (ppoll(&pf, 1, ts ? &t : NULL, NULL) < 0 && errno != EINTR)
+	if (ppoll(pf, 2, ts ? &t : NULL, NULL) < 0 && errno != EINTR)
 		return -errno;
 	return enter(d, 0, 0, NULL);
 }
