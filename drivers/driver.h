@@ -35,6 +35,15 @@ enum tl_htype {
 	TL_H_STREAM,   /* TCP or Unix connection */
 	TL_H_UDP,
 	TL_H_TIMER,
+	/* Contract 5 (lib/sysmod.h): no driver object behind them; the core
+	 * owns (or, for TL_H_POLL, only borrows) the descriptor in fd, and
+	 * their operations reach a driver only as TL_OP_POLL. */
+	TL_H_POLL,     /* a foreign descriptor (lib/poll.c) */
+	TL_H_SIGNAL,   /* a signal subscription (lib/signal.c) */
+	TL_H_PROC,     /* a child process: fd is its pidfd (lib/proc.c) */
+	TL_H_STDIO,    /* a terminal, pipe or file of the process (lib/tty.c) */
+	TL_H_WATCH,    /* an inotify instance (lib/watch.c) */
+	TL_H_DNS,      /* a c-ares resolver (lib/dns.c) */
 };
 
 /* Handle flags. */
@@ -69,6 +78,7 @@ struct tl_hslot {
 			uint64_t at, repeat, seq;
 			uint32_t op;
 		} t;
+		uint64_t sys[6];      /* contract 5 handles: their module's state */
 	} u;
 };
 
@@ -112,7 +122,23 @@ struct tl_opslot {
 					    * fds[0..got) there with the completion) */
 			int fds[TL_FDS_MAX];
 		} fd;
+		/* Contract 5 modules (lib/sysmod.h). */
+		struct { uint32_t next, prev, pend; int32_t signo; } sig;
+		struct { const _Atomic uint64_t *addr; uint64_t expected; uint32_t next, prev; } ew;
+		struct { tl_addr *out; uint32_t cap; } dns;
 	} u;
+	/* TL_OP_POLL: the descriptor and poll(2) events the driver waits for
+	 * (read by the driver), then the core's own bookkeeping of the op
+	 * between readinesses (lib/poll.c; drivers never touch it). */
+	struct {
+		int32_t fd;
+		uint16_t events;
+		uint8_t multi;      /* 1: level-triggered multishot; 0: one-shot */
+		uint8_t where;      /* which of the core's lists it is on (lib/poll.c) */
+		int32_t res;        /* the readiness (revents) or error last reported */
+		uint32_t next, prev;
+		uint8_t flags;      /* the module's own */
+	} poll;
 	uint64_t drv[4]; /* driver private state */
 };
 
@@ -120,6 +146,9 @@ struct tl_opslot {
 #define TL_OP_TIMER 100
 #define TL_OP_ROOM 101
 #define TL_OP_POOL 102
+#define TL_OP_SIGNAL 103 /* lib/signal.c */
+#define TL_OP_EWAIT 104  /* lib/ewait.c */
+#define TL_OP_DNS 105    /* lib/dns.c: a lookup */
 
 /*
  * The split of work between the core (lib/loop.c) and a driver:
@@ -202,6 +231,17 @@ enum tl_opcode {
 	 * descriptors it reported: the core hands them out or closes them. */
 	TL_OP_SEND_FDS,
 	TL_OP_RECV_FDS,
+	/* Wait until poll.fd is ready for poll.events (POLLIN, POLLOUT,
+	 * POLLPRI, POLLRDHUP); the event's res is the revents (with POLLERR
+	 * and POLLHUP as poll(2) adds them), or a negative errno. One-shot: the
+	 * first readiness is the terminal event. With poll.multi (not
+	 * TL_OPF_MULTI, which says what the core makes of the op): level-
+	 * triggered, one nonterminal event per poll() while the descriptor is
+	 * ready (respecting tl__drv_room()), until cancelled. The driver never
+	 * reads, writes or closes poll.fd, and keeps no per-handle state for
+	 * it (h may be a handle no driver opened; h->fd is not poll.fd). Only
+	 * drivers with TL_CAP_POLL are given it. */
+	TL_OP_POLL,
 	TL_OP_CODES_
 };
 
@@ -305,6 +345,14 @@ struct tl_driver {
 	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
 	 * resume reads that waited for a buffer. May be NULL. */
 	void (*lease_returned)(struct tl_drv *d, uint32_t id);
+	/* A free lease for a read the core makes itself (a terminal's, an
+	 * inotify queue's: lib/tty.c, lib/watch.c), or TL_NO_LEASE if none is
+	 * free now (lease_returned follows when one is). Drivers with
+	 * TL_DRV_CAP_KBUF keep the free leases, so they must have it, and keep
+	 * at least one free lease off the kernel's ring whenever the host holds
+	 * none (else such a read could wait for good); NULL for the others: the
+	 * core takes from its own free list. */
+	uint32_t (*lease_take)(struct tl_drv *d);
 
 	/* h (a stream) went over one of its caps (paused = 1: TL_HF_PAUSED is
 	 * set) or back under both (0: cleared). While paused a driver takes

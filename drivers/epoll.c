@@ -1,5 +1,6 @@
 /* drivers/epoll.c: the readiness driver: edge-triggered epoll, operations run when ready. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +30,15 @@
  * per-turn room, a read that waited for a pooled buffer. The event's
  * data carries the handle's slot and generation, so that an event for a
  * descriptor closed earlier in the same batch is recognised and dropped.
+ *
+ * TL_OP_POLL (a descriptor the loop does not own) registers a duplicate of
+ * it, level-triggered (one-shot: EPOLLONESHOT), with the op's slot and
+ * generation as its data: a registration per op, so two polls of one
+ * descriptor (a terminal's reader and writer) never collide, and the
+ * duplicate is removed from the set and closed when the op ends, whatever
+ * the owner did with the original meanwhile (epoll keys registrations by
+ * open file, so closing a descriptor does not remove it while a duplicate
+ * lives: the driver always deletes before it closes).
  */
 
 struct ep_h {
@@ -42,10 +52,12 @@ _Static_assert(sizeof(struct ep_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ep
 
 struct ep_o {
 	uint32_t qnext;
+	int dfd; /* TL_OP_POLL: the registered duplicate, -1 once removed */
 };
 
 #define EV_WAKE UINT64_MAX
 #define EV_TIMER (UINT64_MAX - 1)
+#define EV_POLL (1ull << 62) /* | op generation << 32 | op slot */
 #define MAX_EVENTS 1024
 
 struct tl_drv {
@@ -685,10 +697,68 @@ static int start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 	return 0;
 }
 
+/* ---- polls of descriptors the loop does not own ---- */
+
+static int poll_submit(struct tl_drv *d, struct tl_opslot *o)
+{
+	int dfd = fcntl(o->poll.fd, F_DUPFD_CLOEXEC, 3);
+	if (dfd < 0)
+		return -errno;
+	struct epoll_event ev = {
+		/* poll(2)'s bits are epoll's on Linux. */
+		.events = o->poll.events | (o->poll.multi ? 0 : EPOLLONESHOT),
+		.data.u64 = EV_POLL | (uint64_t)o->gen << 32 | o->idx,
+	};
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, dfd, &ev) < 0) {
+		int e = -errno;
+		close(dfd);
+		return e;
+	}
+	EO(o)->dfd = dfd;
+	return 0;
+}
+
+static void poll_remove(struct tl_drv *d, struct tl_opslot *o)
+{
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, EO(o)->dfd, NULL);
+	close(EO(o)->dfd);
+	EO(o)->dfd = -1;
+}
+
+static int poll_cancel(struct tl_drv *d, struct tl_opslot *o)
+{
+	if (EO(o)->dfd < 0)
+		return -ENOENT;
+	poll_remove(d, o);
+	tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+	return 0;
+}
+
+static void poll_event(struct tl_drv *d, uint64_t tag, uint32_t ev)
+{
+	struct tl_opslot *o = tl__drv_op(d->loop, (uint32_t)tag & (TL_ID_MAX_SLOTS - 1));
+	/* Ended earlier in this batch, or the slot went to another op. */
+	if (!(o->flags & TL_OPF_LIVE) || o->gen != (uint16_t)(tag >> 32) || o->code != TL_OP_POLL ||
+	    EO(o)->dfd < 0)
+		return;
+	uint32_t res = ev & (o->poll.events | EPOLLERR | EPOLLHUP);
+	if (!o->poll.multi) {
+		poll_remove(d, o);
+		tl__drv_event(d->loop, o, res, TL_F_TERMINAL, TL_NO_LEASE);
+		return;
+	}
+	/* Level-triggered: without room now, the next epoll_wait reports it
+	 * again. */
+	if (tl__drv_room(d->loop))
+		tl__drv_event(d->loop, o, res, 0, TL_NO_LEASE);
+}
+
 static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ep_h *e = EH(h);
 	tl_loop *l = d->loop;
+	if (o->code == TL_OP_POLL)
+		return poll_submit(d, o);
 	if (o->code == TL_OP_CONNECT)
 		return start_connect(d, h, o);
 	if (is_rside(o)) {
@@ -713,6 +783,8 @@ static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 
 static int ep_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
+	if (o->code == TL_OP_POLL)
+		return poll_cancel(d, o);
 	struct ep_h *e = EH(h);
 	int found = is_rside(o) ? q_remove(d->loop, &e->rhead, &e->rtail, o)
 				: q_remove(d->loop, &e->whead, &e->wtail, o);
@@ -811,6 +883,10 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			(void)r;
 			continue;
 		}
+		if (tag & EV_POLL) {
+			poll_event(d, tag, ev);
+			continue;
+		}
 		struct tl_hslot *h = tl__drv_handle(l, (uint32_t)tag);
 		/* Closed earlier in this batch, or the slot was reused. */
 		if (h->type == TL_H_FREE || h->gen != (uint16_t)(tag >> 32) || h->fd < 0)
@@ -851,7 +927,8 @@ static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
 
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
+		TL_CAP_POLL,
 	.init = ep_init,
 	.destroy = ep_destroy,
 	.now = ep_now,

@@ -344,6 +344,10 @@ static int start_connect(struct tl_drv *d, struct sim_sock *s, struct tl_opslot 
 static int sim_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	int r = 0;
+	/* No OS descriptors here: the core never hands us TL_OP_POLL (no
+	 * TL_CAP_POLL); refuse it should it ever. */
+	if (o->code == TL_OP_POLL)
+		return -ENOTSUP;
 	lock();
 	struct sim_sock *s = sock_of(d, h);
 	if (!s)

@@ -22,6 +22,19 @@
 
 #define UR_BUF_WINDOW 64 /* pooled buffers on the ring at first */
 
+/* The widest the window grows: all leases but one, which stays on the
+ * spare stack for the reads the core makes itself (a watch, a terminal:
+ * tl__ur_lease_take) whenever the host holds none. Buffers the kernel was
+ * given cannot be taken back, so without it such a read could wait for
+ * good once the window had grown over every lease. A receive that finds
+ * the ring empty still gets that spare (tl__ur_park_for_buffer): no read
+ * waits while a lease is free; the window refills without it. With one or
+ * two pooled buffers the kernel gets them all. */
+static uint32_t win_max(const struct tl_drv *d)
+{
+	return d->lease_count >= 3 ? d->lease_count - 1 : d->lease_count;
+}
+
 int tl__ur_kbuf_init(struct tl_drv *d)
 {
 	uint32_t cnt;
@@ -48,7 +61,7 @@ int tl__ur_kbuf_init(struct tl_drv *d)
 	io_uring_buf_ring_init(d->br);
 	for (uint32_t i = 0; i < cnt; i++)
 		d->spare[d->nspare++] = cnt - 1 - i; /* low ids first */
-	d->br_win = cnt < UR_BUF_WINDOW ? cnt : UR_BUF_WINDOW;
+	d->br_win = win_max(d) < UR_BUF_WINDOW ? win_max(d) : UR_BUF_WINDOW;
 	top_up(d);
 	return 0;
 }
@@ -64,11 +77,19 @@ void tl__ur_kbuf_exit(struct tl_drv *d)
 void tl__ur_park_for_buffer(struct tl_drv *d, struct tl_opslot *o)
 {
 	d->st.enobufs++;
-	if (d->nspare && d->br_win < d->lease_count) {
-		d->br_win = d->br_win * 2 < d->lease_count ? d->br_win * 2 : d->lease_count;
+	if (d->nspare && d->br_win < win_max(d)) {
+		d->br_win = d->br_win * 2 < win_max(d) ? d->br_win * 2 : win_max(d);
 		top_up(d);
+	} else if (d->nspare && !d->br_avail) {
+		/* The spare kept for the core's reads: beyond the window, once. */
+		provide(d, d->spare[--d->nspare]);
 	}
 	list_add(d, o, d->br_avail ? ST_START : ST_BUFWAIT);
+}
+
+uint32_t tl__ur_lease_take(struct tl_drv *d)
+{
+	return d->nspare ? d->spare[--d->nspare] : TL_NO_LEASE;
 }
 
 void tl__ur_lease_returned(struct tl_drv *d, uint32_t id)

@@ -696,6 +696,7 @@ const struct ur_opdef tl__ur_ops[] = {
 	[TL_OP_RECV] = {.issue = issue_recv, .complete = on_recv},
 	[TL_OP_SEND_FDS] = {.issue = issue_send_fds, .complete = on_send_fds},
 	[TL_OP_RECV_FDS] = {.issue = issue_recv_fds, .complete = on_recv_fds},
+	[TL_OP_POLL] = {.issue = tl__ur_issue_poll, .complete = tl__ur_on_poll}, /* poll.c */
 };
 _Static_assert(sizeof tl__ur_ops / sizeof tl__ur_ops[0] == TL_OP_CODES_,
 	       "one entry per enum tl_opcode");

@@ -90,6 +90,8 @@ int tl__ur_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64
 
 int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
+	if (o->code == TL_OP_POLL) /* in no handle queue (poll.c) */
+		return tl__ur_poll_submit(d, o);
 	struct ur_o *u = UO(o);
 	struct ur_h *e = UH(h);
 	memset(u, 0, sizeof *u);
@@ -122,6 +124,8 @@ int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
  * issued yet) is acknowledged at once, as epoll does. */
 int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
+	if (o->code == TL_OP_POLL)
+		return tl__ur_poll_cancel(d, o);
 	struct ur_o *u = UO(o);
 	if (o->code == TL_OP_POOL && u->st != ST_KERNEL) {
 		/* Not reached today (fs_submit prepares the SQE at once), but a

@@ -151,6 +151,8 @@ static int wants_room(const struct tl_opslot *o, int res)
 	if (o->flags & TL_OPF_CANCEL)
 		return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV ||
 				   o->code == TL_OP_RECV_FDS);
+	if (o->code == TL_OP_POLL)
+		return o->poll.multi && res >= 0;
 	if (!(o->flags & TL_OPF_MULTI))
 		return 0;
 	if (o->code == TL_OP_READ)

@@ -34,6 +34,7 @@ int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
+		TL_CAP_POLL |
 		TL_DRV_CAP_KBUF,
 	.init = tl__ur_init,
 	.destroy = tl__ur_destroy,
@@ -50,6 +51,7 @@ const struct tl_driver tl__driver_uring = {
 	.cancel = tl__ur_cancel,
 	.poll = tl__ur_poll,
 	.lease_returned = tl__ur_lease_returned,
+	.lease_take = tl__ur_lease_take,
 	.pause = tl__ur_pause,
 	.embed_fd = tl__ur_embed_fd,
 	.embed_deadline = tl__ur_embed_deadline,

@@ -23,6 +23,7 @@
  *                asking the kernel to cancel
  * read_policy.h  how a stream read picks one recv per message or multishot
  * kbuf.c         the provided-buffer ring pooled reads receive into
+ * poll.c         readiness polls of descriptors the loop does not own
  * fs.c           typed file requests run as io_uring opcodes
  * uring.c        the driver table and the diagnostic hooks (drivers/uring.h)
  *
@@ -402,6 +403,8 @@ void tl__ur_kbuf_exit(struct tl_drv *d);
 /* A pooled read found no buffer (-ENOBUFS): park it until one comes back. */
 void tl__ur_park_for_buffer(struct tl_drv *d, struct tl_opslot *o);
 void tl__ur_lease_returned(struct tl_drv *d, uint32_t id);
+/* A spare lease for a read the core makes itself (driver.h lease_take). */
+uint32_t tl__ur_lease_take(struct tl_drv *d);
 /* The core paused h (over a cap) or resumed it (lib/caps.c, driver.h). */
 void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused);
 
@@ -437,6 +440,13 @@ int tl__ur_cancel_kernel(struct tl_drv *d, struct tl_opslot *o);
 int tl__ur_sort_reads(struct tl_drv *d);
 /* A new op's stream-read fields. */
 void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o);
+
+/* poll.c: TL_OP_POLL (its table entry is in net.c's table) */
+int tl__ur_poll_submit(struct tl_drv *d, struct tl_opslot *o);
+int tl__ur_poll_cancel(struct tl_drv *d, struct tl_opslot *o);
+int tl__ur_issue_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_on_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		    unsigned cf);
 
 /* fs.c */
 /* Which typed file requests the ring runs, one bit per enum tl_fs_req. */

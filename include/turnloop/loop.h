@@ -157,6 +157,9 @@ const char *tl_loop_driver(const tl_loop *loop);
  * (the simulation driver's are not: a server must refuse to run without it;
  * the sharded runtime does). */
 #define TL_CAP_OS        (1u << 6)
+/* The driver waits for readiness of OS descriptors (the drivers' TL_OP_POLL).
+ * Without it the calls built on that are -ENOTSUP. */
+#define TL_CAP_POLL      (1u << 7)
 uint32_t tl_loop_caps(const tl_loop *loop);
 
 /* True while a referenced handle, a pending operation of a referenced handle,
