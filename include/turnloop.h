@@ -6,5 +6,11 @@
 #include "turnloop/loop.h"
 #include "turnloop/pool.h"
 #include "turnloop/shard.h"
+#include "turnloop/poll.h"
+#include "turnloop/signal.h"
+#include "turnloop/ewait.h"
+#include "turnloop/proc.h"
+#include "turnloop/tty.h"
+#include "turnloop/watch.h"
 
 #endif

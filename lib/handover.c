@@ -47,7 +47,8 @@ int tl_detach(tl_loop *l, tl_handle id, int *fd)
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h)
 		return -ENOENT;
-	if (!fd || h->type == TL_H_TIMER || (h->flags & TL_HF_CLOSING))
+	if (!fd || (h->type != TL_H_LISTEN && h->type != TL_H_STREAM && h->type != TL_H_UDP) ||
+	    (h->flags & TL_HF_CLOSING))
 		return -EINVAL;
 	if (!(l->dv->caps & TL_CAP_DETACH) || !l->dv->detach)
 		return -ENOTSUP;

@@ -127,6 +127,16 @@ struct tl_loop {
 	int (*pool_native_retry)(tl_loop *loop, struct tl_opslot *op, int64_t res);
 	void *pool; /* the pool module's per-loop state */
 
+	/* Contract 5 (lib/sysmod.h): each module's per-loop state, made at its
+	 * first use and freed by tl_loop_destroy; and the core's lists of
+	 * TL_OP_POLL ops between readinesses (lib/poll.c). */
+	struct tl_xloop *x;       /* signal.c: what signal handlers and other threads reach */
+	struct tl_sigloc *sig;    /* signal.c */
+	struct tl_ewloc *ew;      /* ewait.c */
+	struct tl_procloc *proc;  /* proc.c */
+	uint32_t pready_head, pready_tail;   /* readiness to act on in this turn */
+	uint32_t plwait_head, plwait_tail;   /* waiting for a lease */
+
 	uint64_t late_dropped; /* read bytes after a cancel dropped for want of room (see
 				* tl__op_event); 0 unless a driver ignores tl__drv_room() */
 	int in_turn;

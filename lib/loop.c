@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/un.h>
-#include "core.h"
+#include "sysmod.h"
 
 #define MAX_LIMIT (1u << 24)
 
@@ -134,6 +134,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	l->lease_nfree = l->lease_count;
 	for (int i = 0; i < 64; i++)
 		l->room_ops[i] = TL_NIL;
+	l->pready_head = l->pready_tail = l->plwait_head = l->plwait_tail = TL_NIL;
 	r = tl__poster_new(cfg->post_capacity, cfg->room_waiters, &l->poster);
 	if (r < 0)
 		goto fail;
@@ -257,6 +258,8 @@ int tl__op_new(tl_loop *l, struct tl_hslot *h, uint8_t code, uint8_t kind, uint6
 	o->hidx = h ? h->idx : TL_NIL;
 	o->next = TL_NIL;
 	o->prev = TL_NIL;
+	o->poll.where = TL_PW_NONE;
+	o->poll.multi = 0;
 	if (h) {
 		o->prev = h->tail;
 		if (h->tail != TL_NIL)
@@ -420,10 +423,25 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 		tl__dl_touch(l, h);
 	if (terminal) {
 		op_retire(l, o);
+		if (h && tl__sys_one_op(h) && !(h->flags & TL_HF_CLOSING)) {
+			/* Its one op ended: the handle closes after it. */
+			h->flags |= TL_HF_CLOSING;
+			h->close_token = o->token;
+		}
 		if (h)
 			maybe_closed(l, h);
 	}
 	return c;
+}
+
+void tl__op_retire_silent(tl_loop *l, struct tl_opslot *o)
+{
+	struct tl_hslot *h = o->hidx != TL_NIL ? &l->h[o->hidx] : NULL;
+	op_retire(l, o);
+	op_free(l, o);
+	l->outstanding--;
+	if (h)
+		maybe_closed(l, h);
 }
 
 /*
@@ -496,6 +514,11 @@ void tl__drv_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
 	if (tl_unlikely(o->code == TL_OP_POOL) && l->pool_native_retry &&
 	    l->pool_native_retry(l, o, res))
 		return;
+	/* A module's poll: the module acts on it after the OS wait. */
+	if (tl_unlikely(tl__poll_intercepted(o))) {
+		tl__poll_native_event(l, o, res);
+		return;
+	}
 	tl_completion *c = tl__op_event(l, o, res, flags, lease);
 	/* A native file request: its payload (aux, value, stat copy) is the
 	 * pool module's, exactly as for a request a worker ran. op_event kept
@@ -570,8 +593,10 @@ uint32_t tl__drain(tl_loop *l, tl_completion *out, uint32_t cap)
 		}
 		if (m.closed) {
 			struct tl_hslot *h = &l->h[m.hidx];
-			if (h->type != TL_H_TIMER)
+			if (h->type == TL_H_LISTEN || h->type == TL_H_STREAM || h->type == TL_H_UDP)
 				l->dv->release(l->d, h);
+			else if (h->type != TL_H_TIMER)
+				tl__sys_release(l, h);
 			tl__handle_free(l, h);
 		}
 	}
@@ -597,6 +622,16 @@ uint32_t tl__drv_lease_take(tl_loop *l)
 	return id;
 }
 
+uint32_t tl__lease_take(tl_loop *l)
+{
+	if (!l->dv->lease_take)
+		return tl__drv_lease_take(l);
+	uint32_t id = l->dv->lease_take(l->d);
+	if (id != TL_NO_LEASE)
+		tl__drv_lease_mark(l, id);
+	return id;
+}
+
 void tl__drv_lease_mark(tl_loop *l, uint32_t id)
 {
 	l->lease_nout += !l->lease_out[id];
@@ -612,6 +647,8 @@ static void lease_back(tl_loop *l, uint32_t id)
 		l->lease_free[l->lease_nfree++] = id;
 	if (l->dv->lease_returned)
 		l->dv->lease_returned(l->d, id);
+	if (tl_unlikely(l->plwait_head != TL_NIL))
+		tl__poll_lease_back(l);
 }
 
 void tl__drv_lease_drop(tl_loop *l, uint32_t id)
@@ -655,6 +692,23 @@ int tl__op_cancel(tl_loop *l, struct tl_opslot *o, uint16_t why)
 		if (l->pool_cancel)
 			l->pool_cancel(l, o);
 		return 0;
+	case TL_OP_SIGNAL:
+		o->flags |= add;
+		tl__signal_cancel(l, o);
+		return 0;
+	case TL_OP_EWAIT:
+		o->flags |= add;
+		tl__ewait_cancel(l, o);
+		return 0;
+	case TL_OP_POLL: {
+		if (!tl__poll_intercepted(o))
+			break;
+		o->flags |= add;
+		int r = tl__poll_cancel(l, o);
+		if (r < 0 && (o->flags & TL_OPF_LIVE))
+			o->flags &= (uint16_t)~add;
+		return r < 0 ? r : 0;
+	}
 	default:
 		break;
 	}
@@ -829,19 +883,28 @@ void tl_loop_destroy(tl_loop *l)
 	for (;;) {
 		if (l->close_retry)
 			tl__retry_closes(l);
+		/* Modules finish what they hold off the driver (cancelled ops on
+		 * their lists) and fire their deadlines (a child that ignores
+		 * its termination signal is killed after its bound). */
+		tl__sys_run(l, l->dv->now(l->d));
 		tl__drain(l, scratch, 64);
 		tl__run_room(l);
-		if (!l->native_pending && !l->qlen)
+		int busy = tl__sys_busy(l);
+		if (!l->native_pending && !l->qlen && !busy)
 			break;
-		if (l->native_pending) {
+		if (l->native_pending || busy) {
+			/* Wait a little (a signal or the driver wakes it), unless a
+			 * module has work ready now. */
 			struct tl_poll_info pi;
-			l->dv->poll(l->d, 10 * 1000 * 1000, &pi);
+			int64_t t = l->pready_head != TL_NIL ? 0 : 10 * 1000 * 1000;
+			l->dv->poll(l->d, t, &pi);
 		}
 	}
 	/* Pool jobs still running see their cancellation flag; their results
 	 * are discarded by the pool (the port belongs to the poster). */
 	if (l->pool_detach)
 		l->pool_detach(l);
+	tl__sys_destroy(l);
 	/* Room waits whose target already fired: that bit never comes now. */
 	for (int b = 0; b < 64; b++)
 		if (l->room_ops[b] != TL_NIL)

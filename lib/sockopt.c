@@ -198,7 +198,7 @@ int tl_handle_fd(tl_loop *l, tl_handle id)
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h)
 		return -ENOENT;
-	if (h->type == TL_H_TIMER)
+	if (h->type != TL_H_LISTEN && h->type != TL_H_STREAM && h->type != TL_H_UDP)
 		return -EINVAL;
 	if (!(l->dv->caps & TL_CAP_OS))
 		return -ENOTSUP;

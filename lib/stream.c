@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/un.h>
-#include "core.h"
+#include "sysmod.h"
 
 /* ---- sockets ---- */
 
@@ -111,7 +111,8 @@ int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h)
 		return -ENOENT;
-	if (!out || h->type == TL_H_TIMER || (h->flags & TL_HF_UNIX))
+	if (!out || (h->type != TL_H_LISTEN && h->type != TL_H_STREAM && h->type != TL_H_UDP) ||
+	    (h->flags & TL_HF_UNIX))
 		return -EINVAL;
 	/* Drivers bind a connecting socket at different moments (epoll at
 	 * submit, io_uring when the SQE runs): say "not yet" on every one. */
@@ -223,6 +224,9 @@ static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint1
 	int err;
 	if (!oid)
 		return -EINVAL;
+	struct tl_hslot *sh = tl__handle_get(l, hid);
+	if (sh && sh->type == TL_H_STDIO)
+		return tl__stdio_read(l, sh, buf, len, flags, token, oid);
 	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
 	if (!h)
 		return err;
@@ -265,6 +269,9 @@ int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_
 			return -EINVAL;
 		total += iov[i].iov_len;
 	}
+	struct tl_hslot *sh = tl__handle_get(l, hid);
+	if (sh && sh->type == TL_H_STDIO)
+		return tl__stdio_writev(l, sh, iov, n, token, oid);
 	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
 	if (!h)
 		return err;

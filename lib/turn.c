@@ -1,7 +1,7 @@
 /* lib/turn.c: the turn: timers, deadlines (deadline.c), room waits, posts, and handing completions out. */
 #include <errno.h>
 #include <string.h>
-#include "core.h"
+#include "sysmod.h"
 
 /* ---- timers ---- */
 
@@ -78,7 +78,10 @@ static uint64_t next_deadline(tl_loop *l)
 	if (e)
 		d = e->at;
 	uint64_t dd = tl__dl_next(l);
-	return dd < d ? dd : d;
+	if (dd < d)
+		d = dd;
+	uint64_t m = tl__sys_deadline(l);
+	return m < d ? m : d;
 }
 
 /* ---- room waits ---- */
@@ -161,7 +164,7 @@ static int work_ready(tl_loop *l)
 {
 	return l->qlen || tl__mpsc_ready(&l->poster->posts) ||
 	       atomic_load_explicit(&l->poster->room_bits, memory_order_relaxed) ||
-	       (l->pool_ready && l->pool_ready(l));
+	       (l->pool_ready && l->pool_ready(l)) || tl__sys_ready(l);
 }
 
 /* An embedded loop is parked whenever the host is not inside tl_turn: keep
@@ -218,6 +221,7 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	tl__dl_resolve(l, now);
 	r = tl__dl_expire(l, now);
 	run_timers(l, now);
+	tl__sys_run(l, now);
 	if (l->pool_drain)
 		l->pool_drain(l, l->cfg.events_per_turn);
 	tl__run_room(l);

@@ -157,8 +157,11 @@ const char *tl_loop_driver(const tl_loop *loop);
  * (the simulation driver's are not: a server must refuse to run without it;
  * the sharded runtime does). */
 #define TL_CAP_OS        (1u << 6)
-/* The driver waits for readiness of OS descriptors (the drivers' TL_OP_POLL).
- * Without it the calls built on that are -ENOTSUP. */
+/* The driver waits for readiness of OS descriptors: foreign descriptors
+ * (turnloop/poll.h), and what is built on them: processes, terminals and
+ * stdio, file watches, the c-ares resolver (turnloop/proc.h, tty.h,
+ * watch.h, dns.h). Without it those calls are -ENOTSUP. Signals and
+ * external waits need no driver and work everywhere. */
 #define TL_CAP_POLL      (1u << 7)
 uint32_t tl_loop_caps(const tl_loop *loop);
 
@@ -189,6 +192,11 @@ enum tl_kind {
 	TL_K_FS,       /* a filesystem request (turnloop/pool.h) */
 	TL_K_RESOLVE,  /* a name lookup (turnloop/pool.h) */
 	TL_K_MESH,     /* a cross-shard message (turnloop/shard.h) */
+	TL_K_POLL,     /* a foreign descriptor is ready: result = revents (turnloop/poll.h) */
+	TL_K_SIGNAL,   /* a signal arrived: result = its number, aux = how many (turnloop/signal.h) */
+	TL_K_EXIT,     /* a child was reaped: u.exit (turnloop/proc.h) */
+	TL_K_WATCH,    /* a batch of file events: u.watch (turnloop/watch.h) */
+	TL_K_EWAIT,    /* an external wait ended: u.ewait (turnloop/ewait.h) */
 	TL_K_COUNT_
 };
 
@@ -196,7 +204,7 @@ enum tl_kind {
 #define TL_F_TERMINAL (1u << 0) /* last completion of this op */
 #define TL_F_STOPPED  (1u << 1) /* terminal after tl_stop(): result 0 */
 #define TL_F_EOF      (1u << 2) /* a read found the peer's EOF: result 0 */
-#define TL_F_LEASE    (1u << 3) /* u.read.lease / u.recv.lease is valid */
+#define TL_F_LEASE    (1u << 3) /* u.read.lease / u.recv.lease / u.watch.lease is valid */
 
 /* A pooled buffer lease: data[0..result) is the caller's until it calls
  * tl_lease_release(loop, id). */
@@ -222,6 +230,11 @@ typedef struct tl_completion {
 		struct { uint64_t payload; } post;
 		struct { uint64_t value; void *ptr; } pool;
 		struct { uint64_t payload; void *arg; tl_handle conn; } mesh; /* turnloop/shard.h */
+		/* turnloop/watch.h: the batch is lease.data[0..result) */
+		struct { tl_lease lease; uint32_t events; uint32_t overflow; } watch;
+		/* turnloop/proc.h: exit status, or the terminating signal */
+		struct { int32_t pid; int32_t status; int32_t signal; int32_t core; } exit;
+		struct { uint64_t value; } ewait; /* turnloop/ewait.h: *addr as last read */
 	} u;
 } tl_completion;
 
@@ -363,7 +376,7 @@ int tl_tcp_listen(tl_loop *loop, const tl_addr *addr, const tl_listen_opts *opts
 int tl_unix_listen(tl_loop *loop, const char *path, const tl_listen_opts *opts,
 		   tl_handle *out);
 /* The bound local address of a TCP/UDP handle: 0, -ENOENT (stale or
- * foreign), -EINVAL (out NULL, a timer or a Unix-domain handle), -EAGAIN
+ * foreign), -EINVAL (out NULL, not a socket handle, or a Unix-domain one), -EAGAIN
  * while the handle's connect has not completed (drivers bind at different
  * moments; ask again once TL_K_CONNECT arrived), or the OS error. */
 int tl_local_addr(tl_loop *loop, tl_handle h, tl_addr *out);
@@ -500,8 +513,8 @@ int tl_close_abort(tl_loop *loop, tl_handle h, uint64_t token);
  * might. setsockopt(2), getsockopt(2) and other queries (getsockname,
  * fstat, ...) are fine. It is valid until h's TL_K_CLOSED completion has
  * been returned by tl_turn(); after that the number may name anything.
- * Returns the descriptor (>= 0), -ENOENT (stale or foreign), -EINVAL (a
- * timer), or -ENOTSUP when the driver's handles are no OS sockets (no
+ * Returns the descriptor (>= 0), -ENOENT (stale or foreign), -EINVAL (not
+ * a socket handle: a timer, a process, ...), or -ENOTSUP when the driver's handles are no OS sockets (no
  * TL_CAP_OS: the simulation driver). */
 int tl_handle_fd(tl_loop *loop, tl_handle h);
 
@@ -569,8 +582,8 @@ int tl_adopt(tl_loop *loop, int fd, tl_handle *out);
  * let a stream's writes finish before detaching it when its peer must see
  * a whole stream. Leases read from h stay the host's to release; h's idle
  * deadline (tl_idle_deadline) ends with it: an adopted handle has none.
- * Returns 0, -ENOENT (stale or foreign), -EINVAL (fd NULL, a timer, h
- * closing), -EAGAIN (see above), -ENOTSUP (no TL_CAP_DETACH: the
+ * Returns 0, -ENOENT (stale or foreign), -EINVAL (fd NULL, not a socket
+ * handle: a timer, a process, ...; h closing), -EAGAIN (see above), -ENOTSUP (no TL_CAP_DETACH: the
  * simulation driver). Setup, not steady state, as tl_adopt.
  */
 int tl_detach(tl_loop *loop, tl_handle h, int *fd);
