@@ -12,5 +12,6 @@
 #include "turnloop/proc.h"
 #include "turnloop/tty.h"
 #include "turnloop/watch.h"
+#include "turnloop/dns.h"
 
 #endif

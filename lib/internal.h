@@ -134,6 +134,7 @@ struct tl_loop {
 	struct tl_sigloc *sig;    /* signal.c */
 	struct tl_ewloc *ew;      /* ewait.c */
 	struct tl_procloc *proc;  /* proc.c */
+	struct tl_dnsloc *dns;    /* dns.c */
 	uint32_t pready_head, pready_tail;   /* readiness to act on in this turn */
 	uint32_t plwait_head, plwait_tail;   /* waiting for a lease */
 

@@ -700,6 +700,10 @@ int tl__op_cancel(tl_loop *l, struct tl_opslot *o, uint16_t why)
 		o->flags |= add;
 		tl__ewait_cancel(l, o);
 		return 0;
+	case TL_OP_DNS:
+		o->flags |= add;
+		tl__dns_cancel(l, o);
+		return 0;
 	case TL_OP_POLL: {
 		if (!tl__poll_intercepted(o))
 			break;

@@ -13,6 +13,7 @@ static const struct tl_pollkind *const kinds[TL_K_COUNT_] = {
 	[TL_K_WRITE] = &tl__tty_kind,
 	[TL_K_EXIT] = &tl__proc_kind,
 	[TL_K_WATCH] = &tl__watch_kind,
+	[TL_K_RESOLVE] = &tl__dns_kind,
 };
 
 /* ---- the two lists (ready, waiting for a lease), through o->poll ---- */

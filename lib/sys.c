@@ -14,6 +14,8 @@ uint64_t tl__sys_deadline(tl_loop *l)
 		d = m;
 	if (l->proc && (m = tl__proc_deadline(l)) < d)
 		d = m;
+	if (l->dns && (m = tl__dns_deadline(l)) < d)
+		d = m;
 	return d;
 }
 
@@ -27,6 +29,8 @@ void tl__sys_run(tl_loop *l, uint64_t now)
 		tl__poll_run(l);
 	if (l->proc)
 		tl__proc_run(l, now);
+	if (l->dns)
+		tl__dns_run(l, now);
 }
 
 int tl__sys_busy(const tl_loop *l)
@@ -43,6 +47,8 @@ void tl__sys_destroy(tl_loop *l)
 		tl__ewait_destroy(l);
 	if (l->proc)
 		tl__proc_destroy(l);
+	if (l->dns)
+		tl__dns_destroy(l);
 	if (l->x)
 		tl__xloop_put(l);
 }
@@ -58,6 +64,9 @@ void tl__sys_release(tl_loop *l, struct tl_hslot *h)
 		break;
 	case TL_H_WATCH:
 		tl__watch_release(l, h);
+		break;
+	case TL_H_DNS:
+		tl__dns_release(l, h);
 		break;
 	default: /* TL_H_POLL borrows its descriptor; TL_H_SIGNAL has none */
 		break;

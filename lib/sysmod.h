@@ -94,7 +94,7 @@ struct tl_pollkind {
 	 * common way (tl__poll_cancel). */
 	int (*cancel)(tl_loop *l, struct tl_opslot *o);
 };
-extern const struct tl_pollkind tl__proc_kind, tl__tty_kind, tl__watch_kind;
+extern const struct tl_pollkind tl__proc_kind, tl__tty_kind, tl__watch_kind, tl__dns_kind;
 
 /* The driver has TL_CAP_POLL. */
 static inline int tl__can_poll(const tl_loop *l)
@@ -132,10 +132,11 @@ uint32_t tl__lease_take(tl_loop *l);
  * handle's Closed if that was the last op of a closing handle (loop.c). */
 void tl__op_retire_silent(tl_loop *l, struct tl_opslot *o);
 
-/* ---- cancellation of the core-only codes (signal.c, ewait.c) ---- */
+/* ---- cancellation of the core-only codes (signal.c, ewait.c, dns.c) ---- */
 
 void tl__signal_cancel(tl_loop *l, struct tl_opslot *o);
 void tl__ewait_cancel(tl_loop *l, struct tl_opslot *o);
+void tl__dns_cancel(tl_loop *l, struct tl_opslot *o);
 
 /* ---- the modules' turn work (called by sys.c) ---- */
 
@@ -161,6 +162,10 @@ void tl__proc_release(tl_loop *l, struct tl_hslot *h);
 int tl__proc_waiting(const tl_loop *l);
 void tl__tty_release(tl_loop *l, struct tl_hslot *h);
 void tl__watch_release(tl_loop *l, struct tl_hslot *h);
+uint64_t tl__dns_deadline(tl_loop *l);
+void tl__dns_run(tl_loop *l, uint64_t now);
+void tl__dns_release(tl_loop *l, struct tl_hslot *h);
+void tl__dns_destroy(tl_loop *l);
 
 /* Terminal and stdio handles take the stream calls (stream.c routes them
  * here, tty.c). */
