@@ -19,6 +19,7 @@
 #include "turnloop/error.h"
 #include "turnloop/pool.h"
 #include "turnloop/shard.h"
+#include "turnloop/signal.h"
 
 #define tl_likely(x) __builtin_expect(!!(x), 1)
 #define tl_unlikely(x) __builtin_expect(!!(x), 0)
@@ -141,7 +142,6 @@ struct tl_runtime {
 	pthread_mutex_t meta_mu;    /* label changes from any thread */
 
 	int sig_installed;
-	struct sigaction old_int, old_term;
 	_Atomic int arenas;
 	const char *arenas_why;
 };
@@ -1708,19 +1708,18 @@ static void on_signal(int sig)
 		tl_runtime_stop(rt);
 }
 
+/* The runtime's SIGINT/SIGTERM handling is a hook on the process's one
+ * handler for them (turnloop/signal.h): loops subscribed to those signals
+ * are told too, and the action the first of us replaced comes back when
+ * the last lets go. */
 static void signals_install(tl_runtime *rt)
 {
-	struct sigaction sa;
 	tl_runtime *none = NULL;
 
 	if (!rt->cfg.signals || !atomic_compare_exchange_strong(&sig_target, &none, rt))
 		return;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART;
-	sigaction(SIGINT, &sa, &rt->old_int);
-	sigaction(SIGTERM, &sa, &rt->old_term);
+	tl_signal_hook(SIGINT, on_signal);
+	tl_signal_hook(SIGTERM, on_signal);
 	rt->sig_installed = 1;
 }
 
@@ -1728,8 +1727,8 @@ static void signals_restore(tl_runtime *rt)
 {
 	if (!rt->sig_installed)
 		return;
-	sigaction(SIGINT, &rt->old_int, NULL);
-	sigaction(SIGTERM, &rt->old_term, NULL);
+	tl_signal_hook(SIGINT, NULL);
+	tl_signal_hook(SIGTERM, NULL);
 	atomic_store(&sig_target, NULL);
 	rt->sig_installed = 0;
 }
