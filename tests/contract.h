@@ -22,6 +22,7 @@ extern const struct test_def tl_contract_caps[];    /* contract_caps.c: 4.10 */
 extern const struct test_def tl_contract_sockets[]; /* contract_sockets.c: 4.8 */
 extern const struct test_def tl_contract_deadlines[]; /* contract_deadlines.c: 4.9 */
 extern const struct test_def tl_contract_handover[]; /* contract_handover.c: 4.6 */
+extern const struct test_def tl_contract_poll[];    /* contract_poll.c: 5 foreign descriptors, c-ares */
 
 /* tl_now() + ms. */
 static inline uint64_t in_ms(tl_loop *l, uint64_t ms)

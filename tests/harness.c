@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
+#include <turnloop/poll.h>
 
 static char cur_name[160];
 static int skip_total;
@@ -218,6 +221,26 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		what = "tl_loop_fd";
 		rc = tl_loop_fd(loop);
 		break;
+	case TL_CAP_POLL: {
+		what = "polling OS descriptors (tl_poll_start)";
+		tl_op op;
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) != 0) {
+			rc = -errno;
+			break;
+		}
+		rc = tl_poll_start(loop, p[0], POLLIN, 0, &h, &op);
+		if (rc == 0) { /* a driver that has it after all: clean up, fail */
+			h_ctx c;
+			h_ctx_init(&c, loop);
+			h_close(&c, h, 0);
+			h_ctx_fini(&c);
+			h.v = 0;
+		}
+		close(p[0]);
+		close(p[1]);
+		break;
+	}
 	case TL_CAP_OS: {
 		what = "OS sockets (tl_handle_fd)";
 		tl_handle u = TL_HANDLE_NONE;
