@@ -4,6 +4,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,8 +19,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <fcntl.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <turnloop/loop.h>
+#include <turnloop/signal.h>
+#include <turnloop/watch.h>
 
 /*
  * Exit status: 0 when the measured phase made no allocator call at all, 1 on
@@ -45,6 +49,11 @@
  * tl_recv_fds over a Unix-domain socketpair adopted by the loop. Adopting
  * (tl_adopt) and detaching are setup, not steady state, so the pair is
  * adopted before the phase and detached after it.
+ *
+ * The loop also holds a signal subscription (SIGUSR1) and a directory watch
+ * (contract 5): every 100 round trips the client raises the signal and
+ * creates and removes a file in the watched directory, and the server
+ * takes the signal completion and the watch's batch (releasing its lease).
  */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -243,8 +252,8 @@ enum {
 	MAXCONN = 8,
 };
 
-enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_ACCEPT_SILENT,
-       TOK_CONN_BASE = 100 };
+enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_ACCEPT_SILENT, TOK_SIG,
+       TOK_WATCH, TOK_CONN_BASE = 100 };
 
 /* Deadlines: echo streams go idle only when the client thread stalls (and
  * then read again); a silent stream's provided reads end by their read
@@ -287,6 +296,21 @@ static void server_error(int where, long long code)
 /* ---- Client thread: plain blocking sockets, no allocation after warm-up ---- */
 
 static unsigned char out_buf[MSG], in_buf[MSG];
+static char watch_dir[64], watch_file[80];
+
+/* Every 100 round trips: a signal and a file event for the loop. */
+static int poke(int i)
+{
+	if (i % 100 != 50)
+		return 0;
+	if (kill(getpid(), SIGUSR1) != 0)
+		return -5;
+	int fd = open(watch_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -6;
+	close(fd);
+	return unlink(watch_file) == 0 ? 0 : -7;
+}
 
 static int client_connect(const tl_addr *to)
 {
@@ -351,6 +375,8 @@ static int client_phase(int *fd, int first, int rounds)
 				return silent_fd;
 		}
 		int rc = round_trip(*fd, i);
+		if (rc == 0)
+			rc = poke(i);
 		if (rc != 0)
 			return rc;
 		atomic_store(&round_no, i);
@@ -389,7 +415,8 @@ static tl_handle listener, silent_listener, tick, oneshot, far_timer;
 static uint64_t read_timeouts, idle_timeouts;
 static int tearing_down; /* teardown closed the timers: completions after it touch none */
 static int oneshot_live;
-static uint64_t posts_seen, rounds_seen, accepts_seen;
+static uint64_t posts_seen, rounds_seen, accepts_seen, signals_seen, watch_events;
+static tl_handle sig_h, watch_h;
 
 static struct conn *conn_of(uint64_t token)
 {
@@ -561,6 +588,19 @@ static void on_completion(const tl_completion *x)
 	case TL_K_POST:
 		posts_seen++;
 		break;
+	case TL_K_SIGNAL:
+		if (!(x->flags & TL_F_TERMINAL))
+			signals_seen += x->aux;
+		break;
+	case TL_K_WATCH:
+		if (x->flags & TL_F_LEASE) {
+			watch_events += x->u.watch.events;
+			if ((rc = tl_lease_release(loop, x->u.watch.lease.id)) != 0)
+				server_error(__LINE__, rc);
+		} else if (!(x->flags & TL_F_TERMINAL)) {
+			server_error(__LINE__, x->result);
+		}
+		break;
 	case TL_K_CLOSED:
 		if (x->token == TOK_ONESHOT) {
 			oneshot_live = 0;
@@ -707,6 +747,19 @@ int main(void)
 		return 1;
 	}
 	poster = tl_poster_get(loop);
+	snprintf(watch_dir, sizeof watch_dir, "/tmp/tl-noalloc-XXXXXX");
+	if (!mkdtemp(watch_dir)) {
+		fprintf(stderr, "noalloc: mkdtemp failed\n");
+		return 1;
+	}
+	snprintf(watch_file, sizeof watch_file, "%s/f", watch_dir);
+	int have_watch = (tl_loop_caps(loop) & TL_CAP_POLL) != 0;
+	if (tl_signal_start(loop, SIGUSR1, TOK_SIG, &sig_h, &op) != 0 ||
+	    (have_watch &&
+	     tl_watch_start(loop, watch_dir, IN_CREATE | IN_DELETE, TOK_WATCH, &watch_h, &op) != 0)) {
+		fprintf(stderr, "noalloc: signal subscription or watch failed\n");
+		return 1;
+	}
 	/* A first probe: a driver without OS sockets (simulation) cannot serve a
 	 * plain socket client. */
 	int probe = client_connect(&listen_addr);
@@ -717,6 +770,7 @@ int main(void)
 			printf("SKIP noalloc: the sim driver's sockets are not OS sockets\n");
 			tl_loop_destroy(loop);
 			tl_poster_put(poster);
+			rmdir(watch_dir);
 			return 77;
 		}
 		return 1;
@@ -754,6 +808,9 @@ int main(void)
 	tl_close(loop, silent_listener, 0);
 	tl_close(loop, tick, 0);
 	tl_close(loop, far_timer, 0);
+	tl_close(loop, sig_h, 0);
+	if (have_watch)
+		tl_close(loop, watch_h, 0);
 	if (oneshot_live)
 		tl_close(loop, oneshot, TOK_ONESHOT);
 	for (int k = 0; k < 200 && tl_alive(loop); k++) {
@@ -765,14 +822,22 @@ int main(void)
 	if (close_rc != 0)
 		tl_loop_destroy(loop);
 	tl_poster_put(poster);
+	rmdir(watch_dir);
 
 	printf("noalloc: %d round trips measured (last %d), %llu echoed by the server, %llu posts, "
-	       "%llu read and %llu idle deadlines fired, "
+	       "%llu read and %llu idle deadlines fired, %llu signals, %llu watch events, "
 	       "%lu allocation calls, %lu frees during the measured phase\n",
 	       ROUNDS, atomic_load(&round_no), (unsigned long long)rounds_seen,
 	       (unsigned long long)posts_seen, (unsigned long long)read_timeouts,
-	       (unsigned long long)idle_timeouts, allocs, frees);
+	       (unsigned long long)idle_timeouts, (unsigned long long)signals_seen,
+	       (unsigned long long)watch_events, allocs, frees);
 	int fail = 0;
+	/* The mix must have happened (the warm-up raised some too). */
+	if (signals_seen < (ROUNDS + WARM_ROUNDS) / 100 || (have_watch && !watch_events)) {
+		fprintf(stderr, "noalloc: the loop saw %llu signals and %llu watch events\n",
+			(unsigned long long)signals_seen, (unsigned long long)watch_events);
+		fail = 1;
+	}
 	if (fd_rounds < 0) {
 		fprintf(stderr, "noalloc: the descriptor phase failed at step %d\n", -fd_rounds);
 		fail = 1;
