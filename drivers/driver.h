@@ -72,6 +72,9 @@ struct tl_hslot {
 	 * Over either limit the core sets TL_HF_PAUSED and calls pause(). */
 	uint32_t leases, lim_leases;
 	uint64_t wbytes, lim_wbytes;
+	/* Splices reading this stream (their source), linked through their
+	 * u.sp.snext; TL_NIL: none. Its Closed waits until none is left. */
+	uint32_t spl_head;
 	union {
 		uint64_t drv[6];      /* driver private state */
 		struct {              /* timers use no driver */
@@ -126,6 +129,18 @@ struct tl_opslot {
 		struct { uint32_t next, prev, pend; int32_t signo; } sig;
 		struct { const _Atomic uint64_t *addr; uint64_t expected; uint32_t next, prev; } ew;
 		struct { tl_addr *out; uint32_t cap; } dns;
+		struct {              /* TL_OP_SPLICE (lib/splice.c) */
+			uint32_t src;    /* source stream's slot while the splice may read it,
+					  * else TL_NIL (always for sendfile) */
+			uint32_t sprev, snext; /* the source's list of splices */
+			uint32_t pipe;   /* pool slot, TL_NIL for sendfile */
+			int rfd, wfd;    /* the pipe's ends (-1: a driver without OS pipes) */
+			uint32_t pipe_size; /* what the pipe holds */
+			uint32_t max;    /* splice: at most this much; sendfile: len */
+			int file;        /* sendfile: the file, else -1 */
+			uint64_t off;    /* sendfile: offset of its next byte */
+			uint64_t taken, moved; /* into the pipe, out to dst (tl__drv_splice_io) */
+		} sp;
 	} u;
 	/* TL_OP_POLL: the descriptor and poll(2) events the driver waits for
 	 * (read by the driver), then the core's own bookkeeping of the op
@@ -242,6 +257,8 @@ enum tl_opcode {
 	 * it (h may be a handle no driver opened; h->fd is not poll.fd). Only
 	 * drivers with TL_CAP_POLL are given it. */
 	TL_OP_POLL,
+	TL_OP_SPLICE,      /* u.sp: src stream -> pipe -> the op's stream, or a file
+			    * (u.sp.file >= 0) -> the op's stream; see below */
 	TL_OP_CODES_
 };
 
@@ -401,6 +418,32 @@ void tl__drv_event(tl_loop *loop, struct tl_opslot *op, int64_t res, uint32_t fl
  * then the core has reported that error as the event and the driver closes fd. */
 int tl__drv_accept(tl_loop *loop, struct tl_opslot *op, int fd, const tl_addr *peer,
 		   int terminal);
+
+/*
+ * Splices (TL_OP_SPLICE, TL_CAP_SPLICE; the rules are tl_splice()'s in
+ * turnloop/loop.h). The op belongs to dst (op->hidx) and joins dst's write
+ * queue like a write; u.sp.src names its source while it may read it. At
+ * the head it waits for src readable (and not TL_HF_PAUSED) and dst
+ * writable, takes once from src into the pipe (at most u.sp.max and
+ * u.sp.pipe_size), calls tl__drv_splice_src_done, then writes the pipe out
+ * to dst; its terminal's res is u.sp.moved (0 with TL_F_EOF at src's end),
+ * or an errno. A sendfile (u.sp.file >= 0) writes u.sp.max bytes of the
+ * file from u.sp.off, advancing u.sp.off; a short file ends it with
+ * TL_F_EOF and res = u.sp.moved.
+ * cancel(): a splice with nothing in its pipe is acknowledged as any op;
+ * one with bytes in its pipe goes on writing them and reports its terminal
+ * when they are out (flush), unless dst is TL_HF_CLOSING: then it ends as
+ * soon as the OS no longer holds it. The core calls cancel() again on an
+ * already cancelled splice when dst starts closing. A sendfile is
+ * cancelled as a write.
+ */
+/* Bytes moved by splice op: in entered its pipe from the source, out left
+ * it for dst (a sendfile reports out only). Keeps u.sp.taken/moved and
+ * dst's queued write bytes (lib/caps.c; may call pause()). */
+void tl__drv_splice_io(tl_loop *loop, struct tl_opslot *op, uint32_t in, uint32_t out);
+/* Splice op will not touch its source again: the source may close now.
+ * (Its terminal implies it.) */
+void tl__drv_splice_src_done(tl_loop *loop, struct tl_opslot *op);
 
 /* How many more nonterminal events this turn may take. */
 uint32_t tl__drv_room(const tl_loop *loop);

@@ -83,6 +83,18 @@ static inline void tl__op_native_end(tl_loop *l, struct tl_opslot *o)
 	l->native_pending--;
 }
 
+/* Queue h's Closed if it is closing and nothing of it is left (loop.c). */
+void tl__maybe_closed(tl_loop *loop, struct tl_hslot *h);
+
+/* Splices (splice.c, contract 4.11). */
+/* Set up the pipe pool's slots (none is made yet): 0 or -ENOMEM. */
+int tl__pipes_init(tl_loop *loop);
+/* Close every pipe and free the slots. */
+void tl__pipes_free(tl_loop *loop);
+/* A splice op leaves the active table: give back its pipe, its queued
+ * write bytes and its hold on the source. */
+void tl__splice_retire(tl_loop *loop, struct tl_opslot *op);
+
 /* Per-stream caps (caps.c, contract 4.10). */
 #define TL_MAX_WRITE_CAP (1ull << 40)
 /* Set a new handle's caps: the config's, or those of from (its listener). */

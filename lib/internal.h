@@ -107,6 +107,12 @@ struct tl_loop {
 	uint32_t lease_nout;  /* how many lease_out[] are 1 */
 	uint64_t *lease_owner;/* the stream a lease was read from (handle id), 0: none (caps.c) */
 
+	/* The splice pipe pool (splice.c): slots, a stack of made pipes that
+	 * are free and one of slots not made yet; pipe_slots is what the
+	 * user's pipe budget lets this loop use. */
+	struct tl_pipe *pipe;
+	uint32_t pipe_slots, pipe_free, pipe_unmade;
+
 	uint32_t room_ops[64]; /* op slot per room bit, TL_NIL if none */
 	uint64_t room_used;
 
@@ -145,6 +151,13 @@ struct tl_loop {
 	int destroying;
 	tl_loop_stats st;
 	uint64_t last_turn_end;
+};
+
+/* One pipe of the splice pool (splice.c). */
+struct tl_pipe {
+	int rfd, wfd;  /* -1 for a driver without OS pipes (sim) */
+	uint32_t size; /* what it holds (F_GETPIPE_SZ) */
+	uint32_t next; /* the free or unmade stack */
 };
 
 /* Core services used by the other modules of lib/ (pool, shards). */

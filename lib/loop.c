@@ -22,6 +22,8 @@ void tl_config_init(tl_config *c)
 	c->room_waiters = 16;
 	c->handle_leases = 16;
 	c->handle_write_bytes = 1u << 20;
+	c->pipes = 4;
+	c->pipe_size = 256u << 10;
 	c->driver = TL_DRIVER_DEFAULT;
 	c->sim_seed = 1;
 }
@@ -49,6 +51,11 @@ static int valid_config(const tl_config *c)
 	if (!c->handle_write_bytes || c->handle_write_bytes > TL_MAX_WRITE_CAP)
 		return 0;
 	if (c->driver < TL_DRIVER_DEFAULT || c->driver > TL_DRIVER_SIM)
+		return 0;
+	/* The kernel rounds a pipe up to a power of two pages; 1 MiB is its
+	 * default fs.pipe-max-size, past which only privileged users go. */
+	if (!c->pipes || c->pipes > 4096 || c->pipe_size < 4096 || c->pipe_size > (1u << 20) ||
+	    (c->pipe_size & (c->pipe_size - 1)))
 		return 0;
 	/* The pooled buffers must fit one allocation comfortably. */
 	if ((uint64_t)c->pooled_buffers * c->pooled_buffer_size > (1ull << 32))
@@ -78,6 +85,7 @@ static void free_tables(tl_loop *l)
 	free(l->lease_free);
 	free(l->lease_out);
 	free(l->lease_owner);
+	tl__pipes_free(l);
 	tl__heap_free(&l->timers);
 	tl__dl_free(l);
 }
@@ -141,8 +149,13 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	r = tl__driver_start(l, cfg, l->poster->efd, &l->dv, &l->d);
 	if (r < 0)
 		goto fail_poster;
+	/* After the driver: whether pipes are OS pipes depends on it. */
+	if ((r = tl__pipes_init(l)) < 0)
+		goto fail_driver;
 	*out = l;
 	return 0;
+fail_driver:
+	l->dv->destroy(l->d);
 fail_poster:
 	tl_poster_put(l->poster);
 fail:
@@ -221,6 +234,7 @@ struct tl_hslot *tl__handle_new(tl_loop *l, uint8_t type)
 	h->pending = 0;
 	h->head = h->tail = TL_NIL;
 	h->close_token = 0;
+	h->spl_head = TL_NIL;
 	memset(&h->u, 0, sizeof h->u);
 	tl__caps_init(l, h, NULL);
 	l->refs += hweight(h);
@@ -303,6 +317,8 @@ static void op_retire(tl_loop *l, struct tl_opslot *o)
 			h->flags &= (uint8_t)~TL_HF_CONNECTING;
 		else if (o->code == TL_OP_WRITE)
 			tl__caps_write(l, h, -(int64_t)o->u.wv.total);
+		else if (o->code == TL_OP_SPLICE)
+			tl__splice_retire(l, o);
 	} else {
 		l->refs--;
 	}
@@ -352,7 +368,9 @@ static inline struct tl_qmeta *qmeta_of(tl_loop *l, tl_completion *c)
 
 static void maybe_closed(tl_loop *l, struct tl_hslot *h)
 {
-	if (h->pending || !(h->flags & TL_HF_CLOSING) || (h->flags & TL_HF_CLOSED_QUEUED))
+	/* A splice reading h (its source) holds h's descriptor too. */
+	if (h->pending || h->spl_head != TL_NIL || !(h->flags & TL_HF_CLOSING) ||
+	    (h->flags & TL_HF_CLOSED_QUEUED))
 		return;
 	h->flags |= TL_HF_CLOSED_QUEUED;
 	tl_completion *c = tl__enqueue(l, TL_CLS_NONE, 0);
@@ -365,6 +383,11 @@ static void maybe_closed(tl_loop *l, struct tl_hslot *h)
 	c->result = 0;
 	c->kind = TL_K_CLOSED;
 	c->flags = TL_F_TERMINAL;
+}
+
+void tl__maybe_closed(tl_loop *l, struct tl_hslot *h)
+{
+	maybe_closed(l, h);
 }
 
 static inline void lease_fill(tl_loop *l, tl_lease *ls, uint32_t id)
@@ -416,6 +439,10 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 		memcpy(o->u.fd.out, o->u.fd.fds, o->u.fd.got * sizeof *o->u.fd.fds);
 		c->aux = o->u.fd.got;
 		o->u.fd.got = 0;
+	} else if (o->code == TL_OP_SPLICE) {
+		/* Before op_retire, which drops what the pipe still holds. */
+		c->u.splice.taken = o->u.sp.taken;
+		c->u.splice.moved = o->u.sp.moved;
 	}
 	l->st.completions[o->kind]++;
 	/* Progress for the handle's idle deadline (deadline.c). */
@@ -734,8 +761,23 @@ int tl__op_cancel(tl_loop *l, struct tl_opslot *o, uint16_t why)
 static void close_ops(tl_loop *l, struct tl_hslot *h)
 {
 	for (uint32_t i = h->head; i != TL_NIL;) {
-		uint32_t next = l->o[i].next;
-		if (!(l->o[i].flags & TL_OPF_CANCEL) && tl__op_cancel(l, &l->o[i], 0) < 0)
+		struct tl_opslot *o = &l->o[i];
+		uint32_t next = o->next;
+		if (!(o->flags & TL_OPF_CANCEL)) {
+			if (tl__op_cancel(l, o, 0) < 0)
+				l->close_retry = 1;
+		} else if (o->code == TL_OP_SPLICE && (o->flags & TL_OPF_LIVE)) {
+			/* Cancelled before and flushing its pipe into h: h is
+			 * going, so that flush ends (driver.h). */
+			l->dv->cancel(l->d, h, o);
+		}
+		i = next;
+	}
+	/* Splices still reading h: its descriptor goes with its Closed. */
+	for (uint32_t i = h->spl_head; i != TL_NIL;) {
+		struct tl_opslot *o = &l->o[i];
+		uint32_t next = o->u.sp.snext;
+		if (!(o->flags & TL_OPF_CANCEL) && tl__op_cancel(l, o, 0) < 0)
 			l->close_retry = 1;
 		i = next;
 	}
@@ -746,7 +788,8 @@ void tl__retry_closes(tl_loop *l)
 	l->close_retry = 0;
 	for (uint32_t i = 0; i < l->cfg.max_handles; i++) {
 		struct tl_hslot *h = &l->h[i];
-		if (h->type != TL_H_FREE && (h->flags & TL_HF_CLOSING) && h->pending)
+		if (h->type != TL_H_FREE && (h->flags & TL_HF_CLOSING) &&
+		    (h->pending || h->spl_head != TL_NIL))
 			close_ops(l, h);
 	}
 }

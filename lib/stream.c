@@ -230,6 +230,8 @@ static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint1
 	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
 	if (!h)
 		return err;
+	if (h->spl_head != TL_NIL)
+		return -EINVAL; /* a splice reads h (lib/splice.c) */
 	struct tl_opslot *o;
 	int r = tl__op_new(l, h, TL_OP_READ, TL_K_READ, token, &o);
 	if (r < 0)

@@ -818,8 +818,9 @@ static const char *const kind_names[TL_K_COUNT_] = {
 	[TL_K_POOL] = "pool",       [TL_K_FS] = "fs",         [TL_K_RESOLVE] = "resolve",
 	[TL_K_MESH] = "mesh",       [TL_K_POLL] = "poll",     [TL_K_SIGNAL] = "signal",
 	[TL_K_EXIT] = "exit",       [TL_K_WATCH] = "watch",   [TL_K_EWAIT] = "ewait",
+	[TL_K_SPLICE] = "splice",
 };
-_Static_assert(TL_K_EWAIT + 1 == TL_K_COUNT_, "a completion kind without a name");
+_Static_assert(TL_K_SPLICE + 1 == TL_K_COUNT_, "a completion kind without a name");
 
 static const char *state_name(uint32_t s)
 {

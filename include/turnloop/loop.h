@@ -83,6 +83,15 @@ typedef struct tl_config {
 	uint32_t handle_leases;      /* leases per stream (at most pooled_buffers
 	                              * take effect)                       16, <= 32768 */
 	uint64_t handle_write_bytes; /* queued write bytes per stream      1 MiB, <= 2^40 */
+	/* The pipe pool of tl_splice() (docs/SPLICE.md): at most `pipes` pipes
+	 * of pipe_size bytes each (a power of two), each created the first
+	 * time a splice needs it and kept until the loop is destroyed, so a
+	 * loop that never splices holds none. Not as root, a loop asks for at
+	 * most fs.pipe-user-pages-soft worth (64 MiB per user by default),
+	 * and a pipe the kernel will not grow that far (the user is over that
+	 * budget) is made smaller, down to 16 KiB, or not made at all. */
+	uint32_t pipes;              /* pipes in the pool                  4, <= 4096 */
+	uint32_t pipe_size;          /* bytes per pipe, 2^k                256 KiB, 4 KiB .. 1 MiB */
 	int driver;                  /* enum tl_driver_kind                 TL_DRIVER_DEFAULT */
 	int embed;                   /* 1: tl_loop_fd() will be used (see below)    0 */
 	uint64_t sim_seed;           /* simulation driver only: the run's seed      1 */
@@ -152,7 +161,7 @@ const char *tl_loop_driver(const tl_loop *loop);
  * loop, and descriptors can travel over Unix-domain streams (tl_adopt, which
  * takes one in, needs TL_CAP_OS); docs/SOCKETS.md, "Handing sockets over". */
 #define TL_CAP_DETACH    (1u << 4)
-#define TL_CAP_SPLICE    (1u << 5)
+#define TL_CAP_SPLICE    (1u << 5) /* tl_splice/tl_sendfile */
 /* Handles are the operating system's sockets, reachable from other processes
  * (the simulation driver's are not: a server must refuse to run without it;
  * the sharded runtime does). */
@@ -197,6 +206,7 @@ enum tl_kind {
 	TL_K_EXIT,     /* a child was reaped: u.exit (turnloop/proc.h) */
 	TL_K_WATCH,    /* a batch of file events: u.watch (turnloop/watch.h) */
 	TL_K_EWAIT,    /* an external wait ended: u.ewait (turnloop/ewait.h) */
+	TL_K_SPLICE,   /* tl_splice/tl_sendfile: result = bytes moved; u.splice */
 	TL_K_COUNT_
 };
 
@@ -235,6 +245,11 @@ typedef struct tl_completion {
 		/* turnloop/proc.h: exit status, or the terminating signal */
 		struct { int32_t pid; int32_t status; int32_t signal; int32_t core; } exit;
 		struct { uint64_t value; } ewait; /* turnloop/ewait.h: *addr as last read */
+		/* TL_K_SPLICE, whatever the result: bytes taken from the source
+		 * (into the pipe; a file's for tl_sendfile) and bytes of them
+		 * written to dst. taken > moved only when they were dropped
+		 * (dst closed or failed): see tl_splice(). */
+		struct { uint64_t taken, moved; } splice;
 	} u;
 } tl_completion;
 
@@ -442,7 +457,8 @@ int tl_read(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token,
 int tl_read_pooled(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 /* Read repeatedly into pooled leases until EOF (terminal, result 0), stop,
  * cancel or an error. A shortage of leases pauses the read until some are
- * released; it is never reported. */
+ * released; it is never reported. The three reads are -EINVAL while a
+ * splice is reading h (tl_splice). */
 int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 /* Give a lease back. -ENOENT if id is not an outstanding lease. */
 int tl_lease_release(tl_loop *loop, uint32_t id);
@@ -702,6 +718,71 @@ int tl_idle_deadline(tl_loop *loop, tl_handle h, uint64_t idle_ns);
  * for). */
 int tl_read_deadline(tl_loop *loop, tl_op op, uint64_t deadline_ns);
 
+/* ---- Splice: stream to stream and file to stream (contract 4.11) ---- */
+
+/*
+ * Move up to max bytes from stream src to stream dst through a pipe of the
+ * loop's pool, without copying them to user space (TL_CAP_SPLICE;
+ * docs/SPLICE.md). A splice is a write to dst whose bytes come from src: it
+ * joins dst's write queue and runs in order with dst's writes, shutdown
+ * and other splices. At the head of that queue it waits until src has
+ * data and dst has room, takes what src has (at least one byte, at most
+ * max and the pipe's size) and writes all of it to dst. Its one completion
+ * (TL_K_SPLICE, terminal) has result = the bytes moved (> 0), or 0 with
+ * TL_F_EOF when src had reached its end, or a negative errno (src's or
+ * dst's: -ECONNRESET, -EPIPE, ...); u.splice.taken and u.splice.moved say
+ * in every case how many bytes left src and how many of them reached dst.
+ *
+ * Until it has taken its bytes, the splice is src's reader: a read of src,
+ * or a splice from src to another stream, submitted meanwhile is -EINVAL,
+ * as is a splice from a src that has a read pending (splices from src to
+ * the same dst queue up, in order). Over one of src's caps the splice
+ * waits like a read (tl_handle_caps); the bytes in its pipe count as
+ * dst's queued write bytes.
+ *
+ * Cancel and close (contract 2), exactly one terminal in every case:
+ *  - tl_cancel(op), or closing src: the splice takes nothing more from
+ *    src. Bytes already in its pipe are still written to dst (waiting for
+ *    room as a write does), then the terminal is -ECANCELED with
+ *    taken == moved: nothing is lost. Closing src only waits for a splice
+ *    that is still reading it: src's Closed does not wait for the flush.
+ *  - closing dst (cancelled or not): as dst's queued writes, the splice
+ *    ends at once with -ECANCELED; bytes in its pipe are dropped, and
+ *    taken - moved says how many (tl_loop_stats.splice_dropped).
+ *
+ * 0 with *op set, or -EINVAL (op NULL, max 0, src == dst, either not a
+ * stream or closing, src being read as above), -ENOENT (a stale or foreign
+ * handle), -ENOTSUP (the driver lacks TL_CAP_SPLICE), -ENOBUFS (no free
+ * pipe in the pool: copy instead; counted in tl_loop_stats.pipe_refusals;
+ * or the op table is full), or the OS error of creating a pipe (-EMFILE).
+ */
+int tl_splice(tl_loop *loop, tl_handle src, tl_handle dst, uint32_t max, uint64_t token,
+	      tl_op *op);
+
+/*
+ * Send len bytes of the file file_fd, from offset off, to stream dst
+ * without copying them to user space (sendfile(2); no pipe of the pool is
+ * used). Like tl_splice, a write to dst: in order with its writes and
+ * splices. file_fd stays the caller's and must stay open until the
+ * terminal; the file's own offset is neither used nor moved. The file is
+ * read on the loop's thread, so pages not in the page cache make the turn
+ * wait for the disk: this is for hot static files (cold ones read through
+ * the pool's file requests). The completion (TL_K_SPLICE, terminal) has
+ * result = len, or fewer bytes with TL_F_EOF when the file ended first (0
+ * with TL_F_EOF from its end on), or a negative errno (-EINVAL for a
+ * file_fd sendfile(2) cannot read from, -EBADF, dst's error);
+ * u.splice.moved is what reached dst, u.splice.taken the same. The bytes
+ * not yet sent count as dst's queued write bytes. tl_cancel and closing
+ * dst end it at once with -ECANCELED (u.splice.moved tells how far it
+ * got).
+ *
+ * 0 with *op set, or -EINVAL (op NULL, len 0, file_fd < 0, off above
+ * INT64_MAX, dst not a stream or closing), -ENOENT (a stale or foreign
+ * handle), -ENOTSUP (no TL_CAP_SPLICE), -ENOBUFS (the op table is full).
+ */
+int tl_sendfile(tl_loop *loop, int file_fd, uint64_t off, uint32_t len, tl_handle dst,
+		uint64_t token, tl_op *op);
+
 /* ---- Waking and posting from other threads (contract section 8) ---- */
 
 /* The loop's poster: a bounded multi-producer queue into the loop that any
@@ -745,6 +826,13 @@ typedef struct tl_loop_stats {
 	uint32_t paused;          /* streams whose reads are paused by a cap now */
 	uint64_t pauses;          /* times a stream went over a cap (contract 4.10) */
 	uint64_t busy_ns, idle_ns;
+	/* The splice pipe pool (tl_splice): pipes open now and how many of
+	 * them splices hold; splices refused for want of a pipe (-ENOBUFS);
+	 * pipes made smaller than cfg.pipe_size because the user was over the
+	 * kernel's pipe budget; bytes splices took from a source and dropped
+	 * because dst closed or failed. */
+	uint32_t pipes, pipes_busy;
+	uint64_t pipe_refusals, pipes_small, splice_dropped;
 } tl_loop_stats;
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
 
