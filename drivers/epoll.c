@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include "driver.h"
 #include "sock.h"
+#include "splice_io.h"
 
 /*
  * Every socket is registered once, edge-triggered for input and output, so a
@@ -47,6 +48,8 @@ struct ep_h {
 	uint8_t readable, writable, registered, queued, lease_wait, connecting, emfile;
 	uint8_t peer_end; /* the peer's FIN or reset arrived: read until EOF/error */
 	uint8_t fdpass;   /* a Unix stream that receives descriptors: see run_recv_fds */
+	uint32_t spl;     /* a splice waiting for this stream (its source) to be
+			   * readable or unpaused, TL_NIL: none */
 };
 _Static_assert(sizeof(struct ep_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ep_h fits");
 
@@ -171,6 +174,7 @@ static void reset_h(struct tl_hslot *h)
 	struct ep_h *e = EH(h);
 	memset(e, 0, sizeof *e);
 	e->rhead = e->rtail = e->whead = e->wtail = TL_NIL;
+	e->spl = TL_NIL;
 }
 
 static int ep_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s)
@@ -602,6 +606,125 @@ static int run_connect_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opsl
 	return 1;
 }
 
+/* ---- splices (driver.h; the rules are tl_splice()'s) ----
+ *
+ * A splice waits at the head of dst's write queue, so it runs when dst is
+ * writable; it then needs its source readable (and not paused) too, and
+ * parks on the source (ep_h.spl) until an edge or pause(0) there runs dst
+ * again. It takes from the source once, with splice(2) into its pipe, and
+ * writes the pipe out as a write goes: until done or EAGAIN. */
+
+static int run_sendfile(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	tl_loop *l = d->loop;
+	while (o->u.sp.moved < o->u.sp.max) {
+		size_t left = o->u.sp.max - o->u.sp.moved;
+		ssize_t n = tl__sendfile_out(h->fd, o->u.sp.file, &o->u.sp.off, left);
+		if (n == -EAGAIN) {
+			EH(h)->writable = 0;
+			return 0;
+		}
+		if (n < 0) {
+			tl__drv_event(l, o, n, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		if (n == 0) { /* the file ended first */
+			tl__drv_event(l, o, (int64_t)o->u.sp.moved, TL_F_TERMINAL | TL_F_EOF,
+				      TL_NO_LEASE);
+			return 1;
+		}
+		tl__drv_splice_io(l, o, 0, (uint32_t)n);
+		/* Short: the socket is full, or the file ends; the next call
+		 * says which. */
+	}
+	tl__drv_event(l, o, (int64_t)o->u.sp.moved, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+/* 1: the splice reported its terminal; 0: it waits. */
+static int run_splice(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	tl_loop *l = d->loop;
+	if (o->u.sp.file >= 0)
+		return run_sendfile(d, h, o);
+	if (o->u.sp.src != TL_NIL) {
+		struct tl_hslot *s = tl__drv_handle(l, o->u.sp.src);
+		struct ep_h *se = EH(s);
+		if (!se->readable || (s->flags & TL_HF_PAUSED)) {
+			se->spl = o->idx;
+			return 0;
+		}
+		size_t want = o->u.sp.max < o->u.sp.pipe_size ? o->u.sp.max : o->u.sp.pipe_size;
+		ssize_t n = tl__splice_in(s->fd, o->u.sp.wfd, want);
+		if (n == -EAGAIN) {
+			se->readable = 0;
+			se->spl = o->idx;
+			return 0;
+		}
+		se->spl = TL_NIL;
+		if (n <= 0) {
+			tl__drv_event(l, o, n, TL_F_TERMINAL | (n == 0 ? TL_F_EOF : 0), TL_NO_LEASE);
+			return 1;
+		}
+		/* As a short read: the socket was drained (see the top). */
+		if ((size_t)n < want && !se->peer_end)
+			se->readable = 0;
+		tl__drv_splice_io(l, o, (uint32_t)n, 0);
+		tl__drv_splice_src_done(l, o);
+	}
+	while (o->u.sp.moved < o->u.sp.taken) {
+		if (!EH(h)->writable)
+			return 0;
+		size_t left = o->u.sp.taken - o->u.sp.moved;
+		ssize_t n = tl__splice_out(o->u.sp.rfd, h->fd, left);
+		if (n == -EAGAIN) {
+			EH(h)->writable = 0;
+			return 0;
+		}
+		if (n <= 0) {
+			tl__drv_event(l, o, n < 0 ? n : -EIO, TL_F_TERMINAL, TL_NO_LEASE);
+			return 1;
+		}
+		tl__drv_splice_io(l, o, 0, (uint32_t)n);
+		if ((size_t)n < left)
+			EH(h)->writable = 0; /* a short write: the send buffer is full */
+	}
+	tl__drv_event(l, o, (int64_t)o->u.sp.moved, TL_F_TERMINAL, TL_NO_LEASE);
+	return 1;
+}
+
+/* h may have become readable or unpaused: the stream whose splice waits
+ * to read h, if it can go on now (NULL otherwise). */
+static struct tl_hslot *splice_waiter(struct tl_drv *d, struct tl_hslot *h)
+{
+	struct ep_h *e = EH(h);
+	if (tl_likely(e->spl == TL_NIL) || !e->readable || (h->flags & TL_HF_PAUSED))
+		return NULL;
+	struct tl_opslot *o = tl__drv_op(d->loop, e->spl);
+	e->spl = TL_NIL;
+	return tl__drv_handle(d->loop, o->hidx);
+}
+
+/* cancel() of a splice (driver.h): one with bytes in its pipe flushes them
+ * unless dst is closing; anything else ends now (nothing is in the kernel). */
+static int splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct ep_h *e = EH(h);
+	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING))
+		return 0;
+	if (!q_remove(d->loop, &e->whead, &e->wtail, o))
+		return -ENOENT;
+	if (o->u.sp.src != TL_NIL) {
+		struct tl_hslot *s = tl__drv_handle(d->loop, o->u.sp.src);
+		if (EH(s)->spl == o->idx)
+			EH(s)->spl = TL_NIL;
+	}
+	tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+	if (e->writable && e->whead != TL_NIL)
+		mark_ready(d, h);
+	return 0;
+}
+
 static int run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	switch (o->code) {
@@ -613,6 +736,8 @@ static int run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return run_send(d, h, o);
 	case TL_OP_SEND_FDS:
 		return run_send_fds(d, h, o);
+	case TL_OP_SPLICE:
+		return run_splice(d, h, o);
 	case TL_OP_SHUTDOWN:
 		tl__drv_event(d->loop, o, shutdown(h->fd, SHUT_WR) < 0 ? -errno : 0,
 			      TL_F_TERMINAL, TL_NO_LEASE);
@@ -786,6 +911,8 @@ static int ep_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	if (o->code == TL_OP_POLL)
 		return poll_cancel(d, o);
 	struct ep_h *e = EH(h);
+	if (o->code == TL_OP_SPLICE)
+		return splice_cancel(d, h, o);
 	int found = is_rside(o) ? q_remove(d->loop, &e->rhead, &e->rtail, o)
 				: q_remove(d->loop, &e->whead, &e->wtail, o);
 	if (!found)
@@ -815,6 +942,10 @@ static void ep_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 {
 	if (!paused && EH(h)->readable && EH(h)->rhead != TL_NIL)
 		mark_ready(d, h);
+	/* Possibly inside one of our own calls (driver.h): run it later. */
+	struct tl_hslot *dst = paused ? NULL : splice_waiter(d, h);
+	if (dst)
+		mark_ready(d, dst);
 }
 
 static void run_ready(struct tl_drv *d)
@@ -901,6 +1032,9 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			e->connecting = 0;
 		}
 		run_handle(d, h);
+		struct tl_hslot *dst = splice_waiter(d, h);
+		if (dst)
+			run_handle(d, dst);
 	}
 	return 0;
 }
@@ -928,7 +1062,7 @@ static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
-		TL_CAP_POLL,
+		TL_CAP_POLL | TL_CAP_SPLICE,
 	.init = ep_init,
 	.destroy = ep_destroy,
 	.now = ep_now,
