@@ -29,6 +29,8 @@ struct tl_uring_stats {
 	uint64_t fs_native;        /* typed file requests (tl_fs_*) run as io_uring opcodes */
 	uint64_t fs_open_closed;   /* native opens that succeeded after their cancellation:
 				    * the driver closed the descriptor */
+	uint64_t splice_polls;     /* IORING_OP_POLL_ADDs splices waited in (uring/splice.c) */
+	uint64_t splice_ins;       /* splice(2) calls that took bytes from a source */
 };
 
 /* Overrides for loops created afterwards, process-wide (tests only; not

@@ -372,6 +372,8 @@ static inline void rp_do(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 {
 	struct ur_h *e = UH(h);
+	if (!paused && tl_unlikely(e->spl != TL_NIL))
+		tl__ur_splice_unpaused(d, h);
 	if (e->rhead == TL_NIL)
 		return;
 	struct tl_opslot *o = OP(d, e->rhead);
@@ -697,6 +699,7 @@ const struct ur_opdef tl__ur_ops[] = {
 	[TL_OP_SEND_FDS] = {.issue = issue_send_fds, .complete = on_send_fds},
 	[TL_OP_RECV_FDS] = {.issue = issue_recv_fds, .complete = on_recv_fds},
 	[TL_OP_POLL] = {.issue = tl__ur_issue_poll, .complete = tl__ur_on_poll}, /* poll.c */
+	[TL_OP_SPLICE] = {.issue = tl__ur_splice_issue, .complete = tl__ur_splice_complete},
 };
 _Static_assert(sizeof tl__ur_ops / sizeof tl__ur_ops[0] == TL_OP_CODES_,
 	       "one entry per enum tl_opcode");

@@ -17,6 +17,7 @@ static void reset_h(struct tl_hslot *h)
 	struct ur_h *e = UH(h);
 	memset(e, 0, sizeof *e);
 	e->rhead = e->rtail = e->whead = e->wtail = TL_NIL;
+	e->spl = TL_NIL;
 }
 
 int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s)
@@ -127,6 +128,8 @@ int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	if (o->code == TL_OP_POLL)
 		return tl__ur_poll_cancel(d, o);
 	struct ur_o *u = UO(o);
+	if (o->code == TL_OP_SPLICE) /* a pipe with bytes in it is flushed first */
+		return tl__ur_splice_cancel(d, h, o);
 	if (o->code == TL_OP_POOL && u->st != ST_KERNEL) {
 		/* Not reached today (fs_submit prepares the SQE at once), but a
 		 * request the kernel does not hold is acknowledged at once. */

@@ -34,7 +34,7 @@ int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
-		TL_CAP_POLL |
+		TL_CAP_POLL | TL_CAP_SPLICE |
 		TL_DRV_CAP_KBUF,
 	.init = tl__ur_init,
 	.destroy = tl__ur_destroy,

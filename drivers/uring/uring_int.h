@@ -25,6 +25,7 @@
  * kbuf.c         the provided-buffer ring pooled reads receive into
  * poll.c         readiness polls of descriptors the loop does not own
  * fs.c           typed file requests run as io_uring opcodes
+ * splice.c       splices and sendfiles: polls through the ring, bytes by syscall
  * uring.c        the driver table and the diagnostic hooks (drivers/uring.h)
  *
  * user_data: tag (8 bits) << 56 | op generation (16 bits) << 24 | op slot
@@ -90,6 +91,7 @@ struct ur_h {
 	uint32_t wn;           /* ops the write SQE in flight covers (0: none) */
 	uint8_t connecting;    /* reads wait for the connect */
 	uint32_t wpoll;        /* the poll that issued its last send (tl__rp_gap) */
+	uint32_t spl;          /* a splice parked until this source is unpaused, TL_NIL */
 };
 _Static_assert(sizeof(struct ur_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ur_h fits");
 
@@ -447,6 +449,14 @@ int tl__ur_poll_cancel(struct tl_drv *d, struct tl_opslot *o);
 int tl__ur_issue_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__ur_on_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		    unsigned cf);
+
+/* splice.c: the TL_OP_SPLICE entry of the table, the cancel of one, and
+ * a source back under its caps (tl__ur_pause). */
+int tl__ur_splice_issue(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_splice_complete(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			    unsigned cf);
+int tl__ur_splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_splice_unpaused(struct tl_drv *d, struct tl_hslot *src);
 
 /* fs.c */
 /* Which typed file requests the ring runs, one bit per enum tl_fs_req. */
