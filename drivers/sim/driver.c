@@ -45,9 +45,12 @@ static int sim_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_
 	d->maxqueued = d->nsocks - cfg->max_handles;
 	d->socks = calloc(d->nsocks, sizeof *d->socks);
 	d->lwait = malloc(d->nsocks * sizeof *d->lwait);
-	if (!d->socks || !d->lwait || tl__heap_init(&d->sched, d->nsocks) < 0) {
+	d->npipes = cfg->pipes;
+	d->pipes = calloc(d->npipes, sizeof *d->pipes);
+	if (!d->socks || !d->lwait || !d->pipes || tl__heap_init(&d->sched, d->nsocks) < 0) {
 		free(d->socks);
 		free(d->lwait);
+		free(d->pipes);
 		free(d);
 		return -ENOMEM;
 	}
@@ -86,6 +89,9 @@ static void sim_destroy(struct tl_drv *d)
 	for (uint32_t i = 0; i < d->nsocks; i++)
 		free(d->socks[i].buf);
 	tl__heap_free(&d->sched);
+	for (uint32_t i = 0; i < d->npipes; i++)
+		free(d->pipes[i]);
+	free(d->pipes);
 	free(d->socks);
 	free(d->lwait);
 	free(d);
@@ -386,6 +392,11 @@ static int sim_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	int r = 0;
 	lock();
 	struct sim_sock *s = sock_of(d, h);
+	if (s && o->code == TL_OP_SPLICE) {
+		r = tl__sim_splice_cancel(d, s, h, o);
+		unlock();
+		return r;
+	}
 	if (!s || SO(o)->cancel ||
 	    !tl__sim_q_has(d->loop, is_rside(o) ? s->rhead : s->whead, o))
 		r = -ENOENT;
@@ -535,7 +546,7 @@ static void sim_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 
 const struct tl_driver tl__driver_sim = {
 	.name = "sim",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_SPLICE,
 	.init = sim_init,
 	.destroy = sim_destroy,
 	.now = sim_now,

@@ -230,6 +230,7 @@ struct sim_sock *tl__sim_sock_new(struct tl_drv *d, uint8_t type)
 	s->conn_res = CONN_PENDING;
 	s->rhead = s->rtail = s->whead = s->wtail = TL_NIL;
 	tl__sim_so_defaults(s);
+	s->spl = TL_NIL;
 	return s;
 }
 

@@ -362,6 +362,8 @@ static int run_op(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 		return run_shutdown(d, s, o);
 	case TL_OP_SEND:
 		return run_send(d, s, o);
+	case TL_OP_SPLICE:
+		return tl__sim_run_splice(d, s, o);
 	}
 	return 1;
 }
@@ -380,6 +382,8 @@ void tl__sim_ack_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *
 		s->listener = NULL;
 		s->cs = CS_FAILED;
 	}
+	if (o->code == TL_OP_SPLICE)
+		tl__sim_splice_unpark(d, o);
 	SO(o)->cancel = CX_NONE;
 	tl__sim_report(d, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
 }
@@ -437,6 +441,7 @@ static void run_sock(struct tl_drv *d, struct sim_sock *s)
 	tl__sim_run_queue(d, s, &s->rhead, &s->rtail);
 	settle_races(d, s, s->whead);
 	settle_races(d, s, s->rhead);
+	tl__sim_splice_wake(d, s);
 }
 
 /* Run the sockets due at `now` that were scheduled before this call: what

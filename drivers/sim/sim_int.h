@@ -97,6 +97,7 @@ struct sim_sock {
 	uint8_t segh, segn;
 	/* op queues, oldest first (linked through the ops' drv words) */
 	uint32_t rhead, rtail, whead, wtail;
+	uint32_t spl;      /* a splice waiting to read this socket (splice.c), TL_NIL */
 };
 
 struct dg_hdr {
@@ -128,6 +129,8 @@ struct tl_drv {
 	uint32_t nqueued, maxqueued; /* server sockets on accept queues, and their cap */
 	struct tl_heap sched; /* sockets to run, by (virtual time, sequence) */
 	uint32_t *lwait, nlwait;
+	uint8_t **pipes;      /* splice pipes by pool slot, made on first use (splice.c) */
+	uint32_t npipes;
 };
 
 /* The world every sim loop of the process shares (see above). */
@@ -212,5 +215,11 @@ void tl__sim_close_sock(struct tl_drv *a, struct sim_sock *s);
 void tl__sim_ack_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o);
 void tl__sim_run_queue(struct tl_drv *d, struct sim_sock *s, uint32_t *head, uint32_t *tail);
 void tl__sim_run_due(struct tl_drv *d, uint64_t now);
+/* splice.c */
+int tl__sim_run_splice(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o);
+void tl__sim_splice_wake(struct tl_drv *d, struct sim_sock *s);
+int tl__sim_splice_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_hslot *h,
+			  struct tl_opslot *o);
+void tl__sim_splice_unpark(struct tl_drv *d, struct tl_opslot *o);
 
 #endif
