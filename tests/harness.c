@@ -273,6 +273,12 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		}
 		break;
 	}
+	case TL_CAP_SPLICE: {
+		tl_op op;
+		what = "tl_splice";
+		rc = tl_splice(loop, TL_HANDLE_NONE, TL_HANDLE_NONE, 1, 0, &op);
+		break;
+	}
 	default:
 		break;
 	}
