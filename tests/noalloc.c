@@ -42,7 +42,11 @@
  * a far read deadline; beside it the client holds a silent connection (a
  * new one every 100 round trips) whose reads end by a read deadline and by
  * the idle deadline, in turn, and are issued again: both must fire in the
- * measured phase.
+ * measured phase. On drivers with TL_CAP_SPLICE, beside the echo: a relay,
+ * every other round trip a message the client sends on one connection and
+ * reads back on another, the loop splicing it across (a splice always
+ * pending), and every tenth a small static file the loop sends with
+ * tl_sendfile on request.
  *
  * Then, on drivers that pass descriptors (TL_CAP_DETACH), a second measured
  * phase: 2,000 descriptors sent with tl_send_fds and received with
@@ -262,6 +266,10 @@ enum { TOK_ACCEPT = 1, TOK_TICK, TOK_ONESHOT, TOK_FAR, TOK_POST, TOK_ACCEPT_SILE
 #define SILENT_IDLE_NS (2 * 1000000ull)
 #define SILENT_READ_NS (1 * 1000000ull)
 
+/* The relay and the file server (tokens below TOK_CONN_BASE). */
+enum { TOK_RIN = 10, TOK_ROUT, TOK_FACC, TOK_SPLICE, TOK_FREQ, TOK_SENDFILE };
+enum { RELAY_EVERY = 2, FILE_EVERY = 10, FILE_LEN = 20000 };
+
 struct conn {
 	int used;
 	tl_handle h;
@@ -311,6 +319,11 @@ static int poke(int i)
 	close(fd);
 	return unlink(watch_file) == 0 ? 0 : -7;
 }
+static int splicing;                    /* the loop has TL_CAP_SPLICE */
+static tl_addr rin_addr, rout_addr, file_addr;
+static unsigned char file_data[FILE_LEN]; /* the file's content */
+static int client_rin = -1, client_rout = -1, client_file = -1;
+static unsigned long relays_done, files_done;
 
 static int client_connect(const tl_addr *to)
 {
@@ -325,6 +338,52 @@ static int client_connect(const tl_addr *to)
 		return -e;
 	}
 	return fd;
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t n = send(fd, (const char *)buf + off, len - off, MSG_NOSIGNAL);
+		if (n <= 0)
+			return -1;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t n = recv(fd, (char *)buf + off, len - off, 0);
+		if (n <= 0)
+			return -1;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+static unsigned char file_in[FILE_LEN];
+
+/* The relay: out_buf goes in on one connection, comes back on the other. */
+static int relay_trip(void)
+{
+	if (send_all(client_rin, out_buf, MSG) || recv_all(client_rout, in_buf, MSG))
+		return -5;
+	if (memcmp(in_buf, out_buf, MSG) != 0)
+		return -6;
+	relays_done++;
+	return 0;
+}
+
+/* The file server: one request byte, the whole file back. */
+static int file_trip(void)
+{
+	if (send_all(client_file, "F", 1) || recv_all(client_file, file_in, FILE_LEN))
+		return -7;
+	if (memcmp(file_in, file_data, FILE_LEN) != 0)
+		return -8;
+	files_done++;
+	return 0;
 }
 
 static int round_trip(int fd, int i)
@@ -351,7 +410,13 @@ static int round_trip(int fd, int i)
 	int rc;
 	while ((rc = tl_post(poster, TOK_POST, (uint64_t)i)) == -ENOBUFS)
 		sched_yield();
-	return rc == 0 ? 0 : -4;
+	if (rc != 0)
+		return -4;
+	if (splicing && i % RELAY_EVERY == 1 && (rc = relay_trip()) != 0)
+		return rc;
+	if (splicing && i % FILE_EVERY == 5 && (rc = file_trip()) != 0)
+		return rc;
+	return 0;
 }
 
 static int silent_fd = -1;
@@ -390,6 +455,19 @@ static void *client_main(void *arg)
 {
 	(void)arg;
 	int fd = -1;
+	if (splicing) {
+		/* In this order: the loop tells them apart by listener. */
+		client_rin = client_connect(&rin_addr);
+		client_rout = client_connect(&rout_addr);
+		client_file = client_connect(&file_addr);
+		if (client_rin < 0 || client_rout < 0 || client_file < 0) {
+			client_rc = -9;
+			atomic_store(&client_failed, 1);
+			atomic_store(&client_done, 1);
+			tl_poster_wake(poster);
+			return NULL;
+		}
+	}
 	client_rc = client_phase(&fd, 0, WARM_ROUNDS);
 	if (client_rc == 0) {
 		atomic_store(&counting, 1);
@@ -400,6 +478,11 @@ static void *client_main(void *arg)
 		close(fd);
 	if (silent_fd >= 0)
 		close(silent_fd);
+	if (client_rin >= 0) {
+		close(client_rin);
+		close(client_rout);
+		close(client_file);
+	}
 	if (client_rc != 0)
 		atomic_store(&client_failed, 1);
 	atomic_store(&client_done, 1);
@@ -417,6 +500,93 @@ static int tearing_down; /* teardown closed the timers: completions after it tou
 static int oneshot_live;
 static uint64_t posts_seen, rounds_seen, accepts_seen, signals_seen, watch_events;
 static tl_handle sig_h, watch_h;
+static tl_handle rin_lis, rout_lis, file_lis, rin, rout, fconn;
+static int file_fd = -1;
+static unsigned char freq[1];
+static uint64_t splices_seen, sendfiles_seen;
+
+static void relay_splice(void)
+{
+	tl_op op;
+	int rc = tl_splice(loop, rin, rout, MSG, TOK_SPLICE, &op);
+	if (rc != 0)
+		server_error(__LINE__, rc);
+}
+
+static void file_read(void)
+{
+	tl_op op;
+	int rc = tl_read(loop, fconn, freq, 1, TOK_FREQ, &op);
+	if (rc != 0)
+		server_error(__LINE__, rc);
+}
+
+/* The client's end (it closes when done) or the teardown's cancel. */
+static int ends_quietly(int64_t res)
+{
+	return res == 0 || res == -ECANCELED || res == -ECONNRESET || res == -EPIPE;
+}
+
+/* The relay's and the file server's completions. */
+static void on_relay(const tl_completion *x)
+{
+	tl_op op;
+	int rc;
+	switch (x->token) {
+	case TOK_RIN:
+	case TOK_ROUT:
+	case TOK_FACC:
+		if (x->kind != TL_K_ACCEPT)
+			break;
+		if (x->result < 0) {
+			if (x->result != -ECANCELED)
+				server_error(__LINE__, x->result);
+			break;
+		}
+		if (x->token == TOK_RIN)
+			rin = x->u.accept.conn;
+		else if (x->token == TOK_ROUT)
+			rout = x->u.accept.conn;
+		else {
+			fconn = x->u.accept.conn;
+			file_read();
+		}
+		if (x->token != TOK_FACC && rin.v && rout.v)
+			relay_splice();
+		break;
+	case TOK_SPLICE:
+		if (x->result > 0) {
+			splices_seen++;
+			if (!tearing_down)
+				relay_splice();
+		} else if (!ends_quietly(x->result)) {
+			server_error(__LINE__, x->result);
+		}
+		break;
+	case TOK_FREQ:
+		if (x->kind != TL_K_READ)
+			break;
+		if (x->result == 1) {
+			rc = tl_sendfile(loop, file_fd, 0, FILE_LEN, fconn, TOK_SENDFILE, &op);
+			if (rc != 0)
+				server_error(__LINE__, rc);
+		} else if (!ends_quietly(x->result)) {
+			server_error(__LINE__, x->result);
+		}
+		break;
+	case TOK_SENDFILE:
+		if (x->result == FILE_LEN) {
+			sendfiles_seen++;
+			if (!tearing_down)
+				file_read();
+		} else if (!ends_quietly(x->result)) {
+			server_error(__LINE__, x->result);
+		}
+		break;
+	default:
+		break;
+	}
+}
 
 static struct conn *conn_of(uint64_t token)
 {
@@ -462,6 +632,10 @@ static void on_completion(const tl_completion *x)
 	struct conn *c;
 	tl_op op;
 	int rc;
+	if (x->token >= TOK_RIN && x->token <= TOK_SENDFILE && x->kind != TL_K_CLOSED) {
+		on_relay(x);
+		return;
+	}
 	switch (x->kind) {
 	case TL_K_ACCEPT:
 		if (x->result < 0) {
@@ -760,6 +934,33 @@ int main(void)
 		fprintf(stderr, "noalloc: signal subscription or watch failed\n");
 		return 1;
 	}
+	splicing = (tl_loop_caps(loop) & TL_CAP_SPLICE) != 0;
+	if (splicing) {
+		/* Setup, not measured: the relay's and file server's listeners,
+		 * and the file (unlinked at once). */
+		char path[] = "/tmp/tl-noalloc-XXXXXX";
+		file_fd = mkstemp(path);
+		if (file_fd < 0) {
+			fprintf(stderr, "noalloc: mkstemp failed\n");
+			return 1;
+		}
+		unlink(path);
+		for (int k = 0; k < FILE_LEN; k++)
+			file_data[k] = (unsigned char)(k * 13 + (k >> 8));
+		if (pwrite(file_fd, file_data, FILE_LEN, 0) != FILE_LEN) {
+			fprintf(stderr, "noalloc: cannot write the file\n");
+			return 1;
+		}
+		tl_handle *lis[3] = {&rin_lis, &rout_lis, &file_lis};
+		tl_addr *at[3] = {&rin_addr, &rout_addr, &file_addr};
+		for (int k = 0; k < 3; k++)
+			if (tl_tcp_listen(loop, &a, NULL, lis[k]) != 0 ||
+			    tl_local_addr(loop, *lis[k], at[k]) != 0 ||
+			    tl_accept(loop, *lis[k], (uint64_t)(TOK_RIN + k), &op) != 0) {
+				fprintf(stderr, "noalloc: relay listen failed\n");
+				return 1;
+			}
+	}
 	/* A first probe: a driver without OS sockets (simulation) cannot serve a
 	 * plain socket client. */
 	int probe = client_connect(&listen_addr);
@@ -806,6 +1007,17 @@ int main(void)
 			close_conn(&conns[i]);
 	tl_close(loop, listener, 0);
 	tl_close(loop, silent_listener, 0);
+	if (splicing) {
+		tl_close(loop, rin_lis, 0);
+		tl_close(loop, rout_lis, 0);
+		tl_close(loop, file_lis, 0);
+		if (rin.v)
+			tl_close(loop, rin, 0);
+		if (rout.v)
+			tl_close(loop, rout, 0);
+		if (fconn.v)
+			tl_close(loop, fconn, 0);
+	}
 	tl_close(loop, tick, 0);
 	tl_close(loop, far_timer, 0);
 	tl_close(loop, sig_h, 0);
@@ -823,6 +1035,8 @@ int main(void)
 		tl_loop_destroy(loop);
 	tl_poster_put(poster);
 	rmdir(watch_dir);
+	if (file_fd >= 0)
+		close(file_fd);
 
 	printf("noalloc: %d round trips measured (last %d), %llu echoed by the server, %llu posts, "
 	       "%llu read and %llu idle deadlines fired, %llu signals, %llu watch events, "
@@ -831,6 +1045,10 @@ int main(void)
 	       (unsigned long long)posts_seen, (unsigned long long)read_timeouts,
 	       (unsigned long long)idle_timeouts, (unsigned long long)signals_seen,
 	       (unsigned long long)watch_events, allocs, frees);
+	if (splicing)
+		printf("noalloc: %lu relays through %llu splices, %lu files by sendfile (%llu)\n",
+		       relays_done, (unsigned long long)splices_seen, files_done,
+		       (unsigned long long)sendfiles_seen);
 	int fail = 0;
 	/* The mix must have happened (the warm-up raised some too). */
 	if (signals_seen < (ROUNDS + WARM_ROUNDS) / 100 || (have_watch && !watch_events)) {
@@ -852,6 +1070,11 @@ int main(void)
 	}
 	if (atomic_load(&client_failed)) {
 		fprintf(stderr, "noalloc: the echo client failed (%d)\n", client_rc);
+		fail = 1;
+	}
+	if (splicing && (relays_done < ROUNDS / RELAY_EVERY || files_done < ROUNDS / FILE_EVERY)) {
+		fprintf(stderr, "noalloc: %lu relays and %lu files, want at least %d and %d\n",
+			relays_done, files_done, ROUNDS / RELAY_EVERY, ROUNDS / FILE_EVERY);
 		fail = 1;
 	}
 	if (server_errors) {
