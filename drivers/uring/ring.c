@@ -243,14 +243,16 @@ int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 			timeout_ns = (int64_t)(d->fdwait_at - now);
 	}
 	d->polls++;
+	uint32_t queued = tl__drv_queued(d->loop);
 	int deferred = tl__ur_sort_reads(d);
 	run_starts(d);
 	unsigned submit = flush_sq(r);
 	unsigned kf = IO_URING_READ_ONCE(*r->sq.kflags);
 	/* CQEs already there (left by a turn that ran out of room, or
-	 * overflowed): never block on top of them. */
-	int block = timeout_ns != 0 && !deferred && !io_uring_cq_ready(r) &&
-		    !(kf & IORING_SQ_CQ_OVERFLOW);
+	 * overflowed), or ops that finished while being issued (a splice
+	 * whose socket had room, splice.c): never block on top of them. */
+	int block = timeout_ns != 0 && !deferred && tl__drv_queued(d->loop) == queued &&
+		    !io_uring_cq_ready(r) && !(kf & IORING_SQ_CQ_OVERFLOW);
 	int ret = 0;
 	if (block) {
 		struct __kernel_timespec ts;
