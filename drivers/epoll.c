@@ -612,7 +612,7 @@ static int run_connect_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opsl
  * writable; it then needs its source readable (and not paused) too, and
  * parks on the source (ep_h.spl) until an edge or pause(0) there runs dst
  * again. It takes from the source once, with splice(2) into its pipe, and
- * writes the pipe out as a write goes: until done or EAGAIN. */
+ * writes the pipe out until done or EAGAIN. */
 
 static int run_sendfile(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
@@ -666,9 +666,9 @@ static int run_splice(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 			tl__drv_event(l, o, n, TL_F_TERMINAL | (n == 0 ? TL_F_EOF : 0), TL_NO_LEASE);
 			return 1;
 		}
-		/* As a short read: the socket was drained (see the top). */
-		if ((size_t)n < want && !se->peer_end)
-			se->readable = 0;
+		/* Unlike a short read, a short splice does not mean the socket
+		 * was drained: the pipe may have run out of slots first (one per
+		 * received segment). Only EAGAIN says so. */
 		tl__drv_splice_io(l, o, (uint32_t)n, 0);
 		tl__drv_splice_src_done(l, o);
 	}
@@ -685,9 +685,8 @@ static int run_splice(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 			tl__drv_event(l, o, n < 0 ? n : -EIO, TL_F_TERMINAL, TL_NO_LEASE);
 			return 1;
 		}
+		/* Short or not, go on: EAGAIN tells when the socket is full. */
 		tl__drv_splice_io(l, o, 0, (uint32_t)n);
-		if ((size_t)n < left)
-			EH(h)->writable = 0; /* a short write: the send buffer is full */
 	}
 	tl__drv_event(l, o, (int64_t)o->u.sp.moved, TL_F_TERMINAL, TL_NO_LEASE);
 	return 1;
