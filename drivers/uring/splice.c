@@ -162,5 +162,7 @@ void tl__ur_splice_unpaused(struct tl_drv *d, struct tl_hslot *src)
 	if (UO(o)->st == ST_PAUSED) {
 		list_del(d, o);
 		list_add(d, o, ST_START);
+		if (d->embed)
+			tl__ur_flush_embed(d);
 	}
 }
