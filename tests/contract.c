@@ -110,7 +110,8 @@ static const struct {
 } cfg_limits[] = {
 	CFG_FIELD(max_handles),     CFG_FIELD(max_ops),        CFG_FIELD(events_per_turn),
 	CFG_FIELD(post_capacity),   CFG_FIELD(pooled_buffers), CFG_FIELD(pooled_buffer_size),
-	CFG_FIELD(max_undelivered), CFG_FIELD(room_waiters),
+	CFG_FIELD(max_undelivered), CFG_FIELD(room_waiters),    CFG_FIELD(pipes),
+	CFG_FIELD(pipe_size),
 };
 
 static int try_config(const tl_config *c)
@@ -162,6 +163,12 @@ static void test_config_absurd_limits(void)
 		{ "max_undelivered", offsetof(tl_config, max_undelivered), UINT32_MAX },
 		{ "room_waiters", offsetof(tl_config, room_waiters), 65 },
 		{ "room_waiters", offsetof(tl_config, room_waiters), UINT32_MAX },
+		{ "pipes", offsetof(tl_config, pipes), 4097 },
+		{ "pipes", offsetof(tl_config, pipes), UINT32_MAX },
+		{ "pipe_size", offsetof(tl_config, pipe_size), 2048 },
+		{ "pipe_size", offsetof(tl_config, pipe_size), 3u << 16 },  /* not a power of two */
+		{ "pipe_size", offsetof(tl_config, pipe_size), 2u << 20 },
+		{ "pipe_size", offsetof(tl_config, pipe_size), UINT32_MAX },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		tl_config c = cfg_default();
@@ -196,6 +203,8 @@ static void test_config_edges_accepted(void)
 	c.pooled_buffer_size = 1;
 	c.max_undelivered = 1;
 	c.room_waiters = 1;
+	c.pipes = 1;
+	c.pipe_size = 4096;
 	tl_loop *l = NULL;
 	int rc = tl_loop_new(&l, &c);
 	H_EQ(rc, 0);
@@ -217,6 +226,8 @@ static void test_config_edges_accepted(void)
 	c.room_waiters = 64;
 	c.pooled_buffers = 1;
 	c.pooled_buffer_size = 16u << 20;
+	c.pipes = 4096;
+	c.pipe_size = 1u << 20;
 	rc = try_config(&c);
 	H_EQ(rc, 0);
 	h_end(NULL, fds);
@@ -252,6 +263,8 @@ static void expect_handle_enoent(tl_loop *l, tl_handle h, const char *what)
 		{ "tl_local_addr", tl_local_addr(l, h, &a) },
 		{ "tl_udp_send", tl_udp_send(l, h, buf, sizeof buf, &a, 1, &op) },
 		{ "tl_udp_recv", tl_udp_recv(l, h, buf, sizeof buf, 1, &op) },
+		{ "tl_splice", tl_splice(l, h, h, sizeof buf, 1, &op) },
+		{ "tl_sendfile", tl_sendfile(l, 0, 0, sizeof buf, h, 1, &op) },
 	};
 	for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
 		H_TRUE(r[i].rc == -ENOENT, "%s(%s handle %#llx) returned %d%s", r[i].fn, what,

@@ -450,6 +450,90 @@ out:
 	rig_down(&r, fds);
 }
 
+/* Rule 4.11 with a one-page pipe: several segments wait in src, each
+ * splice takes what fits (as little as one segment: a pipe slot holds one
+ * piece of one page, and the peer's writes alternate with writes to
+ * another socket, so that its segments do not merge in the kernel), and
+ * the rest is still found by the next splice without new data arriving. */
+static void test_splice_small_pipe(void)
+{
+	enum { SEG = 1000, NSEG = 6 };
+	int fds = h_begin();
+	tl_config cfg = cfg_default();
+	cfg.pipe_size = 4096;
+	struct rig r;
+	if (!rig_up(&r, &cfg))
+		goto out;
+	tl_loop *l = r.cl.loop;
+	uint8_t m[SEG * NSEG];
+	fill_pattern(m, sizeof m, 0);
+	for (int k = 0; k < NSEG; k++) {
+		H_EQ(h_write_all(&r.cp, r.prod, m + k * SEG, SEG), SEG);
+		H_EQ(h_write_all(&r.cp, r.cons, m, 100), 100);
+		pump_ms(&r, 2);
+	}
+	consumer_start(&r, 0);
+	uint64_t moved = 0;
+	int n = 0;
+	while (moved < sizeof m && n++ < 4 * NSEG) {
+		tl_op o;
+		H_EQ_FATAL(tl_splice(l, r.a, r.b, sizeof m, 1, &o), 0);
+		int i = wait_l(&r, o, H_WAIT_MS);
+		H_TRUE_FATAL(i >= 0, "splice %d waits with %llu bytes still in src", n,
+			     (unsigned long long)(sizeof m - moved));
+		H_TRUE_FATAL(r.cl.log.v[i].result > 0, "splice %d: %lld", n,
+			     (long long)r.cl.log.v[i].result);
+		moved += (uint64_t)r.cl.log.v[i].result;
+	}
+	H_EQ(moved, sizeof m);
+	consume_until(&r, sizeof m, H_WAIT_MS);
+	H_EQ(r.cgot, sizeof m);
+	H_EQ(r.cwrong, 0);
+	printf("\n  %d splices for %d segments\n", n, NSEG);
+out:
+	rig_down(&r, fds);
+}
+
+/* Rule 1.6 with 4.11: a splice the driver can finish as the turn starts
+ * (src has data, dst has room) is handed out by that turn: the turn does
+ * not wait out its timeout on top of a completion it just made. */
+static void test_splice_turn_does_not_wait(void)
+{
+	enum { N = 2000 };
+	int fds = h_begin();
+	struct rig r;
+	if (!rig_up(&r, NULL))
+		goto out;
+	tl_loop *l = r.cl.loop;
+	uint8_t m[N];
+	fill_pattern(m, N, 0);
+	consumer_start(&r, 0);
+	for (int round = 0; round < 5; round++) {
+		H_EQ(h_write_all(&r.cp, r.prod, m, N), N);
+		pump_ms(&r, 20); /* in src now */
+		tl_op o;
+		H_EQ_FATAL(tl_splice(l, r.a, r.b, N, 1, &o), 0);
+		uint64_t t0 = h_wall_ns();
+		int found = 0;
+		for (int k = 0; k < 4 && !found; k++) {
+			tl_completion out[16];
+			int n = tl_turn(l, 2000 * (int64_t)H_MS, out, 16, NULL);
+			H_TRUE_FATAL(n >= 0, "tl_turn %d", n);
+			for (int i = 0; i < n; i++)
+				if (out[i].op.v == o.v) {
+					found = 1;
+					check_done(&out[i], out[i].result);
+				}
+		}
+		uint64_t ms = (h_wall_ns() - t0) / H_MS;
+		H_TRUE(found, "no completion in four turns");
+		H_TRUE(ms < 1000, "round %d: the turns took %llu ms for a splice that was done", round,
+		       (unsigned long long)ms);
+	}
+out:
+	rig_down(&r, fds);
+}
+
 /* ---- cancel and close ---- */
 
 /* Rule 2.1 for a splice waiting for src: cancel is 0, then -EALREADY; the
@@ -1154,6 +1238,8 @@ const struct test_def tl_contract_splice[] = {
 	T("4.11 splice", test_splice_big_hashed),
 	T("4.11 splice", test_splice_in_order_with_writes),
 	T("4.11 splice", test_splice_eof),
+	T("4.11 splice", test_splice_small_pipe),
+	T("4.11 splice", test_splice_turn_does_not_wait),
 	T("4.11 splice", test_splice_cancel_waiting),
 	T("4.11 splice", test_splice_cancel_flushes),
 	T("4.11 splice", test_splice_close_dst_drops),
