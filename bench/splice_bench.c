@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <liburing.h>
+#include <turnloop/loop.h>
 
 /*
  * A producer thread writes BYTES into a loopback TCP connection, a
@@ -36,7 +37,10 @@
  *               sockets are non-blocking, as the driver's, so the splice
  *               answers -EAGAIN when there is nothing and a poll follows
  *   uring-poll  splice(2) as in "splice", but EAGAIN waits in an
- *               IORING_OP_POLL_ADD (what the io_uring driver would do)
+ *               IORING_OP_POLL_ADD (what the io_uring driver does)
+ *   loop-rw     a turnloop loop (TL_DRIVER picks its driver): tl_read_start
+ *               into leases of SIZE, each written out with tl_write
+ *   loop-splice the same loop with tl_splice of SIZE at a time, pipes of SIZE
  *
  * The pipe (or buffer) is SIZE bytes. For each mode and size it prints the
  * throughput and the CPU time per GiB: the whole process's (io_uring's
@@ -45,11 +49,13 @@
  * the same work in every mode). The best of ROUNDS runs counts.
  *
  *   splice_bench [-g GIB] [-r ROUNDS] [-m MODE] [-s SIZE]
+ *
+ * Built by meson (build/bench/splice_bench), as it links turnloop.
  */
 
-enum { M_RW, M_SPLICE, M_URW, M_USPLICE, M_UPOLL, M_N };
-static const char *const mode_names[M_N] = {"rw", "splice", "uring-rw", "uring-splice",
-					    "uring-poll"};
+enum { M_RW, M_SPLICE, M_URW, M_USPLICE, M_UPOLL, M_LRW, M_LSPLICE, M_N };
+static const char *const mode_names[M_N] = {"rw",         "splice",  "uring-rw",   "uring-splice",
+					    "uring-poll", "loop-rw", "loop-splice"};
 
 static double now_s(clockid_t c)
 {
@@ -356,6 +362,120 @@ static int dial(const struct sockaddr_in *a)
 	return fd;
 }
 
+/* ---- the same through a turnloop loop ---- */
+
+static void must(int rc, const char *what)
+{
+	if (rc < 0) {
+		errno = -rc;
+		die(what);
+	}
+}
+
+struct lrig {
+	tl_loop *l;
+	tl_handle lis, src, dst;
+};
+
+/* Turn until op's terminal: its result. */
+static int64_t turn_for(tl_loop *l, tl_op op, tl_completion *c)
+{
+	for (;;) {
+		tl_completion out[16];
+		int n = tl_turn(l, -1, out, 16, NULL);
+		must(n, "tl_turn");
+		for (int i = 0; i < n; i++)
+			if (out[i].op.v == op.v && (out[i].flags & TL_F_TERMINAL)) {
+				if (c)
+					*c = out[i];
+				return out[i].result;
+			}
+	}
+}
+
+/* The loop's two streams: src accepted from the producer (dialled by the
+ * caller once *a1 is set), dst connected to the consumer's listener a2. */
+static void lrig_up(struct lrig *r, size_t size, struct sockaddr_in *a1, int *prod_fd,
+		    const struct sockaddr_in *a2, int l2, int *cons_fd)
+{
+	tl_config cfg;
+	tl_config_init(&cfg);
+	cfg.pooled_buffers = 16;
+	cfg.pooled_buffer_size = (uint32_t)size;
+	cfg.pipes = 1;
+	cfg.pipe_size = (uint32_t)size;
+	must(tl_loop_new(&r->l, &cfg), "tl_loop_new");
+	tl_addr a, la, ca;
+	tl_addr_parse(&a, "127.0.0.1", 0);
+	must(tl_tcp_listen(r->l, &a, NULL, &r->lis), "tl_tcp_listen");
+	must(tl_local_addr(r->l, r->lis, &la), "tl_local_addr");
+	memcpy(a1, &la.in, sizeof *a1);
+	*prod_fd = dial(a1);
+	tl_op op;
+	tl_completion c;
+	must(tl_accept(r->l, r->lis, 1, &op), "tl_accept");
+	must((int)turn_for(r->l, op, &c), "accept");
+	r->src = c.u.accept.conn;
+	memset(&ca, 0, sizeof ca);
+	memcpy(&ca.in, a2, sizeof *a2);
+	must(tl_tcp_connect(r->l, &ca, 0, 2, &r->dst, &op), "tl_tcp_connect");
+	must((int)turn_for(r->l, op, NULL), "connect");
+	*cons_fd = accept4(l2, NULL, NULL, SOCK_CLOEXEC);
+	if (*cons_fd < 0)
+		die("accept");
+}
+
+static void lrig_down(struct lrig *r)
+{
+	tl_close_all(r->l, 0);
+	tl_completion out[16];
+	while (tl_alive(r->l))
+		tl_turn(r->l, 10000000, out, 16, NULL);
+	must(tl_loop_close(r->l), "tl_loop_close");
+}
+
+/* Forward src to dst until src's end, then shut dst down: the bytes. */
+static unsigned long long fwd_loop(struct lrig *r, int splicing, size_t size)
+{
+	tl_loop *l = r->l;
+	unsigned long long total = 0;
+	tl_op op, sh = TL_OP_NONE;
+	int ended = 0;
+	if (splicing)
+		must(tl_splice(l, r->src, r->dst, (uint32_t)size, 0, &op), "tl_splice");
+	else
+		must(tl_read_start(l, r->src, 0, &op), "tl_read_start");
+	for (;;) {
+		tl_completion out[64];
+		int n = tl_turn(l, -1, out, 64, NULL);
+		must(n, "tl_turn");
+		for (int i = 0; i < n; i++) {
+			tl_completion *x = &out[i];
+			if (sh.v && x->op.v == sh.v)
+				return total;
+			if (x->kind == TL_K_WRITE) {
+				must((int)x->result, "tl_write");
+				total += (unsigned long long)x->result;
+				tl_lease_release(l, (uint32_t)x->token);
+				continue;
+			}
+			must((int)x->result, splicing ? "splice" : "read");
+			if (x->result > 0 && splicing) {
+				total += (unsigned long long)x->result;
+				must(tl_splice(l, r->src, r->dst, (uint32_t)size, 0, &op), "tl_splice");
+			} else if (x->result > 0) {
+				must(tl_write(l, r->dst, x->u.read.lease.data, (uint32_t)x->result,
+					      x->u.read.lease.id, &op),
+				     "tl_write");
+			} else if (!ended && (x->flags & TL_F_TERMINAL)) {
+				/* src's end: after the writes queued before it. */
+				ended = 1;
+				must(tl_shutdown(l, r->dst, 0, &sh), "tl_shutdown");
+			}
+		}
+	}
+}
+
 struct result {
 	double gib_s, proc_s_gib, fwd_s_gib;
 };
@@ -363,21 +483,30 @@ struct result {
 static void run(int mode, size_t size, unsigned long long bytes, struct result *out)
 {
 	struct sockaddr_in a1, a2;
-	int l1 = listener(&a1), l2 = listener(&a2);
-	struct side prod = {.fd = dial(&a1), .bytes = bytes}, cons = {.fd = dial(&a2)};
-	int src = accept4(l1, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	int dst = accept4(l2, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (src < 0 || dst < 0)
-		die("accept");
+	int l1 = -1, l2 = listener(&a2), src = -1, dst = -1;
+	struct side prod = {.bytes = bytes}, cons = {0};
+	struct lrig lr;
+	if (mode >= M_LRW) {
+		lrig_up(&lr, size, &a1, &prod.fd, &a2, l2, &cons.fd);
+	} else {
+		l1 = listener(&a1);
+		prod.fd = dial(&a1);
+		cons.fd = dial(&a2);
+		src = accept4(l1, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		dst = accept4(l2, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (src < 0 || dst < 0)
+			die("accept");
+	}
 	int p[2] = {-1, -1};
-	if (mode != M_RW && mode != M_URW) {
+	if (mode == M_SPLICE || mode == M_USPLICE || mode == M_UPOLL) {
 		if (pipe2(p, O_CLOEXEC | O_NONBLOCK))
 			die("pipe2");
 		if (fcntl(p[1], F_SETPIPE_SZ, (int)size) < 0)
 			die("F_SETPIPE_SZ");
 	}
 	struct io_uring ring;
-	if (mode >= M_URW) {
+	int uring = mode == M_URW || mode == M_USPLICE || mode == M_UPOLL;
+	if (uring) {
 		struct io_uring_params prm;
 		memset(&prm, 0, sizeof prm);
 		prm.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
@@ -405,16 +534,22 @@ static void run(int mode, size_t size, unsigned long long bytes, struct result *
 	case M_USPLICE:
 		moved = fwd_usplice(&ring, src, dst, p, size);
 		break;
-	default:
+	case M_UPOLL:
 		moved = fwd_upoll(&ring, src, dst, p, size);
 		break;
+	default:
+		moved = fwd_loop(&lr, mode == M_LSPLICE, size);
+		break;
 	}
-	shutdown(dst, SHUT_WR);
+	if (dst >= 0)
+		shutdown(dst, SHUT_WR);
 	pthread_join(tp, NULL);
 	pthread_join(tc, NULL);
 	double w1 = now_s(CLOCK_MONOTONIC), c1 = proc_cpu_s();
-	if (mode >= M_URW)
+	if (uring)
 		io_uring_queue_exit(&ring);
+	if (mode >= M_LRW)
+		lrig_down(&lr);
 	if (moved != bytes || cons.bytes != bytes) {
 		fprintf(stderr, "splice_bench: %s moved %llu, consumer got %llu, want %llu\n",
 			mode_names[mode], moved, cons.bytes, bytes);
@@ -423,11 +558,13 @@ static void run(int mode, size_t size, unsigned long long bytes, struct result *
 	for (int i = 0; i < 2; i++)
 		if (p[i] >= 0)
 			close(p[i]);
-	close(src);
-	close(dst);
+	if (src >= 0) {
+		close(src);
+		close(dst);
+		close(l1);
+	}
 	close(prod.fd);
 	close(cons.fd);
-	close(l1);
 	close(l2);
 	double gib = (double)bytes / (double)(1ull << 30);
 	out->gib_s = gib / (w1 - w0);
@@ -465,6 +602,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	unsigned long long bytes = (unsigned long long)(gib * (double)(1ull << 30));
+	{
+		tl_loop *probe;
+		if (tl_loop_new(&probe, NULL) == 0) {
+			printf("loop modes on the %s driver\n", tl_loop_driver(probe));
+			tl_loop_close(probe);
+		}
+	}
 	printf("%-13s %8s %8s %14s %14s\n", "mode", "size", "GiB/s", "proc CPU s/GiB",
 	       "fwd CPU s/GiB");
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
