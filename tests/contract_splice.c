@@ -319,6 +319,93 @@ out:
 	rig_down(&r, fds);
 }
 
+/* Rule 4.11 on Unix-domain streams: a stream accepted on a Unix listener
+ * is the source, another connected to one the destination, and 4 MiB
+ * cross them hashed on both ends. */
+static void test_splice_unix(void)
+{
+	enum { N = 4 << 20, CH = 256 << 10 };
+	int fds = h_begin();
+	h_ctx cl, cp;
+	h_ctx_init(&cl, h_loop());
+	h_ctx_init(&cp, h_loop());
+	h_ctx_link(&cl, &cp);
+	tl_loop *l = cl.loop, *p = cp.loop;
+	char dir[] = "/tmp/tl-splice-XXXXXX", p1[64], p2[64];
+	uint8_t *data = NULL;
+	tl_handle l1, l2, a = TL_HANDLE_NONE, b = TL_HANDLE_NONE, prod, cons = TL_HANDLE_NONE;
+	if (!h_need_cap(l, TL_CAP_SPLICE) || !h_need_cap(l, TL_CAP_UNIX))
+		goto out;
+	H_TRUE_FATAL(mkdtemp(dir) != NULL, "mkdtemp");
+	snprintf(p1, sizeof p1, "%s/in", dir);
+	snprintf(p2, sizeof p2, "%s/out", dir);
+	tl_op o1, o2, c1, c2;
+	H_EQ_FATAL(tl_unix_listen(l, p1, NULL, &l1), 0);
+	H_EQ_FATAL(tl_unix_listen(p, p2, NULL, &l2), 0);
+	H_EQ(tl_accept(l, l1, 1, &o1), 0);
+	H_EQ(tl_accept(p, l2, 2, &o2), 0);
+	H_EQ_FATAL(tl_unix_connect(p, p1, 0, 3, &prod, &c1), 0);
+	H_EQ_FATAL(tl_unix_connect(l, p2, 0, 4, &b, &c2), 0);
+	int i1 = h_wait_op(&cl, o1), i2 = h_wait_op(&cp, o2);
+	H_TRUE_FATAL(i1 >= 0 && i2 >= 0 && h_wait_op(&cp, c1) >= 0 && h_wait_op(&cl, c2) >= 0,
+		     "Unix pairs");
+	a = cl.log.v[i1].u.accept.conn;
+	cons = cp.log.v[i2].u.accept.conn;
+	data = malloc(N);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+	fill_pattern(data, N, 0);
+	tl_op w, rs, sp = TL_OP_NONE;
+	H_EQ(tl_write(p, prod, data, N, 5, &w), 0);
+	H_EQ(tl_read_start(p, cons, 6, &rs), 0);
+	uint64_t moved = 0, got = 0, hash_in = FNV_OFF;
+	uint32_t pf = cp.log.n;
+	int live = 0;
+	uint64_t dl = h_wall_ns() + (uint64_t)H_SLOW_MS(20000) * H_MS;
+	while (got < N && h_wall_ns() < dl) {
+		if (!live && moved < N) {
+			H_EQ_FATAL(tl_splice(l, a, b, CH, 7, &sp), 0);
+			live = 1;
+		}
+		h_turn(&cl, (int64_t)H_MS);
+		int i = live ? h_find_term(&cl.log, sp) : -1;
+		if (i >= 0) {
+			H_TRUE_FATAL(cl.log.v[i].result > 0, "splice %lld%s",
+				     (long long)cl.log.v[i].result, h_errname(cl.log.v[i].result));
+			check_done(&cl.log.v[i], cl.log.v[i].result);
+			moved += (uint64_t)cl.log.v[i].result;
+			live = 0;
+		}
+		for (; pf < cp.log.n; pf++) {
+			tl_completion *x = &cp.log.v[pf];
+			if (x->op.v != rs.v || x->result <= 0 || !(x->flags & TL_F_LEASE))
+				continue;
+			hash_in = fnv(hash_in, x->u.read.lease.data, (size_t)x->result);
+			got += (uint64_t)x->result;
+			H_EQ(tl_lease_release(p, x->u.read.lease.id), 0);
+			x->flags &= (uint16_t)~TL_F_LEASE;
+		}
+	}
+	H_EQ(moved, N);
+	H_EQ(got, N);
+	H_TRUE(hash_in == fnv(FNV_OFF, data, N), "hashes differ");
+	H_TRUE(h_wait_op(&cp, w) >= 0, "the producer's write");
+	H_EQ(tl_stop(p, rs), 0);
+	h_wait_op(&cp, rs);
+	h_release_leases(&cp, 0);
+	tl_close_all(l, 9);
+	tl_close_all(p, 9);
+	unlink(p1);
+	unlink(p2);
+	rmdir(dir);
+out:
+	cl.peer = cp.peer = NULL;
+	h_ctx_fini(&cl);
+	h_ctx_fini(&cp);
+	h_drain_close(p);
+	h_end(l, fds);
+	free(data);
+}
+
 /* ---- order, end ---- */
 
 /* Rule 4.11: a splice is in order with dst's writes. write, splice, write
@@ -1236,6 +1323,7 @@ out:
 
 const struct test_def tl_contract_splice[] = {
 	T("4.11 splice", test_splice_big_hashed),
+	T("4.11 splice", test_splice_unix),
 	T("4.11 splice", test_splice_in_order_with_writes),
 	T("4.11 splice", test_splice_eof),
 	T("4.11 splice", test_splice_small_pipe),
