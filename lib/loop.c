@@ -768,8 +768,10 @@ static void close_ops(tl_loop *l, struct tl_hslot *h)
 				l->close_retry = 1;
 		} else if (o->code == TL_OP_SPLICE && (o->flags & TL_OPF_LIVE)) {
 			/* Cancelled before and flushing its pipe into h: h is
-			 * going, so that flush ends (driver.h). */
-			l->dv->cancel(l->d, h, o);
+			 * going, so that flush ends (driver.h); a driver that
+			 * cannot take that now is asked again next turn. */
+			if (l->dv->cancel(l->d, h, o) < 0)
+				l->close_retry = 1;
 		}
 		i = next;
 	}
