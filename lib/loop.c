@@ -23,7 +23,7 @@ void tl_config_init(tl_config *c)
 	c->handle_leases = 16;
 	c->handle_write_bytes = 1u << 20;
 	c->pipes = 4;
-	c->pipe_size = 256u << 10;
+	c->pipe_size = 1u << 20;
 	c->driver = TL_DRIVER_DEFAULT;
 	c->sim_seed = 1;
 }

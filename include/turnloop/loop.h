@@ -91,7 +91,7 @@ typedef struct tl_config {
 	 * and a pipe the kernel will not grow that far (the user is over that
 	 * budget) is made smaller, down to 16 KiB, or not made at all. */
 	uint32_t pipes;              /* pipes in the pool                  4, <= 4096 */
-	uint32_t pipe_size;          /* bytes per pipe, 2^k                256 KiB, 4 KiB .. 1 MiB */
+	uint32_t pipe_size;          /* bytes per pipe, 2^k                1 MiB, 4 KiB .. 1 MiB */
 	int driver;                  /* enum tl_driver_kind                 TL_DRIVER_DEFAULT */
 	int embed;                   /* 1: tl_loop_fd() will be used (see below)    0 */
 	uint64_t sim_seed;           /* simulation driver only: the run's seed      1 */
