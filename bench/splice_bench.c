@@ -45,8 +45,9 @@
  * The pipe (or buffer) is SIZE bytes. For each mode and size it prints the
  * throughput and the CPU time per GiB: the whole process's (io_uring's
  * io-wq workers are threads of the process and count there), and the
- * forwarder's share (process minus producer and consumer threads, which do
- * the same work in every mode). The best of ROUNDS runs counts.
+ * forwarder's share (process minus the producer and consumer threads),
+ * and those two threads' own. The best of ROUNDS runs (least process CPU)
+ * counts.
  *
  *   splice_bench [-g GIB] [-r ROUNDS] [-m MODE] [-s SIZE]
  *
@@ -477,7 +478,7 @@ static unsigned long long fwd_loop(struct lrig *r, int splicing, size_t size)
 }
 
 struct result {
-	double gib_s, proc_s_gib, fwd_s_gib;
+	double gib_s, proc_s_gib, fwd_s_gib, prod_s_gib, cons_s_gib;
 };
 
 static void run(int mode, size_t size, unsigned long long bytes, struct result *out)
@@ -570,6 +571,8 @@ static void run(int mode, size_t size, unsigned long long bytes, struct result *
 	out->gib_s = gib / (w1 - w0);
 	out->proc_s_gib = (c1 - c0) / gib;
 	out->fwd_s_gib = (c1 - c0 - prod.cpu - cons.cpu) / gib;
+	out->prod_s_gib = prod.cpu / gib;
+	out->cons_s_gib = cons.cpu / gib;
 }
 
 int main(int argc, char **argv)
@@ -609,8 +612,8 @@ int main(int argc, char **argv)
 			tl_loop_close(probe);
 		}
 	}
-	printf("%-13s %8s %8s %14s %14s\n", "mode", "size", "GiB/s", "proc CPU s/GiB",
-	       "fwd CPU s/GiB");
+	printf("%-13s %8s %8s %14s %14s %9s %9s\n", "mode", "size", "GiB/s", "proc CPU s/GiB",
+	       "fwd CPU s/GiB", "producer", "consumer");
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 		if (only_size && sizes[i] != only_size)
 			continue;
@@ -625,8 +628,9 @@ int main(int argc, char **argv)
 				if (k == 0 || r.proc_s_gib < best.proc_s_gib)
 					best = r;
 			}
-			printf("%-13s %7zuK %8.2f %14.3f %14.3f\n", mode_names[m], sizes[i] / 1024,
-			       best.gib_s, best.proc_s_gib, best.fwd_s_gib);
+			printf("%-13s %7zuK %8.2f %14.3f %14.3f %9.3f %9.3f\n", mode_names[m],
+			       sizes[i] / 1024, best.gib_s, best.proc_s_gib, best.fwd_s_gib,
+			       best.prod_s_gib, best.cons_s_gib);
 		}
 	}
 	return 0;
