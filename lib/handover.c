@@ -52,12 +52,19 @@ int tl_detach(tl_loop *l, tl_handle id, int *fd)
 		return -EINVAL;
 	if (!(l->dv->caps & TL_CAP_DETACH) || !l->dv->detach)
 		return -ENOTSUP;
-	if (h->pending) {
+	if (h->pending || h->spl_head != TL_NIL) {
 		/* A driver that cannot take a cancellation now (no submission
-		 * slot) is asked again by the next call. */
+		 * slot) is asked again by the next call. Splices reading h (its
+		 * source, lib/splice.c) hold its descriptor too. */
 		for (uint32_t i = h->head; i != TL_NIL;) {
 			struct tl_opslot *o = &l->o[i];
 			i = o->next;
+			if (!(o->flags & TL_OPF_CANCEL))
+				tl__op_cancel(l, o, 0);
+		}
+		for (uint32_t i = h->spl_head; i != TL_NIL;) {
+			struct tl_opslot *o = &l->o[i];
+			i = o->u.sp.snext;
 			if (!(o->flags & TL_OPF_CANCEL))
 				tl__op_cancel(l, o, 0);
 		}
@@ -126,6 +133,8 @@ int tl_recv_fds(tl_loop *l, tl_handle id, int *fds, uint32_t cap, void *buf, uin
 	struct tl_hslot *h = unix_stream(l, id, &err);
 	if (!h)
 		return err;
+	if (h->spl_head != TL_NIL)
+		return -EINVAL; /* a splice reads h (lib/splice.c) */
 	struct tl_opslot *o;
 	int r = tl__op_new(l, h, TL_OP_RECV_FDS, TL_K_READ, token, &o);
 	if (r < 0)

@@ -271,7 +271,7 @@ static int dst_get(tl_loop *l, tl_handle id, struct tl_hslot **out)
 static int src_free(tl_loop *l, const struct tl_hslot *s, const struct tl_hslot *d)
 {
 	for (uint32_t i = s->head; i != TL_NIL; i = l->o[i].next)
-		if (l->o[i].code == TL_OP_READ)
+		if (l->o[i].code == TL_OP_READ || l->o[i].code == TL_OP_RECV_FDS)
 			return 0;
 	for (uint32_t i = s->spl_head; i != TL_NIL; i = l->o[i].u.sp.snext)
 		if (l->o[i].hidx != d->idx)
