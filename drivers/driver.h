@@ -432,10 +432,11 @@ int tl__drv_accept(tl_loop *loop, struct tl_opslot *op, int fd, const tl_addr *p
  * TL_F_EOF and res = u.sp.moved.
  * cancel(): a splice with nothing in its pipe is acknowledged as any op;
  * one with bytes in its pipe goes on writing them and reports its terminal
- * when they are out (flush), unless dst is TL_HF_CLOSING: then it ends as
- * soon as the OS no longer holds it. The core calls cancel() again on an
- * already cancelled splice when dst starts closing. A sendfile is
- * cancelled as a write.
+ * when they are out (flush), unless dst is TL_HF_CLOSING or the op has
+ * TL_OPF_TIMEDOUT (dst's idle deadline: dst made no progress, a flush could
+ * wait for ever): then it ends as soon as the OS no longer holds it. The
+ * core calls cancel() again on an already cancelled splice when dst starts
+ * closing. A sendfile is cancelled as a write.
  */
 /* Bytes moved by splice op: in entered its pipe from the source, out left
  * it for dst (a sendfile reports out only). Keeps u.sp.taken/moved and

@@ -709,7 +709,8 @@ static struct tl_hslot *splice_waiter(struct tl_drv *d, struct tl_hslot *h)
 static int splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ep_h *e = EH(h);
-	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING))
+	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING) &&
+	    !(o->flags & TL_OPF_TIMEDOUT))
 		return 0;
 	if (!q_remove(d->loop, &e->whead, &e->wtail, o))
 		return -ENOENT;

@@ -16,7 +16,8 @@
  * writes the file's bytes (pread) the same way.
  *
  * Cancellation follows driver.h: a splice with bytes in its pipe is not
- * acknowledged but flushes them, unless dst is closing; otherwise it is
+ * acknowledged but flushes them, unless dst is closing or its deadline
+ * ended it; otherwise it is
  * acknowledged at once or by the next run (never raced: a splice that ran
  * once more after its cancel would take bytes it could then only drop).
  */
@@ -204,7 +205,8 @@ void tl__sim_splice_wake(struct tl_drv *d, struct sim_sock *s)
 int tl__sim_splice_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_hslot *h,
 			  struct tl_opslot *o)
 {
-	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING))
+	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING) &&
+	    !(o->flags & TL_OPF_TIMEDOUT))
 		return 0; /* it flushes, then reports */
 	if (SO(o)->cancel || !tl__sim_q_has(d->loop, s->whead, o))
 		return SO(o)->cancel ? 0 : -ENOENT;

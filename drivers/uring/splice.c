@@ -26,7 +26,8 @@
  * Cancelling (driver.h): a poll in the kernel is cancelled with
  * ASYNC_CANCEL and its CQE ends the op; one that fired as the cancel went
  * in finds TL_OPF_CANCEL in step(). A splice with bytes in its pipe is
- * not cancelled at all unless dst is closing: it goes on writing them.
+ * not cancelled at all unless dst is closing or its idle deadline ended it:
+ * it goes on writing them.
  */
 
 /* o leaves the driver with its terminal. */
@@ -62,7 +63,8 @@ static int wait_for(struct tl_drv *d, struct tl_opslot *o, int fd, unsigned ev)
 static int step(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	tl_loop *l = d->loop;
-	int dropping = (o->flags & TL_OPF_CANCEL) && (h->flags & TL_HF_CLOSING);
+	int dropping = (o->flags & TL_OPF_CANCEL) &&
+		       ((h->flags & TL_HF_CLOSING) || (o->flags & TL_OPF_TIMEDOUT));
 	if (o->u.sp.file >= 0) {
 		while (o->u.sp.moved < o->u.sp.max) {
 			if (o->flags & TL_OPF_CANCEL) /* a poll that fired as it went in */
@@ -136,7 +138,8 @@ int tl__ur_splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 {
 	struct ur_o *u = UO(o);
 	/* Bytes in the pipe are written out first, unless dst is going. */
-	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING))
+	if (o->u.sp.file < 0 && o->u.sp.moved < o->u.sp.taken && !(h->flags & TL_HF_CLOSING) &&
+	    !(o->flags & TL_OPF_TIMEDOUT))
 		return 0;
 	if (u->st == ST_KERNEL) {
 		int r = tl__ur_cancel_kernel(d, o);
