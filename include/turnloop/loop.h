@@ -596,8 +596,11 @@ int tl_adopt(tl_loop *loop, int fd, tl_handle *out);
  * Call it again after a turn until it returns 0. Writes
  * cancelled by it may have sent part of their bytes (as with tl_close):
  * let a stream's writes finish before detaching it when its peer must see
- * a whole stream. Leases read from h stay the host's to release; h's idle
- * deadline (tl_idle_deadline) ends with it: an adopted handle has none.
+ * a whole stream. A splice into h that was cancelled with bytes in its
+ * pipe writes them first (tl_splice), and a splice reading h (its source)
+ * is cancelled and waited for like h's own ops. Leases read from h stay
+ * the host's to release; h's idle deadline (tl_idle_deadline) ends with
+ * it: an adopted handle has none.
  * Returns 0, -ENOENT (stale or foreign), -EINVAL (fd NULL, not a socket
  * handle: a timer, a process, ...; h closing), -EAGAIN (see above), -ENOTSUP (no TL_CAP_DETACH: the
  * simulation driver). Setup, not steady state, as tl_adopt.
@@ -659,7 +662,8 @@ int tl_send_fds(tl_loop *loop, tl_handle h, const int *fds, uint32_t nfds, const
  * buf and fds must stay valid until the terminal. Not paused by h's caps
  * (it takes no pooled lease). It is progress for h's idle deadline, which
  * ends it as any op of h; tl_read_deadline does not take it (-EINVAL). 0 and *op, or -EINVAL (op, fds or buf NULL,
- * len 0, cap out of range, h not a Unix-domain stream, h closing),
+ * len 0, cap out of range, h not a Unix-domain stream, h closing, a splice
+ * reading h),
  * -ENOENT, -ENOBUFS (op table full), -ENOTSUP (no TL_CAP_DETACH).
  * Allocates nothing.
  */
@@ -733,10 +737,13 @@ int tl_read_deadline(tl_loop *loop, tl_op op, uint64_t deadline_ns);
  * dst's: -ECONNRESET, -EPIPE, ...); u.splice.taken and u.splice.moved say
  * in every case how many bytes left src and how many of them reached dst.
  *
- * Until it has taken its bytes, the splice is src's reader: a read of src,
- * or a splice from src to another stream, submitted meanwhile is -EINVAL,
- * as is a splice from a src that has a read pending (splices from src to
- * the same dst queue up, in order). Over one of src's caps the splice
+ * Until it has taken its bytes, the splice is src's reader: a read of src
+ * (tl_read*, tl_recv_fds), or a splice from src to another stream,
+ * submitted meanwhile is -EINVAL, as is a splice from a src that has a read
+ * pending (splices from src to the same dst queue up, in order). The
+ * splice is dst's op for deadlines too: its completion is progress for
+ * dst's idle deadline, which ends it as it ends a write (below); src's
+ * idle deadline neither sees nor ends it. Over one of src's caps the splice
  * waits like a read (tl_handle_caps); the bytes in its pipe count as
  * dst's queued write bytes.
  *
@@ -748,7 +755,14 @@ int tl_read_deadline(tl_loop *loop, tl_op op, uint64_t deadline_ns);
  *    that is still reading it: src's Closed does not wait for the flush.
  *  - closing dst (cancelled or not): as dst's queued writes, the splice
  *    ends at once with -ECANCELED; bytes in its pipe are dropped, and
- *    taken - moved says how many (tl_loop_stats.splice_dropped).
+ *    taken - moved says how many (tl_loop_stats.splice_dropped). dst's
+ *    idle deadline does the same with -ETIMEDOUT (dst made no progress for
+ *    that long: a flush would wait for ever); like every deadline it
+ *    leaves alone a splice already cancelled, which closing dst ends.
+ *  - tl_detach(src) cancels a splice still reading src and returns -EAGAIN
+ *    until it ended; tl_detach(dst) waits (-EAGAIN) for the flush of a
+ *    cancelled splice, so the bytes it took reach dst before the socket
+ *    moves on.
  *
  * 0 with *op set, or -EINVAL (op NULL, max 0, src == dst, either not a
  * stream or closing, src being read as above), -ENOENT (a stale or foreign
