@@ -355,11 +355,19 @@ static void test_splice_unix(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(data);
 	fill_pattern(data, N, 0);
 	tl_op w, rs, sp = TL_OP_NONE;
+	/* The first splice waits for src: src has its one reader. */
+	H_EQ_FATAL(tl_splice(l, a, b, CH, 7, &sp), 0);
+	if (tl_loop_caps(l) & TL_CAP_DETACH) {
+		int fdv[1];
+		uint8_t one[1];
+		tl_op ro;
+		H_EQ(tl_recv_fds(l, a, fdv, 1, one, 1, 8, &ro), -EINVAL);
+	}
 	H_EQ(tl_write(p, prod, data, N, 5, &w), 0);
 	H_EQ(tl_read_start(p, cons, 6, &rs), 0);
 	uint64_t moved = 0, got = 0, hash_in = FNV_OFF;
 	uint32_t pf = cp.log.n;
-	int live = 0;
+	int live = 1;
 	uint64_t dl = h_wall_ns() + (uint64_t)H_SLOW_MS(20000) * H_MS;
 	while (got < N && h_wall_ns() < dl) {
 		if (!live && moved < N) {
@@ -901,6 +909,70 @@ out:
 	free(f.data);
 }
 
+/* Rules 4.9 and 4.11: dst's idle deadline ends a splice stuck with bytes
+ * in its pipe (dst's peer reads nothing) as closing dst would, once:
+ * -ETIMEDOUT, the rest of its pipe dropped and counted, no flush; src goes
+ * on right after what was taken. */
+static void test_splice_idle_deadline(void)
+{
+	int fds = h_begin();
+	struct rig r;
+	struct fill f = {0};
+	if (!rig_up(&r, NULL) || !fill_dst(&r, &f))
+		goto out;
+	tl_loop *l = r.cl.loop;
+	H_EQ(tl_idle_deadline(l, r.b, 30 * H_MS), 0);
+	int i = wait_l(&r, f.sp, H_WAIT_MS);
+	H_TRUE_FATAL(i >= 0, "the deadline did not end the flushing splice");
+	const tl_completion *x = term_of(&r, i);
+	H_EQ(x->result, -ETIMEDOUT);
+	H_TRUE(x->u.splice.moved < x->u.splice.taken, "nothing dropped");
+	H_EQ(stats(l).splice_dropped, x->u.splice.taken - x->u.splice.moved);
+	H_EQ(h_count_op(&r.cl.log, f.sp, 0), 1);
+	H_EQ(tl_idle_deadline(l, r.b, 0), 0);
+	uint64_t taken = f.moved + x->u.splice.taken;
+	int wrong = 0;
+	uint64_t rest = rest_of_src(&r, taken, f.total - taken, &wrong);
+	H_EQ(rest, f.total - taken);
+	H_EQ(wrong, 0);
+	H_TRUE(wait_p(&r, f.w, H_WAIT_MS) >= 0, "prod's write never completed");
+out:
+	rig_down(&r, fds);
+	free(f.data);
+}
+
+/* Rules 4.6 and 4.11: detaching a splice's source while the splice waits
+ * for it cancels the splice and is -EAGAIN until the splice ended (it held
+ * the descriptor too); then the descriptor goes. */
+static void test_splice_detach_src(void)
+{
+	int fds = h_begin();
+	struct rig r;
+	if (!rig_up(&r, NULL))
+		goto out;
+	tl_loop *l = r.cl.loop;
+	if (!h_need_cap(l, TL_CAP_DETACH))
+		goto out;
+	tl_op o;
+	H_EQ(tl_splice(l, r.a, r.b, 100, 1, &o), 0);
+	int fd = -1;
+	H_EQ(tl_detach(l, r.a, &fd), -EAGAIN);
+	int i = wait_l(&r, o, H_WAIT_MS);
+	H_TRUE_FATAL(i >= 0, "the splice did not end");
+	H_EQ(r.cl.log.v[i].result, -ECANCELED);
+	int rc = -EAGAIN;
+	for (int k = 0; k < 100 && rc == -EAGAIN; k++) {
+		rc = tl_detach(l, r.a, &fd);
+		if (rc == -EAGAIN)
+			pump(&r, (int64_t)H_MS);
+	}
+	H_EQ(rc, 0);
+	if (rc == 0)
+		close(fd);
+out:
+	rig_down(&r, fds);
+}
+
 /* Rules 2.3 and 4.11: closing src while its splice flushes into a full dst
  * does not cancel that splice nor wait for it: src's Closed arrives while
  * the splice is pending, and the splice then completes with what it took,
@@ -1333,6 +1405,8 @@ const struct test_def tl_contract_splice[] = {
 	T("4.11 splice", test_splice_close_dst_drops),
 	T("4.11 splice", test_splice_cancel_then_close_dst),
 	T("4.11 splice", test_splice_close_src_flushing),
+	T("4.11 splice", test_splice_idle_deadline),
+	T("4.11 splice", test_splice_detach_src),
 	T("4.11 splice", test_splice_pool_empty),
 	T("4.11 splice", test_splice_waits_on_paused_src),
 	T("4.11 splice", test_splice_refusals),
