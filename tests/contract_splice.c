@@ -973,6 +973,50 @@ out:
 	rig_down(&r, fds);
 }
 
+/* Rules 4.6 and 4.11: detaching dst while its splice has bytes in its pipe
+ * cancels the splice, which flushes them first: tl_detach is -EAGAIN until
+ * the terminal (-ECANCELED, taken == moved), and dst's peer has every byte
+ * the splices took. */
+static void test_splice_detach_dst(void)
+{
+	int fds = h_begin();
+	struct rig r;
+	struct fill f = {0};
+	if (!rig_up(&r, NULL))
+		goto out;
+	tl_loop *l = r.cl.loop;
+	if (!h_need_cap(l, TL_CAP_DETACH) || !fill_dst(&r, &f))
+		goto out;
+	int fd = -1;
+	H_EQ(tl_detach(l, r.b, &fd), -EAGAIN);
+	pump_ms(&r, 20);
+	H_EQ(tl_detach(l, r.b, &fd), -EAGAIN); /* still flushing */
+	consumer_start(&r, 0);
+	int i = wait_l(&r, f.sp, H_SLOW_MS(20000));
+	H_TRUE_FATAL(i >= 0, "the splice never ended");
+	const tl_completion *x = term_of(&r, i);
+	H_EQ(x->result, -ECANCELED);
+	H_EQ(x->u.splice.taken, x->u.splice.moved);
+	H_TRUE(x->u.splice.taken > 0, "nothing was flushed");
+	int rc = -EAGAIN;
+	for (int k = 0; k < 100 && rc == -EAGAIN; k++) {
+		rc = tl_detach(l, r.b, &fd);
+		if (rc == -EAGAIN)
+			pump(&r, (int64_t)H_MS);
+	}
+	H_EQ(rc, 0);
+	uint64_t moved = f.moved + x->u.splice.moved;
+	consume_until(&r, moved, H_SLOW_MS(20000));
+	pump_ms(&r, 20);
+	H_EQ(r.cgot, moved);
+	H_EQ(r.cwrong, 0);
+	if (rc == 0)
+		close(fd);
+out:
+	rig_down(&r, fds);
+	free(f.data);
+}
+
 /* Rules 2.3 and 4.11: closing src while its splice flushes into a full dst
  * does not cancel that splice nor wait for it: src's Closed arrives while
  * the splice is pending, and the splice then completes with what it took,
@@ -1407,6 +1451,7 @@ const struct test_def tl_contract_splice[] = {
 	T("4.11 splice", test_splice_close_src_flushing),
 	T("4.11 splice", test_splice_idle_deadline),
 	T("4.11 splice", test_splice_detach_src),
+	T("4.11 splice", test_splice_detach_dst),
 	T("4.11 splice", test_splice_pool_empty),
 	T("4.11 splice", test_splice_waits_on_paused_src),
 	T("4.11 splice", test_splice_refusals),
