@@ -4,6 +4,13 @@
 
 #include "internal.h"
 
+/* Weight of a handle itself in alive(): sockets always, timers only while
+ * closing (an idle timer handle does not keep the loop alive). */
+static inline uint32_t tl__hweight(const struct tl_hslot *h)
+{
+	return h->type != TL_H_TIMER || (h->flags & TL_HF_CLOSING);
+}
+
 /* Tables (loop.c). A handle lookup by id: NULL when stale, foreign or free. */
 struct tl_hslot *tl__handle_get(tl_loop *loop, tl_handle id);
 /* Take a free handle slot of type (referenced, no OS object yet); NULL when

@@ -174,7 +174,7 @@ static void test_port_in_use_refused(void)
 	H_TRUE_FATAL(wait_listening(test_port(1)), "tlecho did not listen");
 	const char *a2[] = {"-p", port, "--shards", "1", NULL};
 	struct child second = start(a2, NULL);
-	read_err(&second, buf, sizeof buf, 3000);
+	read_err(&second, buf, sizeof buf, 10000 * h_slow());
 	H_EQ(wait_exit(&second, 3000), 1);
 	H_TRUE(strstr(buf, "already in use by another process") != NULL, "said: %s", buf);
 	H_EQ(lines(buf), 1);
@@ -210,8 +210,8 @@ static void test_reuseport_shares(void)
 	char b1[1024], b2[1024];
 	kill(one.pid, SIGTERM);
 	kill(two.pid, SIGTERM);
-	read_err(&one, b1, sizeof b1, 3000);
-	read_err(&two, b2, sizeof b2, 3000);
+	read_err(&one, b1, sizeof b1, 10000 * h_slow());
+	read_err(&two, b2, sizeof b2, 10000 * h_slow());
 	H_EQ(wait_exit(&one, 3000), 0);
 	H_EQ(wait_exit(&two, 3000), 0);
 	unsigned long long n1 = 0, n2 = 0;
@@ -242,7 +242,7 @@ static void test_sim_driver_refused(void)
 	const char *const *cases[] = {single, sharded};
 	for (int k = 0; k < 2; k++) {
 		struct child c = start(cases[k], "sim");
-		read_err(&c, buf, sizeof buf, 3000);
+		read_err(&c, buf, sizeof buf, 10000 * h_slow());
 		H_EQ(wait_exit(&c, 3000), 1);
 		H_TRUE(strstr(buf, "no operating-system sockets") != NULL, "said: %s", buf);
 	}
@@ -302,7 +302,7 @@ static void test_tlload_closed_port(void)
 	snprintf(port, sizeof port, "%u", test_port(5));
 	const char *args[] = {"-p", port, "-c", "50", "-d", "1", NULL};
 	struct child c = start_prog(tlload_path, args, NULL);
-	read_err(&c, buf, sizeof buf, 5000);
+	read_err(&c, buf, sizeof buf, 10000 * h_slow());
 	H_EQ(wait_exit(&c, 5000), 1);
 	H_EQ(lines(buf), 1);
 	H_TRUE(strstr(buf, "50 of 50 connects failed") != NULL, "said: %s", buf);
