@@ -98,7 +98,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(match_bytes(&set, a, c[i].family) == 1, "first address outside", i);
 		for (unsigned k = c[i].prefix; k < bits; k++)
 			a[k / 8] |= (uint8_t)(0x80 >> (k % 8));
-		check(match_bytes(&set, a, c[i].family) == 1, "last address outside", i);
+		/* An IPv6 network wider than /96 can end inside ::ffff:0:0/96
+		 * (::/80 ends at ::ffff:ffff:ffff): such an address is looked
+		 * up as IPv4, so an IPv6 network never holds it. */
+		if (c[i].family == AF_INET6 && !memcmp(a, mapped, 12))
+			check(match_bytes(&set, a, AF_INET6) == brute(c, n, a + 12, AF_INET),
+			      "mapped last address not looked up as IPv4", i);
+		else
+			check(match_bytes(&set, a, c[i].family) == 1, "last address outside", i);
 		for (int j = 0; j < 2; j++) {
 			int last = c[i].family == AF_INET ? 3 : 15;
 

@@ -379,6 +379,25 @@ static void test_match_random(void)
 	T_TRUE(hits > ROUNDS * PROBES / 5 && hits < ROUNDS * PROBES * 4 / 5, "hits %u", hits);
 }
 
+/* An IPv6 network that spans ::ffff:0:0/96 does not hold IPv4 peers: a
+ * mapped address is looked up as IPv4 (the finding of fuzz_tlp_netlist
+ * that ::/80 ends on one). */
+static void test_match_spans_mapped(void)
+{
+	static const char *const nets[] = {"::/80"};
+	struct tlp_cidr c[1];
+	struct tlp_range4 r4[1];
+	struct tlp_range6 r6[1];
+	struct tlp_netset set = set_of(nets, 1, c, r4, r6);
+	struct sockaddr_in6 b = v6("::fffe:ffff:ffff");
+	struct sockaddr_in a = v4("255.255.255.255");
+
+	T_EQ(tlp_netset_match(&set, (struct sockaddr *)&b), 1);
+	b = v6("::ffff:255.255.255.255");
+	T_EQ(tlp_netset_match(&set, (struct sockaddr *)&b), 0);
+	T_EQ(tlp_netset_match(&set, (struct sockaddr *)&a), 0);
+}
+
 static void test_acl(void)
 {
 	static const char *const allow_nets[] = {"10.0.0.0/8", "::1/128"};
@@ -426,6 +445,7 @@ int main(void)
 		{"set: match at the edges", test_match},
 		{"set: everything, and empty", test_match_everything},
 		{"set: against a brute-force match", test_match_random},
+		{"set: an IPv6 network spanning the mapped range", test_match_spans_mapped},
 		{"allow/deny decision", test_acl},
 	};
 

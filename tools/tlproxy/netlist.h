@@ -86,7 +86,10 @@ static inline uint32_t tlp_netset_count(const struct tlp_netset *set)
 
 /*
  * Is the address sa (AF_INET, or AF_INET6 where an IPv4-mapped address is
- * looked up as IPv4) inside the set? Allocation-free, O(log n).
+ * looked up as IPv4) inside the set? An IPv6 network never holds a mapped
+ * address, even one as wide as ::/80 that spans ::ffff:0:0/96: the peer is
+ * an IPv4 one, matched against the set's IPv4 networks. Allocation-free,
+ * O(log n).
  * Returns 1 (inside), 0 (outside, or sa of another family such as AF_UNIX);
  * -EINVAL if set or sa is NULL.
  */
