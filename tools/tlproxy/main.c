@@ -191,7 +191,7 @@ static int declare_stats(tl_runtime *rt)
 	w->st_open = tl_runtime_gauge(rt, "conns_open");
 	w->st_bytes_in = tl_runtime_counter(rt, "bytes_in");
 	w->st_bytes_out = tl_runtime_counter(rt, "bytes_out");
-	w->st_errors = tl_runtime_stat(rt, "errors", TL_STAT_COUNTER, TLP_END_COUNT);
+	w->st_errors = tl_runtime_stat(rt, "errors", TL_STAT_COUNTER, TLP_END_COUNT - 1);
 	w->st_queue = tl_runtime_gauge(rt, "queued");
 	w->st_checks = tl_runtime_stat(rt, "health_checks", TL_STAT_COUNTER, 2);
 	w->st_changes = tl_runtime_counter(rt, "health_changes");
@@ -203,9 +203,9 @@ static int declare_stats(tl_runtime *rt)
 	    w->st_errors < 0 || w->st_queue < 0 || w->st_checks < 0 || w->st_changes < 0 ||
 	    w->st_dns < 0 || w->st_log_dropped < 0 || w->st_srv_conns < 0 || w->st_srv_up < 0)
 		return -1;
+	/* Row c - 1 for cause c: a connection that ended well is no error. */
 	for (int i = 1; i < TLP_END_COUNT; i++)
-		tl_runtime_stat_label(rt, w->st_errors + i, tlp_cause_names[i]);
-	tl_runtime_stat_label(rt, w->st_errors, "-");
+		tl_runtime_stat_label(rt, w->st_errors + i - 1, tlp_cause_names[i]);
 	for (int i = 0; i < 2; i++)
 		tl_runtime_stat_label(rt, w->st_checks + i, checks[i]);
 	for (int i = 0; i < 3; i++)

@@ -81,6 +81,7 @@ struct tlp_conn {
 	uint8_t state, cause, tries, nclosing;
 	uint16_t peek, hdr;      /* peek slot, header buffer (0xffff none) */
 	uint32_t vidx;           /* server index in the view it came from */
+	uint64_t ticket;         /* its place in the pool's queue */
 	uint64_t tried;          /* view indexes tried (first 64) */
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
@@ -137,7 +138,7 @@ struct tlp_shard {
 	int draining, stopping;
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
-	uint64_t d_conns, d_bytes[2], d_err[TLP_END_COUNT];
+	uint64_t d_conns, d_bytes[2];
 	int open_dirty, queue_dirty;
 	int32_t srv_n[TLP_SRV_ROWS];
 	uint8_t srv_isdirty[TLP_SRV_ROWS];
@@ -367,7 +368,7 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 static void count_err(struct tlp_shard *sh, int cause)
 {
 	if (cause != TLP_END_DONE)
-		tl_shard_counter_add(sh->s, tlp_w.st_errors + cause, 1);
+		tl_shard_counter_add(sh->s, tlp_w.st_errors + cause - 1, 1);
 }
 
 /* ---- access log ---- */
@@ -632,6 +633,9 @@ static void q_del(struct tlp_shard *sh, struct tlp_conn *c)
 	lp->qlen--;
 	sh->queued--;
 	sh->queue_dirty = 1;
+	atomic_store_explicit(&c->gp->head[sh->id],
+			      lp->qhead != NONE ? sh->c[lp->qhead].ticket : UINT64_MAX,
+			      memory_order_relaxed);
 	atomic_fetch_sub_explicit(&c->gp->waiting, 1, memory_order_relaxed);
 	if (c->flags & F_QCOUNT) {
 		atomic_fetch_sub_explicit(&c->lr->gl->queued, 1, memory_order_relaxed);
@@ -652,15 +656,18 @@ static int q_add(struct tlp_shard *sh, struct tlp_conn *c)
 		return -1;
 	}
 	c->flags |= F_QCOUNT;
+	c->ticket = atomic_fetch_add_explicit(&c->gp->ticket, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->gp->waiting, 1, memory_order_relaxed);
 	c->state = C_QUEUED;
 	c->t_state = sh->tick;
 	c->qnext = NONE;
 	c->qprev = lp->qtail;
-	if (lp->qtail != NONE)
+	if (lp->qtail != NONE) {
 		sh->c[lp->qtail].qnext = ci;
-	else
+	} else {
 		lp->qhead = ci;
+		atomic_store_explicit(&c->gp->head[sh->id], c->ticket, memory_order_relaxed);
+	}
 	lp->qtail = ci;
 	lp->qlen++;
 	sh->queued++;
@@ -671,15 +678,43 @@ static int q_add(struct tlp_shard *sh, struct tlp_conn *c)
 
 static void start_connect(struct tlp_shard *sh, struct tlp_conn *c);
 
-/* Give queued clients of gp on this shard the servers that have room. */
+/* The shard whose first queued client of gp has waited longest, or NONE. */
+static uint32_t oldest_shard(struct tlp_gpool *gp)
+{
+	uint64_t best = UINT64_MAX;
+	uint32_t who = NONE;
+
+	for (uint32_t t = 0; t < tlp_w.nshards; t++) {
+		uint64_t h = atomic_load_explicit(&gp->head[t], memory_order_relaxed);
+
+		if (h < best) {
+			best = h;
+			who = t;
+		}
+	}
+	return who;
+}
+
+/*
+ * Give queued clients of gp the servers that have room, oldest first
+ * across the process: while this shard holds the oldest client, it takes
+ * the room; when another shard does, that shard is told (TLP_MSG_ROOM) and
+ * goes on from there.
+ */
 static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp)
 {
 	struct tlp_lpool *lp = &sh->lp[gp->idx];
 
 	while (lp->qhead != NONE) {
 		struct tlp_conn *c = &sh->c[lp->qhead];
-		int r = pick(sh, c);
+		uint32_t who = oldest_shard(gp);
+		int r;
 
+		if (who != sh->id && who != NONE) {
+			tl_shard_post(sh->s, who, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
+			return;
+		}
+		r = pick(sh, c);
 		if (r == -ENOBUFS)
 			return;
 		q_del(sh, c);
@@ -693,14 +728,12 @@ static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp)
 
 void tlp_room(struct tlp_shard *sh, struct tlp_gpool *gp)
 {
-	if (sh->lp[gp->idx].qhead != NONE) {
+	uint32_t who = oldest_shard(gp);
+
+	if (who == sh->id)
 		dispatch_queue(sh, gp);
-		return;
-	}
-	/* The waiting clients are on other shards. */
-	for (uint32_t t = 0; t < tlp_w.nshards; t++)
-		if (t != sh->id)
-			tl_shard_post(sh->s, t, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
+	else if (who != NONE)
+		tl_shard_post(sh->s, who, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
 }
 
 /* ---- connecting ---- */
@@ -712,7 +745,7 @@ static void assign(struct tlp_shard *sh, struct tlp_conn *c)
 	int r;
 
 	/* First come, first served: behind clients already waiting. */
-	if (lp->qhead != NONE) {
+	if (lp->qhead != NONE || atomic_load_explicit(&c->gp->waiting, memory_order_relaxed)) {
 		if (q_add(sh, c) < 0)
 			conn_end(sh, c, TLP_END_QUEUE_FULL, 0);
 		else

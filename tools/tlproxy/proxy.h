@@ -149,6 +149,11 @@ struct tlp_gpool {
 	uint32_t idx;
 	_Atomic uint32_t state_ver;  /* grows when a server's state may have changed */
 	_Atomic uint32_t waiting;    /* clients in its queues, whole process */
+	_Atomic uint64_t ticket;     /* the next queued client's place in line */
+	/* Each shard's first queued client's ticket (UINT64_MAX: none): a
+	 * server slot goes to the shard whose client has waited longest, so
+	 * the queue is first come, first served across shards. */
+	_Atomic uint64_t *head;
 	/* Shard 0 only. */
 	struct tlp_view *view;       /* current (shard 0 holds one reference) */
 	uint64_t next_ver;

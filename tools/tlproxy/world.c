@@ -51,6 +51,13 @@ static struct tlp_gpool *gpool_get(const char *name)
 			return w->gp[i];
 	if (w->ngp == TLP_REG_POOLS || !(gp = calloc(1, sizeof *gp)))
 		return NULL;
+	gp->head = calloc(w->nshards ? w->nshards : 1, sizeof *gp->head);
+	if (!gp->head) {
+		free(gp);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < (w->nshards ? w->nshards : 1); i++)
+		atomic_init(&gp->head[i], UINT64_MAX);
 	snprintf(gp->name, sizeof gp->name, "%s", name);
 	gp->idx = w->ngp;
 	w->gp[w->ngp++] = gp;
@@ -570,6 +577,7 @@ void tlp_world_free(void)
 				w->gp[i]->view->e[k].srv->in_use = 0;
 			tlp_view_put(w->gp[i]->view);
 		}
+		free(w->gp[i]->head);
 		free(w->gp[i]);
 	}
 	for (uint32_t i = 0; i < w->nsrv; i++)
