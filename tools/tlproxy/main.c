@@ -197,8 +197,8 @@ static int declare_stats(tl_runtime *rt)
 	w->st_changes = tl_runtime_counter(rt, "health_changes");
 	w->st_dns = tl_runtime_stat(rt, "dns", TL_STAT_COUNTER, 3);
 	w->st_log_dropped = tl_runtime_counter(rt, "log_dropped");
-	w->st_srv_conns = tl_runtime_stat(rt, "server_conns", TL_STAT_GAUGE, TLP_SRV_ROWS);
-	w->st_srv_up = tl_runtime_stat(rt, "server_state", TL_STAT_GAUGE, TLP_SRV_ROWS);
+	w->st_srv_conns = tl_runtime_stat(rt, "server_conns", TL_STAT_GAUGE, w->srv_rows);
+	w->st_srv_up = tl_runtime_stat(rt, "server_state", TL_STAT_GAUGE, w->srv_rows);
 	if (w->st_conns < 0 || w->st_open < 0 || w->st_bytes_in < 0 || w->st_bytes_out < 0 ||
 	    w->st_errors < 0 || w->st_queue < 0 || w->st_checks < 0 || w->st_changes < 0 ||
 	    w->st_dns < 0 || w->st_log_dropped < 0 || w->st_srv_conns < 0 || w->st_srv_up < 0)
@@ -413,7 +413,18 @@ int main(int argc, char **argv)
 	rc.loop.pooled_buffers = POOLED_BUFFERS;
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
-	rc.stats_values = TLP_END_COUNT + 16 + 2 * TLP_SRV_ROWS;
+	/* Rows for the servers the file names, a host name's answers (up to
+	 * TL_RESOLVE_MAX each) and some to spare for reloads: a shard copies
+	 * every slot each time it publishes, so no more than that. */
+	{
+		uint64_t rows = 16;
+
+		for (uint32_t i = 0; i < cfg->npools; i++)
+			for (uint32_t k = 0; k < cfg->pools[i].nservers; k++)
+				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
+		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
+	}
+	rc.stats_values = TLP_END_COUNT + 16 + 2 * w->srv_rows;
 	rc.on_start = tlp_shard_start;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;

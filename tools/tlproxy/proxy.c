@@ -174,6 +174,7 @@ _Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COU
 	       "a name per cause");
 
 static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort_mask);
+static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c);
 static void assign(struct tlp_shard *sh, struct tlp_conn *c);
 static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp);
 
@@ -312,7 +313,7 @@ static void srv_count(struct tlp_shard *sh, struct tlp_srv *srv, int d)
 {
 	int r = srv->row;
 
-	if (r < 0 || r >= TLP_SRV_ROWS)
+	if (r < 0 || r >= (int)tlp_w.srv_rows)
 		return;
 	sh->srv_n[r] += d;
 	if (!sh->srv_isdirty[r]) {
@@ -1118,6 +1119,10 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		}
 		if (c->state != C_FWD)
 			return; /* passed on once connected */
+		if (c->flags & F_EOF(s ^ 1)) {
+			maybe_done(sh, c);
+			return;
+		}
 		shut(sh, c, s ^ 1);
 		if (c->state == C_FWD)
 			wheel_arm(sh, c); /* a FIN timeout now */
@@ -1132,11 +1137,17 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 	}
 }
 
+/*
+ * Both sides have sent their FIN: once the writes to each side are out and
+ * any shutdown issued is done, closing both ends the connection (the close
+ * is the FIN still owed to a side, so the second FIN needs no shutdown).
+ */
 static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	const uint32_t all = F_EOF(0) | F_EOF(1) | F_SHUTOK(0) | F_SHUTOK(1);
+	uint32_t f = c->flags;
 
-	if ((c->flags & all) == all && !c->wq[0] && !c->wq[1])
+	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !c->wq[0] && !c->wq[1] &&
+	    (!(f & F_SHUT(0)) || (f & F_SHUTOK(0))) && (!(f & F_SHUT(1)) || (f & F_SHUTOK(1))))
 		conn_end(sh, c, TLP_END_DONE, 0);
 }
 

@@ -43,7 +43,8 @@
 #define TLP_REG_SERVERS 16384
 /* Host names resolved, since the start. */
 #define TLP_REG_HOSTS 4096
-/* Rows of the per-server stat families. */
+/* Rows of the per-server stat families at most (tlp_world.srv_rows: as
+ * many as the configuration at start may need). */
 #define TLP_SRV_ROWS 512
 
 /* Token handlers (tl_token). */
@@ -223,6 +224,7 @@ struct tlp_world {
 	uint32_t nhost;
 	struct tlp_shard **shard;   /* each shard's state, for the final free */
 	uint8_t row_used[TLP_SRV_ROWS];
+	uint32_t srv_rows;          /* rows the per-server families have */
 	_Atomic int started;        /* shards done with on_start */
 	_Atomic int start_failed;
 	int user_dropped;

@@ -147,7 +147,7 @@ static void srv_row(struct tlp_srv *s)
 	char lab[128];
 
 	s->row = -1;
-	for (int r = 0; r < TLP_SRV_ROWS; r++)
+	for (int r = 0; r < (int)w->srv_rows; r++)
 		if (!w->row_used[r]) {
 			w->row_used[r] = 1;
 			s->row = r;
