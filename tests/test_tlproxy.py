@@ -991,8 +991,9 @@ def t_drain(env):
 
 def t_reload(env):
     """SIGHUP re-reads the file: new servers take the new clients, the open
-    connection stays; a broken file is refused and the old one stays."""
-    a, b, lp = env.port(), env.port(), env.port()
+    connection stays, a listener added is bound and one removed is closed;
+    a broken file is refused and the old one stays."""
+    a, b, lp, lp2 = env.port(), env.port(), env.port(), env.port()
     env.serve("ident=A", "127.0.0.1", a)
     env.serve("ident=B", "127.0.0.1", b)
     text = """
@@ -1001,26 +1002,47 @@ listeners:
 pools:
   - {{name: p, servers: [{{address: "127.0.0.1:{port}"}}]}}
 """
+    two = """
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: extra, listen: "127.0.0.1:{lp2}", pool: q}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{port}"}}]}}
+  - {{name: q, servers: [{{address: "127.0.0.1:{a}"}}]}}
+"""
     cfg = write_cfg(env, "rl.yaml", text.format(lp=lp, port=a))
     px = env.proxy(["--config", cfg])
     fd0 = env.fds(px)
     s_old, n = ident_of(lp)
     check(n == "A", f"before the reload: {n!r}")
-    write_cfg(env, "rl.yaml", text.format(lp=lp, port=b))
+    write_cfg(env, "rl.yaml", two.format(lp=lp, lp2=lp2, port=b, a=a))
     px.p.send_signal(signal.SIGHUP)
     env.wait_for(px, "reloaded", 5)
-    time.sleep(0.1)
+    time.sleep(0.2)
     for _ in range(3):
         s, n = ident_of(lp)
         check(n == "B", f"after the reload a client got {n!r}")
         s.close()
+    s, n = ident_of(lp2)
+    check(n == "A", f"the listener added by the reload gave {n!r}")
+    s.close()
     check(echo_ok(s_old, b"old one"), "the connection from before the reload was dropped")
+    write_cfg(env, "rl.yaml", text.format(lp=lp, port=b))
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reloaded(.|\n)*reloaded", 5)
+    time.sleep(0.2)
+    try:
+        connect(lp2).close()
+        raise Fail("the listener removed by a reload still accepts")
+    except ConnectionRefusedError:
+        pass
     write_cfg(env, "rl.yaml", "listeners: [\n")
     px.p.send_signal(signal.SIGHUP)
     env.wait_for(px, "refused", 5)
     s, n = ident_of(lp)
     check(n == "B", f"after a refused reload a client got {n!r}")
     s.close()
+    check(echo_ok(s_old, b"old one again"), "the old connection did not survive two reloads")
     s_old.close()
     env.wait_stat(px, "conns_open", "0", 0)
     env.settle_fds(px, fd0)
@@ -1304,6 +1326,65 @@ def t_stats(env):
     for s in held:
         s.close()
     env.wait_stat(px, "conns_open", "0", 0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_noalloc(env):
+    """Accepting, forwarding (plain, with PROXY headers sent and received)
+    and closing allocate nothing on the shards once warm: their allocator
+    calls, counted by an LD_PRELOAD shim, do not grow."""
+    if os.environ.get("TLP_E2E_SANITIZED") or env.wrap:
+        raise Skip("the sanitizer or wrapper owns the allocator")
+    shim = os.environ.get("TLP_ALLOC_SHIM", "")
+    if not os.path.exists(shim):
+        raise Skip("no allocation shim (TLP_ALLOC_SHIM)")
+    up, l1, l2 = env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    adir = env.path("alloc")
+    os.makedirs(adir)
+    cfg = write_cfg(env, "na.yaml", f"""
+listeners:
+  - {{name: plain, listen: "127.0.0.1:{l1}", pool: p, timeouts: {{idle: 200ms}}}}
+  - {{name: lb, listen: "127.0.0.1:{l2}", pool: v2, proxy_protocol_from: ["127.0.0.2"]}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: v2, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"LD_PRELOAD": shim, "TLP_ALLOC_DIR": adir, "TL_SHARDS": "2"})
+
+    def allocs():
+        out = os.path.join(adir, "count")
+        if os.path.exists(out):
+            os.unlink(out)
+        open(os.path.join(adir, "ask"), "w").close()
+        deadline = time.time() + 5
+        while not os.path.exists(out):
+            check(time.time() < deadline, "the shim did not answer")
+            time.sleep(0.02)
+        return int(open(out).read())
+
+    def traffic(rounds):
+        for i in range(rounds):
+            s, n = ident_of(l1)
+            check(n == "S" and echo_ok(s, b"x" * 3000), "plain connection failed")
+            if i % 10 == 0:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            s = connect(l2, source="127.0.0.2")
+            s.sendall(b"PROXY TCP4 192.0.2.1 192.0.2.2 1000 2000\r\n")
+            check(recv_line(s).startswith("S"), "PROXY connection failed")
+            s.close()
+        idle, _ = ident_of(l1)
+        check(is_closed(idle, 3), "idle timeout did not fire")
+        idle.close()
+        env.wait_stat(px, "conns_open", "0", 0)
+
+    traffic(100)
+    before = allocs()
+    check(before > 0, "the shim counted no allocation at all (the shards' setup makes some)")
+    traffic(300)
+    after = allocs()
+    check(after == before, f"the shards allocated {after - before} times in steady state")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
