@@ -489,7 +489,16 @@ def t_redis(env):
     up, lp = env.port(), env.port()
     env.start("redis", [rs, "--port", str(up), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
               wait_line="Ready to accept connections")
-    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"])
+    cfg = write_cfg(env, "redis.yaml", f"""
+shards: 2
+listeners:
+  - {{name: redis, listen: "127.0.0.1:{lp}", pool: r}}
+pools:
+  - name: r
+    health: {{interval: 200ms, timeout: 150ms, send: "PING\\r\\n", expect: "+PONG\\r\\n"}}
+    servers: [{{address: "127.0.0.1:{up}"}}]
+""")
+    px = env.proxy(["--config", cfg])
     fd0 = env.fds(px)
     n = 20000
     r = subprocess.run([rb, "-p", str(lp), "-t", "set,get,lpush", "-n", str(n), "-c", "20", "-P", "4", "-q"],
@@ -502,6 +511,8 @@ def t_redis(env):
         check(m and int(m.group(1)) >= n, f"the server saw {m.group(1) if m else 0} {cmd} of {n}: {info}")
     pong = subprocess.run([rc, "-p", str(lp), "ping"], capture_output=True, text=True).stdout.strip()
     check(pong == "PONG", f"redis-cli ping through tlproxy said {pong!r}")
+    env.wait_stat(px, "health_checks", "pass", 2, op=">=")
+    check(env.stat(px, "health_checks", "fail") == 0, "a PING/+PONG health check of redis failed")
     env.wait_stat(px, "conns_open", "0", 0)
     env.settle_fds(px, fd0)
     check(env.stop(px) == 0, "tlproxy did not exit 0")
@@ -698,27 +709,93 @@ pools:
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def t_health_expect(env):
+    """Health checks with send/expect: a server whose reply does not start
+    with expect goes down; a PROXY-sending pool's checks send a header
+    without addresses (LOCAL), which the server sees."""
+    a, b, pps, lp, lp2 = env.port(), env.port(), env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    env.serve("pp", "127.0.0.1", pps)
+    cfg = write_cfg(env, "he.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: ppl, listen: "127.0.0.1:{lp2}", pool: ppp}}
+pools:
+  - name: p
+    health: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1, send: "hello\\n", expect: "A\\n"}}
+    servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+  - name: ppp
+    proxy_protocol: v2
+    health: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1, expect: "v2 LOCAL\\n"}}
+    servers: [{{address: "127.0.0.1:{pps}"}}]
+""")
+    px = env.proxy(["--config", cfg])
+    env.wait_for(px, r"server p/127\.0\.0\.1:%d is down \(health check: unexpected reply" % b, 5)
+    for _ in range(4):
+        s, n = ident_of(lp)
+        check(n == "A", f"with B failing its check a client got {n!r}")
+        s.close()
+    time.sleep(0.6)
+    check(f"server p/127.0.0.1:{a} is down" not in px.text(), "A went down although it answers as expected")
+    check(f"server ppp/127.0.0.1:{pps} is down" not in px.text(), "the LOCAL header check failed")
+    s = connect(lp2)
+    me = s.getsockname()
+    check(recv_line(s) == f"v2 TCP4 127.0.0.1 127.0.0.1 {me[1]} {lp2}", "a client's header after LOCAL checks")
+    s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
 def t_passive(env):
     """Without health checks: failed connects to a dead server mark it down
-    for a while (passive), and clients are retried on the next server."""
-    a, b, lp = env.port(), env.port(), env.port()
+    for a while (passive), and clients are retried on the next server; a
+    connect that hangs is given up at timeouts.connect and retried too."""
+    a, b, h, lp, lp2 = env.port(), env.port(), env.port(), env.port(), env.port()
     env.serve("ident=B", "127.0.0.1", b)
+    # A server that never accepts: its queue full, new SYNs are dropped.
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", h))
+    hang.listen(0)
+    fill = []
+    for _ in range(3):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(("127.0.0.1", h))
+        fill.append(f)
+    time.sleep(0.2)
     cfg = write_cfg(env, "pv.yaml", f"""
 listeners:
   - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: slow, listen: "127.0.0.1:{lp2}", pool: q, timeouts: {{connect: 300ms}}}}
 pools:
   - name: p
     retries: 1
     passive: {{failures: 2, down_for: 2s}}
     servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+  - name: q
+    retries: 1
+    servers: [{{address: "127.0.0.1:{h}"}}, {{address: "127.0.0.1:{b}"}}]
 """)
-    px = env.proxy(["--config", cfg])
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"})
     for _ in range(8):
         s, n = ident_of(lp)
         check(n == "B", f"a client got {n!r}, want B (A is dead)")
         s.close()
     env.wait_for(px, r"server p/127\.0\.0\.1:%d is down for 2000 ms" % a, 5)
     check(env.stat(px, "errors", "connect_failed") == 0, "a client was closed although B was up")
+    slow = 0
+    for _ in range(4):
+        t0 = time.time()
+        s, n = ident_of(lp2)
+        dt = time.time() - t0
+        check(n == "B", f"a client of the pool with a hanging server got {n!r}")
+        check(dt < 1.5, f"a retry after a hanging connect took {dt:.2f} s")
+        slow += dt > 0.25
+        s.close()
+    check(slow >= 1, "no connect ever waited for timeouts.connect: the hanging server was never tried")
+    for f in fill:
+        f.close()
+    hang.close()
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
@@ -1386,6 +1463,90 @@ pools:
     after = allocs()
     check(after == before, f"the shards allocated {after - before} times in steady state")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_sockopts(env):
+    """Socket options of a listener apply to both sides: keepalive (its
+    timer shows in ss) and buffer sizes (ss shows them, doubled)."""
+    ss = need("ss")
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    cfg = write_cfg(env, "so.yaml", f"""
+listeners:
+  - name: web
+    listen: "127.0.0.1:{lp}"
+    pool: p
+    socket: {{nodelay: false, keepalive: {{idle: 7s, interval: 3s, count: 2}}, rcvbuf: 64k, sndbuf: 96k}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    s, n = ident_of(lp)
+    check(n == "S", "not served")
+    for side, filt in (("client", f"( sport = :{lp} )"), ("server", f"( dport = :{up} )")):
+        out = subprocess.run([ss, "-tnoim", "state", "established", filt], capture_output=True, text=True).stdout
+        check("timer:(keepalive" in out, f"no keepalive on the {side} side: {out}")
+        check("rb131072" in out and "tb196608" in out, f"buffer sizes on the {side} side: {out}")
+    s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_nofile(env):
+    """RLIMIT_NOFILE: raised to what max_conns needs, or a clear line when
+    the hard limit is lower (and cannot be raised)."""
+    up, lp = env.port(), env.port()
+    import resource
+
+    def lim(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    argv = [env.tlproxy, "--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"]
+    log = env.path("nofile1.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv + ["--max-conns", "1000"], stdout=f, stderr=subprocess.STDOUT, preexec_fn=lim(256, 8192))
+    pr = Proc("tlproxy-nofile", p, log)
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    limits = open(f"/proc/{p.pid}/limits").read()
+    m = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits)
+    check(m and int(m.group(1)) == 3024, f"soft limit {m.group(1) if m else '?'}, want 2 x 1000 + 1024")
+    check("cannot be raised" not in pr.text(), "a line about the limit although it was raised")
+    env.stop(pr)
+    log = env.path("nofile2.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv + ["--max-conns", "100000"], stdout=f, stderr=subprocess.STDOUT, preexec_fn=lim(256, 1024))
+    pr = Proc("tlproxy-nofile2", p, log)
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    m = re.search(r"Max open files\s+(\d+)\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
+    if int(m.group(1)) < 201024:
+        check(re.search(r"descriptor limit \(RLIMIT_NOFILE\) is \d+ and cannot be raised; the configured "
+                        r"connection limits need up to 201024", pr.text()), f"no clear line: {pr.text()}")
+    env.stop(pr)
+
+
+def t_notify(env):
+    """Under systemd (NOTIFY_SOCKET): READY=1 once listening, RELOADING=1 and
+    READY=1 around a reload, STOPPING=1 on SIGTERM."""
+    up, lp = env.port(), env.port()
+    path = env.path("notify.sock")
+    n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    n.bind(path)
+    n.settimeout(5)
+    cfg = write_cfg(env, "nt.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"NOTIFY_SOCKET": path})
+    got = [n.recv(100)]
+    px.p.send_signal(signal.SIGHUP)
+    got += [n.recv(100), n.recv(100)]
+    px.p.send_signal(signal.SIGTERM)
+    got.append(n.recv(100))
+    check(got == [b"READY=1", b"RELOADING=1", b"READY=1", b"STOPPING=1"], f"notifications: {got}")
+    check(px.p.wait(10) == 0, "tlproxy did not exit 0")
 
 
 CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")}

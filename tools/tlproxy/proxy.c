@@ -1202,6 +1202,7 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	}
 written:
 	c->wq[side]--;
+	c->last = sh->tick; /* a slow reader taking its bytes is progress too */
 	if (e->result < 0 && e->result != -ECANCELED) {
 		/* The destination is gone: its source is reset. */
 		conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
