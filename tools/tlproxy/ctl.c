@@ -744,7 +744,7 @@ static void reload(struct tlp_config *cfg)
 	int n;
 
 	if (tlp_tick_for(cfg) < w->tick_ns)
-		tlp_log("reload: timeouts below %llu ms are enforced to within %llu ms until a "
+		tlp_log("reload: queue timeouts below %llu ms are enforced to within %llu ms until a "
 			"restart",
 			(unsigned long long)(w->tick_ns * 8 / 1000000),
 			(unsigned long long)(w->tick_ns / 1000000));

@@ -74,7 +74,6 @@ struct tlp_conn {
 	uint32_t wnext, wprev;   /* wheel bucket, or free list (wnext) */
 	uint32_t qnext, qprev;   /* a pool's queue, or the peek wait list */
 	uint32_t wslot;          /* the tick of its bucket; NONE: not in the wheel */
-	uint32_t last;           /* tick of the last progress */
 	uint32_t t_state;        /* tick its peek or queue wait began */
 	uint32_t flags;
 	uint16_t wq[2];          /* writes in flight to side s */
@@ -82,6 +81,7 @@ struct tlp_conn {
 	uint16_t peek, hdr;      /* peek slot, header buffer (0xffff none) */
 	uint32_t vidx;           /* server index in the view it came from */
 	uint64_t ticket;         /* its place in the pool's queue */
+	tl_op rop;               /* the client's read while peeking */
 	uint64_t tried;          /* view indexes tried (first 64) */
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
@@ -188,16 +188,22 @@ static inline uint32_t CI(const struct tlp_shard *sh, const struct tlp_conn *c)
 	return (uint32_t)(c - sh->c);
 }
 
-/* ---- the timeout wheel ---- */
+/* ---- timeouts ---- */
 
 /*
- * One repeating timer per shard moves `tick` on; each connection sits in
- * the bucket of the tick at which its deadline should be looked at.
- * Progress only writes c->last (no list work on the forwarding path); when a
- * bucket comes up, a connection whose deadline moved since is put in the
- * bucket of its new deadline, and one whose deadline passed is ended. A
- * deadline further than the wheel reaches is looked at after one turn of
- * the wheel. So a timeout is enforced within one tick of being due.
+ * A forwarding connection's timeouts are the loop's own deadlines, with no
+ * timer per connection: each stream has an idle deadline (tl_idle_deadline:
+ * timeouts.idle, then the FIN timeout once a side has closed), so a side
+ * quiet that long ends its pending operations with -ETIMEDOUT; the read of
+ * a connection whose PROXY header or ClientHello is awaited has a read
+ * deadline (sni_timeout); a connect has its own. What is left are waits
+ * with no operation to put a deadline on: a client in the queue, and one
+ * waiting for a peek buffer. Those sit in a lazy wheel: one repeating timer
+ * per shard moves `tick` on, each waiting connection sits in the bucket of
+ * the tick at which its deadline falls, and when a bucket comes up one
+ * whose deadline passed is ended. A deadline further than the wheel reaches
+ * is looked at after one turn of the wheel. So these timeouts are enforced
+ * within one tick of being due.
  */
 
 static void wheel_del(struct tlp_shard *sh, struct tlp_conn *c)
@@ -231,36 +237,49 @@ static void wheel_put(struct tlp_shard *sh, struct tlp_conn *c, uint32_t due)
 	*head = ci;
 }
 
-/* The tick at which c's current deadline falls, and the cause if it passes. */
+/* The tick at which c's wait ends, and the cause; NONE for a connection
+ * that waits on an operation (its deadline is the loop's). */
 static uint32_t deadline(const struct tlp_conn *c, int *cause)
 {
 	const struct tlp_lrt *l = c->lr;
 
 	switch (c->state) {
 	case C_WAITPEEK:
-	case C_PEEK:
 		*cause = TLP_END_PEEK_TIMEOUT;
 		return c->t_state + l->peek_t;
 	case C_QUEUED:
 		*cause = TLP_END_QUEUE_TIMEOUT;
 		return c->t_state + l->queue_t;
 	default:
-		break;
+		*cause = TLP_END_DONE;
+		return NONE;
 	}
-	if ((c->flags & F_EOF(0)) && (c->flags & F_EOF(1))) {
-		*cause = TLP_END_CLIENT_FIN;
-		return c->last + (l->cfin_t < l->sfin_t ? l->cfin_t : l->sfin_t);
-	}
-	if (c->flags & F_EOF(0)) {
-		*cause = TLP_END_CLIENT_FIN;
-		return c->last + l->cfin_t;
-	}
-	if (c->flags & F_EOF(1)) {
-		*cause = TLP_END_SERVER_FIN;
-		return c->last + l->sfin_t;
-	}
-	*cause = TLP_END_IDLE;
-	return c->last + l->idle_t;
+}
+
+/* Why a connection whose deadline fired ends: idle, or a FIN timeout. */
+static int idle_cause(const struct tlp_conn *c)
+{
+	if ((c->flags & F_EOF(0)) && !(c->flags & F_EOF(1)))
+		return TLP_END_CLIENT_FIN;
+	if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
+		return TLP_END_SERVER_FIN;
+	return TLP_END_IDLE;
+}
+
+/* Both streams' idle deadline: timeouts.idle, or the FIN timeout of the
+ * side that closed first. */
+static void arm_idle(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	const struct tlp_listener_cfg *lc = c->lr->cfg;
+	uint64_t ns = lc->idle_timeout_ns;
+
+	if ((c->flags & F_EOF(0)) && !(c->flags & F_EOF(1)))
+		ns = lc->client_fin_ns;
+	else if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
+		ns = lc->server_fin_ns;
+	for (int s = 0; s < 2; s++)
+		if (!tl_handle_eq(c->h[s], TL_HANDLE_NONE))
+			tl_idle_deadline(sh->loop, c->h[s], ns);
 }
 
 static void wheel_arm(struct tlp_shard *sh, struct tlp_conn *c)
@@ -282,7 +301,9 @@ static void sweep_bucket(struct tlp_shard *sh, uint32_t t)
 
 		c->wslot = NONE;
 		due = deadline(c, &cause);
-		if ((int32_t)(due - t) <= 0)
+		if (due == NONE)
+			; /* no longer waiting: out of the wheel */
+		else if ((int32_t)(due - t) <= 0)
 			conn_end(sh, c, cause, 0);
 		else
 			wheel_put(sh, c, due);
@@ -459,14 +480,15 @@ static int peek_get(struct tlp_shard *sh, struct tlp_conn *c)
 
 static void start_peek(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	tl_op op;
-
 	c->state = C_PEEK;
-	if (tl_read_start(sh->loop, c->h[0], tok(CI(sh, c), 0, OP_READ, 0), &op) < 0) {
+	wheel_del(sh, c);
+	if (tl_read_start(sh->loop, c->h[0], tok(CI(sh, c), 0, OP_READ, 0), &c->rop) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
 	c->flags |= F_RD(0);
+	/* The header and the hello must come within sni_timeout of the accept. */
+	tl_read_deadline(sh->loop, c->rop, c->t0 + c->lr->cfg->sni_timeout_ns);
 }
 
 static void pkw_del(struct tlp_shard *sh, struct tlp_conn *c)
@@ -779,7 +801,7 @@ static void start_connect(struct tlp_shard *sh, struct tlp_conn *c)
 	int r;
 
 	c->state = C_CONNECT;
-	c->last = sh->tick;
+	wheel_del(sh, c); /* the connect's own deadline from here */
 	if (srv->unix_path) {
 		r = tl_unix_connect(sh->loop, srv->path, dl, t, &h, &op);
 	} else if (l->nopts) {
@@ -798,7 +820,6 @@ static void start_connect(struct tlp_shard *sh, struct tlp_conn *c)
 		return;
 	}
 	c->h[1] = h;
-	wheel_arm(sh, c);
 }
 
 static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
@@ -903,7 +924,6 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 
 	tlp_passive(c->srv, c->pc, 1, 0);
 	c->state = C_FWD;
-	c->last = sh->tick;
 	if (c->pc->proxy_protocol != TLP_PP_SEND_NONE) {
 		send_pp(sh, c);
 		if (c->state != C_FWD)
@@ -940,7 +960,7 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 	if (c->flags & F_EOF(0))
 		shut(sh, c, 1);
 	if (c->state == C_FWD)
-		wheel_arm(sh, c);
+		arm_idle(sh, c);
 }
 
 /* ---- ending ---- */
@@ -1073,6 +1093,7 @@ static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *
 		return;
 	}
 	c->flags |= F_DECIDED;
+	tl_read_deadline(sh->loop, c->rop, 0); /* the rest is forwarded, however slow */
 	c->pc = c->gen->pc_by_gp[c->gp->idx];
 	if (!c->pc) {
 		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
@@ -1089,7 +1110,6 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		uint32_t n = (uint32_t)e->result;
 		const tl_lease *l = &e->u.read.lease;
 
-		c->last = sh->tick;
 		if (c->state == C_FWD) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
@@ -1125,7 +1145,11 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		}
 		shut(sh, c, s ^ 1);
 		if (c->state == C_FWD)
-			wheel_arm(sh, c); /* a FIN timeout now */
+			arm_idle(sh, c); /* a FIN timeout now */
+		return;
+	}
+	if (e->result == -ETIMEDOUT) {
+		conn_end(sh, c, c->state == C_PEEK ? TLP_END_PEEK_TIMEOUT : idle_cause(c), 0);
 		return;
 	}
 	if (e->result < 0 && e->result != -ECANCELED) {
@@ -1182,7 +1206,9 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 			connected(sh, c);
 		return;
 	case OP_SHUT:
-		if (e->result < 0 && e->result != -ECANCELED)
+		if (e->result == -ETIMEDOUT)
+			conn_end(sh, c, idle_cause(c), 0);
+		else if (e->result < 0 && e->result != -ECANCELED)
 			conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
 				 1 << (side ^ 1));
 		else if (e->result == 0)
@@ -1202,7 +1228,10 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	}
 written:
 	c->wq[side]--;
-	c->last = sh->tick; /* a slow reader taking its bytes is progress too */
+	if (e->result == -ETIMEDOUT) {
+		conn_end(sh, c, idle_cause(c), 0);
+		return;
+	}
 	if (e->result < 0 && e->result != -ECANCELED) {
 		/* The destination is gone: its source is reset. */
 		conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
@@ -1255,7 +1284,7 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 	c->peer = e->u.accept.peer;
 	c->laddr = (uint8_t)ai;
 	c->t0 = tl_now(sh->loop);
-	c->last = c->t_state = sh->tick;
+	c->t_state = sh->tick;
 	c->gen = sh->gen;
 	c->gen->sc[sh->id].n++;
 	c->lr = lr;
@@ -1295,8 +1324,6 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 			return;
 		}
 		start_peek(sh, c);
-		if (c->state == C_PEEK)
-			wheel_arm(sh, c);
 		return;
 	}
 route:

@@ -182,7 +182,7 @@ struct tlp_lrt {
 	struct tlp_gpool *sni_default;
 	struct tlp_gpool **sni_pool;  /* per rule */
 	int peek;                     /* proxy_from or sni: read first */
-	uint32_t idle_t, cfin_t, sfin_t, queue_t, peek_t; /* in ticks */
+	uint32_t queue_t, peek_t;     /* queue.timeout, sni_timeout in wheel ticks */
 	tl_sockopt_val opts[8];       /* for upstream connects */
 	uint32_t nopts;
 };

@@ -404,12 +404,12 @@ uint64_t tlp_tick_for(const struct tlp_config *cfg)
 
 	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
 		const struct tlp_listener_cfg *l = &cfg->listeners[i];
-		uint64_t t[5] = {l->idle_timeout_ns, l->client_fin_ns, l->server_fin_ns,
-				 l->queue_max ? l->queue_timeout_ns : UINT64_MAX,
+		/* Only the waits without an operation use the wheel. */
+		uint64_t t[2] = {l->queue_max ? l->queue_timeout_ns : UINT64_MAX,
 				 (l->nsni || tlp_netset_count(&l->proxy_from)) ? l->sni_timeout_ns
 									     : UINT64_MAX};
 
-		for (int k = 0; k < 5; k++)
+		for (int k = 0; k < 2; k++)
 			if (t[k] < m)
 				m = t[k];
 	}
@@ -495,9 +495,6 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 				l->sni_pool[k] = g->pools[lc->sni[k].target];
 		}
 		l->peek = lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0;
-		l->idle_t = ticks(lc->idle_timeout_ns, tick_ns);
-		l->cfin_t = ticks(lc->client_fin_ns, tick_ns);
-		l->sfin_t = ticks(lc->server_fin_ns, tick_ns);
 		l->queue_t = ticks(lc->queue_timeout_ns, tick_ns);
 		l->peek_t = ticks(lc->sni_timeout_ns, tick_ns);
 		/* Upstream sockets: what differs from the runtime's defaults. */
