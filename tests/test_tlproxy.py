@@ -1549,6 +1549,68 @@ pools:
     check(px.p.wait(10) == 0, "tlproxy did not exit 0")
 
 
+def t_listen_fds(env):
+    """Sockets handed over as systemd does (LISTEN_FDS, LISTEN_PID, from
+    descriptor 3): the listeners with those addresses adopt them on every
+    shard instead of binding (the test keeps its own descriptor of the
+    listening TCP socket, which has no SO_REUSEPORT: a bind of tlproxy's
+    own would fail); a socket no listener names is closed."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", lp))
+    tcp.listen(64)
+    upath = env.path("act.sock")
+    us = socket.socket(socket.AF_UNIX)
+    us.bind(upath)
+    us.listen(64)
+    extra = socket.socket()
+    extra.bind(("127.0.0.1", 0))
+    extra.listen(1)
+    cfg = write_cfg(env, "lf.yaml", f"""
+shards: 2
+listeners:
+  - {{name: act, listen: ["127.0.0.1:{lp}", "unix:{upath}"], pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    fds = [tcp.fileno(), us.fileno(), extra.fileno()]
+
+    def child():
+        # As systemd: the sockets at 3, 4, 5 and LISTEN_PID naming the child.
+        moved = [os.dup(f) for f in fds]
+        for i, f in enumerate(moved):
+            os.dup2(f, 3 + i)
+        os.environ["LISTEN_PID"] = str(os.getpid())
+        os.environ["LISTEN_FDS"] = str(len(fds))
+
+    log = env.path("lf.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen([env.tlproxy, "--config", cfg], stdout=f, stderr=subprocess.STDOUT,
+                             preexec_fn=child, pass_fds=fds)
+    pr = Proc("tlproxy", p, log)
+    pr.pid = p.pid
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    check("adopted 2 listening sockets" in pr.text(), f"no adoption line: {pr.text()}")
+    check("matches no listener" in pr.text(), f"the spare socket was not reported: {pr.text()}")
+    for _ in range(6):
+        s, n = ident_of(lp)
+        check(n == "S" and echo_ok(s), "a client of the adopted TCP socket was not served")
+        s.close()
+    u = socket.socket(socket.AF_UNIX)
+    u.settimeout(5)
+    u.connect(upath)
+    check(recv_line(u) == "S", "a client of the adopted Unix socket was not served")
+    u.close()
+    st = env.stats(pr)
+    check(all(v > 0 for v in st["conns"]["_per_shard"]["0"]), f"not every shard accepted: {st['conns']}")
+    fdt = [os.readlink(f"/proc/{p.pid}/fd/{x}") for x in os.listdir(f"/proc/{p.pid}/fd")]
+    ino = f"socket:[{os.fstat(extra.fileno()).st_ino}]"
+    check(ino not in fdt, "the socket no listener names is still open in tlproxy")
+    check(env.stop(pr) == 0, "tlproxy did not exit 0")
+
+
 CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")}
 
 

@@ -1,5 +1,6 @@
 /* tools/tlproxy/main.c: tlproxy's process: the command line and --check, setting the process up (descriptor limit, privileges, first lookups, the access log), starting the shards and waiting for signals (SIGHUP reload, SIGUSR1 log reopen, SIGTERM drain). */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -268,6 +269,79 @@ static int plan_shards(const struct tlp_config *cfg, uint32_t *n)
 
 static const char *cfg_path;
 
+/* Sockets handed over by systemd: LISTEN_PID is us, LISTEN_FDS of them
+ * from descriptor 3 on. Each must be a listening stream socket; the
+ * listeners of the configuration adopt the one with their address instead
+ * of binding. Returns 0, or -1 with a line on stderr. */
+static int take_listen_fds(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
+	struct tlp_world *w = &tlp_w;
+	long k;
+
+	if (!pid || !n || atol(pid) != (long)getpid())
+		return 0;
+	k = atol(n);
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (k < 0 || k > TLP_MAX_INHERIT) {
+		fprintf(stderr, "tlproxy: LISTEN_FDS=%s: 0 to %d sockets, please\n", n,
+			TLP_MAX_INHERIT);
+		return -1;
+	}
+	for (int fd = 3; fd < 3 + k; fd++) {
+		struct tlp_inherit *h = &w->inh[w->ninh];
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof ss;
+		int acc = 0, type = 0;
+		socklen_t l1 = sizeof acc, l2 = sizeof type;
+
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l1) < 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) < 0 || !acc ||
+		    type != SOCK_STREAM || getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+			fprintf(stderr, "tlproxy: LISTEN_FDS: descriptor %d is not a listening stream "
+					"socket\n",
+				fd);
+			return -1;
+		}
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		memset(h, 0, sizeof *h);
+		h->fd = fd;
+		if (ss.ss_family == AF_UNIX) {
+			h->unix_path = 1;
+			memcpy(h->path, ((struct sockaddr_un *)&ss)->sun_path, sizeof h->path - 1);
+		} else if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+			memcpy(&h->addr, &ss, ss.ss_family == AF_INET ? sizeof h->addr.in
+								     : sizeof h->addr.in6);
+		} else {
+			fprintf(stderr, "tlproxy: LISTEN_FDS: descriptor %d is of a family tlproxy "
+					"does not listen on\n",
+				fd);
+			return -1;
+		}
+		w->ninh++;
+	}
+	return 0;
+}
+
+/* After the start: the shards hold their own descriptors of what they
+ * adopted; the handed-over ones, and those no listener wanted, go. */
+static void close_inherited(void)
+{
+	struct tlp_world *w = &tlp_w;
+
+	for (uint32_t i = 0; i < w->ninh; i++)
+		if (w->inh[i].fd >= 0) {
+			if (!w->inh[i].used)
+				fprintf(stderr, "tlproxy: LISTEN_FDS: descriptor %d matches no listener "
+						"address; closed\n",
+					w->inh[i].fd);
+			close(w->inh[i].fd);
+			w->inh[i].fd = -1;
+		}
+}
+
 static void do_reload(void)
 {
 	struct tlp_config *cfg;
@@ -335,10 +409,7 @@ int main(int argc, char **argv)
 	} else {
 		cfg = args.cfg;
 	}
-	if (getenv("LISTEN_FDS") && getenv("LISTEN_PID") &&
-	    atoi(getenv("LISTEN_PID")) == (int)getpid()) {
-		fprintf(stderr, "tlproxy: LISTEN_FDS is set, but this build cannot adopt inherited "
-				"sockets yet; run it without socket activation\n");
+	if (take_listen_fds() < 0) {
 		tlp_config_free(cfg);
 		return 1;
 	}
@@ -353,6 +424,14 @@ int main(int argc, char **argv)
 			tl_addr a;
 			int t;
 
+			int inh = tlp_inherited(&l->listen[k]);
+
+			if (inh >= 0) {
+				for (uint32_t j = 0; j < w->ninh; j++)
+					if (w->inh[j].fd == inh)
+						w->inh[j].used = 1;
+				continue; /* systemd bound it */
+			}
 			if (l->listen[k].kind != TLP_EP_IP)
 				continue;
 			memset(&a, 0, sizeof a);
@@ -487,10 +566,18 @@ int main(int argc, char **argv)
 
 		nanosleep(&t, NULL);
 	}
+	close_inherited();
 	if ((uint32_t)atomic_load(&w->started) == w->nshards) {
 		tl_driver_info di;
 
 		tl_driver_info_get(&di);
+		uint32_t used = 0;
+
+		for (uint32_t i = 0; i < w->ninh; i++)
+			used += w->inh[i].used;
+		if (used)
+			tlp_log("adopted %u listening socket%s handed over by systemd (LISTEN_FDS)",
+				used, used == 1 ? "" : "s");
 		tlp_log("running: %u listener%s, %u pool%s on %u shard%s (driver %s), pid %d",
 			gen->cfg->nlisteners, gen->cfg->nlisteners == 1 ? "" : "s", gen->cfg->npools,
 			gen->cfg->npools == 1 ? "" : "s", w->nshards, w->nshards == 1 ? "" : "s",

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "proxy.h"
 #include "proxyproto.h"
@@ -1435,20 +1437,11 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
 	tl_handle h;
 	tl_op op;
-	int r;
+	int r, inh;
 
-	if (ep->kind == TLP_EP_UNIX) {
-		/* A path has one listener: shard 0's. */
-		if (sh->id != 0)
-			return 0;
-		lo.reuseport = 0;
-		r = tl_unix_listen(sh->loop, ep->addr.un.sun_path, &lo, &h);
-	} else {
-		tl_addr a;
-
-		memset(&a, 0, sizeof a);
-		memcpy(&a, &ep->addr, ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
-		lo.v6only = a.sa.sa_family == AF_INET6;
+	if (ep->kind == TLP_EP_UNIX && sh->id != 0)
+		return 0; /* a path has one listener: shard 0's */
+	if (ep->kind == TLP_EP_IP) {
 		if (!so->nodelay)
 			opts[n++] = (tl_sockopt_val){TL_SO_NODELAY, 0};
 		if (so->keepalive) {
@@ -1461,6 +1454,27 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 			opts[n++] = (tl_sockopt_val){TL_SO_RCVBUF, so->rcvbuf};
 		if (so->sndbuf)
 			opts[n++] = (tl_sockopt_val){TL_SO_SNDBUF, so->sndbuf};
+	}
+	if ((inh = tlp_inherited(ep)) >= 0) {
+		/* Handed over by systemd: every shard adopts a descriptor of
+		 * that one socket (the kernel hands each connection to one of
+		 * the shards accepting on it). */
+		int fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
+
+		r = fd < 0 ? -errno : tl_adopt(sh->loop, fd, &h);
+		if (r < 0 && fd >= 0)
+			close(fd);
+		for (uint32_t k = 0; r == 0 && k < n; k++)
+			tl_sockopt_set(sh->loop, h, opts[k].opt, opts[k].value);
+	} else if (ep->kind == TLP_EP_UNIX) {
+		lo.reuseport = 0;
+		r = tl_unix_listen(sh->loop, ep->addr.un.sun_path, &lo, &h);
+	} else {
+		tl_addr a;
+
+		memset(&a, 0, sizeof a);
+		memcpy(&a, &ep->addr, ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+		lo.v6only = a.sa.sa_family == AF_INET6;
 		lo.sockopts = opts;
 		lo.nsockopts = n;
 		r = tl_tcp_listen(sh->loop, &a, &lo, &h);

@@ -205,6 +205,16 @@ struct tlp_gen {
 	} *sc;
 };
 
+/* A listening socket handed over by systemd (LISTEN_FDS). */
+struct tlp_inherit {
+	int fd;          /* ours until the shards have adopted their copies */
+	int unix_path;   /* 1: path, else addr */
+	tl_addr addr;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int used;        /* a listener of the configuration matched it */
+};
+#define TLP_MAX_INHERIT 256
+
 /* The process. */
 struct tlp_world {
 	tl_runtime *rt;
@@ -223,6 +233,8 @@ struct tlp_world {
 	struct tlp_host *host[TLP_REG_HOSTS];
 	uint32_t nhost;
 	struct tlp_shard **shard;   /* each shard's state, for the final free */
+	struct tlp_inherit inh[TLP_MAX_INHERIT]; /* LISTEN_FDS, until the start is done */
+	uint32_t ninh;
 	uint8_t row_used[TLP_SRV_ROWS];
 	uint32_t srv_rows;          /* rows the per-server families have */
 	_Atomic int started;        /* shards done with on_start */
@@ -347,6 +359,10 @@ static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)
 {
 	return tl_token(TLP_H_CTL, (arg << 8) | type);
 }
+
+/* The descriptor handed over for listen address ep, or -1 (any thread,
+ * during the start only: the table is not changed then). */
+int tlp_inherited(const struct tlp_endpoint *ep);
 
 /* Process-wide time (CLOCK_MONOTONIC, the drivers' clock). */
 uint64_t tlp_mono_ns(void);

@@ -216,6 +216,31 @@ static struct tlp_srv *srv_get(struct tlp_gpool *gp, const char *origin, const t
 	return s;
 }
 
+int tlp_inherited(const struct tlp_endpoint *ep)
+{
+	struct tlp_world *w = &tlp_w;
+
+	for (uint32_t i = 0; i < w->ninh; i++) {
+		const struct tlp_inherit *h = &w->inh[i];
+
+		if (h->fd < 0)
+			continue;
+		if (ep->kind == TLP_EP_UNIX) {
+			if (h->unix_path && !strcmp(h->path, ep->addr.un.sun_path))
+				return h->fd;
+		} else if (ep->kind == TLP_EP_IP && !h->unix_path) {
+			tl_addr a;
+
+			memset(&a, 0, sizeof a);
+			memcpy(&a, &ep->addr,
+			       ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+			if (same_addr(&a, &h->addr))
+				return h->fd;
+		}
+	}
+	return -1;
+}
+
 struct tlp_srv *tlp_srv_find(const char *name)
 {
 	struct tlp_world *w = &tlp_w;
