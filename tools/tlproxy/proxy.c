@@ -21,14 +21,16 @@
  * destination that does not take its bytes stops its source by itself:
  * backpressure without a copy and without a buffer of our own. An idle
  * connection holds no lease (the driver's receive waits with none), no
- * timer (timeouts are a lazy wheel, below) and nothing allocated: its
- * record is a slot of the shard's table, made at start.
+ * timer (its timeouts are the loop's deadlines, below) and nothing
+ * allocated: its record is a slot of the shard's table, made at start.
  */
 
 #define NONE UINT32_MAX
 #define W_BITS 12
 #define W_SIZE (1u << W_BITS)
 #define W_MASK (W_SIZE - 1)
+/* Leases held while a peeking client's server is chosen and connected: the
+ * stream's lease cap (8) pauses its read well before. */
 #define HOLD_MAX 24
 #define PEEK_CAP (TLP_PP_V2_MAX + TLP_SNI_INPUT_MAX)
 #define HB_SIZE 256
@@ -68,8 +70,7 @@ enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
 #define F_WCOUNT 0x1000u             /* counted in the process's conns */
 #define F_NEED_PP 0x2000u            /* a PROXY header must come first */
 #define F_PEEKW 0x4000u              /* the peek buffer is being written */
-#define F_DECIDED 0x8000u            /* peek done: the pool is chosen */
-#define F_QCOUNT 0x10000u            /* counted in the listener's queued */
+#define F_QCOUNT 0x8000u             /* counted in the listener's queued */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -1094,7 +1095,6 @@ static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *
 		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
 		return;
 	}
-	c->flags |= F_DECIDED;
 	tl_read_deadline(sh->loop, c->rop, 0); /* the rest is forwarded, however slow */
 	c->pc = c->gen->pc_by_gp[c->gp->idx];
 	if (!c->pc) {
@@ -1329,7 +1329,6 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 		return;
 	}
 route:
-	c->flags |= F_DECIDED;
 	c->pc = lr->pool_cfg;
 	if (!c->gp || !c->pc) {
 		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
