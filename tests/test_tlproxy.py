@@ -830,6 +830,14 @@ pools:
     with open(answers, "w") as f:
         f.write("127.0.0.3\n")
     env.wait_for(px, r"backend\.test now resolves to 1 address: 127\.0\.0\.3", 10)
+    # The shards take the new list at their next pass (over the mesh).
+    deadline = time.time() + 3
+    while True:
+        s, n = ident_of(lp)
+        s.close()
+        if n == "B" or time.time() > deadline:
+            break
+        time.sleep(0.05)
     for _ in range(4):
         s, n = ident_of(lp)
         check(n == "B", f"after the DNS change a client got {n!r}")
@@ -838,6 +846,7 @@ pools:
     with open(answers, "w") as f:
         f.write("127.0.0.2\n127.0.0.3\n")
     env.wait_for(px, r"backend\.test now resolves to 2 addresses", 10)
+    time.sleep(0.3)
     seen = set()
     for _ in range(6):
         s, n = ident_of(lp)

@@ -613,6 +613,8 @@ int main(int argc, char **argv)
 		tlp_log("stopped");
 	tl_runtime_destroy(rt);
 	w->rt = NULL;
+	/* The lookups' workers end too (the process ends cleanly). */
+	tl_pool_shutdown();
 	tlp_alog_free(w->alog);
 	for (uint32_t i = 0; i < w->nshards; i++)
 		tlp_shard_free(w->shard[i]);
