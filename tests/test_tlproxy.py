@@ -1050,7 +1050,7 @@ pools:
     check(got == "S", f"the queued client was not served when a place freed: {got!r}")
     check(is_closed(second, 4), "the other queued client was not closed at queue.timeout")
     dt = time.time() - t0 - 0.25
-    check(1.8 < dt < 3, f"queue.timeout of 2 s ended the wait after {dt:.2f} s")
+    check(1.8 < dt < 3.5, f"queue.timeout of 2 s ended the wait after {dt:.2f} s")
     env.wait_stat(px, "errors", "queue_timeout", 1)
     for s in served + waiting:
         s.close()
@@ -1316,7 +1316,7 @@ pools:
     t0 = time.time()
     check(is_closed(s, 5), "an idle connection was not closed")
     dt = time.time() - t0
-    check(0.3 < dt < 1.5, f"the idle timeout of 400 ms took {dt:.2f} s")
+    check(0.3 < dt < 2, f"the idle timeout of 400 ms took {dt:.2f} s")
     env.wait_stat(px, "errors", "idle_timeout", 1)
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 

@@ -492,6 +492,16 @@ int main(int argc, char **argv)
 	rc.loop.pooled_buffers = POOLED_BUFFERS;
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
+	/* The write cap pauses the reads of the stream written to, which for a
+	 * proxy is the wrong side: a server slow to read what the client sent
+	 * would stop the proxy reading that server's answers, and a server that
+	 * only reads once its answers are taken (an echo) would never read
+	 * again. What is written here is leases (and small headers), which the
+	 * lease cap of the side they were read from already bounds; but reads
+	 * the driver had in the kernel when that cap was hit can pass it by
+	 * many leases, so the write cap is set past the whole pool, where it
+	 * never acts. */
+	rc.loop.handle_write_bytes = (uint64_t)POOLED_BUFFERS * POOLED_SIZE + (1u << 20);
 	/* Rows for the servers the file names, a host name's answers (up to
 	 * TL_RESOLVE_MAX each) and some to spare for reloads: a shard copies
 	 * every slot each time it publishes, so no more than that. */
