@@ -1569,13 +1569,14 @@ pools:
 
 def t_listen_fds(env):
     """Sockets handed over as systemd does (LISTEN_FDS, LISTEN_PID, from
-    descriptor 3): the listeners with those addresses adopt them on every
-    shard instead of binding (the test keeps its own descriptor of the
-    listening TCP socket, which has no SO_REUSEPORT: a bind of tlproxy's
-    own would fail); a socket no listener names is closed."""
+    descriptor 3): the listeners with those addresses adopt them instead of
+    binding; with SO_REUSEPORT on it (ReusePort=yes) the other shards join
+    its group and every shard takes connections; a socket no listener names
+    is closed."""
     up, lp = env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     tcp = socket.socket()
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     tcp.bind(("127.0.0.1", lp))
     tcp.listen(64)
     upath = env.path("act.sock")
@@ -1612,7 +1613,7 @@ pools:
     env.wait_for(pr, "running")
     check("adopted 2 listening sockets" in pr.text(), f"no adoption line: {pr.text()}")
     check("matches no listener" in pr.text(), f"the spare socket was not reported: {pr.text()}")
-    for _ in range(6):
+    for _ in range(24):
         s, n = ident_of(lp)
         check(n == "S" and echo_ok(s), "a client of the adopted TCP socket was not served")
         s.close()

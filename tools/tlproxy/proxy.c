@@ -6,6 +6,7 @@
 #include <time.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include "proxy.h"
 #include "proxyproto.h"
@@ -1454,10 +1455,32 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 		if (so->sndbuf)
 			opts[n++] = (tl_sockopt_val){TL_SO_SNDBUF, so->sndbuf};
 	}
-	if ((inh = tlp_inherited(ep)) >= 0) {
-		/* Handed over by systemd: every shard adopts a descriptor of
-		 * that one socket (the kernel hands each connection to one of
-		 * the shards accepting on it). */
+	inh = tlp_inherited(ep);
+	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0) {
+		/* A socket with SO_REUSEPORT (systemd's ReusePort=yes): the
+		 * other shards join its group with sockets of their own, and the
+		 * kernel spreads connections over the shards. Without it, or if
+		 * the group refuses us, they accept on the one socket too. */
+		int one = 0;
+		socklen_t len = sizeof one;
+
+		if (getsockopt(inh, SOL_SOCKET, SO_REUSEPORT, &one, &len) == 0 && one) {
+			tl_addr a;
+
+			memset(&a, 0, sizeof a);
+			memcpy(&a, &ep->addr,
+			       ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+			lo.v6only = a.sa.sa_family == AF_INET6;
+			lo.sockopts = opts;
+			lo.nsockopts = n;
+			if (tl_tcp_listen(sh->loop, &a, &lo, &h) == 0)
+				inh = -2;
+		}
+	}
+	if (inh == -2) {
+		r = 0;
+	} else if (inh >= 0) {
+		/* Handed over by systemd: adopt a descriptor of that socket. */
 		int fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
 
 		r = fd < 0 ? -errno : tl_adopt(sh->loop, fd, &h);
