@@ -973,6 +973,22 @@ static const char *row_name(const struct sample *s, const tl_stats_family *f, ui
 
 /* ---- stats: the table ---- */
 
+/* A row of a family declared with room for things that come at run time
+ * (servers, say) that has not come into use: no label, zero everywhere.
+ * The table leaves it out; JSON and Prometheus keep every row. */
+static int row_unused(const struct sample *a, const struct sample *b, const tl_stats_family *f,
+		      uint32_t j)
+{
+	uint32_t v = f->first + j;
+
+	if (f->rows < 2 || b->labels[v][0])
+		return 0;
+	for (uint32_t i = 0; i < b->info.shards; i++)
+		if (val(b, i, v) || val(a, i, v))
+			return 0;
+	return 1;
+}
+
 static void put_table(const struct sample *a, const struct sample *b, int pid)
 {
 	const tl_stats_info *in = &b->info;
@@ -1088,7 +1104,11 @@ static void put_table(const struct sample *a, const struct sample *b, int pid)
 	for (uint32_t k = 0; k < in->families; k++)
 		for (uint32_t j = 0; j < b->fams[k].rows; j++) {
 			char n[NAME_OUT + LABEL_OUT + 16];
-			int w = (int)strlen(row_name(b, &b->fams[k], j, n, sizeof n));
+			int w;
+
+			if (row_unused(a, b, &b->fams[k], j))
+				continue;
+			w = (int)strlen(row_name(b, &b->fams[k], j, n, sizeof n));
 
 			if (w > namew)
 				namew = w;
@@ -1109,6 +1129,8 @@ static void put_table(const struct sample *a, const struct sample *b, int pid)
 			double sum = 0, lo = INFINITY, hi = -INFINITY;
 			char n[NAME_OUT + LABEL_OUT + 16], c[24];
 
+			if (row_unused(a, b, f, j))
+				continue;
 			printf("%-*s %-7s", namew, row_name(b, f, j, n, sizeof n),
 			       gauge ? "gauge" : "counter");
 			for (uint32_t i = 0; i < in->shards; i++) {

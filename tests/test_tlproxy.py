@@ -1,0 +1,1665 @@
+#!/usr/bin/env python3
+"""tests/test_tlproxy.py: tlproxy end to end, with real programs (nginx, wrk, redis, openssl, a DNS responder) started on loopback and stopped by pid; each case checks what it forwarded and that nothing leaked.
+
+Usage: test_tlproxy.py TLPROXY TLSHARD TLECHO CASE    (exit 0 pass, 1 fail, 77 skip)
+       test_tlproxy.py --serve MODE ...                (the small servers the cases start)
+
+TLP_E2E_BYTES sets the size of the bulk transfer each way (default 256 MiB; the
+sanitizer builds pass less). TLP_E2E_WRAP runs tlproxy under a wrapper such as
+valgrind (then use a small TLP_E2E_BYTES).
+"""
+import errno
+import hashlib
+import json
+import os
+import random
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+class Fail(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def need(prog):
+    path = shutil.which(prog)
+    if not path:
+        raise Skip(f"{prog} is not installed (tools/setup.sh installs it)")
+    return path
+
+
+# ---- the small servers (run as their own processes: --serve MODE) ----
+
+def serve(argv):
+    mode, host, port = argv[0], argv[1], int(argv[2])
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host.startswith("unix:"):
+        fam = socket.AF_UNIX
+    ls = socket.socket(fam, socket.SOCK_STREAM)
+    if fam == socket.AF_UNIX:
+        try:
+            os.unlink(host[5:])
+        except FileNotFoundError:
+            pass
+        ls.bind(host[5:])
+    else:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((host, port))
+    ls.listen(512)
+    print("ready", flush=True)
+
+    def ident(c, name):
+        # Say who we are, then echo until the client's FIN.
+        c.sendall(name.encode() + b"\n")
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.close()
+
+    def pp(c):
+        # A PROXY header (v1 or v2) first: answer what it said, then echo.
+        buf = b""
+        while len(buf) < 16:
+            d = c.recv(65536)
+            if not d:
+                c.close()
+                return
+            buf += d
+        if buf.startswith(b"PROXY "):
+            while b"\r\n" not in buf:
+                d = c.recv(65536)
+                if not d:
+                    c.close()
+                    return
+                buf += d
+            line, rest = buf.split(b"\r\n", 1)
+            c.sendall(b"v1 " + line[6:] + b"\n")
+        elif buf.startswith(b"\r\n\r\n\x00\r\nQUIT\n"):
+            ver_cmd, fam_, ln = buf[12], buf[13], struct.unpack("!H", buf[14:16])[0]
+            while len(buf) < 16 + ln:
+                d = c.recv(65536)
+                if not d:
+                    c.close()
+                    return
+                buf += d
+            body, rest = buf[16:16 + ln], buf[16 + ln:]
+            if ver_cmd == 0x20:
+                c.sendall(b"v2 LOCAL\n")
+            elif fam_ == 0x11:
+                s_ip, d_ip = socket.inet_ntop(socket.AF_INET, body[0:4]), socket.inet_ntop(socket.AF_INET, body[4:8])
+                sp, dp = struct.unpack("!HH", body[8:12])
+                c.sendall(f"v2 TCP4 {s_ip} {d_ip} {sp} {dp}\n".encode())
+            elif fam_ == 0x21:
+                s_ip, d_ip = socket.inet_ntop(socket.AF_INET6, body[0:16]), socket.inet_ntop(socket.AF_INET6, body[16:32])
+                sp, dp = struct.unpack("!HH", body[32:36])
+                c.sendall(f"v2 TCP6 {s_ip} {d_ip} {sp} {dp}\n".encode())
+            elif fam_ == 0x31:
+                c.sendall(b"v2 UNIX\n")
+            else:
+                c.sendall(b"v2 UNSPEC\n")
+        else:
+            c.sendall(b"no header: " + buf[:40] + b"\n")
+            rest = b""
+        if rest:
+            c.sendall(rest)
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.close()
+
+    def sink(c):
+        # Read to the client's FIN, then answer with the count and a hash,
+        # and close: the client's half-close passed on, our answer after it.
+        h, n = hashlib.sha256(), 0
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            h.update(d)
+            n += len(d)
+        c.sendall(f"{n} {h.hexdigest()}\n".encode())
+        c.close()
+
+    def talk_first(c, size):
+        # Send size bytes and our FIN first, then read to the client's FIN
+        # and report it on stdout: the server's half-close passed on.
+        data = random.Random(7).randbytes(size)
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        h, n = hashlib.sha256(), 0
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            h.update(d)
+            n += len(d)
+        print(f"got {n} {h.hexdigest()}", flush=True)
+        c.close()
+
+    def resetter(c):
+        # Read one message, then reset the connection.
+        c.recv(100)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
+    def watch_reset(c):
+        # Report on stdout how the client's side ended: eof or reset.
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    print("eof", flush=True)
+                    break
+        except ConnectionResetError:
+            print("reset", flush=True)
+        c.close()
+
+    while True:
+        c, _ = ls.accept()
+        if mode.startswith("ident="):
+            t = threading.Thread(target=ident, args=(c, mode[6:]), daemon=True)
+        elif mode == "pp":
+            t = threading.Thread(target=pp, args=(c,), daemon=True)
+        elif mode == "sink":
+            t = threading.Thread(target=sink, args=(c,), daemon=True)
+        elif mode.startswith("talkfirst="):
+            t = threading.Thread(target=talk_first, args=(c, int(mode[10:])), daemon=True)
+        elif mode == "reset":
+            t = threading.Thread(target=resetter, args=(c,), daemon=True)
+        elif mode == "watchreset":
+            t = threading.Thread(target=watch_reset, args=(c,), daemon=True)
+        else:
+            raise SystemExit(f"unknown mode {mode}")
+        t.start()
+
+
+def serve_dns(argv):
+    """A DNS responder on UDP ip:53: A and AAAA queries for any name under
+    .test get the IPv4 addresses listed (one per line) in the file argv[1];
+    other names NXDOMAIN."""
+    ip, path = argv[0], argv[1]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((ip, 53))
+    print("ready", flush=True)
+    while True:
+        q, peer = s.recvfrom(2048)
+        if len(q) < 12:
+            continue
+        qid, flags, qd = struct.unpack("!HHH", q[:6])
+        off, labels = 12, []
+        while off < len(q) and q[off]:
+            labels.append(q[off + 1:off + 1 + q[off]].decode(errors="replace"))
+            off += 1 + q[off]
+        off += 1
+        qtype, qclass = struct.unpack("!HH", q[off:off + 4])
+        question = q[12:off + 4]
+        name = ".".join(labels).lower()
+        answers = b""
+        rcode, n = 0, 0
+        if not name.endswith(".test"):
+            rcode = 3
+        elif qtype == 1:
+            try:
+                with open(path) as f:
+                    ips = [x.strip() for x in f if x.strip()]
+            except OSError:
+                ips = []
+            for a in ips:
+                answers += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 1, 4) + socket.inet_aton(a)
+                n += 1
+        hdr = struct.pack("!HHHHHH", qid, 0x8180 | rcode, 1, n, 0, 0)
+        s.sendto(hdr + question + answers, peer)
+
+
+# ---- the harness ----
+
+class Proc:
+    def __init__(self, name, p, log):
+        self.name, self.p, self.log = name, p, log
+
+    def text(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+class Env:
+    def __init__(self, tlproxy, tlshard, tlecho):
+        self.tlproxy, self.tlshard, self.tlecho = tlproxy, tlshard, tlecho
+        self.dir = tempfile.mkdtemp(prefix="tlp-e2e-")
+        self.procs = []
+        self.wrap = os.environ.get("TLP_E2E_WRAP", "").split()
+        self.ports_taken = set()
+
+    def port(self):
+        while True:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+            s.close()
+            if p not in self.ports_taken:
+                self.ports_taken.add(p)
+                return p
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def start(self, name, argv, env=None, wait_line=None, stdin=None):
+        log = self.path(name + ".log")
+        f = open(log, "w")
+        e = dict(os.environ)
+        if env:
+            e.update(env)
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=e, stdin=stdin or subprocess.DEVNULL)
+        f.close()
+        pr = Proc(name, p, log)
+        self.procs.append(pr)
+        if wait_line:
+            self.wait_for(pr, wait_line)
+        return pr
+
+    def serve(self, mode, host, port, name=None):
+        return self.start(name or f"serve-{mode}-{port}",
+                          [sys.executable, os.path.abspath(__file__), "--serve", mode, host, str(port)],
+                          wait_line="ready")
+
+    def wait_for(self, pr, pattern, timeout=10):
+        t = time.time() + timeout
+        while time.time() < t:
+            if re.search(pattern, pr.text(), re.M):
+                return
+            if pr.p.poll() is not None:
+                raise Fail(f"{pr.name} exited ({pr.p.returncode}) before '{pattern}': {pr.text()[-2000:]}")
+            time.sleep(0.02)
+        raise Fail(f"{pr.name}: no '{pattern}' within {timeout} s: {pr.text()[-2000:]}")
+
+    def proxy(self, args, name="tlproxy", env=None, prefix=None):
+        if self.wrap:
+            # One shard under a wrapper: valgrind serialises threads, and
+            # the runtime's stop of several shards hangs under it.
+            args = ["1" if i and args[i - 1] == "--shards" else a for i, a in enumerate(args)]
+            env = dict(env or {}, TL_SHARDS="1")
+        argv = (prefix or []) + self.wrap + [self.tlproxy] + args
+        pr = self.start(name, argv, env=env)
+        self.wait_for(pr, r"tlproxy: running", timeout=60 if self.wrap else 10)
+        pr.pid = pr.p.pid
+        return pr
+
+    def stop(self, pr, sig=signal.SIGTERM, timeout=30):
+        if pr.p.poll() is None:
+            pr.p.send_signal(sig)
+        try:
+            pr.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pr.p.kill()
+            pr.p.wait()
+            raise Fail(f"{pr.name} did not stop within {timeout} s after signal {sig}")
+        return pr.p.returncode
+
+    def cleanup(self):
+        for pr in reversed(self.procs):
+            if pr.p.poll() is None:
+                pr.p.kill()
+                try:
+                    pr.p.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stats(self, pr):
+        """Program values of tlproxy: {family: {label or row: total}}."""
+        r = subprocess.run([self.tlshard, "stats", str(pr.pid), "--json"], capture_output=True, text=True)
+        check(r.returncode == 0, f"tlshard stats failed: {r.stderr}")
+        j = json.loads(r.stdout)
+        out = {}
+        for f in j["program"]:
+            rows = {}
+            for row in f["rows"]:
+                rows[row["label"] or str(row["row"])] = row["total"]
+                rows.setdefault("_per_shard", {})[row["label"] or str(row["row"])] = row["values"]
+            out[f["name"]] = rows
+        return out
+
+    def stat(self, pr, fam, row="0"):
+        return self.stats(pr)[fam].get(row, 0)
+
+    def wait_stat(self, pr, fam, row, want, timeout=10, op="=="):
+        t = time.time() + timeout
+        got = None
+        while time.time() < t:
+            got = self.stat(pr, fam, row)
+            if (op == "==" and got == want) or (op == ">=" and got >= want):
+                return got
+            time.sleep(0.05)
+        raise Fail(f"stat {fam}[{row}] is {got}, want {op} {want}")
+
+    def fds(self, pr):
+        return len(os.listdir(f"/proc/{pr.pid}/fd"))
+
+    def settle_fds(self, pr, want, timeout=10):
+        t = time.time() + timeout
+        n = None
+        while time.time() < t:
+            n = self.fds(pr)
+            if n == want:
+                return
+            time.sleep(0.05)
+        raise Fail(f"tlproxy has {n} descriptors, {want} at the start: a leak")
+
+
+def connect(port, host="127.0.0.1", timeout=5, source=None):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    if source:
+        s.bind((source, 0))
+    s.connect((host, port))
+    return s
+
+
+def recv_line(s, timeout=5):
+    s.settimeout(timeout)
+    buf = b""
+    while b"\n" not in buf:
+        d = s.recv(4096)
+        if not d:
+            break
+        buf += d
+    return buf.decode(errors="replace").split("\n")[0] if buf else ""
+
+
+def recv_all(s, timeout=10):
+    s.settimeout(timeout)
+    out = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            return out
+        out += d
+
+
+def is_closed(s, timeout=3):
+    """True when the peer ends the connection (FIN or reset) within timeout
+    without sending anything more."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def write_cfg(env, name, text):
+    p = env.path(name)
+    with open(p, "w") as f:
+        f.write(text)
+    return p
+
+
+def echo_ok(s, msg=b"ping"):
+    s.sendall(msg)
+    got = b""
+    s.settimeout(5)
+    while len(got) < len(msg):
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    return got == msg
+
+
+# ---- the cases ----
+
+def t_http_wrk(env):
+    """nginx behind tlproxy under wrk, keep-alive and a new connection per
+    request: every request answered, nothing left open, no descriptor leaked."""
+    need("nginx")
+    wrk = need("wrk")
+    up, lp = env.port(), env.port()
+    root = env.path("www")
+    os.makedirs(root)
+    with open(os.path.join(root, "index.html"), "w") as f:
+        f.write("x" * 4096)
+    conf = write_cfg(env, "nginx.conf", f"""
+daemon off; master_process off; worker_processes 1; error_log {env.dir}/nginx.err warn; pid {env.dir}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 1000000; server {{ listen 127.0.0.1:{up}; root {root}; }} }}
+""")
+    env.start("nginx", ["nginx", "-p", env.dir, "-c", conf])
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            connect(up).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"])
+    fd0 = env.fds(px)
+    for extra in ([], ["-H", "Connection: close"]):
+        r = subprocess.run([wrk, "-t2", "-c32", "-d2s"] + extra + [f"http://127.0.0.1:{lp}/index.html"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, f"wrk failed: {r.stderr}")
+        m = re.search(r"(\d+) requests in", r.stdout)
+        check(m and int(m.group(1)) > 200, f"wrk made too few requests: {r.stdout}")
+        check("Socket errors" not in r.stdout and "Non-2xx" not in r.stdout,
+              f"wrk saw errors through tlproxy ({extra}): {r.stdout}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    s = env.stats(px)
+    check(s["bytes_out"]["0"] > 200 * 4096, f"bytes_out {s['bytes_out']} too small")
+    # wrk ends its run by closing connections with answers unread (resets),
+    # so client resets and writes to gone clients are expected; nothing else.
+    bad = {k: v for k, v in s["errors"].items()
+           if k not in ("_per_shard", "client_reset", "client_error") and v}
+    check(not bad, f"errors counted: {bad}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0 on SIGTERM")
+
+
+def t_redis(env):
+    """redis-server behind tlproxy under redis-benchmark: every command the
+    benchmark sent reached the server."""
+    rs = need("redis-server")
+    rb = need("redis-benchmark")
+    rc = need("redis-cli")
+    up, lp = env.port(), env.port()
+    env.start("redis", [rs, "--port", str(up), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+              wait_line="Ready to accept connections")
+    cfg = write_cfg(env, "redis.yaml", f"""
+shards: 2
+listeners:
+  - {{name: redis, listen: "127.0.0.1:{lp}", pool: r}}
+pools:
+  - name: r
+    health: {{interval: 200ms, timeout: 150ms, send: "PING\\r\\n", expect: "+PONG\\r\\n"}}
+    servers: [{{address: "127.0.0.1:{up}"}}]
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    n = 20000
+    r = subprocess.run([rb, "-p", str(lp), "-t", "set,get,lpush", "-n", str(n), "-c", "20", "-P", "4", "-q"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"redis-benchmark failed: {r.stdout} {r.stderr}")
+    check(r.stdout.count("requests per second") >= 3, f"redis-benchmark output: {r.stdout}")
+    info = subprocess.run([rc, "-p", str(up), "info", "commandstats"], capture_output=True, text=True).stdout
+    for cmd in ("set", "get", "lpush"):
+        m = re.search(rf"cmdstat_{cmd}:calls=(\d+)", info)
+        check(m and int(m.group(1)) >= n, f"the server saw {m.group(1) if m else 0} {cmd} of {n}: {info}")
+    pong = subprocess.run([rc, "-p", str(lp), "ping"], capture_output=True, text=True).stdout.strip()
+    check(pong == "PONG", f"redis-cli ping through tlproxy said {pong!r}")
+    env.wait_stat(px, "health_checks", "pass", 2, op=">=")
+    check(env.stat(px, "health_checks", "fail") == 0, "a PING/+PONG health check of redis failed")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def bulk_size():
+    return int(os.environ.get("TLP_E2E_BYTES", str(256 << 20)))
+
+
+def t_bulk(env):
+    """TLP_E2E_BYTES (256 MiB) each way at once through tlproxy to an echo
+    server, both directions checked by SHA-256; then the client's FIN."""
+    up, lp = env.port(), env.port()
+    env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"])
+    fd0 = env.fds(px)
+    size = bulk_size()
+    s = connect(lp, timeout=60)
+    block = random.Random(1).randbytes(1 << 20)
+    sent_h, got_h = hashlib.sha256(), hashlib.sha256()
+    got = [0]
+    err = []
+
+    def reader():
+        try:
+            while got[0] < size:
+                d = s.recv(1 << 20)
+                if not d:
+                    break
+                got_h.update(d)
+                got[0] += len(d)
+        except Exception as e:  # noqa: BLE001
+            err.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    sent, i = 0, 0
+    while sent < size:
+        # Every MiB differs: a byte off by position would change the hash.
+        chunk = bytes([i & 0xff]) + block[1:]
+        chunk = chunk[:size - sent]
+        s.sendall(chunk)
+        sent_h.update(chunk)
+        sent += len(chunk)
+        i += 1
+    t.join(600)
+    check(not err, f"reading failed: {err}")
+    check(got[0] == size, f"got {got[0]} bytes back of {size}")
+    check(got_h.hexdigest() == sent_h.hexdigest(), "the bytes that came back differ from those sent")
+    s.shutdown(socket.SHUT_WR)
+    check(is_closed(s, 10), "no end of stream after the client's FIN")
+    s.close()
+    st = env.stats(px)
+    check(st["bytes_in"]["0"] == size and st["bytes_out"]["0"] == size,
+          f"bytes_in {st['bytes_in']['0']} bytes_out {st['bytes_out']['0']}, want {size} each")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_halfclose(env):
+    """Half-close each way: the client's FIN reaches the server while the
+    server still answers; the server's FIN reaches the client while the
+    client still sends."""
+    up1, up2, lp1, lp2 = env.port(), env.port(), env.port(), env.port()
+    env.serve("sink", "127.0.0.1", up1)
+    talker = env.serve("talkfirst=300000", "127.0.0.1", up2)
+    cfg = write_cfg(env, "hc.yaml", f"""
+listeners:
+  - {{name: a, listen: "127.0.0.1:{lp1}", pool: sink}}
+  - {{name: b, listen: "127.0.0.1:{lp2}", pool: talk}}
+pools:
+  - {{name: sink, servers: [{{address: "127.0.0.1:{up1}"}}]}}
+  - {{name: talk, servers: [{{address: "127.0.0.1:{up2}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    # Client -> server FIN: the server reads to EOF and answers after it.
+    s = connect(lp1)
+    data = random.Random(3).randbytes(500000)
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    line = recv_line(s, 10)
+    check(line == f"{len(data)} {hashlib.sha256(data).hexdigest()}",
+          f"the server answered {line!r} after the client's FIN")
+    check(is_closed(s), "the server's close did not reach the client")
+    s.close()
+    # Server -> client FIN: the client reads to EOF and then sends.
+    s = connect(lp2)
+    first = recv_all(s, 10)
+    want = random.Random(7).randbytes(300000)
+    check(first == want, f"got {len(first)} bytes before the server's FIN, want {len(want)}")
+    late = random.Random(9).randbytes(200000)
+    s.sendall(late)
+    s.shutdown(socket.SHUT_WR)
+    env.wait_for(talker, r"got \d+", 10)
+    check(f"got {len(late)} {hashlib.sha256(late).hexdigest()}" in talker.text(),
+          f"the server did not get what the client sent after its FIN: {talker.text()}")
+    s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_reset(env):
+    """A reset from either side is seen as a reset by the other."""
+    up1, up2, lp1, lp2 = env.port(), env.port(), env.port(), env.port()
+    env.serve("reset", "127.0.0.1", up1)
+    watcher = env.serve("watchreset", "127.0.0.1", up2)
+    cfg = write_cfg(env, "rst.yaml", f"""
+listeners:
+  - {{name: a, listen: "127.0.0.1:{lp1}", pool: rst}}
+  - {{name: b, listen: "127.0.0.1:{lp2}", pool: watch}}
+pools:
+  - {{name: rst, servers: [{{address: "127.0.0.1:{up1}"}}]}}
+  - {{name: watch, servers: [{{address: "127.0.0.1:{up2}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    s = connect(lp1)
+    s.sendall(b"hello")
+    s.settimeout(5)
+    try:
+        d = s.recv(100)
+        raise Fail(f"the server's reset reached the client as {d!r}, not as a reset")
+    except ConnectionResetError:
+        pass
+    s.close()
+    s = connect(lp2)
+    s.sendall(b"data before the reset")
+    time.sleep(0.3)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    env.wait_for(watcher, r"^(eof|reset)$", 5)
+    check("reset" in watcher.text().split(), f"the server saw the client's reset as: {watcher.text()}")
+    env.wait_stat(px, "errors", "client_reset", 1)
+    env.wait_stat(px, "errors", "server_reset", 1)
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def ident_of(port, host="127.0.0.1", source=None):
+    s = connect(port, host, source=source)
+    name = recv_line(s)
+    return s, name
+
+
+def t_failover(env):
+    """A server that is down: connects retried on the next server; health
+    checks take it out and bring it back when it recovers."""
+    a, b, lp = env.port(), env.port(), env.port()
+    sa = env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    cfg = write_cfg(env, "fo.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p, timeouts: {{connect: 1s}}}}
+pools:
+  - name: p
+    balance: roundrobin
+    retries: 2
+    health: {{interval: 200ms, timeout: 150ms, rise: 2, fall: 2}}
+    servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+""")
+    px = env.proxy(["--config", cfg])
+    seen = set()
+    for _ in range(6):
+        s, n = ident_of(lp)
+        seen.add(n)
+        s.close()
+    check(seen == {"A", "B"}, f"round robin over both servers gave {seen}")
+    # A goes away: every connection still succeeds (retried on B at once),
+    # then the checks mark A down.
+    sa.p.kill()
+    sa.p.wait()
+    for _ in range(6):
+        s, n = ident_of(lp)
+        check(n == "B", f"with A down a client got {n!r}")
+        s.close()
+    env.wait_for(next(p for p in env.procs if p.name == "tlproxy"), r"server p/127\.0\.0\.1:%d is down" % a, 5)
+    check(env.stat(px, "server_state", f"p/127.0.0.1:{a}") == 0, "A's state is not down in the stats")
+    # A comes back: after `rise` passes it takes connections again.
+    env.serve("ident=A", "127.0.0.1", a, name="serve-A-again")
+    env.wait_for(px, r"server p/127\.0\.0\.1:%d is up" % a, 5)
+    seen = set()
+    for _ in range(6):
+        s, n = ident_of(lp)
+        seen.add(n)
+        s.close()
+    check(seen == {"A", "B"}, f"after A recovered clients got {seen}")
+    st = env.stats(px)
+    check(st["health_changes"]["0"] >= 2, f"health_changes {st['health_changes']}")
+    check(st["health_checks"]["fail"] >= 2, f"health_checks {st['health_checks']}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_health_expect(env):
+    """Health checks with send/expect: a server whose reply does not start
+    with expect goes down; a PROXY-sending pool's checks send a header
+    without addresses (LOCAL), which the server sees."""
+    a, b, pps, lp, lp2 = env.port(), env.port(), env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    env.serve("pp", "127.0.0.1", pps)
+    cfg = write_cfg(env, "he.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: ppl, listen: "127.0.0.1:{lp2}", pool: ppp}}
+pools:
+  - name: p
+    health: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1, send: "hello\\n", expect: "A\\n"}}
+    servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+  - name: ppp
+    proxy_protocol: v2
+    health: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1, expect: "v2 LOCAL\\n"}}
+    servers: [{{address: "127.0.0.1:{pps}"}}]
+""")
+    px = env.proxy(["--config", cfg])
+    env.wait_for(px, r"server p/127\.0\.0\.1:%d is down \(health check: unexpected reply" % b, 5)
+    for _ in range(4):
+        s, n = ident_of(lp)
+        check(n == "A", f"with B failing its check a client got {n!r}")
+        s.close()
+    time.sleep(0.6)
+    check(f"server p/127.0.0.1:{a} is down" not in px.text(), "A went down although it answers as expected")
+    check(f"server ppp/127.0.0.1:{pps} is down" not in px.text(), "the LOCAL header check failed")
+    s = connect(lp2)
+    me = s.getsockname()
+    check(recv_line(s) == f"v2 TCP4 127.0.0.1 127.0.0.1 {me[1]} {lp2}", "a client's header after LOCAL checks")
+    s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_passive(env):
+    """Without health checks: failed connects to a dead server mark it down
+    for a while (passive), and clients are retried on the next server; a
+    connect that hangs is given up at timeouts.connect and retried too."""
+    a, b, h, lp, lp2 = env.port(), env.port(), env.port(), env.port(), env.port()
+    env.serve("ident=B", "127.0.0.1", b)
+    # A server that never accepts: its queue full, new SYNs are dropped.
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", h))
+    hang.listen(0)
+    fill = []
+    for _ in range(3):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(("127.0.0.1", h))
+        fill.append(f)
+    time.sleep(0.2)
+    cfg = write_cfg(env, "pv.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: slow, listen: "127.0.0.1:{lp2}", pool: q, timeouts: {{connect: 300ms}}}}
+pools:
+  - name: p
+    retries: 1
+    passive: {{failures: 2, down_for: 2s}}
+    servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+  - name: q
+    retries: 1
+    servers: [{{address: "127.0.0.1:{h}"}}, {{address: "127.0.0.1:{b}"}}]
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"})
+    for _ in range(8):
+        s, n = ident_of(lp)
+        check(n == "B", f"a client got {n!r}, want B (A is dead)")
+        s.close()
+    env.wait_for(px, r"server p/127\.0\.0\.1:%d is down for 2000 ms" % a, 5)
+    check(env.stat(px, "errors", "connect_failed") == 0, "a client was closed although B was up")
+    slow = 0
+    for _ in range(4):
+        t0 = time.time()
+        s, n = ident_of(lp2)
+        dt = time.time() - t0
+        check(n == "B", f"a client of the pool with a hanging server got {n!r}")
+        check(dt < 1.5, f"a retry after a hanging connect took {dt:.2f} s")
+        slow += dt > 0.25
+        s.close()
+    check(slow >= 1, "no connect ever waited for timeouts.connect: the hanging server was never tried")
+    for f in fill:
+        f.close()
+    hang.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_dns(env):
+    """Servers by host name, re-resolved: a DNS responder on loopback reached
+    through a private /etc/resolv.conf (a mount namespace); the fleet moves
+    from one address to another without dropping the open connection."""
+    if os.geteuid() != 0:
+        raise Skip("needs root (unshare -m, a DNS responder on port 53)")
+    need("unshare")
+    ns_ip = f"127.{random.randint(1, 250)}.{random.randint(1, 250)}.53"
+    answers = env.path("answers")
+    with open(answers, "w") as f:
+        f.write("127.0.0.2\n")
+    resolv = write_cfg(env, "resolv.conf", f"nameserver {ns_ip}\noptions timeout:1 attempts:2\n")
+    env.start("dns", [sys.executable, os.path.abspath(__file__), "--dns", ns_ip, answers], wait_line="ready")
+    port, lp = env.port(), env.port()
+    env.serve("ident=A", "127.0.0.2", port)
+    env.serve("ident=B", "127.0.0.3", port)
+    cfg = write_cfg(env, "dns.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - name: p
+    resolve_interval: 1s
+    servers: [{{address: "backend.test:{port}"}}]
+""")
+    script = f"mount --bind {resolv} /etc/resolv.conf && exec \"$@\""
+    px = env.proxy(["--config", cfg], prefix=["unshare", "-m", "sh", "-c", script, "sh"])
+    s_old, n = ident_of(lp)
+    check(n == "A", f"first answer 127.0.0.2: a client got {n!r}")
+    with open(answers, "w") as f:
+        f.write("127.0.0.3\n")
+    env.wait_for(px, r"backend\.test now resolves to 1 address: 127\.0\.0\.3", 10)
+    # The shards take the new list at their next pass (over the mesh).
+    deadline = time.time() + 3
+    while True:
+        s, n = ident_of(lp)
+        s.close()
+        if n == "B" or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    for _ in range(4):
+        s, n = ident_of(lp)
+        check(n == "B", f"after the DNS change a client got {n!r}")
+        s.close()
+    check(echo_ok(s_old, b"still here"), "the connection opened before the change was dropped")
+    with open(answers, "w") as f:
+        f.write("127.0.0.2\n127.0.0.3\n")
+    env.wait_for(px, r"backend\.test now resolves to 2 addresses", 10)
+    time.sleep(0.3)
+    seen = set()
+    for _ in range(6):
+        s, n = ident_of(lp)
+        seen.add(n)
+        s.close()
+    check(seen == {"A", "B"}, f"with two addresses clients got {seen}")
+    s_old.close()
+    check(env.stat(px, "dns", "changed") >= 2, "dns[changed] not counted")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_proxy_protocol(env):
+    """PROXY headers sent (v1, v2) to a server that parses them, and accepted
+    from trusted peers only: the server sees the addresses the header said."""
+    up, l1, l2, l3 = env.port(), env.port(), env.port(), env.port()
+    env.serve("pp", "127.0.0.1", up)
+    cfg = write_cfg(env, "pp.yaml", f"""
+listeners:
+  - {{name: v1, listen: "127.0.0.1:{l1}", pool: v1}}
+  - {{name: v2, listen: "127.0.0.1:{l2}", pool: v2}}
+  - {{name: lb, listen: "127.0.0.1:{l3}", pool: v1, proxy_protocol_from: ["127.0.0.2"]}}
+pools:
+  - {{name: v1, proxy_protocol: v1, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: v2, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    s = connect(l1)
+    me = s.getsockname()
+    line = recv_line(s)
+    check(line == f"v1 TCP4 127.0.0.1 127.0.0.1 {me[1]} {l1}", f"v1 header seen: {line!r}")
+    check(echo_ok(s), "no echo after the v1 header")
+    s.close()
+    s = connect(l2)
+    me = s.getsockname()
+    line = recv_line(s)
+    check(line == f"v2 TCP4 127.0.0.1 127.0.0.1 {me[1]} {l2}", f"v2 header seen: {line!r}")
+    check(echo_ok(s), "no echo after the v2 header")
+    s.close()
+    # A trusted load balancer (127.0.0.2) says who the client is.
+    s = connect(l3, source="127.0.0.2")
+    s.sendall(b"PROXY TCP4 192.0.2.7 198.51.100.1 4242 443\r\nhello")
+    want = b"v1 TCP4 192.0.2.7 198.51.100.1 4242 443\nhello"
+    got = b""
+    s.settimeout(5)
+    while len(got) < len(want):
+        d = s.recv(100)
+        if not d:
+            break
+        got += d
+    check(got == want, f"accepted header and the bytes after it passed on as {got!r}")
+    s.close()
+    # A binary v2 header from the trusted peer.
+    body = socket.inet_aton("203.0.113.9") + socket.inet_aton("198.51.100.2") + struct.pack("!HH", 5555, 80)
+    hdr = b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack("!H", len(body)) + body
+    s = connect(l3, source="127.0.0.2")
+    s.sendall(hdr + b"x")
+    line = recv_line(s)
+    check(line == "v1 TCP4 203.0.113.9 198.51.100.2 5555 80", f"v2 header passed on as {line!r}")
+    s.close()
+    # A malformed header from the trusted peer: closed, nothing forwarded.
+    s = connect(l3, source="127.0.0.2")
+    s.sendall(b"PROXY TCP4 192.0.2.7 not-an-ip 1 2\r\n")
+    check(is_closed(s), "a malformed PROXY header was not refused")
+    s.close()
+    # Someone else's PROXY line is not believed: forwarded as data.
+    s = connect(l3, source="127.0.0.1")
+    me = s.getsockname()
+    s.sendall(b"PROXY TCP4 192.0.2.7 198.51.100.1 4242 443\r\n")
+    line = recv_line(s)
+    check(line == f"v1 TCP4 127.0.0.1 127.0.0.1 {me[1]} {l3}", f"untrusted peer's header was believed: {line!r}")
+    s.close()
+    env.wait_stat(px, "errors", "proxy_header_bad", 1)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def make_cert(env, cn):
+    key, crt = env.path(cn + ".key"), env.path(cn + ".crt")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=" + cn],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"openssl req failed: {r.stderr}")
+    return key, crt
+
+
+def s_client(port, name):
+    r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", name],
+                       input="", capture_output=True, text=True, timeout=20)
+    m = re.search(r"subject=.*CN\s*=\s*([\w.-]+)", r.stdout)
+    return m.group(1) if m else None
+
+
+def t_sni(env):
+    """TLS passthrough by SNI with openssl s_server and s_client: each name
+    reaches its server, others the default; a client that is not TLS, or
+    silent past the peek deadline, is closed."""
+    need("openssl")
+    pa, pb, lp = env.port(), env.port(), env.port()
+    for cn, port in (("srva", pa), ("srvb", pb)):
+        key, crt = make_cert(env, cn)
+        env.start("s_server-" + cn, ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-key", key,
+                                     "-cert", crt, "-www", "-quiet"], stdin=subprocess.PIPE)
+    for port in (pa, pb):
+        deadline = time.time() + 5
+        while True:
+            try:
+                connect(port).close()
+                break
+            except OSError:
+                check(time.time() < deadline, "s_server did not start")
+                time.sleep(0.05)
+    cfg = write_cfg(env, "sni.yaml", f"""
+listeners:
+  - name: tls
+    listen: "127.0.0.1:{lp}"
+    pool: a
+    sni_timeout: 500ms
+    sni:
+      - {{name: "a.example.test", pool: a}}
+      - {{name: "*.b.example.test", pool: b}}
+pools:
+  - {{name: a, servers: [{{address: "127.0.0.1:{pa}"}}]}}
+  - {{name: b, servers: [{{address: "127.0.0.1:{pb}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    check(s_client(lp, "a.example.test") == "srva", "a.example.test did not reach server a")
+    check(s_client(lp, "x.b.example.test") == "srvb", "x.b.example.test did not reach server b")
+    check(s_client(lp, "b.example.test") == "srva", "b.example.test (no rule) did not reach the default")
+    s = connect(lp)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    check(is_closed(s), "a client that is not TLS was not closed")
+    s.close()
+    s = connect(lp)
+    t0 = time.time()
+    check(is_closed(s, 5), "a silent client was not closed at the peek deadline")
+    check(time.time() - t0 < 2.5, f"the peek deadline of 500 ms took {time.time() - t0:.2f} s")
+    s.close()
+    env.wait_stat(px, "errors", "sni_bad", 1)
+    env.wait_stat(px, "errors", "peek_timeout", 1)
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_limits(env):
+    """max_conns of a listener; max_conns of a server with the queue: waiting
+    clients get a server when one frees up, past queue.max they are refused,
+    past queue.timeout closed."""
+    up, l1, l2 = env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    cfg = write_cfg(env, "lim.yaml", f"""
+listeners:
+  - {{name: capped, listen: "127.0.0.1:{l1}", pool: open, max_conns: 3}}
+  - {{name: queued, listen: "127.0.0.1:{l2}", pool: small, queue: {{max: 2, timeout: 2s}}}}
+pools:
+  - {{name: open, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: small, servers: [{{address: "127.0.0.1:{up}", max_conns: 2}}]}}
+""")
+    px = env.proxy(["--config", cfg, ], env={"TL_SHARDS": "2"})
+    fd0 = env.fds(px)
+    held = [ident_of(l1)[0] for _ in range(3)]
+    s = connect(l1)
+    check(is_closed(s), "a 4th client of a listener with max_conns 3 was served")
+    s.close()
+    env.wait_stat(px, "errors", "limit", 1)
+    held.pop().close()
+    time.sleep(0.2)
+    s, n = ident_of(l1)
+    check(n == "S", "a place freed by a closed client was not given again")
+    held.append(s)
+    for h in held:
+        h.close()
+    # The queue.
+    served = [ident_of(l2)[0] for _ in range(2)]
+    t0 = time.time()
+    # The second waits from well after the first: whichever shards took
+    # them, the first is first in the process-wide line.
+    waiting = [connect(l2)]
+    time.sleep(0.25)
+    waiting.append(connect(l2))
+    for w in waiting:
+        w.settimeout(0.2)
+        try:
+            d = w.recv(10)
+            raise Fail(f"a client past max_conns was served at once: {d!r}")
+        except socket.timeout:
+            pass
+    q = env.stats(px)["queued"]
+    check(q["0"] == 2, f"queued gauge is {q}, want 2")
+    over = connect(l2)
+    check(is_closed(over), "a client past the queue's max was not refused")
+    over.close()
+    env.wait_stat(px, "errors", "queue_full", 1)
+    served.pop().close()
+    # The place goes to the client that has waited longest.
+    r, _, _ = select.select(waiting, [], [], 1)
+    check(r == [waiting[0]], f"{len(r)} queued clients answered when one place freed, "
+          f"{'the first' if waiting[0] in r else 'not the first'}")
+    first, second = waiting
+    got = recv_line(first, 1)
+    check(got == "S", f"the queued client was not served when a place freed: {got!r}")
+    check(is_closed(second, 4), "the other queued client was not closed at queue.timeout")
+    dt = time.time() - t0 - 0.25
+    check(1.8 < dt < 3.5, f"queue.timeout of 2 s ended the wait after {dt:.2f} s")
+    env.wait_stat(px, "errors", "queue_timeout", 1)
+    for s in served + waiting:
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_drain(env):
+    """SIGTERM drains: new clients refused, the open connection keeps working
+    until it closes, then the process exits 0."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"])
+    s, n = ident_of(lp)
+    px.p.send_signal(signal.SIGTERM)
+    env.wait_for(px, "draining", 5)
+    time.sleep(0.2)
+    try:
+        connect(lp).close()
+        raise Fail("a new client was accepted while draining")
+    except ConnectionRefusedError:
+        pass
+    check(echo_ok(s, b"still served"), "the open connection stopped working during the drain")
+    check(px.p.poll() is None, "tlproxy exited with a connection still open")
+    s.close()
+    try:
+        rc = px.p.wait(10)
+    except subprocess.TimeoutExpired:
+        raise Fail("tlproxy did not exit once its last connection closed")
+    check(rc == 0, f"tlproxy exited {rc} after the drain")
+
+
+def t_reload(env):
+    """SIGHUP re-reads the file: new servers take the new clients, the open
+    connection stays, a listener added is bound and one removed is closed;
+    a broken file is refused and the old one stays."""
+    a, b, lp, lp2 = env.port(), env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    text = """
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{port}"}}]}}
+"""
+    two = """
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: extra, listen: "127.0.0.1:{lp2}", pool: q}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{port}"}}]}}
+  - {{name: q, servers: [{{address: "127.0.0.1:{a}"}}]}}
+"""
+    cfg = write_cfg(env, "rl.yaml", text.format(lp=lp, port=a))
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    s_old, n = ident_of(lp)
+    check(n == "A", f"before the reload: {n!r}")
+    write_cfg(env, "rl.yaml", two.format(lp=lp, lp2=lp2, port=b, a=a))
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, "reloaded", 5)
+    time.sleep(0.2)
+    for _ in range(3):
+        s, n = ident_of(lp)
+        check(n == "B", f"after the reload a client got {n!r}")
+        s.close()
+    s, n = ident_of(lp2)
+    check(n == "A", f"the listener added by the reload gave {n!r}")
+    s.close()
+    check(echo_ok(s_old, b"old one"), "the connection from before the reload was dropped")
+    write_cfg(env, "rl.yaml", text.format(lp=lp, port=b))
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reloaded(.|\n)*reloaded", 5)
+    time.sleep(0.2)
+    try:
+        connect(lp2).close()
+        raise Fail("the listener removed by a reload still accepts")
+    except ConnectionRefusedError:
+        pass
+    write_cfg(env, "rl.yaml", "listeners: [\n")
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, "refused", 5)
+    s, n = ident_of(lp)
+    check(n == "B", f"after a refused reload a client got {n!r}")
+    s.close()
+    check(echo_ok(s_old, b"old one again"), "the old connection did not survive two reloads")
+    s_old.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def admin(path, cmd, timeout=5):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    s.sendall(cmd.encode() + b"\n")
+    s.shutdown(socket.SHUT_WR)
+    out = recv_all(s, timeout)
+    s.close()
+    return out.decode()
+
+
+def t_admin(env):
+    """The admin socket: show state, disable, drain and enable a server; a
+    client of another user is refused (SO_PEERCRED)."""
+    a, b, lp = env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    sock = env.path("admin.sock")
+    cfg = write_cfg(env, "adm.yaml", f"""
+admin: {sock}
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    check(oct(os.stat(sock).st_mode & 0o777) == "0o600", f"admin socket mode {oct(os.stat(sock).st_mode)}")
+    out = admin(sock, "show servers")
+    check(f"p/127.0.0.1:{a} state=up" in out and f"p/127.0.0.1:{b} state=up" in out, f"show servers: {out}")
+    check(admin(sock, f"disable p/127.0.0.1:{a}").strip() == "ok", "disable refused")
+    for _ in range(4):
+        s, n = ident_of(lp)
+        check(n == "B", f"with A disabled a client got {n!r}")
+        s.close()
+    check(f"p/127.0.0.1:{a} state=disabled" in admin(sock, "show servers"), "disabled state not shown")
+    check(admin(sock, f"drain p/127.0.0.1:{b}").strip() == "ok", "drain refused")
+    s = connect(lp)
+    check(is_closed(s), "with every server out a client was served")
+    s.close()
+    check(admin(sock, f"enable p/127.0.0.1:{a}").strip() == "ok", "enable refused")
+    check(admin(sock, f"enable p/127.0.0.1:{b}").strip() == "ok", "enable refused")
+    seen = set()
+    for _ in range(4):
+        s, n = ident_of(lp)
+        seen.add(n)
+        s.close()
+    check(seen == {"A", "B"}, f"after enabling both: {seen}")
+    check("no server" in admin(sock, "disable p/nowhere:1"), "an unknown server was not reported")
+    check("unknown command" in admin(sock, "frobnicate"), "an unknown command was not reported")
+    if os.geteuid() == 0:
+        # Let the other user reach it: SO_PEERCRED must refuse it.
+        os.chmod(env.dir, 0o711)
+        os.chmod(sock, 0o666)
+        r = subprocess.run([sys.executable, "-c", f"""
+import os, socket
+os.setgid(65534); os.setuid(65534)
+s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect({sock!r})
+d = b""
+try:
+    s.sendall(b"show servers\\n"); s.shutdown(socket.SHUT_WR)
+    while True:
+        x = s.recv(4096)
+        if not x: break
+        d += x
+except OSError:
+    pass
+print("GOT", len(d))
+"""], capture_output=True, text=True, timeout=20)
+        check("GOT 0" in r.stdout, f"another user's client was answered: {r.stdout} {r.stderr}")
+        env.wait_for(px, "admin: refused a client of uid 65534", 5)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_check(env):
+    """--check validates a file and names the line of each error."""
+    good = write_cfg(env, "good.yaml", """
+listeners:
+  - {name: web, listen: "127.0.0.1:8080", pool: p}
+pools:
+  - {name: p, servers: [{address: "127.0.0.1:9000"}]}
+""")
+    r = subprocess.run([env.tlproxy, "--check", good], capture_output=True, text=True)
+    check(r.returncode == 0 and "ok" in r.stdout, f"--check of a good file: {r.returncode} {r.stdout} {r.stderr}")
+    bad = write_cfg(env, "bad.yaml", """listeners:
+  - name: web
+    listen: "127.0.0.1:8080"
+    pool: nowhere
+    timeouts: {idle: 300}
+pools:
+  - {name: p, servers: [{address: "127.0.0.1:99999"}]}
+""")
+    r = subprocess.run([env.tlproxy, "--check", bad], capture_output=True, text=True)
+    check(r.returncode == 1, f"--check of a bad file exited {r.returncode}")
+    for ln in ("bad.yaml:4:", "bad.yaml:5:", "bad.yaml:7:"):
+        check(ln in r.stderr, f"--check did not name line {ln}: {r.stderr}")
+    r = subprocess.run([env.tlproxy, "--listen", "127.0.0.1:1"], capture_output=True, text=True)
+    check(r.returncode == 2 and "--upstream" in r.stderr, f"a missing --upstream: {r.returncode} {r.stderr}")
+
+
+def t_access_log(env):
+    """The access log: a line per connection with bytes and cause, written by
+    its own thread; SIGUSR1 reopens it after a rotation."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    log = env.path("access.log")
+    cfg = write_cfg(env, "al.yaml", f"""
+access_log: {log}
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p, deny: ["127.0.0.9"]}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    s, _ = ident_of(lp)
+    check(echo_ok(s, b"12345"), "no echo")
+    port = s.getsockname()[1]
+    s.close()
+    s = connect(lp, source="127.0.0.9")
+    check(is_closed(s), "a denied client was served")
+    s.close()
+    deadline = time.time() + 5
+    text = ""
+    while time.time() < deadline:
+        text = open(log).read()
+        if text.count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    check(re.search(rf" web 127\.0\.0\.1:{port} 127\.0\.0\.1:{up} in=5 out=7 ms=[\d.]+ end=done", text),
+          f"no line for the served connection: {text!r}")
+    check(re.search(r" web 127\.0\.0\.9:\d+ - in=0 out=0 ms=[\d.]+ end=denied", text),
+          f"no line for the denied one: {text!r}")
+    os.rename(log, log + ".1")
+    px.p.send_signal(signal.SIGUSR1)
+    env.wait_for(px, "reopening", 5)
+    time.sleep(0.2)
+    s, _ = ident_of(lp)
+    s.close()
+    deadline = time.time() + 5
+    while time.time() < deadline and not (os.path.exists(log) and "end=done" in open(log).read()):
+        time.sleep(0.05)
+    check(os.path.exists(log) and "end=done" in open(log).read(), "no line in the reopened log")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_acl_idle(env):
+    """Allow/deny lists, and the idle timeout."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    cfg = write_cfg(env, "acl.yaml", f"""
+listeners:
+  - name: web
+    listen: "127.0.0.1:{lp}"
+    pool: p
+    allow: ["127.0.0.0/24", "127.0.1.0/24"]
+    deny: ["127.0.0.5"]
+    timeouts: {{idle: 400ms}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    for src, ok in (("127.0.0.1", True), ("127.0.1.1", True), ("127.0.0.5", False), ("127.0.2.1", False)):
+        s = connect(lp, source=src)
+        if ok:
+            check(recv_line(s) == "S", f"allowed {src} was not served")
+        else:
+            check(is_closed(s), f"{src} was served although refused")
+        s.close()
+    env.wait_stat(px, "errors", "denied", 2)
+    s, _ = ident_of(lp)
+    t0 = time.time()
+    check(is_closed(s, 5), "an idle connection was not closed")
+    dt = time.time() - t0
+    check(0.3 < dt < 2, f"the idle timeout of 400 ms took {dt:.2f} s")
+    env.wait_stat(px, "errors", "idle_timeout", 1)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_sockets(env):
+    """IPv6 and Unix-domain sockets on either side; balancing by hash keeps
+    a client on one server; least connections spreads held connections."""
+    a, b, lp6 = env.port(), env.port(), env.port()
+    usock, lsock = env.path("up.sock"), env.path("listen.sock")
+    env.serve("ident=U", f"unix:{usock}", 0)
+    try:
+        env.serve("ident=V6", "::1", a)
+    except Fail:
+        raise Skip("no IPv6 loopback")
+    env.serve("ident=B", "127.0.0.1", b)
+    lh, ll = env.port(), env.port()
+    cfg = write_cfg(env, "sock.yaml", f"""
+listeners:
+  - {{name: six, listen: "[::1]:{lp6}", pool: unixpool}}
+  - {{name: unix, listen: "unix:{lsock}", pool: six}}
+  - {{name: hash, listen: "127.0.0.1:{lh}", pool: hashed}}
+  - {{name: least, listen: "127.0.0.1:{ll}", pool: least}}
+pools:
+  - {{name: unixpool, servers: [{{address: "unix:{usock}"}}]}}
+  - {{name: six, servers: [{{address: "[::1]:{a}"}}]}}
+  - {{name: hashed, balance: hash, servers: [{{address: "[::1]:{a}"}}, {{address: "127.0.0.1:{b}"}}, {{address: "unix:{usock}"}}]}}
+  - {{name: least, balance: leastconn, servers: [{{address: "[::1]:{a}"}}, {{address: "127.0.0.1:{b}"}}]}}
+""")
+    px = env.proxy(["--config", cfg, ], env={"TL_SHARDS": "2"})
+    s, n = ident_of(lp6, "::1")
+    check(n == "U" and echo_ok(s), f"IPv6 client to a Unix server: {n!r}")
+    s.close()
+    u = socket.socket(socket.AF_UNIX)
+    u.settimeout(5)
+    u.connect(lsock)
+    check(recv_line(u) == "V6" and echo_ok(u), "Unix client to an IPv6 server failed")
+    u.close()
+    names = set()
+    for _ in range(6):
+        s, n = ident_of(lh, source="127.0.0.7")
+        names.add(n)
+        s.close()
+    check(len(names) == 1, f"hash balancing moved one client across servers: {names}")
+    held, names = [], []
+    for _ in range(6):
+        s, n = ident_of(ll)
+        held.append(s)
+        names.append(n)
+    check(names.count("V6") == 3 and names.count("B") == 3, f"least connections gave {names}")
+    for s in held:
+        s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_user(env):
+    """user: the process runs as that user after binding; the stats stay
+    readable by it (and root)."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to switch users")
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    cfg = write_cfg(env, "user.yaml", f"""
+user: nobody
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    status = open(f"/proc/{px.pid}/status").read()
+    uid = re.search(r"^Uid:\s+(\d+)\s+(\d+)", status, re.M)
+    check(uid and uid.group(1) == "65534" and uid.group(2) == "65534", f"uids: {uid.group(0) if uid else status}")
+    caps = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.M).group(1)
+    check(int(caps, 16) == 1 << 10, f"effective capabilities {caps}, want CAP_NET_BIND_SERVICE only")
+    s, n = ident_of(lp)
+    check(n == "S", "not served after dropping privileges")
+    s.close()
+    check(env.stat(px, "conns") >= 1, "stats not readable after the drop")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_stats(env):
+    """tlshard stats PID shows tlproxy's per-shard counters and gauges."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"])
+    held = []
+    for _ in range(10):
+        s, _ = ident_of(lp)
+        echo_ok(s, b"x" * 100)
+        held.append(s)
+    st = env.stats(px)
+    check(st["conns_open"]["0"] == 10, f"conns_open {st['conns_open']}")
+    check(st["conns"]["0"] == 10, f"conns {st['conns']}")
+    check(st["bytes_in"]["0"] == 1000, f"bytes_in {st['bytes_in']}")
+    check(st["server_conns"][f"default/127.0.0.1:{up}"] == 10, f"server_conns {st['server_conns']}")
+    check(st["server_state"][f"default/127.0.0.1:{up}"] == 1, f"server_state {st['server_state']}")
+    table = subprocess.run([env.tlshard, "stats", str(px.pid)], capture_output=True, text=True).stdout
+    check(re.search(r"^conns_open\s+gauge(\s+\d+)+\s+10$", table, re.M), f"tlshard table: {table}")
+    check(f"server_conns[default/127.0.0.1:{up}]" in table, "server rows missing from the table")
+    check("server_conns[1]" not in table, "unused server rows shown")
+    for s in held:
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_noalloc(env):
+    """Accepting, forwarding (plain, with PROXY headers sent and received)
+    and closing allocate nothing on the shards once warm: their allocator
+    calls, counted by an LD_PRELOAD shim, do not grow."""
+    if os.environ.get("TLP_E2E_SANITIZED") or env.wrap:
+        raise Skip("the sanitizer or wrapper owns the allocator")
+    shim = os.environ.get("TLP_ALLOC_SHIM", "")
+    if not os.path.exists(shim):
+        raise Skip("no allocation shim (TLP_ALLOC_SHIM)")
+    up, l1, l2 = env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    adir = env.path("alloc")
+    os.makedirs(adir)
+    cfg = write_cfg(env, "na.yaml", f"""
+listeners:
+  - {{name: plain, listen: "127.0.0.1:{l1}", pool: p, timeouts: {{idle: 200ms}}}}
+  - {{name: lb, listen: "127.0.0.1:{l2}", pool: v2, proxy_protocol_from: ["127.0.0.2"]}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: v2, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"LD_PRELOAD": shim, "TLP_ALLOC_DIR": adir, "TL_SHARDS": "2"})
+
+    def allocs():
+        out = os.path.join(adir, "count")
+        if os.path.exists(out):
+            os.unlink(out)
+        open(os.path.join(adir, "ask"), "w").close()
+        deadline = time.time() + 5
+        while not os.path.exists(out):
+            check(time.time() < deadline, "the shim did not answer")
+            time.sleep(0.02)
+        return int(open(out).read())
+
+    def traffic(rounds):
+        for i in range(rounds):
+            s, n = ident_of(l1)
+            check(n == "S" and echo_ok(s, b"x" * 3000), "plain connection failed")
+            if i % 10 == 0:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            s = connect(l2, source="127.0.0.2")
+            s.sendall(b"PROXY TCP4 192.0.2.1 192.0.2.2 1000 2000\r\n")
+            check(recv_line(s).startswith("S"), "PROXY connection failed")
+            s.close()
+        idle, _ = ident_of(l1)
+        check(is_closed(idle, 3), "idle timeout did not fire")
+        idle.close()
+        env.wait_stat(px, "conns_open", "0", 0)
+
+    traffic(100)
+    before = allocs()
+    check(before > 0, "the shim counted no allocation at all (the shards' setup makes some)")
+    traffic(300)
+    after = allocs()
+    check(after == before, f"the shards allocated {after - before} times in steady state")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_sockopts(env):
+    """Socket options of a listener apply to both sides: keepalive (its
+    timer shows in ss) and buffer sizes (ss shows them, doubled)."""
+    ss = need("ss")
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    cfg = write_cfg(env, "so.yaml", f"""
+listeners:
+  - name: web
+    listen: "127.0.0.1:{lp}"
+    pool: p
+    socket: {{nodelay: false, keepalive: {{idle: 7s, interval: 3s, count: 2}}, rcvbuf: 64k, sndbuf: 96k}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    s, n = ident_of(lp)
+    check(n == "S", "not served")
+    for side, filt in (("client", f"( sport = :{lp} )"), ("server", f"( dport = :{up} )")):
+        out = subprocess.run([ss, "-tnoim", "state", "established", filt], capture_output=True, text=True).stdout
+        check("timer:(keepalive" in out, f"no keepalive on the {side} side: {out}")
+        check("rb131072" in out and "tb196608" in out, f"buffer sizes on the {side} side: {out}")
+    s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_nofile(env):
+    """RLIMIT_NOFILE: raised to what max_conns needs, or a clear line when
+    the hard limit is lower (and cannot be raised)."""
+    up, lp = env.port(), env.port()
+    import resource
+
+    def lim(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    argv = [env.tlproxy, "--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"]
+    log = env.path("nofile1.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv + ["--max-conns", "1000"], stdout=f, stderr=subprocess.STDOUT, preexec_fn=lim(256, 8192))
+    pr = Proc("tlproxy-nofile", p, log)
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    limits = open(f"/proc/{p.pid}/limits").read()
+    m = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits)
+    check(m and int(m.group(1)) == 3024, f"soft limit {m.group(1) if m else '?'}, want 2 x 1000 + 1024")
+    check("cannot be raised" not in pr.text(), "a line about the limit although it was raised")
+    env.stop(pr)
+    log = env.path("nofile2.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv + ["--max-conns", "100000"], stdout=f, stderr=subprocess.STDOUT, preexec_fn=lim(256, 1024))
+    pr = Proc("tlproxy-nofile2", p, log)
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    m = re.search(r"Max open files\s+(\d+)\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
+    if int(m.group(1)) < 201024:
+        check(re.search(r"descriptor limit \(RLIMIT_NOFILE\) is \d+ and cannot be raised; the configured "
+                        r"connection limits need up to 201024", pr.text()), f"no clear line: {pr.text()}")
+    env.stop(pr)
+
+
+def t_notify(env):
+    """Under systemd (NOTIFY_SOCKET): READY=1 once listening, RELOADING=1 and
+    READY=1 around a reload, STOPPING=1 on SIGTERM."""
+    up, lp = env.port(), env.port()
+    path = env.path("notify.sock")
+    n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    n.bind(path)
+    n.settimeout(5)
+    cfg = write_cfg(env, "nt.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"NOTIFY_SOCKET": path})
+    got = [n.recv(100)]
+    px.p.send_signal(signal.SIGHUP)
+    got += [n.recv(100), n.recv(100)]
+    px.p.send_signal(signal.SIGTERM)
+    got.append(n.recv(100))
+    check(got == [b"READY=1", b"RELOADING=1", b"READY=1", b"STOPPING=1"], f"notifications: {got}")
+    check(px.p.wait(10) == 0, "tlproxy did not exit 0")
+
+
+def t_listen_fds(env):
+    """Sockets handed over as systemd does (LISTEN_FDS, LISTEN_PID, from
+    descriptor 3): the listeners with those addresses adopt them instead of
+    binding; with SO_REUSEPORT on it (ReusePort=yes) the other shards join
+    its group and every shard takes connections; a socket no listener names
+    is closed."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    tcp = socket.socket()
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    tcp.bind(("127.0.0.1", lp))
+    tcp.listen(64)
+    upath = env.path("act.sock")
+    us = socket.socket(socket.AF_UNIX)
+    us.bind(upath)
+    us.listen(64)
+    extra = socket.socket()
+    extra.bind(("127.0.0.1", 0))
+    extra.listen(1)
+    cfg = write_cfg(env, "lf.yaml", f"""
+shards: 2
+listeners:
+  - {{name: act, listen: ["127.0.0.1:{lp}", "unix:{upath}"], pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    fds = [tcp.fileno(), us.fileno(), extra.fileno()]
+
+    def child():
+        # As systemd: the sockets at 3, 4, 5 and LISTEN_PID naming the child.
+        moved = [os.dup(f) for f in fds]
+        for i, f in enumerate(moved):
+            os.dup2(f, 3 + i)
+        os.environ["LISTEN_PID"] = str(os.getpid())
+        os.environ["LISTEN_FDS"] = str(len(fds))
+
+    log = env.path("lf.log")
+    with open(log, "w") as f:
+        p = subprocess.Popen([env.tlproxy, "--config", cfg], stdout=f, stderr=subprocess.STDOUT,
+                             preexec_fn=child, pass_fds=fds)
+    pr = Proc("tlproxy", p, log)
+    pr.pid = p.pid
+    env.procs.append(pr)
+    env.wait_for(pr, "running")
+    check("adopted 2 listening sockets" in pr.text(), f"no adoption line: {pr.text()}")
+    check("matches no listener" in pr.text(), f"the spare socket was not reported: {pr.text()}")
+    for _ in range(24):
+        s, n = ident_of(lp)
+        check(n == "S" and echo_ok(s), "a client of the adopted TCP socket was not served")
+        s.close()
+    u = socket.socket(socket.AF_UNIX)
+    u.settimeout(5)
+    u.connect(upath)
+    check(recv_line(u) == "S", "a client of the adopted Unix socket was not served")
+    u.close()
+    st = env.stats(pr)
+    check(all(v > 0 for v in st["conns"]["_per_shard"]["0"]), f"not every shard accepted: {st['conns']}")
+    fdt = [os.readlink(f"/proc/{p.pid}/fd/{x}") for x in os.listdir(f"/proc/{p.pid}/fd")]
+    ino = f"socket:[{os.fstat(extra.fileno()).st_ino}]"
+    check(ino not in fdt, "the socket no listener names is still open in tlproxy")
+    check(env.stop(pr) == 0, "tlproxy did not exit 0")
+
+
+CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")}
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve(sys.argv[2:])
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--dns":
+        serve_dns(sys.argv[2:])
+        return 0
+    if len(sys.argv) != 5 or sys.argv[4] not in CASES:
+        print(__doc__ + "\ncases: " + " ".join(CASES), file=sys.stderr)
+        return 2
+    env = Env(*sys.argv[1:4])
+    try:
+        CASES[sys.argv[4]](env)
+        print(f"PASS {sys.argv[4]}")
+        return 0
+    except Skip as e:
+        print(f"SKIP {sys.argv[4]}: {e}")
+        return 77
+    except Fail as e:
+        print(f"FAIL {sys.argv[4]}: {e}")
+        for pr in env.procs:
+            if pr.name.startswith("tlproxy"):
+                print(f"--- {pr.name} output:\n{pr.text()[-4000:]}")
+        return 1
+    finally:
+        env.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

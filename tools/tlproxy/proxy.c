@@ -1,0 +1,1679 @@
+/* tools/tlproxy/proxy.c: the data path of one shard: accept, allow/deny, PROXY header and SNI peek, balancing with the queue, connect with retries, forwarding both ways on pooled leases, half-close, resets, timeouts, close. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "proxy.h"
+#include "proxyproto.h"
+#include "sni.h"
+#include "netlist.h"
+#include "alog.h"
+
+/*
+ * Forwarding in one paragraph. Each side's stream reads with tl_read_start:
+ * every read completion carries a pooled lease, which is written as is to
+ * the other side and released when that write completes. The lease counts
+ * against the stream it was read from (the loop's per-stream cap), so a
+ * destination that does not take its bytes stops its source by itself:
+ * backpressure without a copy and without a buffer of our own. An idle
+ * connection holds no lease (the driver's receive waits with none), no
+ * timer (its timeouts are the loop's deadlines, below) and nothing
+ * allocated: its record is a slot of the shard's table, made at start.
+ */
+
+#define NONE UINT32_MAX
+#define W_BITS 12
+#define W_SIZE (1u << W_BITS)
+#define W_MASK (W_SIZE - 1)
+/* Leases held while a peeking client's server is chosen and connected: the
+ * stream's lease cap (8) pauses its read well before. */
+#define HOLD_MAX 24
+#define PEEK_CAP (TLP_PP_V2_MAX + TLP_SNI_INPUT_MAX)
+#define HB_SIZE 256
+
+/* Operation kinds in a connection token. */
+enum {
+	OP_READ = 0,
+	OP_WRITE,      /* a lease: lease id in the token */
+	OP_WRITE_HDR,  /* the PROXY header: its buffer in the token */
+	OP_WRITE_PEEK, /* the bytes read while peeking */
+	OP_CONNECT,
+	OP_SHUT,
+	OP_CLOSE,      /* the side's current handle */
+	OP_CLOSE_OLD,  /* a server handle of a failed attempt */
+};
+
+static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
+{
+	return tl_token(TLP_H_CONN, (uint64_t)ci | ((uint64_t)side << 24) | ((uint64_t)op << 25) |
+					    ((uint64_t)arg << 29));
+}
+#define TOK_CI(t) ((uint32_t)((t) & 0xffffff))
+#define TOK_SIDE(t) ((int)(((t) >> 24) & 1))
+#define TOK_OP(t) ((int)(((t) >> 25) & 0xf))
+#define TOK_ARG(t) ((uint32_t)(((t) >> 29) & 0xffffff))
+
+enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
+
+/* flags */
+#define F_EOF(s) (0x1u << (s))       /* side s sent its FIN */
+#define F_SHUT(s) (0x4u << (s))      /* shutdown issued on side s */
+#define F_SHUTOK(s) (0x10u << (s))   /* ... and done */
+#define F_RD(s) (0x40u << (s))       /* read started on side s */
+#define F_CLOSE(s) (0x100u << (s))   /* close issued on side s's handle */
+#define F_SRV 0x400u                 /* counted in srv->conns */
+#define F_LCOUNT 0x800u              /* counted in the listener's conns */
+#define F_WCOUNT 0x1000u             /* counted in the process's conns */
+#define F_NEED_PP 0x2000u            /* a PROXY header must come first */
+#define F_PEEKW 0x4000u              /* the peek buffer is being written */
+#define F_QCOUNT 0x8000u             /* counted in the listener's queued */
+
+struct tlp_conn {
+	tl_handle h[2];          /* [0] client, [1] server */
+	uint32_t wnext, wprev;   /* wheel bucket, or free list (wnext) */
+	uint32_t qnext, qprev;   /* a pool's queue, or the peek wait list */
+	uint32_t wslot;          /* the tick of its bucket; NONE: not in the wheel */
+	uint32_t t_state;        /* tick its peek or queue wait began */
+	uint32_t flags;
+	uint16_t wq[2];          /* writes in flight to side s */
+	uint8_t state, cause, tries, nclosing;
+	uint16_t peek, hdr;      /* peek slot, header buffer (0xffff none) */
+	uint32_t vidx;           /* server index in the view it came from */
+	uint64_t ticket;         /* its place in the pool's queue */
+	tl_op rop;               /* the client's read while peeking */
+	uint64_t tried;          /* view indexes tried (first 64) */
+	struct tlp_gen *gen;
+	const struct tlp_lrt *lr;
+	struct tlp_gpool *gp;
+	const struct tlp_pool_cfg *pc;
+	struct tlp_srv *srv;
+	uint64_t bytes[2];       /* from the client, from the server */
+	uint64_t t0;             /* accepted (tl_now) */
+	uint8_t pp_in, laddr;    /* laddr: index of the listen address */
+	tl_addr peer;            /* the client (or what its PROXY header said) */
+	tl_addr dst;             /* what the PROXY header said it reached (pp_in) */
+};
+
+struct tlp_peek {
+	uint8_t *buf;
+	uint32_t len, off, next;
+	uint32_t nhold;
+	struct {
+		uint8_t *data;
+		uint32_t id, len;
+	} hold[HOLD_MAX];
+};
+
+struct tlp_lpool {
+	struct tlp_view *v;
+	struct tlp_bal_server *loc;
+	uint32_t cursor, ver;
+	uint64_t recheck_at;
+	uint32_t qhead, qtail, qlen;
+};
+
+struct tlp_shard {
+	tl_shard *s;
+	tl_loop *loop;
+	uint32_t id;
+	struct tlp_conn *c;
+	uint32_t cap, free_head, nopen;
+	/* the timeout wheel */
+	uint32_t *wheel;
+	uint32_t tick;
+	uint64_t t_base, tick_ns;
+	tl_handle sweep_h;
+	struct tlp_gen *gen;
+	struct tlp_lpool lp[TLP_REG_POOLS];
+	/* peek slots and their waiting list */
+	struct tlp_peek *pk;
+	uint32_t npk, pk_free, pkw_head, pkw_tail;
+	/* PROXY header buffers */
+	uint8_t (*hb)[HB_SIZE];
+	uint16_t *hb_free;
+	uint32_t nhb, nhb_free;
+	/* listeners: [glisten idx][address idx] */
+	tl_handle (*lh)[TLP_MAX_LISTEN];
+	int draining, stopping;
+	uint32_t queued;           /* clients in this shard's queues */
+	/* stats not yet published */
+	uint64_t d_conns, d_bytes[2];
+	int open_dirty, queue_dirty;
+	int32_t srv_n[TLP_SRV_ROWS];
+	uint8_t srv_isdirty[TLP_SRV_ROWS];
+	uint16_t srv_dirty[TLP_SRV_ROWS];
+	uint32_t nsrv_dirty;
+	struct tlp_alog_ring *log;
+	char sni_host[TLP_SNI_HOST_MAX + 1];
+};
+
+const char *const tlp_cause_names[TLP_END_COUNT] = {
+	[TLP_END_DONE] = "done",
+	[TLP_END_CLIENT_RESET] = "client_reset",
+	[TLP_END_SERVER_RESET] = "server_reset",
+	[TLP_END_CLIENT_ERROR] = "client_error",
+	[TLP_END_SERVER_ERROR] = "server_error",
+	[TLP_END_IDLE] = "idle_timeout",
+	[TLP_END_CLIENT_FIN] = "client_fin_timeout",
+	[TLP_END_SERVER_FIN] = "server_fin_timeout",
+	[TLP_END_CONNECT] = "connect_failed",
+	[TLP_END_NO_SERVER] = "no_server",
+	[TLP_END_QUEUE_FULL] = "queue_full",
+	[TLP_END_QUEUE_TIMEOUT] = "queue_timeout",
+	[TLP_END_DENIED] = "denied",
+	[TLP_END_LIMIT] = "limit",
+	[TLP_END_PROXY_BAD] = "proxy_header_bad",
+	[TLP_END_SNI_BAD] = "sni_bad",
+	[TLP_END_PEEK_TIMEOUT] = "peek_timeout",
+	[TLP_END_NO_ROUTE] = "no_route",
+	[TLP_END_BUSY] = "busy",
+	[TLP_END_SHUTDOWN] = "shutdown",
+};
+_Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COUNT,
+	       "a name per cause");
+
+static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort_mask);
+static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c);
+static void assign(struct tlp_shard *sh, struct tlp_conn *c);
+static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp);
+
+static inline struct tlp_shard *SH(tl_shard *s)
+{
+	return tl_shard_data(s);
+}
+
+static inline uint32_t CI(const struct tlp_shard *sh, const struct tlp_conn *c)
+{
+	return (uint32_t)(c - sh->c);
+}
+
+/* ---- timeouts ---- */
+
+/*
+ * A forwarding connection's timeouts are the loop's own deadlines, with no
+ * timer per connection: each stream has an idle deadline (tl_idle_deadline:
+ * timeouts.idle, then the FIN timeout once a side has closed), so a side
+ * quiet that long ends its pending operations with -ETIMEDOUT; the read of
+ * a connection whose PROXY header or ClientHello is awaited has a read
+ * deadline (sni_timeout); a connect has its own. What is left are waits
+ * with no operation to put a deadline on: a client in the queue, and one
+ * waiting for a peek buffer. Those sit in a lazy wheel: one repeating timer
+ * per shard moves `tick` on, each waiting connection sits in the bucket of
+ * the tick at which its deadline falls, and when a bucket comes up one
+ * whose deadline passed is ended. A deadline further than the wheel reaches
+ * is looked at after one turn of the wheel. So these timeouts are enforced
+ * within one tick of being due.
+ */
+
+static void wheel_del(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	if (c->wslot == NONE)
+		return;
+	if (c->wprev != NONE)
+		sh->c[c->wprev].wnext = c->wnext;
+	else
+		sh->wheel[c->wslot & W_MASK] = c->wnext;
+	if (c->wnext != NONE)
+		sh->c[c->wnext].wprev = c->wprev;
+	c->wslot = NONE;
+}
+
+static void wheel_put(struct tlp_shard *sh, struct tlp_conn *c, uint32_t due)
+{
+	uint32_t ci = CI(sh, c), *head;
+
+	wheel_del(sh, c);
+	if ((int32_t)(due - sh->tick) <= 0)
+		due = sh->tick + 1;
+	else if (due - sh->tick >= W_SIZE)
+		due = sh->tick + W_SIZE - 1;
+	head = &sh->wheel[due & W_MASK];
+	c->wslot = due;
+	c->wprev = NONE;
+	c->wnext = *head;
+	if (*head != NONE)
+		sh->c[*head].wprev = ci;
+	*head = ci;
+}
+
+/* The tick at which c's wait ends, and the cause; NONE for a connection
+ * that waits on an operation (its deadline is the loop's). */
+static uint32_t deadline(const struct tlp_conn *c, int *cause)
+{
+	const struct tlp_lrt *l = c->lr;
+
+	switch (c->state) {
+	case C_WAITPEEK:
+		*cause = TLP_END_PEEK_TIMEOUT;
+		return c->t_state + l->peek_t;
+	case C_QUEUED:
+		*cause = TLP_END_QUEUE_TIMEOUT;
+		return c->t_state + l->queue_t;
+	default:
+		*cause = TLP_END_DONE;
+		return NONE;
+	}
+}
+
+/* Why a connection whose deadline fired ends: idle, or a FIN timeout. */
+static int idle_cause(const struct tlp_conn *c)
+{
+	if ((c->flags & F_EOF(0)) && !(c->flags & F_EOF(1)))
+		return TLP_END_CLIENT_FIN;
+	if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
+		return TLP_END_SERVER_FIN;
+	return TLP_END_IDLE;
+}
+
+/* Both streams' idle deadline: timeouts.idle, or the FIN timeout of the
+ * side that closed first. */
+static void arm_idle(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	const struct tlp_listener_cfg *lc = c->lr->cfg;
+	uint64_t ns = lc->idle_timeout_ns;
+
+	if ((c->flags & F_EOF(0)) && !(c->flags & F_EOF(1)))
+		ns = lc->client_fin_ns;
+	else if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
+		ns = lc->server_fin_ns;
+	for (int s = 0; s < 2; s++)
+		if (!tl_handle_eq(c->h[s], TL_HANDLE_NONE))
+			tl_idle_deadline(sh->loop, c->h[s], ns);
+}
+
+static void wheel_arm(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	int cause;
+
+	wheel_put(sh, c, deadline(c, &cause));
+}
+
+static void sweep_bucket(struct tlp_shard *sh, uint32_t t)
+{
+	uint32_t ci = sh->wheel[t & W_MASK];
+
+	sh->wheel[t & W_MASK] = NONE;
+	while (ci != NONE) {
+		struct tlp_conn *c = &sh->c[ci];
+		uint32_t next = c->wnext, due;
+		int cause;
+
+		c->wslot = NONE;
+		due = deadline(c, &cause);
+		if (due == NONE)
+			; /* no longer waiting: out of the wheel */
+		else if ((int32_t)(due - t) <= 0)
+			conn_end(sh, c, cause, 0);
+		else
+			wheel_put(sh, c, due);
+		ci = next;
+	}
+}
+
+static void sweep(struct tlp_shard *sh)
+{
+	uint64_t now = tl_now(sh->loop);
+	uint32_t to = (uint32_t)((now - sh->t_base) / sh->tick_ns), n = 0;
+
+	while ((int32_t)(to - sh->tick) > 0 && n++ < W_SIZE) {
+		sh->tick++;
+		sweep_bucket(sh, sh->tick);
+	}
+	sh->tick = to;
+	/* Clients waiting for a server: a server may have come up. */
+	if (sh->queued)
+		for (uint32_t i = 0; i < tlp_w.ngp; i++)
+			if (sh->lp[i].qhead != NONE)
+				dispatch_queue(sh, tlp_w.gp[i]);
+}
+
+/* ---- stats ---- */
+
+static void srv_count(struct tlp_shard *sh, struct tlp_srv *srv, int d)
+{
+	int r = srv->row;
+
+	if (r < 0 || r >= (int)tlp_w.srv_rows)
+		return;
+	sh->srv_n[r] += d;
+	if (!sh->srv_isdirty[r]) {
+		sh->srv_isdirty[r] = 1;
+		sh->srv_dirty[sh->nsrv_dirty++] = (uint16_t)r;
+	}
+}
+
+int tlp_shard_pass(tl_shard *s, void *arg)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_world *w = &tlp_w;
+
+	(void)arg;
+	if (!sh)
+		return 0;
+	if (sh->d_conns) {
+		tl_shard_counter_add(s, w->st_conns, sh->d_conns);
+		sh->d_conns = 0;
+	}
+	if (sh->d_bytes[0]) {
+		tl_shard_counter_add(s, w->st_bytes_in, sh->d_bytes[0]);
+		sh->d_bytes[0] = 0;
+	}
+	if (sh->d_bytes[1]) {
+		tl_shard_counter_add(s, w->st_bytes_out, sh->d_bytes[1]);
+		sh->d_bytes[1] = 0;
+	}
+	if (sh->open_dirty) {
+		tl_shard_gauge_set(s, w->st_open, sh->nopen);
+		sh->open_dirty = 0;
+	}
+	if (sh->queue_dirty) {
+		tl_shard_gauge_set(s, w->st_queue, sh->queued);
+		sh->queue_dirty = 0;
+	}
+	for (uint32_t i = 0; i < sh->nsrv_dirty; i++) {
+		uint16_t r = sh->srv_dirty[i];
+
+		sh->srv_isdirty[r] = 0;
+		tl_shard_gauge_set(s, w->st_srv_conns + r, sh->srv_n[r]);
+	}
+	sh->nsrv_dirty = 0;
+	if (sh->log) {
+		uint64_t d = tlp_alog_dropped(sh->log);
+
+		if (d)
+			tl_shard_counter_add(s, w->st_log_dropped, d);
+	}
+	return 0;
+}
+
+static void count_err(struct tlp_shard *sh, int cause)
+{
+	if (cause != TLP_END_DONE)
+		tl_shard_counter_add(sh->s, tlp_w.st_errors + cause - 1, 1);
+}
+
+/* ---- access log ---- */
+
+static void log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
+		     const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause)
+{
+	struct tlp_alog_rec *r;
+
+	if (!sh->log)
+		return;
+	r = tlp_alog_claim(sh->log);
+	if (!r)
+		return; /* full: counted by the ring */
+	clock_gettime(CLOCK_REALTIME, &r->end);
+	r->dur_ns = tl_now(sh->loop) - t0;
+	r->bytes[0] = bytes ? bytes[0] : 0;
+	r->bytes[1] = bytes ? bytes[1] : 0;
+	r->peer = *peer;
+	r->cause = (uint8_t)cause;
+	r->listener = lr ? lr->gl : NULL;
+	if (srv)
+		memcpy(r->server, srv->label, sizeof r->server);
+	else
+		r->server[0] = '\0';
+	tlp_alog_commit(sh->log);
+}
+
+/* ---- connection table ---- */
+
+static struct tlp_conn *conn_new(struct tlp_shard *sh)
+{
+	struct tlp_conn *c;
+
+	if (sh->free_head == NONE)
+		return NULL;
+	c = &sh->c[sh->free_head];
+	sh->free_head = c->wnext;
+	memset(c, 0, offsetof(struct tlp_conn, peer));
+	c->h[0] = c->h[1] = TL_HANDLE_NONE;
+	c->wnext = c->wprev = c->qnext = c->qprev = c->wslot = NONE;
+	c->peek = c->hdr = 0xffff;
+	c->state = C_CONNECT;
+	c->cause = 0xff;
+	sh->nopen++;
+	sh->open_dirty = 1;
+	return c;
+}
+
+static void gen_unuse(struct tlp_shard *sh, struct tlp_gen *g)
+{
+	struct tlp_gen_shard *gs = &g->sc[sh->id];
+
+	if (--gs->n == 0 && gs->away)
+		tlp_gen_put(g);
+}
+
+static void conn_free(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	int cause = c->cause == 0xff ? TLP_END_DONE : c->cause;
+
+	log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause);
+	gen_unuse(sh, c->gen);
+	c->state = C_FREE;
+	c->wnext = sh->free_head;
+	sh->free_head = CI(sh, c);
+	sh->nopen--;
+	sh->open_dirty = 1;
+}
+
+/* ---- peek slots and header buffers ---- */
+
+static void peek_release(struct tlp_shard *sh, struct tlp_conn *c);
+
+static int peek_get(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_peek *p;
+
+	if (sh->pk_free == NONE)
+		return -1;
+	p = &sh->pk[sh->pk_free];
+	sh->pk_free = p->next;
+	p->len = p->off = p->nhold = 0;
+	c->peek = (uint16_t)(p - sh->pk);
+	return 0;
+}
+
+static void start_peek(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	c->state = C_PEEK;
+	wheel_del(sh, c);
+	if (tl_read_start(sh->loop, c->h[0], tok(CI(sh, c), 0, OP_READ, 0), &c->rop) < 0) {
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	c->flags |= F_RD(0);
+	/* The header and the hello must come within sni_timeout of the accept. */
+	tl_read_deadline(sh->loop, c->rop, c->t0 + c->lr->cfg->sni_timeout_ns);
+}
+
+static void pkw_del(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	if (c->qprev != NONE)
+		sh->c[c->qprev].qnext = c->qnext;
+	else
+		sh->pkw_head = c->qnext;
+	if (c->qnext != NONE)
+		sh->c[c->qnext].qprev = c->qprev;
+	else
+		sh->pkw_tail = c->qprev;
+	c->qnext = c->qprev = NONE;
+}
+
+static void peek_release(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_peek *p;
+
+	if (c->peek == 0xffff)
+		return;
+	p = &sh->pk[c->peek];
+	for (uint32_t i = 0; i < p->nhold; i++)
+		tl_lease_release(sh->loop, p->hold[i].id);
+	p->nhold = 0;
+	p->next = sh->pk_free;
+	sh->pk_free = c->peek;
+	c->peek = 0xffff;
+	/* The first client waiting for a slot gets it. */
+	if (sh->pkw_head != NONE) {
+		struct tlp_conn *w = &sh->c[sh->pkw_head];
+
+		pkw_del(sh, w);
+		peek_get(sh, w);
+		start_peek(sh, w);
+	}
+}
+
+/* ---- balancing ---- */
+
+/* Bring the shard's copy of a pool's server states up to date. */
+static void refresh(struct tlp_lpool *lp, struct tlp_gpool *gp, uint64_t now)
+{
+	struct tlp_view *v = lp->v;
+	uint32_t ver = atomic_load_explicit(&gp->state_ver, memory_order_acquire);
+
+	if (ver != lp->ver || now >= lp->recheck_at) {
+		uint64_t next = UINT64_MAX;
+
+		lp->ver = ver;
+		for (uint32_t i = 0; i < v->n; i++) {
+			struct tlp_srv *s = v->e[i].srv;
+			uint64_t du = atomic_load_explicit(&s->down_until, memory_order_relaxed);
+
+			lp->loc[i].state = tlp_srv_up(s, now) ? TLP_SRV_UP : TLP_SRV_DOWN;
+			if (du && du > now && du < next)
+				next = du;
+		}
+		lp->recheck_at = next;
+	}
+	if (v->need_conns)
+		for (uint32_t i = 0; i < v->n; i++)
+			lp->loc[i].conns =
+				atomic_load_explicit(&v->e[i].srv->conns, memory_order_relaxed);
+}
+
+/*
+ * Choose a server for c and count c on it (process-wide): the index in the
+ * view, or -ENOBUFS (every server up is full), -EHOSTUNREACH (none up).
+ * Servers c already tried are left out while another is usable.
+ */
+static int pick(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
+	struct tlp_view *v = lp->v;
+	uint64_t now;
+	int r = -EHOSTUNREACH;
+
+	if (!v || !v->n)
+		return -EHOSTUNREACH;
+	now = tlp_mono_ns();
+	refresh(lp, c->gp, now);
+	for (int attempt = 0; attempt < 4; attempt++) {
+		uint8_t saved[64];
+		uint32_t nt = v->n < 64 ? v->n : 64, hidden = 0;
+
+		if (c->tried) {
+			for (uint32_t i = 0; i < nt; i++) {
+				saved[i] = lp->loc[i].state;
+				if ((c->tried >> i & 1) && saved[i] == TLP_SRV_UP) {
+					lp->loc[i].state = TLP_SRV_DOWN;
+					hidden++;
+				}
+			}
+		}
+		switch (v->balance) {
+		case TLP_BAL_LEASTCONN:
+			r = tlp_pick_leastconn(lp->loc, v->n, &lp->cursor);
+			break;
+		case TLP_BAL_HASH:
+			r = tlp_maglev_pick(&v->mg, lp->loc, v->n, tlp_hash_addr(&c->peer.sa));
+			break;
+		default:
+			r = tlp_pick_swrr(lp->loc, v->n);
+			break;
+		}
+		if (c->tried)
+			for (uint32_t i = 0; i < nt; i++)
+				lp->loc[i].state = saved[i];
+		if (r < 0 && hidden) {
+			/* Every other server is out: the tried ones again. */
+			c->tried = 0;
+			continue;
+		}
+		if (r < 0)
+			return r;
+		struct tlp_vent *e = &v->e[r];
+		uint32_t had = atomic_fetch_add_explicit(&e->srv->conns, 1, memory_order_relaxed);
+
+		if (e->max_conns && had >= e->max_conns) {
+			/* Another shard took the last place first. */
+			atomic_fetch_sub_explicit(&e->srv->conns, 1, memory_order_relaxed);
+			lp->loc[r].conns = had;
+			if (!v->need_conns)
+				lp->loc[r].conns = e->max_conns;
+			r = -ENOBUFS;
+			continue;
+		}
+		lp->loc[r].conns = had + 1;
+		c->srv = e->srv;
+		c->vidx = (uint32_t)r;
+		c->flags |= F_SRV;
+		srv_count(sh, e->srv, 1);
+		return r;
+	}
+	return r;
+}
+
+static void srv_release(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	if (!(c->flags & F_SRV))
+		return;
+	c->flags &= ~F_SRV;
+	atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_relaxed);
+	srv_count(sh, c->srv, -1);
+	if (atomic_load_explicit(&c->gp->waiting, memory_order_relaxed))
+		tlp_room(sh, c->gp);
+}
+
+/* ---- queue ---- */
+
+static void q_del(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
+
+	if (c->qprev != NONE)
+		sh->c[c->qprev].qnext = c->qnext;
+	else
+		lp->qhead = c->qnext;
+	if (c->qnext != NONE)
+		sh->c[c->qnext].qprev = c->qprev;
+	else
+		lp->qtail = c->qprev;
+	c->qnext = c->qprev = NONE;
+	lp->qlen--;
+	sh->queued--;
+	sh->queue_dirty = 1;
+	atomic_store_explicit(&c->gp->head[sh->id],
+			      lp->qhead != NONE ? sh->c[lp->qhead].ticket : UINT64_MAX,
+			      memory_order_relaxed);
+	atomic_fetch_sub_explicit(&c->gp->waiting, 1, memory_order_relaxed);
+	if (c->flags & F_QCOUNT) {
+		atomic_fetch_sub_explicit(&c->lr->gl->queued, 1, memory_order_relaxed);
+		c->flags &= ~F_QCOUNT;
+	}
+}
+
+/* Queue c (every server full). 0, or -1 when the queue is full. */
+static int q_add(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
+	uint32_t max = c->lr->cfg->queue_max, ci = CI(sh, c);
+
+	if (!max)
+		return -1;
+	if (atomic_fetch_add_explicit(&c->lr->gl->queued, 1, memory_order_relaxed) >= max) {
+		atomic_fetch_sub_explicit(&c->lr->gl->queued, 1, memory_order_relaxed);
+		return -1;
+	}
+	c->flags |= F_QCOUNT;
+	c->ticket = atomic_fetch_add_explicit(&c->gp->ticket, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->gp->waiting, 1, memory_order_relaxed);
+	c->state = C_QUEUED;
+	c->t_state = sh->tick;
+	c->qnext = NONE;
+	c->qprev = lp->qtail;
+	if (lp->qtail != NONE) {
+		sh->c[lp->qtail].qnext = ci;
+	} else {
+		lp->qhead = ci;
+		atomic_store_explicit(&c->gp->head[sh->id], c->ticket, memory_order_relaxed);
+	}
+	lp->qtail = ci;
+	lp->qlen++;
+	sh->queued++;
+	sh->queue_dirty = 1;
+	wheel_arm(sh, c);
+	return 0;
+}
+
+static void start_connect(struct tlp_shard *sh, struct tlp_conn *c);
+
+/* The shard whose first queued client of gp has waited longest, or NONE. */
+static uint32_t oldest_shard(struct tlp_gpool *gp)
+{
+	uint64_t best = UINT64_MAX;
+	uint32_t who = NONE;
+
+	for (uint32_t t = 0; t < tlp_w.nshards; t++) {
+		uint64_t h = atomic_load_explicit(&gp->head[t], memory_order_relaxed);
+
+		if (h < best) {
+			best = h;
+			who = t;
+		}
+	}
+	return who;
+}
+
+/*
+ * Give queued clients of gp the servers that have room, oldest first
+ * across the process: while this shard holds the oldest client, it takes
+ * the room; when another shard does, that shard is told (TLP_MSG_ROOM) and
+ * goes on from there.
+ */
+static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp)
+{
+	struct tlp_lpool *lp = &sh->lp[gp->idx];
+
+	while (lp->qhead != NONE) {
+		struct tlp_conn *c = &sh->c[lp->qhead];
+		uint32_t who = oldest_shard(gp);
+		int r;
+
+		if (who != sh->id && who != NONE) {
+			tl_shard_post(sh->s, who, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
+			return;
+		}
+		r = pick(sh, c);
+		if (r == -ENOBUFS)
+			return;
+		q_del(sh, c);
+		if (r < 0) {
+			conn_end(sh, c, TLP_END_NO_SERVER, 0);
+			continue;
+		}
+		start_connect(sh, c);
+	}
+}
+
+void tlp_room(struct tlp_shard *sh, struct tlp_gpool *gp)
+{
+	uint32_t who = oldest_shard(gp);
+
+	if (who == sh->id)
+		dispatch_queue(sh, gp);
+	else if (who != NONE)
+		tl_shard_post(sh->s, who, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
+}
+
+/* ---- connecting ---- */
+
+/* Pick a server (or queue, or end) and connect to it. */
+static void assign(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
+	int r;
+
+	/* First come, first served: behind clients already waiting. */
+	if (lp->qhead != NONE || atomic_load_explicit(&c->gp->waiting, memory_order_relaxed)) {
+		if (q_add(sh, c) < 0)
+			conn_end(sh, c, TLP_END_QUEUE_FULL, 0);
+		else
+			dispatch_queue(sh, c->gp);
+		return;
+	}
+	r = pick(sh, c);
+	if (r == -ENOBUFS) {
+		if (q_add(sh, c) < 0)
+			conn_end(sh, c, TLP_END_QUEUE_FULL, 0);
+		return;
+	}
+	if (r < 0) {
+		conn_end(sh, c, TLP_END_NO_SERVER, 0);
+		return;
+	}
+	start_connect(sh, c);
+}
+
+static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err);
+
+static void start_connect(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_srv *srv = c->srv;
+	const struct tlp_lrt *l = c->lr;
+	uint64_t dl = tl_now(sh->loop) + l->cfg->connect_timeout_ns;
+	uint64_t t = tok(CI(sh, c), 1, OP_CONNECT, 0);
+	tl_handle h;
+	tl_op op;
+	int r;
+
+	c->state = C_CONNECT;
+	wheel_del(sh, c); /* the connect's own deadline from here */
+	if (srv->unix_path) {
+		r = tl_unix_connect(sh->loop, srv->path, dl, t, &h, &op);
+	} else if (l->nopts) {
+		tl_connect_opts o = {.sockopts = l->opts, .nsockopts = l->nopts};
+
+		r = tl_tcp_connect_opts(sh->loop, &srv->addr, &o, dl, t, &h, &op);
+	} else {
+		r = tl_tcp_connect(sh->loop, &srv->addr, dl, t, &h, &op);
+	}
+	if (r < 0) {
+		if (r == -ENOBUFS) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		connect_failed(sh, c, r);
+		return;
+	}
+	c->h[1] = h;
+}
+
+static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
+{
+	(void)err;
+	tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
+	if (c->vidx < 64)
+		c->tried |= 1ull << c->vidx;
+	srv_release(sh, c);
+	if (!tl_handle_eq(c->h[1], TL_HANDLE_NONE)) {
+		tl_close(sh->loop, c->h[1], tok(CI(sh, c), 1, OP_CLOSE_OLD, 0));
+		c->nclosing++;
+		c->h[1] = TL_HANDLE_NONE;
+	}
+	if (sh->stopping || c->tries >= c->pc->retries) {
+		conn_end(sh, c, TLP_END_CONNECT, 0);
+		return;
+	}
+	c->tries++;
+	assign(sh, c);
+}
+
+static void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, const void *p,
+		      uint32_t n, int op, uint32_t arg)
+{
+	tl_op id;
+
+	if (tl_write(sh->loop, c->h[d], p, n, tok(CI(sh, c), d, op, arg), &id) < 0) {
+		if (op == OP_WRITE)
+			tl_lease_release(sh->loop, arg);
+		else if (op == OP_WRITE_HDR) {
+			sh->hb_free[sh->nhb_free++] = (uint16_t)arg;
+			c->hdr = 0xffff;
+		} else if (op == OP_WRITE_PEEK) {
+			c->flags &= ~F_PEEKW;
+		}
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	c->wq[d]++;
+}
+
+/* The PROXY header the pool sends, into a header buffer. */
+static void send_pp(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	const struct tlp_listener_cfg *lc = c->lr->cfg;
+	const struct tlp_endpoint *ep = &lc->listen[c->laddr];
+	struct sockaddr_un su_src, su_dst;
+	const struct sockaddr *src, *dst;
+	tl_addr local;
+	uint16_t b;
+	int n;
+
+	if (!sh->nhb_free) {
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	if (c->pp_in) {
+		src = &c->peer.sa;
+		dst = &c->dst.sa;
+	} else if (ep->kind == TLP_EP_UNIX) {
+		memset(&su_src, 0, sizeof su_src);
+		su_src.sun_family = AF_UNIX;
+		su_dst = ep->addr.un;
+		src = (const struct sockaddr *)&su_src;
+		dst = (const struct sockaddr *)&su_dst;
+	} else {
+		if (tl_local_addr(sh->loop, c->h[0], &local) < 0)
+			local = (tl_addr){0};
+		src = &c->peer.sa;
+		dst = &local.sa;
+	}
+	b = sh->hb_free[--sh->nhb_free];
+	if (c->pc->proxy_protocol == TLP_PP_SEND_V1)
+		n = tlp_pp_build_v1(sh->hb[b], HB_SIZE, src, dst);
+	else
+		n = tlp_pp_build_v2(sh->hb[b], HB_SIZE, src, dst);
+	if (n <= 0) {
+		sh->hb_free[sh->nhb_free++] = b;
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	c->hdr = b;
+	write_buf(sh, c, 1, sh->hb[b], (uint32_t)n, OP_WRITE_HDR, b);
+}
+
+static void shut(struct tlp_shard *sh, struct tlp_conn *c, int d)
+{
+	tl_op op;
+
+	if (c->flags & F_SHUT(d))
+		return;
+	c->flags |= F_SHUT(d);
+	if (tl_shutdown(sh->loop, c->h[d], tok(CI(sh, c), d, OP_SHUT, 0), &op) < 0)
+		conn_end(sh, c, TLP_END_BUSY, 0);
+}
+
+static void connected(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	uint32_t ci = CI(sh, c);
+	tl_op op;
+
+	tlp_passive(c->srv, c->pc, 1, 0);
+	c->state = C_FWD;
+	if (c->pc->proxy_protocol != TLP_PP_SEND_NONE) {
+		send_pp(sh, c);
+		if (c->state != C_FWD)
+			return;
+	}
+	if (c->peek != 0xffff) {
+		struct tlp_peek *p = &sh->pk[c->peek];
+		uint32_t nhold = p->nhold;
+
+		p->nhold = 0;
+		if (p->len > p->off) {
+			c->flags |= F_PEEKW;
+			write_buf(sh, c, 1, p->buf + p->off, p->len - p->off, OP_WRITE_PEEK, 0);
+		}
+		for (uint32_t i = 0; i < nhold && c->state == C_FWD; i++)
+			write_buf(sh, c, 1, p->hold[i].data, p->hold[i].len, OP_WRITE, p->hold[i].id);
+		if (c->state != C_FWD)
+			return;
+		if (!(c->flags & F_PEEKW))
+			peek_release(sh, c);
+	}
+	if (!(c->flags & F_RD(0))) {
+		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &op) < 0) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		c->flags |= F_RD(0);
+	}
+	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &op) < 0) {
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	c->flags |= F_RD(1);
+	if (c->flags & F_EOF(0))
+		shut(sh, c, 1);
+	if (c->state == C_FWD)
+		arm_idle(sh, c);
+}
+
+/* ---- ending ---- */
+
+static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort_mask)
+{
+	uint32_t ci = CI(sh, c);
+	int was = c->state;
+
+	if (was == C_CLOSING || was == C_FREE)
+		return;
+	if (c->cause == 0xff)
+		c->cause = (uint8_t)cause;
+	c->state = C_CLOSING;
+	wheel_del(sh, c);
+	if (was == C_QUEUED)
+		q_del(sh, c);
+	else if (was == C_WAITPEEK)
+		pkw_del(sh, c);
+	if (!(c->flags & F_PEEKW))
+		peek_release(sh, c);
+	else if (c->peek != 0xffff) {
+		struct tlp_peek *p = &sh->pk[c->peek];
+
+		for (uint32_t i = 0; i < p->nhold; i++)
+			tl_lease_release(sh->loop, p->hold[i].id);
+		p->nhold = 0;
+	}
+	for (int s = 0; s < 2; s++) {
+		if (tl_handle_eq(c->h[s], TL_HANDLE_NONE) || (c->flags & F_CLOSE(s)))
+			continue;
+		c->flags |= F_CLOSE(s);
+		c->nclosing++;
+		if (abort_mask & (1 << s))
+			tl_close_abort(sh->loop, c->h[s], tok(ci, s, OP_CLOSE, 0));
+		else
+			tl_close(sh->loop, c->h[s], tok(ci, s, OP_CLOSE, 0));
+	}
+	count_err(sh, c->cause);
+	if (c->flags & F_LCOUNT)
+		atomic_fetch_sub_explicit(&c->lr->gl->conns, 1, memory_order_relaxed);
+	if (c->flags & F_WCOUNT)
+		atomic_fetch_sub_explicit(&tlp_w.conns, 1, memory_order_relaxed);
+	c->flags &= ~(F_LCOUNT | F_WCOUNT);
+	srv_release(sh, c);
+	if (!c->nclosing)
+		conn_free(sh, c);
+}
+
+/* ---- the peek: PROXY header and ClientHello ---- */
+
+/* Keep a lease until the server is connected. 0, or -1 when full. */
+static int hold(struct tlp_shard *sh, struct tlp_conn *c, uint8_t *data, uint32_t id,
+		uint32_t len)
+{
+	struct tlp_peek *p = &sh->pk[c->peek];
+
+	if (p->nhold == HOLD_MAX) {
+		tl_lease_release(sh->loop, id);
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return -1;
+	}
+	p->hold[p->nhold].data = data;
+	p->hold[p->nhold].id = id;
+	p->hold[p->nhold].len = len;
+	p->nhold++;
+	return 0;
+}
+
+static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *l, uint32_t n)
+{
+	struct tlp_peek *p = &sh->pk[c->peek];
+	const struct tlp_listener_cfg *lc = c->lr->cfg;
+	uint32_t take = n, room = PEEK_CAP - p->len;
+	int r, why;
+
+	if (take > room)
+		take = room;
+	memcpy(p->buf + p->len, l->data, take);
+	p->len += take;
+	if (take < n) {
+		if (hold(sh, c, l->data + take, l->id, n - take) < 0)
+			return;
+	} else {
+		tl_lease_release(sh->loop, l->id);
+	}
+	if (c->flags & F_NEED_PP) {
+		struct tlp_pp_header hd;
+
+		r = tlp_pp_parse(p->buf, p->len, &hd, &why);
+		if (r == -EAGAIN)
+			return;
+		if (r < 0) {
+			conn_end(sh, c, TLP_END_PROXY_BAD, 0);
+			return;
+		}
+		c->flags &= ~F_NEED_PP;
+		p->off = (uint32_t)r;
+		if (hd.command == TLP_PP_CMD_PROXY &&
+		    (hd.family == AF_INET || hd.family == AF_INET6)) {
+			memcpy(&c->peer, &hd.src, hd.family == AF_INET ? sizeof hd.src.in
+									 : sizeof hd.src.in6);
+			memcpy(&c->dst, &hd.dst, hd.family == AF_INET ? sizeof hd.dst.in
+									: sizeof hd.dst.in6);
+			c->pp_in = 1;
+		}
+	}
+	if (lc->nsni) {
+		const struct tlp_lrt *lr = c->lr;
+
+		r = tlp_sni_parse(p->buf + p->off, p->len - p->off, sh->sni_host,
+				  sizeof sh->sni_host, &why);
+		if (r == -EAGAIN) {
+			if (p->len == PEEK_CAP)
+				conn_end(sh, c, TLP_END_SNI_BAD, 0);
+			return;
+		}
+		if (r < 0) {
+			conn_end(sh, c, TLP_END_SNI_BAD, 0);
+			return;
+		}
+		int m = r > 0 ? tlp_sni_match(lc->sni, lc->nsni, sh->sni_host, (size_t)r) : -ENOENT;
+
+		c->gp = m >= 0 ? lr->sni_pool[m] : lr->sni_default ? lr->sni_default : lr->pool;
+	} else {
+		c->gp = c->lr->pool;
+	}
+	if (!c->gp) {
+		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
+		return;
+	}
+	tl_read_deadline(sh->loop, c->rop, 0); /* the rest is forwarded, however slow */
+	c->pc = c->gen->pc_by_gp[c->gp->idx];
+	if (!c->pc) {
+		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
+		return;
+	}
+	assign(sh, c);
+}
+
+/* ---- completions of connections ---- */
+
+static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_completion *e)
+{
+	if (e->result > 0 && (e->flags & TL_F_LEASE)) {
+		uint32_t n = (uint32_t)e->result;
+		const tl_lease *l = &e->u.read.lease;
+
+		if (c->state == C_FWD) {
+			c->bytes[s] += n;
+			sh->d_bytes[s] += n;
+			write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
+		} else if (c->state == C_PEEK) {
+			c->bytes[s] += n;
+			sh->d_bytes[s] += n;
+			peek_feed(sh, c, l, n);
+		} else if (c->state == C_QUEUED || c->state == C_CONNECT) {
+			c->bytes[s] += n;
+			sh->d_bytes[s] += n;
+			hold(sh, c, l->data, l->id, n);
+		} else {
+			tl_lease_release(sh->loop, l->id);
+		}
+	}
+	if (!(e->flags & TL_F_TERMINAL))
+		return;
+	if (e->result == 0 && (e->flags & TL_F_EOF)) {
+		c->flags |= F_EOF(s);
+		if (c->state == C_PEEK || c->state == C_WAITPEEK) {
+			/* It left before saying where it goes. */
+			conn_end(sh, c, s == 0 && (c->flags & F_NEED_PP) ? TLP_END_PROXY_BAD
+									: TLP_END_SNI_BAD,
+				 0);
+			return;
+		}
+		if (c->state != C_FWD)
+			return; /* passed on once connected */
+		if (c->flags & F_EOF(s ^ 1)) {
+			maybe_done(sh, c);
+			return;
+		}
+		shut(sh, c, s ^ 1);
+		if (c->state == C_FWD)
+			arm_idle(sh, c); /* a FIN timeout now */
+		return;
+	}
+	if (e->result == -ETIMEDOUT) {
+		conn_end(sh, c, c->state == C_PEEK ? TLP_END_PEEK_TIMEOUT : idle_cause(c), 0);
+		return;
+	}
+	if (e->result < 0 && e->result != -ECANCELED) {
+		/* A reset (or another error) on side s: the other side sees a
+		 * reset too. */
+		if (s == 1 && c->srv)
+			tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
+		conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
+	}
+}
+
+/*
+ * Both sides have sent their FIN: once the writes to each side are out and
+ * any shutdown issued is done, closing both ends the connection (the close
+ * is the FIN still owed to a side, so the second FIN needs no shutdown).
+ */
+static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	uint32_t f = c->flags;
+
+	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !c->wq[0] && !c->wq[1] &&
+	    (!(f & F_SHUT(0)) || (f & F_SHUTOK(0))) && (!(f & F_SHUT(1)) || (f & F_SHUTOK(1))))
+		conn_end(sh, c, TLP_END_DONE, 0);
+}
+
+void tlp_on_conn(tl_shard *s, const tl_completion *e)
+{
+	struct tlp_shard *sh = SH(s);
+	uint64_t t = tl_token_data(e->token);
+	struct tlp_conn *c = &sh->c[TOK_CI(t)];
+	int side = TOK_SIDE(t);
+
+	switch (TOK_OP(t)) {
+	case OP_READ:
+		on_read(sh, c, side, e);
+		return;
+	case OP_WRITE:
+		tl_lease_release(sh->loop, TOK_ARG(t));
+		goto written;
+	case OP_WRITE_HDR:
+		sh->hb_free[sh->nhb_free++] = (uint16_t)TOK_ARG(t);
+		c->hdr = 0xffff;
+		goto written;
+	case OP_WRITE_PEEK:
+		c->flags &= ~F_PEEKW;
+		peek_release(sh, c);
+		goto written;
+	case OP_CONNECT:
+		if (c->state != C_CONNECT)
+			return; /* ended meanwhile */
+		if (e->result < 0)
+			connect_failed(sh, c, (int)e->result);
+		else
+			connected(sh, c);
+		return;
+	case OP_SHUT:
+		if (e->result == -ETIMEDOUT)
+			conn_end(sh, c, idle_cause(c), 0);
+		else if (e->result < 0 && e->result != -ECANCELED)
+			conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
+				 1 << (side ^ 1));
+		else if (e->result == 0)
+			c->flags |= F_SHUTOK(side);
+		if (c->state == C_FWD)
+			maybe_done(sh, c);
+		return;
+	case OP_CLOSE:
+		c->h[side] = TL_HANDLE_NONE;
+		/* fall through */
+	case OP_CLOSE_OLD:
+		if (--c->nclosing == 0 && c->state == C_CLOSING)
+			conn_free(sh, c);
+		return;
+	default:
+		return;
+	}
+written:
+	c->wq[side]--;
+	if (e->result == -ETIMEDOUT) {
+		conn_end(sh, c, idle_cause(c), 0);
+		return;
+	}
+	if (e->result < 0 && e->result != -ECANCELED) {
+		/* The destination is gone: its source is reset. */
+		conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
+			 1 << (side ^ 1));
+		return;
+	}
+	if (c->state == C_FWD)
+		maybe_done(sh, c);
+}
+
+/* ---- accepting ---- */
+
+static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, const tl_addr *peer,
+		   int cause)
+{
+	tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+	count_err(sh, cause);
+	log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause);
+}
+
+void tlp_on_listen(tl_shard *s, const tl_completion *e)
+{
+	struct tlp_shard *sh = SH(s);
+	uint64_t t = tl_token_data(e->token);
+	uint32_t gli = (uint32_t)(t & 0xffff), ai = (uint32_t)((t >> 16) & 0xff);
+	struct tlp_world *w = &tlp_w;
+	const struct tlp_lrt *lr;
+	struct tlp_conn *c;
+	tl_handle h;
+
+	if (e->kind != TL_K_ACCEPT || e->result < 0)
+		return; /* accepting resumes by itself after -EMFILE and the like */
+	h = e->u.accept.conn;
+	lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
+	if (!lr || sh->stopping) {
+		refuse(sh, lr, h, &e->u.accept.peer, TLP_END_SHUTDOWN);
+		return;
+	}
+	if (tlp_acl_check(&lr->cfg->allow, &lr->cfg->deny, &e->u.accept.peer.sa) != 1) {
+		refuse(sh, lr, h, &e->u.accept.peer, TLP_END_DENIED);
+		return;
+	}
+	c = conn_new(sh);
+	if (!c) {
+		refuse(sh, lr, h, &e->u.accept.peer, TLP_END_BUSY);
+		return;
+	}
+	sh->d_conns++;
+	c->h[0] = h;
+	c->peer = e->u.accept.peer;
+	c->laddr = (uint8_t)ai;
+	c->t0 = tl_now(sh->loop);
+	c->t_state = sh->tick;
+	c->gen = sh->gen;
+	c->gen->sc[sh->id].n++;
+	c->lr = lr;
+	c->gp = lr->pool;
+	if (w->max_conns) {
+		c->flags |= F_WCOUNT;
+		if (atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed) >= w->max_conns) {
+			conn_end(sh, c, TLP_END_LIMIT, 0);
+			return;
+		}
+	}
+	if (lr->cfg->max_conns) {
+		c->flags |= F_LCOUNT;
+		if (atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed) >=
+		    lr->cfg->max_conns) {
+			conn_end(sh, c, TLP_END_LIMIT, 0);
+			return;
+		}
+	}
+	if (lr->peek) {
+		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
+			c->flags |= F_NEED_PP;
+		if (!(c->flags & F_NEED_PP) && !lr->cfg->nsni)
+			goto route;
+		if (peek_get(sh, c) < 0) {
+			uint32_t ci = CI(sh, c);
+
+			c->state = C_WAITPEEK;
+			c->qnext = NONE;
+			c->qprev = sh->pkw_tail;
+			if (sh->pkw_tail != NONE)
+				sh->c[sh->pkw_tail].qnext = ci;
+			else
+				sh->pkw_head = ci;
+			sh->pkw_tail = ci;
+			wheel_arm(sh, c);
+			return;
+		}
+		start_peek(sh, c);
+		return;
+	}
+route:
+	c->pc = lr->pool_cfg;
+	if (!c->gp || !c->pc) {
+		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
+		return;
+	}
+	assign(sh, c);
+}
+
+/* ---- timers, messages ---- */
+
+void tlp_on_ctl(tl_shard *s, const tl_completion *e)
+{
+	struct tlp_shard *sh = SH(s);
+	uint64_t t = tl_token_data(e->token);
+	uint32_t type = (uint32_t)(t & 0xff);
+
+	switch (type) {
+	case TLP_MSG_SWEEP:
+		if (e->kind == TL_K_TIMER && e->result == 0)
+			sweep(sh);
+		return;
+	case TLP_MSG_ORPHAN:
+		return;
+	case TLP_MSG_ROOM:
+		if ((t >> 8) < tlp_w.ngp)
+			dispatch_queue(sh, tlp_w.gp[t >> 8]);
+		return;
+	default:
+		if (e->kind == TL_K_MESH)
+			tlp_ctl_msg(s, t, e->u.mesh.payload);
+		else if (e->kind == TL_K_POST)
+			tlp_ctl_msg(s, t, e->u.post.payload);
+		else
+			tlp_ctl_msg(s, t, (uint64_t)e->result);
+		return;
+	}
+}
+
+void tlp_on_other(tl_shard *s, const tl_completion *e)
+{
+	(void)s;
+	(void)e; /* Closed of handles the runtime closed at the very end */
+}
+
+/* ---- generations and views on this shard ---- */
+
+void tlp_shard_use_gen(tl_shard *s, struct tlp_gen *g)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_gen *old = sh->gen;
+
+	sh->gen = g;
+	if (old) {
+		old->sc[sh->id].away = 1;
+		if (old->sc[sh->id].n == 0)
+			tlp_gen_put(old);
+	}
+}
+
+int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_lpool *lp = &sh->lp[pool];
+	struct tlp_bal_server *loc = NULL;
+
+	if (v && v->n) {
+		loc = calloc(v->n, sizeof *loc);
+		if (!loc) {
+			tlp_view_put(v);
+			return -ENOMEM;
+		}
+		for (uint32_t i = 0; i < v->n; i++) {
+			loc[i].id = v->e[i].srv->id;
+			loc[i].weight = v->e[i].weight;
+			loc[i].max_conns = v->e[i].max_conns;
+			loc[i].state = TLP_SRV_UP;
+			/* Keep the rotation where a server stays. */
+			if (lp->v)
+				for (uint32_t j = 0; j < lp->v->n; j++)
+					if (lp->v->e[j].srv == v->e[i].srv)
+						loc[i].cw = lp->loc[j].cw;
+		}
+	}
+	free(lp->loc);
+	if (lp->v)
+		tlp_view_put(lp->v);
+	lp->loc = loc;
+	lp->v = v;
+	lp->ver = atomic_load(&tlp_w.gp[pool]->state_ver) - 1;
+	lp->recheck_at = 0;
+	if (lp->qhead != NONE)
+		dispatch_queue(sh, tlp_w.gp[pool]);
+	return 0;
+}
+
+/* ---- listeners ---- */
+
+static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t ai)
+{
+	const struct tlp_listener_cfg *lc = lr->cfg;
+	const struct tlp_endpoint *ep = &lc->listen[ai];
+	const struct tlp_socket_cfg *so = &lc->socket;
+	tl_sockopt_val opts[8];
+	uint32_t n = 0;
+	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
+	tl_handle h;
+	tl_op op;
+	int r, inh;
+
+	if (ep->kind == TLP_EP_UNIX && sh->id != 0)
+		return 0; /* a path has one listener: shard 0's */
+	if (ep->kind == TLP_EP_IP) {
+		if (!so->nodelay)
+			opts[n++] = (tl_sockopt_val){TL_SO_NODELAY, 0};
+		if (so->keepalive) {
+			opts[n++] = (tl_sockopt_val){TL_SO_KEEPALIVE, 1};
+			opts[n++] = (tl_sockopt_val){TL_SO_KEEPIDLE, so->ka_idle_s};
+			opts[n++] = (tl_sockopt_val){TL_SO_KEEPINTVL, so->ka_interval_s};
+			opts[n++] = (tl_sockopt_val){TL_SO_KEEPCNT, so->ka_count};
+		}
+		if (so->rcvbuf)
+			opts[n++] = (tl_sockopt_val){TL_SO_RCVBUF, so->rcvbuf};
+		if (so->sndbuf)
+			opts[n++] = (tl_sockopt_val){TL_SO_SNDBUF, so->sndbuf};
+	}
+	inh = tlp_inherited(ep);
+	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0) {
+		/* A socket with SO_REUSEPORT (systemd's ReusePort=yes): the
+		 * other shards join its group with sockets of their own, and the
+		 * kernel spreads connections over the shards. Without it, or if
+		 * the group refuses us, they accept on the one socket too. */
+		int one = 0;
+		socklen_t len = sizeof one;
+
+		if (getsockopt(inh, SOL_SOCKET, SO_REUSEPORT, &one, &len) == 0 && one) {
+			tl_addr a;
+
+			memset(&a, 0, sizeof a);
+			memcpy(&a, &ep->addr,
+			       ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+			lo.v6only = a.sa.sa_family == AF_INET6;
+			lo.sockopts = opts;
+			lo.nsockopts = n;
+			if (tl_tcp_listen(sh->loop, &a, &lo, &h) == 0)
+				inh = -2;
+		}
+	}
+	if (inh == -2) {
+		r = 0;
+	} else if (inh >= 0) {
+		/* Handed over by systemd: adopt a descriptor of that socket. */
+		int fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
+
+		r = fd < 0 ? -errno : tl_adopt(sh->loop, fd, &h);
+		if (r < 0 && fd >= 0)
+			close(fd);
+		for (uint32_t k = 0; r == 0 && k < n; k++)
+			tl_sockopt_set(sh->loop, h, opts[k].opt, opts[k].value);
+	} else if (ep->kind == TLP_EP_UNIX) {
+		lo.reuseport = 0;
+		r = tl_unix_listen(sh->loop, ep->addr.un.sun_path, &lo, &h);
+	} else {
+		tl_addr a;
+
+		memset(&a, 0, sizeof a);
+		memcpy(&a, &ep->addr, ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+		lo.v6only = a.sa.sa_family == AF_INET6;
+		lo.sockopts = opts;
+		lo.nsockopts = n;
+		r = tl_tcp_listen(sh->loop, &a, &lo, &h);
+	}
+	if (r < 0) {
+		fprintf(stderr, "tlproxy: listener %s: cannot listen on %s: %s\n", lc->name,
+			ep->text, tl_strerror(r));
+		return r;
+	}
+	r = tl_accept_start(sh->loop, h, tl_token(TLP_H_LISTEN, lr->gl->idx | (uint64_t)ai << 16),
+			    &op);
+	if (r < 0) {
+		tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		fprintf(stderr, "tlproxy: listener %s: cannot accept on %s: %s\n", lc->name,
+			ep->text, tl_strerror(r));
+		return r;
+	}
+	sh->lh[lr->gl->idx][ai] = h;
+	return 0;
+}
+
+/* Listen on what generation g lists that this shard does not listen on
+ * yet, and stop listening on what it no longer lists. */
+int tlp_shard_listen(tl_shard *s, struct tlp_gen *g)
+{
+	struct tlp_shard *sh = SH(s);
+	static const tl_handle none = {0};
+	int rc = 0;
+
+	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++) {
+		const struct tlp_lrt *lr = g->by_gl[gi];
+
+		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++) {
+			tl_handle h = sh->lh[gi][ai];
+			int want = lr && ai < lr->cfg->nlisten;
+
+			if (!want && !tl_handle_eq(h, none)) {
+				tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+				sh->lh[gi][ai] = none;
+			} else if (want && tl_handle_eq(h, none) && !sh->draining) {
+				int r = listen_one(sh, lr, ai);
+
+				if (r < 0 && !rc)
+					rc = r;
+			}
+		}
+	}
+	return rc;
+}
+
+/* ---- start and stop ---- */
+
+int tlp_shard_start(tl_shard *s, void *arg)
+{
+	struct tlp_world *w = &tlp_w;
+	struct tlp_shard *sh;
+	tl_op op;
+	int r;
+
+	(void)arg;
+	sh = calloc(1, sizeof *sh);
+	if (!sh)
+		return -ENOMEM;
+	sh->s = s;
+	sh->loop = tl_shard_loop(s);
+	sh->id = tl_shard_id(s);
+	sh->cap = w->conn_cap;
+	sh->c = calloc(sh->cap, sizeof *sh->c);
+	sh->wheel = malloc(W_SIZE * sizeof *sh->wheel);
+	sh->lh = calloc(TLP_REG_LISTENERS, sizeof *sh->lh);
+	sh->npk = 256;
+	sh->pk = calloc(sh->npk, sizeof *sh->pk);
+	sh->nhb = 1024;
+	sh->hb = malloc((size_t)sh->nhb * HB_SIZE);
+	sh->hb_free = malloc(sh->nhb * sizeof *sh->hb_free);
+	tl_shard_set_data(s, sh);
+	w->shard[sh->id] = sh;
+	if (!sh->c || !sh->wheel || !sh->lh || !sh->pk || !sh->hb || !sh->hb_free)
+		goto nomem;
+	for (uint32_t i = 0; i < sh->npk; i++) {
+		sh->pk[i].buf = malloc(PEEK_CAP);
+		if (!sh->pk[i].buf)
+			goto nomem;
+		sh->pk[i].next = i + 1 < sh->npk ? i + 1 : NONE;
+	}
+	sh->pk_free = 0;
+	sh->pkw_head = sh->pkw_tail = NONE;
+	for (uint32_t i = 0; i < sh->nhb; i++)
+		sh->hb_free[i] = (uint16_t)i;
+	sh->nhb_free = sh->nhb;
+	for (uint32_t i = 0; i < sh->cap; i++) {
+		sh->c[i].wnext = i + 1 < sh->cap ? i + 1 : NONE;
+		sh->c[i].wslot = NONE;
+	}
+	sh->free_head = 0;
+	for (uint32_t i = 0; i < W_SIZE; i++)
+		sh->wheel[i] = NONE;
+	for (uint32_t i = 0; i < TLP_REG_POOLS; i++)
+		sh->lp[i].qhead = sh->lp[i].qtail = NONE;
+	if (w->alog)
+		sh->log = tlp_alog_ring(w->alog, sh->id);
+	/* The references main took for every shard. */
+	sh->gen = atomic_load(&w->gen);
+	for (uint32_t i = 0; i < w->ngp; i++)
+		if (w->gp[i]->view && (r = tlp_shard_use_view(s, i, w->gp[i]->view)) < 0)
+			return r;
+	sh->tick_ns = w->tick_ns;
+	sh->t_base = tl_now(sh->loop);
+	r = tl_timer_start(sh->loop, sh->t_base + sh->tick_ns, sh->tick_ns,
+			   tlp_ctl_token(TLP_MSG_SWEEP, 0), &sh->sweep_h, &op);
+	if (r < 0)
+		return r;
+	tl_set_ref(sh->loop, sh->sweep_h, 0);
+	r = tlp_shard_listen(s, sh->gen);
+	if (r < 0) {
+		atomic_store(&w->start_failed, 1);
+		return r;
+	}
+	if (sh->id == 0 && (r = tlp_ctl_start(s)) < 0) {
+		atomic_store(&w->start_failed, 1);
+		return r;
+	}
+	atomic_fetch_add(&w->started, 1);
+	return 0;
+nomem:
+	fprintf(stderr, "tlproxy: shard %u: out of memory for %u connections\n", sh->id, sh->cap);
+	atomic_store(&w->start_failed, 1);
+	return -ENOMEM;
+}
+
+void tlp_shard_drain(tl_shard *s, void *arg)
+{
+	struct tlp_shard *sh = SH(s);
+
+	(void)arg;
+	if (!sh)
+		return;
+	sh->draining = 1;
+	/* The runtime closed the listeners. */
+	memset(sh->lh, 0, TLP_REG_LISTENERS * sizeof *sh->lh);
+	if (sh->id == 0)
+		tlp_ctl_stop(s);
+}
+
+void tlp_shard_stop(tl_shard *s, void *arg)
+{
+	struct tlp_shard *sh = SH(s);
+
+	(void)arg;
+	if (!sh)
+		return;
+	sh->stopping = 1;
+	if (sh->id == 0)
+		tlp_ctl_stop(s);
+	for (uint32_t i = 0; i < sh->cap; i++)
+		if (sh->c[i].state != C_FREE && sh->c[i].state != C_CLOSING)
+			conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 0);
+}
+
+
+void tlp_shard_free(struct tlp_shard *sh)
+{
+	if (!sh)
+		return;
+	for (uint32_t i = 0; i < TLP_REG_POOLS; i++) {
+		free(sh->lp[i].loc);
+		tlp_view_put(sh->lp[i].v);
+	}
+	if (sh->gen && !sh->gen->sc[sh->id].away)
+		tlp_gen_put(sh->gen);
+	for (uint32_t i = 0; sh->pk && i < sh->npk; i++)
+		free(sh->pk[i].buf);
+	free(sh->pk);
+	free(sh->c);
+	free(sh->wheel);
+	free(sh->lh);
+	free(sh->hb);
+	free(sh->hb_free);
+	free(sh);
+}
