@@ -1,0 +1,1090 @@
+/* tools/tlhttp/server.c: tlhttp's shards: connection slots, request pipelines, responses, file bodies and the timeout sweep. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "tlhttp/date.h"
+#include "tlhttp/mime.h"
+#include "tlhttp/path.h"
+#include "tlhttp/range.h"
+#include "tlhttp/resp.h"
+#include "tlhttp/server.h"
+
+/*
+ * One shard serves its own connections from slots allocated at start: the
+ * steady state (accept, read, parse, answer, close) allocates nothing.
+ *
+ * Input. The stream is read with tl_read_start into pooled leases, and a
+ * request is parsed where it lies, in the lease. Only a head that a read
+ * cut in two is copied, into the connection's head buffer (sized to the
+ * parser's limits, so a head that does not fit has already been refused),
+ * and the next lease's bytes are appended to it until the head is whole.
+ * Bytes of later requests read along with a head stay in their lease.
+ *
+ * Output. Answers are copied into the connection's out buffer one after the
+ * other and leave in one write at the end of the read that asked for them,
+ * however many pipelined requests it held. A write covers out[a..b) and the
+ * buffer is only appended to while writes are in flight; it starts again at
+ * 0 once none is. With too little room left, the requests still unread wait
+ * (their leases held; the stream's lease cap then pauses its reads) until
+ * the writes drain. Bodies that are not copied (a --body over
+ * BODY_COPY_MAX, file chunks) are iovec entries beside the copied bytes.
+ *
+ * Files. The head waits in the out buffer for the first chunk of the body,
+ * and both leave in one writev. The body is read in CHUNK pieces with
+ * tl_fs_pread into a buffer of the shard's chunk pool and written from it
+ * (body_start and body_step); when the runtime has a file-to-stream
+ * transfer, those two are what changes. Opening is openat2 and fstat on
+ * the shard's thread (tlhttp_path_open): see docs/TLHTTP.md for why.
+ *
+ * Timeouts. No timer per connection: each open connection is on one of
+ * three lists, each kept in the order its members were (re)armed, since
+ * every member of a list has the same timeout. One repeating timer per
+ * shard sweeps the lists from their heads and stops at the first member
+ * not yet due. The lists are
+ *   HEADER  waiting for a request head (the first, or one that began):
+ *           armed when the wait began and not rearmed by bytes that
+ *           trickle in, so a slow client cannot stretch it;
+ *   IDLE    between requests, or waiting for the client to take a
+ *           response: rearmed by every read and write completion;
+ *   LINGER  the final answer sent and the write side shut: waiting for the
+ *           client to close, so that unread request bytes do not turn the
+ *           close into a reset that could destroy the answer in flight.
+ * When the runtime has per-handle idle and read deadlines, conn_park() is
+ * the one place that chooses them.
+ */
+
+#define OUT_CAP 4096
+/* Room an answer may need in the out buffer (a head and a copied body). */
+#define RESP_ROOM 1024
+#define BODY_COPY_MAX 512
+#define LQ 8          /* leases a connection can hold while it waits */
+#define LEASE_CAP 2   /* the stream's lease cap: reads pause past it */
+#define CHUNK (64u * 1024)
+#define NCHUNK 64
+#define LINGER_NS (5 * 1000000000ull)
+#define NONE UINT32_MAX
+
+enum { TK_ACCEPT = 1, TK_READ, TK_WRITE, TK_SHUT, TK_CLOSE, TK_FS, TK_SWEEP, TK_OTHER };
+enum { C_FREE = 0, C_OPEN, C_LINGER, C_CLOSING };
+enum { B_NONE = 0, B_OUT, B_BODY };
+enum { L_NONE = 0, L_HEADER, L_IDLE, L_LINGER, L_COUNT };
+/* Fixed-body answers by their Connection line (enum tlhttp_conn). */
+enum { V_COUNT = 3 };
+
+struct lent {
+	const uint8_t *data;
+	uint32_t id, len, off;
+};
+
+struct conn {
+	tl_handle h;
+	uint32_t idx;
+	uint8_t state, list, blocked;
+	uint8_t fresh;      /* no request answered yet: the header timeout applies */
+	uint8_t parsing;    /* req holds a head begun in the head buffer */
+	uint8_t eof;        /* the peer's EOF arrived */
+	uint8_t after_close;/* linger once the body in progress is sent */
+	uint8_t shut_done;  /* the shutdown completed (linger) */
+	uint8_t fs_pending; /* a pread is in flight (it outlives a close) */
+	uint8_t closed;     /* Closed was delivered */
+	uint8_t lq_first, lq_n;
+	uint32_t prev, next;   /* timeout list */
+	uint32_t wprev, wnext; /* chunk wait list */
+	uint64_t since;
+	uint32_t writes;       /* writes in flight */
+	uint32_t olen, ostart; /* out[ostart..olen) not yet handed to a write */
+	int niov;
+	uint32_t hlen;         /* bytes in the head buffer */
+	uint32_t borrowed;     /* of which copied from the front lease, still in it */
+	char *head;            /* the head buffer */
+	int fd;                /* the file being sent, or -1 */
+	char *chunk;
+	uint64_t boff, bleft;
+	tl_op fs_op;
+	struct lent lq[LQ];
+	struct iovec iov[TL_IOV_MAX];
+	struct tlhttp_req req;
+	char peer[48];         /* for the access log */
+	char out[OUT_CAP];
+};
+
+struct list {
+	uint32_t first, last;
+	uint64_t timeout;
+};
+
+struct tmpl {
+	uint32_t head_len, len; /* head, and head with the body when copied */
+	char buf[RESP_ROOM];
+};
+
+struct tlhttp_shard {
+	tl_shard *s;
+	tl_loop *loop;
+	struct tlhttp_server *srv;
+	struct tlhttp_totals *tot;
+	uint32_t id, nconns, free_first, head_cap;
+	struct conn *conns;
+	char *heads;
+	struct list lists[L_COUNT];
+	char *chunks;
+	uint32_t chunk_free[NCHUNK], nchunk_free;
+	uint32_t wait_first, wait_last;
+	tl_handle listener, sweep;
+	int stopping, stale;
+	uint64_t now;                 /* tl_now, read once per pass */
+	int64_t sec;                  /* wall-clock second of date */
+	struct tlhttp_date_cache date;
+	char clf[32];                 /* the access log's time, "[06/Nov/1994:08:49:37 +0000]" */
+	struct tmpl tmpl[V_COUNT];
+};
+
+static const char server_name[] = "tlhttp";
+
+static inline uint64_t tok(unsigned kind, uint32_t idx)
+{
+	return tl_token(0, ((uint64_t)kind << 32) | idx);
+}
+
+/* ---- time, Date and the fixed answers ---- */
+
+static int build_templates(struct tlhttp_shard *sh)
+{
+	const struct tlhttp_opts *o = sh->srv->o;
+
+	if (!o->body)
+		return 0;
+	for (int v = 0; v < V_COUNT; v++) {
+		struct tmpl *t = &sh->tmpl[v];
+		struct tlhttp_resp r = {
+			.status = 200, .date = &sh->date, .server = server_name,
+			.content_type = "text/plain; charset=utf-8",
+			.content_length = o->body_len, .connection = (uint8_t)v,
+		};
+		int n = tlhttp_head_format(t->buf, sizeof t->buf - BODY_COPY_MAX, &r);
+		if (n < 0)
+			return n;
+		t->head_len = t->len = (uint32_t)n;
+		if (o->body_len <= BODY_COPY_MAX) {
+			memcpy(t->buf + n, o->body, o->body_len);
+			t->len += o->body_len;
+		}
+	}
+	return 0;
+}
+
+/* The clocks, once per pass: the loop's for the timeouts, the wall clock's
+ * second for Date (its coarse reading costs no system call). */
+static void refresh(struct tlhttp_shard *sh)
+{
+	struct timespec ts;
+
+	sh->stale = 0;
+	sh->now = tl_now(sh->loop);
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	if (ts.tv_sec == sh->sec || tlhttp_date_cache_update(&sh->date, ts.tv_sec) < 0)
+		return;
+	sh->sec = ts.tv_sec;
+	build_templates(sh);
+	if (sh->srv->alog) {
+		/* "Sun, 06 Nov 1994 08:49:37 GMT" -> "[06/Nov/1994:08:49:37 +0000]" */
+		const char *d = sh->date.line + 6;
+		snprintf(sh->clf, sizeof sh->clf, "[%.2s/%.3s/%.4s:%.8s +0000]", d + 5, d + 8,
+			 d + 12, d + 17);
+	}
+}
+
+/* ---- stats and the access log ---- */
+
+static void count(struct tlhttp_shard *sh, int status)
+{
+	int k = status / 100;
+
+	sh->tot->requests++;
+	if (k >= 1 && k <= 5)
+		sh->tot->status[k]++;
+	if (k >= 2 && k <= 5)
+		tl_shard_counter_add(sh->s, sh->srv->st_resp + k - 2, 1);
+}
+
+static void log_line(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
+		     int status, uint64_t bytes)
+{
+	char line[1200];
+	const char *m = req->method == TLHTTP_GET ? "GET" : req->method == TLHTTP_HEAD ? "HEAD" : NULL;
+	uint32_t tl = req->target.len > 1000 ? 1000 : req->target.len;
+	int n;
+
+	if (m && req->target.p && req->status == 0)
+		n = snprintf(line, sizeof line, "%s - - %s \"%s %.*s HTTP/1.%u\" %d %llu\n", c->peer,
+			     sh->clf, m, (int)tl, req->target.p, req->minor, status,
+			     (unsigned long long)bytes);
+	else
+		n = snprintf(line, sizeof line, "%s - - %s \"-\" %d %llu\n", c->peer, sh->clf, status,
+			     (unsigned long long)bytes);
+	if (n > 0 && tlhttp_alog_put(sh->srv->alog, sh->id, line, (uint32_t)n) == -ENOBUFS) {
+		sh->tot->log_dropped++;
+		tl_shard_counter_add(sh->s, sh->srv->st_dropped, 1);
+	}
+}
+
+static void answered(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
+		     int status, uint64_t bytes)
+{
+	count(sh, status);
+	if (sh->srv->alog)
+		log_line(sh, c, req, status, bytes);
+}
+
+/* ---- timeout lists ---- */
+
+static void list_unlink(struct tlhttp_shard *sh, struct conn *c)
+{
+	struct list *l;
+
+	if (c->list == L_NONE)
+		return;
+	l = &sh->lists[c->list];
+	if (c->prev != NONE)
+		sh->conns[c->prev].next = c->next;
+	else
+		l->first = c->next;
+	if (c->next != NONE)
+		sh->conns[c->next].prev = c->prev;
+	else
+		l->last = c->prev;
+	c->list = L_NONE;
+}
+
+static void list_append(struct tlhttp_shard *sh, struct conn *c, int which)
+{
+	struct list *l = &sh->lists[which];
+
+	c->list = (uint8_t)which;
+	c->next = NONE;
+	c->prev = l->last;
+	if (l->last != NONE)
+		sh->conns[l->last].next = c->idx;
+	else
+		l->first = c->idx;
+	l->last = c->idx;
+}
+
+/* Put c on the list its state calls for (see the top of the file). */
+static void conn_park(struct tlhttp_shard *sh, struct conn *c)
+{
+	int want;
+
+	if (c->state == C_LINGER)
+		want = c->shut_done ? L_LINGER : L_IDLE;
+	else if (c->state != C_OPEN)
+		return;
+	else if (c->writes || c->blocked)
+		want = L_IDLE;
+	else if (c->hlen || c->fresh)
+		want = L_HEADER;
+	else
+		want = L_IDLE;
+	if (want == c->list && (want != L_IDLE || c->since == sh->now))
+		return;
+	list_unlink(sh, c);
+	c->since = sh->now;
+	list_append(sh, c, want);
+}
+
+/* ---- leases ---- */
+
+static void lq_pop(struct tlhttp_shard *sh, struct conn *c)
+{
+	tl_lease_release(sh->loop, c->lq[c->lq_first].id);
+	c->lq_first = (uint8_t)((c->lq_first + 1) % LQ);
+	c->lq_n--;
+}
+
+static void lq_drop(struct tlhttp_shard *sh, struct conn *c)
+{
+	while (c->lq_n)
+		lq_pop(sh, c);
+	c->hlen = c->borrowed = 0;
+	c->parsing = 0;
+}
+
+/* ---- chunk pool ---- */
+
+static void wait_unlink(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->wprev == NONE && sh->wait_first != c->idx)
+		return;
+	if (c->wprev != NONE)
+		sh->conns[c->wprev].wnext = c->wnext;
+	else
+		sh->wait_first = c->wnext;
+	if (c->wnext != NONE)
+		sh->conns[c->wnext].wprev = c->wprev;
+	else
+		sh->wait_last = c->wprev;
+	c->wprev = c->wnext = NONE;
+}
+
+static void body_read(struct tlhttp_shard *sh, struct conn *c);
+
+static void chunk_put(struct tlhttp_shard *sh, char *chunk)
+{
+	if (sh->wait_first != NONE) {
+		struct conn *w = &sh->conns[sh->wait_first];
+		wait_unlink(sh, w);
+		w->chunk = chunk;
+		body_read(sh, w);
+		return;
+	}
+	sh->chunk_free[sh->nchunk_free++] = (uint32_t)((chunk - sh->chunks) / CHUNK);
+}
+
+/* ---- closing ---- */
+
+static void conn_free(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->chunk) {
+		char *ch = c->chunk;
+		c->chunk = NULL;
+		chunk_put(sh, ch);
+	}
+	c->state = C_FREE;
+	c->next = sh->free_first;
+	sh->free_first = c->idx;
+	tl_shard_gauge_add(sh->s, sh->srv->st_conns, -1);
+}
+
+static void conn_close(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->state == C_CLOSING || c->state == C_FREE)
+		return;
+	list_unlink(sh, c);
+	wait_unlink(sh, c);
+	lq_drop(sh, c);
+	c->state = C_CLOSING;
+	if (c->fs_pending)
+		tl_cancel(sh->loop, c->fs_op);
+	if (tl_close(sh->loop, c->h, tok(TK_CLOSE, c->idx)) < 0) {
+		c->closed = 1; /* not ours to close any more: nothing will come */
+		if (!c->fs_pending)
+			conn_free(sh, c);
+	}
+}
+
+/* ---- output ---- */
+
+static void submit(struct tlhttp_shard *sh, struct conn *c)
+{
+	tl_op op;
+	int r = c->niov == 1 ? tl_write(sh->loop, c->h, c->iov[0].iov_base,
+					(uint32_t)c->iov[0].iov_len, tok(TK_WRITE, c->idx), &op)
+			     : tl_writev(sh->loop, c->h, c->iov, c->niov, tok(TK_WRITE, c->idx), &op);
+	c->niov = 0;
+	if (r < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	c->writes++;
+}
+
+static void flush(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->olen > c->ostart) {
+		if (c->niov == TL_IOV_MAX)
+			submit(sh, c);
+		c->iov[c->niov].iov_base = c->out + c->ostart;
+		c->iov[c->niov++].iov_len = c->olen - c->ostart;
+		c->ostart = c->olen;
+	}
+	if (c->niov && c->state != C_CLOSING)
+		submit(sh, c);
+	c->niov = 0;
+}
+
+/* n bytes the caller made room for (RESP_ROOM). */
+static inline void emit(struct conn *c, const void *p, uint32_t n)
+{
+	memcpy(c->out + c->olen, p, n);
+	c->olen += n;
+}
+
+/* Bytes that stay where they are until the write is done. */
+static void emit_ref(struct tlhttp_shard *sh, struct conn *c, const void *p, uint32_t n)
+{
+	if (c->niov + 2 > TL_IOV_MAX)
+		flush(sh, c);
+	if (c->olen > c->ostart) {
+		c->iov[c->niov].iov_base = c->out + c->ostart;
+		c->iov[c->niov++].iov_len = c->olen - c->ostart;
+		c->ostart = c->olen;
+	}
+	c->iov[c->niov].iov_base = (void *)p;
+	c->iov[c->niov++].iov_len = n;
+}
+
+/* The last answer is queued: shut the write side after it and wait for the
+ * client to close (LINGER). */
+static void linger(struct tlhttp_shard *sh, struct conn *c)
+{
+	tl_op op;
+
+	lq_drop(sh, c);
+	flush(sh, c);
+	if (c->state != C_OPEN)
+		return;
+	c->state = C_LINGER;
+	if (tl_shutdown(sh->loop, c->h, tok(TK_SHUT, c->idx), &op) < 0)
+		conn_close(sh, c);
+}
+
+/* ---- answers ---- */
+
+/* enum tlhttp_conn for an answer to req: keep-alive is HTTP/1.1's default. */
+static int conn_line(const struct tlhttp_req *req, int close)
+{
+	if (close)
+		return TLHTTP_CONN_CLOSE;
+	return req->minor == 0 ? TLHTTP_CONN_KEEP_ALIVE : TLHTTP_CONN_NONE;
+}
+
+/* An answer with a short text body naming the status (or none for HEAD). */
+static void answer_status(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
+			  int status, int connection, uint64_t range_size, int crange)
+{
+	char body[80];
+	int bl = snprintf(body, sizeof body, "%d %s\n", status, tlhttp_status_text(status));
+	int head_only = req->method == TLHTTP_HEAD;
+	struct tlhttp_resp r = {
+		.status = status, .date = &sh->date, .server = server_name,
+		.content_type = "text/plain; charset=utf-8", .content_length = bl,
+		.connection = (uint8_t)connection, .allow = status == 405,
+		.content_range = (uint8_t)crange, .range_size = range_size,
+	};
+	int n = tlhttp_head_format(c->out + c->olen, OUT_CAP - c->olen, &r);
+
+	if (n < 0) { /* cannot happen: room was made and every field is known */
+		conn_close(sh, c);
+		return;
+	}
+	c->olen += (uint32_t)n;
+	if (!head_only)
+		emit(c, body, (uint32_t)bl);
+	answered(sh, c, req, status, head_only ? 0 : (uint64_t)bl);
+}
+
+static void body_start(struct tlhttp_shard *sh, struct conn *c, int fd, uint64_t off,
+		       uint64_t len)
+{
+	c->fd = fd;
+	c->boff = off;
+	c->bleft = len;
+	c->blocked = B_BODY;
+	if (sh->nchunk_free) {
+		c->chunk = sh->chunks + (size_t)sh->chunk_free[--sh->nchunk_free] * CHUNK;
+		body_read(sh, c);
+		return;
+	}
+	/* Every chunk is busy: wait in line; the head waits in out. */
+	c->wnext = NONE;
+	c->wprev = sh->wait_last;
+	if (sh->wait_last != NONE)
+		sh->conns[sh->wait_last].wnext = c->idx;
+	else
+		sh->wait_first = c->idx;
+	sh->wait_last = c->idx;
+}
+
+static void body_read(struct tlhttp_shard *sh, struct conn *c)
+{
+	uint32_t n = c->bleft < CHUNK ? (uint32_t)c->bleft : CHUNK;
+
+	if (tl_fs_pread(sh->loop, c->fd, c->chunk, n, c->boff, tok(TK_FS, c->idx), &c->fs_op) < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	c->fs_pending = 1;
+}
+
+/* The chunk was read (result bytes): it leaves with whatever waits in out. */
+static void body_step(struct tlhttp_shard *sh, struct conn *c, int64_t result)
+{
+	if (result <= 0) {
+		/* The file shrank or failed under us: the promised length
+		 * cannot be kept, so the connection cannot go on. */
+		conn_close(sh, c);
+		return;
+	}
+	emit_ref(sh, c, c->chunk, (uint32_t)result);
+	flush(sh, c);
+	c->boff += (uint64_t)result;
+	c->bleft -= (uint64_t)result;
+}
+
+static void conn_run(struct tlhttp_shard *sh, struct conn *c);
+
+/* Every write of the body is done: the next chunk, or the next request. */
+static void body_next(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->bleft) {
+		body_read(sh, c);
+		return;
+	}
+	close(c->fd);
+	c->fd = -1;
+	char *ch = c->chunk;
+	c->chunk = NULL;
+	chunk_put(sh, ch);
+	c->blocked = B_NONE;
+	if (c->after_close)
+		linger(sh, c);
+	else
+		conn_run(sh, c);
+}
+
+static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
+			int connection)
+{
+	char name[PATH_MAX];
+	struct tlhttp_file f;
+	int n = tlhttp_path_normalize(req->path.p, req->path.len, name, sizeof name), rc;
+	int head_only = req->method == TLHTTP_HEAD;
+
+	if (n < 0) {
+		answer_status(sh, c, req, tlhttp_path_status(n), connection, 0, 0);
+		return;
+	}
+	rc = tlhttp_path_open(sh->srv->root, name, &f);
+	if (rc < 0) {
+		answer_status(sh, c, req, tlhttp_path_status(rc), connection, 0, 0);
+		return;
+	}
+	struct tlhttp_resp r = {
+		.status = 200, .date = &sh->date, .server = server_name,
+		.content_type = f.index ? tlhttp_mime_type("index.html", 10)
+					: tlhttp_mime_type(name, (size_t)n),
+		.content_length = (int64_t)f.size, .connection = (uint8_t)connection,
+		.last_modified = f.mtime,
+		.has_last_modified = f.mtime >= TLHTTP_TIME_MIN && f.mtime <= TLHTTP_TIME_MAX,
+	};
+	uint64_t first = 0, len = f.size;
+	int64_t t;
+
+	/* RFC 9110 13.1.3: a date that is not an HTTP-date, or one later than
+	 * now, is ignored; 13.2.2: If-Modified-Since comes before Range. */
+	if (req->if_modified_since.p && r.has_last_modified &&
+	    tlhttp_date_parse(req->if_modified_since.p, req->if_modified_since.len, sh->sec, &t) == 0 &&
+	    t <= sh->sec && f.mtime <= t) {
+		r.status = 304;
+		r.content_type = NULL;
+		r.content_length = -1;
+		len = 0;
+	} else if (req->range.p &&
+		   tlhttp_if_range_ok(req->if_range.p, req->if_range.len, f.mtime, sh->sec)) {
+		uint64_t a, b;
+		int rr = tlhttp_range_parse(req->range.p, req->range.len, f.size, &a, &b);
+		if (rr == 416) {
+			close(f.fd);
+			answer_status(sh, c, req, 416, connection, f.size, TLHTTP_CRANGE_UNSATISFIED);
+			return;
+		}
+		if (rr == 206) {
+			r.status = 206;
+			r.content_range = TLHTTP_CRANGE_BYTES;
+			r.range_first = a;
+			r.range_last = b;
+			r.range_size = f.size;
+			first = a;
+			len = b - a + 1;
+			r.content_length = (int64_t)len;
+		}
+	}
+	n = tlhttp_head_format(c->out + c->olen, OUT_CAP - c->olen, &r);
+	if (n < 0) {
+		close(f.fd);
+		answer_status(sh, c, req, 500, TLHTTP_CONN_CLOSE, 0, 0);
+		c->after_close = 1;
+		return;
+	}
+	c->olen += (uint32_t)n;
+	answered(sh, c, req, r.status, head_only ? 0 : len);
+	if (head_only || !len) {
+		close(f.fd);
+		return;
+	}
+	body_start(sh, c, f.fd, first, len);
+}
+
+/* The answer to a whole, accepted head. */
+static void answer(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req)
+{
+	int close = !req->keep_alive || sh->stopping;
+	int connection = conn_line(req, close);
+
+	if (sh->srv->root >= 0) {
+		answer_file(sh, c, req, connection);
+	} else {
+		const struct tmpl *t = &sh->tmpl[connection];
+		uint32_t bl = sh->srv->o->body_len;
+		if (req->method == TLHTTP_HEAD) {
+			emit(c, t->buf, t->head_len);
+		} else if (t->len > t->head_len || !bl) {
+			emit(c, t->buf, t->len);
+		} else {
+			emit(c, t->buf, t->head_len);
+			emit_ref(sh, c, sh->srv->o->body, bl);
+		}
+		answered(sh, c, req, 200, req->method == TLHTTP_HEAD ? 0 : bl);
+	}
+	if (close || c->after_close) {
+		if (c->blocked == B_BODY)
+			c->after_close = 1;
+		else
+			linger(sh, c);
+	}
+}
+
+/* ---- input ---- */
+
+/*
+ * Parse and answer every whole request that has arrived, in order, until
+ * the input runs out, the connection ends, or it must wait (a body being
+ * sent, or no room left for answers).
+ */
+static void conn_run(struct tlhttp_shard *sh, struct conn *c)
+{
+	while (c->state == C_OPEN && !c->blocked) {
+		const char *buf;
+		uint32_t len;
+		struct lent *e = c->lq_n ? &c->lq[c->lq_first] : NULL;
+		int r;
+
+		if (OUT_CAP - c->olen < RESP_ROOM) {
+			flush(sh, c);
+			if (c->state != C_OPEN)
+				return;
+			if (c->writes) {
+				c->blocked = B_OUT;
+				break;
+			}
+		}
+		if (c->hlen) {
+			/* A head begun in an earlier read: lend it the front
+			 * lease's bytes, up to the buffer's end. */
+			uint32_t room, n;
+			if (!e)
+				break;
+			room = sh->head_cap - (c->hlen - c->borrowed);
+			n = e->len - e->off < room ? e->len - e->off : room;
+			memcpy(c->head + c->hlen - c->borrowed, e->data + e->off, n);
+			c->hlen = c->hlen - c->borrowed + n;
+			c->borrowed = n;
+			buf = c->head;
+			len = c->hlen;
+		} else if (e) {
+			buf = (const char *)e->data + e->off;
+			len = e->len - e->off;
+		} else {
+			break;
+		}
+		if (!c->parsing) {
+			tlhttp_req_init(&c->req, &sh->srv->lim);
+			c->parsing = 1;
+		}
+		r = tlhttp_parse(&c->req, buf, len);
+		if (r == 0) {
+			if (c->hlen) {
+				if (c->borrowed < e->len - e->off) {
+					/* Cannot happen: a head as long as the
+					 * buffer is over the parser's limits. */
+					conn_close(sh, c);
+					return;
+				}
+				c->borrowed = 0; /* the whole lease is the head's now */
+			} else {
+				if (len > sh->head_cap) { /* as above */
+					conn_close(sh, c);
+					return;
+				}
+				memcpy(c->head, buf, len);
+				c->hlen = len;
+			}
+			lq_pop(sh, c);
+			continue;
+		}
+		c->parsing = 0;
+		c->fresh = 0;
+		if (r < 0) {
+			answer_status(sh, c, &c->req, c->req.status, TLHTTP_CONN_CLOSE, 0, 0);
+			linger(sh, c);
+			return;
+		}
+		answer(sh, c, &c->req);
+		if (c->state != C_OPEN)
+			return;
+		/* The head is answered: take it off its lease. */
+		if (c->hlen) {
+			e->off += (uint32_t)r - (c->hlen - c->borrowed);
+			c->hlen = c->borrowed = 0;
+		} else {
+			e->off += (uint32_t)r;
+		}
+		if (e->off == e->len)
+			lq_pop(sh, c);
+	}
+	if (c->state == C_OPEN && c->blocked != B_BODY)
+		flush(sh, c);
+}
+
+/* After the peer's EOF: close once nothing is left to answer or send. */
+static void eof_check(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (c->eof && c->state == C_OPEN && !c->blocked && !c->writes &&
+	    (!c->lq_n || c->hlen))
+		conn_close(sh, c);
+}
+
+static void on_read(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
+{
+	if (cp->result > 0 && (cp->flags & TL_F_LEASE)) {
+		if (c->state != C_OPEN || c->lq_n == LQ) {
+			tl_lease_release(sh->loop, cp->u.read.lease.id);
+			/* More than LQ while waiting: past the lease cap by
+			 * more than a read in flight can be; not a client to
+			 * keep. */
+			if (c->state == C_OPEN)
+				conn_close(sh, c);
+		} else {
+			struct lent *e = &c->lq[(c->lq_first + c->lq_n) % LQ];
+			e->data = cp->u.read.lease.data;
+			e->id = cp->u.read.lease.id;
+			e->len = (uint32_t)cp->result;
+			e->off = 0;
+			c->lq_n++;
+			conn_run(sh, c);
+		}
+	}
+	if (cp->flags & TL_F_TERMINAL) {
+		if (cp->result == 0 && !(cp->flags & TL_F_STOPPED)) {
+			c->eof = 1;
+			if (c->state == C_LINGER && c->shut_done)
+				conn_close(sh, c);
+			eof_check(sh, c);
+		} else if (c->state == C_OPEN || c->state == C_LINGER) {
+			conn_close(sh, c);
+		}
+	}
+	conn_park(sh, c);
+}
+
+static void on_write(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
+{
+	c->writes--;
+	/* Nothing reads the out buffer any more: start it again, unless a
+	 * head waits in it for its body's first chunk. */
+	if (!c->writes && c->ostart == c->olen && !c->niov)
+		c->olen = c->ostart = 0;
+	if (c->state != C_OPEN && c->state != C_LINGER)
+		return;
+	if (cp->result < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	if (c->state == C_OPEN && !c->writes) {
+		if (c->blocked == B_OUT) {
+			c->blocked = B_NONE;
+			conn_run(sh, c);
+		} else if (c->blocked == B_BODY && !c->fs_pending && c->chunk) {
+			body_next(sh, c);
+		}
+		eof_check(sh, c);
+	}
+	conn_park(sh, c);
+}
+
+static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
+{
+	tl_handle h = cp->u.accept.conn;
+	struct conn *c;
+	tl_op op;
+
+	if (cp->result < 0)
+		return; /* accepting resumes by itself (EMFILE...) */
+	if (sh->stopping || sh->free_first == NONE) {
+		tl_close(sh->loop, h, tok(TK_OTHER, 0));
+		sh->tot->refused++;
+		tl_shard_counter_add(sh->s, sh->srv->st_refused, 1);
+		return;
+	}
+	c = &sh->conns[sh->free_first];
+	sh->free_first = c->next;
+	c->h = h;
+	c->state = C_OPEN;
+	c->list = L_NONE;
+	c->blocked = B_NONE;
+	c->fresh = 1;
+	c->parsing = c->eof = c->after_close = c->shut_done = c->fs_pending = c->closed = 0;
+	c->lq_first = c->lq_n = 0;
+	c->prev = c->next = c->wprev = c->wnext = NONE;
+	c->writes = c->olen = c->ostart = c->hlen = c->borrowed = 0;
+	c->niov = 0;
+	c->fd = -1;
+	c->chunk = NULL;
+	c->peer[0] = '-';
+	c->peer[1] = '\0';
+	if (sh->srv->alog) {
+		const tl_addr *a = &cp->u.accept.peer;
+		if (a->sa.sa_family == AF_INET)
+			inet_ntop(AF_INET, &a->in.sin_addr, c->peer, sizeof c->peer);
+		else if (a->sa.sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &a->in6.sin6_addr, c->peer, sizeof c->peer);
+	}
+	sh->tot->conns++;
+	tl_shard_gauge_add(sh->s, sh->srv->st_conns, 1);
+	if (tl_read_start(sh->loop, h, tok(TK_READ, c->idx), &op) < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	conn_park(sh, c);
+}
+
+static void on_fs(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
+{
+	c->fs_pending = 0;
+	if (c->state != C_OPEN) {
+		if (c->closed)
+			conn_free(sh, c);
+		return;
+	}
+	body_step(sh, c, cp->result);
+	conn_park(sh, c);
+}
+
+/* Close what is due on each list; members are in arming order. */
+static void sweep(struct tlhttp_shard *sh)
+{
+	for (int l = L_HEADER; l < L_COUNT; l++) {
+		struct list *li = &sh->lists[l];
+		while (li->first != NONE) {
+			struct conn *c = &sh->conns[li->first];
+			if (c->since + li->timeout > sh->now)
+				break;
+			list_unlink(sh, c);
+			if (l == L_HEADER && c->hlen) {
+				/* Part of a head came and the rest did not. */
+				struct tlhttp_req none;
+				tlhttp_req_init(&none, NULL);
+				answer_status(sh, c, &none, 408, TLHTTP_CONN_CLOSE, 0, 0);
+				linger(sh, c);
+				conn_park(sh, c);
+			} else {
+				conn_close(sh, c);
+			}
+		}
+	}
+}
+
+void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
+{
+	struct tlhttp_shard *sh = tl_shard_data(s);
+	uint64_t d = tl_token_data(cp->token);
+	unsigned kind = (unsigned)(d >> 32);
+	uint32_t idx = (uint32_t)d;
+	struct conn *c = idx < sh->nconns ? &sh->conns[idx] : NULL;
+
+	if (sh->stale)
+		refresh(sh);
+	switch (kind) {
+	case TK_ACCEPT:
+		if (cp->kind == TL_K_ACCEPT)
+			on_accept(sh, cp);
+		break;
+	case TK_READ:
+		if (c)
+			on_read(sh, c, cp);
+		break;
+	case TK_WRITE:
+		if (c)
+			on_write(sh, c, cp);
+		break;
+	case TK_SHUT:
+		if (c && c->state == C_LINGER) {
+			c->shut_done = 1;
+			if (cp->result < 0 || c->eof)
+				conn_close(sh, c);
+			else
+				conn_park(sh, c);
+		}
+		break;
+	case TK_CLOSE:
+		if (c) {
+			c->closed = 1;
+			if (!c->fs_pending)
+				conn_free(sh, c);
+		}
+		break;
+	case TK_FS:
+		if (c)
+			on_fs(sh, c, cp);
+		break;
+	case TK_SWEEP:
+		if (cp->kind == TL_K_TIMER && cp->result == 0)
+			sweep(sh);
+		break;
+	default:
+		break;
+	}
+}
+
+int tlhttp_shard_pass(tl_shard *s, void *arg)
+{
+	struct tlhttp_shard *sh = tl_shard_data(s);
+
+	(void)arg;
+	if (sh)
+		sh->stale = 1;
+	return 0;
+}
+
+/* ---- setup ---- */
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg)
+{
+	uint64_t conns = o->max_conns;
+
+	tl_config_init(cfg);
+	/* A connection has a read, a few writes, a shutdown and a pread in
+	 * flight at most; the timers and the listener need a few more. */
+	cfg->max_handles = (uint32_t)(conns + 64 < (1u << 24) ? conns + 64 : (1u << 24));
+	cfg->max_ops = (uint32_t)(conns * 6 + 256 < (1u << 24) ? conns * 6 + 256 : (1u << 24));
+	/* Leases are held only by connections that wait (LEASE_CAP each);
+	 * the rest are parsed and given back in the same pass. */
+	cfg->pooled_buffers = pow2_at_least(conns < 256 ? 256 : conns > 32768 ? 32768 : (uint32_t)conns);
+	cfg->pooled_buffer_size = 4096;
+}
+
+int tlhttp_shard_start(tl_shard *s, void *arg)
+{
+	struct tlhttp_server *srv = arg;
+	const struct tlhttp_opts *o = srv->o;
+	struct tlhttp_shard *sh;
+	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
+	uint64_t period, mint;
+	tl_op op;
+	int r;
+
+	sh = calloc(1, sizeof *sh);
+	if (!sh)
+		return -ENOMEM;
+	sh->s = s;
+	sh->loop = tl_shard_loop(s);
+	sh->srv = srv;
+	sh->id = tl_shard_id(s);
+	sh->tot = &srv->totals[sh->id];
+	srv->shards[sh->id] = sh;
+	sh->nconns = o->max_conns;
+	/* A head is at most its line, that line's CRLF and the header section. */
+	sh->head_cap = srv->lim.max_line + 2 + srv->lim.max_header_bytes;
+	sh->conns = calloc(sh->nconns, sizeof *sh->conns);
+	sh->heads = malloc((size_t)sh->nconns * sh->head_cap);
+	if (srv->root >= 0)
+		sh->chunks = malloc((size_t)NCHUNK * CHUNK);
+	if (!sh->conns || !sh->heads || (srv->root >= 0 && !sh->chunks))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < sh->nconns; i++) {
+		struct conn *c = &sh->conns[i];
+		c->idx = i;
+		c->next = i + 1 < sh->nconns ? i + 1 : NONE;
+		c->head = sh->heads + (size_t)i * sh->head_cap;
+		c->fd = -1;
+	}
+	sh->free_first = 0;
+	if (srv->root >= 0)
+		for (uint32_t i = 0; i < NCHUNK; i++)
+			sh->chunk_free[sh->nchunk_free++] = i;
+	sh->wait_first = sh->wait_last = NONE;
+	sh->lists[L_HEADER].timeout = o->header_timeout_ns;
+	sh->lists[L_IDLE].timeout = o->idle_timeout_ns;
+	sh->lists[L_LINGER].timeout = LINGER_NS;
+	for (int l = 0; l < L_COUNT; l++)
+		sh->lists[l].first = sh->lists[l].last = NONE;
+	tlhttp_date_cache_init(&sh->date);
+	sh->sec = INT64_MIN;
+	refresh(sh);
+	if (sh->sec == INT64_MIN)
+		return -EINVAL; /* a wall clock outside years 1..9999 */
+	if ((r = build_templates(sh)) < 0)
+		return r;
+	tl_shard_set_data(s, sh);
+
+	/* Each shard owns a listener on the same address; the kernel spreads
+	 * connections across them (SO_REUSEPORT). */
+	if ((r = tl_tcp_listen(sh->loop, &o->addr, &lo, &sh->listener)) < 0 ||
+	    (r = tl_handle_caps(sh->loop, sh->listener, LEASE_CAP, 0)) < 0 ||
+	    (r = tl_accept_start(sh->loop, sh->listener, tok(TK_ACCEPT, 0), &op)) < 0)
+		return r;
+	/* A quarter of the shortest timeout: a deadline is kept to within a
+	 * quarter of itself, between 10 ms and 1 s. */
+	mint = o->header_timeout_ns < o->idle_timeout_ns ? o->header_timeout_ns : o->idle_timeout_ns;
+	period = mint / 4;
+	if (period < 10 * 1000000ull)
+		period = 10 * 1000000ull;
+	if (period > 1000000000ull)
+		period = 1000000000ull;
+	if ((r = tl_timer_start(sh->loop, tl_now(sh->loop) + period, period, tok(TK_SWEEP, 0),
+				&sh->sweep, &op)) < 0)
+		return r;
+	return 0;
+}
+
+void tlhttp_shard_stop(tl_shard *s, void *arg)
+{
+	struct tlhttp_shard *sh = tl_shard_data(s);
+
+	(void)arg;
+	if (!sh)
+		return;
+	sh->stopping = 1;
+	tl_close(sh->loop, sh->listener, tok(TK_OTHER, 0));
+	tl_close(sh->loop, sh->sweep, tok(TK_OTHER, 0));
+	for (uint32_t i = 0; i < sh->nconns; i++)
+		if (sh->conns[i].state == C_OPEN || sh->conns[i].state == C_LINGER)
+			conn_close(sh, &sh->conns[i]);
+}
+
+void tlhttp_shards_free(struct tlhttp_server *srv)
+{
+	for (uint32_t i = 0; i < srv->nshards; i++) {
+		struct tlhttp_shard *sh = srv->shards[i];
+		if (!sh)
+			continue;
+		if (sh->conns)
+			for (uint32_t k = 0; k < sh->nconns; k++)
+				if (sh->conns[k].fd >= 0)
+					close(sh->conns[k].fd);
+		free(sh->conns);
+		free(sh->heads);
+		free(sh->chunks);
+		free(sh);
+		srv->shards[i] = NULL;
+	}
+}
