@@ -576,6 +576,61 @@ static void test_refusals(void)
 }
 
 /* Just inside each limit is accepted, and a head of exactly the limits. */
+/* A bad byte at every position of values of every length up to 40 (the
+ * value check goes a word at a time, the last word overlapping), and of
+ * Host values (checked four bytes at a time). */
+static void test_value_positions(void)
+{
+	static const unsigned char bad[] = { 0x00, 0x01, 0x0b, 0x1f, 0x7f };
+	static const unsigned char bad_host[] = { ' ', '/', '@', '"', '#', 0x80 };
+	char req[200];
+
+	for (size_t n = 1; n <= 40; n++) {
+		for (size_t at = 0; at <= n; at++) {
+			for (size_t k = 0; k < sizeof bad + 1; k++) {
+				struct tlhttp_req r;
+				char v[64];
+				memset(v, 'a', n);
+				/* k == sizeof bad: a clean value (and HTAB inside) */
+				if (at < n)
+					v[at] = k < sizeof bad ? (char)bad[k] : '\t';
+				/* By hand: the value may hold a NUL. */
+				static const char pre[] = "GET / HTTP/1.1\r\nHost: h\r\nX: z";
+				int len = (int)(sizeof pre - 1);
+				memcpy(req, pre, sizeof pre - 1);
+				memcpy(req + len, v, n);
+				len += (int)n;
+				memcpy(req + len, "z\r\n\r\n", 5);
+				len += 5;
+				char *b = copy(req, (size_t)len);
+				tlhttp_req_init(&r, NULL);
+				int rc = tlhttp_parse(&r, b, (size_t)len);
+				int refuse = at < n && k < sizeof bad;
+				CU_ASSERT_TRUE(refuse ? rc == -EBADMSG && r.reason == TLHTTP_R_VALUE_CHAR
+						      : rc == len);
+				free(b);
+			}
+			for (size_t k = 0; k < sizeof bad_host + 1 && at < n; k++) {
+				struct tlhttp_req r;
+				char v[64];
+				memset(v, 'h', n);
+				v[at] = k < sizeof bad_host ? (char)bad_host[k] : ':';
+				int len = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %.*s\r\n\r\n",
+						   (int)n, v);
+				char *b = copy(req, (size_t)len);
+				tlhttp_req_init(&r, NULL);
+				int rc = tlhttp_parse(&r, b, (size_t)len);
+				/* A space at either end is OWS, trimmed. */
+				int refuse = k < sizeof bad_host &&
+					     !(bad_host[k] == ' ' && (at == 0 || at == n - 1));
+				CU_ASSERT_TRUE(refuse ? rc == -EBADMSG && r.reason == TLHTTP_R_BAD_HOST
+						      : rc == len);
+				free(b);
+			}
+		}
+	}
+}
+
 static void test_limits_edges(void)
 {
 	static const char *const ok[] = {
@@ -1481,6 +1536,7 @@ int main(void)
 		{ "parse", "empty lines first", test_leading_crlf },
 		{ "parse", "repeated fields", test_repeated_fields },
 		{ "parse", "every refusal", test_refusals },
+		{ "parse", "a bad byte anywhere in a value", test_value_positions },
 		{ "parse", "limit edges", test_limits_edges },
 		{ "parse", "bad calls", test_bad_calls },
 		{ "parse", "reason table", test_reasons },
