@@ -151,13 +151,14 @@ static int srv_start(struct srv *s, ...)
 	return -1;
 }
 
-/* Wait (up to 3 s) until the server holds exactly its listening-time
+/* Wait (up to 6 s: the open-file cache closes what was idle for 2 s, at
+ * the next sweep) until the server holds exactly its listening-time
  * descriptors again; returns the count it ended with. */
 static int srv_fds_settle(struct srv *s)
 {
 	int n = -1;
 
-	for (int i = 0; i < 300; i++) {
+	for (int i = 0; i < 600; i++) {
 		n = proc_fds(s->pid);
 		if (n == s->fds)
 			break;
@@ -889,6 +890,95 @@ static void test_files(void)
 	st_end(fds);
 }
 
+/* The body of GET path (the whole reply kept in buf), or NULL. */
+static const char *get_body(uint16_t port, const char *path, char *buf, size_t cap)
+{
+	size_t n = get_raw(port, path, "", buf, cap);
+	char *b = memmem(buf, n, "\r\n\r\n", 4);
+	return b ? b + 4 : NULL;
+}
+
+/* Files served again come from the shard's open-file cache: a change in
+ * place shows at once, a replacement, a removal or a symbolic link put in
+ * a file's place within about a second. */
+static void test_file_changes(void)
+{
+	int fds = st_begin("tlhttp/file_changes");
+	struct srv s;
+	char buf[4096], p[400], tmp[420];
+	const char *b;
+
+	put_file("c.txt", "one", 3, MTIME);
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, NULL), 0);
+	b = get_body(s.port, "/c.txt", buf, sizeof buf);
+	CU_ASSERT_TRUE(b && !strcmp(b, "one"));
+	/* Written in place: the new length at once. */
+	snprintf(p, sizeof p, "%s/c.txt", tree);
+	int fd = open(p, O_WRONLY | O_TRUNC);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "three", 5), 5);
+	close(fd);
+	b = get_body(s.port, "/c.txt", buf, sizeof buf);
+	CU_ASSERT_TRUE(b && !strcmp(b, "three") && strstr(buf, "Content-Length: 5\r\n"));
+	/* Renamed over. */
+	snprintf(tmp, sizeof tmp, "%s/c.new", tree);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "second", 6), 6);
+	close(fd);
+	CU_ASSERT_EQUAL(rename(tmp, p), 0);
+	uint64_t t0 = st_now_ns();
+	int seen = 0;
+	while (!seen && st_now_ns() - t0 < 3000000000ull) {
+		b = get_body(s.port, "/c.txt", buf, sizeof buf);
+		seen = b && !strcmp(b, "second");
+		CU_ASSERT_TRUE(seen || (b && !strcmp(b, "three")));
+		if (!seen)
+			usleep(50000);
+	}
+	printf("\n  renamed over: served after %.2f s", (double)(st_now_ns() - t0) / 1e9);
+	CU_ASSERT_TRUE(seen && st_now_ns() - t0 < 1500000000ull);
+	/* A symbolic link to outside in its place: never followed. */
+	CU_ASSERT_EQUAL(unlink(p), 0);
+	CU_ASSERT_EQUAL(symlink(outside, p), 0);
+	char want[1024];
+	status_reply(want, sizeof want, 404, "Connection: close\r\n", 0);
+	t0 = st_now_ns();
+	seen = 0;
+	size_t n = 0;
+	while (!seen && st_now_ns() - t0 < 3000000000ull) {
+		n = get_raw(s.port, "/c.txt", "", buf, sizeof buf);
+		CU_ASSERT_TRUE(!memmem(buf, n, "secret", 6));
+		seen = !strncmp(buf, "HTTP/1.1 404 ", 13);
+		if (!seen) {
+			b = memmem(buf, n, "\r\n\r\n", 4);
+			CU_ASSERT_TRUE(b && !strcmp(b + 4, "second"));
+			usleep(50000);
+		}
+	}
+	printf(", a link in its place: 404 after %.2f s", (double)(st_now_ns() - t0) / 1e9);
+	CU_ASSERT_TRUE(seen && st_now_ns() - t0 < 1500000000ull);
+	CU_ASSERT_TRUE(same_reply(buf, n, want));
+	/* Removed. */
+	CU_ASSERT_EQUAL(unlink(p), 0);
+	put_file("c.txt", "four", 4, MTIME);
+	b = get_body(s.port, "/c.txt", buf, sizeof buf);
+	CU_ASSERT_TRUE(b && !strcmp(b, "four")); /* not cached while it was missing */
+	CU_ASSERT_EQUAL(unlink(p), 0);
+	t0 = st_now_ns();
+	seen = 0;
+	while (!seen && st_now_ns() - t0 < 3000000000ull) {
+		get_raw(s.port, "/c.txt", "", buf, sizeof buf);
+		seen = !strncmp(buf, "HTTP/1.1 404 ", 13);
+		if (!seen)
+			usleep(50000);
+	}
+	printf(", removed: 404 after %.2f s\n", (double)(st_now_ns() - t0) / 1e9);
+	CU_ASSERT_TRUE(seen && st_now_ns() - t0 < 1500000000ull);
+	srv_stop(&s); /* the cache's descriptors closed once idle */
+	st_end(fds);
+}
+
 static void test_ranges(void)
 {
 	int fds = st_begin("tlhttp/ranges");
@@ -1344,6 +1434,7 @@ int main(int argc, char **argv)
 	st_add(s, "refusals", test_refusals);
 	st_add(s, "linger", test_linger);
 	st_add(s, "files", test_files);
+	st_add(s, "file_changes", test_file_changes);
 	st_add(s, "ranges", test_ranges);
 	st_add(s, "not_modified", test_not_modified);
 	st_add(s, "timeouts", test_timeouts);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
 #include "turnloop.h"
 #include "util.h"
@@ -89,6 +90,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	srv.lim = lim;
+	/* Every connection and every cached file is a descriptor: take what
+	 * the hard limit allows (the soft one is often 1024). */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	if (!o.reuseport) {
 		int taken = tl_tool_port_taken(&o.addr);
 		if (taken > 0) {

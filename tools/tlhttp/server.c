@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 
 #include "tlhttp/date.h"
+#include "tlhttp/fcache.h"
 #include "tlhttp/mime.h"
 #include "tlhttp/path.h"
 #include "tlhttp/range.h"
@@ -40,7 +41,8 @@
  * tl_fs_pread into a buffer of the shard's chunk pool and written from it
  * (body_start and body_step); when the runtime has a file-to-stream
  * transfer, those two are what changes. Opening is openat2 and fstat on
- * the shard's thread (tlhttp_path_open): see docs/TLHTTP.md for why.
+ * the shard's thread, through the shard's open-file cache (fcache.h): see
+ * docs/TLHTTP.md for why, and for what the cache saves.
  *
  * Timeouts. No timer per connection: each open connection is on one of
  * three lists, each kept in the order its members were (re)armed, since
@@ -68,6 +70,7 @@
 #define CHUNK (64u * 1024)
 #define NCHUNK 64
 #define LINGER_NS (5 * 1000000000ull)
+#define FCACHE_SETS 128 /* times TLHTTP_FCACHE_WAYS open files per shard */
 #define NONE UINT32_MAX
 
 enum { TK_ACCEPT = 1, TK_READ, TK_WRITE, TK_SHUT, TK_CLOSE, TK_FS, TK_SWEEP, TK_OTHER };
@@ -104,6 +107,7 @@ struct conn {
 	uint32_t borrowed;     /* of which copied from the front lease, still in it */
 	char *head;            /* the head buffer */
 	int fd;                /* the file being sent, or -1 */
+	uint32_t fref;         /* its fcache reference */
 	char *chunk;
 	uint64_t boff, bleft;
 	tl_op fs_op;
@@ -134,6 +138,7 @@ struct tlhttp_shard {
 	char *heads;
 	struct list lists[L_COUNT];
 	char *chunks;
+	struct tlhttp_fcache *fc;
 	uint32_t chunk_free[NCHUNK], nchunk_free;
 	uint32_t wait_first, wait_last;
 	tl_handle listener, sweep;
@@ -351,7 +356,7 @@ static void chunk_put(struct tlhttp_shard *sh, char *chunk)
 static void conn_free(struct tlhttp_shard *sh, struct conn *c)
 {
 	if (c->fd >= 0) {
-		close(c->fd);
+		tlhttp_fcache_put(sh->fc, c->fref, c->fd);
 		c->fd = -1;
 	}
 	if (c->chunk) {
@@ -483,10 +488,11 @@ static void answer_status(struct tlhttp_shard *sh, struct conn *c, const struct 
 	answered(sh, c, req, status, head_only ? 0 : (uint64_t)bl);
 }
 
-static void body_start(struct tlhttp_shard *sh, struct conn *c, int fd, uint64_t off,
-		       uint64_t len)
+static void body_start(struct tlhttp_shard *sh, struct conn *c, int fd, uint32_t ref,
+		       uint64_t off, uint64_t len)
 {
 	c->fd = fd;
+	c->fref = ref;
 	c->boff = off;
 	c->bleft = len;
 	c->blocked = B_BODY;
@@ -540,7 +546,7 @@ static void body_next(struct tlhttp_shard *sh, struct conn *c)
 		body_read(sh, c);
 		return;
 	}
-	close(c->fd);
+	tlhttp_fcache_put(sh->fc, c->fref, c->fd);
 	c->fd = -1;
 	char *ch = c->chunk;
 	c->chunk = NULL;
@@ -557,6 +563,7 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 {
 	char name[PATH_MAX];
 	struct tlhttp_file f;
+	uint32_t ref;
 	int n = tlhttp_path_normalize(req->path.p, req->path.len, name, sizeof name), rc;
 	int head_only = req->method == TLHTTP_HEAD;
 
@@ -564,7 +571,7 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 		answer_status(sh, c, req, tlhttp_path_status(n), connection, 0, 0);
 		return;
 	}
-	rc = tlhttp_path_open(sh->srv->root, name, &f);
+	rc = tlhttp_fcache_get(sh->fc, name, sh->now, &f, &ref);
 	if (rc < 0) {
 		answer_status(sh, c, req, tlhttp_path_status(rc), connection, 0, 0);
 		return;
@@ -594,7 +601,7 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 		uint64_t a, b;
 		int rr = tlhttp_range_parse(req->range.p, req->range.len, f.size, &a, &b);
 		if (rr == 416) {
-			close(f.fd);
+			tlhttp_fcache_put(sh->fc, ref, f.fd);
 			answer_status(sh, c, req, 416, connection, f.size, TLHTTP_CRANGE_UNSATISFIED);
 			return;
 		}
@@ -611,7 +618,7 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 	}
 	n = tlhttp_head_format(c->out + c->olen, OUT_CAP - c->olen, &r);
 	if (n < 0) {
-		close(f.fd);
+		tlhttp_fcache_put(sh->fc, ref, f.fd);
 		answer_status(sh, c, req, 500, TLHTTP_CONN_CLOSE, 0, 0);
 		c->after_close = 1;
 		return;
@@ -619,10 +626,10 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 	c->olen += (uint32_t)n;
 	answered(sh, c, req, r.status, head_only ? 0 : len);
 	if (head_only || !len) {
-		close(f.fd);
+		tlhttp_fcache_put(sh->fc, ref, f.fd);
 		return;
 	}
-	body_start(sh, c, f.fd, first, len);
+	body_start(sh, c, f.fd, ref, first, len);
 }
 
 /* The answer to a whole, accepted head. */
@@ -873,6 +880,8 @@ static void on_fs(struct tlhttp_shard *sh, struct conn *c, const tl_completion *
 /* Close what is due on each list; members are in arming order. */
 static void sweep(struct tlhttp_shard *sh)
 {
+	if (sh->fc)
+		tlhttp_fcache_sweep(sh->fc, sh->now);
 	for (int l = L_HEADER; l < L_COUNT; l++) {
 		struct list *li = &sh->lists[l];
 		while (li->first != NONE) {
@@ -1006,8 +1015,11 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 	sh->head_cap = srv->lim.max_line + 2 + srv->lim.max_header_bytes;
 	sh->conns = calloc(sh->nconns, sizeof *sh->conns);
 	sh->heads = malloc((size_t)sh->nconns * sh->head_cap);
-	if (srv->root >= 0)
+	if (srv->root >= 0) {
 		sh->chunks = malloc((size_t)NCHUNK * CHUNK);
+		if ((r = tlhttp_fcache_new(&sh->fc, srv->root, FCACHE_SETS)) < 0)
+			return r;
+	}
 	if (!sh->conns || !sh->heads || (srv->root >= 0 && !sh->chunks))
 		return -ENOMEM;
 	for (uint32_t i = 0; i < sh->nconns; i++) {
@@ -1080,7 +1092,8 @@ void tlhttp_shards_free(struct tlhttp_server *srv)
 		if (sh->conns)
 			for (uint32_t k = 0; k < sh->nconns; k++)
 				if (sh->conns[k].fd >= 0)
-					close(sh->conns[k].fd);
+					tlhttp_fcache_put(sh->fc, sh->conns[k].fref, sh->conns[k].fd);
+		tlhttp_fcache_free(sh->fc);
 		free(sh->conns);
 		free(sh->heads);
 		free(sh->chunks);
