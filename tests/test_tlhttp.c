@@ -1344,6 +1344,30 @@ static void test_stats(void)
 		CU_ASSERT_EQUAL(a1, a0);
 	}
 	srv_stop(&s);
+
+	/* Over --max-conns: closed at once, counted; the others are served. */
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--body", "hello", "--max-conns", "2", NULL), 0);
+	for (int i = 0; i < 3; i++)
+		held[i] = connect_to(s.port);
+	CU_ASSERT_TRUE_FATAL(held[0] >= 0 && held[1] >= 0 && held[2] >= 0);
+	usleep(100000);
+	/* The kernel accepts in order: the third is the one over. */
+	int over = recv_some(held[2], buf, sizeof buf, 2000, &closed) == 0 && closed;
+	CU_ASSERT_TRUE(over);
+	size_t one = strlen(BODY_REPLY("", "hello")) - 6 + TLHTTP_DATE_LEN;
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(send_all(held[i], "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27), 0);
+		CU_ASSERT_EQUAL(recv_n(held[i], buf, one), one);
+	}
+	j = stats_json(s.pid);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_EQUAL(prog_total(j, "conns", 0), 2);
+	CU_ASSERT_EQUAL(prog_total(j, "conns_refused", 0), 1);
+	CU_ASSERT_EQUAL(prog_total(j, "responses", 0), 2);
+	cJSON_Delete(j);
+	for (int i = 0; i < 3; i++)
+		close(held[i]);
+	srv_stop(&s);
 	st_end(fds);
 }
 
