@@ -1264,8 +1264,13 @@ static cJSON *stats_json(pid_t pid)
 	snprintf(ps, sizeof ps, "%d", (int)pid);
 	usleep(30000); /* a shard publishes before it parks */
 	const char *argv[] = {tlshard_path, "stats", ps, "--json", NULL};
-	if (run(argv, out, sizeof out, &n, 0, 10) != 0)
+	int rc = run(argv, out, sizeof out, &n, 0, 20);
+	if (rc != 0) {
+		/* Say why: the same again with its stderr. */
+		rc = run(argv, out, sizeof out, &n, 1, 20);
+		fprintf(stderr, "  tlshard stats %s --json: status %d: %.300s\n", ps, rc, out);
 		return NULL;
+	}
 	return cJSON_Parse(out);
 }
 
