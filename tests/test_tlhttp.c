@@ -178,9 +178,14 @@ static void srv_stop(struct srv *s)
 	if (s->pid <= 0)
 		return;
 	n = srv_fds_settle(s);
-	if (n != s->fds)
-		fprintf(stderr, "  tlhttp descriptors: %d once listening, %d at the end\n", s->fds,
+	if (n != s->fds) {
+		char cmd[200];
+		fprintf(stderr, "  tlhttp descriptors: %d once listening, %d at the end:\n", s->fds,
 			n);
+		snprintf(cmd, sizeof cmd, "ls -l /proc/%d/fd | sed 's/.*-> /    /' | sort | uniq -c >&2; "
+			 "ss -tn state all | grep -c :%u >&2", (int)s->pid, s->port);
+		if (system(cmd)) {}
+	}
 	CU_ASSERT_EQUAL(n, s->fds);
 	kill(s->pid, SIGTERM);
 	CU_ASSERT_EQUAL(waitpid(s->pid, &status, 0), s->pid);
@@ -753,6 +758,10 @@ static void make_tree(void)
 	for (size_t i = 0; i < BIG_SIZE; i++)
 		big[i] = (char)(i * 7 + i / 251);
 	put_file("big.bin", big, BIG_SIZE, MTIME);
+	/* Around the size up to which bodies are copied behind their head
+	 * (16 KiB; larger ones go by sendfile). */
+	put_file("s16k.bin", big, 16384, MTIME);
+	put_file("s16k1.bin", big, 16385, MTIME);
 	put_file("empty.txt", "", 0, MTIME);
 	/* Beside the root: what an escape would reach. */
 	snprintf(outside, sizeof outside, "/tmp/tlhttp-test-%d/secret", (int)getpid());
@@ -860,6 +869,25 @@ static void test_files(void)
 	file_reply(want, sizeof want, 200, "text/html; charset=utf-8", sizeof index_html - 1,
 		   "Connection: close\r\n", index_html, sizeof index_html - 1);
 	wl += (size_t)sprintf(wantall + wl, "%s", want);
+	CU_ASSERT_TRUE(same_reply_n(out, n, wantall, wl));
+	CU_ASSERT_TRUE(closed);
+
+	/* Bodies just under and over the copy size, pipelined so that the
+	 * later ones find the out buffer full and go by sendfile. */
+	static const char pipe2[] = "GET /s16k.bin HTTP/1.1\r\nHost: a\r\n\r\n"
+				    "GET /s16k.bin HTTP/1.1\r\nHost: a\r\n\r\n"
+				    "GET /s16k1.bin HTTP/1.1\r\nHost: a\r\n\r\n"
+				    "GET /s16k.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+	n = exchange(s.port, pipe2, sizeof pipe2 - 1, out, sizeof out, &closed);
+	wl = 0;
+	static const size_t sizes[4] = {16384, 16384, 16385, 16384};
+	for (int i = 0; i < 4; i++) {
+		file_reply(want, sizeof want, 200, "application/octet-stream", sizes[i],
+			   i == 3 ? "Connection: close\r\n" : "", "", 0);
+		wl += (size_t)sprintf(wantall + wl, "%s", want);
+		memcpy(wantall + wl, big, sizes[i]);
+		wl += sizes[i];
+	}
 	CU_ASSERT_TRUE(same_reply_n(out, n, wantall, wl));
 	CU_ASSERT_TRUE(closed);
 
@@ -1163,6 +1191,83 @@ static void test_timeouts(void)
 	st_end(fds);
 }
 
+/* Wait up to ms for pid to exit; its status, or -1. */
+static int wait_exit(pid_t pid, int ms)
+{
+	int status;
+
+	for (int i = 0; i < ms / 10; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* SIGTERM drains: the listener goes, connections with nothing under way
+ * end at once, a request being received is answered (with Connection:
+ * close) and then the server exits; a second SIGTERM stops it at once. */
+static void test_drain(void)
+{
+	int fds = st_begin("tlhttp/drain");
+	struct srv s;
+	char buf[4096], want[1024];
+	int closed;
+	size_t one = strlen(BODY_REPLY("", "hello")) - 6 + TLHTTP_DATE_LEN;
+
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--body", "hello", NULL), 0);
+	int idle = connect_to(s.port), part = connect_to(s.port), fresh = connect_to(s.port);
+	CU_ASSERT_TRUE_FATAL(idle >= 0 && part >= 0 && fresh >= 0);
+	CU_ASSERT_EQUAL(send_all(idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27), 0);
+	CU_ASSERT_EQUAL(recv_n(idle, buf, one), one);
+	CU_ASSERT_EQUAL(send_all(part, "GET / HTTP/1.1\r\nHost: a\r\n", 25), 0);
+	usleep(100000);
+	kill(s.pid, SIGTERM);
+	/* The idle and the silent connection end without a word. */
+	CU_ASSERT_EQUAL(recv_some(idle, buf, sizeof buf, 1000, &closed), 0);
+	CU_ASSERT_TRUE(closed);
+	CU_ASSERT_EQUAL(recv_some(fresh, buf, sizeof buf, 1000, &closed), 0);
+	CU_ASSERT_TRUE(closed);
+	/* Nobody listens any more; the server waits for the request. */
+	int late = connect_to(s.port);
+	CU_ASSERT_EQUAL(late, -1);
+	if (late >= 0)
+		close(late);
+	CU_ASSERT_EQUAL(wait_exit(s.pid, 200), -1);
+	CU_ASSERT_EQUAL(send_all(part, "\r\n", 2), 0);
+	size_t n = recv_some(part, buf, sizeof buf, 2000, &closed);
+	snprintf(want, sizeof want, "%s", BODY_REPLY("Connection: close\r\n", "hello"));
+	CU_ASSERT_TRUE(same_reply(buf, n, want));
+	CU_ASSERT_TRUE(closed);
+	close(idle);
+	close(part);
+	close(fresh);
+	int status = wait_exit(s.pid, 3000);
+	CU_ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (status == -1)
+		kill(s.pid, SIGKILL), waitpid(s.pid, NULL, 0);
+	unlink(s.err);
+
+	/* A second SIGTERM does not wait for the request. */
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--body", "hello", NULL), 0);
+	part = connect_to(s.port);
+	CU_ASSERT_TRUE_FATAL(part >= 0);
+	CU_ASSERT_EQUAL(send_all(part, "GET / HT", 8), 0);
+	usleep(100000);
+	kill(s.pid, SIGTERM);
+	CU_ASSERT_EQUAL(wait_exit(s.pid, 300), -1);
+	kill(s.pid, SIGTERM);
+	status = wait_exit(s.pid, 3000);
+	CU_ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (status == -1)
+		kill(s.pid, SIGKILL), waitpid(s.pid, NULL, 0);
+	CU_ASSERT_EQUAL(recv_some(part, buf, sizeof buf, 1000, &closed), 0);
+	CU_ASSERT_TRUE(closed);
+	close(part);
+	unlink(s.err);
+	st_end(fds);
+}
+
 /* ---- load ---- */
 
 static int wrk_ok(const char *url, const char *what)
@@ -1222,8 +1327,7 @@ static void test_load(void)
 	CU_ASSERT_TRUE(h2load_ok(url, "4000", "8", "8"));
 	snprintf(url, sizeof url, "http://127.0.0.1:%u/big.bin", s.port);
 	CU_ASSERT_TRUE(wrk_ok(url, "a 300 KiB file"));
-	/* More bodies at once than a shard has chunk buffers (64): the rest
-	 * wait in line for one. */
+	/* Many bodies at once, two pipelined on each connection. */
 	CU_ASSERT_TRUE(h2load_ok(url, "400", "100", "2"));
 	printf("\n");
 	srv_stop(&s);
@@ -1502,6 +1606,7 @@ int main(int argc, char **argv)
 	st_add(s, "ranges", test_ranges);
 	st_add(s, "not_modified", test_not_modified);
 	st_add(s, "timeouts", test_timeouts);
+	st_add(s, "drain", test_drain);
 	st_add(s, "load", test_load);
 	st_add(s, "stats", test_stats);
 	st_add(s, "access_log", test_access_log);

@@ -124,6 +124,7 @@ int main(int argc, char **argv)
 	rc.plan.cpus = o.cpus;
 	tlhttp_loop_config(&o, &rc.loop);
 	rc.on_start = tlhttp_shard_start;
+	rc.on_drain = tlhttp_shard_drain;
 	rc.on_stop = tlhttp_shard_stop;
 	rc.on_pass = tlhttp_shard_pass;
 	rc.on_completion = tlhttp_shard_completion;

@@ -1,4 +1,4 @@
-/* tools/tlhttp/server.c: tlhttp's shards: connection slots, request pipelines, responses, file bodies and the timeout sweep. */
+/* tools/tlhttp/server.c: tlhttp's shards: connection slots, request pipelines, responses, file bodies, deadlines and the graceful drain. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -34,41 +34,47 @@
  * 0 once none is. With too little room left, the requests still unread wait
  * (their leases held; the stream's lease cap then pauses its reads) until
  * the writes drain. Bodies that are not copied (a --body over
- * BODY_COPY_MAX, file chunks) are iovec entries beside the copied bytes.
+ * BODY_COPY_MAX) are iovec entries beside the copied bytes.
  *
- * Files. The head waits in the out buffer for the first chunk of the body,
- * and both leave in one writev. The body is read in CHUNK pieces with
- * tl_fs_pread into a buffer of the shard's chunk pool and written from it
- * (body_start and body_step); when the runtime has a file-to-stream
- * transfer, those two are what changes. Opening is openat2 and fstat on
- * the shard's thread, through the shard's open-file cache (fcache.h): see
- * docs/TLHTTP.md for why, and for what the cache saves.
+ * Files. A body of up to SMALL_BODY bytes is read (pread, from the page
+ * cache) into the out buffer behind its head and leaves with it in one
+ * write: cheaper than a second operation below about 32 KiB. A larger one
+ * leaves by tl_sendfile after its head, which the loop keeps in order with
+ * the stream's writes, so it never passes through user space; both read
+ * on the shard's thread, as a hot static file is meant to be. It goes in
+ * pieces of PIECE bytes: a
+ * piece's completion is progress for the idle deadline, so a slow client
+ * of a large file is not cut off while it keeps reading. Opening is
+ * openat2 and fstat on the shard's thread, through the shard's open-file
+ * cache (fcache.h): see docs/TLHTTP.md for why, and for what the cache
+ * saves.
  *
- * Timeouts. No timer per connection: each open connection is on one of
- * three lists, each kept in the order its members were (re)armed, since
- * every member of a list has the same timeout. One repeating timer per
- * shard sweeps the lists from their heads and stops at the first member
- * not yet due. The lists are
- *   HEADER  waiting for a request head (the first, or one that began):
- *           armed when the wait began and not rearmed by bytes that
- *           trickle in, so a slow client cannot stretch it;
- *   IDLE    between requests, or waiting for the client to take a
- *           response: rearmed by every read and write completion;
- *   LINGER  the final answer sent and the write side shut: waiting for the
- *           client to close, so that unread request bytes do not turn the
- *           close into a reset that could destroy the answer in flight.
- * When the runtime has per-handle idle and read deadlines, conn_park() is
- * the one place that chooses them.
+ * Timeouts. The runtime's deadlines, with no timer per connection
+ * (docs/DEADLINES.md): an idle deadline on every stream (no progress for
+ * --idle-timeout ends its ops), and a deadline on its read while a request
+ * head is awaited (the first one, or one that has begun and has no answer
+ * to wait behind): armed when the wait begins and not moved by bytes that
+ * trickle in, so a slow client cannot stretch it. conn_deadline() is the
+ * one place that arms and clears it. After the last answer of a
+ * connection the write side is shut and the read goes on, with a deadline
+ * of LINGER_NS, until the client closes (linger()): closing at once would
+ * let unread request bytes turn the close into a reset that can destroy
+ * the answer in flight.
  */
 
-#define OUT_CAP 4096
+#define OUT_CAP 4096   /* a connection's out buffer with --body */
+/* With --root: bodies up to SMALL_BODY are read (pread) into the out
+ * buffer behind their head and leave with it in one write; larger ones go
+ * by tl_sendfile. Below about 32 KiB copying costs less CPU per request
+ * than sendfile (docs/PERFORMANCE.md, "tlhttp against nginx"). */
+#define SMALL_BODY (16u * 1024)
+#define OUT_CAP_FILES (OUT_CAP + SMALL_BODY)
 /* Room an answer may need in the out buffer (a head and a copied body). */
 #define RESP_ROOM 1024
 #define BODY_COPY_MAX 512
 #define LQ 8          /* leases a connection can hold while it waits */
 #define LEASE_CAP 2   /* the stream's lease cap: reads pause past it */
-#define CHUNK (64u * 1024)
-#define NCHUNK 64
+#define PIECE (256u * 1024) /* bytes of a file per tl_sendfile */
 #define LINGER_NS (5 * 1000000000ull)
 #define FCACHE_SETS 128 /* times TLHTTP_FCACHE_WAYS open files per shard */
 #define NONE UINT32_MAX
@@ -76,7 +82,6 @@
 enum { TK_ACCEPT = 1, TK_READ, TK_WRITE, TK_SHUT, TK_CLOSE, TK_FS, TK_SWEEP, TK_OTHER };
 enum { C_FREE = 0, C_OPEN, C_LINGER, C_CLOSING };
 enum { B_NONE = 0, B_OUT, B_BODY };
-enum { L_NONE = 0, L_HEADER, L_IDLE, L_LINGER, L_COUNT };
 /* Fixed-body answers by their Connection line (enum tlhttp_conn). */
 enum { V_COUNT = 3 };
 
@@ -88,18 +93,19 @@ struct lent {
 struct conn {
 	tl_handle h;
 	uint32_t idx;
-	uint8_t state, list, blocked;
+	uint8_t state, blocked;
+	uint8_t reading;    /* the tl_read_start op rop is pending */
 	uint8_t fresh;      /* no request answered yet: the header timeout applies */
 	uint8_t parsing;    /* req holds a head begun in the head buffer */
 	uint8_t eof;        /* the peer's EOF arrived */
 	uint8_t after_close;/* linger once the body in progress is sent */
 	uint8_t shut_done;  /* the shutdown completed (linger) */
-	uint8_t fs_pending; /* a pread is in flight (it outlives a close) */
+	uint8_t fs_pending; /* a tl_sendfile is in flight */
 	uint8_t closed;     /* Closed was delivered */
 	uint8_t lq_first, lq_n;
-	uint32_t prev, next;   /* timeout list */
-	uint32_t wprev, wnext; /* chunk wait list */
-	uint64_t since;
+	uint32_t next;         /* free list */
+	tl_op rop;             /* the read */
+	uint64_t rd_at;        /* its deadline, 0: none */
 	uint32_t writes;       /* writes in flight */
 	uint32_t olen, ostart; /* out[ostart..olen) not yet handed to a write */
 	int niov;
@@ -108,19 +114,14 @@ struct conn {
 	char *head;            /* the head buffer */
 	int fd;                /* the file being sent, or -1 */
 	uint32_t fref;         /* its fcache reference */
-	char *chunk;
+	uint32_t piece;        /* bytes of the tl_sendfile in flight */
 	uint64_t boff, bleft;
 	tl_op fs_op;
 	struct lent lq[LQ];
 	struct iovec iov[TL_IOV_MAX];
 	struct tlhttp_req req;
 	char peer[48];         /* for the access log */
-	char out[OUT_CAP];
-};
-
-struct list {
-	uint32_t first, last;
-	uint64_t timeout;
+	char *out;             /* out_cap bytes: OUT_CAP, or OUT_CAP_FILES with --root */
 };
 
 struct tmpl {
@@ -133,14 +134,10 @@ struct tlhttp_shard {
 	tl_loop *loop;
 	struct tlhttp_server *srv;
 	struct tlhttp_totals *tot;
-	uint32_t id, nconns, free_first, head_cap;
+	uint32_t id, nconns, free_first, head_cap, out_cap;
 	struct conn *conns;
-	char *heads;
-	struct list lists[L_COUNT];
-	char *chunks;
+	char *heads, *outs;
 	struct tlhttp_fcache *fc;
-	uint32_t chunk_free[NCHUNK], nchunk_free;
-	uint32_t wait_first, wait_last;
 	tl_handle listener, sweep;
 	int stopping, stale;
 	uint64_t now;                 /* tl_now, read once per pass */
@@ -247,60 +244,22 @@ static void answered(struct tlhttp_shard *sh, struct conn *c, const struct tlhtt
 		log_line(sh, c, req, status, bytes);
 }
 
-/* ---- timeout lists ---- */
+/* ---- the header deadline ---- */
 
-static void list_unlink(struct tlhttp_shard *sh, struct conn *c)
-{
-	struct list *l;
-
-	if (c->list == L_NONE)
-		return;
-	l = &sh->lists[c->list];
-	if (c->prev != NONE)
-		sh->conns[c->prev].next = c->next;
-	else
-		l->first = c->next;
-	if (c->next != NONE)
-		sh->conns[c->next].prev = c->prev;
-	else
-		l->last = c->prev;
-	c->list = L_NONE;
-}
-
-static void list_append(struct tlhttp_shard *sh, struct conn *c, int which)
-{
-	struct list *l = &sh->lists[which];
-
-	c->list = (uint8_t)which;
-	c->next = NONE;
-	c->prev = l->last;
-	if (l->last != NONE)
-		sh->conns[l->last].next = c->idx;
-	else
-		l->first = c->idx;
-	l->last = c->idx;
-}
-
-/* Put c on the list its state calls for (see the top of the file). */
-static void conn_park(struct tlhttp_shard *sh, struct conn *c)
+/* Arm the read's deadline while a head is awaited and nothing is owed to
+ * the client first; clear it otherwise. Armed once per wait: bytes that
+ * arrive do not move it. */
+static void conn_deadline(struct tlhttp_shard *sh, struct conn *c)
 {
 	int want;
 
-	if (c->state == C_LINGER)
-		want = c->shut_done ? L_LINGER : L_IDLE;
-	else if (c->state != C_OPEN)
+	if (c->state != C_OPEN || !c->reading)
 		return;
-	else if (c->writes || c->blocked)
-		want = L_IDLE;
-	else if (c->hlen || c->fresh)
-		want = L_HEADER;
-	else
-		want = L_IDLE;
-	if (want == c->list && (want != L_IDLE || c->since == sh->now))
+	want = (c->hlen || c->fresh) && !c->writes && !c->blocked;
+	if (want == (c->rd_at != 0))
 		return;
-	list_unlink(sh, c);
-	c->since = sh->now;
-	list_append(sh, c, want);
+	c->rd_at = want ? sh->now + sh->srv->o->header_timeout_ns : 0;
+	tl_read_deadline(sh->loop, c->rop, c->rd_at);
 }
 
 /* ---- leases ---- */
@@ -320,37 +279,6 @@ static void lq_drop(struct tlhttp_shard *sh, struct conn *c)
 	c->parsing = 0;
 }
 
-/* ---- chunk pool ---- */
-
-static void wait_unlink(struct tlhttp_shard *sh, struct conn *c)
-{
-	if (c->wprev == NONE && sh->wait_first != c->idx)
-		return;
-	if (c->wprev != NONE)
-		sh->conns[c->wprev].wnext = c->wnext;
-	else
-		sh->wait_first = c->wnext;
-	if (c->wnext != NONE)
-		sh->conns[c->wnext].wprev = c->wprev;
-	else
-		sh->wait_last = c->wprev;
-	c->wprev = c->wnext = NONE;
-}
-
-static void body_read(struct tlhttp_shard *sh, struct conn *c);
-
-static void chunk_put(struct tlhttp_shard *sh, char *chunk)
-{
-	if (sh->wait_first != NONE) {
-		struct conn *w = &sh->conns[sh->wait_first];
-		wait_unlink(sh, w);
-		w->chunk = chunk;
-		body_read(sh, w);
-		return;
-	}
-	sh->chunk_free[sh->nchunk_free++] = (uint32_t)((chunk - sh->chunks) / CHUNK);
-}
-
 /* ---- closing ---- */
 
 static void conn_free(struct tlhttp_shard *sh, struct conn *c)
@@ -358,11 +286,6 @@ static void conn_free(struct tlhttp_shard *sh, struct conn *c)
 	if (c->fd >= 0) {
 		tlhttp_fcache_put(sh->fc, c->fref, c->fd);
 		c->fd = -1;
-	}
-	if (c->chunk) {
-		char *ch = c->chunk;
-		c->chunk = NULL;
-		chunk_put(sh, ch);
 	}
 	c->state = C_FREE;
 	c->next = sh->free_first;
@@ -374,8 +297,6 @@ static void conn_close(struct tlhttp_shard *sh, struct conn *c)
 {
 	if (c->state == C_CLOSING || c->state == C_FREE)
 		return;
-	list_unlink(sh, c);
-	wait_unlink(sh, c);
 	lq_drop(sh, c);
 	c->state = C_CLOSING;
 	if (c->fs_pending)
@@ -438,8 +359,8 @@ static void emit_ref(struct tlhttp_shard *sh, struct conn *c, const void *p, uin
 	c->iov[c->niov++].iov_len = n;
 }
 
-/* The last answer is queued: shut the write side after it and wait for the
- * client to close (LINGER). */
+/* The last answer is queued: shut the write side after it and read (and
+ * drop) what comes until the client closes, for LINGER_NS at most. */
 static void linger(struct tlhttp_shard *sh, struct conn *c)
 {
 	tl_op op;
@@ -449,8 +370,22 @@ static void linger(struct tlhttp_shard *sh, struct conn *c)
 	if (c->state != C_OPEN)
 		return;
 	c->state = C_LINGER;
-	if (tl_shutdown(sh->loop, c->h, tok(TK_SHUT, c->idx), &op) < 0)
+	if (tl_shutdown(sh->loop, c->h, tok(TK_SHUT, c->idx), &op) < 0) {
 		conn_close(sh, c);
+		return;
+	}
+	if (c->eof)
+		return; /* closed once the shutdown is done */
+	if (!c->reading) {
+		/* A deadline ended the read: one more, to see the close. */
+		if (tl_read_start(sh->loop, c->h, tok(TK_READ, c->idx), &c->rop) < 0) {
+			conn_close(sh, c);
+			return;
+		}
+		c->reading = 1;
+	}
+	c->rd_at = sh->now + LINGER_NS;
+	tl_read_deadline(sh->loop, c->rop, c->rd_at);
 }
 
 /* ---- answers ---- */
@@ -476,7 +411,7 @@ static void answer_status(struct tlhttp_shard *sh, struct conn *c, const struct 
 		.connection = (uint8_t)connection, .allow = status == 405,
 		.content_range = (uint8_t)crange, .range_size = range_size,
 	};
-	int n = tlhttp_head_format(c->out + c->olen, OUT_CAP - c->olen, &r);
+	int n = tlhttp_head_format(c->out + c->olen, sh->out_cap - c->olen, &r);
 
 	if (n < 0) { /* cannot happen: room was made and every field is known */
 		conn_close(sh, c);
@@ -488,6 +423,17 @@ static void answer_status(struct tlhttp_shard *sh, struct conn *c, const struct 
 	answered(sh, c, req, status, head_only ? 0 : (uint64_t)bl);
 }
 
+static void body_send(struct tlhttp_shard *sh, struct conn *c)
+{
+	c->piece = c->bleft < PIECE ? (uint32_t)c->bleft : PIECE;
+	if (tl_sendfile(sh->loop, c->fd, c->boff, c->piece, c->h, tok(TK_FS, c->idx), &c->fs_op) < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	c->fs_pending = 1;
+}
+
+/* The head is in out: it leaves now, and the body after it. */
 static void body_start(struct tlhttp_shard *sh, struct conn *c, int fd, uint32_t ref,
 		       uint64_t off, uint64_t len)
 {
@@ -496,61 +442,30 @@ static void body_start(struct tlhttp_shard *sh, struct conn *c, int fd, uint32_t
 	c->boff = off;
 	c->bleft = len;
 	c->blocked = B_BODY;
-	if (sh->nchunk_free) {
-		c->chunk = sh->chunks + (size_t)sh->chunk_free[--sh->nchunk_free] * CHUNK;
-		body_read(sh, c);
-		return;
-	}
-	/* Every chunk is busy: wait in line; the head waits in out. */
-	c->wnext = NONE;
-	c->wprev = sh->wait_last;
-	if (sh->wait_last != NONE)
-		sh->conns[sh->wait_last].wnext = c->idx;
-	else
-		sh->wait_first = c->idx;
-	sh->wait_last = c->idx;
-}
-
-static void body_read(struct tlhttp_shard *sh, struct conn *c)
-{
-	uint32_t n = c->bleft < CHUNK ? (uint32_t)c->bleft : CHUNK;
-
-	if (tl_fs_pread(sh->loop, c->fd, c->chunk, n, c->boff, tok(TK_FS, c->idx), &c->fs_op) < 0) {
-		conn_close(sh, c);
-		return;
-	}
-	c->fs_pending = 1;
-}
-
-/* The chunk was read (result bytes): it leaves with whatever waits in out. */
-static void body_step(struct tlhttp_shard *sh, struct conn *c, int64_t result)
-{
-	if (result <= 0) {
-		/* The file shrank or failed under us: the promised length
-		 * cannot be kept, so the connection cannot go on. */
-		conn_close(sh, c);
-		return;
-	}
-	emit_ref(sh, c, c->chunk, (uint32_t)result);
 	flush(sh, c);
-	c->boff += (uint64_t)result;
-	c->bleft -= (uint64_t)result;
+	if (c->state == C_OPEN)
+		body_send(sh, c);
 }
 
 static void conn_run(struct tlhttp_shard *sh, struct conn *c);
 
-/* Every write of the body is done: the next chunk, or the next request. */
-static void body_next(struct tlhttp_shard *sh, struct conn *c)
+/* A piece is sent: the next one, or the next request. */
+static void body_step(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
 {
+	if (cp->result < 0 || (uint64_t)cp->result < c->piece) {
+		/* The stream failed, or the file shrank under us: the
+		 * promised length cannot be kept, so the connection ends. */
+		conn_close(sh, c);
+		return;
+	}
+	c->boff += c->piece;
+	c->bleft -= c->piece;
 	if (c->bleft) {
-		body_read(sh, c);
+		body_send(sh, c);
 		return;
 	}
 	tlhttp_fcache_put(sh->fc, c->fref, c->fd);
 	c->fd = -1;
-	char *ch = c->chunk;
-	c->chunk = NULL;
-	chunk_put(sh, ch);
 	c->blocked = B_NONE;
 	if (c->after_close)
 		linger(sh, c);
@@ -616,11 +531,27 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 			r.content_length = (int64_t)len;
 		}
 	}
-	n = tlhttp_head_format(c->out + c->olen, OUT_CAP - c->olen, &r);
+	n = tlhttp_head_format(c->out + c->olen, sh->out_cap - c->olen, &r);
 	if (n < 0) {
 		tlhttp_fcache_put(sh->fc, ref, f.fd);
 		answer_status(sh, c, req, 500, TLHTTP_CONN_CLOSE, 0, 0);
 		c->after_close = 1;
+		return;
+	}
+	if (!head_only && len && len <= SMALL_BODY && len <= sh->out_cap - c->olen - (uint32_t)n) {
+		/* A small body: copied behind its head, read on the shard's
+		 * thread from the page cache, as tl_sendfile would. */
+		ssize_t got = pread(f.fd, c->out + c->olen + n, len, (off_t)first);
+		tlhttp_fcache_put(sh->fc, ref, f.fd);
+		if (got != (ssize_t)len) {
+			/* The file shrank (or failed) since its fstat: the
+			 * head cannot be kept. */
+			answer_status(sh, c, req, 500, TLHTTP_CONN_CLOSE, 0, 0);
+			c->after_close = 1;
+			return;
+		}
+		c->olen += (uint32_t)n + (uint32_t)len;
+		answered(sh, c, req, r.status, len);
 		return;
 	}
 	c->olen += (uint32_t)n;
@@ -676,7 +607,7 @@ static void conn_run(struct tlhttp_shard *sh, struct conn *c)
 		struct lent *e = c->lq_n ? &c->lq[c->lq_first] : NULL;
 		int r;
 
-		if (OUT_CAP - c->olen < RESP_ROOM) {
+		if (sh->out_cap - c->olen < RESP_ROOM) {
 			flush(sh, c);
 			if (c->state != C_OPEN)
 				return;
@@ -782,23 +713,35 @@ static void on_read(struct tlhttp_shard *sh, struct conn *c, const tl_completion
 		}
 	}
 	if (cp->flags & TL_F_TERMINAL) {
+		c->reading = 0;
 		if (cp->result == 0 && !(cp->flags & TL_F_STOPPED)) {
 			c->eof = 1;
 			if (c->state == C_LINGER && c->shut_done)
 				conn_close(sh, c);
 			eof_check(sh, c);
+		} else if (cp->result == -ETIMEDOUT && c->state == C_OPEN && c->hlen && c->rd_at &&
+			   sh->now >= c->rd_at) {
+			/* The header deadline: part of a head came and the
+			 * rest did not. (Nothing is being written: the
+			 * deadline is armed only then.) */
+			struct tlhttp_req none;
+			tlhttp_req_init(&none, NULL);
+			c->rd_at = 0;
+			answer_status(sh, c, &none, 408, TLHTTP_CONN_CLOSE, 0, 0);
+			linger(sh, c);
 		} else if (c->state == C_OPEN || c->state == C_LINGER) {
+			/* An error, the idle deadline, the header deadline of
+			 * a connection that sent nothing, or the linger's. */
 			conn_close(sh, c);
 		}
 	}
-	conn_park(sh, c);
+	conn_deadline(sh, c);
 }
 
 static void on_write(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
 {
 	c->writes--;
-	/* Nothing reads the out buffer any more: start it again, unless a
-	 * head waits in it for its body's first chunk. */
+	/* Nothing reads the out buffer any more: start it again. */
 	if (!c->writes && c->ostart == c->olen && !c->niov)
 		c->olen = c->ostart = 0;
 	if (c->state != C_OPEN && c->state != C_LINGER)
@@ -811,19 +754,16 @@ static void on_write(struct tlhttp_shard *sh, struct conn *c, const tl_completio
 		if (c->blocked == B_OUT) {
 			c->blocked = B_NONE;
 			conn_run(sh, c);
-		} else if (c->blocked == B_BODY && !c->fs_pending && c->chunk) {
-			body_next(sh, c);
 		}
 		eof_check(sh, c);
 	}
-	conn_park(sh, c);
+	conn_deadline(sh, c);
 }
 
 static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
 {
 	tl_handle h = cp->u.accept.conn;
 	struct conn *c;
-	tl_op op;
 
 	if (cp->result < 0)
 		return; /* accepting resumes by itself (EMFILE...) */
@@ -837,16 +777,16 @@ static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
 	sh->free_first = c->next;
 	c->h = h;
 	c->state = C_OPEN;
-	c->list = L_NONE;
 	c->blocked = B_NONE;
 	c->fresh = 1;
 	c->parsing = c->eof = c->after_close = c->shut_done = c->fs_pending = c->closed = 0;
+	c->reading = 0;
+	c->rd_at = 0;
 	c->lq_first = c->lq_n = 0;
-	c->prev = c->next = c->wprev = c->wnext = NONE;
+	c->next = NONE;
 	c->writes = c->olen = c->ostart = c->hlen = c->borrowed = 0;
 	c->niov = 0;
 	c->fd = -1;
-	c->chunk = NULL;
 	c->peer[0] = '-';
 	c->peer[1] = '\0';
 	if (sh->srv->alog) {
@@ -858,14 +798,16 @@ static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
 	}
 	sh->tot->conns++;
 	tl_shard_gauge_add(sh->s, sh->srv->st_conns, 1);
-	if (tl_read_start(sh->loop, h, tok(TK_READ, c->idx), &op) < 0) {
+	if (tl_read_start(sh->loop, h, tok(TK_READ, c->idx), &c->rop) < 0 ||
+	    tl_idle_deadline(sh->loop, h, sh->srv->o->idle_timeout_ns) < 0) {
 		conn_close(sh, c);
 		return;
 	}
-	conn_park(sh, c);
+	c->reading = 1;
+	conn_deadline(sh, c);
 }
 
-static void on_fs(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
+static void on_sendfile(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
 {
 	c->fs_pending = 0;
 	if (c->state != C_OPEN) {
@@ -873,33 +815,27 @@ static void on_fs(struct tlhttp_shard *sh, struct conn *c, const tl_completion *
 			conn_free(sh, c);
 		return;
 	}
-	body_step(sh, c, cp->result);
-	conn_park(sh, c);
+	body_step(sh, c, cp);
+	conn_deadline(sh, c);
 }
 
-/* Close what is due on each list; members are in arming order. */
-static void sweep(struct tlhttp_shard *sh)
+/* The graceful drain (SIGTERM; the runtime has closed the listeners):
+ * connections with nothing under way end now, the others once their
+ * request is answered (with Connection: close, as sh->stopping says). */
+void tlhttp_shard_drain(tl_shard *s, void *arg)
 {
+	struct tlhttp_shard *sh = tl_shard_data(s);
+
+	(void)arg;
+	if (!sh)
+		return;
+	sh->stopping = 1;
 	if (sh->fc)
-		tlhttp_fcache_sweep(sh->fc, sh->now);
-	for (int l = L_HEADER; l < L_COUNT; l++) {
-		struct list *li = &sh->lists[l];
-		while (li->first != NONE) {
-			struct conn *c = &sh->conns[li->first];
-			if (c->since + li->timeout > sh->now)
-				break;
-			list_unlink(sh, c);
-			if (l == L_HEADER && c->hlen) {
-				/* Part of a head came and the rest did not. */
-				struct tlhttp_req none;
-				tlhttp_req_init(&none, NULL);
-				answer_status(sh, c, &none, 408, TLHTTP_CONN_CLOSE, 0, 0);
-				linger(sh, c);
-				conn_park(sh, c);
-			} else {
-				conn_close(sh, c);
-			}
-		}
+		tl_set_ref(sh->loop, sh->sweep, 0); /* the drain does not wait for it */
+	for (uint32_t i = 0; i < sh->nconns; i++) {
+		struct conn *c = &sh->conns[i];
+		if (c->state == C_OPEN && !c->hlen && !c->lq_n && !c->writes && !c->blocked)
+			conn_close(sh, c);
 	}
 }
 
@@ -913,6 +849,8 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 
 	if (sh->stale)
 		refresh(sh);
+	if (cp->token == TL_RT_CLOSE_TOKEN)
+		return; /* a handle the runtime closed for us (the listener) */
 	switch (kind) {
 	case TK_ACCEPT:
 		if (cp->kind == TL_K_ACCEPT)
@@ -931,8 +869,6 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 			c->shut_done = 1;
 			if (cp->result < 0 || c->eof)
 				conn_close(sh, c);
-			else
-				conn_park(sh, c);
 		}
 		break;
 	case TK_CLOSE:
@@ -943,12 +879,12 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 		}
 		break;
 	case TK_FS:
-		if (c)
-			on_fs(sh, c, cp);
+		if (c && cp->kind == TL_K_SPLICE)
+			on_sendfile(sh, c, cp);
 		break;
 	case TK_SWEEP:
-		if (cp->kind == TL_K_TIMER && cp->result == 0)
-			sweep(sh);
+		if (cp->kind == TL_K_TIMER && cp->result == 0 && sh->fc)
+			tlhttp_fcache_sweep(sh->fc, sh->now);
 		break;
 	default:
 		break;
@@ -981,8 +917,8 @@ void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg)
 	uint64_t conns = o->max_conns;
 
 	tl_config_init(cfg);
-	/* A connection has a read, a few writes, a shutdown and a pread in
-	 * flight at most; the timers and the listener need a few more. */
+	/* A connection has a read, a few writes, a shutdown and a sendfile
+	 * in flight at most; the timer and the listener need a few more. */
 	cfg->max_handles = (uint32_t)(conns + 64 < (1u << 24) ? conns + 64 : (1u << 24));
 	cfg->max_ops = (uint32_t)(conns * 6 + 256 < (1u << 24) ? conns * 6 + 256 : (1u << 24));
 	/* Leases are held only by connections that wait (LEASE_CAP each);
@@ -997,7 +933,6 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 	const struct tlhttp_opts *o = srv->o;
 	struct tlhttp_shard *sh;
 	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
-	uint64_t period, mint;
 	tl_op op;
 	int r;
 
@@ -1013,32 +948,27 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 	sh->nconns = o->max_conns;
 	/* A head is at most its line, that line's CRLF and the header section. */
 	sh->head_cap = srv->lim.max_line + 2 + srv->lim.max_header_bytes;
+	sh->out_cap = srv->root >= 0 ? OUT_CAP_FILES : OUT_CAP;
 	sh->conns = calloc(sh->nconns, sizeof *sh->conns);
 	sh->heads = malloc((size_t)sh->nconns * sh->head_cap);
+	sh->outs = malloc((size_t)sh->nconns * sh->out_cap);
+	if (!sh->conns || !sh->heads || !sh->outs)
+		return -ENOMEM;
 	if (srv->root >= 0) {
-		sh->chunks = malloc((size_t)NCHUNK * CHUNK);
+		if (!(tl_loop_caps(sh->loop) & TL_CAP_SPLICE))
+			return -ENOTSUP; /* files are sent with tl_sendfile */
 		if ((r = tlhttp_fcache_new(&sh->fc, srv->root, FCACHE_SETS)) < 0)
 			return r;
 	}
-	if (!sh->conns || !sh->heads || (srv->root >= 0 && !sh->chunks))
-		return -ENOMEM;
 	for (uint32_t i = 0; i < sh->nconns; i++) {
 		struct conn *c = &sh->conns[i];
 		c->idx = i;
 		c->next = i + 1 < sh->nconns ? i + 1 : NONE;
 		c->head = sh->heads + (size_t)i * sh->head_cap;
+		c->out = sh->outs + (size_t)i * sh->out_cap;
 		c->fd = -1;
 	}
 	sh->free_first = 0;
-	if (srv->root >= 0)
-		for (uint32_t i = 0; i < NCHUNK; i++)
-			sh->chunk_free[sh->nchunk_free++] = i;
-	sh->wait_first = sh->wait_last = NONE;
-	sh->lists[L_HEADER].timeout = o->header_timeout_ns;
-	sh->lists[L_IDLE].timeout = o->idle_timeout_ns;
-	sh->lists[L_LINGER].timeout = LINGER_NS;
-	for (int l = 0; l < L_COUNT; l++)
-		sh->lists[l].first = sh->lists[l].last = NONE;
 	tlhttp_date_cache_init(&sh->date);
 	sh->sec = INT64_MIN;
 	refresh(sh);
@@ -1054,16 +984,9 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 	    (r = tl_handle_caps(sh->loop, sh->listener, LEASE_CAP, 0)) < 0 ||
 	    (r = tl_accept_start(sh->loop, sh->listener, tok(TK_ACCEPT, 0), &op)) < 0)
 		return r;
-	/* A quarter of the shortest timeout: a deadline is kept to within a
-	 * quarter of itself, between 10 ms and 1 s. */
-	mint = o->header_timeout_ns < o->idle_timeout_ns ? o->header_timeout_ns : o->idle_timeout_ns;
-	period = mint / 4;
-	if (period < 10 * 1000000ull)
-		period = 10 * 1000000ull;
-	if (period > 1000000000ull)
-		period = 1000000000ull;
-	if ((r = tl_timer_start(sh->loop, tl_now(sh->loop) + period, period, tok(TK_SWEEP, 0),
-				&sh->sweep, &op)) < 0)
+	/* The open-file cache closes idle descriptors once a second. */
+	if (sh->fc && (r = tl_timer_start(sh->loop, tl_now(sh->loop) + 1000000000ull, 1000000000ull,
+					  tok(TK_SWEEP, 0), &sh->sweep, &op)) < 0)
 		return r;
 	return 0;
 }
@@ -1076,8 +999,9 @@ void tlhttp_shard_stop(tl_shard *s, void *arg)
 	if (!sh)
 		return;
 	sh->stopping = 1;
-	tl_close(sh->loop, sh->listener, tok(TK_OTHER, 0));
-	tl_close(sh->loop, sh->sweep, tok(TK_OTHER, 0));
+	tl_close(sh->loop, sh->listener, tok(TK_OTHER, 0)); /* -EINVAL after a drain */
+	if (sh->fc)
+		tl_close(sh->loop, sh->sweep, tok(TK_OTHER, 0));
 	for (uint32_t i = 0; i < sh->nconns; i++)
 		if (sh->conns[i].state == C_OPEN || sh->conns[i].state == C_LINGER)
 			conn_close(sh, &sh->conns[i]);
@@ -1096,7 +1020,7 @@ void tlhttp_shards_free(struct tlhttp_server *srv)
 		tlhttp_fcache_free(sh->fc);
 		free(sh->conns);
 		free(sh->heads);
-		free(sh->chunks);
+		free(sh->outs);
 		free(sh);
 		srv->shards[i] = NULL;
 	}
