@@ -30,6 +30,7 @@
 #endif
 
 #include "tlhttp/date.h"
+#include "tlhttp/fcache.h"
 #include "tlhttp/mime.h"
 #include "tlhttp/parse.h"
 #include "tlhttp/path.h"
@@ -576,6 +577,61 @@ static void test_refusals(void)
 }
 
 /* Just inside each limit is accepted, and a head of exactly the limits. */
+/* A bad byte at every position of values of every length up to 40 (the
+ * value check goes a word at a time, the last word overlapping), and of
+ * Host values (checked four bytes at a time). */
+static void test_value_positions(void)
+{
+	static const unsigned char bad[] = { 0x00, 0x01, 0x0b, 0x1f, 0x7f };
+	static const unsigned char bad_host[] = { ' ', '/', '@', '"', '#', 0x80 };
+	char req[200];
+
+	for (size_t n = 1; n <= 40; n++) {
+		for (size_t at = 0; at <= n; at++) {
+			for (size_t k = 0; k < sizeof bad + 1; k++) {
+				struct tlhttp_req r;
+				char v[64];
+				memset(v, 'a', n);
+				/* k == sizeof bad: a clean value (and HTAB inside) */
+				if (at < n)
+					v[at] = k < sizeof bad ? (char)bad[k] : '\t';
+				/* By hand: the value may hold a NUL. */
+				static const char pre[] = "GET / HTTP/1.1\r\nHost: h\r\nX: z";
+				int len = (int)(sizeof pre - 1);
+				memcpy(req, pre, sizeof pre - 1);
+				memcpy(req + len, v, n);
+				len += (int)n;
+				memcpy(req + len, "z\r\n\r\n", 5);
+				len += 5;
+				char *b = copy(req, (size_t)len);
+				tlhttp_req_init(&r, NULL);
+				int rc = tlhttp_parse(&r, b, (size_t)len);
+				int refuse = at < n && k < sizeof bad;
+				CU_ASSERT_TRUE(refuse ? rc == -EBADMSG && r.reason == TLHTTP_R_VALUE_CHAR
+						      : rc == len);
+				free(b);
+			}
+			for (size_t k = 0; k < sizeof bad_host + 1 && at < n; k++) {
+				struct tlhttp_req r;
+				char v[64];
+				memset(v, 'h', n);
+				v[at] = k < sizeof bad_host ? (char)bad_host[k] : ':';
+				int len = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %.*s\r\n\r\n",
+						   (int)n, v);
+				char *b = copy(req, (size_t)len);
+				tlhttp_req_init(&r, NULL);
+				int rc = tlhttp_parse(&r, b, (size_t)len);
+				/* A space at either end is OWS, trimmed. */
+				int refuse = k < sizeof bad_host &&
+					     !(bad_host[k] == ' ' && (at == 0 || at == n - 1));
+				CU_ASSERT_TRUE(refuse ? rc == -EBADMSG && r.reason == TLHTTP_R_BAD_HOST
+						      : rc == len);
+				free(b);
+			}
+		}
+	}
+}
+
 static void test_limits_edges(void)
 {
 	static const char *const ok[] = {
@@ -1452,6 +1508,138 @@ static void test_no_openat2(void)
 #endif
 }
 
+/* The open-file cache, on a clock of its own (ns). */
+static void write_at(const char *dir, const char *name, const char *body, int replace)
+{
+	char p[600], tmp[620];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	snprintf(tmp, sizeof tmp, "%s.new", p);
+	FILE *f = fopen(replace ? tmp : p, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(body, f);
+	fclose(f);
+	if (replace)
+		CU_ASSERT_EQUAL(rename(tmp, p), 0);
+}
+
+static void test_fcache(void)
+{
+	char dir[256], p[600];
+	const char *t = getenv("TMPDIR");
+	struct tlhttp_fcache *c;
+	struct tlhttp_file f, g;
+	uint32_t r1, r2;
+	struct stat st;
+	const uint64_t s1 = 1000000000ull;
+	uint64_t now = 5 * s1;
+
+	snprintf(dir, sizeof dir, "%s/tlhttp-fcache.XXXXXX", t && *t ? t : "/tmp");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	int root = tlhttp_root_open(dir);
+	if (root == -ENOSYS && RUNNING_ON_VALGRIND) {
+		printf("\n  SKIP open-file cache: valgrind has no openat2\n");
+		rmdir(dir);
+		return;
+	}
+	CU_ASSERT_TRUE_FATAL(root >= 0);
+	CU_ASSERT_EQUAL(tlhttp_fcache_new(&c, root, 3), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_fcache_new(&c, -1, 4), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_new(&c, root, 1), 0); /* one set: 4 ways */
+	write_at(dir, "a", "one", 0);
+
+	/* A second get is the same descriptor, fstat'ed again: a file written
+	 * in place shows its new size at once. */
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now, &f, &r1), 0);
+	CU_ASSERT_TRUE(r1 != 0 && f.size == 3);
+	tlhttp_fcache_put(c, r1, f.fd);
+	write_at(dir, "a", "three", 0);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now + 1, &g, &r2), 0);
+	CU_ASSERT_TRUE(g.fd == f.fd && r2 == r1 && g.size == 5);
+	tlhttp_fcache_put(c, r2, g.fd);
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 1);
+
+	/* Renamed over: the old file until the entry is due, then the new. */
+	write_at(dir, "a", "second!", 1);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now + s1 / 2, &g, &r2), 0);
+	CU_ASSERT_TRUE(g.fd == f.fd && g.size == 5);
+	tlhttp_fcache_put(c, r2, g.fd);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now + s1, &g, &r2), 0);
+	CU_ASSERT_TRUE(r2 != 0 && g.size == 7);
+	CU_ASSERT_TRUE(fstat(g.fd, &st) == 0 && st.st_size == 7);
+	tlhttp_fcache_put(c, r2, g.fd);
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 1);
+	now += s1;
+
+	/* Replaced while being sent: the new file comes uncached (ref 0, the
+	 * caller's to close), the old descriptor stays for its sender. */
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now, &f, &r1), 0);
+	write_at(dir, "a", "3rd", 1);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "a", now + s1, &g, &r2), 0);
+	CU_ASSERT_TRUE(r2 == 0 && g.fd != f.fd && g.size == 3);
+	tlhttp_fcache_put(c, r2, g.fd); /* closes it */
+	CU_ASSERT_TRUE(fcntl(g.fd, F_GETFD) < 0 && fcntl(f.fd, F_GETFD) >= 0);
+	tlhttp_fcache_put(c, r1, f.fd);
+
+	/* Removed: not found once due, and the entry goes. A symbolic link in
+	 * its place is refused like any other. */
+	snprintf(p, sizeof p, "%s/a", dir);
+	CU_ASSERT_EQUAL(unlink(p), 0);
+	CU_ASSERT_EQUAL(symlink("/etc/hostname", p), 0);
+	CU_ASSERT_EQUAL(tlhttp_fcache_get(c, "a", now + 2 * s1, &g, &r2), -ELOOP);
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 0);
+	CU_ASSERT_EQUAL(tlhttp_fcache_get(c, "missing", now, &g, &r2), -ENOENT);
+	now += 2 * s1;
+
+	/* Five names in four ways: the least recently used one goes, unless
+	 * it is in use; with every way in use a fifth is served uncached. */
+	uint32_t refs[5];
+	int fds[5];
+	for (int i = 0; i < 5; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "f%d", i);
+		write_at(dir, name, "x", 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "f%d", i);
+		CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, name, now + (uint64_t)i, &f, &refs[i]), 0);
+		fds[i] = f.fd;
+		CU_ASSERT_TRUE(refs[i] != 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "f4", now + 10, &f, &refs[4]), 0);
+	CU_ASSERT_EQUAL(refs[4], 0);
+	tlhttp_fcache_put(c, refs[4], f.fd);
+	for (int i = 0; i < 4; i++)
+		tlhttp_fcache_put(c, refs[i], fds[i]);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "f4", now + 11, &f, &refs[4]), 0);
+	CU_ASSERT_TRUE(refs[4] != 0);
+	CU_ASSERT_TRUE(fcntl(fds[0], F_GETFD) < 0); /* f0 was the oldest */
+	tlhttp_fcache_put(c, refs[4], f.fd);
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 4);
+
+	/* A long name is not cached. */
+	char longname[300];
+	memset(longname, 'n', TLHTTP_FCACHE_NAME_MAX);
+	longname[TLHTTP_FCACHE_NAME_MAX] = '\0';
+	write_at(dir, longname, "long", 0);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, longname, now, &f, &r1), 0);
+	CU_ASSERT_TRUE(r1 == 0 && f.size == 4);
+	tlhttp_fcache_put(c, r1, f.fd);
+
+	/* Idle entries close at the sweep; used ones stay. */
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + 11), 0);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "f4", now + TLHTTP_FCACHE_IDLE_NS, &f, &r1), 0);
+	tlhttp_fcache_put(c, r1, f.fd);
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + TLHTTP_FCACHE_IDLE_NS + 11), 3);
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 1);
+	tlhttp_fcache_free(c);
+	close(root);
+
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_path_status(void)
 {
 	static const struct {
@@ -1481,6 +1669,7 @@ int main(void)
 		{ "parse", "empty lines first", test_leading_crlf },
 		{ "parse", "repeated fields", test_repeated_fields },
 		{ "parse", "every refusal", test_refusals },
+		{ "parse", "a bad byte anywhere in a value", test_value_positions },
 		{ "parse", "limit edges", test_limits_edges },
 		{ "parse", "bad calls", test_bad_calls },
 		{ "parse", "reason table", test_reasons },
@@ -1496,6 +1685,7 @@ int main(void)
 		{ "path", "open beneath the root", test_path_open },
 		{ "path", "no openat2", test_no_openat2 },
 		{ "path", "status", test_path_status },
+		{ "path", "open-file cache", test_fcache },
 	};
 	CU_pSuite suite = NULL;
 	const char *cur = NULL;

@@ -358,8 +358,18 @@ static inline int value_clean(const unsigned char *v, size_t n)
 {
 	size_t i = 0;
 
-	for (; i + 8 <= n; i += 8) {
+	if (n < 8) {
+		for (; i < n; i++)
+			if (!vchar(v[i]))
+				return 0;
+		return 1;
+	}
+	/* The last word overlaps the one before it rather than ending in a
+	 * byte loop. */
+	for (;; i += 8) {
 		uint64_t w, d;
+		if (i + 8 > n)
+			i = n - 8;
 		memcpy(&w, v + i, 8);
 		d = w ^ (0x7f * ONES);
 		if (((w - 0x20 * ONES) & ~w & HIGHS) | ((d - ONES) & ~d & HIGHS)) {
@@ -367,11 +377,9 @@ static inline int value_clean(const unsigned char *v, size_t n)
 				if (!vchar(v[k]))
 					return 0;
 		}
+		if (i + 8 == n)
+			return 1;
 	}
-	for (; i < n; i++)
-		if (!vchar(v[i]))
-			return 0;
-	return 1;
 }
 
 /*
@@ -414,9 +422,14 @@ static int header_line(struct tlhttp_req *r, const unsigned char *b, size_t s, s
 		if (name_is(nm, "host", 4)) {
 			if (r->seen_ & S_HOST)
 				return TLHTTP_R_DUP_HOST;
-			for (size_t i = 0; i < vlen; i++)
-				if (!(cls[v[i]] & C_HOST))
-					return TLHTTP_R_BAD_HOST;
+			unsigned all = C_HOST; /* no branch per byte */
+			size_t i = 0;
+			for (; i + 4 <= vlen; i += 4)
+				all &= (unsigned)(cls[v[i]] & cls[v[i + 1]] & cls[v[i + 2]] & cls[v[i + 3]]);
+			for (; i < vlen; i++)
+				all &= cls[v[i]];
+			if (!(all & C_HOST))
+				return TLHTTP_R_BAD_HOST;
 			r->seen_ |= S_HOST;
 			r->host = span(v, vlen);
 		}
@@ -491,7 +504,8 @@ int tlhttp_parse(struct tlhttp_req *r, const char *buf, size_t len)
 	if (!r || !r->lim_ || (!buf && len))
 		return -EINVAL;
 	if (r->base_ != buf) {
-		rebase(r, buf);
+		if (r->base_) /* a fresh request has no span to move */
+			rebase(r, buf);
 		r->base_ = buf;
 	}
 	if (r->phase_ == PH_DONE)
