@@ -8,7 +8,7 @@
  * thread every time (it never completes inline), and on the driver's
  * non-blocking sockets a splice from a socket with nothing in it answers
  * -EAGAIN rather than waiting, so a poll has to come first anyway. Measured
- * on this project's hosts (bench/splice_bench.c, docs/PERFORMANCE.md), the
+ * on this project's hosts (bench/splice_bench.c, docs/EXPERIMENTS.md), the
  * worker round trip costs more CPU per byte than an IORING_OP_POLL_ADD
  * followed by plain non-blocking splice(2) calls from the loop's thread,
  * which is what this file does: the syscalls move the bytes, and the ring

@@ -66,7 +66,7 @@
 /* With --root: bodies up to SMALL_BODY are read (pread) into the out
  * buffer behind their head and leave with it in one write; larger ones go
  * by tl_sendfile. Below about 32 KiB copying costs less CPU per request
- * than sendfile (docs/PERFORMANCE.md, "tlhttp against nginx"). */
+ * than sendfile (docs/EXPERIMENTS.md, "tlhttp against nginx"). */
 #define SMALL_BODY (16u * 1024)
 #define OUT_CAP_FILES (OUT_CAP + SMALL_BODY)
 /* Room an answer may need in the out buffer (a head and a copied body). */
