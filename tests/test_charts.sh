@@ -56,8 +56,8 @@ for f in "${csvs[@]}"; do
 			grep -qF ">$want<" "$svg" || missing="$missing $srv=$v"
 		done
 	done < <(grep -v '^#' "$f" | grep -v '^server,' | grep -v '^[[:space:]]*$')
-	[ -z "$missing" ] && ok "$n.svg labels every figure" || fail "$n.svg lacks labels for:$missing"
-	cmp -s "$svg" "$tmp/b/$n.svg" && ok "$n.svg is the same twice" || fail "$n.svg differs between two runs"
+	if [ -z "$missing" ]; then ok "$n.svg labels every figure"; else fail "$n.svg lacks labels for:$missing"; fi
+	if cmp -s "$svg" "$tmp/b/$n.svg"; then ok "$n.svg is the same twice"; else fail "$n.svg differs between two runs"; fi
 	if cmp -s "$svg" "$root/docs/img/$n.svg"; then
 		ok "docs/img/$n.svg is up to date"
 	else
