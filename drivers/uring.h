@@ -26,6 +26,7 @@ struct tl_uring_stats {
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */
 	uint64_t short_sends;      /* sends that moved fewer bytes than asked */
 	uint64_t gathered;         /* write ops that shared a send with the op before them */
+	uint64_t inline_shutdowns; /* half-closes made by shutdown(2) at the write queue's head */
 	uint64_t fs_native;        /* typed file requests (tl_fs_*) run as io_uring opcodes */
 	uint64_t fs_open_closed;   /* native opens that succeeded after their cancellation:
 				    * the driver closed the descriptor */

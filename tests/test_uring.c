@@ -1,4 +1,5 @@
 /* tests/test_uring.c: what only the io_uring driver does: setup flags, CQ overflow, buffer-ring exhaustion, multishot re-arm, ordered partial sends, kernel-acknowledged cancels. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <liburing.h>
 #include <CUnit/Basic.h>
 #include "tl_config.h"
@@ -1065,6 +1067,108 @@ static void test_read_slow_peer(void)
 	h_end(l, fds);
 }
 
+/* ---- half-close without a kernel worker ---- */
+
+/* Threads of this process whose name starts with "iou-wrk" (io-wq workers). */
+static int iowq_workers(void)
+{
+	char path[300], comm[32];
+	int n = 0;
+	DIR *dir = opendir("/proc/self/task");
+	if (!dir)
+		return -1;
+	for (struct dirent *e; (e = readdir(dir));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof comm, f) && !strncmp(comm, "iou-wrk", 7))
+			n++;
+		fclose(f);
+	}
+	closedir(dir);
+	return n;
+}
+
+/* In a fresh child (no io-wq worker yet): a write then a shutdown on an
+ * adopted socket; the peer gets the bytes then EOF, and no io-wq worker
+ * was started. Exit status: 0 as expected; 10 + step otherwise; 77 when the
+ * kernel refuses io_uring. */
+static int shutdown_child(void)
+{
+	int sv[2];
+	tl_loop *l;
+	tl_config cfg = uring_cfg();
+	tl_handle h;
+	tl_op w, sh;
+	tl_completion out[8];
+	char buf[16];
+	int done = 0;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 10;
+	if (tl_loop_new(&l, &cfg) < 0)
+		return 77;
+	if (iowq_workers() != 0)
+		return 11;
+	if (tl_adopt(l, sv[0], &h) < 0 || tl_write(l, h, "half", 4, 1, &w) < 0 ||
+	    tl_shutdown(l, h, 2, &sh) < 0)
+		return 12;
+	for (int t = 0; t < 200 && done < 2; t++) {
+		int n = tl_turn(l, 10 * (int64_t)H_MS, out, 8, NULL);
+		for (int i = 0; i < n; i++) {
+			if (out[i].op.v == w.v && out[i].result != 4)
+				return 13;
+			if (out[i].op.v == sh.v && out[i].result != 0)
+				return 14;
+			done += (out[i].op.v == w.v || out[i].op.v == sh.v) &&
+				(out[i].flags & TL_F_TERMINAL);
+		}
+	}
+	if (done != 2)
+		return 15;
+	if (read(sv[1], buf, sizeof buf) != 4 || read(sv[1], buf, sizeof buf) != 0)
+		return 16;
+	if (iowq_workers() != 0)
+		return 19; /* bytes and EOF right, but an io-wq worker ran the shutdown */
+	struct tl_uring_stats st;
+	memset(&st, 0, sizeof st);
+	if (tl__uring_stats(l, &st) < 0 || st.inline_shutdowns != 1)
+		return 17;
+	if (tl_close(l, h, 3) < 0)
+		return 18;
+	int closed = -1;
+	for (int t = 0; t < 100 && closed != 0; t++)
+		if (tl_turn(l, 10 * (int64_t)H_MS, out, 8, NULL) >= 0)
+			closed = tl_loop_close(l); /* -EBUSY until the Closed is out */
+	close(sv[1]);
+	return closed == 0 ? 0 : 20; /* 20: the loop never closed, something left in it */
+}
+
+/* A half-close runs inline (shutdown(2) once the writes before it are out),
+ * not as IORING_OP_SHUTDOWN, which the kernel hands to an io-wq worker
+ * thread: a wake-up and two context switches per proxied connection. */
+static void test_shutdown_inline(void)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	H_TRUE_FATAL(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0)
+		_exit(shutdown_child());
+	int status = 0;
+	H_EQ_FATAL(waitpid(pid, &status, 0), pid);
+	H_TRUE(WIFEXITED(status), "the child did not exit (status %d)", status);
+	if (WEXITSTATUS(status) == 77) {
+		h_skip("io_uring refused in the child");
+		return;
+	}
+	/* 19: bytes and EOF right, but an io-wq worker ran the shutdown;
+	 * 17: the driver did not count it as inline. */
+	H_EQ(WEXITSTATUS(status), 0);
+}
+
 /* ---- datagrams with the buffer ring empty ---- */
 
 /* Two pooled buffers and three pooled receives: the third finds the ring
@@ -1171,6 +1275,7 @@ int main(void)
 	    !CU_add_test(s, "read_modes", test_read_modes) ||
 	    !CU_add_test(s, "read_slow_peer", test_read_slow_peer) ||
 	    !CU_add_test(s, "read_retry_stop", test_read_retry_stop) ||
+	    !CU_add_test(s, "shutdown_inline", test_shutdown_inline) ||
 	    !CU_add_test(s, "udp_pooled_exhaustion", test_udp_pooled_exhaustion)) {
 		CU_cleanup_registry();
 		return 1;
