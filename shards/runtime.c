@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -131,6 +132,7 @@ struct tl_runtime {
 	size_t region_size;
 	int region_shm;
 	int stats_dfd;
+	int region_fd; /* the region's descriptor, holding its flock */
 	char stats_dir[TL__STATS_DIR_MAX];
 	char region_name[16];
 	char stats_why[320];
@@ -389,10 +391,16 @@ static int all_digits(const char *s)
 
 /*
  * Remove the regions of this user's processes that died without cleaning up
- * (SIGKILL, a crash): a region whose process is gone or a zombie, or whose
- * header names another start time than the live process with that pid. A
- * region still being made (no magic yet) is left alone. Bounded: a start
- * looks at 1024 entries at most.
+ * (SIGKILL, a crash). A writer holds an exclusive flock on its region from
+ * the moment it creates it until it exits (TL_STATS_F_LOCKED), and the
+ * kernel drops the lock with the process, however it ends: a region this
+ * process can lock has no live writer. That holds across PID namespaces
+ * sharing /dev/shm (containers, `unshare -p`), where a pid this process
+ * cannot see in its /proc may still be alive: judging by pid would remove
+ * live regions there. A region of an older writer without the flag is
+ * judged by pid and start time, as before: gone, a zombie, or another start
+ * time than the live process with that pid. A region still being made (no
+ * magic yet) is left alone. Bounded: a start looks at 1024 entries at most.
  */
 static void sweep_stale(int dfd)
 {
@@ -419,19 +427,25 @@ static void sweep_stale(int dfd)
 		pid = strtol(e->d_name, NULL, 10);
 		if (pid <= 0 || pid > 0x7fffffff || pid == (long)getpid())
 			continue;
-		rc = tl__proc_stat((int)pid, &start, &state);
-		dead = rc == -ESRCH || (rc == 0 && (state == 'Z' || state == 'X'));
-		if (!dead && rc == 0) {
-			rfd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-			if (rfd < 0)
-				continue;
-			dead = pread(rfd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
-			       h.magic == TL_STATS_MAGIC && h.version == TL_STATS_VERSION &&
-			       h.start_time != start;
-			close(rfd);
+		rfd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (rfd < 0)
+			continue;
+		if (pread(rfd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+		    __atomic_load_n(&h.magic, __ATOMIC_ACQUIRE) != TL_STATS_MAGIC) {
+			close(rfd); /* being made, or not a region of ours */
+			continue;
+		}
+		if (h.version == TL_STATS_VERSION && (h.flags & TL_STATS_F_LOCKED)) {
+			/* Kept locked while unlinking: a lock taken means no writer. */
+			dead = flock(rfd, LOCK_EX | LOCK_NB) == 0;
+		} else {
+			rc = tl__proc_stat((int)pid, &start, &state);
+			dead = rc == -ESRCH || (rc == 0 && (state == 'Z' || state == 'X')) ||
+			       (rc == 0 && h.version == TL_STATS_VERSION && h.start_time != start);
 		}
 		if (dead)
 			unlinkat(dfd, e->d_name, 0);
+		close(rfd);
 	}
 	closedir(d);
 }
@@ -482,6 +496,14 @@ static int region_create(tl_runtime *rt)
 			  strerror(-rc));
 		goto private_dir;
 	}
+	/* Held until the process ends (sweep_stale): before the magic is
+	 * written, so a region with a magic and no lock has no writer. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		stats_off(rt, "cannot lock %s/%s: %s", rt->stats_dir, rt->region_name,
+			  strerror(-rc));
+		goto unlink;
+	}
 	/* openat applies the umask; the mode must be exactly 0600. */
 	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0) {
 		rc = -errno;
@@ -496,10 +518,10 @@ static int region_create(tl_runtime *rt)
 			  strerror(-rc));
 		goto unlink;
 	}
-	close(fd);
 	rt->region = mem;
 	rt->region_size = size;
 	rt->region_shm = 1;
+	rt->region_fd = fd; /* holds the lock */
 	rt->stats_dfd = dfd;
 	return 0;
 unlink:
@@ -525,7 +547,7 @@ static void region_init(tl_runtime *rt)
 	h->shards = rt->n;
 	h->stride = (uint32_t)tl__stats_stride(cap);
 	h->record_size = sizeof(tl_stats_shard);
-	h->flags = TL_STATS_F_POOL | TL_STATS_F_CPU;
+	h->flags = TL_STATS_F_POOL | TL_STATS_F_CPU | (rt->region_shm ? TL_STATS_F_LOCKED : 0);
 	atomic_init(&h->state, TL_STATS_STARTING);
 	h->pid = (int32_t)getpid();
 	h->uid = (uint32_t)geteuid();
@@ -565,8 +587,11 @@ static void region_destroy(tl_runtime *rt)
 		set_state(rt, TL_STATS_STOPPED);
 		munmap(rt->region, rt->region_size);
 		unlinkat(rt->stats_dfd, rt->region_name, 0);
+		close(rt->region_fd); /* the lock goes after the name */
+		rt->region_fd = -1;
 		close(rt->stats_dfd);
 		rt->stats_dfd = -1;
+	rt->region_fd = -1;
 		atomic_store(&region_owned, 0);
 	} else {
 		free(rt->region);

@@ -3,7 +3,11 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "shard_test.h"
 #include "stats_region.h"
@@ -722,15 +726,150 @@ static void test_pool_stats(void)
 	st_end(fds);
 }
 
-int main(void)
+/* In a grandchild that is pid 1 of a new PID namespace with its own /proc
+ * (as in a container that shares /dev/shm): start and stop a runtime with
+ * stats, whose start sweeps stale regions. Exit status 0 if it ran; 77
+ * when namespaces cannot be made here (not root). */
+static int sweep_from_other_pidns(void)
+{
+	pid_t pid;
+	int st;
+
+	if (unshare(CLONE_NEWPID | CLONE_NEWNS) < 0)
+		return 77;
+	pid = fork();
+	if (pid < 0)
+		return 10;
+	if (pid == 0) {
+		if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			_exit(11);
+		/* Our parent's pid is no process in this /proc. */
+		if (access("/proc/1/stat", F_OK) < 0)
+			_exit(12);
+		/* A fresh image: this one's runtime already owns a region. */
+		execl("/proc/self/exe", "test_stats", "--one-runtime", (char *)NULL);
+		_exit(13);
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return 14;
+	return WEXITSTATUS(st);
+}
+
+/* A runtime in another PID namespace that shares /dev/shm does not remove
+ * the region of a live process it cannot see (it would by pid: the pid is
+ * no process in its /proc). */
+static void test_region_other_pidns(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	tl_stats_info info;
+	tl_stats_reader *r;
+	struct stat st;
+	pid_t pid;
+	int status, fds = st_begin("stats/region_other_pidns");
+
+	set_path();
+	st_config(&cfg, 1);
+	cfg.stats = 1;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL_FATAL(stat(region_path, &st), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
+	CU_ASSERT_TRUE(info.flags & TL_STATS_F_LOCKED);
+	fflush(NULL);
+	pid = fork();
+	CU_ASSERT_TRUE_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(sweep_from_other_pidns());
+	CU_ASSERT_EQUAL_FATAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_TRUE(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77) {
+		printf("\n  not run: no new PID namespace here (needs root)\n");
+	} else {
+		/* 11-12: no private /proc; 13: no exec; 1: no runtime there */
+		CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+		CU_ASSERT_EQUAL(stat(region_path, &st), 0);
+		CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
+	}
+	tl_stats_close(r);
+	tl_runtime_destroy(rt);
+	st_end(fds);
+}
+
+/* A region whose writer died (no lock held any more) is still swept. */
+static void test_region_dead_swept(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	char path[128];
+	struct stat st;
+	pid_t pid;
+	int status, p[2], fds = st_begin("stats/region_dead_swept");
+	char c;
+
+	set_path();
+	CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	CU_ASSERT_TRUE_FATAL(pid >= 0);
+	if (pid == 0) {
+		/* A writer that dies without tl_runtime_destroy. */
+		close(p[0]);
+		st_config(&cfg, 1);
+		cfg.stats = 1;
+		if (tl_runtime_new(&rt, &cfg) < 0)
+			_exit(1);
+		if (write(p[1], "k", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(3);
+	}
+	close(p[1]);
+	CU_ASSERT_EQUAL_FATAL(read(p[0], &c, 1), 1);
+	close(p[0]);
+	snprintf(path, sizeof path, "%s/%d", region_dir, (int)pid);
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	kill(pid, SIGKILL);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_EQUAL(stat(path, &st), 0); /* left behind */
+	st_config(&cfg, 1);
+	cfg.stats = 1;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(stat(path, &st), -1); /* swept */
+	tl_runtime_destroy(rt);
+	st_end(fds);
+}
+
+/* test_stats --one-runtime: start and stop a runtime with stats (its start
+ * sweeps the regions directory); exit 0 if both worked. */
+static int one_runtime(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+
+	st_config(&cfg, 1);
+	cfg.stats = 1;
+	if (tl_runtime_new(&rt, &cfg) < 0 || tl_runtime_stats_error(rt)[0])
+		return 1;
+	tl_runtime_destroy(rt);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	CU_pSuite s;
+
+	if (argc == 2 && !strcmp(argv[1], "--one-runtime"))
+		return one_runtime();
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	s = CU_add_suite("stats", NULL, NULL);
 	st_add(s, "region_mode", test_region_mode);
 	st_add(s, "region_stale_own", test_region_stale_own);
+	st_add(s, "region_other_pidns", test_region_other_pidns);
+	st_add(s, "region_dead_swept", test_region_dead_swept);
 	st_add(s, "reader_checks", test_reader_checks);
 	st_add(s, "live_values", test_live_values);
 	st_add(s, "cpu_share", test_cpu_share);

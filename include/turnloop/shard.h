@@ -548,7 +548,10 @@ int tl_shard_gauge_add(tl_shard *s, int id, int64_t delta);
  * that user (and root) can therefore create, replace or read a region; one
  * left by a dead process of the user with the same pid is replaced, and
  * regions of the user's dead processes are removed when a runtime creates
- * its own. The path does not follow XDG_RUNTIME_DIR: a reader must find a
+ * its own. The writer holds an exclusive flock(2) on its region for as long
+ * as it lives (TL_STATS_F_LOCKED), so "dead" means "its lock is free": a
+ * runtime in another PID namespace sharing /dev/shm, which cannot see the
+ * writer's pid, leaves a live region alone. The path does not follow XDG_RUNTIME_DIR: a reader must find a
  * process's region from its pid alone, from any session, and a service often
  * has no such variable, or another one than the shell that reads its stats.
  *
@@ -574,6 +577,9 @@ int tl_shard_gauge_add(tl_shard *s, int id, int64_t delta);
 #define TL_STATS_F_ARENAS 0x1u  /* per-shard jemalloc arenas on */
 #define TL_STATS_F_POOL 0x2u    /* the pool fields are filled */
 #define TL_STATS_F_CPU 0x4u     /* cpu_ns holds the shard threads' CPU time */
+#define TL_STATS_F_LOCKED 0x8u  /* the writer holds flock(LOCK_EX) on the region while it
+				 * lives: a region no one can lock has a live writer,
+				 * whatever PID namespace looks at it */
 
 /* Runtime states in the header. */
 enum { TL_STATS_STARTING = 0, TL_STATS_RUNNING = 1, TL_STATS_STOPPING = 2, TL_STATS_STOPPED = 3 };
