@@ -1433,9 +1433,11 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 
 static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *cfg)
 {
-	static const char *const keys[] = {"shards", "cpus",      "user",      "admin",
-					   "access_log", "max_conns", "listeners", "pools"};
-	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, NKEYS };
+	static const char *const keys[] = {"shards",     "cpus",         "user",
+					   "admin",      "access_log",   "max_conns",
+					   "listeners",  "pools",        "splice_pipes",
+					   "splice_pipe_size"};
+	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[64];
 
@@ -1481,6 +1483,14 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 		get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])
 		get_uint(c, v[MAXC], "max_conns", 1, TLP_MAX_CONNS_LIMIT, &cfg->max_conns);
+	if (v[SPIPES])
+		get_uint(c, v[SPIPES], "splice_pipes", 1, 4096, &cfg->splice_pipes);
+	if (v[SPSIZE] && !get_size(c, v[SPSIZE], "splice_pipe_size", 4u << 10, 1u << 20,
+				   &cfg->splice_pipe_size) &&
+	    (cfg->splice_pipe_size & (cfg->splice_pipe_size - 1)))
+		errat(c, v[SPSIZE]->line, v[SPSIZE]->col,
+		      "splice_pipe_size: %u is not a power of two (4k, 8k, ... 1m)",
+		      cfg->splice_pipe_size);
 
 	/* Pools first: listeners name them. */
 	if (!v[POOLS]) {
@@ -1715,7 +1725,8 @@ const char *tlp_args_usage(void)
 {
 	return "usage: tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]\n"
 	       "               [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]\n"
-	       "               [--proxy-protocol none|v1|v2] [--splice] [--max-conns N]\n"
+	       "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
+	       "               [--splice-pipe-size SIZE] [--max-conns N]\n"
 	       "               [--connect-timeout D] [--idle-timeout D]\n"
 	       "       tlproxy --config FILE\n"
 	       "       tlproxy --check FILE\n"
@@ -1759,7 +1770,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	struct tlp_endpoint listen[TLP_MAX_LISTEN], *up = NULL;
 	const char *listen_text[TLP_MAX_LISTEN];
 	const char *path = NULL, *path_opt = NULL, *cpus = NULL;
-	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0;
+	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0, spipes = 0, spsize = 0;
 	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
 	struct {
@@ -1936,6 +1947,23 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				     TLP_MAX_CONNS_LIMIT);
 				goto out;
 			}
+		} else if (!strcmp(o, "--splice-pipes")) {
+			if (args_u32(v, 1, 4096, &spipes)) {
+				fail(err, errlen, "--splice-pipes: '%s' is not 1 to 4096",
+				     clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+		} else if (!strcmp(o, "--splice-pipe-size")) {
+			uint64_t b;
+
+			if (tlp_size_parse(v, strlen(v), &b, why, sizeof why) < 0 || b < (4u << 10) ||
+			    b > (1u << 20) || (b & (b - 1))) {
+				fail(err, errlen,
+				     "--splice-pipe-size: '%s' is not a power of two from 4k to 1m",
+				     clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			spsize = (uint32_t)b;
 		} else if (!strcmp(o, "--connect-timeout")) {
 			if (args_dur(o, v, R_CONNECT, &connect, err, errlen))
 				goto out;
@@ -1984,6 +2012,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		c.model = arena;
 		cfg->shards = shards;
 		cfg->max_conns = max_conns;
+		cfg->splice_pipes = spipes;
+		cfg->splice_pipe_size = spsize;
 		cfg->nlisteners = 1;
 		cfg->npools = 1;
 		cfg->listeners = l = zalloc(&c, arena, sizeof *l);

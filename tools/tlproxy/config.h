@@ -153,6 +153,8 @@ struct tlp_config {
 	const char *admin;       /* admin socket path; NULL = none */
 	const char *access_log;  /* NULL = no access log */
 	uint32_t max_conns;      /* process-wide; 0 = no limit */
+	uint32_t splice_pipes;   /* splice pipe pool per shard; 0 = from the pipe budget */
+	uint32_t splice_pipe_size; /* bytes per pipe, a power of two 4k..1m; 0 = 1m */
 	uint32_t nlisteners;     /* 1..TLP_MAX_LISTENERS */
 	struct tlp_listener_cfg *listeners;
 	uint32_t npools;         /* 1..TLP_MAX_POOLS */
@@ -209,7 +211,8 @@ struct tlp_args {
 /*
  * tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]
  *         [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]
- *         [--proxy-protocol none|v1|v2] [--splice] [--max-conns N]
+ *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
+ *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D]
  * tlproxy --config FILE | --check FILE
  *

@@ -19,6 +19,7 @@
 
 #include "alog.h"
 #include "proxy.h"
+#include "splice.h"
 #include "util.h"
 
 /* Shard loop sizes. */
@@ -211,6 +212,8 @@ static int declare_stats(tl_runtime *rt)
 		tl_runtime_stat_label(rt, w->st_checks + i, checks[i]);
 	for (int i = 0; i < 3; i++)
 		tl_runtime_stat_label(rt, w->st_dns + i, dns[i]);
+	if (tlp_spl_declare(rt, &w->st_splice) < 0)
+		return -1;
 	return 0;
 }
 
@@ -378,7 +381,8 @@ int main(int argc, char **argv)
 	struct tlp_gen *gen;
 	tl_runtime_config rc;
 	tl_runtime *rt;
-	uint32_t nshards, cap;
+	uint32_t nshards, cap, spl_pipes = 0, spl_size = 0;
+	uint64_t spl_all;
 	char err[512];
 	sigset_t sigs;
 	pthread_t jt;
@@ -416,10 +420,6 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
 		const struct tlp_listener_cfg *l = &cfg->listeners[i];
 
-		if (l->splice)
-			fprintf(stderr, "tlproxy: listener %s: splice is not built yet; forwarding "
-					"through user space\n",
-				l->name);
 		for (uint32_t k = 0; k < l->nlisten; k++) {
 			tl_addr a;
 			int t;
@@ -454,8 +454,10 @@ int main(int argc, char **argv)
 	cap = cfg->max_conns ? cfg->max_conns : DEFAULT_CONNS;
 	if (cap > (1u << 20))
 		cap = 1u << 20;
-	raise_nofile(cfg->max_conns ? 2ull * cfg->max_conns + 1024
-				    : 2ull * cap * nshards + 1024);
+	/* A pipe of the splice pool is two descriptors. */
+	spl_all = tlp_spl_pool(cfg, nshards, &spl_pipes, &spl_size);
+	raise_nofile((cfg->max_conns ? 2ull * cfg->max_conns + 1024
+				     : 2ull * cap * nshards + 1024) + 2 * spl_all);
 	if (cfg->access_log) {
 		/* Opened before privileges go; reopened (SIGUSR1) as the user. */
 		r = tlp_alog_new(cfg->access_log, nshards, 4096, &w->alog, err, sizeof err);
@@ -492,6 +494,10 @@ int main(int argc, char **argv)
 	rc.loop.pooled_buffers = POOLED_BUFFERS;
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
+	if (spl_pipes) {
+		rc.loop.pipes = spl_pipes;
+		rc.loop.pipe_size = spl_size;
+	}
 	/* The write cap pauses the reads of the stream written to, which for a
 	 * proxy is the wrong side: a server slow to read what the client sent
 	 * would stop the proxy reading that server's answers, and a server that
@@ -513,7 +519,7 @@ int main(int argc, char **argv)
 				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
-	rc.stats_values = TLP_END_COUNT + 16 + 2 * w->srv_rows;
+	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 * w->srv_rows;
 	rc.on_start = tlp_shard_start;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;

@@ -13,6 +13,7 @@
 #include "sni.h"
 #include "netlist.h"
 #include "alog.h"
+#include "splice.h"
 
 /*
  * Forwarding in one paragraph. Each side's stream reads with tl_read_start:
@@ -46,6 +47,7 @@ enum {
 	OP_SHUT,
 	OP_CLOSE,      /* the side's current handle */
 	OP_CLOSE_OLD,  /* a server handle of a failed attempt */
+	OP_SPLICE,     /* a splice from side s to the other (splice.h) */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -92,6 +94,9 @@ struct tlp_conn {
 	struct tlp_gpool *gp;
 	const struct tlp_pool_cfg *pc;
 	struct tlp_srv *srv;
+	tl_op rd[2];             /* each side's read while forwarding */
+	struct tlp_spl sp[2];    /* each side's direction: copying or splicing */
+	uint64_t t_act;          /* last bytes moved either way (splice only) */
 	uint64_t bytes[2];       /* from the client, from the server */
 	uint64_t t0;             /* accepted (tl_now) */
 	uint8_t pp_in, laddr;    /* laddr: index of the listen address */
@@ -142,7 +147,7 @@ struct tlp_shard {
 	int draining, stopping;
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
-	uint64_t d_conns, d_bytes[2];
+	uint64_t d_conns, d_bytes[2], d_spl[TLP_SPL_ST_ROWS];
 	int open_dirty, queue_dirty;
 	int32_t srv_n[TLP_SRV_ROWS];
 	uint8_t srv_isdirty[TLP_SRV_ROWS];
@@ -272,15 +277,21 @@ static int idle_cause(const struct tlp_conn *c)
 
 /* Both streams' idle deadline: timeouts.idle, or the FIN timeout of the
  * side that closed first. */
-static void arm_idle(struct tlp_shard *sh, struct tlp_conn *c)
+static uint64_t idle_ns(const struct tlp_conn *c)
 {
 	const struct tlp_listener_cfg *lc = c->lr->cfg;
-	uint64_t ns = lc->idle_timeout_ns;
 
 	if ((c->flags & F_EOF(0)) && !(c->flags & F_EOF(1)))
-		ns = lc->client_fin_ns;
-	else if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
-		ns = lc->server_fin_ns;
+		return lc->client_fin_ns;
+	if ((c->flags & F_EOF(1)) && !(c->flags & F_EOF(0)))
+		return lc->server_fin_ns;
+	return lc->idle_timeout_ns;
+}
+
+static void arm_idle(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	uint64_t ns = idle_ns(c);
+
 	for (int s = 0; s < 2; s++)
 		if (!tl_handle_eq(c->h[s], TL_HANDLE_NONE))
 			tl_idle_deadline(sh->loop, c->h[s], ns);
@@ -367,6 +378,11 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 		tl_shard_counter_add(s, w->st_bytes_out, sh->d_bytes[1]);
 		sh->d_bytes[1] = 0;
 	}
+	for (int i = 0; i < TLP_SPL_ST_ROWS; i++)
+		if (sh->d_spl[i]) {
+			tl_shard_counter_add(s, w->st_splice + i, sh->d_spl[i]);
+			sh->d_spl[i] = 0;
+		}
 	if (sh->open_dirty) {
 		tl_shard_gauge_set(s, w->st_open, sh->nopen);
 		sh->open_dirty = 0;
@@ -955,12 +971,18 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 			return;
 		}
 		c->flags |= F_RD(0);
+		c->rd[0] = op;
+	} else {
+		c->rd[0] = c->rop; /* the peek's read goes on */
 	}
 	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &op) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
 	c->flags |= F_RD(1);
+	c->rd[1] = op;
+	tlp_spl_init(&c->sp[0], c->lr->cfg->splice);
+	tlp_spl_init(&c->sp[1], c->lr->cfg->splice);
 	if (c->flags & F_EOF(0))
 		shut(sh, c, 1);
 	if (c->state == C_FWD)
@@ -1105,6 +1127,129 @@ static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *
 	assign(sh, c);
 }
 
+/* ---- splicing (splice.h has the rule) ---- */
+
+/*
+ * A direction moves from copying to splicing by stopping its read
+ * (tl_stop) and, at that read's terminal, submitting a splice from its
+ * source to the other side; each splice's completion submits the next. The
+ * splice joins the destination's write queue behind the leases already
+ * read, so the bytes keep their order, and it waits for room in the
+ * destination as a write does: the same backpressure. A splice counts in
+ * wq[] like a write, so a connection whose both sides sent their FIN ends
+ * only once the splices are out. Back to copying is tl_read_start again.
+ */
+
+static void spl_copy(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	c->sp[s].mode = TLP_SPL_COPY;
+	if (tl_read_start(sh->loop, c->h[s], tok(CI(sh, c), s, OP_READ, 0), &c->rd[s]) < 0)
+		conn_end(sh, c, TLP_END_BUSY, 0);
+}
+
+static void spl_next(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	tl_op op;
+	int r = tl_splice(sh->loop, c->h[s], c->h[s ^ 1], TLP_SPL_MAX, tok(CI(sh, c), s, OP_SPLICE, 0),
+			  &op);
+
+	if (r == 0) {
+		c->sp[s].mode = TLP_SPL_SPLICING;
+		c->wq[s ^ 1]++;
+		return;
+	}
+	if (r == -ENOBUFS) {
+		/* No free pipe in the pool (or no op slot): copy, and count it. */
+		sh->d_spl[TLP_SPL_ST_REFUSED]++;
+		tlp_spl_refused(&c->sp[s]);
+		spl_copy(sh, c, s);
+		return;
+	}
+	/* The driver cannot splice these (-ENOTSUP): this direction copies. */
+	spl_copy(sh, c, s);
+	c->sp[s].mode = TLP_SPL_OFF;
+}
+
+/* A read of side s moved n bytes of a lease of cap bytes while forwarding. */
+static void spl_read(struct tlp_shard *sh, struct tlp_conn *c, int s, uint32_t n, uint32_t cap)
+{
+	c->t_act = tl_now(sh->loop);
+	if (tlp_spl_after_read(&c->sp[s], n, cap) && tl_stop(sh->loop, c->rd[s]) == 0)
+		c->sp[s].mode = TLP_SPL_STOPPING;
+}
+
+/* Side s sent its FIN (a read or a splice of s saw the end). */
+static void fwd_eof(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	c->flags |= F_EOF(s);
+	if (c->flags & F_EOF(s ^ 1)) {
+		maybe_done(sh, c);
+		return;
+	}
+	shut(sh, c, s ^ 1);
+	if (c->state == C_FWD)
+		arm_idle(sh, c); /* a FIN timeout now */
+}
+
+static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_completion *e)
+{
+	uint64_t taken = e->u.splice.taken, moved = e->u.splice.moved;
+	uint64_t now = tl_now(sh->loop);
+
+	c->wq[s ^ 1]--;
+	c->sp[s].mode = TLP_SPL_COPY;
+	if (taken) {
+		c->bytes[s] += taken;
+		sh->d_bytes[s] += taken;
+		sh->d_spl[TLP_SPL_ST_BYTES] += moved;
+	}
+	if (moved)
+		c->t_act = now;
+	if (c->state != C_FWD)
+		return; /* ending: its close cancelled the splice */
+	if (e->result > 0) {
+		if (tlp_spl_after_splice(&c->sp[s], moved)) {
+			spl_next(sh, c, s);
+		} else {
+			sh->d_spl[TLP_SPL_ST_TO_COPY]++;
+			spl_copy(sh, c, s);
+		}
+		return;
+	}
+	if (e->result == 0 && (e->flags & TL_F_EOF)) {
+		fwd_eof(sh, c, s);
+		return;
+	}
+	if (e->result == -ETIMEDOUT) {
+		/* The destination's idle deadline ended a splice that waited for
+		 * its source: when the other direction still moves bytes (its
+		 * splices are progress on the other stream only), this one goes
+		 * back to a read, which that progress keeps alive, as copying
+		 * does. Bytes dropped from the pipe end the connection. */
+		if (taken == moved && now - c->t_act < idle_ns(c)) {
+			sh->d_spl[TLP_SPL_ST_TO_COPY]++;
+			spl_copy(sh, c, s);
+			return;
+		}
+		conn_end(sh, c, idle_cause(c), 0);
+		return;
+	}
+	if (e->result == -ECANCELED) {
+		spl_copy(sh, c, s);
+		return;
+	}
+	if (taken > moved) {
+		/* Bytes left the source and did not reach the destination: the
+		 * destination failed, and its source is reset. */
+		conn_end(sh, c, s == 0 ? TLP_END_SERVER_ERROR : TLP_END_CLIENT_ERROR, 1 << s);
+		return;
+	}
+	/* The source reset (or failed): the other side sees a reset too. */
+	if (s == 1 && c->srv)
+		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
+	conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
+}
+
 /* ---- completions of connections ---- */
 
 static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_completion *e)
@@ -1117,6 +1262,8 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
 			write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
+			if (c->sp[s].mode == TLP_SPL_COPY && c->state == C_FWD)
+				spl_read(sh, c, s, n, l->cap);
 		} else if (c->state == C_PEEK) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
@@ -1131,7 +1278,20 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 	}
 	if (!(e->flags & TL_F_TERMINAL))
 		return;
+	if (c->sp[s].mode == TLP_SPL_STOPPING) {
+		/* The read stopped for a splice (or ended first: then as ever). */
+		c->sp[s].mode = TLP_SPL_COPY;
+		if ((e->flags & TL_F_STOPPED) && c->state == C_FWD) {
+			sh->d_spl[TLP_SPL_ST_TO_SPLICE]++;
+			spl_next(sh, c, s);
+			return;
+		}
+	}
 	if (e->result == 0 && (e->flags & TL_F_EOF)) {
+		if (c->state == C_FWD) {
+			fwd_eof(sh, c, s);
+			return;
+		}
 		c->flags |= F_EOF(s);
 		if (c->state == C_PEEK || c->state == C_WAITPEEK) {
 			/* It left before saying where it goes. */
@@ -1140,16 +1300,7 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 				 0);
 			return;
 		}
-		if (c->state != C_FWD)
-			return; /* passed on once connected */
-		if (c->flags & F_EOF(s ^ 1)) {
-			maybe_done(sh, c);
-			return;
-		}
-		shut(sh, c, s ^ 1);
-		if (c->state == C_FWD)
-			arm_idle(sh, c); /* a FIN timeout now */
-		return;
+		return; /* passed on once connected */
 	}
 	if (e->result == -ETIMEDOUT) {
 		conn_end(sh, c, c->state == C_PEEK ? TLP_END_PEEK_TIMEOUT : idle_cause(c), 0);
@@ -1188,6 +1339,9 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	switch (TOK_OP(t)) {
 	case OP_READ:
 		on_read(sh, c, side, e);
+		return;
+	case OP_SPLICE:
+		on_splice(sh, c, side, e);
 		return;
 	case OP_WRITE:
 		tl_lease_release(sh->loop, TOK_ARG(t));

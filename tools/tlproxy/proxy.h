@@ -246,6 +246,7 @@ struct tlp_world {
 	int st_conns, st_open, st_bytes_in, st_bytes_out, st_errors, st_queue;
 	int st_srv_conns, st_srv_up, st_checks, st_changes, st_log_dropped;
 	int st_dns;
+	int st_splice;              /* family "splice" (splice.h's rows) */
 };
 
 extern struct tlp_world tlp_w;
