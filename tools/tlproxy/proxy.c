@@ -148,6 +148,8 @@ struct tlp_shard {
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
 	uint64_t d_conns, d_bytes[2], d_spl[TLP_SPL_ST_ROWS];
+	uint32_t nspl;             /* directions with a splice in flight */
+	int spl_dirty;
 	int open_dirty, queue_dirty;
 	int32_t srv_n[TLP_SRV_ROWS];
 	uint8_t srv_isdirty[TLP_SRV_ROWS];
@@ -383,6 +385,10 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 			tl_shard_counter_add(s, w->st_splice + i, sh->d_spl[i]);
 			sh->d_spl[i] = 0;
 		}
+	if (sh->spl_dirty) {
+		tl_shard_gauge_set(s, w->st_splicing, sh->nspl);
+		sh->spl_dirty = 0;
+	}
 	if (sh->open_dirty) {
 		tl_shard_gauge_set(s, w->st_open, sh->nopen);
 		sh->open_dirty = 0;
@@ -1156,6 +1162,8 @@ static void spl_next(struct tlp_shard *sh, struct tlp_conn *c, int s)
 	if (r == 0) {
 		c->sp[s].mode = TLP_SPL_SPLICING;
 		c->wq[s ^ 1]++;
+		sh->nspl++;
+		sh->spl_dirty = 1;
 		return;
 	}
 	if (r == -ENOBUFS) {
@@ -1198,6 +1206,8 @@ static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_
 
 	c->wq[s ^ 1]--;
 	c->sp[s].mode = TLP_SPL_COPY;
+	sh->nspl--;
+	sh->spl_dirty = 1;
 	if (taken) {
 		c->bytes[s] += taken;
 		sh->d_bytes[s] += taken;

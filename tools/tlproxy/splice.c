@@ -26,8 +26,14 @@ int tlp_spl_after_read(struct tlp_spl *d, uint32_t n, uint32_t cap)
 
 int tlp_spl_after_splice(struct tlp_spl *d, uint64_t moved)
 {
-	(void)d;
-	return moved >= TLP_SPL_BACK;
+	if (moved >= TLP_SPL_BACK) {
+		d->shorts = 0;
+		return 1;
+	}
+	if (++d->shorts < TLP_SPL_BACK_N)
+		return 1;
+	d->shorts = 0;
+	return 0;
 }
 
 void tlp_spl_refused(struct tlp_spl *d)

@@ -17,9 +17,12 @@
  *    filled their lease, one after the other (the source had more waiting
  *    than a lease holds, again and again: a bulk flow), the direction
  *    stops its read and splices from then on.
- *  - splice -> copy: a splice that moved less than TLP_SPL_BACK bytes (the
- *    source had less than a lease waiting: the flow went quiet or
- *    interactive) gives its pipe back and the direction copies again. So
+ *  - splice -> copy: TLP_SPL_BACK_N splices in a row that each moved less
+ *    than TLP_SPL_BACK bytes (the source had less than a lease waiting:
+ *    the flow went interactive) give the pipe back and the direction
+ *    copies again. One short splice is not enough: the tail of every
+ *    burst is one, and a direction that stays in splicing mode between
+ *    bursts does not pay for two switches per burst. So
  *    does a splice of a direction that ended at the idle deadline without
  *    taking anything while the other direction was still moving.
  *  - refused (the pool had no free pipe, -ENOBUFS): the direction copies,
@@ -28,6 +31,7 @@
  */
 #define TLP_SPL_ENTER (64u << 10)
 #define TLP_SPL_BACK (16u << 10)
+#define TLP_SPL_BACK_N 2
 #define TLP_SPL_RETRY (8u << 20)
 /* Most one splice takes (the pipe's size bounds it too). */
 #define TLP_SPL_MAX (1u << 20)
@@ -49,6 +53,7 @@ enum {
 /* One direction's state (source side s of a connection). */
 struct tlp_spl {
 	uint8_t mode;         /* TLP_SPL_* */
+	uint8_t shorts;       /* short splices in a row */
 	uint32_t streak;      /* bytes of full-lease reads in a row */
 	uint64_t wait;        /* after a refusal: bytes to copy before trying again */
 };
@@ -66,6 +71,7 @@ enum {
 static inline void tlp_spl_init(struct tlp_spl *d, int on)
 {
 	d->mode = on ? TLP_SPL_COPY : TLP_SPL_OFF;
+	d->shorts = 0;
 	d->streak = 0;
 	d->wait = 0;
 }
