@@ -164,6 +164,22 @@ def serve(argv):
         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()
 
+    def echo_reset(c, flag):
+        # Echo until the file flag exists, then reset the connection.
+        c.settimeout(0.02)
+        while not os.path.exists(flag):
+            try:
+                d = c.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not d:
+                break
+            c.settimeout(None)
+            c.sendall(d)
+            c.settimeout(0.02)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
     def watch_reset(c):
         # Report on stdout how the client's side ended: eof or reset.
         try:
@@ -188,6 +204,8 @@ def serve(argv):
             t = threading.Thread(target=talk_first, args=(c, int(mode[10:])), daemon=True)
         elif mode == "reset":
             t = threading.Thread(target=resetter, args=(c,), daemon=True)
+        elif mode.startswith("echoreset="):
+            t = threading.Thread(target=echo_reset, args=(c, mode[10:]), daemon=True)
         elif mode == "watchreset":
             t = threading.Thread(target=watch_reset, args=(c,), daemon=True)
         else:
@@ -525,9 +543,16 @@ def bulk_size():
 def t_bulk(env):
     """TLP_E2E_BYTES (256 MiB) each way at once through tlproxy to an echo
     server, both directions checked by SHA-256; then the client's FIN."""
+    st = bulk_through(env, [])
+    check(st["splice"]["bytes"] == 0, f"spliced without --splice: {st['splice']}")
+
+
+def bulk_through(env, extra):
+    """t_bulk's transfer through a tlproxy started with extra arguments; its
+    stats once the transfer is done."""
     up, lp = env.port(), env.port()
     env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
-    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"])
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"] + extra)
     fd0 = env.fds(px)
     size = bulk_size()
     s = connect(lp, timeout=60)
@@ -569,21 +594,63 @@ def t_bulk(env):
     check(st["bytes_in"]["0"] == size and st["bytes_out"]["0"] == size,
           f"bytes_in {st['bytes_in']['0']} bytes_out {st['bytes_out']['0']}, want {size} each")
     env.wait_stat(px, "conns_open", "0", 0)
-    env.settle_fds(px, fd0)
+    env.wait_stat(px, "splice_pipes", "busy", 0)
+    st = env.stats(px)
+    # The pool keeps the pipes it made (two descriptors each) until the end.
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
     check(env.stop(px) == 0, "tlproxy did not exit 0")
+    return st
+
+
+def t_splice_bulk(env):
+    """t_bulk through --splice: both directions intact by SHA-256, and most
+    of the bytes went through pipes (the splice stats), each direction having
+    switched to splicing."""
+    size = bulk_size()
+    st = bulk_through(env, ["--splice"])
+    sp = st["splice"]
+    check(sp["to_splice"] >= 2, f"fewer than two switches to splicing: {sp}")
+    check(sp["bytes"] >= size, f"only {sp['bytes']} of {2 * size} bytes spliced: {sp}")
+    check(sp["refused"] == 0, f"the pool refused splices: {sp}")
+
+
+def t_splice_refused(env):
+    """--splice with a pool of one pipe: once one direction splices, the
+    other is refused, copies, and the refusal is counted; both directions
+    still arrive intact."""
+    st = bulk_through(env, ["--splice", "--splice-pipes", "1"])
+    sp = st["splice"]
+    check(sp["refused"] >= 1, f"no refusal counted with one pipe for two bulk directions: {sp}")
+    check(sp["bytes"] > 0 and sp["to_splice"] >= 1, f"nothing spliced: {sp}")
+    check(sp["bytes"] < 2 * bulk_size(), f"everything spliced through one pipe: {sp}")
 
 
 def t_halfclose(env):
     """Half-close each way: the client's FIN reaches the server while the
     server still answers; the server's FIN reaches the client while the
     client still sends."""
+    halfclose(env, False, 500000, 300000, 200000)
+
+
+def t_splice_halfclose(env):
+    """t_halfclose through splice: true, with transfers large enough that
+    each direction that carries one switches to splicing (counted), and the
+    FIN seen while splicing."""
+    st = halfclose(env, True, 8 << 20, 8 << 20, 8 << 20)
+    sp = st["splice"]
+    check(sp["to_splice"] >= 3, f"fewer than three directions switched to splicing: {sp}")
+    check(sp["bytes"] >= 12 << 20, f"only {sp['bytes']} bytes spliced of 24 MiB: {sp}")
+
+
+def halfclose(env, splice, n_up, n_talk, n_late):
     up1, up2, lp1, lp2 = env.port(), env.port(), env.port(), env.port()
     env.serve("sink", "127.0.0.1", up1)
-    talker = env.serve("talkfirst=300000", "127.0.0.1", up2)
+    talker = env.serve(f"talkfirst={n_talk}", "127.0.0.1", up2)
+    sp = ", splice: true" if splice else ""
     cfg = write_cfg(env, "hc.yaml", f"""
 listeners:
-  - {{name: a, listen: "127.0.0.1:{lp1}", pool: sink}}
-  - {{name: b, listen: "127.0.0.1:{lp2}", pool: talk}}
+  - {{name: a, listen: "127.0.0.1:{lp1}", pool: sink{sp}}}
+  - {{name: b, listen: "127.0.0.1:{lp2}", pool: talk{sp}}}
 pools:
   - {{name: sink, servers: [{{address: "127.0.0.1:{up1}"}}]}}
   - {{name: talk, servers: [{{address: "127.0.0.1:{up2}"}}]}}
@@ -592,8 +659,11 @@ pools:
     fd0 = env.fds(px)
     # Client -> server FIN: the server reads to EOF and answers after it.
     s = connect(lp1)
-    data = random.Random(3).randbytes(500000)
+    data = random.Random(3).randbytes(n_up)
     s.sendall(data)
+    if splice:
+        # The FIN comes while the direction splices (it stays so at rest).
+        env.wait_stat(px, "splice_pipes", "busy", 1)
     s.shutdown(socket.SHUT_WR)
     line = recv_line(s, 10)
     check(line == f"{len(data)} {hashlib.sha256(data).hexdigest()}",
@@ -603,17 +673,89 @@ pools:
     # Server -> client FIN: the client reads to EOF and then sends.
     s = connect(lp2)
     first = recv_all(s, 10)
-    want = random.Random(7).randbytes(300000)
+    want = random.Random(7).randbytes(n_talk)
     check(first == want, f"got {len(first)} bytes before the server's FIN, want {len(want)}")
-    late = random.Random(9).randbytes(200000)
+    late = random.Random(9).randbytes(n_late)
     s.sendall(late)
+    if splice:
+        env.wait_stat(px, "splice_pipes", "busy", 1)
     s.shutdown(socket.SHUT_WR)
     env.wait_for(talker, r"got \d+", 10)
     check(f"got {len(late)} {hashlib.sha256(late).hexdigest()}" in talker.text(),
           f"the server did not get what the client sent after its FIN: {talker.text()}")
     s.close()
     env.wait_stat(px, "conns_open", "0", 0)
-    env.settle_fds(px, fd0)
+    st = env.stats(px)
+    if not splice:
+        check(st["splice"]["bytes"] == 0, f"spliced without splice: true: {st['splice']}")
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+    return st
+
+
+def t_splice_reset(env):
+    """t_reset while splicing: a server that resets while both directions
+    splice (after echoing bulk) is seen as a reset by the client, and a
+    client that resets while its direction splices is seen as a reset by the
+    server; each counted as t_reset counts them."""
+    up1, up2, lp1, lp2 = env.port(), env.port(), env.port(), env.port()
+    flag = env.path("reset-now")
+    env.serve(f"echoreset={flag}", "127.0.0.1", up1, name="echoreset")
+    watcher = env.serve("watchreset", "127.0.0.1", up2)
+    cfg = write_cfg(env, "rst.yaml", f"""
+listeners:
+  - {{name: a, listen: "127.0.0.1:{lp1}", pool: rst, splice: true}}
+  - {{name: b, listen: "127.0.0.1:{lp2}", pool: watch, splice: true}}
+pools:
+  - {{name: rst, servers: [{{address: "127.0.0.1:{up1}"}}]}}
+  - {{name: watch, servers: [{{address: "127.0.0.1:{up2}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    # Echo 1 MiB bursts until both directions splice at rest.
+    s = connect(lp1)
+    block = random.Random(5).randbytes(1 << 20)
+    for _ in range(20):
+        s.sendall(block)
+        got = 0
+        while got < len(block):
+            d = s.recv(1 << 20)
+            check(d, "the echo ended early")
+            got += len(d)
+        time.sleep(0.1)
+        if env.stat(px, "splice_pipes", "busy") == 2:
+            break
+    check(env.stat(px, "splice_pipes", "busy") == 2, "the echo's directions are not both splicing")
+    open(flag, "w").close()
+    s.settimeout(5)
+    try:
+        d = s.recv(100)
+        raise Fail(f"the server's reset reached the client as {d!r}, not as a reset")
+    except ConnectionResetError:
+        pass
+    s.close()
+    os.unlink(flag)
+    env.wait_stat(px, "errors", "server_reset", 1)
+    env.wait_stat(px, "splice_pipes", "busy", 0)
+    # The client's direction splicing at rest, then its reset.
+    s = connect(lp2)
+    for _ in range(20):
+        s.sendall(block)
+        time.sleep(0.1)
+        if env.stat(px, "splice_pipes", "busy") == 1:
+            break
+    check(env.stat(px, "splice_pipes", "busy") == 1, "the client's direction is not splicing")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    env.wait_for(watcher, r"^(eof|reset)$", 5)
+    check("reset" in watcher.text().split(), f"the server saw the client's reset as: {watcher.text()}")
+    env.wait_stat(px, "errors", "client_reset", 1)
+    env.wait_stat(px, "conns_open", "0", 0)
+    st = env.stats(px)
+    check(st["errors"]["server_error"] == 0 and st["errors"]["client_error"] == 0,
+          f"a reset counted as a write error: {st['errors']}")
+    check(st["splice"]["to_splice"] >= 3, f"fewer than three directions spliced: {st['splice']}")
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 

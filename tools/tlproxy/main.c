@@ -214,9 +214,11 @@ static int declare_stats(tl_runtime *rt)
 		tl_runtime_stat_label(rt, w->st_dns + i, dns[i]);
 	if (tlp_spl_declare(rt, &w->st_splice) < 0)
 		return -1;
-	w->st_splicing = tl_runtime_gauge(rt, "splicing");
-	if (w->st_splicing < 0)
+	w->st_spl_pipes = tl_runtime_stat(rt, "splice_pipes", TL_STAT_GAUGE, 2);
+	if (w->st_spl_pipes < 0)
 		return -1;
+	tl_runtime_stat_label(rt, w->st_spl_pipes, "open");
+	tl_runtime_stat_label(rt, w->st_spl_pipes + 1, "busy");
 	return 0;
 }
 
@@ -522,7 +524,7 @@ int main(int argc, char **argv)
 				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
-	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 1 + 2 * w->srv_rows;
+	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows;
 	rc.on_start = tlp_shard_start;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;

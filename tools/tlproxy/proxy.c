@@ -148,8 +148,7 @@ struct tlp_shard {
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
 	uint64_t d_conns, d_bytes[2], d_spl[TLP_SPL_ST_ROWS];
-	uint32_t nspl;             /* directions with a splice in flight */
-	int spl_dirty;
+	int spl_dirty;             /* a splice started or ended: publish the pool */
 	int open_dirty, queue_dirty;
 	int32_t srv_n[TLP_SRV_ROWS];
 	uint8_t srv_isdirty[TLP_SRV_ROWS];
@@ -386,7 +385,11 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 			sh->d_spl[i] = 0;
 		}
 	if (sh->spl_dirty) {
-		tl_shard_gauge_set(s, w->st_splicing, sh->nspl);
+		tl_loop_stats ls;
+
+		tl_loop_stats_get(sh->loop, &ls);
+		tl_shard_gauge_set(s, w->st_spl_pipes, ls.pipes);
+		tl_shard_gauge_set(s, w->st_spl_pipes + 1, ls.pipes_busy);
 		sh->spl_dirty = 0;
 	}
 	if (sh->open_dirty) {
@@ -1162,7 +1165,6 @@ static void spl_next(struct tlp_shard *sh, struct tlp_conn *c, int s)
 	if (r == 0) {
 		c->sp[s].mode = TLP_SPL_SPLICING;
 		c->wq[s ^ 1]++;
-		sh->nspl++;
 		sh->spl_dirty = 1;
 		return;
 	}
@@ -1206,7 +1208,6 @@ static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_
 
 	c->wq[s ^ 1]--;
 	c->sp[s].mode = TLP_SPL_COPY;
-	sh->nspl--;
 	sh->spl_dirty = 1;
 	if (taken) {
 		c->bytes[s] += taken;

@@ -247,7 +247,7 @@ struct tlp_world {
 	int st_srv_conns, st_srv_up, st_checks, st_changes, st_log_dropped;
 	int st_dns;
 	int st_splice;              /* family "splice" (splice.h's rows) */
-	int st_splicing;            /* gauge: directions splicing now */
+	int st_spl_pipes;           /* gauges "splice_pipes": open, busy (splices holding one) */
 };
 
 extern struct tlp_world tlp_w;
