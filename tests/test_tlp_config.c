@@ -81,6 +81,8 @@ static void test_full(void)
 	T_STR(c->admin, "/run/tlproxy.sock");
 	T_STR(c->access_log, "/var/log/tlproxy/access.log");
 	T_EQ(c->max_conns, 100000);
+	T_EQ(c->splice_pipes, 64);
+	T_EQ(c->splice_pipe_size, 1u << 20);
 	T_EQ(c->nlisteners, 2);
 	T_EQ(c->npools, 4);
 	if (c->nlisteners != 2 || c->npools != 4)
@@ -242,6 +244,8 @@ static void test_defaults(void)
 	T_EQ(c->shards, 0);
 	T_TRUE(!c->cpus && !c->user && !c->admin && !c->access_log, "optional strings set");
 	T_EQ(c->max_conns, 0);
+	T_EQ(c->splice_pipes, 0);
+	T_EQ(c->splice_pipe_size, 0);
 	T_EQ(l->pool, 0);
 	T_EQ(l->max_conns, 0);
 	T_EQ(tlp_netset_count(&l->allow) + tlp_netset_count(&l->deny), 0);
@@ -529,6 +533,15 @@ static void test_top_errors(void)
 	one_error("user: \"a b\"\n" LST(""), "t.yaml:1:7: user: ", "not a user name");
 	one_error("admin: \"\"\n" LST(""), "t.yaml:1:8: admin: ", "needs a value");
 	one_error("max_conns: 10000001\n" LST(""), "t.yaml:1:12: max_conns: ", "out of range");
+	one_error("splice_pipes: 0\n" LST(""), "t.yaml:1:15: splice_pipes: ",
+		  "out of range (1 to 4096)");
+	one_error("splice_pipes: 4097\n" LST(""), "t.yaml:1:15: splice_pipes: ", "out of range");
+	one_error("splice_pipe_size: 2k\n" LST(""), "t.yaml:1:19: splice_pipe_size: ",
+		  "out of range");
+	one_error("splice_pipe_size: 2m\n" LST(""), "t.yaml:1:19: splice_pipe_size: ",
+		  "out of range");
+	one_error("splice_pipe_size: 48k\n" LST(""), "t.yaml:1:19: splice_pipe_size: ",
+		  "not a power of two");
 	one_error("Listeners: []\n" LST(""), "t.yaml:1:1: ", "unknown key 'Listeners'");
 	one_error("pools:\n  - {name: p, servers: [{address: \"127.0.0.1:1\"}]}\n",
 		  "t.yaml:1:1: listeners: ", "at least one listener is required");
@@ -918,7 +931,8 @@ static void test_args(void)
 		 "10.0.0.1:80,[2001:db8::1]:80,Backend.Internal:81", "--upstream",
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
-		 "2m", "--listen", "[::]:8080", NULL);
+		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
+		 NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -929,6 +943,8 @@ static void test_args(void)
 		T_TRUE(a.config_path == NULL && a.check == 0, "path");
 		T_EQ(c->shards, 4);
 		T_EQ(c->max_conns, 5000);
+		T_EQ(c->splice_pipes, 3);
+		T_EQ(c->splice_pipe_size, 256u << 10);
 		T_EQ(c->nlisteners, 1);
 		T_EQ(c->npools, 1);
 		T_STR(l->name, "default");
@@ -1045,6 +1061,13 @@ static void test_args_bad(void)
 		 "random", NULL);
 	args_bad("--proxy-protocol: 'v3' is not none, v1 or v2", "--proxy-protocol", "v3", NULL);
 	args_bad("--max-conns: '0' is not 1 to 10000000", "--max-conns", "0", NULL);
+	args_bad("--splice-pipes: '0' is not 1 to 4096", "--splice-pipes", "0", NULL);
+	args_bad("--splice-pipes: '5000' is not 1 to 4096", "--splice-pipes", "5000", NULL);
+	args_bad("--splice-pipe-size: '48k' is not a power of two from 4k to 1m",
+		 "--splice-pipe-size", "48k", NULL);
+	args_bad("--splice-pipe-size: '2m' is not a power of two", "--splice-pipe-size", "2m",
+		 NULL);
+	args_bad("--splice-pipe-size: 'big' is not", "--splice-pipe-size", "big", NULL);
 	args_bad("--connect-timeout: bare number '5' has no unit", "--connect-timeout", "5", NULL);
 	args_bad("--connect-timeout: out of range (1ms to 10m)", "--connect-timeout", "1h", NULL);
 	args_bad("--idle-timeout: '1.5m': fractions", "--idle-timeout", "1.5m", NULL);
