@@ -180,6 +180,20 @@ def serve(argv):
         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()
 
+    def send_then_read(c, size):
+        # Send size bytes (no FIN), then read to the client's FIN, report
+        # it on stdout and close.
+        c.sendall(random.Random(11).randbytes(size))
+        h, n = hashlib.sha256(), 0
+        while True:
+            d = c.recv(1 << 20)
+            if not d:
+                break
+            h.update(d)
+            n += len(d)
+        print(f"got {n} {h.hexdigest()}", flush=True)
+        c.close()
+
     def watch_reset(c):
         # Report on stdout how the client's side ended: eof or reset.
         try:
@@ -204,6 +218,8 @@ def serve(argv):
             t = threading.Thread(target=talk_first, args=(c, int(mode[10:])), daemon=True)
         elif mode == "reset":
             t = threading.Thread(target=resetter, args=(c,), daemon=True)
+        elif mode.startswith("sendthenread="):
+            t = threading.Thread(target=send_then_read, args=(c, int(mode[13:])), daemon=True)
         elif mode.startswith("echoreset="):
             t = threading.Thread(target=echo_reset, args=(c, mode[10:]), daemon=True)
         elif mode == "watchreset":
@@ -755,6 +771,71 @@ pools:
     check(st["errors"]["server_error"] == 0 and st["errors"]["client_error"] == 0,
           f"a reset counted as a write error: {st['errors']}")
     check(st["splice"]["to_splice"] >= 3, f"fewer than three directions spliced: {st['splice']}")
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_splice_idle(env):
+    """timeouts.idle through splice: true, as when copying. A connection
+    whose one direction moves bytes for three idle periods while the other,
+    spliced, waits lives on (that waiting direction goes back to copying,
+    counted in to_copy); one quiet both ways ends after about the idle
+    timeout, counted as idle_timeout."""
+    up, lp = env.port(), env.port()
+    n = 4 << 20
+    server = env.serve(f"sendthenread={n}", "127.0.0.1", up, name="sendthenread")
+    cfg = write_cfg(env, "idle.yaml", f"""
+listeners:
+  - {{name: a, listen: "127.0.0.1:{lp}", pool: p, splice: true, timeouts: {{idle: 1s}}}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+    s = connect(lp)
+    got = b""
+    while len(got) < n:
+        d = s.recv(1 << 20)
+        check(d, f"the server's {n} bytes ended after {len(got)}")
+        got += d
+    check(got == random.Random(11).randbytes(n), "the server's bytes differ")
+    env.wait_stat(px, "splice_pipes", "busy", 1)
+    # Now only the client sends, for three idle periods.
+    h, sent, block, t_end = hashlib.sha256(), 0, random.Random(12).randbytes(1 << 20), time.time() + 3
+    while time.time() < t_end:
+        try:
+            s.sendall(block)
+        except OSError as e:
+            raise Fail(f"the connection ended after {sent} bytes while the client sent: {e}")
+        h.update(block)
+        sent += len(block)
+        time.sleep(0.05)
+    s.shutdown(socket.SHUT_WR)
+    env.wait_for(server, r"got \d+", 10)
+    check(f"got {sent} {h.hexdigest()}" in server.text(),
+          f"the server did not get the {sent} bytes sent: {server.text()}")
+    check(is_closed(s, 5), "the server's close did not reach the client")
+    s.close()
+    st = env.stats(px)
+    check(st["errors"]["idle_timeout"] == 0, f"a moving connection timed out: {st['errors']}")
+    check(st["splice"]["to_splice"] >= 2 and st["splice"]["to_copy"] >= 1,
+          f"the waiting direction did not splice and go back to copying: {st['splice']}")
+    # Quiet both ways while its server's direction splices: ends at idle.
+    s = connect(lp)
+    got = b""
+    while len(got) < n:
+        d = s.recv(1 << 20)
+        check(d, "the server's bytes ended early")
+        got += d
+    t0 = time.time()
+    env.wait_stat(px, "splice_pipes", "busy", 1)
+    check(is_closed(s, 10), "a quiet connection was not closed")
+    dt = time.time() - t0
+    check(0.9 <= dt <= 3, f"a quiet connection closed after {dt:.2f} s, idle is 1 s")
+    s.close()
+    env.wait_stat(px, "errors", "idle_timeout", 1)
+    env.wait_stat(px, "conns_open", "0", 0)
+    st = env.stats(px)
     env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
