@@ -1648,15 +1648,15 @@ def t_stats(env):
 
 
 def t_noalloc(env):
-    """Accepting, forwarding (plain, with PROXY headers sent and received)
-    and closing allocate nothing on the shards once warm: their allocator
-    calls, counted by an LD_PRELOAD shim, do not grow."""
+    """Accepting, forwarding (plain, with PROXY headers sent and received,
+    spliced) and closing allocate nothing on the shards once warm: their
+    allocator calls, counted by an LD_PRELOAD shim, do not grow."""
     if os.environ.get("TLP_E2E_SANITIZED") or env.wrap:
         raise Skip("the sanitizer or wrapper owns the allocator")
     shim = os.environ.get("TLP_ALLOC_SHIM", "")
     if not os.path.exists(shim):
         raise Skip("no allocation shim (TLP_ALLOC_SHIM)")
-    up, l1, l2 = env.port(), env.port(), env.port()
+    up, l1, l2, l3 = env.port(), env.port(), env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     adir = env.path("alloc")
     os.makedirs(adir)
@@ -1664,6 +1664,7 @@ def t_noalloc(env):
 listeners:
   - {{name: plain, listen: "127.0.0.1:{l1}", pool: p, timeouts: {{idle: 200ms}}}}
   - {{name: lb, listen: "127.0.0.1:{l2}", pool: v2, proxy_protocol_from: ["127.0.0.2"]}}
+  - {{name: sp, listen: "127.0.0.1:{l3}", pool: p, splice: true}}
 pools:
   - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
   - {{name: v2, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
@@ -1692,6 +1693,12 @@ pools:
             s.sendall(b"PROXY TCP4 192.0.2.1 192.0.2.2 1000 2000\r\n")
             check(recv_line(s).startswith("S"), "PROXY connection failed")
             s.close()
+            if i % 5 == 0:
+                # Bulk enough to splice: 64 KiB pieces echoed.
+                s, n = ident_of(l3)
+                for _ in range(6):
+                    check(echo_ok(s, b"y" * 65536), "spliced connection failed")
+                s.close()
         idle, _ = ident_of(l1)
         check(is_closed(idle, 3), "idle timeout did not fire")
         idle.close()
@@ -1700,9 +1707,12 @@ pools:
     traffic(100)
     before = allocs()
     check(before > 0, "the shim counted no allocation at all (the shards' setup makes some)")
+    sp0 = env.stats(px)["splice"]["to_splice"]
     traffic(300)
     after = allocs()
     check(after == before, f"the shards allocated {after - before} times in steady state")
+    sp = env.stats(px)["splice"]
+    check(sp["to_splice"] > sp0, f"nothing spliced in the measured phase: {sp}")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
