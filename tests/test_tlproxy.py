@@ -831,7 +831,9 @@ pools:
     env.wait_stat(px, "splice_pipes", "busy", 1)
     check(is_closed(s, 10), "a quiet connection was not closed")
     dt = time.time() - t0
-    check(0.9 <= dt <= 3, f"a quiet connection closed after {dt:.2f} s, idle is 1 s")
+    # The proxy's idle period began when it wrote the last bytes, which can
+    # be a socket buffer's worth before the client read them: so not 1 s.
+    check(0.5 <= dt <= 3, f"a quiet connection closed after {dt:.2f} s, idle is 1 s")
     s.close()
     env.wait_stat(px, "errors", "idle_timeout", 1)
     env.wait_stat(px, "conns_open", "0", 0)
