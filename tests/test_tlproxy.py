@@ -595,7 +595,10 @@ def bulk_through(env, extra):
         # Every MiB differs: a byte off by position would change the hash.
         chunk = bytes([i & 0xff]) + block[1:]
         chunk = chunk[:size - sent]
-        s.sendall(chunk)
+        try:
+            s.sendall(chunk)
+        except OSError as e:
+            raise Fail(f"sending failed after {sent} bytes: {e}")
         sent_h.update(chunk)
         sent += len(chunk)
         i += 1
