@@ -13,6 +13,7 @@
 #include "sni.h"
 #include "netlist.h"
 #include "alog.h"
+#include "takeover.h"
 
 /*
  * Forwarding in one paragraph. Each side's stream reads with tl_read_start:
@@ -46,6 +47,7 @@ enum {
 	OP_SHUT,
 	OP_CLOSE,      /* the side's current handle */
 	OP_CLOSE_OLD,  /* a server handle of a failed attempt */
+	OP_WRITE_CARRY, /* bytes a connection handed over brought (takeover) */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -72,6 +74,9 @@ enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
 #define F_NEED_PP 0x2000u            /* a PROXY header must come first */
 #define F_PEEKW 0x4000u              /* the peek buffer is being written */
 #define F_QCOUNT 0x8000u             /* counted in the listener's queued */
+#define F_HO 0x10000u                /* being handed over (takeover): ho is a tlp_ho_out */
+#define F_HORD(s) (0x20000u << (s))  /* ... and side s's read has ended */
+#define F_HORES 0x80000u             /* ... too late: it carries on here */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -85,7 +90,9 @@ struct tlp_conn {
 	uint16_t peek, hdr;      /* peek slot, header buffer (0xffff none) */
 	uint32_t vidx;           /* server index in the view it came from */
 	uint64_t ticket;         /* its place in the pool's queue */
-	tl_op rop;               /* the client's read while peeking */
+	tl_op rop;               /* the client's read (while peeking, and after) */
+	tl_op rop1;              /* the server's read */
+	void *ho;                /* takeover: struct tlp_ho_out (F_HO) or tlp_ho_in */
 	uint64_t tried;          /* view indexes tried (first 64) */
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
@@ -140,6 +147,8 @@ struct tlp_shard {
 	/* listeners: [glisten idx][address idx] */
 	tl_handle (*lh)[TLP_MAX_LISTEN];
 	int draining, stopping;
+	int handing;               /* takeover: handing its connections over */
+	uint32_t ho_rr;            /* shard 0: the next shard an adopted connection goes to */
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
 	uint64_t d_conns, d_bytes[2];
@@ -181,6 +190,12 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c);
 static void assign(struct tlp_shard *sh, struct tlp_conn *c);
 static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp);
+static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8_t *p, uint32_t id,
+		    uint32_t n);
+static void ho_step(struct tlp_shard *sh, struct tlp_conn *c);
+static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
+static void ho_drop(struct tlp_conn *c);
+static void carry_written(struct tlp_conn *c);
 
 static inline struct tlp_shard *SH(tl_shard *s)
 {
@@ -924,7 +939,6 @@ static void shut(struct tlp_shard *sh, struct tlp_conn *c, int d)
 static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	uint32_t ci = CI(sh, c);
-	tl_op op;
 
 	tlp_passive(c->srv, c->pc, 1, 0);
 	c->state = C_FWD;
@@ -950,13 +964,13 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 			peek_release(sh, c);
 	}
 	if (!(c->flags & F_RD(0))) {
-		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &op) < 0) {
+		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rop) < 0) {
 			conn_end(sh, c, TLP_END_BUSY, 0);
 			return;
 		}
 		c->flags |= F_RD(0);
 	}
-	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &op) < 0) {
+	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &c->rop1) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
@@ -979,6 +993,8 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 	if (c->cause == 0xff)
 		c->cause = (uint8_t)cause;
 	c->state = C_CLOSING;
+	if (c->flags & F_HO)
+		ho_drop(c);
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		q_del(sh, c);
@@ -1116,7 +1132,10 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		if (c->state == C_FWD) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
-			write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
+			if (c->flags & F_HO)
+				ho_keep(sh, c, s, l->data, l->id, n);
+			else
+				write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
 		} else if (c->state == C_PEEK) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
@@ -1131,6 +1150,11 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 	}
 	if (!(e->flags & TL_F_TERMINAL))
 		return;
+	if ((c->flags & F_HO) && e->result >= 0 && !(e->flags & TL_F_EOF)) {
+		c->flags |= F_HORD(s);
+		ho_step(sh, c);
+		return;
+	}
 	if (e->result == 0 && (e->flags & TL_F_EOF)) {
 		c->flags |= F_EOF(s);
 		if (c->state == C_PEEK || c->state == C_WAITPEEK) {
@@ -1142,6 +1166,11 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		}
 		if (c->state != C_FWD)
 			return; /* passed on once connected */
+		if (c->flags & F_HO) {
+			/* The FIN goes on in the new process, after the carry. */
+			ho_step(sh, c);
+			return;
+		}
 		if (c->flags & F_EOF(s ^ 1)) {
 			maybe_done(sh, c);
 			return;
@@ -1161,6 +1190,11 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		if (s == 1 && c->srv)
 			tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 		conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
+		return;
+	}
+	if (e->result == -ECANCELED && (c->flags & F_HO)) {
+		c->flags |= F_HORD(s);
+		ho_step(sh, c);
 	}
 }
 
@@ -1216,9 +1250,14 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 				 1 << (side ^ 1));
 		else if (e->result == 0)
 			c->flags |= F_SHUTOK(side);
-		if (c->state == C_FWD)
+		if (c->state == C_FWD && (c->flags & F_HO))
+			ho_step(sh, c);
+		else if (c->state == C_FWD)
 			maybe_done(sh, c);
 		return;
+	case OP_WRITE_CARRY:
+		carry_written(c);
+		goto written;
 	case OP_CLOSE:
 		c->h[side] = TL_HANDLE_NONE;
 		/* fall through */
@@ -1241,7 +1280,9 @@ written:
 			 1 << (side ^ 1));
 		return;
 	}
-	if (c->state == C_FWD)
+	if (c->state == C_FWD && (c->flags & F_HO))
+		ho_step(sh, c);
+	else if (c->state == C_FWD)
 		maybe_done(sh, c);
 }
 
@@ -1357,6 +1398,15 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 		if ((t >> 8) < tlp_w.ngp)
 			dispatch_queue(sh, tlp_w.gp[t >> 8]);
 		return;
+	case TLP_MSG_HO_LISTEN:
+	case TLP_MSG_HO_GO:
+	case TLP_MSG_HO_STEP:
+	case TLP_MSG_HO_CONN:
+	case TLP_MSG_HO_STOP:
+		tlp_takeover_msg(s, type, t >> 8,
+				 e->kind == TL_K_MESH ? e->u.mesh.payload
+				 : e->kind == TL_K_POST ? e->u.post.payload : 0);
+		return;
 	default:
 		if (e->kind == TL_K_MESH)
 			tlp_ctl_msg(s, t, e->u.mesh.payload);
@@ -1437,7 +1487,7 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
 	tl_handle h;
 	tl_op op;
-	int r, inh;
+	int r, inh, own = 0;
 
 	if (ep->kind == TLP_EP_UNIX && sh->id != 0)
 		return 0; /* a path has one listener: shard 0's */
@@ -1455,8 +1505,14 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 		if (so->sndbuf)
 			opts[n++] = (tl_sockopt_val){TL_SO_SNDBUF, so->sndbuf};
 	}
-	inh = tlp_inherited(ep);
-	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0) {
+	/* A takeover hands over one socket per shard of the old process: this
+	 * shard takes its own, if there is one for it. */
+	inh = sh->id ? tlp_inherited_nth(ep, sh->id) : -1;
+	if (inh < 0)
+		inh = tlp_inherited(ep);
+	else
+		own = 1;
+	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0 && !own) {
 		/* A socket with SO_REUSEPORT (systemd's ReusePort=yes): the
 		 * other shards join its group with sockets of their own, and the
 		 * kernel spreads connections over the shards. Without it, or if
@@ -1676,4 +1732,428 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->hb);
 	free(sh->hb_free);
 	free(sh);
+}
+
+/* ---- takeover (takeover.c has the process side) ---- */
+
+/*
+ * Handing a forwarding connection over: its reads are cancelled (what they
+ * had taken still arrives and is kept in its tlp_ho_out, not written), its
+ * writes and any shutdown in flight finish, then both handles are
+ * detached and the pair leaves as a CONN record. A FIN read meanwhile is
+ * not passed on here: the new process sends it after the carry.
+ */
+
+void tlp_shard_ho_listeners(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+	static const tl_handle none = {0};
+
+	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++)
+		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++) {
+			int fd;
+
+			if (tl_handle_eq(sh->lh[gi][ai], none))
+				continue;
+			fd = tl_handle_fd(sh->loop, sh->lh[gi][ai]);
+			if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+				tlp_ho_push_listener(sh->id, fd);
+		}
+}
+
+static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = calloc(1, sizeof *o);
+
+	if (!o)
+		return; /* it drains here */
+	o->fd[0] = o->fd[1] = -1;
+	c->ho = o;
+	c->flags |= F_HO;
+	if ((c->flags & F_RD(0)) && !(c->flags & F_EOF(0)))
+		tl_cancel(sh->loop, c->rop);
+	if ((c->flags & F_RD(1)) && !(c->flags & F_EOF(1)))
+		tl_cancel(sh->loop, c->rop1);
+	ho_step(sh, c);
+}
+
+uint32_t tlp_shard_handover(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+	static const tl_handle none = {0};
+	uint32_t n = 0;
+
+	sh->handing = 1;
+	sh->draining = 1; /* no listener comes back, not even on a reload */
+	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++)
+		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++)
+			if (!tl_handle_eq(sh->lh[gi][ai], none)) {
+				/* The new process holds the socket: closing our
+				 * descriptor leaves its queue to it. */
+				tl_close(sh->loop, sh->lh[gi][ai], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+				sh->lh[gi][ai] = none;
+			}
+	for (uint32_t i = 0; i < sh->cap; i++) {
+		struct tlp_conn *c = &sh->c[i];
+
+		if (c->state == C_FWD && !(c->flags & F_HO)) {
+			n++;
+			ho_begin(sh, c);
+			if (!(c->flags & F_HO) && c->state == C_FWD && !c->ho)
+				tlp_ho_gone(); /* no memory: it stays */
+		}
+	}
+	return n;
+}
+
+static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8_t *p, uint32_t id,
+		    uint32_t n)
+{
+	struct tlp_ho_out *o = c->ho;
+
+	if (o->len[s] + (uint64_t)n > TLP_HO_CARRY_MAX) {
+		/* More than a stream's leases can hold: not expected; cut. */
+		tl_lease_release(sh->loop, id);
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	if (o->len[s] + n > o->cap[s]) {
+		uint32_t cap = o->cap[s] ? o->cap[s] : 65536;
+		uint8_t *b;
+
+		while (cap < o->len[s] + n)
+			cap *= 2;
+		b = realloc(o->b[s], cap);
+		if (!b) {
+			tl_lease_release(sh->loop, id);
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		o->b[s] = b;
+		o->cap[s] = cap;
+	}
+	memcpy(o->b[s] + o->len[s], p, n);
+	o->len[s] += n;
+	tl_lease_release(sh->loop, id);
+}
+
+/* A connection being handed over ends here instead (conn_end). */
+static void ho_drop(struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+
+	for (int s = 0; s < 2; s++)
+		if (o->fd[s] >= 0)
+			close(o->fd[s]);
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~F_HO;
+	tlp_ho_gone();
+}
+
+static uint16_t peer_len(const tl_addr *a)
+{
+	switch (a->sa.sa_family) {
+	case AF_INET:
+		return sizeof a->in;
+	case AF_INET6:
+		return sizeof a->in6;
+	default:
+		return 0; /* an unnamed Unix peer: nothing to say */
+	}
+}
+
+static void ho_step(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+	uint32_t f = c->flags;
+	struct tlp_ho_msg m;
+
+	if (c->state != C_FWD || !(f & F_HO))
+		return;
+	if (f & F_HORES) {
+		ho_resume(sh, c);
+		return;
+	}
+	for (int s = 0; s < 2; s++)
+		if (((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s)))) || c->wq[s] ||
+		    ((f & F_SHUT(s)) && !(f & F_SHUTOK(s))))
+			return; /* a read, write or shutdown still in flight */
+	for (int s = 0; s < 2; s++) {
+		int r;
+
+		if (o->fd[s] >= 0)
+			continue;
+		r = tl_detach(sh->loop, c->h[s], &o->fd[s]);
+		if (r == -EAGAIN) {
+			/* Its completions are still queued: after this turn. */
+			o->fd[s] = -1;
+			if (tl_shard_post(sh->s, sh->id, tlp_ctl_token(TLP_MSG_HO_STEP, CI(sh, c)), 0) < 0)
+				conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		if (r < 0) {
+			o->fd[s] = -1;
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		c->h[s] = TL_HANDLE_NONE;
+	}
+	memset(&m, 0, offsetof(struct tlp_ho_msg, u) + sizeof m.u.conn);
+	m.type = TLP_HO_CONN;
+	for (int s = 0; s < 2; s++) {
+		if (f & F_EOF(s))
+			m.u.conn.flags |= TLP_HO_EOF(s);
+		if (f & F_SHUTOK(s))
+			m.u.conn.flags |= TLP_HO_SHUT(s);
+		m.u.conn.bytes[s] = c->bytes[s];
+		m.u.conn.carry[s] = o->b[s];
+		m.u.conn.carry_len[s] = o->len[s];
+	}
+	m.u.conn.server = c->vidx;
+	m.u.conn.age_ns = tl_now(sh->loop) - c->t0;
+	snprintf(m.u.conn.listener, sizeof m.u.conn.listener, "%s", c->lr->gl->name);
+	snprintf(m.u.conn.pool, sizeof m.u.conn.pool, "%s", c->gp ? c->gp->name : "");
+	snprintf(m.u.conn.srv, sizeof m.u.conn.srv, "%s", c->srv ? c->srv->label : "");
+	m.u.conn.peer_len = peer_len(&c->peer);
+	memcpy(&m.u.conn.peer, &c->peer, m.u.conn.peer_len);
+	/* The record takes the descriptors whatever happens. */
+	tlp_ho_push_conn(&m, o->fd);
+	o->fd[0] = o->fd[1] = -1;
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~F_HO;
+	/* Gone from here: what conn_end would release, without a close. */
+	c->state = C_CLOSING;
+	c->cause = TLP_END_DONE;
+	if (c->flags & F_LCOUNT)
+		atomic_fetch_sub_explicit(&c->lr->gl->conns, 1, memory_order_relaxed);
+	if (c->flags & F_WCOUNT)
+		atomic_fetch_sub_explicit(&tlp_w.conns, 1, memory_order_relaxed);
+	c->flags &= ~(F_LCOUNT | F_WCOUNT);
+	srv_release(sh, c);
+	conn_free(sh, c);
+}
+
+void tlp_shard_ho_step(tl_shard *s, uint32_t ci)
+{
+	struct tlp_shard *sh = SH(s);
+
+	if (ci < sh->cap)
+		ho_step(sh, &sh->c[ci]);
+}
+
+/* A carry write of an adopted connection is done: the record goes with
+ * the last. */
+static void carry_written(struct tlp_conn *c)
+{
+	struct tlp_ho_in *in = c->ho;
+
+	if (in && --in->nwrites == 0) {
+		free(in);
+		c->ho = NULL;
+	}
+}
+
+static struct tlp_glisten *gl_find(const char *name)
+{
+	for (uint32_t i = 0; i < tlp_w.ngl; i++)
+		if (!strcmp(tlp_w.gl[i]->name, name))
+			return tlp_w.gl[i];
+	return NULL;
+}
+
+static struct tlp_gpool *gp_find(const char *name)
+{
+	for (uint32_t i = 0; i < tlp_w.ngp; i++)
+		if (!strcmp(tlp_w.gp[i]->name, name))
+			return tlp_w.gp[i];
+	return NULL;
+}
+
+/* Forward again: the bytes of in (or none) first, then reads on the sides
+ * still open, and the FINs read but not yet passed on. c->ho takes in. */
+static void carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in *in)
+{
+	uint32_t ci = CI(sh, c);
+
+	c->ho = in;
+	if (in) {
+		const struct tlp_ho_conn *hc = &in->c;
+
+		in->nwrites = 1; /* held until every write below is issued */
+		for (int k = 0; k < 2 && c->state == C_FWD; k++)
+			if (hc->carry_len[k]) {
+				in->nwrites++;
+				write_buf(sh, c, k ^ 1, hc->carry[k], hc->carry_len[k], OP_WRITE_CARRY, 0);
+				if (c->state != C_FWD)
+					in->nwrites--; /* write_buf ended it: no completion */
+			}
+		carry_written(c);
+	}
+	for (int k = 0; k < 2 && c->state == C_FWD; k++) {
+		if (c->flags & F_EOF(k))
+			continue;
+		if (tl_read_start(sh->loop, c->h[k], tok(ci, k, OP_READ, 0), k ? &c->rop1 : &c->rop) < 0) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		c->flags |= F_RD(k);
+	}
+	/* A FIN read and not passed on yet. */
+	for (int k = 0; k < 2 && c->state == C_FWD; k++)
+		if ((c->flags & F_EOF(k)) && !(c->flags & F_SHUT(k ^ 1)))
+			shut(sh, c, k ^ 1);
+	if (c->state == C_FWD) {
+		arm_idle(sh, c);
+		maybe_done(sh, c);
+	}
+}
+
+/* The deadline passed with c still on its way: it carries on here, once
+ * its reads have ended (ho_step calls again until they have). */
+static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+	struct tlp_ho_in *in = NULL;
+	uint32_t f = c->flags;
+
+	for (int s = 0; s < 2; s++)
+		if ((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s))))
+			return;
+	for (int s = 0; s < 2; s++)
+		if (o->fd[s] >= 0) {
+			if (tl_adopt(sh->loop, o->fd[s], &c->h[s]) < 0) {
+				c->h[s] = TL_HANDLE_NONE;
+				conn_end(sh, c, TLP_END_BUSY, 0); /* ho_drop closes it */
+				return;
+			}
+			o->fd[s] = -1;
+		}
+	if (o->len[0] || o->len[1]) {
+		in = malloc(sizeof *in + o->len[0] + o->len[1]);
+		if (!in) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		memset(&in->c, 0, sizeof in->c);
+		for (int s = 0; s < 2; s++) {
+			in->c.carry[s] = in->body + (s ? o->len[0] : 0);
+			in->c.carry_len[s] = o->len[s];
+			if (o->len[s])
+				memcpy(in->body + (s ? o->len[0] : 0), o->b[s], o->len[s]);
+		}
+		in->fd[0] = in->fd[1] = -1;
+	}
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~(F_HO | F_HORD(0) | F_HORD(1) | F_HORES);
+	tlp_ho_gone();
+	carry_on(sh, c, in);
+}
+
+void tlp_shard_ho_stop(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+
+	sh->handing = 0;
+	for (uint32_t i = 0; i < sh->cap; i++) {
+		struct tlp_conn *c = &sh->c[i];
+
+		if (c->state == C_FWD && (c->flags & F_HO)) {
+			c->flags |= F_HORES;
+			ho_resume(sh, c);
+		}
+	}
+}
+
+int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_world *w = &tlp_w;
+	const struct tlp_ho_conn *hc = &in->c;
+	struct tlp_glisten *gl = gl_find(hc->listener);
+	const struct tlp_lrt *lr = gl ? sh->gen->by_gl[gl->idx] : NULL;
+	struct tlp_gpool *gp = gp_find(hc->pool);
+	const struct tlp_pool_cfg *pc = gp ? sh->gen->pc_by_gp[gp->idx] : NULL;
+	tl_handle h[2] = {TL_HANDLE_NONE, TL_HANDLE_NONE};
+	struct tlp_conn *c;
+	int r = 0;
+
+	if (!lr || !pc) {
+		r = -ENOENT; /* the new configuration has no such listener or pool */
+		goto fail;
+	}
+	if (sh->stopping) {
+		r = -ESHUTDOWN;
+		goto fail;
+	}
+	for (int k = 0; k < 2; k++)
+		if ((r = tl_adopt(sh->loop, in->fd[k], &h[k])) < 0)
+			goto fail;
+	c = conn_new(sh);
+	if (!c) {
+		r = -ENOBUFS;
+		goto fail;
+	}
+	c->h[0] = h[0];
+	c->h[1] = h[1];
+	c->state = C_FWD;
+	c->t0 = tl_now(sh->loop) - hc->age_ns;
+	c->t_state = sh->tick;
+	c->gen = sh->gen;
+	c->gen->sc[sh->id].n++;
+	c->lr = lr;
+	c->gp = gp;
+	c->pc = pc;
+	c->bytes[0] = hc->bytes[0];
+	c->bytes[1] = hc->bytes[1];
+	memset(&c->peer, 0, sizeof c->peer);
+	if (hc->peer_len && hc->peer_len <= sizeof c->peer)
+		memcpy(&c->peer, &hc->peer, hc->peer_len);
+	/* Count it where the old process did: its server, the limits. */
+	{
+		struct tlp_view *v = sh->lp[gp->idx].v;
+
+		for (uint32_t i = 0; v && i < v->n; i++)
+			if (!strcmp(v->e[i].srv->label, hc->srv)) {
+				c->srv = v->e[i].srv;
+				c->vidx = i;
+				c->flags |= F_SRV;
+				atomic_fetch_add_explicit(&c->srv->conns, 1, memory_order_relaxed);
+				srv_count(sh, c->srv, 1);
+				break;
+			}
+	}
+	if (w->max_conns) {
+		c->flags |= F_WCOUNT;
+		atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed);
+	}
+	if (lr->cfg->max_conns) {
+		c->flags |= F_LCOUNT;
+		atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed);
+	}
+	for (int k = 0; k < 2; k++) {
+		if (hc->flags & TLP_HO_EOF(k))
+			c->flags |= F_EOF(k);
+		if (hc->flags & TLP_HO_SHUT(k))
+			c->flags |= F_SHUT(k) | F_SHUTOK(k);
+	}
+	carry_on(sh, c, in);
+	return 0;
+fail:
+	for (int k = 0; k < 2; k++) {
+		if (!tl_handle_eq(h[k], TL_HANDLE_NONE))
+			tl_close_abort(sh->loop, h[k], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		else
+			close(in->fd[k]);
+	}
+	free(in);
+	return r;
 }
