@@ -1651,28 +1651,57 @@ http {{ access_log off; keepalive_requests 1000000; server {{ listen 127.0.0.1:{
     raise Fail("nginx did not start")
 
 
+def takeover_to(env, old, cfg, sock_from, sock_to, name):
+    """Start a process that takes over from old; wait until old exited 0.
+    Returns the new process and the figures both logged."""
+    t0 = time.time()
+    new = env.proxy(["--config", cfg, "--takeover", sock_from, "--handover-socket", sock_to], name=name)
+    env.wait_for(new, r"takeover done", 30)
+    try:
+        rc = old.p.wait(30)
+    except subprocess.TimeoutExpired:
+        raise Fail(f"{old.name} did not exit after the takeover by {name}")
+    check(rc == 0, f"{old.name} exited {rc} after the takeover")
+    mo = re.search(r"takeover by pid \d+: (\d+) connections? handed over in ([\d.]+) ms \(listeners "
+                   r"([\d.]+) ms before\), (\d+) left to drain here, ([\d]+) bytes carried", old.text())
+    mn = re.search(r"takeover done: (\d+) connections? carried on, (\d+) cut", new.text())
+    check(mo and mn, f"no takeover figures in the logs: {old.text()[-1500:]} {new.text()[-1500:]}")
+    check(int(mn.group(1)) == int(mo.group(1)) and mn.group(2) == "0",
+          f"{old.name} handed {mo.group(1)}, {name} carried on {mn.group(1)} and cut {mn.group(2)}")
+    f = {"handed": int(mo.group(1)), "ms": float(mo.group(2)), "listen_ms": float(mo.group(3)),
+         "left": int(mo.group(4)), "carried": int(mo.group(5)), "total_ms": (time.time() - t0) * 1000}
+    print(f"{old.name} -> {name}: {f['handed']} connections handed over in {f['ms']} ms, "
+          f"{f['carried']} bytes carried, {f['left']} left behind; the successor accepted "
+          f"{f['listen_ms']} ms after its HELLO; {f['total_ms']:.0f} ms from its start to the end",
+          flush=True)
+    return new, f
+
+
 def t_takeover(env):
-    """A new tlproxy takes over a running one under load (--takeover): wrk
-    through it, a long transfer each way checked by SHA-256 and idle
-    connections; no connect refused, no request failed, the transfer ends
-    intact through the new process, every idle connection answers after,
-    and the old process exits 0."""
+    """A new tlproxy takes over a running one under load (--takeover), twice
+    (2 shards, then 1, then 2 again): wrk through it, a long transfer each
+    way checked by SHA-256, idle connections and a stream of new ones; no
+    connect refused, no request failed, the transfer ends intact through the
+    last process, every idle connection answers after, the old processes
+    exit 0, and the last spreads what it took over its shards."""
     need("nginx")
     wrk = need("wrk")
     web_up, echo_up, web, echo = env.port(), env.port(), env.port(), env.port()
     start_nginx(env, web_up)
     env.start("tlecho", [env.tlecho, "-p", str(echo_up)], wait_line="listening")
-    cfg = write_cfg(env, "takeover.yaml", f"""
-shards: 2
+    cfgs = []
+    for n in (2, 1):
+        cfgs.append(write_cfg(env, f"takeover{n}.yaml", f"""
+shards: {n}
 listeners:
   - {{name: web, listen: "127.0.0.1:{web}", pool: web}}
   - {{name: echo, listen: "127.0.0.1:{echo}", pool: echo}}
 pools:
   - {{name: web, servers: [{{address: "127.0.0.1:{web_up}"}}]}}
   - {{name: echo, servers: [{{address: "127.0.0.1:{echo_up}"}}]}}
-""")
-    sock_a, sock_b = env.path("ho-a.sock"), env.path("ho-b.sock")
-    old = env.proxy(["--config", cfg, "--handover-socket", sock_a], name="tlproxy-old")
+"""))
+    socks = [env.path(f"ho-{i}.sock") for i in range(3)]
+    a = env.proxy(["--config", cfgs[0], "--handover-socket", socks[0]], name="tlproxy-a")
     n_idle = 50
     idle = []
     for i in range(n_idle):
@@ -1680,13 +1709,13 @@ pools:
         check(echo_ok(s, b"hello %d" % i), f"idle connection {i} does not echo before")
         idle.append(s)
 
-    # The long transfer, paced so that it is under way during the switch.
+    # The long transfer, paced so that it is under way during both switches.
     size = bulk_size()
-    secs = 8.0
+    secs = 12.0
     bulk = connect(echo, timeout=60)
     block = random.Random(3).randbytes(1 << 20)
     sent_h, got_h = hashlib.sha256(), hashlib.sha256()
-    got, err = [0], []
+    got, sent, err = [0], [0], []
 
     def reader():
         try:
@@ -1701,14 +1730,14 @@ pools:
 
     def writer():
         try:
-            sent, i, t0 = 0, 0, time.time()
-            while sent < size:
-                chunk = (bytes([i & 0xff]) + block[1:])[:size - sent]
+            i, t0 = 0, time.time()
+            while sent[0] < size:
+                chunk = (bytes([i & 0xff]) + block[1:])[:size - sent[0]]
                 bulk.sendall(chunk)
                 sent_h.update(chunk)
-                sent += len(chunk)
+                sent[0] += len(chunk)
                 i += 1
-                ahead = sent / size * secs - (time.time() - t0)
+                ahead = sent[0] / size * secs - (time.time() - t0)
                 if ahead > 0:
                     time.sleep(ahead)
         except Exception as e:  # noqa: BLE001
@@ -1736,24 +1765,21 @@ pools:
     threads = [threading.Thread(target=f) for f in (reader, writer, prober)]
     for t in threads:
         t.start()
-    w = subprocess.Popen([wrk, "-t2", "-c16", "-d6s", f"http://127.0.0.1:{web}/index.html"],
+    w = subprocess.Popen([wrk, "-t2", "-c16", "-d10s", f"http://127.0.0.1:{web}/index.html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
-    t_switch = time.time()
-    new = env.proxy(["--config", cfg, "--takeover", sock_a, "--handover-socket", sock_b],
-                    name="tlproxy-new")
-    env.wait_for(new, r"takeover done", 30)
-    switch_ms = (time.time() - t_switch) * 1000
-    try:
-        rc = old.p.wait(30)
-    except subprocess.TimeoutExpired:
-        raise Fail("the old process did not exit after the takeover")
-    check(rc == 0, f"the old process exited {rc}")
+    b, fb = takeover_to(env, a, cfgs[1], socks[0], socks[1], "tlproxy-b")
+    check(fb["handed"] >= n_idle + 1, f"only {fb['handed']} connections handed over to b")
+    at_b = got[0]
+    time.sleep(2)
+    c, fc = takeover_to(env, b, cfgs[0], socks[1], socks[2], "tlproxy-c")
+    check(fc["handed"] >= n_idle + 1, f"only {fc['handed']} connections handed over to c")
+    at_c = got[0]
     out, werr = w.communicate(timeout=60)
     check(w.returncode == 0, f"wrk failed: {werr}")
     m = re.search(r"(\d+) requests in", out)
     check(m and int(m.group(1)) > 200, f"wrk made too few requests: {out}")
-    check("Socket errors" not in out and "Non-2xx" not in out, f"wrk saw errors across the takeover: {out}")
+    check("Socket errors" not in out and "Non-2xx" not in out, f"wrk saw errors across the takeovers: {out}")
     threads[0].join(600)
     threads[1].join(600)
     stop.set()
@@ -1761,28 +1787,131 @@ pools:
     check(not err, f"the long transfer failed: {err}")
     check(got[0] == size, f"the long transfer got {got[0]} bytes back of {size}")
     check(got_h.hexdigest() == sent_h.hexdigest(), "the long transfer's bytes differ from those sent")
-    check(not probe["bad"], f"{len(probe['bad'])} new connections failed across the switch: {probe['bad'][:5]}")
+    check(at_b < size and at_c < size, f"the transfer was over before a switch ({at_b}, {at_c} of {size})")
+    check(not probe["bad"], f"{len(probe['bad'])} new connections failed across the switches: {probe['bad'][:5]}")
     check(probe["ok"] > 20, f"only {probe['ok']} probes went through")
     for i, s in enumerate(idle):
-        check(echo_ok(s, b"still here %d" % i), f"idle connection {i} does not answer after the takeover")
-    # They are the new process's now: its gauge counts them and the bulk one.
-    check(env.stat(new, "conns_open") >= n_idle + 1,
-          f"the new process holds {env.stat(new, 'conns_open')} connections, want >= {n_idle + 1}")
+        check(echo_ok(s, b"still here %d" % i), f"idle connection {i} does not answer after the takeovers")
+    # They are c's now: its gauge counts them and the long one, on both shards.
+    st = env.stats(c)
+    per = st["conns_open"]["_per_shard"]["0"]
+    check(st["conns_open"]["0"] >= n_idle + 1,
+          f"the last process holds {st['conns_open']['0']} connections, want >= {n_idle + 1}")
+    check(len(per) == 2 and min(per) >= n_idle // 3, f"c's shards hold {per}: not spread")
     bulk.shutdown(socket.SHUT_WR)
     check(is_closed(bulk, 10), "no end of the long transfer after the client's FIN")
     bulk.close()
     for s in idle:
         s.close()
+    env.wait_stat(c, "conns_open", "0", 0)
+    print(f"takeover: {probe['ok']} probes and {m.group(1)} wrk requests across two switches", flush=True)
+    check(env.stop(c) == 0, "the last process did not exit 0")
+
+
+def t_takeover_carry(env):
+    """A successor writes the bytes its predecessor had read and not yet
+    written before anything else, in both directions, and passes on a FIN
+    the predecessor had read: a predecessor played by the test hands over
+    a listening socket and connections with carried bytes and half-closes."""
+    up, lp = env.port(), env.port()
+    env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
+    fake = env.path("fake-old.sock")
+    ls = socket.socket(socket.AF_UNIX)
+    ls.bind(fake)
+    ls.listen(1)
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    lsock.bind(("127.0.0.1", lp))
+    lsock.listen(64)
+    # Connection pairs as the predecessor would hold them: the client's
+    # socket accepted on lp, a socket connected to the server.
+    pairs = []
+    for _ in range(3):
+        cl = connect(lp)
+        acc, _ = lsock.accept()
+        srv = connect(up)
+        pairs.append((cl, acc, srv))
+    peer = struct.pack("<H", socket.AF_INET) + struct.pack(">H", 4000) + socket.inet_aton("127.0.0.1") + b"\0" * 8
+
+    def conn_rec(flags, c0, c1, listener=b"default"):
+        names = [listener, b"default", f"127.0.0.1:{up}".encode()]
+        body = struct.pack("<IIQQQHHHHII", flags, 0, 100, 200, 10**9, *[len(n) for n in names], len(peer),
+                           len(c0), len(c1))
+        return ho_record(6, body + b"".join(names) + peer + c0 + c1, nfds=2)
+
+    res = {}
+
+    def fake_old():
+        try:
+            c, _ = ls.accept()
+            r = ho_reply(c)
+            res["hello"] = r
+            c.sendall(ho_record(1, struct.pack("<II", os.getpid(), 0)))
+            a = struct.pack("<H", socket.AF_INET) + struct.pack(">H", lp) + socket.inet_aton("127.0.0.1") + b"\0" * 8
+            socket.send_fds(c, [ho_record(3, struct.pack("<HH", 0, len(a)) + a, nfds=1)], [lsock.fileno()])
+            c.sendall(ho_record(4, struct.pack("<I", 1)))
+            res["ready"] = ho_reply(c, timeout=30)
+            # 0: bytes both ways; 1: the client's FIN read and not passed on,
+            # after bytes for the server; 2: a listener the successor lacks.
+            recs = [(conn_rec(0, b"to-server-0|", b"to-client-0|"), pairs[0]),
+                    (conn_rec(1, b"last words|", b""), pairs[1]),
+                    (conn_rec(0, b"x", b"y", listener=b"gone"), pairs[2])]
+            for rec, (_, acc, srv) in recs:
+                socket.send_fds(c, [rec], [acc.fileno(), srv.fileno()])
+                acc.close()
+                srv.close()
+            c.sendall(ho_record(7, struct.pack("<II", 3, 0)))
+            time.sleep(0.5)
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            res["err"] = e
+
+    t = threading.Thread(target=fake_old)
+    t.start()
+    new = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2",
+                     "--takeover", fake], name="tlproxy-new")
+    env.wait_for(new, r"takeover done: 3 connections carried on, 0 cut", 20)
+    t.join(20)
+    check("err" not in res, f"the fake predecessor failed: {res.get('err')}")
+    check(res["hello"][0] == 1 and res["hello"][1] == 1, f"the successor's HELLO: {res['hello']}")
+    check(res["ready"] and res["ready"][1] == 5, f"no READY: {res['ready']}")
+    lsock.close()  # the successor has its own descriptor of it
+    # Pair 0: its carry to the client comes first, then the echo of what
+    # was carried to the server, then it forwards as usual.
+    cl0 = pairs[0][0]
+    want = b"to-client-0|to-server-0|"
+    got = b""
+    cl0.settimeout(5)
+    try:
+        while len(got) < len(want):
+            d = cl0.recv(4096)
+            if not d:
+                break
+            got += d
+    except socket.timeout:
+        pass
+    check(got == want, f"pair 0 got {got!r}, want {want!r}")
+    check(echo_ok(cl0, b"and on"), "pair 0 does not forward after the takeover")
+    # Pair 1: the carried bytes reach the server, then the FIN: the echo
+    # server answers with them and closes, and the client sees the end.
+    try:
+        got = recv_all(pairs[1][0], 10)
+    except socket.timeout:
+        got = b"(no end within 10 s)"
+    check(got == b"last words|", f"pair 1 got {got!r} before its end")
+    # Pair 2: no listener "gone" in the successor: cut, counted.
+    check(is_closed(pairs[2][0], 5), "a connection of an unknown listener was not cut")
+    env.wait_for(new, r"cannot carry on a connection: .*No such file")
+    # The listening socket it took accepts.
+    s = connect(lp)
+    check(echo_ok(s, b"new client"), "the listening socket handed over does not serve")
+    s.close()
+    cl0.close()
+    for p_ in pairs[1:]:
+        p_[0].close()
     env.wait_stat(new, "conns_open", "0", 0)
-    mo = re.search(r"takeover by pid \d+: (\d+) connections? handed over in ([\d.]+) ms \(listeners ([\d.]+) ms before\), (\d+) left", old.text())
-    mn = re.search(r"takeover done: (\d+) connections? carried on, (\d+) cut", new.text())
-    check(mo and mn, f"no takeover figures in the logs: {old.text()[-1500:]} {new.text()[-1500:]}")
-    check(int(mo.group(1)) >= n_idle + 1 and int(mn.group(1)) == int(mo.group(1)) and mn.group(2) == "0",
-          f"handed {mo.group(1)}, carried on {mn.group(1)}, cut {mn.group(2)}")
-    print(f"takeover: {mo.group(1)} connections handed over in {mo.group(2)} ms (listeners "
-          f"{mo.group(3)} ms before), {mo.group(4)} left behind; new process up and done in "
-          f"{switch_ms:.0f} ms; {probe['ok']} probes, wrk {m.group(1)} requests", flush=True)
-    check(env.stop(new) == 0, "the new process did not exit 0")
+    check(env.stop(new) == 0, "the successor did not exit 0")
 
 
 def ho_record(t, body, ver=1, nfds=0):

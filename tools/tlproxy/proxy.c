@@ -148,6 +148,8 @@ struct tlp_shard {
 	tl_handle (*lh)[TLP_MAX_LISTEN];
 	int draining, stopping;
 	int handing;               /* takeover: handing its connections over */
+	tl_handle xlh[TLP_MAX_INHERIT]; /* more listening sockets a takeover brought */
+	uint32_t nxlh;
 	uint32_t ho_rr;            /* shard 0: the next shard an adopted connection goes to */
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
@@ -1477,6 +1479,37 @@ int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v)
 
 /* ---- listeners ---- */
 
+/* A predecessor with more shards handed over more sockets of an address
+ * than this process has shards: shard k accepts on those numbered k + N,
+ * k + 2N, ... as well, so that none of them is closed with clients queued
+ * in it. */
+static void listen_extra(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t ai)
+{
+	const struct tlp_endpoint *ep = &lr->cfg->listen[ai];
+
+	for (uint32_t k = sh->id + tlp_w.nshards; sh->nxlh < TLP_MAX_INHERIT; k += tlp_w.nshards) {
+		int inh = tlp_inherited_nth(ep, k), fd;
+		tl_handle h;
+		tl_op op;
+
+		if (inh < 0)
+			return;
+		fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			return;
+		if (tl_adopt(sh->loop, fd, &h) < 0) {
+			close(fd);
+			continue;
+		}
+		if (tl_accept_start(sh->loop, h, tl_token(TLP_H_LISTEN, lr->gl->idx | (uint64_t)ai << 16),
+				    &op) < 0) {
+			tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+			continue;
+		}
+		sh->xlh[sh->nxlh++] = h;
+	}
+}
+
 static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t ai)
 {
 	const struct tlp_listener_cfg *lc = lr->cfg;
@@ -1571,6 +1604,8 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 		return r;
 	}
 	sh->lh[lr->gl->idx][ai] = h;
+	if (own || (sh->id == 0 && inh >= 0))
+		listen_extra(sh, lr, ai);
 	return 0;
 }
 
@@ -1693,6 +1728,7 @@ void tlp_shard_drain(tl_shard *s, void *arg)
 	sh->draining = 1;
 	/* The runtime closed the listeners. */
 	memset(sh->lh, 0, TLP_REG_LISTENERS * sizeof *sh->lh);
+	sh->nxlh = 0;
 	if (sh->id == 0)
 		tlp_ctl_stop(s);
 }
@@ -1759,6 +1795,12 @@ void tlp_shard_ho_listeners(tl_shard *s)
 			if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
 				tlp_ho_push_listener(sh->id, fd);
 		}
+	for (uint32_t i = 0; i < sh->nxlh; i++) {
+		int fd = tl_handle_fd(sh->loop, sh->xlh[i]);
+
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+			tlp_ho_push_listener(sh->id, fd);
+	}
 }
 
 static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
@@ -1793,6 +1835,9 @@ uint32_t tlp_shard_handover(tl_shard *s)
 				tl_close(sh->loop, sh->lh[gi][ai], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 				sh->lh[gi][ai] = none;
 			}
+	for (uint32_t i = 0; i < sh->nxlh; i++)
+		tl_close(sh->loop, sh->xlh[i], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+	sh->nxlh = 0;
 	for (uint32_t i = 0; i < sh->cap; i++) {
 		struct tlp_conn *c = &sh->c[i];
 

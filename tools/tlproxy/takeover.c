@@ -39,6 +39,7 @@ static struct {
 	struct qrec *head, *tail;  /* under mu */
 	uint32_t listen_acks, go_acks, stop_acks; /* shards that answered; under mu */
 	_Atomic int64_t pending;   /* connections marked, not yet sent or ended */
+	_Atomic uint64_t carried;  /* bytes carried in the CONN records */
 	uint64_t t_ready;          /* new side: READY sent */
 } ho = {
 	.deadline_ns = 10000000000ull,
@@ -324,6 +325,7 @@ int tlp_ho_push_conn(const struct tlp_ho_msg *m, const int fds[2])
 		q->fds[0] = fds[0];
 		q->fds[1] = fds[1];
 		enqueue(q);
+		atomic_fetch_add(&ho.carried, (uint64_t)m->u.conn.carry_len[0] + m->u.conn.carry_len[1]);
 		atomic_fetch_sub(&ho.pending, 1);
 		return 0;
 	}
@@ -587,9 +589,9 @@ static int session(int fd)
 	m.u.end.left = left > 0 ? (uint32_t)left : 0;
 	send_msg(fd, &m);
 	tlp_log("takeover by pid %d: %ld connection%s handed over in %.1f ms (listeners %.1f ms "
-		"before), %u left to drain here",
+		"before), %u left to drain here, %llu bytes carried",
 		(int)uc.pid, handed, handed == 1 ? "" : "s", (now_ns() - t_ready) / 1e6,
-		(t_ready - t0) / 1e6, m.u.end.left);
+		(t_ready - t0) / 1e6, m.u.end.left, (unsigned long long)atomic_load(&ho.carried));
 	return 1;
 }
 
