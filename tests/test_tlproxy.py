@@ -1914,6 +1914,57 @@ def t_takeover_carry(env):
     check(env.stop(new) == 0, "the successor did not exit 0")
 
 
+def t_takeover_deadline(env):
+    """A connection that cannot be handed over by --handover-deadline (its
+    client does not read what the proxy must write to it) carries on in the
+    old process, intact, and the old process exits once it ends; a
+    half-closed connection (the server's FIN passed on) moves and its
+    client's bytes and FIN still reach the server through the new one."""
+    up, lp = env.port(), env.port()
+    size = min(bulk_size(), 32 << 20)
+    srv = env.serve(f"talkfirst={size}", "127.0.0.1", up)
+    sock = env.path("ho.sock")
+    old = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+                     "--handover-socket", sock, "--handover-deadline", "1"], name="tlproxy-old")
+    want = hashlib.sha256(random.Random(7).randbytes(size)).hexdigest()
+    # s1 takes all the server sends and its FIN: half-closed.
+    s1 = connect(lp, timeout=30)
+    d = recv_all(s1, 30)
+    check(len(d) == size and hashlib.sha256(d).hexdigest() == want, f"s1 got {len(d)} bytes, not the server's")
+    # s2 reads nothing: the proxy's writes to it cannot finish.
+    s2 = connect(lp, timeout=30)
+    time.sleep(0.5)
+    new = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+                     "--takeover", sock], name="tlproxy-new")
+    env.wait_for(new, r"takeover done: 1 connection carried on, 0 cut, 1 left to drain in the old process", 20)
+    env.wait_for(old, r"takeover by pid \d+: 1 connection handed over .*, 1 left to drain here")
+    check(old.p.poll() is None, "the old process exited with a connection left to drain")
+    # s1, now the new process's: its bytes and FIN reach the server.
+    s1.sendall(b"z" * 1000)
+    s1.shutdown(socket.SHUT_WR)
+    env.wait_for(srv, r"got 1000 " + hashlib.sha256(b"z" * 1000).hexdigest())
+    check(is_closed(s1, 10), "s1 did not end after both FINs")
+    s1.close()
+    # s2, still the old process's, gets every byte.
+    d = recv_all(s2, 60)
+    check(len(d) == size and hashlib.sha256(d).hexdigest() == want,
+          f"s2 got {len(d)} bytes across the takeover, not the server's {size}")
+    s2.shutdown(socket.SHUT_WR)
+    env.wait_for(srv, r"got 0 ")
+    s2.close()
+    try:
+        rc = old.p.wait(15)
+    except subprocess.TimeoutExpired:
+        raise Fail("the old process did not exit after its last connection ended")
+    check(rc == 0, f"the old process exited {rc}")
+    s = connect(lp)
+    s.settimeout(10)
+    check(len(recv_all(s, 30)) == size, "a new client through the new process did not get the server's bytes")
+    s.close()
+    env.wait_stat(new, "conns_open", "0", 0)
+    check(env.stop(new) == 0, "the new process did not exit 0")
+
+
 def ho_record(t, body, ver=1, nfds=0):
     return b"TLHO" + struct.pack("<HHIB3x", ver, t, len(body), nfds) + body
 

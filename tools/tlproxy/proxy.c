@@ -2103,9 +2103,10 @@ static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
 	carry_on(sh, c, in);
 }
 
-void tlp_shard_ho_stop(tl_shard *s)
+uint32_t tlp_shard_ho_stop(tl_shard *s)
 {
 	struct tlp_shard *sh = SH(s);
+	uint32_t n = 0;
 
 	sh->handing = 0;
 	for (uint32_t i = 0; i < sh->cap; i++) {
@@ -2113,9 +2114,11 @@ void tlp_shard_ho_stop(tl_shard *s)
 
 		if (c->state == C_FWD && (c->flags & F_HO)) {
 			c->flags |= F_HORES;
+			n++;
 			ho_resume(sh, c);
 		}
 	}
+	return n;
 }
 
 int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)

@@ -40,6 +40,7 @@ static struct {
 	uint32_t listen_acks, go_acks, stop_acks; /* shards that answered; under mu */
 	_Atomic int64_t pending;   /* connections marked, not yet sent or ended */
 	_Atomic uint64_t carried;  /* bytes carried in the CONN records */
+	_Atomic uint32_t left;     /* connections that carry on here after the deadline */
 	uint64_t t_ready;          /* new side: READY sent */
 } ho = {
 	.deadline_ns = 10000000000ull,
@@ -396,7 +397,7 @@ void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload
 		atomic_fetch_add(&ho.pending, (int64_t)tlp_shard_handover(s));
 		ack(&ho.go_acks);
 	} else if (type == TLP_MSG_HO_STOP) {
-		tlp_shard_ho_stop(s);
+		atomic_fetch_add(&ho.left, tlp_shard_ho_stop(s));
 		ack(&ho.stop_acks);
 	}
 }
@@ -576,17 +577,15 @@ static int session(int fd)
 			break;
 	}
 	/* What is still on its way goes back to forwarding here and drains. */
-	int64_t left = atomic_load(&ho.pending);
-
+	atomic_store(&ho.left, 0);
 	ask_all(TLP_MSG_HO_STOP, &ho.stop_acks, now_ns() + 5000000000ull);
 	sent = flush_queue(fd);
 	if (sent > 0)
 		handed += sent;
-	left = atomic_load(&ho.pending);
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_END;
 	m.u.end.handed = (uint32_t)handed;
-	m.u.end.left = left > 0 ? (uint32_t)left : 0;
+	m.u.end.left = atomic_load(&ho.left);
 	send_msg(fd, &m);
 	tlp_log("takeover by pid %d: %ld connection%s handed over in %.1f ms (listeners %.1f ms "
 		"before), %u left to drain here, %llu bytes carried",

@@ -88,8 +88,9 @@ void tlp_shard_ho_listeners(tl_shard *s);
 /* Stop accepting and hand over every forwarding connection; returns how
  * many were marked. */
 uint32_t tlp_shard_handover(tl_shard *s);
-/* The deadline: connections still being handed over carry on here. */
-void tlp_shard_ho_stop(tl_shard *s);
+/* The deadline: connections still being handed over carry on here;
+ * returns how many. */
+uint32_t tlp_shard_ho_stop(tl_shard *s);
 /* Retry the detach of connection ci. */
 void tlp_shard_ho_step(tl_shard *s, uint32_t ci);
 /* Carry on forwarding a connection handed over (takes in); 0 or a negative
