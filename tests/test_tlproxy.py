@@ -2094,6 +2094,32 @@ def t_takeover_refuse(env):
     check(echo_ok(s, b"new again"), "a new connection failed after an abandoned takeover")
     s.close()
     env.wait_stat(px, "conns_open", "0", 0)
+    # A successor that says READY and vanishes: the old process had stopped
+    # accepting and takes its listening sockets back.
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(sock)
+    u.sendall(ho_record(1, struct.pack("<II", os.getpid(), 0)))
+    check(ho_reply(u)[1] == 1, "no HELLO back")
+    fds_got = []
+    while True:
+        msg, fds, _, _ = socket.recv_fds(u, 16, 4)
+        fds_got += fds
+        body_len = struct.unpack("<I", msg[8:12])[0]
+        if body_len:
+            u.recv(body_len, socket.MSG_WAITALL)
+        if struct.unpack("<H", msg[6:8])[0] == 4:
+            break
+    check(len(fds_got) == 2, f"{len(fds_got)} listening sockets handed over by 2 shards")
+    for fd in fds_got:
+        os.close(fd)
+    u.sendall(ho_record(5, b""))
+    u.close()
+    env.wait_for(px, r"takeover by pid \d+ failed: 0 connections sent to it may be lost; still serving")
+    for i in range(20):
+        s = connect(lp)
+        check(echo_ok(s, b"taken back %d" % i), f"new connection {i} failed after the successor vanished")
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 

@@ -149,7 +149,13 @@ struct tlp_shard {
 	int draining, stopping;
 	int handing;               /* takeover: handing its connections over */
 	tl_handle xlh[TLP_MAX_INHERIT]; /* more listening sockets a takeover brought */
+	uint64_t xtok[TLP_MAX_INHERIT]; /* ... and their accept tokens */
 	uint32_t nxlh;
+	/* Handing over: descriptors of the listening sockets it stopped
+	 * accepting on, kept until the successor has them for good. */
+	struct { int fd; uint64_t tok; } *kept;
+	uint32_t nkept;
+	int ho_was_draining;
 	uint32_t ho_rr;            /* shard 0: the next shard an adopted connection goes to */
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
@@ -1405,6 +1411,7 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 	case TLP_MSG_HO_STEP:
 	case TLP_MSG_HO_CONN:
 	case TLP_MSG_HO_STOP:
+	case TLP_MSG_HO_FIN:
 		tlp_takeover_msg(s, type, t >> 8,
 				 e->kind == TL_K_MESH ? e->u.mesh.payload
 				 : e->kind == TL_K_POST ? e->u.post.payload : 0);
@@ -1506,6 +1513,7 @@ static void listen_extra(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_
 			tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 			continue;
 		}
+		sh->xtok[sh->nxlh] = tl_token(TLP_H_LISTEN, lr->gl->idx | (uint64_t)ai << 16);
 		sh->xlh[sh->nxlh++] = h;
 	}
 }
@@ -1765,6 +1773,9 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->c);
 	free(sh->wheel);
 	free(sh->lh);
+	for (uint32_t i = 0; i < sh->nkept; i++)
+		close(sh->kept[i].fd);
+	free(sh->kept);
 	free(sh->hb);
 	free(sh->hb_free);
 	free(sh);
@@ -1819,6 +1830,52 @@ static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
 	ho_step(sh, c);
 }
 
+static void keep_listener(struct tlp_shard *sh, tl_handle h, uint64_t token)
+{
+	int fd = tl_handle_fd(sh->loop, h);
+
+	if (sh->kept && fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0) {
+		sh->kept[sh->nkept].fd = fd;
+		sh->kept[sh->nkept++].tok = token;
+	}
+	tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+}
+
+void tlp_shard_ho_end(tl_shard *s, int ok)
+{
+	struct tlp_shard *sh = SH(s);
+
+	for (uint32_t i = 0; i < sh->nkept; i++) {
+		tl_handle h;
+		tl_op op;
+		int fd = sh->kept[i].fd;
+
+		if (ok || sh->stopping || sh->nxlh == TLP_MAX_INHERIT || tl_adopt(sh->loop, fd, &h) < 0) {
+			close(fd);
+			continue;
+		}
+		/* The successor went away: accept again, where the handle was. */
+		if (tl_accept_start(sh->loop, h, sh->kept[i].tok, &op) < 0) {
+			tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+			continue;
+		}
+		uint64_t d = tl_token_data(sh->kept[i].tok);
+		uint32_t gi = (uint32_t)(d & 0xffff), ai = (uint32_t)((d >> 16) & 0xff);
+
+		if (gi < TLP_REG_LISTENERS && ai < TLP_MAX_LISTEN && !sh->lh[gi][ai].v) {
+			sh->lh[gi][ai] = h;
+		} else {
+			sh->xtok[sh->nxlh] = sh->kept[i].tok;
+			sh->xlh[sh->nxlh++] = h;
+		}
+	}
+	if (!ok && sh->kept)
+		sh->draining = sh->ho_was_draining;
+	free(sh->kept);
+	sh->kept = NULL;
+	sh->nkept = 0;
+}
+
 uint32_t tlp_shard_handover(tl_shard *s)
 {
 	struct tlp_shard *sh = SH(s);
@@ -1826,17 +1883,22 @@ uint32_t tlp_shard_handover(tl_shard *s)
 	uint32_t n = 0;
 
 	sh->handing = 1;
+	sh->ho_was_draining = sh->draining;
 	sh->draining = 1; /* no listener comes back, not even on a reload */
+	free(sh->kept);
+	sh->nkept = 0;
+	sh->kept = calloc(tlp_w.ngl * TLP_MAX_LISTEN + sh->nxlh + 1, sizeof *sh->kept);
+	/* The new process holds the sockets: closing our handles leaves their
+	 * queues to it. A descriptor of each stays here until the end, in case
+	 * the new process goes away first (tlp_shard_ho_end). */
 	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++)
 		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++)
 			if (!tl_handle_eq(sh->lh[gi][ai], none)) {
-				/* The new process holds the socket: closing our
-				 * descriptor leaves its queue to it. */
-				tl_close(sh->loop, sh->lh[gi][ai], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+				keep_listener(sh, sh->lh[gi][ai], tl_token(TLP_H_LISTEN, gi | (uint64_t)ai << 16));
 				sh->lh[gi][ai] = none;
 			}
 	for (uint32_t i = 0; i < sh->nxlh; i++)
-		tl_close(sh->loop, sh->xlh[i], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		keep_listener(sh, sh->xlh[i], sh->xtok[i]);
 	sh->nxlh = 0;
 	for (uint32_t i = 0; i < sh->cap; i++) {
 		struct tlp_conn *c = &sh->c[i];

@@ -359,6 +359,7 @@ enum {
 	TLP_MSG_HO_STEP = 11,   /* arg: connection: try its detach again */
 	TLP_MSG_HO_CONN = 12,   /* payload: struct tlp_ho_in * to adopt (shard 0 spreads them) */
 	TLP_MSG_HO_STOP = 13,   /* the deadline: what is still on its way carries on here */
+	TLP_MSG_HO_FIN = 14,    /* the end: keep the listening sockets away, or take them back */
 };
 
 static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)

@@ -37,7 +37,7 @@ static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct qrec *head, *tail;  /* under mu */
-	uint32_t listen_acks, go_acks, stop_acks; /* shards that answered; under mu */
+	uint32_t listen_acks, go_acks, stop_acks, fin_acks; /* shards that answered; under mu */
 	_Atomic int64_t pending;   /* connections marked, not yet sent or ended */
 	_Atomic uint64_t carried;  /* bytes carried in the CONN records */
 	_Atomic uint32_t left;     /* connections that carry on here after the deadline */
@@ -53,6 +53,7 @@ static struct {
 /* Token arg bits of TLP_MSG_HO_*: from a thread to shard 0, which passes
  * the message on to every shard (or spreads the connections). */
 #define FROM_THREAD 1u
+#define HO_FAILED 2u /* TLP_MSG_HO_FIN: the successor went away */
 
 static uint64_t now_ns(void)
 {
@@ -386,7 +387,7 @@ void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload
 		/* A shard that cannot be told does not answer: the thread's
 		 * wait ends at its deadline. */
 		for (uint32_t t = 0; t < n; t++)
-			if (tl_shard_post(s, t, tlp_ctl_token(type, 0), 0) < 0)
+			if (tl_shard_post(s, t, tlp_ctl_token(type, arg & ~(uint64_t)FROM_THREAD), 0) < 0)
 				tlp_log("takeover: shard %u cannot be told", t);
 		return;
 	}
@@ -399,6 +400,9 @@ void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload
 	} else if (type == TLP_MSG_HO_STOP) {
 		atomic_fetch_add(&ho.left, tlp_shard_ho_stop(s));
 		ack(&ho.stop_acks);
+	} else if (type == TLP_MSG_HO_FIN) {
+		tlp_shard_ho_end(s, !(arg & HO_FAILED));
+		ack(&ho.fin_acks);
 	}
 }
 
@@ -418,14 +422,14 @@ static int refuse(int fd, int reason, const char *text)
 
 /* Ask every shard (through shard 0) for type, and wait until all have
  * answered in *acks or the deadline. 0 or -ETIMEDOUT. */
-static int ask_all(uint32_t type, uint32_t *acks, uint64_t deadline)
+static int ask_all(uint32_t type, uint32_t flags, uint32_t *acks, uint64_t deadline)
 {
 	int r = 0;
 
 	pthread_mutex_lock(&ho.mu);
 	*acks = 0;
 	pthread_mutex_unlock(&ho.mu);
-	for (int k = 0; tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD), 0) < 0; k++) {
+	for (int k = 0; tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD | flags), 0) < 0; k++) {
 		struct timespec t = {0, 1000000};
 
 		if (k > 5000)
@@ -490,7 +494,7 @@ static int session(int fd)
 	char why[160];
 	uint64_t t0 = now_ns(), t_ready, dl;
 	long sent, handed = 0;
-	int r;
+	int r, failed = 0;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0) {
 		tlp_log("takeover: cannot tell who connected: %s; refused", strerror(errno));
@@ -525,7 +529,7 @@ static int session(int fd)
 	tlp_log("takeover by pid %d: handing over the listening sockets", (int)uc.pid);
 	/* The listening sockets first: the new process accepts on them while
 	 * this one still does, so no client is refused in between. */
-	if (ask_all(TLP_MSG_HO_LISTEN, &ho.listen_acks, now_ns() + 5000000000ull) < 0 ||
+	if (ask_all(TLP_MSG_HO_LISTEN, 0, &ho.listen_acks, now_ns() + 5000000000ull) < 0 ||
 	    (sent = flush_queue(fd)) < 0) {
 		flush_queue(-1);
 		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
@@ -546,7 +550,7 @@ static int session(int fd)
 	t_ready = now_ns();
 	dl = t_ready + ho.deadline_ns;
 	atomic_store(&ho.pending, 0);
-	ask_all(TLP_MSG_HO_GO, &ho.go_acks, dl);
+	ask_all(TLP_MSG_HO_GO, 0, &ho.go_acks, dl);
 	for (;;) {
 		int done;
 
@@ -568,8 +572,10 @@ static int session(int fd)
 		sent = flush_queue(fd);
 		if (sent < 0) {
 			tlp_log("takeover: pid %d went away while connections were on their way (%s): "
-				"those are lost",
+				"those are lost; the rest carries on here and the listeners accept here "
+				"again",
 				(int)uc.pid, tl_strerror((int)sent));
+			failed = 1;
 			break;
 		}
 		handed += sent;
@@ -578,15 +584,25 @@ static int session(int fd)
 	}
 	/* What is still on its way goes back to forwarding here and drains. */
 	atomic_store(&ho.left, 0);
-	ask_all(TLP_MSG_HO_STOP, &ho.stop_acks, now_ns() + 5000000000ull);
-	sent = flush_queue(fd);
+	ask_all(TLP_MSG_HO_STOP, 0, &ho.stop_acks, now_ns() + 5000000000ull);
+	sent = failed ? flush_queue(-1) : flush_queue(fd);
 	if (sent > 0)
 		handed += sent;
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_END;
 	m.u.end.handed = (uint32_t)handed;
 	m.u.end.left = atomic_load(&ho.left);
-	send_msg(fd, &m);
+	if (!failed && (sent < 0 || send_msg(fd, &m) < 0)) {
+		tlp_log("takeover: pid %d went away before the end", (int)uc.pid);
+		failed = 1;
+	}
+	/* Gone: this process takes its listening sockets back. */
+	ask_all(TLP_MSG_HO_FIN, failed ? HO_FAILED : 0, &ho.fin_acks, now_ns() + 5000000000ull);
+	if (failed) {
+		tlp_log("takeover by pid %d failed: %ld connection%s sent to it may be lost; still serving", (int)uc.pid,
+			handed, handed == 1 ? "" : "s");
+		return 0;
+	}
 	tlp_log("takeover by pid %d: %ld connection%s handed over in %.1f ms (listeners %.1f ms "
 		"before), %u left to drain here, %llu bytes carried",
 		(int)uc.pid, handed, handed == 1 ? "" : "s", (now_ns() - t_ready) / 1e6,

@@ -91,6 +91,9 @@ uint32_t tlp_shard_handover(tl_shard *s);
 /* The deadline: connections still being handed over carry on here;
  * returns how many. */
 uint32_t tlp_shard_ho_stop(tl_shard *s);
+/* The end of a takeover: the successor has the listening sockets (ok),
+ * or it went away and this shard accepts on them again. */
+void tlp_shard_ho_end(tl_shard *s, int ok);
 /* Retry the detach of connection ci. */
 void tlp_shard_ho_step(tl_shard *s, uint32_t ci);
 /* Carry on forwarding a connection handed over (takes in); 0 or a negative
