@@ -415,7 +415,7 @@ int main(int argc, char **argv)
 	} else {
 		cfg = args.cfg;
 	}
-	if (take_listen_fds() < 0 || (tlp_takeover_wanted() && tlp_takeover_begin() < 0)) {
+	if (take_listen_fds() < 0) {
 		tlp_config_free(cfg);
 		return 1;
 	}
@@ -438,7 +438,9 @@ int main(int argc, char **argv)
 						w->inh[j].used = 1;
 				continue; /* systemd bound it */
 			}
-			if (l->listen[k].kind != TLP_EP_IP)
+			/* A takeover brings the sockets later; one it does not
+			 * bring is bound, and a clash is said then. */
+			if (l->listen[k].kind != TLP_EP_IP || tlp_takeover_wanted())
 				continue;
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &l->listen[k].addr,
@@ -471,7 +473,10 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if ((cfg->user && drop_privileges(cfg->user) < 0) || tlp_handover_listen() < 0) {
+	/* A takeover connects as the user the process runs as: the running
+	 * process takes over only from its own user (SO_PEERCRED). */
+	if ((cfg->user && drop_privileges(cfg->user) < 0) ||
+	    (tlp_takeover_wanted() && tlp_takeover_begin() < 0) || tlp_handover_listen() < 0) {
 		tlp_alog_free(w->alog);
 		tlp_config_free(cfg);
 		return 1;

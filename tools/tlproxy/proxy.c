@@ -156,7 +156,6 @@ struct tlp_shard {
 	struct { int fd; uint64_t tok; } *kept;
 	uint32_t nkept;
 	int ho_was_draining;
-	uint32_t ho_rr;            /* shard 0: the next shard an adopted connection goes to */
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
 	uint64_t d_conns, d_bytes[2];

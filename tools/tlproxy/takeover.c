@@ -429,11 +429,12 @@ static int ask_all(uint32_t type, uint32_t flags, uint32_t *acks, uint64_t deadl
 	pthread_mutex_lock(&ho.mu);
 	*acks = 0;
 	pthread_mutex_unlock(&ho.mu);
-	for (int k = 0; tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD | flags), 0) < 0; k++) {
+	for (int k = 0; (r = tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD | flags), 0)) < 0;
+	     k++) {
 		struct timespec t = {0, 1000000};
 
-		if (k > 5000)
-			return -ETIMEDOUT;
+		if (r != -ENOBUFS || k > 5000 || atomic_load(&ho.stop))
+			return r;
 		nanosleep(&t, NULL);
 	}
 	pthread_mutex_lock(&ho.mu);
@@ -524,8 +525,10 @@ static int session(int fd)
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_HELLO;
 	m.u.hello.pid = (uint32_t)getpid();
-	if (send_msg(fd, &m) < 0)
+	if (send_msg(fd, &m) < 0) {
+		tlp_log("takeover by pid %d failed (hello); still serving", (int)uc.pid);
 		return 0;
+	}
 	tlp_log("takeover by pid %d: handing over the listening sockets", (int)uc.pid);
 	/* The listening sockets first: the new process accepts on them while
 	 * this one still does, so no client is refused in between. */
@@ -538,8 +541,10 @@ static int session(int fd)
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_LISTENERS_END;
 	m.u.lend.count = (uint32_t)sent;
-	if (send_msg(fd, &m) < 0)
+	if (send_msg(fd, &m) < 0) {
+		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
 		return 0;
+	}
 	/* Its shards start: it has the deadline to say READY. */
 	r = recv_msg(fd, &h, &m, NULL, NULL, now_ns() + ho.deadline_ns + 30000000000ull);
 	if (r < 0 || m.type != TLP_HO_READY) {
