@@ -1965,6 +1965,51 @@ def t_takeover_deadline(env):
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 
+def t_takeover_user(env):
+    """With user: both processes run as that user: the successor connects
+    after dropping its privileges and is accepted; a root peer is another
+    user and is refused."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to switch users")
+    up, lp = env.port(), env.port()
+    env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
+    run = env.path("run")
+    os.makedirs(run)
+    os.chown(run, 65534, 65534)
+    os.chmod(env.dir, 0o755)
+    cfg = write_cfg(env, "user.yaml", f"""
+user: nobody
+shards: 2
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    sock = os.path.join(run, "ho.sock")
+    old = env.proxy(["--config", cfg, "--handover-socket", sock], name="tlproxy-old")
+    check(os.stat(sock).st_uid == 65534 and (os.stat(sock).st_mode & 0o777) == 0o600,
+          f"the handover socket is {oct(os.stat(sock).st_mode)} of uid {os.stat(sock).st_uid}")
+    held = connect(lp)
+    check(echo_ok(held, b"before"), "no echo before")
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(sock)
+    try:
+        u.sendall(ho_record(1, struct.pack("<II", os.getpid(), 0)))
+    except BrokenPipeError:
+        pass
+    r = ho_reply(u)
+    check(r and r[1] == 2 and struct.unpack("<H", r[2][:2])[0] == 2, f"a root peer got {r}")
+    u.close()
+    env.wait_for(old, r"takeover refused: pid \d+ runs as uid 0, only uid 65534 may take over")
+    new = env.proxy(["--config", cfg, "--takeover", sock], name="tlproxy-new")
+    env.wait_for(new, r"takeover done: 1 connection carried on, 0 cut", 20)
+    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(echo_ok(held, b"after"), "the connection does not answer after the takeover")
+    held.close()
+    env.wait_stat(new, "conns_open", "0", 0)
+    check(env.stop(new) == 0, "the new process did not exit 0")
+
+
 def ho_record(t, body, ver=1, nfds=0):
     return b"TLHO" + struct.pack("<HHIB3x", ver, t, len(body), nfds) + body
 
