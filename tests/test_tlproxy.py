@@ -1921,7 +1921,8 @@ def t_takeover_deadline(env):
     half-closed connection (the server's FIN passed on) moves and its
     client's bytes and FIN still reach the server through the new one."""
     up, lp = env.port(), env.port()
-    size = min(bulk_size(), 32 << 20)
+    # More than the socket buffers and the leases hold, whatever the build.
+    size = 32 << 20
     srv = env.serve(f"talkfirst={size}", "127.0.0.1", up)
     sock = env.path("ho.sock")
     old = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
@@ -2154,7 +2155,8 @@ def t_takeover_refuse(env):
             u.recv(body_len, socket.MSG_WAITALL)
         if struct.unpack("<H", msg[6:8])[0] == 4:
             break
-    check(len(fds_got) == 2, f"{len(fds_got)} listening sockets handed over by 2 shards")
+    nsh = 1 if env.wrap else 2  # a wrapper runs one shard
+    check(len(fds_got) == nsh, f"{len(fds_got)} listening sockets handed over by {nsh} shards")
     for fd in fds_got:
         os.close(fd)
     u.sendall(ho_record(5, b""))
