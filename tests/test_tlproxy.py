@@ -2163,7 +2163,10 @@ def t_takeover_refuse(env):
     u.close()
     env.wait_for(px, r"takeover by pid \d+ failed: 0 connections sent to it may be lost; still serving")
     for i in range(20):
-        s = connect(lp)
+        try:
+            s = connect(lp)
+        except OSError as e:
+            raise Fail(f"new connection {i} after the successor vanished: {e}")
         check(echo_ok(s, b"taken back %d" % i), f"new connection {i} failed after the successor vanished")
         s.close()
     env.wait_stat(px, "conns_open", "0", 0)
