@@ -1700,7 +1700,9 @@ pools:
   - {{name: web, servers: [{{address: "127.0.0.1:{web_up}"}}]}}
   - {{name: echo, servers: [{{address: "127.0.0.1:{echo_up}"}}]}}
 """))
-    socks = [env.path(f"ho-{i}.sock") for i in range(3)]
+    # b serves the path it took over from (it replaces the file; a must not
+    # remove b's when it exits), c another one.
+    socks = [env.path("ho.sock"), env.path("ho.sock"), env.path("ho-c.sock")]
     a = env.proxy(["--config", cfgs[0], "--handover-socket", socks[0]], name="tlproxy-a")
     n_idle = 50
     idle = []
@@ -1770,6 +1772,7 @@ pools:
     time.sleep(2)
     b, fb = takeover_to(env, a, cfgs[1], socks[0], socks[1], "tlproxy-b")
     check(fb["handed"] >= n_idle + 1, f"only {fb['handed']} connections handed over to b")
+    check(os.path.exists(socks[1]), "the old process removed its successor's handover socket")
     at_b = got[0]
     time.sleep(2)
     c, fc = takeover_to(env, b, cfgs[0], socks[1], socks[2], "tlproxy-c")
