@@ -1972,7 +1972,7 @@ def t_takeover_deadline(env):
 def t_takeover_user(env):
     """With user: both processes run as that user: the successor connects
     after dropping its privileges and is accepted; a root peer is another
-    user and is refused."""
+    user and is refused. A Unix-domain listener moves too."""
     if os.geteuid() != 0:
         raise Skip("needs root to switch users")
     up, lp = env.port(), env.port()
@@ -1985,7 +1985,7 @@ def t_takeover_user(env):
 user: nobody
 shards: 2
 listeners:
-  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+  - {{name: web, listen: ["127.0.0.1:{lp}", "unix:{run}/l.sock"], pool: p}}
 pools:
   - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
 """)
@@ -1995,6 +1995,9 @@ pools:
           f"the handover socket is {oct(os.stat(sock).st_mode)} of uid {os.stat(sock).st_uid}")
     held = connect(lp)
     check(echo_ok(held, b"before"), "no echo before")
+    uheld = socket.socket(socket.AF_UNIX)
+    uheld.connect(os.path.join(run, "l.sock"))
+    check(echo_ok(uheld, b"unix before"), "no echo through the Unix listener before")
     u = socket.socket(socket.AF_UNIX)
     u.connect(sock)
     try:
@@ -2006,10 +2009,16 @@ pools:
     u.close()
     env.wait_for(old, r"takeover refused: pid \d+ runs as uid 0, only uid 65534 may take over")
     new = env.proxy(["--config", cfg, "--takeover", sock], name="tlproxy-new")
-    env.wait_for(new, r"takeover done: 1 connection carried on, 0 cut", 20)
+    env.wait_for(new, r"takeover done: 2 connections carried on, 0 cut", 20)
     check(old.p.wait(30) == 0, "the old process did not exit 0")
     check(echo_ok(held, b"after"), "the connection does not answer after the takeover")
+    check(echo_ok(uheld, b"unix after"), "the Unix-domain connection does not answer after the takeover")
     held.close()
+    uheld.close()
+    u2 = socket.socket(socket.AF_UNIX)
+    u2.connect(os.path.join(run, "l.sock"))
+    check(echo_ok(u2, b"unix new"), "the Unix listener does not serve in the new process")
+    u2.close()
     env.wait_stat(new, "conns_open", "0", 0)
     check(env.stop(new) == 0, "the new process did not exit 0")
 
