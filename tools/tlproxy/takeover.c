@@ -457,9 +457,108 @@ static int ask_all(uint32_t type, uint32_t flags, uint32_t *acks, uint64_t deadl
 	return r;
 }
 
-/* Send what the queue holds; returns how many records went, or a
- * negative errno (the peer is gone: the rest is closed). */
-static long flush_queue(int fd)
+/*
+ * Once the peer is accepted, the old side's records go out through a loop
+ * of the thread's own: tl_send_fds carries each record's descriptors
+ * (SCM_RIGHTS) with its first bytes, tl_write the records without any. The
+ * loop owns a duplicate of the conversation's descriptor and never reads
+ * it; the thread reads the peer's few records on the original.
+ */
+static struct {
+	tl_loop *loop;
+	tl_handle h;
+	int open;
+} out;
+
+static int out_open(int fd)
+{
+	tl_config cfg;
+	int d, r;
+
+	if (!out.loop) {
+		tl_config_init(&cfg);
+		cfg.max_handles = 16;
+		cfg.max_ops = 64;
+		cfg.pooled_buffers = 16;
+		cfg.pooled_buffer_size = 4096;
+		if ((r = tl_loop_new(&out.loop, &cfg)) < 0)
+			return r;
+	}
+	d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (d < 0)
+		return -errno;
+	if ((r = tl_adopt(out.loop, d, &out.h)) < 0) {
+		close(d);
+		return r;
+	}
+	out.open = 1;
+	return 0;
+}
+
+/* Turn the loop until the completion of token `want` that is terminal;
+ * its result. Past the deadline (or on stop) op is cancelled first. */
+static int out_wait(uint64_t want, tl_op op, uint64_t deadline)
+{
+	int cancelled = 0;
+
+	for (;;) {
+		tl_completion c[8];
+		int n = tl_turn(out.loop, 100000000, c, 8, NULL);
+
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			if (c[i].token == want && ((c[i].flags & TL_F_TERMINAL) || c[i].kind == TL_K_CLOSED))
+				return cancelled ? -ETIMEDOUT : (int)c[i].result;
+		if (!cancelled && (atomic_load(&ho.stop) || (deadline && now_ns() >= deadline))) {
+			if (tl_cancel(out.loop, op) == 0)
+				cancelled = 1;
+		}
+	}
+}
+
+/* Send b[0..n) with descriptors fds[0..nfds): 0 or a negative errno. */
+static int out_send(const void *b, uint32_t n, const int *fds, int nfds)
+{
+	tl_op op;
+	int r;
+
+	if (!out.open)
+		return -ENOTCONN;
+	if (nfds)
+		r = tl_send_fds(out.loop, out.h, fds, (uint32_t)nfds, b, n, 1, &op);
+	else
+		r = tl_write(out.loop, out.h, b, n, 1, &op);
+	if (r < 0)
+		return r;
+	/* A peer that reads nothing for that long is as good as gone. */
+	r = out_wait(1, op, now_ns() + ho.deadline_ns + 5000000000ull);
+	return r < 0 ? r : 0;
+}
+
+static int out_msg(const struct tlp_ho_msg *m)
+{
+	uint8_t b[TLP_HO_HDR + 4 + TLP_HO_TEXT_MAX + sizeof(struct sockaddr_storage)];
+	int n = tlp_ho_encode(b, sizeof b, m);
+
+	return n < 0 ? n : out_send(b, (uint32_t)n, NULL, 0);
+}
+
+static void out_close(void)
+{
+	tl_op none = {0};
+
+	if (!out.open)
+		return;
+	out.open = 0;
+	if (tl_close(out.loop, out.h, 2) == 0)
+		out_wait(2, none, 0);
+}
+
+/* Send what the queue holds (send 0: close it all); returns how many
+ * records went, or a negative errno (the peer is gone: the rest is
+ * closed). */
+static long flush_queue(int send)
 {
 	struct qrec *q;
 	long n = 0;
@@ -473,7 +572,7 @@ static long flush_queue(int fd)
 		struct qrec *next = q->next;
 
 		if (!err)
-			err = write_full(fd, q->data, q->len, q->fds, q->nfds);
+			err = send ? out_send(q->data, q->len, q->fds, q->nfds) : -ECANCELED;
 		if (!err)
 			n++;
 		close_fds(q->fds, q->nfds);
@@ -529,19 +628,23 @@ static int session(int fd)
 		tlp_log("takeover by pid %d failed (hello); still serving", (int)uc.pid);
 		return 0;
 	}
+	if ((r = out_open(fd)) < 0) {
+		tlp_log("takeover by pid %d failed: %s; still serving", (int)uc.pid, tl_strerror(r));
+		return 0;
+	}
 	tlp_log("takeover by pid %d: handing over the listening sockets", (int)uc.pid);
 	/* The listening sockets first: the new process accepts on them while
 	 * this one still does, so no client is refused in between. */
 	if (ask_all(TLP_MSG_HO_LISTEN, 0, &ho.listen_acks, now_ns() + 5000000000ull) < 0 ||
-	    (sent = flush_queue(fd)) < 0) {
-		flush_queue(-1);
+	    (sent = flush_queue(1)) < 0) {
+		flush_queue(0);
 		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
 		return 0;
 	}
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_LISTENERS_END;
 	m.u.lend.count = (uint32_t)sent;
-	if (send_msg(fd, &m) < 0) {
+	if (out_msg(&m) < 0) {
 		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
 		return 0;
 	}
@@ -574,7 +677,7 @@ static int session(int fd)
 		}
 		done = !ho.head && ho.go_acks == tlp_w.nshards && atomic_load(&ho.pending) <= 0;
 		pthread_mutex_unlock(&ho.mu);
-		sent = flush_queue(fd);
+		sent = flush_queue(1);
 		if (sent < 0) {
 			tlp_log("takeover: pid %d went away while connections were on their way (%s): "
 				"those are lost; the rest carries on here and the listeners accept here "
@@ -590,14 +693,14 @@ static int session(int fd)
 	/* What is still on its way goes back to forwarding here and drains. */
 	atomic_store(&ho.left, 0);
 	ask_all(TLP_MSG_HO_STOP, 0, &ho.stop_acks, now_ns() + 5000000000ull);
-	sent = failed ? flush_queue(-1) : flush_queue(fd);
+	sent = flush_queue(!failed);
 	if (sent > 0)
 		handed += sent;
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_END;
 	m.u.end.handed = (uint32_t)handed;
 	m.u.end.left = atomic_load(&ho.left);
-	if (!failed && (sent < 0 || send_msg(fd, &m) < 0)) {
+	if (!failed && (sent < 0 || out_msg(&m) < 0)) {
 		tlp_log("takeover: pid %d went away before the end", (int)uc.pid);
 		failed = 1;
 	}
@@ -627,6 +730,7 @@ static void *serve(void *arg)
 		if (fd < 0)
 			continue;
 		r = session(fd);
+		out_close();
 		close(fd);
 		if (r == 1) {
 			tlp_log("draining: the new process has the listeners and the connections");
@@ -634,6 +738,9 @@ static void *serve(void *arg)
 			break;
 		}
 	}
+	if (out.loop)
+		tl_loop_destroy(out.loop);
+	out.loop = NULL;
 	return NULL;
 }
 
@@ -893,5 +1000,5 @@ void tlp_takeover_stop(void)
 			unlink(ho.serve_path);
 	}
 	ho.lfd = -1;
-	flush_queue(-1); /* records nobody will send: their descriptors close */
+	flush_queue(0); /* records nobody will send: their descriptors close */
 }
