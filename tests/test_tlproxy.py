@@ -1753,6 +1753,7 @@ pools:
         i = 0
         while not stop.is_set():
             try:
+                s = None
                 s = connect(echo, timeout=5)
                 if not echo_ok(s, b"probe %d" % i):
                     probe["bad"].append(f"probe {i}: no echo")
@@ -1760,14 +1761,22 @@ pools:
                     probe["ok"] += 1
                 s.close()
             except OSError as e:
-                probe["bad"].append(f"probe {i}: {e}")
+                # Where that connection is, for the report: ss shows
+                # which process holds it, or a listening queue.
+                port = s.getsockname()[1] if s else None
+                ss = subprocess.run(["ss", "-tanpi"], capture_output=True, text=True).stdout
+                probe["bad"].append(f"probe {i}: {'echo' if s else 'connect'}: {e} (port {port}, "
+                                    f"{time.strftime('%H:%M:%S', time.gmtime())}) " +
+                                    " | ".join(ln for ln in ss.splitlines() if port and f":{port} " in ln))
             i += 1
             time.sleep(0.005)
 
-    threads = [threading.Thread(target=f) for f in (reader, writer, prober)]
+    # Daemons: a failed check must not leave the test waiting for them.
+    threads = [threading.Thread(target=f, daemon=True) for f in (reader, writer, prober)]
     for t in threads:
         t.start()
-    w = subprocess.Popen([wrk, "-t2", "-c16", "-d10s", f"http://127.0.0.1:{web}/index.html"],
+    w = subprocess.Popen([wrk, "-t2", "-c16", "-d10s", "--timeout", "5s",
+                          f"http://127.0.0.1:{web}/index.html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
     b, fb = takeover_to(env, a, cfgs[1], socks[0], socks[1], "tlproxy-b")
