@@ -20,6 +20,7 @@
 #include "alog.h"
 #include "proxy.h"
 #include "splice.h"
+#include "takeover.h"
 #include "util.h"
 
 /* Shard loop sizes. */
@@ -393,13 +394,18 @@ int main(int argc, char **argv)
 	pthread_t jt;
 	int r, drains = 0;
 
+	if (tlp_takeover_args(&argc, argv, err, sizeof err) < 0) {
+		fprintf(stderr, "tlproxy: %s\n%s%s", err, tlp_args_usage(), tlp_takeover_usage());
+		return 2;
+	}
 	r = tlp_args_parse(argc, argv, &args, err, sizeof err);
 	if (r == 1) {
 		fputs(tlp_args_usage(), stdout);
+		fputs(tlp_takeover_usage(), stdout);
 		return 0;
 	}
 	if (r < 0) {
-		fprintf(stderr, "tlproxy: %s\n%s", err, tlp_args_usage());
+		fprintf(stderr, "tlproxy: %s\n%s%s", err, tlp_args_usage(), tlp_takeover_usage());
 		return 2;
 	}
 	if (args.check)
@@ -437,7 +443,9 @@ int main(int argc, char **argv)
 						w->inh[j].used = 1;
 				continue; /* systemd bound it */
 			}
-			if (l->listen[k].kind != TLP_EP_IP)
+			/* A takeover brings the sockets later; one it does not
+			 * bring is bound, and a clash is said then. */
+			if (l->listen[k].kind != TLP_EP_IP || tlp_takeover_wanted())
 				continue;
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &l->listen[k].addr,
@@ -472,7 +480,10 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (cfg->user && drop_privileges(cfg->user) < 0) {
+	/* A takeover connects as the user the process runs as: the running
+	 * process takes over only from its own user (SO_PEERCRED). */
+	if ((cfg->user && drop_privileges(cfg->user) < 0) ||
+	    (tlp_takeover_wanted() && tlp_takeover_begin() < 0) || tlp_handover_listen() < 0) {
 		tlp_alog_free(w->alog);
 		tlp_config_free(cfg);
 		return 1;
@@ -597,13 +608,17 @@ int main(int argc, char **argv)
 		for (uint32_t i = 0; i < w->ninh; i++)
 			used += w->inh[i].used;
 		if (used)
-			tlp_log("adopted %u listening socket%s handed over by systemd (LISTEN_FDS)",
-				used, used == 1 ? "" : "s");
+			tlp_log("adopted %u listening socket%s handed over by %s", used,
+				used == 1 ? "" : "s",
+				tlp_takeover_wanted() ? "the running process (--takeover)"
+						      : "systemd (LISTEN_FDS)");
 		tlp_log("running: %u listener%s, %u pool%s on %u shard%s (driver %s), pid %d",
 			gen->cfg->nlisteners, gen->cfg->nlisteners == 1 ? "" : "s", gen->cfg->npools,
 			gen->cfg->npools == 1 ? "" : "s", w->nshards, w->nshards == 1 ? "" : "s",
 			di.reason, (int)getpid());
 		tlp_sd_notify("READY=1");
+		if ((r = tlp_takeover_ready()) < 0 || (r = tlp_handover_start()) < 0)
+			tlp_log("takeover: %s", tl_strerror(r));
 	}
 	while (!atomic_load(&rt_done)) {
 		siginfo_t si;
@@ -627,6 +642,7 @@ int main(int argc, char **argv)
 		}
 	}
 	pthread_join(jt, NULL);
+	tlp_takeover_stop();
 	r = rt_result;
 	if (r < 0)
 		fprintf(stderr, "tlproxy: %s\n", tl_runtime_strerror(rt));
@@ -645,6 +661,7 @@ int main(int argc, char **argv)
 	return r < 0 ? 1 : 0;
 
 fail_started:
+	tlp_takeover_stop();
 	tl_runtime_destroy(rt);
 	w->rt = NULL;
 	for (uint32_t i = 0; i < w->nshards; i++)

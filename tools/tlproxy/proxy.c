@@ -14,6 +14,7 @@
 #include "netlist.h"
 #include "alog.h"
 #include "splice.h"
+#include "takeover.h"
 
 /*
  * Forwarding in one paragraph. Each side's stream reads with tl_read_start:
@@ -48,6 +49,7 @@ enum {
 	OP_CLOSE,      /* the side's current handle */
 	OP_CLOSE_OLD,  /* a server handle of a failed attempt */
 	OP_SPLICE,     /* a splice from side s to the other (splice.h) */
+	OP_WRITE_CARRY, /* bytes a connection handed over brought (takeover) */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -74,6 +76,9 @@ enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
 #define F_NEED_PP 0x2000u            /* a PROXY header must come first */
 #define F_PEEKW 0x4000u              /* the peek buffer is being written */
 #define F_QCOUNT 0x8000u             /* counted in the listener's queued */
+#define F_HO 0x10000u                /* being handed over (takeover): ho is a tlp_ho_out */
+#define F_HORD(s) (0x20000u << (s))  /* ... and side s's read has ended */
+#define F_HORES 0x80000u             /* ... too late: it carries on here */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -88,6 +93,7 @@ struct tlp_conn {
 	uint32_t vidx;           /* server index in the view it came from */
 	uint64_t ticket;         /* its place in the pool's queue */
 	tl_op rop;               /* the client's read while peeking */
+	void *ho;                /* takeover: struct tlp_ho_out (F_HO) or tlp_ho_in */
 	uint64_t tried;          /* view indexes tried (first 64) */
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
@@ -145,6 +151,15 @@ struct tlp_shard {
 	/* listeners: [glisten idx][address idx] */
 	tl_handle (*lh)[TLP_MAX_LISTEN];
 	int draining, stopping;
+	int handing;               /* takeover: handing its connections over */
+	tl_handle xlh[TLP_MAX_INHERIT]; /* more listening sockets a takeover brought */
+	uint64_t xtok[TLP_MAX_INHERIT]; /* ... and their accept tokens */
+	uint32_t nxlh;
+	/* Handing over: descriptors of the listening sockets it stopped
+	 * accepting on, kept until the successor has them for good. */
+	struct { int fd; uint64_t tok; } *kept;
+	uint32_t nkept;
+	int ho_was_draining;
 	uint32_t queued;           /* clients in this shard's queues */
 	/* stats not yet published */
 	uint64_t d_conns, d_bytes[2], d_spl[TLP_SPL_ST_ROWS];
@@ -187,6 +202,12 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c);
 static void assign(struct tlp_shard *sh, struct tlp_conn *c);
 static void dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp);
+static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8_t *p, uint32_t id,
+		    uint32_t n);
+static void ho_step(struct tlp_shard *sh, struct tlp_conn *c);
+static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
+static void ho_drop(struct tlp_conn *c);
+static void carry_written(struct tlp_conn *c);
 
 static inline struct tlp_shard *SH(tl_shard *s)
 {
@@ -949,7 +970,6 @@ static void shut(struct tlp_shard *sh, struct tlp_conn *c, int d)
 static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	uint32_t ci = CI(sh, c);
-	tl_op op;
 
 	tlp_passive(c->srv, c->pc, 1, 0);
 	c->state = C_FWD;
@@ -975,21 +995,19 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 			peek_release(sh, c);
 	}
 	if (!(c->flags & F_RD(0))) {
-		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &op) < 0) {
+		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
 			conn_end(sh, c, TLP_END_BUSY, 0);
 			return;
 		}
 		c->flags |= F_RD(0);
-		c->rd[0] = op;
 	} else {
 		c->rd[0] = c->rop; /* the peek's read goes on */
 	}
-	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &op) < 0) {
+	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &c->rd[1]) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
 	c->flags |= F_RD(1);
-	c->rd[1] = op;
 	tlp_spl_init(&c->sp[0], c->lr->cfg->splice);
 	tlp_spl_init(&c->sp[1], c->lr->cfg->splice);
 	if (c->flags & F_EOF(0))
@@ -1010,6 +1028,8 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 	if (c->cause == 0xff)
 		c->cause = (uint8_t)cause;
 	c->state = C_CLOSING;
+	if (c->flags & F_HO)
+		ho_drop(c);
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		q_del(sh, c);
@@ -1158,9 +1178,10 @@ static void spl_copy(struct tlp_shard *sh, struct tlp_conn *c, int s)
 
 static void spl_next(struct tlp_shard *sh, struct tlp_conn *c, int s)
 {
-	tl_op op;
+	/* The splice is the source's reader: rd[s] names it (a takeover
+	 * cancels it there). */
 	int r = tl_splice(sh->loop, c->h[s], c->h[s ^ 1], TLP_SPL_MAX, tok(CI(sh, c), s, OP_SPLICE, 0),
-			  &op);
+			  &c->rd[s]);
 
 	if (r == 0) {
 		c->sp[s].mode = TLP_SPL_SPLICING;
@@ -1192,6 +1213,11 @@ static void spl_read(struct tlp_shard *sh, struct tlp_conn *c, int s, uint32_t n
 static void fwd_eof(struct tlp_shard *sh, struct tlp_conn *c, int s)
 {
 	c->flags |= F_EOF(s);
+	if (c->flags & F_HO) {
+		/* The FIN goes on in the new process, after the carry. */
+		ho_step(sh, c);
+		return;
+	}
 	if (c->flags & F_EOF(s ^ 1)) {
 		maybe_done(sh, c);
 		return;
@@ -1218,6 +1244,14 @@ static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_
 		c->t_act = now;
 	if (c->state != C_FWD)
 		return; /* ending: its close cancelled the splice */
+	if ((c->flags & F_HO) && taken == moved &&
+	    (e->result > 0 || e->result == -ECANCELED || e->result == -ETIMEDOUT)) {
+		/* Handing over: the pipe is flushed (taken == moved), and no
+		 * read or splice follows here. */
+		c->flags |= F_HORD(s);
+		ho_step(sh, c);
+		return;
+	}
 	if (e->result > 0) {
 		if (tlp_spl_after_splice(&c->sp[s], moved)) {
 			spl_next(sh, c, s);
@@ -1272,9 +1306,13 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		if (c->state == C_FWD) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
-			write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
-			if (c->sp[s].mode == TLP_SPL_COPY && c->state == C_FWD)
-				spl_read(sh, c, s, n, l->cap);
+			if (c->flags & F_HO) {
+				ho_keep(sh, c, s, l->data, l->id, n);
+			} else {
+				write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
+				if (c->sp[s].mode == TLP_SPL_COPY && c->state == C_FWD)
+					spl_read(sh, c, s, n, l->cap);
+			}
 		} else if (c->state == C_PEEK) {
 			c->bytes[s] += n;
 			sh->d_bytes[s] += n;
@@ -1289,6 +1327,14 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 	}
 	if (!(e->flags & TL_F_TERMINAL))
 		return;
+	if ((c->flags & F_HO) && e->result >= 0 && !(e->flags & TL_F_EOF)) {
+		/* Handing over: no splice starts, whatever stopped the read. */
+		if (c->sp[s].mode == TLP_SPL_STOPPING)
+			c->sp[s].mode = TLP_SPL_COPY;
+		c->flags |= F_HORD(s);
+		ho_step(sh, c);
+		return;
+	}
 	if (c->sp[s].mode == TLP_SPL_STOPPING) {
 		/* The read stopped for a splice (or ended first: then as ever). */
 		c->sp[s].mode = TLP_SPL_COPY;
@@ -1323,6 +1369,11 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 		if (s == 1 && c->srv)
 			tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 		conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
+		return;
+	}
+	if (e->result == -ECANCELED && (c->flags & F_HO)) {
+		c->flags |= F_HORD(s);
+		ho_step(sh, c);
 	}
 }
 
@@ -1381,9 +1432,14 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 				 1 << (side ^ 1));
 		else if (e->result == 0)
 			c->flags |= F_SHUTOK(side);
-		if (c->state == C_FWD)
+		if (c->state == C_FWD && (c->flags & F_HO))
+			ho_step(sh, c);
+		else if (c->state == C_FWD)
 			maybe_done(sh, c);
 		return;
+	case OP_WRITE_CARRY:
+		carry_written(c);
+		goto written;
 	case OP_CLOSE:
 		c->h[side] = TL_HANDLE_NONE;
 		/* fall through */
@@ -1406,7 +1462,9 @@ written:
 			 1 << (side ^ 1));
 		return;
 	}
-	if (c->state == C_FWD)
+	if (c->state == C_FWD && (c->flags & F_HO))
+		ho_step(sh, c);
+	else if (c->state == C_FWD)
 		maybe_done(sh, c);
 }
 
@@ -1522,6 +1580,16 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 		if ((t >> 8) < tlp_w.ngp)
 			dispatch_queue(sh, tlp_w.gp[t >> 8]);
 		return;
+	case TLP_MSG_HO_LISTEN:
+	case TLP_MSG_HO_GO:
+	case TLP_MSG_HO_STEP:
+	case TLP_MSG_HO_CONN:
+	case TLP_MSG_HO_STOP:
+	case TLP_MSG_HO_FIN:
+		tlp_takeover_msg(s, type, t >> 8,
+				 e->kind == TL_K_MESH ? e->u.mesh.payload
+				 : e->kind == TL_K_POST ? e->u.post.payload : 0);
+		return;
 	default:
 		if (e->kind == TL_K_MESH)
 			tlp_ctl_msg(s, t, e->u.mesh.payload);
@@ -1592,6 +1660,38 @@ int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v)
 
 /* ---- listeners ---- */
 
+/* A predecessor with more shards handed over more sockets of an address
+ * than this process has shards: shard k accepts on those numbered k + N,
+ * k + 2N, ... as well, so that none of them is closed with clients queued
+ * in it. */
+static void listen_extra(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t ai)
+{
+	const struct tlp_endpoint *ep = &lr->cfg->listen[ai];
+
+	for (uint32_t k = sh->id + tlp_w.nshards; sh->nxlh < TLP_MAX_INHERIT; k += tlp_w.nshards) {
+		int inh = tlp_inherited_nth(ep, k), fd;
+		tl_handle h;
+		tl_op op;
+
+		if (inh < 0)
+			return;
+		fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			return;
+		if (tl_adopt(sh->loop, fd, &h) < 0) {
+			close(fd);
+			continue;
+		}
+		if (tl_accept_start(sh->loop, h, tl_token(TLP_H_LISTEN, lr->gl->idx | (uint64_t)ai << 16),
+				    &op) < 0) {
+			tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+			continue;
+		}
+		sh->xtok[sh->nxlh] = tl_token(TLP_H_LISTEN, lr->gl->idx | (uint64_t)ai << 16);
+		sh->xlh[sh->nxlh++] = h;
+	}
+}
+
 static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t ai)
 {
 	const struct tlp_listener_cfg *lc = lr->cfg;
@@ -1602,7 +1702,7 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 	tl_listen_opts lo = {.backlog = 4096, .reuseport = 1};
 	tl_handle h;
 	tl_op op;
-	int r, inh;
+	int r, inh, own = 0;
 
 	if (ep->kind == TLP_EP_UNIX && sh->id != 0)
 		return 0; /* a path has one listener: shard 0's */
@@ -1620,8 +1720,14 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 		if (so->sndbuf)
 			opts[n++] = (tl_sockopt_val){TL_SO_SNDBUF, so->sndbuf};
 	}
-	inh = tlp_inherited(ep);
-	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0) {
+	/* A takeover hands over one socket per shard of the old process: this
+	 * shard takes its own, if there is one for it. */
+	inh = sh->id ? tlp_inherited_nth(ep, sh->id) : -1;
+	if (inh < 0)
+		inh = tlp_inherited(ep);
+	else
+		own = 1;
+	if (inh >= 0 && ep->kind == TLP_EP_IP && sh->id != 0 && !own) {
 		/* A socket with SO_REUSEPORT (systemd's ReusePort=yes): the
 		 * other shards join its group with sockets of their own, and the
 		 * kernel spreads connections over the shards. Without it, or if
@@ -1680,6 +1786,8 @@ static int listen_one(struct tlp_shard *sh, const struct tlp_lrt *lr, uint32_t a
 		return r;
 	}
 	sh->lh[lr->gl->idx][ai] = h;
+	if (own || (sh->id == 0 && inh >= 0))
+		listen_extra(sh, lr, ai);
 	return 0;
 }
 
@@ -1802,6 +1910,7 @@ void tlp_shard_drain(tl_shard *s, void *arg)
 	sh->draining = 1;
 	/* The runtime closed the listeners. */
 	memset(sh->lh, 0, TLP_REG_LISTENERS * sizeof *sh->lh);
+	sh->nxlh = 0;
 	if (sh->id == 0)
 		tlp_ctl_stop(s);
 }
@@ -1838,7 +1947,498 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->c);
 	free(sh->wheel);
 	free(sh->lh);
+	for (uint32_t i = 0; i < sh->nkept; i++)
+		close(sh->kept[i].fd);
+	free(sh->kept);
 	free(sh->hb);
 	free(sh->hb_free);
 	free(sh);
+}
+
+/* ---- takeover (takeover.c has the process side) ---- */
+
+/*
+ * Handing a forwarding connection over: its reads are cancelled (what they
+ * had taken still arrives and is kept in its tlp_ho_out, not written), its
+ * writes and any shutdown in flight finish, then both handles are
+ * detached and the pair leaves as a CONN record. A FIN read meanwhile is
+ * not passed on here: the new process sends it after the carry.
+ */
+
+void tlp_shard_ho_listeners(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+	static const tl_handle none = {0};
+
+	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++)
+		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++) {
+			int fd;
+
+			if (tl_handle_eq(sh->lh[gi][ai], none))
+				continue;
+			fd = tl_handle_fd(sh->loop, sh->lh[gi][ai]);
+			if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+				tlp_ho_push_listener(sh->id, fd);
+		}
+	for (uint32_t i = 0; i < sh->nxlh; i++) {
+		int fd = tl_handle_fd(sh->loop, sh->xlh[i]);
+
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+			tlp_ho_push_listener(sh->id, fd);
+	}
+}
+
+static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = calloc(1, sizeof *o);
+
+	if (!o)
+		return; /* it drains here */
+	o->fd[0] = o->fd[1] = -1;
+	c->ho = o;
+	c->flags |= F_HO;
+	/* rd[s] is side s's reader: its read, or the splice from it. */
+	for (int s = 0; s < 2; s++)
+		if ((c->flags & F_RD(s)) && !(c->flags & F_EOF(s)))
+			tl_cancel(sh->loop, c->rd[s]);
+	ho_step(sh, c);
+}
+
+static void keep_listener(struct tlp_shard *sh, tl_handle h, uint64_t token)
+{
+	int fd = tl_handle_fd(sh->loop, h);
+
+	if (sh->kept && fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0) {
+		sh->kept[sh->nkept].fd = fd;
+		sh->kept[sh->nkept++].tok = token;
+	}
+	tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+}
+
+void tlp_shard_ho_end(tl_shard *s, int ok)
+{
+	struct tlp_shard *sh = SH(s);
+
+	for (uint32_t i = 0; i < sh->nkept; i++) {
+		tl_handle h;
+		tl_op op;
+		int fd = sh->kept[i].fd;
+
+		if (ok || sh->stopping || sh->nxlh == TLP_MAX_INHERIT || tl_adopt(sh->loop, fd, &h) < 0) {
+			close(fd);
+			continue;
+		}
+		/* The successor went away: accept again, where the handle was. */
+		if (tl_accept_start(sh->loop, h, sh->kept[i].tok, &op) < 0) {
+			tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+			continue;
+		}
+		uint64_t d = tl_token_data(sh->kept[i].tok);
+		uint32_t gi = (uint32_t)(d & 0xffff), ai = (uint32_t)((d >> 16) & 0xff);
+
+		if (gi < TLP_REG_LISTENERS && ai < TLP_MAX_LISTEN && !sh->lh[gi][ai].v) {
+			sh->lh[gi][ai] = h;
+		} else {
+			sh->xtok[sh->nxlh] = sh->kept[i].tok;
+			sh->xlh[sh->nxlh++] = h;
+		}
+	}
+	if (!ok && sh->kept)
+		sh->draining = sh->ho_was_draining;
+	free(sh->kept);
+	sh->kept = NULL;
+	sh->nkept = 0;
+}
+
+uint32_t tlp_shard_handover(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+	static const tl_handle none = {0};
+	uint32_t n = 0;
+
+	sh->handing = 1;
+	sh->ho_was_draining = sh->draining;
+	sh->draining = 1; /* no listener comes back, not even on a reload */
+	free(sh->kept);
+	sh->nkept = 0;
+	sh->kept = calloc(tlp_w.ngl * TLP_MAX_LISTEN + sh->nxlh + 1, sizeof *sh->kept);
+	/* The new process holds the sockets: closing our handles leaves their
+	 * queues to it. A descriptor of each stays here until the end, in case
+	 * the new process goes away first (tlp_shard_ho_end). */
+	for (uint32_t gi = 0; gi < tlp_w.ngl; gi++)
+		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++)
+			if (!tl_handle_eq(sh->lh[gi][ai], none)) {
+				keep_listener(sh, sh->lh[gi][ai], tl_token(TLP_H_LISTEN, gi | (uint64_t)ai << 16));
+				sh->lh[gi][ai] = none;
+			}
+	for (uint32_t i = 0; i < sh->nxlh; i++)
+		keep_listener(sh, sh->xlh[i], sh->xtok[i]);
+	sh->nxlh = 0;
+	for (uint32_t i = 0; i < sh->cap; i++) {
+		struct tlp_conn *c = &sh->c[i];
+
+		if (c->state == C_FWD && !(c->flags & F_HO)) {
+			n++;
+			ho_begin(sh, c);
+			if (!(c->flags & F_HO) && c->state == C_FWD && !c->ho)
+				tlp_ho_gone(); /* no memory: it stays */
+		}
+	}
+	return n;
+}
+
+static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8_t *p, uint32_t id,
+		    uint32_t n)
+{
+	struct tlp_ho_out *o = c->ho;
+
+	if (o->len[s] + (uint64_t)n > TLP_HO_CARRY_MAX) {
+		/* More than a stream's leases can hold: not expected; cut. */
+		tl_lease_release(sh->loop, id);
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	if (o->len[s] + n > o->cap[s]) {
+		uint32_t cap = o->cap[s] ? o->cap[s] : 65536;
+		uint8_t *b;
+
+		while (cap < o->len[s] + n)
+			cap *= 2;
+		b = realloc(o->b[s], cap);
+		if (!b) {
+			tl_lease_release(sh->loop, id);
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		o->b[s] = b;
+		o->cap[s] = cap;
+	}
+	memcpy(o->b[s] + o->len[s], p, n);
+	o->len[s] += n;
+	tl_lease_release(sh->loop, id);
+}
+
+/* A connection being handed over ends here instead (conn_end). */
+static void ho_drop(struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+
+	for (int s = 0; s < 2; s++)
+		if (o->fd[s] >= 0)
+			close(o->fd[s]);
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~F_HO;
+	tlp_ho_gone();
+}
+
+static uint16_t peer_len(const tl_addr *a)
+{
+	switch (a->sa.sa_family) {
+	case AF_INET:
+		return sizeof a->in;
+	case AF_INET6:
+		return sizeof a->in6;
+	default:
+		return 0; /* an unnamed Unix peer: nothing to say */
+	}
+}
+
+static void ho_step(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+	uint32_t f = c->flags;
+	struct tlp_ho_msg m;
+
+	if (c->state != C_FWD || !(f & F_HO))
+		return;
+	if (f & F_HORES) {
+		ho_resume(sh, c);
+		return;
+	}
+	for (int s = 0; s < 2; s++)
+		if (((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s)))) || c->wq[s] ||
+		    ((f & F_SHUT(s)) && !(f & F_SHUTOK(s))))
+			return; /* a read, write or shutdown still in flight */
+	for (int s = 0; s < 2; s++) {
+		int r;
+
+		if (o->fd[s] >= 0)
+			continue;
+		r = tl_detach(sh->loop, c->h[s], &o->fd[s]);
+		if (r == -EAGAIN) {
+			/* Its completions are still queued: after this turn. */
+			o->fd[s] = -1;
+			if (tl_shard_post(sh->s, sh->id, tlp_ctl_token(TLP_MSG_HO_STEP, CI(sh, c)), 0) < 0)
+				conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		if (r < 0) {
+			o->fd[s] = -1;
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		c->h[s] = TL_HANDLE_NONE;
+	}
+	memset(&m, 0, offsetof(struct tlp_ho_msg, u) + sizeof m.u.conn);
+	m.type = TLP_HO_CONN;
+	for (int s = 0; s < 2; s++) {
+		if (f & F_EOF(s))
+			m.u.conn.flags |= TLP_HO_EOF(s);
+		if (f & F_SHUTOK(s))
+			m.u.conn.flags |= TLP_HO_SHUT(s);
+		m.u.conn.bytes[s] = c->bytes[s];
+		m.u.conn.carry[s] = o->b[s];
+		m.u.conn.carry_len[s] = o->len[s];
+	}
+	m.u.conn.server = c->vidx;
+	m.u.conn.age_ns = tl_now(sh->loop) - c->t0;
+	snprintf(m.u.conn.listener, sizeof m.u.conn.listener, "%s", c->lr->gl->name);
+	snprintf(m.u.conn.pool, sizeof m.u.conn.pool, "%s", c->gp ? c->gp->name : "");
+	snprintf(m.u.conn.srv, sizeof m.u.conn.srv, "%s", c->srv ? c->srv->label : "");
+	m.u.conn.peer_len = peer_len(&c->peer);
+	memcpy(&m.u.conn.peer, &c->peer, m.u.conn.peer_len);
+	/* The record takes the descriptors whatever happens. */
+	tlp_ho_push_conn(&m, o->fd);
+	o->fd[0] = o->fd[1] = -1;
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~F_HO;
+	/* Gone from here: what conn_end would release, without a close. */
+	c->state = C_CLOSING;
+	c->cause = TLP_END_DONE;
+	if (c->flags & F_LCOUNT)
+		atomic_fetch_sub_explicit(&c->lr->gl->conns, 1, memory_order_relaxed);
+	if (c->flags & F_WCOUNT)
+		atomic_fetch_sub_explicit(&tlp_w.conns, 1, memory_order_relaxed);
+	c->flags &= ~(F_LCOUNT | F_WCOUNT);
+	srv_release(sh, c);
+	conn_free(sh, c);
+}
+
+void tlp_shard_ho_step(tl_shard *s, uint32_t ci)
+{
+	struct tlp_shard *sh = SH(s);
+
+	if (ci < sh->cap)
+		ho_step(sh, &sh->c[ci]);
+}
+
+/* A carry write of an adopted connection is done: the record goes with
+ * the last. */
+static void carry_written(struct tlp_conn *c)
+{
+	struct tlp_ho_in *in = c->ho;
+
+	if (in && --in->nwrites == 0) {
+		free(in);
+		c->ho = NULL;
+	}
+}
+
+static struct tlp_glisten *gl_find(const char *name)
+{
+	for (uint32_t i = 0; i < tlp_w.ngl; i++)
+		if (!strcmp(tlp_w.gl[i]->name, name))
+			return tlp_w.gl[i];
+	return NULL;
+}
+
+static struct tlp_gpool *gp_find(const char *name)
+{
+	for (uint32_t i = 0; i < tlp_w.ngp; i++)
+		if (!strcmp(tlp_w.gp[i]->name, name))
+			return tlp_w.gp[i];
+	return NULL;
+}
+
+/* Forward again: the bytes of in (or none) first, then reads on the sides
+ * still open, and the FINs read but not yet passed on. c->ho takes in. */
+static void carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in *in)
+{
+	uint32_t ci = CI(sh, c);
+
+	c->ho = in;
+	if (in) {
+		const struct tlp_ho_conn *hc = &in->c;
+
+		in->nwrites = 1; /* held until every write below is issued */
+		for (int k = 0; k < 2 && c->state == C_FWD; k++)
+			if (hc->carry_len[k]) {
+				in->nwrites++;
+				write_buf(sh, c, k ^ 1, hc->carry[k], hc->carry_len[k], OP_WRITE_CARRY, 0);
+				if (c->state != C_FWD)
+					in->nwrites--; /* write_buf ended it: no completion */
+			}
+		carry_written(c);
+	}
+	for (int k = 0; k < 2 && c->state == C_FWD; k++) {
+		if (c->flags & F_EOF(k))
+			continue;
+		tlp_spl_init(&c->sp[k], c->lr->cfg->splice);
+		if (tl_read_start(sh->loop, c->h[k], tok(ci, k, OP_READ, 0), &c->rd[k]) < 0) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		c->flags |= F_RD(k);
+	}
+	/* A FIN read and not passed on yet. */
+	for (int k = 0; k < 2 && c->state == C_FWD; k++)
+		if ((c->flags & F_EOF(k)) && !(c->flags & F_SHUT(k ^ 1)))
+			shut(sh, c, k ^ 1);
+	if (c->state == C_FWD) {
+		arm_idle(sh, c);
+		maybe_done(sh, c);
+	}
+}
+
+/* The deadline passed with c still on its way: it carries on here, once
+ * its reads have ended (ho_step calls again until they have). */
+static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ho_out *o = c->ho;
+	struct tlp_ho_in *in = NULL;
+	uint32_t f = c->flags;
+
+	for (int s = 0; s < 2; s++)
+		if ((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s))))
+			return;
+	for (int s = 0; s < 2; s++)
+		if (o->fd[s] >= 0) {
+			if (tl_adopt(sh->loop, o->fd[s], &c->h[s]) < 0) {
+				c->h[s] = TL_HANDLE_NONE;
+				conn_end(sh, c, TLP_END_BUSY, 0); /* ho_drop closes it */
+				return;
+			}
+			o->fd[s] = -1;
+		}
+	if (o->len[0] || o->len[1]) {
+		in = malloc(sizeof *in + o->len[0] + o->len[1]);
+		if (!in) {
+			conn_end(sh, c, TLP_END_BUSY, 0);
+			return;
+		}
+		memset(&in->c, 0, sizeof in->c);
+		for (int s = 0; s < 2; s++) {
+			in->c.carry[s] = in->body + (s ? o->len[0] : 0);
+			in->c.carry_len[s] = o->len[s];
+			if (o->len[s])
+				memcpy(in->body + (s ? o->len[0] : 0), o->b[s], o->len[s]);
+		}
+		in->fd[0] = in->fd[1] = -1;
+	}
+	free(o->b[0]);
+	free(o->b[1]);
+	free(o);
+	c->ho = NULL;
+	c->flags &= ~(F_HO | F_HORD(0) | F_HORD(1) | F_HORES);
+	tlp_ho_gone();
+	carry_on(sh, c, in);
+}
+
+uint32_t tlp_shard_ho_stop(tl_shard *s)
+{
+	struct tlp_shard *sh = SH(s);
+	uint32_t n = 0;
+
+	sh->handing = 0;
+	for (uint32_t i = 0; i < sh->cap; i++) {
+		struct tlp_conn *c = &sh->c[i];
+
+		if (c->state == C_FWD && (c->flags & F_HO)) {
+			c->flags |= F_HORES;
+			n++;
+			ho_resume(sh, c);
+		}
+	}
+	return n;
+}
+
+int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_world *w = &tlp_w;
+	const struct tlp_ho_conn *hc = &in->c;
+	struct tlp_glisten *gl = gl_find(hc->listener);
+	const struct tlp_lrt *lr = gl ? sh->gen->by_gl[gl->idx] : NULL;
+	struct tlp_gpool *gp = gp_find(hc->pool);
+	const struct tlp_pool_cfg *pc = gp ? sh->gen->pc_by_gp[gp->idx] : NULL;
+	tl_handle h[2] = {TL_HANDLE_NONE, TL_HANDLE_NONE};
+	struct tlp_conn *c;
+	int r = 0;
+
+	if (!lr || !pc) {
+		r = -ENOENT; /* the new configuration has no such listener or pool */
+		goto fail;
+	}
+	if (sh->stopping) {
+		r = -ESHUTDOWN;
+		goto fail;
+	}
+	for (int k = 0; k < 2; k++)
+		if ((r = tl_adopt(sh->loop, in->fd[k], &h[k])) < 0)
+			goto fail;
+	c = conn_new(sh);
+	if (!c) {
+		r = -ENOBUFS;
+		goto fail;
+	}
+	c->h[0] = h[0];
+	c->h[1] = h[1];
+	c->state = C_FWD;
+	c->t0 = tl_now(sh->loop) - hc->age_ns;
+	c->t_state = sh->tick;
+	c->gen = sh->gen;
+	c->gen->sc[sh->id].n++;
+	c->lr = lr;
+	c->gp = gp;
+	c->pc = pc;
+	c->bytes[0] = hc->bytes[0];
+	c->bytes[1] = hc->bytes[1];
+	memset(&c->peer, 0, sizeof c->peer);
+	if (hc->peer_len && hc->peer_len <= sizeof c->peer)
+		memcpy(&c->peer, &hc->peer, hc->peer_len);
+	/* Count it where the old process did: its server, the limits. */
+	{
+		struct tlp_view *v = sh->lp[gp->idx].v;
+
+		for (uint32_t i = 0; v && i < v->n; i++)
+			if (!strcmp(v->e[i].srv->label, hc->srv)) {
+				c->srv = v->e[i].srv;
+				c->vidx = i;
+				c->flags |= F_SRV;
+				atomic_fetch_add_explicit(&c->srv->conns, 1, memory_order_relaxed);
+				srv_count(sh, c->srv, 1);
+				break;
+			}
+	}
+	if (w->max_conns) {
+		c->flags |= F_WCOUNT;
+		atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed);
+	}
+	if (lr->cfg->max_conns) {
+		c->flags |= F_LCOUNT;
+		atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed);
+	}
+	for (int k = 0; k < 2; k++) {
+		if (hc->flags & TLP_HO_EOF(k))
+			c->flags |= F_EOF(k);
+		if (hc->flags & TLP_HO_SHUT(k))
+			c->flags |= F_SHUT(k) | F_SHUTOK(k);
+	}
+	carry_on(sh, c, in);
+	return 0;
+fail:
+	for (int k = 0; k < 2; k++) {
+		if (!tl_handle_eq(h[k], TL_HANDLE_NONE))
+			tl_close_abort(sh->loop, h[k], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		else
+			close(in->fd[k]);
+	}
+	free(in);
+	return r;
 }

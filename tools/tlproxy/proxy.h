@@ -355,6 +355,13 @@ enum {
 	TLP_MSG_CTLTICK = 6, /* shard 0: health, DNS and collection timer */
 	TLP_MSG_ORPHAN = 7,  /* Closed of a handle that belongs to nothing */
 	TLP_MSG_HROUND = 8,  /* a health round's timeout */
+	/* Takeover (takeover.c). */
+	TLP_MSG_HO_LISTEN = 9,  /* send your listening sockets */
+	TLP_MSG_HO_GO = 10,     /* stop accepting, hand your connections over */
+	TLP_MSG_HO_STEP = 11,   /* arg: connection: try its detach again */
+	TLP_MSG_HO_CONN = 12,   /* payload: struct tlp_ho_in * to adopt (shard 0 spreads them) */
+	TLP_MSG_HO_STOP = 13,   /* the deadline: what is still on its way carries on here */
+	TLP_MSG_HO_FIN = 14,    /* the end: keep the listening sockets away, or take them back */
 };
 
 static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)
@@ -365,6 +372,9 @@ static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)
 /* The descriptor handed over for listen address ep, or -1 (any thread,
  * during the start only: the table is not changed then). */
 int tlp_inherited(const struct tlp_endpoint *ep);
+/* The k-th descriptor handed over for ep (a takeover passes one per shard
+ * of the old process), or -1. Same rules as tlp_inherited. */
+int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k);
 
 /* Process-wide time (CLOCK_MONOTONIC, the drivers' clock). */
 uint64_t tlp_mono_ns(void);

@@ -218,6 +218,11 @@ static struct tlp_srv *srv_get(struct tlp_gpool *gp, const char *origin, const t
 
 int tlp_inherited(const struct tlp_endpoint *ep)
 {
+	return tlp_inherited_nth(ep, 0);
+}
+
+int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k)
+{
 	struct tlp_world *w = &tlp_w;
 
 	for (uint32_t i = 0; i < w->ninh; i++) {
@@ -226,7 +231,7 @@ int tlp_inherited(const struct tlp_endpoint *ep)
 		if (h->fd < 0)
 			continue;
 		if (ep->kind == TLP_EP_UNIX) {
-			if (h->unix_path && !strcmp(h->path, ep->addr.un.sun_path))
+			if (h->unix_path && !strcmp(h->path, ep->addr.un.sun_path) && k-- == 0)
 				return h->fd;
 		} else if (ep->kind == TLP_EP_IP && !h->unix_path) {
 			tl_addr a;
@@ -234,7 +239,7 @@ int tlp_inherited(const struct tlp_endpoint *ep)
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &ep->addr,
 			       ep->addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
-			if (same_addr(&a, &h->addr))
+			if (same_addr(&a, &h->addr) && k-- == 0)
 				return h->fd;
 		}
 	}

@@ -1,0 +1,130 @@
+/* tools/tlproxy/handover.h: the versioned wire format of a live takeover (tlproxy --takeover): framed records for the hello, the listening sockets and each connection pair with its in-flight state; pure encode/decode that never trusts its input. */
+#ifndef TLP_HANDOVER_H
+#define TLP_HANDOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/*
+ * A takeover is one conversation over a Unix-domain stream. Every record is
+ * a 16-byte header and a body:
+ *
+ *   0  "TLHO"            magic
+ *   4  u16 version       TLP_HO_VERSION; anything else is refused
+ *   6  u16 type          enum tlp_ho_type
+ *   8  u32 length        of the body, at most the type's maximum
+ *  12  u8  nfds          descriptors sent with the record (SCM_RIGHTS): the
+ *                        type fixes how many
+ *  13  3 bytes of zero
+ *
+ * Integers are little-endian. The descriptors travel with the header's
+ * bytes, so a receiver that reads exactly the header gets exactly that
+ * record's descriptors.
+ *
+ * The conversation: the new process sends HELLO; the old one answers HELLO
+ * (same version, same user) or REFUSE and closes; then LISTENER records
+ * (one listening socket each) and LISTENERS_END; the new process starts
+ * accepting on them and sends READY; the old one stops accepting and sends
+ * a CONN record per connection pair it hands over, then END.
+ */
+
+#define TLP_HO_MAGIC "TLHO"
+#define TLP_HO_VERSION 1
+#define TLP_HO_HDR 16
+#define TLP_HO_NAME_MAX 255        /* listener, pool and server names */
+#define TLP_HO_TEXT_MAX 255        /* a refusal's reason */
+#define TLP_HO_CARRY_MAX (1u << 20) /* bytes carried one way of a connection */
+#define TLP_HO_CONN_FIXED 48       /* a CONN body before its names and bytes */
+#define TLP_HO_BODY_MAX (TLP_HO_CONN_FIXED + 3 * TLP_HO_NAME_MAX + 128 + 2 * TLP_HO_CARRY_MAX)
+
+enum tlp_ho_type {
+	TLP_HO_HELLO = 1,         /* u32 pid, u32 0 */
+	TLP_HO_REFUSE = 2,        /* u16 reason, u16 text length, text */
+	TLP_HO_LISTENER = 3,      /* 1 fd; u16 shard, u16 address length, sockaddr */
+	TLP_HO_LISTENERS_END = 4, /* u32 count */
+	TLP_HO_READY = 5,         /* empty: the new process accepts */
+	TLP_HO_CONN = 6,          /* 2 fds (client, server); see struct tlp_ho_conn */
+	TLP_HO_END = 7,           /* u32 handed over, u32 left to drain */
+	TLP_HO_TYPE_COUNT
+};
+
+/* Why a takeover was refused. */
+enum { TLP_HO_R_VERSION = 1, TLP_HO_R_USER = 2, TLP_HO_R_BUSY = 3, TLP_HO_R_PROTO = 4 };
+
+/* CONN flags: the half-close state. */
+#define TLP_HO_EOF(s) (1u << (s))      /* side s (0 client, 1 server) sent its FIN */
+#define TLP_HO_SHUT(s) (4u << (s))     /* our FIN to side s was sent */
+#define TLP_HO_FLAGS_ALL 0xfu
+
+struct tlp_ho_hdr {
+	uint16_t version, type;
+	uint32_t len;
+	uint8_t nfds;
+};
+
+/* One connection pair. Decoding fills the names (NUL-terminated, no NUL
+ * inside) and points carry[] into the body it decoded. */
+struct tlp_ho_conn {
+	uint32_t flags;           /* TLP_HO_EOF / TLP_HO_SHUT */
+	uint32_t server;          /* index of its server in the pool's view */
+	uint64_t bytes[2];        /* forwarded so far: from the client, from the server */
+	uint64_t age_ns;          /* since it was accepted */
+	char listener[TLP_HO_NAME_MAX + 1];
+	char pool[TLP_HO_NAME_MAX + 1];
+	char srv[TLP_HO_NAME_MAX + 1]; /* the server's address, as its stat label */
+	struct sockaddr_storage peer;  /* the client */
+	uint16_t peer_len;        /* 0 (unknown), or that of an AF_INET/AF_INET6/AF_UNIX address */
+	/* Bytes read from side s that side s^1 has not been sent yet: the new
+	 * process writes them first. */
+	const uint8_t *carry[2];
+	uint32_t carry_len[2];
+};
+
+struct tlp_ho_msg {
+	uint16_t type;
+	union {
+		struct { uint32_t pid; } hello;
+		struct { uint16_t reason; char text[TLP_HO_TEXT_MAX + 1]; } refuse;
+		struct { uint16_t shard, addr_len; struct sockaddr_storage addr; } listener;
+		struct { uint32_t count; } lend;
+		struct { uint32_t handed, left; } end;
+		struct tlp_ho_conn conn;
+	} u;
+};
+
+/* The descriptors a record of this type carries (0, 1 or 2), or -1 for an
+ * unknown type. */
+int tlp_ho_type_fds(uint32_t type);
+
+/*
+ * Decode a record's header from b[0..n). Returns TLP_HO_HDR and fills *h;
+ * -EAGAIN (n < TLP_HO_HDR); -EPROTONOSUPPORT (another version: h->version
+ * says which, nothing else is read); -EPROTO (bad magic, reserved bytes not
+ * zero, unknown type, a length above the type's maximum, or nfds not the
+ * type's); -EINVAL (b or h NULL).
+ */
+int tlp_ho_hdr_decode(const uint8_t *b, size_t n, struct tlp_ho_hdr *h);
+
+/*
+ * Decode the body b[0..n) of a record whose header is h into *m. Every
+ * length is checked against n and the type's rules; the body must be used
+ * exactly. Returns 0, -EPROTO (malformed), -EINVAL (an argument NULL, or n
+ * differs from h->len). m->u.conn.carry points into b.
+ */
+int tlp_ho_decode(const struct tlp_ho_hdr *h, const uint8_t *b, size_t n, struct tlp_ho_msg *m);
+
+/*
+ * Encode m as a whole record (header and body) into b[0..cap). Returns the
+ * record's length; -ENOSPC (cap too small: nothing useful is in b);
+ * -EINVAL (an unknown type, a name too long or holding a NUL, a carry above
+ * TLP_HO_CARRY_MAX or with a NULL pointer, an address length that does not
+ * fit its family, flags out of TLP_HO_FLAGS_ALL or inconsistent). What it
+ * writes decodes back to m.
+ */
+int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m);
+
+/* The length tlp_ho_encode would return for m, or -EINVAL. */
+long tlp_ho_size(const struct tlp_ho_msg *m);
+
+#endif /* TLP_HANDOVER_H */

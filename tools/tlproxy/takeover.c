@@ -1,0 +1,1004 @@
+/* tools/tlproxy/takeover.c: the process side of a live takeover: the old process's handover socket and its thread, the new process's receiving of the listening sockets and of the connections, and the messages between those threads and the shards. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "proxy.h"
+#include "takeover.h"
+
+/* A record waiting for the old side's thread to send it. */
+struct qrec {
+	struct qrec *next;
+	int nfds, fds[2];
+	uint32_t len;
+	uint8_t data[];
+};
+
+static struct {
+	const char *serve_path;    /* --handover-socket */
+	const char *take_path;     /* --takeover */
+	uint64_t deadline_ns;      /* --handover-deadline */
+	int lfd;                   /* the handover socket (old side) */
+	ino_t lino;                /* its inode: removed only if still ours */
+	int tfd;                   /* new side: the conversation with the old process */
+	pthread_t th_srv, th_rx;   /* old side's server, new side's receiver */
+	int srv_started, rx_started;
+	_Atomic int stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct qrec *head, *tail;  /* under mu */
+	uint32_t listen_acks, go_acks, stop_acks, fin_acks; /* shards that answered; under mu */
+	_Atomic int64_t pending;   /* connections marked, not yet sent or ended */
+	_Atomic uint64_t carried;  /* bytes carried in the CONN records */
+	_Atomic uint32_t left;     /* connections that carry on here after the deadline */
+	uint64_t t_ready;          /* new side: READY sent */
+} ho = {
+	.deadline_ns = 10000000000ull,
+	.lfd = -1,
+	.tfd = -1,
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.cv = PTHREAD_COND_INITIALIZER,
+};
+
+/* Token arg bits of TLP_MSG_HO_*: from a thread to shard 0, which passes
+ * the message on to every shard (or spreads the connections). */
+#define FROM_THREAD 1u
+#define HO_FAILED 2u /* TLP_MSG_HO_FIN: the successor went away */
+
+static uint64_t now_ns(void)
+{
+	return tlp_mono_ns();
+}
+
+/* ---- options ---- */
+
+int tlp_takeover_args(int *argc, char **argv, char *err, size_t errlen)
+{
+	int out = 1;
+
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i];
+		int which = !strcmp(a, "--handover-socket") ? 1 : !strcmp(a, "--takeover") ? 2
+			    : !strcmp(a, "--handover-deadline")       ? 3
+								      : 0;
+
+		if (!which) {
+			argv[out++] = argv[i];
+			continue;
+		}
+		if (i + 1 >= *argc) {
+			snprintf(err, errlen, "%s needs a value", a);
+			return -EINVAL;
+		}
+		const char *v = argv[++i];
+
+		if (which == 3) {
+			char *end;
+			double d = strtod(v, &end);
+
+			if (end == v || *end || !(d >= 0.1 && d <= 3600)) {
+				snprintf(err, errlen, "--handover-deadline %s: seconds from 0.1 to 3600, please", v);
+				return -EINVAL;
+			}
+			ho.deadline_ns = (uint64_t)(d * 1e9);
+			continue;
+		}
+		if (!*v || strlen(v) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+			snprintf(err, errlen, "%s %s: a Unix socket path of 1 to %zu bytes, please", a, v,
+				 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+			return -EINVAL;
+		}
+		if (which == 1)
+			ho.serve_path = v;
+		else
+			ho.take_path = v;
+	}
+	*argc = out;
+	argv[out] = NULL;
+	return 0;
+}
+
+const char *tlp_takeover_usage(void)
+{
+	return "Live takeover (with either form above):\n"
+	       "  --handover-socket PATH   serve a successor's takeover on this Unix socket\n"
+	       "  --takeover PATH          take over the listeners and connections of the\n"
+	       "                           tlproxy serving PATH, then run as configured\n"
+	       "  --handover-deadline S    seconds the old process spends handing over\n"
+	       "                           before the rest drains there (default 10)\n";
+}
+
+int tlp_takeover_wanted(void)
+{
+	return ho.take_path != NULL;
+}
+
+/* ---- blocking I/O of the conversation ---- */
+
+/* Wait for fd to be readable (events POLLIN) or writable until deadline
+ * (CLOCK_MONOTONIC ns, 0 none). 0, -ETIMEDOUT, or -ECANCELED on stop. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = events};
+		int r;
+
+		if (atomic_load(&ho.stop))
+			return -ECANCELED;
+		if (deadline && now_ns() >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, 100);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Read exactly n bytes (the first read may bring descriptors: up to
+ * *nfds into fds, their count back in *nfds). 0, -EPIPE at the end, or a
+ * negative errno. */
+static int read_full(int fd, void *buf, size_t n, int *fds, int *nfds, uint64_t deadline)
+{
+	size_t got = 0;
+	int cap = nfds ? *nfds : 0;
+
+	if (nfds)
+		*nfds = 0;
+	while (got < n) {
+		union {
+			char b[CMSG_SPACE(2 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = {(char *)buf + got, n - got};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+		ssize_t k;
+		int r = wait_fd(fd, POLLIN, deadline);
+
+		if (r < 0)
+			return r;
+		if (cap && got == 0) {
+			mh.msg_control = u.b;
+			mh.msg_controllen = sizeof u.b;
+		}
+		k = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (k < 0)
+			return -errno;
+		for (struct cmsghdr *c = mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : NULL; c;
+		     c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int m = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+				for (int i = 0; i < m; i++) {
+					int d;
+
+					memcpy(&d, CMSG_DATA(c) + i * sizeof(int), sizeof d);
+					if (*nfds < cap)
+						fds[(*nfds)++] = d;
+					else
+						close(d); /* more than the record may carry */
+				}
+			}
+		if (mh.msg_flags & MSG_CTRUNC)
+			return -EPROTO;
+		if (k == 0)
+			return -EPIPE;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+/* Write all of b[0..n), the descriptors with the first bytes. */
+static int write_full(int fd, const void *b, size_t n, const int *fds, int nfds)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		union {
+			char b[CMSG_SPACE(2 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = {(char *)b + done, n - done};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+		ssize_t k;
+
+		if (nfds && done == 0) {
+			struct cmsghdr *c;
+
+			memset(&u, 0, sizeof u);
+			mh.msg_control = u.b;
+			mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+			c = CMSG_FIRSTHDR(&mh);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+			memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+		}
+		k = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		done += (size_t)k;
+	}
+	return 0;
+}
+
+static int send_msg(int fd, const struct tlp_ho_msg *m)
+{
+	uint8_t b[TLP_HO_HDR + 4 + TLP_HO_TEXT_MAX + sizeof(struct sockaddr_storage)];
+	int n = tlp_ho_encode(b, sizeof b, m);
+
+	return n < 0 ? n : write_full(fd, b, (size_t)n, NULL, 0);
+}
+
+/* Read one record (not a CONN: its body is small). 0, -EPROTONOSUPPORT
+ * with h->version set, or a negative errno. */
+static int recv_msg(int fd, struct tlp_ho_hdr *h, struct tlp_ho_msg *m, int *fds, int *nfds,
+		    uint64_t deadline)
+{
+	uint8_t hb[TLP_HO_HDR], body[4 + TLP_HO_TEXT_MAX + sizeof(struct sockaddr_storage)];
+	int r = read_full(fd, hb, sizeof hb, fds, nfds, deadline);
+
+	if (r < 0)
+		return r;
+	r = tlp_ho_hdr_decode(hb, sizeof hb, h);
+	if (r < 0)
+		return r;
+	if (h->len > sizeof body || (nfds && *nfds != h->nfds))
+		return -EPROTO;
+	if (h->len && (r = read_full(fd, body, h->len, NULL, NULL, deadline)) < 0)
+		return r;
+	return tlp_ho_decode(h, body, h->len, m);
+}
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* ---- old side: what the shards hand the thread ---- */
+
+static void enqueue(struct qrec *q)
+{
+	pthread_mutex_lock(&ho.mu);
+	q->next = NULL;
+	if (ho.tail)
+		ho.tail->next = q;
+	else
+		ho.head = q;
+	ho.tail = q;
+	pthread_cond_signal(&ho.cv);
+	pthread_mutex_unlock(&ho.mu);
+}
+
+void tlp_ho_push_listener(uint32_t shard, int fd)
+{
+	struct tlp_ho_msg m;
+	socklen_t len = sizeof m.u.listener.addr;
+	struct qrec *q = malloc(sizeof *q + TLP_HO_HDR + 4 + sizeof(struct sockaddr_storage));
+	int n;
+
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_LISTENER;
+	m.u.listener.shard = (uint16_t)shard;
+	if (!q || getsockname(fd, (struct sockaddr *)&m.u.listener.addr, &len) < 0 ||
+	    len > sizeof m.u.listener.addr) {
+		free(q);
+		close(fd);
+		return;
+	}
+	m.u.listener.addr_len = (uint16_t)len;
+	n = tlp_ho_encode(q->data, TLP_HO_HDR + 4 + sizeof(struct sockaddr_storage), &m);
+	if (n < 0) {
+		free(q);
+		close(fd);
+		return;
+	}
+	q->len = (uint32_t)n;
+	q->nfds = 1;
+	q->fds[0] = fd;
+	enqueue(q);
+}
+
+int tlp_ho_push_conn(const struct tlp_ho_msg *m, const int fds[2])
+{
+	long n = tlp_ho_size(m);
+	struct qrec *q = n > 0 ? malloc(sizeof *q + (size_t)n) : NULL;
+	int r = n < 0 ? (int)n : -ENOMEM;
+
+	if (q && (r = tlp_ho_encode(q->data, (size_t)n, m)) > 0) {
+		q->len = (uint32_t)r;
+		q->nfds = 2;
+		q->fds[0] = fds[0];
+		q->fds[1] = fds[1];
+		enqueue(q);
+		atomic_fetch_add(&ho.carried, (uint64_t)m->u.conn.carry_len[0] + m->u.conn.carry_len[1]);
+		atomic_fetch_sub(&ho.pending, 1);
+		return 0;
+	}
+	tlp_log("takeover: cannot encode a connection (%s): it is cut", tl_strerror(r));
+	free(q);
+	close(fds[0]);
+	close(fds[1]);
+	tlp_ho_gone();
+	return r;
+}
+
+void tlp_ho_gone(void)
+{
+	atomic_fetch_sub(&ho.pending, 1);
+	pthread_mutex_lock(&ho.mu);
+	pthread_cond_signal(&ho.cv);
+	pthread_mutex_unlock(&ho.mu);
+}
+
+static void ack(uint32_t *count)
+{
+	pthread_mutex_lock(&ho.mu);
+	(*count)++;
+	pthread_cond_signal(&ho.cv);
+	pthread_mutex_unlock(&ho.mu);
+}
+
+void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload)
+{
+	uint32_t me = tl_shard_id(s), n = tlp_w.nshards;
+
+	if (type == TLP_MSG_HO_STEP) {
+		tlp_shard_ho_step(s, (uint32_t)arg);
+		return;
+	}
+	if (type == TLP_MSG_HO_CONN) {
+		struct tlp_ho_in *in = (struct tlp_ho_in *)(uintptr_t)payload;
+		int r;
+
+		if (!in)
+			return;
+		if (arg & FROM_THREAD) {
+			/* Shard 0 spreads them over every shard in turn. */
+			static uint32_t rr;
+			uint32_t to = rr++ % n;
+
+			if (to != me &&
+			    tl_shard_post(s, to, tlp_ctl_token(TLP_MSG_HO_CONN, 0), payload) == 0)
+				return;
+		}
+		r = tlp_shard_adopt(s, in);
+		if (r < 0)
+			tlp_log("takeover: shard %u cannot carry on a connection: %s", me, tl_strerror(r));
+		return;
+	}
+	if (arg & FROM_THREAD) {
+		/* A shard that cannot be told does not answer: the thread's
+		 * wait ends at its deadline. */
+		for (uint32_t t = 0; t < n; t++)
+			if (tl_shard_post(s, t, tlp_ctl_token(type, arg & ~(uint64_t)FROM_THREAD), 0) < 0)
+				tlp_log("takeover: shard %u cannot be told", t);
+		return;
+	}
+	if (type == TLP_MSG_HO_LISTEN) {
+		tlp_shard_ho_listeners(s);
+		ack(&ho.listen_acks);
+	} else if (type == TLP_MSG_HO_GO) {
+		atomic_fetch_add(&ho.pending, (int64_t)tlp_shard_handover(s));
+		ack(&ho.go_acks);
+	} else if (type == TLP_MSG_HO_STOP) {
+		atomic_fetch_add(&ho.left, tlp_shard_ho_stop(s));
+		ack(&ho.stop_acks);
+	} else if (type == TLP_MSG_HO_FIN) {
+		tlp_shard_ho_end(s, !(arg & HO_FAILED));
+		ack(&ho.fin_acks);
+	}
+}
+
+/* ---- old side: the thread ---- */
+
+static int refuse(int fd, int reason, const char *text)
+{
+	struct tlp_ho_msg m;
+
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_REFUSE;
+	m.u.refuse.reason = (uint16_t)reason;
+	snprintf(m.u.refuse.text, sizeof m.u.refuse.text, "%s", text);
+	send_msg(fd, &m);
+	return 0;
+}
+
+/* Ask every shard (through shard 0) for type, and wait until all have
+ * answered in *acks or the deadline. 0 or -ETIMEDOUT. */
+static int ask_all(uint32_t type, uint32_t flags, uint32_t *acks, uint64_t deadline)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&ho.mu);
+	*acks = 0;
+	pthread_mutex_unlock(&ho.mu);
+	for (int k = 0; (r = tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD | flags), 0)) < 0;
+	     k++) {
+		struct timespec t = {0, 1000000};
+
+		if (r != -ENOBUFS || k > 5000 || atomic_load(&ho.stop))
+			return r;
+		nanosleep(&t, NULL);
+	}
+	pthread_mutex_lock(&ho.mu);
+	while (*acks < tlp_w.nshards) {
+		struct timespec t;
+
+		if (now_ns() >= deadline) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += 20000000;
+		if (t.tv_nsec >= 1000000000) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&ho.cv, &ho.mu, &t);
+	}
+	pthread_mutex_unlock(&ho.mu);
+	return r;
+}
+
+/*
+ * Once the peer is accepted, the old side's records go out through a loop
+ * of the thread's own: tl_send_fds carries each record's descriptors
+ * (SCM_RIGHTS) with its first bytes, tl_write the records without any. The
+ * loop owns a duplicate of the conversation's descriptor and never reads
+ * it; the thread reads the peer's few records on the original.
+ */
+static struct {
+	tl_loop *loop;
+	tl_handle h;
+	int open;
+} out;
+
+static int out_open(int fd)
+{
+	tl_config cfg;
+	int d, r;
+
+	if (!out.loop) {
+		tl_config_init(&cfg);
+		cfg.max_handles = 16;
+		cfg.max_ops = 64;
+		cfg.pooled_buffers = 16;
+		cfg.pooled_buffer_size = 4096;
+		if ((r = tl_loop_new(&out.loop, &cfg)) < 0)
+			return r;
+	}
+	d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (d < 0)
+		return -errno;
+	if ((r = tl_adopt(out.loop, d, &out.h)) < 0) {
+		close(d);
+		return r;
+	}
+	out.open = 1;
+	return 0;
+}
+
+/* Turn the loop until the completion of token `want` that is terminal;
+ * its result. Past the deadline (or on stop) op is cancelled first. */
+static int out_wait(uint64_t want, tl_op op, uint64_t deadline)
+{
+	int cancelled = 0;
+
+	for (;;) {
+		tl_completion c[8];
+		int n = tl_turn(out.loop, 100000000, c, 8, NULL);
+
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			if (c[i].token == want && ((c[i].flags & TL_F_TERMINAL) || c[i].kind == TL_K_CLOSED))
+				return cancelled ? -ETIMEDOUT : (int)c[i].result;
+		if (!cancelled && (atomic_load(&ho.stop) || (deadline && now_ns() >= deadline))) {
+			if (tl_cancel(out.loop, op) == 0)
+				cancelled = 1;
+		}
+	}
+}
+
+/* Send b[0..n) with descriptors fds[0..nfds): 0 or a negative errno. */
+static int out_send(const void *b, uint32_t n, const int *fds, int nfds)
+{
+	tl_op op;
+	int r;
+
+	if (!out.open)
+		return -ENOTCONN;
+	if (nfds)
+		r = tl_send_fds(out.loop, out.h, fds, (uint32_t)nfds, b, n, 1, &op);
+	else
+		r = tl_write(out.loop, out.h, b, n, 1, &op);
+	if (r < 0)
+		return r;
+	/* A peer that reads nothing for that long is as good as gone. */
+	r = out_wait(1, op, now_ns() + ho.deadline_ns + 5000000000ull);
+	return r < 0 ? r : 0;
+}
+
+static int out_msg(const struct tlp_ho_msg *m)
+{
+	uint8_t b[TLP_HO_HDR + 4 + TLP_HO_TEXT_MAX + sizeof(struct sockaddr_storage)];
+	int n = tlp_ho_encode(b, sizeof b, m);
+
+	return n < 0 ? n : out_send(b, (uint32_t)n, NULL, 0);
+}
+
+static void out_close(void)
+{
+	tl_op none = {0};
+
+	if (!out.open)
+		return;
+	out.open = 0;
+	if (tl_close(out.loop, out.h, 2) == 0)
+		out_wait(2, none, 0);
+}
+
+/* Send what the queue holds (send 0: close it all); returns how many
+ * records went, or a negative errno (the peer is gone: the rest is
+ * closed). */
+static long flush_queue(int send)
+{
+	struct qrec *q;
+	long n = 0;
+	int err = 0;
+
+	pthread_mutex_lock(&ho.mu);
+	q = ho.head;
+	ho.head = ho.tail = NULL;
+	pthread_mutex_unlock(&ho.mu);
+	while (q) {
+		struct qrec *next = q->next;
+
+		if (!err)
+			err = send ? out_send(q->data, q->len, q->fds, q->nfds) : -ECANCELED;
+		if (!err)
+			n++;
+		close_fds(q->fds, q->nfds);
+		free(q);
+		q = next;
+	}
+	return err ? err : n;
+}
+
+/* One takeover conversation on fd. 1 when everything was handed over (the
+ * process then drains), 0 when it was refused or failed (it keeps
+ * serving). */
+static int session(int fd)
+{
+	struct tlp_ho_msg m;
+	struct tlp_ho_hdr h;
+	struct ucred uc;
+	socklen_t len = sizeof uc;
+	char why[160];
+	uint64_t t0 = now_ns(), t_ready, dl;
+	long sent, handed = 0;
+	int r, failed = 0;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0) {
+		tlp_log("takeover: cannot tell who connected: %s; refused", strerror(errno));
+		return 0;
+	}
+	if (uc.uid != geteuid()) {
+		snprintf(why, sizeof why, "only uid %u may take over", (unsigned)geteuid());
+		refuse(fd, TLP_HO_R_USER, why);
+		tlp_log("takeover refused: pid %d runs as uid %u, %s; still serving", (int)uc.pid,
+			(unsigned)uc.uid, why);
+		return 0;
+	}
+	r = recv_msg(fd, &h, &m, NULL, NULL, t0 + 5000000000ull);
+	if (r == -EPROTONOSUPPORT) {
+		snprintf(why, sizeof why, "handover format version %d here, %u asked", TLP_HO_VERSION,
+			 h.version);
+		refuse(fd, TLP_HO_R_VERSION, why);
+		tlp_log("takeover refused (pid %d): %s; still serving", (int)uc.pid, why);
+		return 0;
+	}
+	if (r < 0 || m.type != TLP_HO_HELLO) {
+		refuse(fd, TLP_HO_R_PROTO, "a HELLO first, please");
+		tlp_log("takeover refused (pid %d): no valid HELLO (%s); still serving", (int)uc.pid,
+			r < 0 ? tl_strerror(r) : "another record");
+		return 0;
+	}
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_HELLO;
+	m.u.hello.pid = (uint32_t)getpid();
+	if (send_msg(fd, &m) < 0) {
+		tlp_log("takeover by pid %d failed (hello); still serving", (int)uc.pid);
+		return 0;
+	}
+	if ((r = out_open(fd)) < 0) {
+		tlp_log("takeover by pid %d failed: %s; still serving", (int)uc.pid, tl_strerror(r));
+		return 0;
+	}
+	tlp_log("takeover by pid %d: handing over the listening sockets", (int)uc.pid);
+	/* The listening sockets first: the new process accepts on them while
+	 * this one still does, so no client is refused in between. */
+	if (ask_all(TLP_MSG_HO_LISTEN, 0, &ho.listen_acks, now_ns() + 5000000000ull) < 0 ||
+	    (sent = flush_queue(1)) < 0) {
+		flush_queue(0);
+		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
+		return 0;
+	}
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_LISTENERS_END;
+	m.u.lend.count = (uint32_t)sent;
+	if (out_msg(&m) < 0) {
+		tlp_log("takeover by pid %d failed (listeners); still serving", (int)uc.pid);
+		return 0;
+	}
+	/* Its shards start: it has the deadline to say READY. */
+	r = recv_msg(fd, &h, &m, NULL, NULL, now_ns() + ho.deadline_ns + 30000000000ull);
+	if (r < 0 || m.type != TLP_HO_READY) {
+		tlp_log("takeover by pid %d failed before it accepted (%s); still serving",
+			(int)uc.pid, r < 0 ? tl_strerror(r) : "not READY");
+		return 0;
+	}
+	t_ready = now_ns();
+	dl = t_ready + ho.deadline_ns;
+	atomic_store(&ho.pending, 0);
+	ask_all(TLP_MSG_HO_GO, 0, &ho.go_acks, dl);
+	for (;;) {
+		int done;
+
+		pthread_mutex_lock(&ho.mu);
+		while (!ho.head && !(ho.go_acks == tlp_w.nshards && atomic_load(&ho.pending) <= 0) &&
+		       now_ns() < dl) {
+			struct timespec t;
+
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_nsec += 20000000;
+			if (t.tv_nsec >= 1000000000) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&ho.cv, &ho.mu, &t);
+		}
+		done = !ho.head && ho.go_acks == tlp_w.nshards && atomic_load(&ho.pending) <= 0;
+		pthread_mutex_unlock(&ho.mu);
+		sent = flush_queue(1);
+		if (sent < 0) {
+			tlp_log("takeover: pid %d went away while connections were on their way (%s): "
+				"those are lost; the rest carries on here and the listeners accept here "
+				"again",
+				(int)uc.pid, tl_strerror((int)sent));
+			failed = 1;
+			break;
+		}
+		handed += sent;
+		if (done || now_ns() >= dl)
+			break;
+	}
+	/* What is still on its way goes back to forwarding here and drains. */
+	atomic_store(&ho.left, 0);
+	ask_all(TLP_MSG_HO_STOP, 0, &ho.stop_acks, now_ns() + 5000000000ull);
+	sent = flush_queue(!failed);
+	if (sent > 0)
+		handed += sent;
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_END;
+	m.u.end.handed = (uint32_t)handed;
+	m.u.end.left = atomic_load(&ho.left);
+	if (!failed && (sent < 0 || out_msg(&m) < 0)) {
+		tlp_log("takeover: pid %d went away before the end", (int)uc.pid);
+		failed = 1;
+	}
+	/* Gone: this process takes its listening sockets back. */
+	ask_all(TLP_MSG_HO_FIN, failed ? HO_FAILED : 0, &ho.fin_acks, now_ns() + 5000000000ull);
+	if (failed) {
+		tlp_log("takeover by pid %d failed: %ld connection%s sent to it may be lost; still serving", (int)uc.pid,
+			handed, handed == 1 ? "" : "s");
+		return 0;
+	}
+	tlp_log("takeover by pid %d: %ld connection%s handed over in %.1f ms (listeners %.1f ms "
+		"before), %u left to drain here, %llu bytes carried",
+		(int)uc.pid, handed, handed == 1 ? "" : "s", (now_ns() - t_ready) / 1e6,
+		(t_ready - t0) / 1e6, m.u.end.left, (unsigned long long)atomic_load(&ho.carried));
+	return 1;
+}
+
+static void *serve(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&ho.stop)) {
+		int fd, r;
+
+		if (wait_fd(ho.lfd, POLLIN, 0) < 0)
+			break;
+		fd = accept4(ho.lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		r = session(fd);
+		out_close();
+		close(fd);
+		if (r == 1) {
+			tlp_log("draining: the new process has the listeners and the connections");
+			tl_runtime_drain(tlp_w.rt);
+			break;
+		}
+	}
+	if (out.loop)
+		tl_loop_destroy(out.loop);
+	out.loop = NULL;
+	return NULL;
+}
+
+int tlp_handover_listen(void)
+{
+	struct sockaddr_un su;
+	struct stat st;
+	int fd;
+
+	if (!ho.serve_path)
+		return 0;
+	memset(&su, 0, sizeof su);
+	su.sun_family = AF_UNIX;
+	memcpy(su.sun_path, ho.serve_path, strlen(ho.serve_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto fail;
+	/* A socket file left there (a predecessor's, which this process may
+	 * be taking over from) is replaced. */
+	if (lstat(ho.serve_path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(ho.serve_path);
+	if (bind(fd, (struct sockaddr *)&su, sizeof su) < 0 || listen(fd, 4) < 0 ||
+	    stat(ho.serve_path, &st) < 0)
+		goto fail;
+	chmod(ho.serve_path, 0600);
+	ho.lfd = fd;
+	ho.lino = st.st_ino;
+	return 0;
+fail:
+	fprintf(stderr, "tlproxy: --handover-socket %s: %s\n", ho.serve_path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+int tlp_handover_start(void)
+{
+	int r;
+
+	if (ho.lfd < 0)
+		return 0;
+	r = pthread_create(&ho.th_srv, NULL, serve, NULL);
+	if (r)
+		return -r;
+	ho.srv_started = 1;
+	return 0;
+}
+
+/* ---- new side ---- */
+
+int tlp_takeover_begin(void)
+{
+	struct tlp_world *w = &tlp_w;
+	struct sockaddr_un su;
+	struct tlp_ho_msg m;
+	struct tlp_ho_hdr h;
+	uint64_t dl = now_ns() + 30000000000ull;
+	uint32_t n = 0;
+	int fd, r;
+
+	memset(&su, 0, sizeof su);
+	su.sun_family = AF_UNIX;
+	memcpy(su.sun_path, ho.take_path, strlen(ho.take_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&su, sizeof su) < 0) {
+		fprintf(stderr, "tlproxy: --takeover %s: %s\n", ho.take_path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_HELLO;
+	m.u.hello.pid = (uint32_t)getpid();
+	r = send_msg(fd, &m);
+	if (r == 0)
+		r = recv_msg(fd, &h, &m, NULL, NULL, dl);
+	if (r == -EPROTONOSUPPORT) {
+		fprintf(stderr, "tlproxy: --takeover %s: the running process speaks handover format "
+				"version %u, this one %d: refused (it keeps serving)\n",
+			ho.take_path, h.version, TLP_HO_VERSION);
+		goto fail;
+	}
+	if (r == 0 && m.type == TLP_HO_REFUSE) {
+		fprintf(stderr, "tlproxy: --takeover %s: refused: %s (it keeps serving)\n",
+			ho.take_path, m.u.refuse.text);
+		goto fail;
+	}
+	if (r < 0 || m.type != TLP_HO_HELLO) {
+		fprintf(stderr, "tlproxy: --takeover %s: no valid answer (%s)\n", ho.take_path,
+			r < 0 ? tl_strerror(r) : "not HELLO");
+		goto fail;
+	}
+	for (;;) {
+		int fds[1], nfds = 1;
+
+		r = recv_msg(fd, &h, &m, fds, &nfds, dl);
+		if (r < 0) {
+			close_fds(fds, nfds);
+			fprintf(stderr, "tlproxy: --takeover %s: receiving the listeners: %s\n",
+				ho.take_path, tl_strerror(r));
+			goto fail;
+		}
+		if (m.type == TLP_HO_LISTENERS_END)
+			break;
+		if (m.type != TLP_HO_LISTENER || w->ninh >= TLP_MAX_INHERIT) {
+			close_fds(fds, nfds);
+			fprintf(stderr, "tlproxy: --takeover %s: %s\n", ho.take_path,
+				m.type != TLP_HO_LISTENER ? "unexpected record" : "too many listeners");
+			goto fail;
+		}
+		struct tlp_inherit *in = &w->inh[w->ninh++];
+		const struct sockaddr_storage *a = &m.u.listener.addr;
+
+		memset(in, 0, sizeof *in);
+		in->fd = fds[0];
+		in->used = 1;
+		if (a->ss_family == AF_UNIX) {
+			in->unix_path = 1;
+			memcpy(in->path, ((const struct sockaddr_un *)a)->sun_path, sizeof in->path - 1);
+		} else {
+			memcpy(&in->addr, a, a->ss_family == AF_INET ? sizeof in->addr.in
+								      : sizeof in->addr.in6);
+		}
+		n++;
+	}
+	if (n != m.u.lend.count) {
+		fprintf(stderr, "tlproxy: --takeover %s: %u listeners announced, %u came\n",
+			ho.take_path, m.u.lend.count, n);
+		goto fail;
+	}
+	fprintf(stderr, "tlproxy: takeover: %u listening socket%s from the running process\n", n,
+		n == 1 ? "" : "s");
+	ho.tfd = fd;
+	return 0;
+fail:
+	close(fd);
+	return -1;
+}
+
+/* Receive CONN records and pass them to shard 0, until END. */
+static void *receive(void *arg)
+{
+	uint32_t got = 0, lost = 0;
+	int fd = ho.tfd;
+
+	(void)arg;
+	for (;;) {
+		uint8_t hb[TLP_HO_HDR];
+		struct tlp_ho_hdr h;
+		struct tlp_ho_in *in;
+		int fds[2] = {-1, -1}, nfds = 2, r;
+
+		r = read_full(fd, hb, sizeof hb, fds, &nfds, 0);
+		if (r == 0)
+			r = tlp_ho_hdr_decode(hb, sizeof hb, &h);
+		if (r >= 0 && nfds != h.nfds)
+			r = -EPROTO;
+		if (r < 0) {
+			close_fds(fds, nfds);
+			tlp_log("takeover: the old process's stream ended early (%s) after %u "
+				"connections",
+				tl_strerror(r), got);
+			break;
+		}
+		in = malloc(sizeof *in + h.len);
+		if (!in || (r = read_full(fd, in->body, h.len, NULL, NULL, 0)) < 0 ||
+		    (h.type != TLP_HO_CONN && h.type != TLP_HO_END)) {
+			close_fds(fds, nfds);
+			free(in);
+			tlp_log("takeover: bad record after %u connections", got);
+			break;
+		}
+		if (h.type == TLP_HO_END) {
+			struct tlp_ho_msg m;
+
+			if (tlp_ho_decode(&h, in->body, h.len, &m) == 0)
+				tlp_log("takeover done: %u connection%s carried on, %u cut, %u left to "
+					"drain in the old process, %.1f ms after READY",
+					got, got == 1 ? "" : "s", lost, m.u.end.left,
+					(now_ns() - ho.t_ready) / 1e6);
+			free(in);
+			break;
+		}
+		struct tlp_ho_msg *m = malloc(sizeof *m);
+
+		if (!m || tlp_ho_decode(&h, in->body, h.len, m) < 0) {
+			close_fds(fds, nfds);
+			free(in);
+			free(m);
+			lost++;
+			continue;
+		}
+		in->c = m->u.conn;
+		free(m);
+		in->fd[0] = fds[0];
+		in->fd[1] = fds[1];
+		in->nwrites = 0;
+		for (;;) {
+			r = tl_post(tlp_w.post0, tlp_ctl_token(TLP_MSG_HO_CONN, FROM_THREAD),
+				    (uint64_t)(uintptr_t)in);
+			if (r != -ENOBUFS || atomic_load(&ho.stop))
+				break;
+			struct timespec t = {0, 1000000};
+
+			nanosleep(&t, NULL);
+		}
+		if (r < 0) {
+			close_fds(in->fd, 2);
+			free(in);
+			lost++;
+			continue;
+		}
+		got++;
+	}
+	return NULL;
+}
+
+int tlp_takeover_ready(void)
+{
+	struct tlp_ho_msg m;
+	int r;
+
+	if (ho.tfd < 0)
+		return 0;
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_READY;
+	ho.t_ready = now_ns();
+	r = send_msg(ho.tfd, &m);
+	if (r < 0)
+		return r;
+	r = pthread_create(&ho.th_rx, NULL, receive, NULL);
+	if (r)
+		return -r;
+	ho.rx_started = 1;
+	return 0;
+}
+
+void tlp_takeover_stop(void)
+{
+	struct stat st;
+
+	atomic_store(&ho.stop, 1);
+	if (ho.srv_started)
+		pthread_join(ho.th_srv, NULL);
+	if (ho.rx_started && ho.tfd >= 0)
+		shutdown(ho.tfd, SHUT_RDWR); /* its blocking reads end */
+	if (ho.rx_started)
+		pthread_join(ho.th_rx, NULL);
+	ho.srv_started = ho.rx_started = 0;
+	if (ho.tfd >= 0)
+		close(ho.tfd);
+	ho.tfd = -1;
+	if (ho.lfd >= 0) {
+		close(ho.lfd);
+		/* A successor may have put its own socket there. */
+		if (stat(ho.serve_path, &st) == 0 && st.st_ino == ho.lino)
+			unlink(ho.serve_path);
+	}
+	ho.lfd = -1;
+	flush_queue(0); /* records nobody will send: their descriptors close */
+}

@@ -1,0 +1,103 @@
+/* tools/tlproxy/takeover.h: live takeover of a running tlproxy by a new process: the old side's handover socket (--handover-socket) and the new side (--takeover), between the process and its shards. */
+#ifndef TLP_TAKEOVER_H
+#define TLP_TAKEOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handover.h"
+#include "turnloop.h"
+
+/*
+ * The old process: a thread serves the handover socket. A peer of another
+ * user is refused (SO_PEERCRED), as is a HELLO of another format version;
+ * either way the process keeps serving. With a peer accepted, every shard
+ * sends a descriptor of each of its listening sockets; once the peer says
+ * READY (it accepts on them), every shard closes its own descriptors (the
+ * sockets stay open in the new process, with their queued connections) and
+ * hands over each forwarding connection: its reads are cancelled, what they
+ * still bring is kept as carry, its writes and shutdowns finish, both
+ * handles are detached and the pair goes as a CONN record. Connections not
+ * yet forwarding (peeking, queued, connecting) and any left at the deadline
+ * drain here; then the process drains and exits.
+ *
+ * The new process: before its shards start it takes the listening sockets
+ * (they become its inherited ones, as with LISTEN_FDS: shard k adopts the
+ * k-th socket of an address), once they accept it says READY, and a thread
+ * passes each CONN record to shard 0, which spreads them over the shards in
+ * turn.
+ */
+
+/* Bytes read from each side of a connection being handed over, not yet
+ * written to the other (old side). */
+struct tlp_ho_out {
+	uint8_t *b[2];
+	uint32_t len[2], cap[2];
+	int fd[2];                /* detached descriptors, -1 not yet */
+};
+
+/* A connection record received (new side): freed once its carry is out. */
+struct tlp_ho_in {
+	struct tlp_ho_conn c;     /* carry[] points into body */
+	int fd[2];
+	uint32_t nwrites;         /* carry writes in flight */
+	uint8_t body[];
+};
+
+/* Take --handover-socket PATH, --handover-deadline SECONDS and --takeover
+ * PATH out of argv (argc updated), so that the rest parses as before.
+ * 0, or -EINVAL with a reason in err. */
+int tlp_takeover_args(int *argc, char **argv, char *err, size_t errlen);
+/* The usage lines of those options (static). */
+const char *tlp_takeover_usage(void);
+/* 1 when --takeover was given. */
+int tlp_takeover_wanted(void);
+
+/* New side, before the shards start: connect, say HELLO, take the
+ * listening sockets into the inherited table. 0, or -1 with a line on
+ * stderr (refused: version, user; the old process keeps serving). */
+int tlp_takeover_begin(void);
+/* New side, once every shard accepts: READY, and the thread that takes the
+ * connections. 0 or a negative errno. */
+int tlp_takeover_ready(void);
+
+/* Old side, before the shards start: bind the handover socket. 0, or -1
+ * with a line on stderr. No socket asked for: 0. */
+int tlp_handover_listen(void);
+/* Old side, once the shards run: serve it. 0 or a negative errno. */
+int tlp_handover_start(void);
+
+/* Both: stop the threads, close and remove the socket (main thread, after
+ * the runtime stopped running). */
+void tlp_takeover_stop(void);
+
+/* A takeover message on a shard (tlp_on_ctl): TLP_MSG_HO_*. */
+void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload);
+
+/* From the shards (proxy.c), old side: a descriptor of a listening socket
+ * of shard `shard` (the callee owns fd from then on); the connection pair m
+ * with descriptors fds (owned likewise), ready to go; a connection marked
+ * for handover ended here instead. */
+void tlp_ho_push_listener(uint32_t shard, int fd);
+int tlp_ho_push_conn(const struct tlp_ho_msg *m, const int fds[2]);
+void tlp_ho_gone(void);
+
+/* proxy.c: the shard's side. */
+/* Send a descriptor of each of this shard's listening sockets. */
+void tlp_shard_ho_listeners(tl_shard *s);
+/* Stop accepting and hand over every forwarding connection; returns how
+ * many were marked. */
+uint32_t tlp_shard_handover(tl_shard *s);
+/* The deadline: connections still being handed over carry on here;
+ * returns how many. */
+uint32_t tlp_shard_ho_stop(tl_shard *s);
+/* The end of a takeover: the successor has the listening sockets (ok),
+ * or it went away and this shard accepts on them again. */
+void tlp_shard_ho_end(tl_shard *s, int ok);
+/* Retry the detach of connection ci. */
+void tlp_shard_ho_step(tl_shard *s, uint32_t ci);
+/* Carry on forwarding a connection handed over (takes in); 0 or a negative
+ * errno (in freed, its descriptors closed). */
+int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in);
+
+#endif /* TLP_TAKEOVER_H */
