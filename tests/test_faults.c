@@ -569,11 +569,12 @@ static int pred_leases(void *p)
  * Two pooled buffers of 4 KiB and a peer that sends 1 MiB: read_start gets
  * both, and while the host holds them (turning with timeouts for a while)
  * nothing at all is reported and nothing spins. Then the host gives them back
- * one at a time, always keeping one, so the driver runs dry of buffers about
- * every other read: every byte arrives, in order, as nonterminal reads; the
- * read stays alive until the peer's EOF ends it. On io_uring this is the
- * provided-buffer ring answering -ENOBUFS, and the driver re-arming the
- * multishot receive when a lease comes back; its counter must show it.
+ * one at a time, always keeping one and turning once with both held first,
+ * so the driver runs dry of buffers about every other read: every byte
+ * arrives, in order, as nonterminal reads; the read stays alive until the
+ * peer's EOF ends it. On io_uring this is the provided-buffer ring
+ * answering -ENOBUFS, and the driver re-arming the receive when a lease
+ * comes back; its counter must show it.
  */
 static void test_pooled_exhaustion(void)
 {
@@ -634,6 +635,10 @@ static void test_pooled_exhaustion(void)
 			x->flags &= (uint16_t)~TL_F_LEASE; /* ours to release, not h_end's */
 		}
 		if (nheld == BUFS) {
+			/* A turn with both held, so the driver faces an empty pool
+			 * whatever read mode its policy chose: a one-shot receive
+			 * issued only after a release would never see it. */
+			h_turn(&c, 2 * (int64_t)H_MS);
 			H_EQ(tl_lease_release(c.loop, held[0]), 0);
 			held[0] = held[1];
 			nheld = 1;
