@@ -7,22 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-
-/* The reason goes to err; the tool adds its name in front. */
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#include "reason.h"
 
 /*
  * Decimal digits only, lo..hi, no sign, no spaces. strtoul would also take

@@ -5,21 +5,7 @@
 #include <string.h>
 
 #include "tlhttp/args.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#include "reason.h"
 
 /* Decimal digits only, lo..hi (hi below 2^32): no sign, no blanks. */
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)

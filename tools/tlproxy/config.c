@@ -14,6 +14,7 @@
 #include "turnloop/shard.h"
 
 #include "config.h"
+#include "../reason.h"
 
 #define MS 1000000ull
 #define SEC (1000 * MS)
@@ -635,21 +636,6 @@ static void mkpath(char *buf, size_t cap, const char *fmt, ...)
 #define PATH(buf, ...) mkpath(buf, sizeof buf, __VA_ARGS__)
 
 /* ---- values with their own syntax ---- */
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 /* Text for a reason: the first bytes of s that fit (at most SHOW), the
  * unprintable ones as '?', "..." when cut. */

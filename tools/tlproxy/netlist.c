@@ -8,21 +8,7 @@
 #include <string.h>
 
 #include "netlist.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#include "../reason.h"
 
 /* s for a one-line reason: anything unprintable shown as '?'. */
 static const char *printable(const char *s, char *buf, size_t cap)
