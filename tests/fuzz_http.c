@@ -1,10 +1,11 @@
-/* tests/fuzz_http.c: libFuzzer target for tlhttp's parsers (request heads, Range, HTTP-dates, paths), checking their invariants. */
+/* tests/fuzz_http.c: libFuzzer target for tlhttp's parsers (request heads, Range, preconditions and entity-tags, HTTP-dates, paths), checking their invariants. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tlhttp/cond.h"
 #include "tlhttp/date.h"
 #include "tlhttp/mime.h"
 #include "tlhttp/parse.h"
@@ -20,9 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * again, the parser says the same; the same bytes split in two (at a point
  * derived from the input), and fed byte by byte into a new buffer each time,
  * give the same result with spans at the same offsets. The values the server
- * would go on to parse (Range, If-Range, If-Modified-Since, the path) go
- * through their parsers, and so does the raw input. Every buffer is a heap
- * block of exactly its length, so that ASan sees a read one byte too far.
+ * would go on to parse (Range, the preconditions with every line of
+ * If-Match and If-None-Match, the path) go through their parsers, and so
+ * does the raw input. Every buffer is a heap block of exactly its length,
+ * so that ASan sees a read one byte too far.
  */
 
 #define CHECK(cond, ...)                                              \
@@ -67,7 +69,10 @@ static int same_req(const struct tlhttp_req *a, const char *ba, const struct tlh
 	       same_span(a->authority, ba, b->authority, bb) && same_span(a->host, ba, b->host, bb) &&
 	       same_span(a->if_modified_since, ba, b->if_modified_since, bb) &&
 	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb) &&
-	       same_span(a->if_range, ba, b->if_range, bb);
+	       same_span(a->if_range, ba, b->if_range, bb) && same_span(a->if_match, ba, b->if_match, bb) &&
+	       same_span(a->if_none_match, ba, b->if_none_match, bb) &&
+	       same_span(a->if_unmodified_since, ba, b->if_unmodified_since, bb) &&
+	       a->if_match_lines == b->if_match_lines && a->if_none_match_lines == b->if_none_match_lines;
 }
 
 static void span_inside(struct tlhttp_span s, const char *b, size_t n, const char *what)
@@ -128,6 +133,70 @@ static void check_date(const char *v, size_t n)
 	CHECK(tlhttp_date_parse(out, sizeof out, 0, &back) == 0 && back == t, "date: round trip");
 }
 
+/* A tag list's value: the result is in range, the same under either
+ * comparison but for matches, and a match is only ever a tag that is there. */
+static int check_tags(const char *v, size_t n, const char *etag)
+{
+	size_t elen = etag ? strlen(etag) : 0;
+	int s = tlhttp_etag_match(v, n, etag, elen, 1), w = tlhttp_etag_match(v, n, etag, elen, 0);
+
+	CHECK(s == -EBADMSG || (s >= TLHTTP_TAGS_NONE && s <= TLHTTP_TAGS_STAR), "tags: %d", s);
+	CHECK((s < 0) == (w < 0) && (s == TLHTTP_TAGS_STAR) == (w == TLHTTP_TAGS_STAR),
+	      "tags: strong %d, weak %d", s, w);
+	CHECK(s != TLHTTP_TAGS_MATCH || w == TLHTTP_TAGS_MATCH, "tags: strong match, weak not");
+	if (w == TLHTTP_TAGS_MATCH)
+		CHECK(etag && memmem(v, n, etag, elen), "tags: a match that is not there");
+	if (s == TLHTTP_TAGS_STAR)
+		CHECK(n == 1 && v[0] == '*', "tags: * for %zu bytes", n);
+	return w;
+}
+
+/* Every line of a list field: as many as counted (up to 255), the first
+ * one the span, each inside the head. */
+static void check_lines(const struct tlhttp_req *r, const char *name, struct tlhttp_span first,
+			unsigned lines, const char *b, size_t n)
+{
+	struct tlhttp_span v;
+	uint32_t pos = 0;
+	unsigned got = 0;
+	int rc;
+
+	while ((rc = tlhttp_req_field_next(r, name, &pos, &v)) == 1) {
+		span_inside(v, b, n, name);
+		if (!got)
+			CHECK(v.p == first.p && v.len == first.len, "%s: first line differs", name);
+		got++;
+		CHECK(got <= r->nheaders, "%s: more lines than headers", name);
+		(void)check_tags(v.p, v.len, "\"6553f100-f\"");
+	}
+	CHECK(rc == 0, "%s: %d", name, rc);
+	CHECK(got == lines || (lines == 255 && got >= 255), "%s: %u lines, %u counted", name, got, lines);
+}
+
+/* The preconditions of an accepted request: one of the three answers,
+ * and a Range decision only with 200. */
+static void check_preconditions(const struct tlhttp_req *r, const char *b, size_t n)
+{
+	static const struct tlhttp_validators vals[] = {
+		{ .etag = "\"6553f100-f\"", .mtime = 1700000000, .has_mtime = 1 },
+		{ .etag = "\"2ebbd6a1-0\"", .mtime = 784111777, .has_mtime = 1 },
+		{ 0 },
+	};
+
+	check_lines(r, "if-match", r->if_match, r->if_match_lines, b, n);
+	check_lines(r, "if-none-match", r->if_none_match, r->if_none_match_lines, b, n);
+	for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+		int ok = -7, rc = tlhttp_preconditions(r, &vals[i], 1714000000, &ok);
+		CHECK(rc == 200 || rc == 304 || rc == 412, "preconditions: %d", rc);
+		CHECK(rc == 200 ? ok == 0 || ok == 1 : ok == -7, "preconditions: %d, range_ok %d", rc, ok);
+		CHECK(rc != 412 || r->if_match.p || r->if_unmodified_since.p, "412 without a cause");
+		CHECK(rc != 304 || r->if_none_match.p || r->if_modified_since.p, "304 without a cause");
+		CHECK(ok != 0 || (r->range.p && r->if_range.p), "Range refused without If-Range");
+		ok = tlhttp_if_range_ok(r->if_range.p, r->if_range.len, &vals[i], 1714000000);
+		CHECK(ok == 0 || ok == 1, "if_range_ok %d", ok);
+	}
+}
+
 /* One request at b[0..n): returns its length, 0 if incomplete, -1 if refused. */
 static long one(const uint8_t *in, size_t n, const struct tlhttp_limits *lim, size_t split)
 {
@@ -159,18 +228,22 @@ static long one(const uint8_t *in, size_t n, const struct tlhttp_limits *lim, si
 		span_inside(r.range, b, (size_t)rc, "range");
 		span_inside(r.expect, b, (size_t)rc, "expect");
 		span_inside(r.if_range, b, (size_t)rc, "if_range");
+		span_inside(r.if_match, b, (size_t)rc, "if_match");
+		span_inside(r.if_none_match, b, (size_t)rc, "if_none_match");
+		span_inside(r.if_unmodified_since, b, (size_t)rc, "if_unmodified_since");
+		CHECK(!r.if_match.p == !r.if_match_lines, "if_match without lines");
+		CHECK(!r.if_none_match.p == !r.if_none_match_lines, "if_none_match without lines");
 		CHECK(!r.minor || r.host.p, "1.1 without Host accepted");
 		check_path(r.path.p, r.path.len);
 		if (r.range.p) {
 			check_range(r.range.p, r.range.len, 0);
 			check_range(r.range.p, r.range.len, 1000);
 		}
-		if (r.if_range.p) {
-			int ok = tlhttp_if_range_ok(r.if_range.p, r.if_range.len, 784111777, 1714000000);
-			CHECK(ok == 0 || ok == 1, "if_range_ok %d", ok);
-		}
+		check_preconditions(&r, b, (size_t)rc);
 		if (r.if_modified_since.p)
 			check_date(r.if_modified_since.p, r.if_modified_since.len);
+		if (r.if_unmodified_since.p)
+			check_date(r.if_unmodified_since.p, r.if_unmodified_since.len);
 	} else if (rc == -EBADMSG) {
 		CHECK(r.reason != TLHTTP_R_OK && r.reason < TLHTTP_R_COUNT, "reason %d", r.reason);
 		CHECK(r.status == tlhttp_reason_status(r.reason), "status %d for %s", r.status,
@@ -225,8 +298,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 
-	/* The raw bytes as a Range value, a date and a path. */
+	/* The raw bytes as a Range value, a tag list, an If-Range, a date and
+	 * a path. */
 	char *c = dup_exact(data, size);
+	static const struct tlhttp_validators val = { .etag = "\"6553f100-f\"", .mtime = 1700000000,
+						      .has_mtime = 1 };
+	(void)check_tags(c, size, "\"6553f100-f\"");
+	(void)check_tags(c, size, NULL);
+	int ir = tlhttp_if_range_ok(c, size, &val, 1714000000);
+	CHECK(ir == 0 || ir == 1, "if_range_ok %d", ir);
 	check_range(c, size, 0);
 	check_range(c, size, 1);
 	check_range(c, size, h);

@@ -1,4 +1,4 @@
-/* tests/test_http.c: CUnit tests of tlhttp's pure modules: request parser (every refusal, split invariance), range, dates, MIME, response heads, safe paths. */
+/* tests/test_http.c: CUnit tests of tlhttp's pure modules: request parser (every refusal, split invariance), range, preconditions and entity-tags, dates, MIME, response heads, safe paths. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -29,6 +29,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
+#include "tlhttp/cond.h"
 #include "tlhttp/date.h"
 #include "tlhttp/fcache.h"
 #include "tlhttp/mime.h"
@@ -71,7 +72,10 @@ static int same_req(const struct tlhttp_req *a, const char *ba, const struct tlh
 	       same_span(a->authority, ba, b->authority, bb) && same_span(a->host, ba, b->host, bb) &&
 	       same_span(a->if_modified_since, ba, b->if_modified_since, bb) &&
 	       same_span(a->range, ba, b->range, bb) && same_span(a->expect, ba, b->expect, bb) &&
-	       same_span(a->if_range, ba, b->if_range, bb);
+	       same_span(a->if_range, ba, b->if_range, bb) && same_span(a->if_match, ba, b->if_match, bb) &&
+	       same_span(a->if_none_match, ba, b->if_none_match, bb) &&
+	       same_span(a->if_unmodified_since, ba, b->if_unmodified_since, bb) &&
+	       a->if_match_lines == b->if_match_lines && a->if_none_match_lines == b->if_none_match_lines;
 }
 
 static int span_is(struct tlhttp_span s, const char *want)
@@ -384,6 +388,96 @@ static void test_repeated_fields(void)
 				       "If-Range: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"),
 				     NULL, &r, &b) > 0);
 	CU_ASSERT_TRUE(span_is(r.if_range, ""));
+	free(b);
+
+	/* If-Unmodified-Since repeated: absent (a list of dates). If-Match
+	 * and If-None-Match: the first line, and how many there are. */
+	CU_ASSERT_TRUE(parse_checked(S("GET / HTTP/1.1\r\nHost: a\r\n"
+				       "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+				       "If-Match: \"a\" \r\nif-none-match:*\r\nIF-MATCH: \"b\"\r\n"
+				       "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"),
+				     NULL, &r, &b) > 0);
+	CU_ASSERT_TRUE(span_is(r.if_unmodified_since, NULL));
+	CU_ASSERT_TRUE(span_is(r.if_match, "\"a\""));
+	CU_ASSERT_EQUAL(r.if_match_lines, 2);
+	CU_ASSERT_TRUE(span_is(r.if_none_match, "*"));
+	CU_ASSERT_EQUAL(r.if_none_match_lines, 1);
+	free(b);
+	CU_ASSERT_TRUE(parse_checked(S("GET / HTTP/1.1\r\nHost: a\r\n"
+				       "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+				       "If-None-Match:\r\n\r\n"), NULL, &r, &b) > 0);
+	CU_ASSERT_TRUE(span_is(r.if_unmodified_since, "Sun, 06 Nov 1994 08:49:37 GMT"));
+	CU_ASSERT_TRUE(span_is(r.if_none_match, ""));
+	CU_ASSERT_EQUAL(r.if_none_match_lines, 1);
+	CU_ASSERT_TRUE(span_is(r.if_match, NULL));
+	CU_ASSERT_EQUAL(r.if_match_lines, 0);
+	free(b);
+	/* More than 255 lines: the count stops there. */
+	static const struct tlhttp_limits many = { .max_line = 100, .max_header_bytes = 8000,
+						   .max_headers = 400 };
+	char big[8000];
+	size_t bl = (size_t)sprintf(big, "GET / HTTP/1.1\r\nHost: a\r\n");
+	for (int i = 0; i < 300; i++)
+		bl += (size_t)sprintf(big + bl, "If-Match: \"%d\"\r\n", i);
+	bl += (size_t)sprintf(big + bl, "\r\n");
+	struct tlhttp_req m;
+	CU_ASSERT_EQUAL(tlhttp_req_init(&m, &many), 0);
+	CU_ASSERT_EQUAL(tlhttp_parse(&m, big, bl), (int)bl);
+	CU_ASSERT_EQUAL(m.if_match_lines, 255);
+	CU_ASSERT_TRUE(span_is(m.if_match, "\"0\""));
+}
+
+/* tlhttp_req_field_next: every line of a field, in order, wherever the
+ * head lies. */
+static void test_field_next(void)
+{
+	static const char head[] = "\r\nGET / HTTP/1.1\r\nIf-Match: \"a\", \"b\" \r\nHost: a\r\n"
+				   "If-Matchx: no\r\nX-If-Match: no\r\nif-match:\t*\t\r\n"
+				   "IF-MATCH:\r\n\r\nGET / HTTP/1.1\r\nIf-Match: \"later\"\r\n\r\n";
+	struct tlhttp_req r;
+	struct tlhttp_span v;
+	uint32_t pos = 0;
+	char *b = copy(head, sizeof head - 1);
+
+	CU_ASSERT_EQUAL(tlhttp_req_init(&r, NULL), 0);
+	/* Not accepted yet. */
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_parse(&r, b, 20), 0);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), -EINVAL);
+	int n = tlhttp_parse(&r, b, sizeof head - 1);
+	CU_ASSERT_TRUE_FATAL(n > 0);
+	CU_ASSERT_EQUAL(r.if_match_lines, 3);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 1);
+	CU_ASSERT_TRUE(span_is(v, "\"a\", \"b\""));
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 1);
+	CU_ASSERT_TRUE(span_is(v, "*"));
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 1);
+	CU_ASSERT_TRUE(span_is(v, ""));
+	/* The next request's line is not this one's. */
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 0);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 0);
+	pos = 0;
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "host", &pos, &v), 1);
+	CU_ASSERT_TRUE(span_is(v, "a"));
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "host", &pos, &v), 0);
+	pos = 0;
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-none-match", &pos, &v), 0);
+	/* The buffer moved (the caller compacted it): the values follow. */
+	char *moved = copy(head, sizeof head - 1);
+	CU_ASSERT_EQUAL(tlhttp_parse(&r, moved, sizeof head - 1), n);
+	pos = 0;
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), 1);
+	CU_ASSERT_TRUE(v.p > moved && v.p < moved + n);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(NULL, "if-match", &pos, &v), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, NULL, &pos, &v), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", NULL, &v), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, NULL), -EINVAL);
+	/* A refused request has none. */
+	CU_ASSERT_EQUAL(tlhttp_req_init(&r, NULL), 0);
+	CU_ASSERT_EQUAL(tlhttp_parse(&r, S("GET / HTTP/1.1\r\nIf-Match: x\r\n\r\n")), -EBADMSG);
+	pos = 0;
+	CU_ASSERT_EQUAL(tlhttp_req_field_next(&r, "if-match", &pos, &v), -EINVAL);
+	free(moved);
 	free(b);
 }
 
@@ -846,22 +940,243 @@ static void test_range(void)
 	free(v);
 }
 
+/* ---- preconditions and entity-tags ---- */
+
+static void test_etag_format(void)
+{
+	static const struct {
+		int64_t mtime;
+		uint64_t size;
+		const char *want;
+	} cases[] = {
+		{ 1700000000, 15, "\"6553f100-f\"" }, /* nginx's, for the same file */
+		{ 0, 0, "\"0-0\"" },
+		{ 1, 16, "\"1-10\"" },
+		{ -1, UINT64_MAX, "\"ffffffffffffffff-ffffffffffffffff\"" },
+		{ INT64_MIN, 255, "\"8000000000000000-ff\"" },
+	};
+	char out[TLHTTP_ETAG_MAX];
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		memset(out, '#', sizeof out);
+		CU_ASSERT_EQUAL(tlhttp_etag_format(cases[i].mtime, cases[i].size, out),
+				(int)strlen(cases[i].want));
+		CU_ASSERT_STRING_EQUAL(out, cases[i].want);
+	}
+	/* The longest fills the buffer exactly. */
+	CU_ASSERT_EQUAL(strlen("\"ffffffffffffffff-ffffffffffffffff\"") + 1, TLHTTP_ETAG_MAX);
+	CU_ASSERT_EQUAL(tlhttp_etag_format(0, 0, NULL), -EINVAL);
+}
+
+#define TAG "\"6553f100-f\""
+
+static void test_etag_match(void)
+{
+	static const struct {
+		const char *v;
+		int strong, weak; /* results of the strong and the weak comparison */
+	} cases[] = {
+		{ "*", TLHTTP_TAGS_STAR, TLHTTP_TAGS_STAR },
+		{ TAG, 1, 1 },
+		{ "W/" TAG, 0, 1 },
+		{ "\"6553f100-e\"", 0, 0 },
+		{ "\"6553F100-f\"", 0, 0 }, /* opaque: case counts */
+		{ "\"x\", " TAG, 1, 1 },
+		{ "\"x\",W/" TAG, 0, 1 },
+		{ TAG ", W/" TAG, 1, 1 },
+		{ ", ,\t" TAG " ,,", 1, 1 },
+		{ "\"\"", 0, 0 },               /* an empty opaque-tag is a tag */
+		{ "\"!#~\x80\xff\"", 0, 0 },  /* etagc's edges */
+		{ "", 0, 0 },                   /* no tag */
+		{ ",", 0, 0 },
+		/* Bad syntax: the whole field, whatever matched before. */
+		{ "6553f100-f", -EBADMSG, -EBADMSG },
+		{ "\"6553f100-f", -EBADMSG, -EBADMSG },
+		{ TAG " " TAG, -EBADMSG, -EBADMSG },
+		{ TAG "x", -EBADMSG, -EBADMSG },
+		{ "w/" TAG, -EBADMSG, -EBADMSG },
+		{ "W" TAG, -EBADMSG, -EBADMSG },
+		{ "W/ " TAG, -EBADMSG, -EBADMSG },
+		{ "*, " TAG, -EBADMSG, -EBADMSG },
+		{ TAG ", *", -EBADMSG, -EBADMSG },
+		{ "**", -EBADMSG, -EBADMSG },
+		{ TAG ", junk", -EBADMSG, -EBADMSG },
+		{ "\"a b\"", -EBADMSG, -EBADMSG },  /* SP is not etagc */
+		{ "\"a\x7f\"", -EBADMSG, -EBADMSG },
+		{ "\"a\tb\"", -EBADMSG, -EBADMSG },
+		{ "\"a\"\"b\"", -EBADMSG, -EBADMSG },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t n = strlen(cases[i].v);
+		char *v = copy(cases[i].v, n); /* exactly its length is read */
+		int s = tlhttp_etag_match(v, n, TAG, sizeof TAG - 1, 1);
+		int w = tlhttp_etag_match(v, n, TAG, sizeof TAG - 1, 0);
+		if (s != cases[i].strong || w != cases[i].weak)
+			fprintf(stderr, "\n  tags '%s': strong %d, weak %d\n", cases[i].v, s, w);
+		CU_ASSERT_EQUAL(s, cases[i].strong);
+		CU_ASSERT_EQUAL(w, cases[i].weak);
+		/* A representation without a tag: nothing matches, syntax
+		 * still counts. */
+		int none = tlhttp_etag_match(v, n, NULL, 0, 0);
+		CU_ASSERT_EQUAL(none, cases[i].weak == 1 ? 0 : cases[i].weak);
+		free(v);
+	}
+	CU_ASSERT_EQUAL(tlhttp_etag_match(NULL, 1, TAG, sizeof TAG - 1, 1), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_etag_match(S(TAG), NULL, 3, 1), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_etag_match(NULL, 0, TAG, sizeof TAG - 1, 1), TLHTTP_TAGS_NONE);
+}
+
 static void test_if_range(void)
 {
-	const int64_t mtime = 784111777, now = 1714000000;
+	const int64_t now = 1714000000;
+	const struct tlhttp_validators val = { .etag = TAG, .mtime = 784111777, .has_mtime = 1 };
+	const struct tlhttp_validators nodate = { .etag = TAG, .mtime = 784111777 };
+	const struct tlhttp_validators notag = { .mtime = 784111777, .has_mtime = 1 };
 
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(NULL, 0, mtime, now), 1);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:37 GMT"), mtime, now), 1);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sunday, 06-Nov-94 08:49:37 GMT"), mtime, now), 1);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun Nov  6 08:49:37 1994"), mtime, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(NULL, 0, &val, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:37 GMT"), &val, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sunday, 06-Nov-94 08:49:37 GMT"), &val, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun Nov  6 08:49:37 1994"), &val, now), 1);
 	/* A second off, either way: the file is not the one the client has. */
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:38 GMT"), mtime, now), 0);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:36 GMT"), mtime, now), 0);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("\"abc\""), mtime, now), 0);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("W/\"abc\""), mtime, now), 0);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok("", 0, mtime, now), 0);
-	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("garbage"), mtime, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:38 GMT"), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:36 GMT"), &val, now), 0);
+	/* A date starting with W is a date, not a weak tag. */
+	const struct tlhttp_validators wed = { .etag = TAG, .mtime = 1700006400, .has_mtime = 1 };
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Wed, 15 Nov 2023 00:00:00 GMT"), &wed, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("Sun, 06 Nov 1994 08:49:37 GMT"), &nodate, now), 0);
+	/* Tags: one strong tag, compared strongly. */
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S(TAG), &val, now), 1);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S(TAG), &notag, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("W/" TAG), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("\"abc\""), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S(TAG ", " TAG), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S(TAG " "), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("\"6553f100-f"), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("*"), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok("", 0, &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S("garbage"), &val, now), 0);
+	CU_ASSERT_EQUAL(tlhttp_if_range_ok(S(TAG), NULL, now), -EINVAL);
 }
+
+/* Parses head (which must be accepted) and evaluates its preconditions. */
+static int pc(const char *head, const struct tlhttp_validators *val, int64_t now, int *range_ok)
+{
+	struct tlhttp_req r;
+	char *b;
+	int rc;
+
+	*range_ok = -1;
+	CU_ASSERT_TRUE_FATAL(parse_checked(head, strlen(head), NULL, &r, &b) > 0);
+	rc = tlhttp_preconditions(&r, val, now, range_ok);
+	free(b);
+	return rc;
+}
+
+static void test_preconditions(void)
+{
+#define MT "Tue, 14 Nov 2023 22:13:20 GMT" /* 1700000000 */
+#define OLD "Tue, 14 Nov 2023 22:13:19 GMT"
+#define NEW "Tue, 14 Nov 2023 22:13:21 GMT"
+	static const struct {
+		const char *fields;
+		int want, range_ok; /* range_ok: -1 when not set (not 200) */
+	} cases[] = {
+		{ "", 200, 1 },
+		{ "Range: bytes=0-1\r\n", 200, 1 },
+		/* 1. If-Match */
+		{ "If-Match: " TAG "\r\n", 200, 1 },
+		{ "If-Match: *\r\n", 200, 1 },
+		{ "If-Match: \"a\", \"b\"\r\n", 412, -1 },
+		{ "If-Match: W/" TAG "\r\n", 412, -1 },
+		{ "If-Match: bad\r\n", 412, -1 },
+		{ "If-Match:\r\n", 412, -1 },
+		{ "If-Match: \"a\"\r\nIf-Match: " TAG "\r\n", 200, 1 },
+		{ "If-Match: \"a\"\r\nIf-Match: \"b\"\r\n", 412, -1 },
+		{ "If-Match: " TAG "\r\nIf-Match: bad\r\n", 412, -1 },
+		{ "If-Match: *\r\nIf-Match: " TAG "\r\n", 412, -1 },
+		{ "If-Match: \r\nIf-Match: " TAG "\r\n", 200, 1 },
+		/* 2. If-Unmodified-Since, only without If-Match */
+		{ "If-Unmodified-Since: " OLD "\r\n", 412, -1 },
+		{ "If-Unmodified-Since: " MT "\r\n", 200, 1 },
+		{ "If-Unmodified-Since: " NEW "\r\n", 200, 1 },
+		{ "If-Unmodified-Since: Fri, 01 Jan 9999 00:00:00 GMT\r\n", 200, 1 },
+		{ "If-Unmodified-Since: soon\r\n", 200, 1 },
+		{ "If-Unmodified-Since: " OLD "\r\nIf-Unmodified-Since: " OLD "\r\n", 200, 1 },
+		{ "If-Match: " TAG "\r\nIf-Unmodified-Since: " OLD "\r\n", 200, 1 },
+		{ "If-Match: *\r\nIf-Unmodified-Since: " OLD "\r\n", 200, 1 },
+		/* 3. If-None-Match */
+		{ "If-None-Match: *\r\n", 304, -1 },
+		{ "If-None-Match: " TAG "\r\n", 304, -1 },
+		{ "If-None-Match: W/" TAG "\r\n", 304, -1 },
+		{ "If-None-Match: \"a\"\r\n", 200, 1 },
+		{ "If-None-Match: bad " TAG "\r\n", 200, 1 },
+		{ "If-None-Match: \"a\"\r\nIf-None-Match: W/" TAG "\r\n", 304, -1 },
+		{ "If-None-Match: *\r\nIf-None-Match: *\r\n", 200, 1 },
+		/* 4. If-Modified-Since, only without If-None-Match */
+		{ "If-Modified-Since: " MT "\r\n", 304, -1 },
+		{ "If-Modified-Since: " NEW "\r\n", 304, -1 },
+		{ "If-Modified-Since: " OLD "\r\n", 200, 1 },
+		{ "If-Modified-Since: Fri, 01 Jan 9999 00:00:00 GMT\r\n", 200, 1 }, /* after now */
+		{ "If-Modified-Since: " MT "\r\nIf-None-Match: \"a\"\r\n", 200, 1 },
+		{ "If-Modified-Since: " MT "\r\nIf-None-Match: bad\r\n", 200, 1 },
+		{ "If-Modified-Since: " OLD "\r\nIf-None-Match: " TAG "\r\n", 304, -1 },
+		/* The order between them. */
+		{ "If-None-Match: *\r\nIf-Match: \"a\"\r\n", 412, -1 },
+		{ "If-None-Match: " TAG "\r\nIf-Unmodified-Since: " OLD "\r\n", 412, -1 },
+		{ "If-Modified-Since: " MT "\r\nIf-Unmodified-Since: " OLD "\r\n", 412, -1 },
+		{ "If-Match: " TAG "\r\nIf-None-Match: " TAG "\r\n", 304, -1 },
+		{ "If-Modified-Since: " MT "\r\nRange: bytes=0-1\r\nIf-Range: \"a\"\r\n", 304, -1 },
+		/* 5. If-Range */
+		{ "Range: bytes=0-1\r\nIf-Range: " TAG "\r\n", 200, 1 },
+		{ "Range: bytes=0-1\r\nIf-Range: W/" TAG "\r\n", 200, 0 },
+		{ "Range: bytes=0-1\r\nIf-Range: " MT "\r\n", 200, 1 },
+		{ "Range: bytes=0-1\r\nIf-Range: " OLD "\r\n", 200, 0 },
+		{ "If-Range: \"a\"\r\n", 200, 1 }, /* no Range: nothing to decide */
+		{ "If-Match: " TAG "\r\nRange: bytes=0-1\r\nIf-Range: \"a\"\r\n", 200, 0 },
+	};
+	const struct tlhttp_validators val = { .etag = TAG, .mtime = 1700000000, .has_mtime = 1 };
+	const int64_t now = 1714000000;
+	char head[512];
+	int range_ok;
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(head, sizeof head, "GET / HTTP/1.1\r\nHost: a\r\n%s\r\n", cases[i].fields);
+		int rc = pc(head, &val, now, &range_ok);
+		if (rc != cases[i].want || range_ok != cases[i].range_ok)
+			fprintf(stderr, "\n  %s: %d, range_ok %d\n", cases[i].fields, rc, range_ok);
+		CU_ASSERT_EQUAL(rc, cases[i].want);
+		CU_ASSERT_EQUAL(range_ok, cases[i].range_ok);
+		/* HEAD: the same. */
+		snprintf(head, sizeof head, "HEAD / HTTP/1.1\r\nHost: a\r\n%s\r\n", cases[i].fields);
+		CU_ASSERT_EQUAL(pc(head, &val, now, &range_ok), cases[i].want);
+	}
+
+	/* A representation with neither tag nor date (tlhttp --body): only
+	 * "*" matches, and the dates are ignored. */
+	const struct tlhttp_validators none = { 0 };
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-None-Match: *\r\n\r\n", &none, now, &range_ok), 304);
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-None-Match: " TAG "\r\n\r\n", &none, now, &range_ok), 200);
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-Match: *\r\n\r\n", &none, now, &range_ok), 200);
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-Match: " TAG "\r\n\r\n", &none, now, &range_ok), 412);
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-Unmodified-Since: " OLD "\r\n\r\n", &none, now, &range_ok), 200);
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-Modified-Since: " NEW "\r\n\r\n", &none, now, &range_ok), 200);
+	/* A file modified in the future: If-Modified-Since of now is not
+	 * "not modified since". */
+	const struct tlhttp_validators future = { .etag = TAG, .mtime = now + 100, .has_mtime = 1 };
+	CU_ASSERT_EQUAL(pc("GET / HTTP/1.1\r\nHost: a\r\nIf-Modified-Since: Wed, 24 Apr 2024 23:06:40 GMT\r\n\r\n",
+			   &future, now, &range_ok), 200);
+
+	struct tlhttp_req r;
+	tlhttp_req_init(&r, NULL);
+	CU_ASSERT_EQUAL(tlhttp_preconditions(NULL, &val, now, &range_ok), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_preconditions(&r, NULL, now, &range_ok), -EINVAL);
+	CU_ASSERT_EQUAL(tlhttp_preconditions(&r, &val, now, NULL), -EINVAL);
+#undef MT
+#undef OLD
+#undef NEW
+}
+
+#undef TAG
 
 /* ---- dates ---- */
 
@@ -1128,10 +1443,21 @@ static void test_head(void)
 	r = (struct tlhttp_resp){ .status = 304, .content_length = -1 };
 	head_is(&r, "HTTP/1.1 304 Not Modified\r\n\r\n");
 
+	r = (struct tlhttp_resp){ .status = 206, .content_length = 2, .has_last_modified = 1,
+				  .last_modified = 1700000000, .etag = "\"6553f100-f\"",
+				  .content_range = TLHTTP_CRANGE_BYTES, .range_first = 0, .range_last = 1,
+				  .range_size = 15 };
+	head_is(&r, "HTTP/1.1 206 Partial Content\r\nContent-Length: 2\r\n"
+		    "Last-Modified: Tue, 14 Nov 2023 22:13:20 GMT\r\nETag: \"6553f100-f\"\r\n"
+		    "Content-Range: bytes 0-1/15\r\n\r\n");
+
+	r = (struct tlhttp_resp){ .status = 412, .content_length = 24 };
+	head_is(&r, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 24\r\n\r\n");
+
 	r = (struct tlhttp_resp){ .status = 431, .content_length = 9223372036854775807LL };
 	head_is(&r, "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 9223372036854775807\r\n\r\n");
 
-	static const int statuses[] = { 200, 206, 304, 400, 403, 404, 405, 408, 413,
+	static const int statuses[] = { 200, 206, 304, 400, 403, 404, 405, 408, 412, 413,
 					414, 416, 417, 431, 500, 501, 503, 505 };
 	for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; i++)
 		CU_ASSERT_PTR_NOT_NULL(tlhttp_status_text(statuses[i]));
@@ -1162,6 +1488,7 @@ static void test_head_invalid(void)
 	BAD(server, "a\n");
 	BAD(content_type, "text/html\r\n");
 	BAD(content_type, "text/\x7fhtml");
+	BAD(etag, "\"a\"\r\nSet-Cookie: x");
 	BAD(date, &never);
 	BAD(connection, 3);
 	BAD(content_range, 3);
@@ -1668,13 +1995,17 @@ int main(void)
 		{ "parse", "buffer moves between calls", test_rebase },
 		{ "parse", "empty lines first", test_leading_crlf },
 		{ "parse", "repeated fields", test_repeated_fields },
+		{ "parse", "every line of a field", test_field_next },
 		{ "parse", "every refusal", test_refusals },
 		{ "parse", "a bad byte anywhere in a value", test_value_positions },
 		{ "parse", "limit edges", test_limits_edges },
 		{ "parse", "bad calls", test_bad_calls },
 		{ "parse", "reason table", test_reasons },
 		{ "range", "range", test_range },
-		{ "range", "If-Range", test_if_range },
+		{ "cond", "entity-tag format", test_etag_format },
+		{ "cond", "entity-tag lists", test_etag_match },
+		{ "cond", "If-Range", test_if_range },
+		{ "cond", "preconditions in RFC 9110's order", test_preconditions },
 		{ "date", "format", test_date_format },
 		{ "date", "parse", test_date_parse },
 		{ "date", "cache", test_date_cache },

@@ -402,11 +402,13 @@ static const char *phrase(int status)
 {
 	switch (status) {
 	case 200: return "OK";
+	case 206: return "Partial Content";
 	case 304: return "Not Modified";
 	case 400: return "Bad Request";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 408: return "Request Timeout";
+	case 412: return "Precondition Failed";
 	case 414: return "URI Too Long";
 	case 416: return "Range Not Satisfiable";
 	case 431: return "Request Header Fields Too Large";
@@ -786,13 +788,20 @@ static void remove_tree(void)
 	if (system(cmd)) {}
 }
 
+/* The ETag tlhttp sends for a file of the test tree (all have MTIME):
+ * nginx's form, the modification time and the size in hex. */
+#define MTIME_HEX "6553f100"
+#define A_TAG "\"" MTIME_HEX "-f\"" /* a.txt, 15 bytes */
+
+/* A whole file's reply: len is its size (and Content-Length). */
 static void file_reply(char *out, size_t cap, int status, const char *type, size_t len,
 		       const char *extra, const void *body, size_t bl)
 {
 	int n = snprintf(out, cap,
 			 "HTTP/1.1 %d %s\r\nDate: @DATE@\r\nServer: tlhttp\r\nContent-Type: %s\r\n"
-			 "Content-Length: %zu\r\nLast-Modified: " MTIME_TEXT "\r\n%s\r\n",
-			 status, status == 206 ? "Partial Content" : phrase(status), type, len, extra);
+			 "Content-Length: %zu\r\nLast-Modified: " MTIME_TEXT "\r\n"
+			 "ETag: \"" MTIME_HEX "-%zx\"\r\n%s\r\n",
+			 status, phrase(status), type, len, len, extra);
 	memcpy(out + n, body, bl);
 	out[n + (int)bl] = '\0';
 }
@@ -1025,7 +1034,7 @@ static void test_ranges(void)
 	snprintf(want, sizeof want,
 		 "HTTP/1.1 206 Partial Content\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
 		 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 4\r\n"
-		 "Last-Modified: " MTIME_TEXT "\r\nContent-Range: bytes 4-7/%zu\r\n\r\nfile",
+		 "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\nContent-Range: bytes 4-7/%zu\r\n\r\nfile",
 		 sizeof a_txt - 1);
 	CU_ASSERT_TRUE(same_reply(out, n, want));
 	/* A suffix, and a last-pos past the end. */
@@ -1033,14 +1042,14 @@ static void test_ranges(void)
 	snprintf(want, sizeof want,
 		 "HTTP/1.1 206 Partial Content\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
 		 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 4\r\n"
-		 "Last-Modified: " MTIME_TEXT "\r\nContent-Range: bytes 11-14/15\r\n"
+		 "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\nContent-Range: bytes 11-14/15\r\n"
 		 "Connection: close\r\n\r\ntxt\n");
 	CU_ASSERT_TRUE(same_reply(out, n, want));
 	n = get_raw(s.port, "/a.txt", "Range: bytes=10-100\r\n", out, sizeof out);
 	snprintf(want, sizeof want,
 		 "HTTP/1.1 206 Partial Content\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
 		 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n"
-		 "Last-Modified: " MTIME_TEXT "\r\nContent-Range: bytes 10-14/15\r\n"
+		 "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\nContent-Range: bytes 10-14/15\r\n"
 		 "Connection: close\r\n\r\n.txt\n");
 	CU_ASSERT_TRUE(same_reply(out, n, want));
 	/* Not satisfiable. */
@@ -1078,7 +1087,7 @@ static void test_not_modified(void)
 	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, NULL), 0);
 	n = get_raw(s.port, "/a.txt", "If-Modified-Since: " MTIME_TEXT "\r\n", out, sizeof out);
 	snprintf(want, sizeof want, "HTTP/1.1 304 Not Modified\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
-				    "Last-Modified: " MTIME_TEXT "\r\nConnection: close\r\n\r\n");
+				    "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\nConnection: close\r\n\r\n");
 	CU_ASSERT_TRUE(same_reply(out, n, want));
 	/* A later date, in an obsolete form, too; 304 beats Range. */
 	n = get_raw(s.port, "/a.txt", "If-Modified-Since: Sunday, 07-Jan-24 00:00:00 GMT\r\n"
@@ -1093,6 +1102,274 @@ static void test_not_modified(void)
 		char h[128];
 		snprintf(h, sizeof h, "If-Modified-Since: %s\r\n", ims[i]);
 		n = get_raw(s.port, "/a.txt", h, out, sizeof out);
+		CU_ASSERT_TRUE(same_reply(out, n, want));
+	}
+	srv_stop(&s);
+	st_end(fds);
+}
+
+/* One request for a.txt with extra header lines, and what tlhttp must
+ * answer: the whole file (200), its first two bytes (206 of
+ * "Range: bytes=0-1"), 304 or 412. */
+struct pc_case {
+	const char *name, *method, *headers;
+	int status;
+};
+
+/* The reply to a pc_case, to compare byte for byte. */
+static void pc_reply(char *want, size_t cap, int status, int head)
+{
+	switch (status) {
+	case 200:
+		file_reply(want, cap, 200, "text/plain; charset=utf-8", sizeof a_txt - 1,
+			   "Connection: close\r\n", a_txt, head ? 0 : sizeof a_txt - 1);
+		break;
+	case 206:
+		snprintf(want, cap,
+			 "HTTP/1.1 206 Partial Content\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
+			 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 2\r\n"
+			 "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\n"
+			 "Content-Range: bytes 0-1/15\r\nConnection: close\r\n\r\n%s", head ? "" : "th");
+		break;
+	case 304:
+		snprintf(want, cap, "HTTP/1.1 304 Not Modified\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
+				    "Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\n"
+				    "Connection: close\r\n\r\n");
+		break;
+	default:
+		status_reply(want, cap, status, "Connection: close\r\n", head);
+	}
+}
+
+#define OLDER "Tue, 14 Nov 2023 22:13:19 GMT" /* a second before MTIME */
+#define LATER "Wed, 15 Nov 2023 00:00:00 GMT"
+#define R01 "Range: bytes=0-1\r\n"
+
+/*
+ * RFC 9110 13.2: If-Match, If-Unmodified-Since, If-None-Match and
+ * If-Modified-Since evaluated in 13.2.2's order, then If-Range; strong
+ * entity-tags as nginx makes them, compared strongly for If-Match and
+ * If-Range and weakly for If-None-Match; lists, repeated lines, "*" and
+ * bad syntax.
+ */
+static void test_preconditions(void)
+{
+	static const struct pc_case cases[] = {
+		/* The issue's cases. */
+		{"If-None-Match * on a file: 304", "GET", "If-None-Match: *\r\n", 304},
+		{"If-None-Match * on HEAD: 304", "HEAD", "If-None-Match: *\r\n", 304},
+		{"If-Match list, no tag of it: 412", "GET", "If-Match: \"a\", \"b\"\r\n", 412},
+		{"If-Match list with Range: 412, not 206", "GET", "If-Match: \"a\", \"b\"\r\n" R01, 412},
+		{"If-Unmodified-Since older than the file: 412", "GET",
+		 "If-Unmodified-Since: " OLDER "\r\n", 412},
+		{"If-Unmodified-Since older with Range: 412, not 206", "GET",
+		 "If-Unmodified-Since: " OLDER "\r\n" R01, 412},
+		{"If-None-Match with If-Modified-Since: the date is ignored", "GET",
+		 "If-None-Match: \"a\"\r\nIf-Modified-Since: " MTIME_TEXT "\r\n", 200},
+		/* If-None-Match: weak comparison. */
+		{"If-None-Match the tag: 304", "GET", "If-None-Match: " A_TAG "\r\n", 304},
+		{"If-None-Match the tag, weak: 304", "GET", "If-None-Match: W/" A_TAG "\r\n", 304},
+		{"If-None-Match a list holding it: 304", "HEAD", "If-None-Match: \"x\" ,, W/\"y\"," A_TAG "\r\n", 304},
+		{"If-None-Match over two lines: 304", "GET",
+		 "If-None-Match: \"x\"\r\nIf-None-Match: " A_TAG "\r\n", 304},
+		{"If-None-Match another tag: 200", "GET", "If-None-Match: \"6553f100-e\"\r\n", 200},
+		{"If-None-Match the tag beats an older If-Modified-Since: 304", "GET",
+		 "If-Modified-Since: " OLDER "\r\nIf-None-Match: " A_TAG "\r\n", 304},
+		{"If-None-Match no match, with Range: 206", "GET", "If-None-Match: \"x\"\r\n" R01, 206},
+		/* If-Match: strong comparison. */
+		{"If-Match the tag: 200", "GET", "If-Match: " A_TAG "\r\n", 200},
+		{"If-Match *: 200", "GET", "If-Match: *\r\n", 200},
+		{"If-Match a list holding it: 200", "GET", "If-Match: \"x\", " A_TAG "\r\n", 200},
+		{"If-Match over two lines: 200", "GET", "If-Match: \"x\"\r\nIf-Match: " A_TAG "\r\n", 200},
+		{"If-Match the tag, weak: 412", "GET", "If-Match: W/" A_TAG "\r\n", 412},
+		{"If-Match the tag with Range: 206", "GET", "If-Match: " A_TAG "\r\n" R01, 206},
+		{"If-Match failing on HEAD: 412", "HEAD", "If-Match: \"x\"\r\n", 412},
+		{"If-Match empty: 412", "GET", "If-Match: \r\n", 412},
+		/* If-Unmodified-Since: only without If-Match. */
+		{"If-Unmodified-Since the file's date: 200", "GET", "If-Unmodified-Since: " MTIME_TEXT "\r\n", 200},
+		{"If-Unmodified-Since later with Range: 206", "GET", "If-Unmodified-Since: " LATER "\r\n" R01, 206},
+		{"If-Unmodified-Since not a date: ignored", "GET", "If-Unmodified-Since: yesterday\r\n", 200},
+		{"If-Unmodified-Since twice: ignored (a list of dates)", "GET",
+		 "If-Unmodified-Since: " OLDER "\r\nIf-Unmodified-Since: " OLDER "\r\n", 200},
+		{"If-Match passing: If-Unmodified-Since ignored", "GET",
+		 "If-Match: " A_TAG "\r\nIf-Unmodified-Since: " OLDER "\r\n", 200},
+		/* The order of 13.2.2. */
+		{"If-Match fails before If-None-Match: 412", "GET", "If-None-Match: *\r\nIf-Match: \"x\"\r\n", 412},
+		{"If-Unmodified-Since fails before If-None-Match: 412", "GET",
+		 "If-None-Match: " A_TAG "\r\nIf-Unmodified-Since: " OLDER "\r\n", 412},
+		{"If-Match passes, If-None-Match fails: 304", "GET",
+		 "If-Match: " A_TAG "\r\nIf-None-Match: " A_TAG "\r\n", 304},
+		{"If-Modified-Since at the date beats Range: 304", "GET", "If-Modified-Since: " MTIME_TEXT "\r\n" R01, 304},
+		/* If-Range: strong comparison, or the exact date. */
+		{"If-Range the tag: 206", "GET", "If-Range: " A_TAG "\r\n" R01, 206},
+		{"If-Range the tag, weak: 200", "GET", "If-Range: W/" A_TAG "\r\n" R01, 200},
+		{"If-Range another tag: 200", "GET", "If-Range: \"x\"\r\n" R01, 200},
+		{"If-Range a list: 200", "GET", "If-Range: " A_TAG ", " A_TAG "\r\n" R01, 200},
+		{"If-Range the date: 206", "GET", "If-Range: " MTIME_TEXT "\r\n" R01, 206},
+		{"If-Range without Range: 200", "GET", "If-Range: \"x\"\r\n", 200},
+		/* Bad syntax: If-Match fails, If-None-Match holds (and still
+		 * makes If-Modified-Since ignored). */
+		{"If-Match unquoted: 412", "GET", "If-Match: " MTIME_HEX "-f\r\n", 412},
+		{"If-Match * with a tag: 412", "GET", "If-Match: *, " A_TAG "\r\n", 412},
+		{"If-Match the tag and junk: 412", "GET", "If-Match: " A_TAG ", junk\r\n", 412},
+		{"If-Match * on two lines: 412", "GET", "If-Match: *\r\nIf-Match: *\r\n", 412},
+		{"If-None-Match unquoted: 200", "GET", "If-None-Match: " MTIME_HEX "-f\r\n", 200},
+		{"If-None-Match unterminated: 200", "GET", "If-None-Match: \"" MTIME_HEX "-f\r\n", 200},
+		{"If-None-Match two tags without a comma: 200", "GET", "If-None-Match: \"x\" " A_TAG "\r\n", 200},
+		{"If-None-Match lowercase w/: 200", "GET", "If-None-Match: w/" A_TAG "\r\n", 200},
+		{"If-None-Match * with a tag: 200", "GET", "If-None-Match: *, " A_TAG "\r\n", 200},
+		{"If-None-Match bad, If-Modified-Since still ignored: 200", "GET",
+		 "If-None-Match: junk\r\nIf-Modified-Since: " MTIME_TEXT "\r\n", 200},
+	};
+	int fds = st_begin("tlhttp/preconditions");
+	struct srv s;
+	char req[1024], want[4096], out[8192];
+	int closed, bad = 0;
+
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, NULL), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const struct pc_case *k = &cases[i];
+		int head = !strcmp(k->method, "HEAD");
+		int rl = snprintf(req, sizeof req, "%s /a.txt HTTP/1.1\r\nHost: a\r\n%sConnection: close\r\n\r\n",
+				  k->method, k->headers);
+		size_t n = exchange(s.port, req, (size_t)rl, out, sizeof out, &closed);
+		pc_reply(want, sizeof want, k->status, head);
+		if (!same_reply(out, n, want)) {
+			fprintf(stderr, "  case \"%s\" fails\n", k->name);
+			bad++;
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	/* A missing file stays 404 whatever the preconditions say
+	 * (RFC 9110 13.2.1: they apply only to a 2xx or 412 answer). */
+	size_t n = get_raw(s.port, "/nope", "If-Match: \"x\"\r\nIf-None-Match: *\r\n", out, sizeof out);
+	status_reply(want, sizeof want, 404, "Connection: close\r\n", 0);
+	CU_ASSERT_TRUE(same_reply(out, n, want));
+	/* A body sent by sendfile: its own tag, 304 on it. */
+	n = get_raw(s.port, "/big.bin", "If-None-Match: \"" MTIME_HEX "-4b011\"\r\n", out, sizeof out);
+	CU_ASSERT_TRUE(n > 13 && !strncmp(out, "HTTP/1.1 304 ", 13));
+	static const char big_tag[] = "\r\nETag: \"" MTIME_HEX "-4b011\"\r\n";
+	CU_ASSERT_TRUE(memmem(out, n, big_tag, sizeof big_tag - 1) != NULL);
+	/* Pipelined on one connection: each answer, in order, keeps it open. */
+	static const char pipe_req[] = "GET /a.txt HTTP/1.1\r\nHost: a\r\nIf-Match: \"x\"\r\n\r\n"
+				       "GET /a.txt HTTP/1.1\r\nHost: a\r\nIf-None-Match: " A_TAG "\r\n\r\n"
+				       "GET /a.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+	n = exchange(s.port, pipe_req, sizeof pipe_req - 1, out, sizeof out, &closed);
+	char all[8192];
+	size_t wl = 0;
+	status_reply(want, sizeof want, 412, "", 0);
+	wl += (size_t)sprintf(all + wl, "%s", want);
+	wl += (size_t)sprintf(all + wl, "HTTP/1.1 304 Not Modified\r\nDate: @DATE@\r\nServer: tlhttp\r\n"
+					"Last-Modified: " MTIME_TEXT "\r\nETag: " A_TAG "\r\n\r\n");
+	pc_reply(want, sizeof want, 200, 0);
+	wl += (size_t)sprintf(all + wl, "%s", want);
+	CU_ASSERT_TRUE(same_reply_n(out, n, all, wl));
+	CU_ASSERT_TRUE(closed);
+	srv_stop(&s);
+	st_end(fds);
+}
+
+/* The same through curl, a real client: -z DATE (If-Modified-Since),
+ * -z -DATE (If-Unmodified-Since), --etag-save and --etag-compare. */
+static void test_preconditions_curl(void)
+{
+	int fds = st_begin("tlhttp/preconditions_curl");
+	struct srv s;
+	char url[128], out[8192], etag[300], path[320];
+	size_t n;
+
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, NULL), 0);
+	snprintf(url, sizeof url, "http://127.0.0.1:%u/a.txt", s.port);
+	snprintf(etag, sizeof etag, "%s/../etag-%d", tree, (int)getpid());
+	/* The status curl saw, with the body it wrote after it. */
+#define CURL_CODE "-s", "-w", "%{http_code}"
+	const char *ims[] = {"curl", CURL_CODE, "-o", "/dev/null", "-z", MTIME_TEXT, url, NULL};
+	CU_ASSERT_EQUAL(run(ims, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "304");
+	const char *ims_old[] = {"curl", CURL_CODE, "-z", OLDER, url, NULL};
+	CU_ASSERT_EQUAL(run(ims_old, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "the file a.txt\n200");
+	/* A resumed download of a file changed since: refused, not a piece
+	 * of the new version. */
+	const char *ius[] = {"curl", CURL_CODE, "-o", "/dev/null", "-r", "5-", "-z", "-" OLDER, url, NULL};
+	CU_ASSERT_EQUAL(run(ius, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "412");
+	const char *ius_ok[] = {"curl", CURL_CODE, "-r", "4-7", "-z", "-" MTIME_TEXT, url, NULL};
+	CU_ASSERT_EQUAL(run(ius_ok, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "file206");
+	/* The tag curl saves is the one tlhttp sends, and sent back it
+	 * gives 304. */
+	unlink(etag);
+	const char *save[] = {"curl", CURL_CODE, "-o", "/dev/null", "--etag-save", etag, url, NULL};
+	CU_ASSERT_EQUAL(run(save, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "200");
+	snprintf(path, sizeof path, "cat %s", etag);
+	FILE *f = popen(path, "r");
+	char saved[64] = "";
+	if (f) {
+		if (!fgets(saved, sizeof saved, f))
+			saved[0] = '\0';
+		pclose(f);
+	}
+	CU_ASSERT_STRING_EQUAL(saved, A_TAG "\n");
+	const char *cmp[] = {"curl", CURL_CODE, "-o", "/dev/null", "--etag-compare", etag, url, NULL};
+	CU_ASSERT_EQUAL(run(cmp, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "304");
+	/* Once the file changes, the tag no longer matches. */
+	put_file("a.txt", "the file a.txt, longer\n", 23, MTIME);
+	CU_ASSERT_EQUAL(run(cmp, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "200");
+	put_file("a.txt", a_txt, sizeof a_txt - 1, MTIME);
+	CU_ASSERT_EQUAL(run(cmp, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "304");
+	/* If-Match through curl: a stale tag is 412. */
+	const char *im[] = {"curl", CURL_CODE, "-o", "/dev/null", "-H", "If-Match: \"" MTIME_HEX "-e\"", url, NULL};
+	CU_ASSERT_EQUAL(run(im, out, sizeof out, &n, 0, 10), 0);
+	CU_ASSERT_STRING_EQUAL(out, "412");
+#undef CURL_CODE
+	unlink(etag);
+	srv_stop(&s);
+	st_end(fds);
+}
+
+/* --body: the body has no date and no tag, so only "*" can match. */
+static void test_preconditions_body(void)
+{
+	int fds = st_begin("tlhttp/preconditions_body");
+	struct srv s;
+	char req[512], want[2048], out[4096];
+	int closed;
+	static const struct {
+		const char *headers, *method;
+		int status;
+	} cases[] = {
+		{"If-None-Match: *\r\n", "GET", 304},
+		{"If-None-Match: *\r\n", "HEAD", 304},
+		{"If-None-Match: \"x\"\r\n", "GET", 200},
+		{"If-Match: *\r\n", "GET", 200},
+		{"If-Match: \"x\"\r\n", "GET", 412},
+		{"If-Match: \"x\"\r\n", "HEAD", 412},
+		{"If-Unmodified-Since: " OLDER "\r\n", "GET", 200}, /* no date: ignored */
+		{"If-Modified-Since: " LATER "\r\n", "GET", 200},
+	};
+
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--body", "hello", NULL), 0);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int head = !strcmp(cases[i].method, "HEAD");
+		int rl = snprintf(req, sizeof req, "%s / HTTP/1.1\r\nHost: a\r\n%sConnection: close\r\n\r\n",
+				  cases[i].method, cases[i].headers);
+		size_t n = exchange(s.port, req, (size_t)rl, out, sizeof out, &closed);
+		if (cases[i].status == 200)
+			snprintf(want, sizeof want, "%s",
+				 head ? BODY_REPLY("Connection: close\r\n", "")
+				      : BODY_REPLY("Connection: close\r\n", "hello"));
+		else if (cases[i].status == 304)
+			snprintf(want, sizeof want, "HTTP/1.1 304 Not Modified\r\nDate: @DATE@\r\n"
+						    "Server: tlhttp\r\nConnection: close\r\n\r\n");
+		else
+			status_reply(want, sizeof want, cases[i].status, "Connection: close\r\n", head);
+		if (!same_reply(out, n, want))
+			fprintf(stderr, "  case %s %s", cases[i].method, cases[i].headers);
 		CU_ASSERT_TRUE(same_reply(out, n, want));
 	}
 	srv_stop(&s);
@@ -1605,6 +1882,9 @@ int main(int argc, char **argv)
 	st_add(s, "file_changes", test_file_changes);
 	st_add(s, "ranges", test_ranges);
 	st_add(s, "not_modified", test_not_modified);
+	st_add(s, "preconditions", test_preconditions);
+	st_add(s, "preconditions_curl", test_preconditions_curl);
+	st_add(s, "preconditions_body", test_preconditions_body);
 	st_add(s, "timeouts", test_timeouts);
 	st_add(s, "drain", test_drain);
 	st_add(s, "load", test_load);

@@ -34,6 +34,9 @@ enum { PH_LINE, PH_HEADERS, PH_DONE, PH_FAILED };
 #define S_IMS_DUP 32
 #define S_RANGE_DUP 64
 #define S_IF_RANGE 128
+/* seen2_ bits */
+#define S_IUS 1
+#define S_IUS_DUP 2
 
 /* te_: where the Transfer-Encoding codings stand so far. */
 enum { TE_NONE, TE_CHUNKED_LAST, TE_OTHER_LAST, TE_BAD };
@@ -65,7 +68,7 @@ const char *tlhttp_reason_text(unsigned reason)
 
 static const struct tlhttp_limits default_limits = TLHTTP_LIMITS_DEFAULT;
 
-/* Nine 16-byte stores: the compiler turns a memset of the whole request
+/* Twelve 16-byte stores: the compiler turns a memset of the whole request
  * into a "rep stos", slow to start for this size. */
 static inline void clear_spans(struct tlhttp_req *r)
 {
@@ -73,6 +76,7 @@ static inline void clear_spans(struct tlhttp_req *r)
 
 	r->target = r->path = r->query = r->authority = none;
 	r->host = r->if_modified_since = r->range = r->expect = r->if_range = none;
+	r->if_match = r->if_none_match = r->if_unmodified_since = none;
 }
 
 int tlhttp_req_init(struct tlhttp_req *req, const struct tlhttp_limits *lim)
@@ -97,7 +101,8 @@ static const size_t span_fields[] = {
 	offsetof(struct tlhttp_req, query), offsetof(struct tlhttp_req, authority),
 	offsetof(struct tlhttp_req, host), offsetof(struct tlhttp_req, if_modified_since),
 	offsetof(struct tlhttp_req, range), offsetof(struct tlhttp_req, expect),
-	offsetof(struct tlhttp_req, if_range),
+	offsetof(struct tlhttp_req, if_range), offsetof(struct tlhttp_req, if_match),
+	offsetof(struct tlhttp_req, if_none_match), offsetof(struct tlhttp_req, if_unmodified_since),
 };
 
 static void rebase(struct tlhttp_req *r, const char *buf)
@@ -326,14 +331,14 @@ static int on_content_length(struct tlhttp_req *r, const unsigned char *v, size_
 }
 
 /* A field that counts once: a repeat marks it to be dropped at the end. */
-static void once(struct tlhttp_req *r, struct tlhttp_span *f, int bit, int dup, const unsigned char *v,
-		 size_t n)
+static void once(uint8_t *seen, struct tlhttp_span *f, unsigned bit, unsigned dup,
+		 const unsigned char *v, size_t n)
 {
-	if (r->seen_ & bit) {
-		r->seen_ |= dup;
+	if (*seen & bit) {
+		*seen |= (uint8_t)dup;
 		return;
 	}
-	r->seen_ |= bit;
+	*seen |= (uint8_t)bit;
 	*f = span(v, n);
 }
 
@@ -380,6 +385,16 @@ static inline int value_clean(const unsigned char *v, size_t n)
 		if (i + 8 == n)
 			return 1;
 	}
+}
+
+/* A line of a list field: the first one is kept, the others counted
+ * (tlhttp_req_field_next finds them). */
+static void list_line(struct tlhttp_span *f, uint8_t *lines, const unsigned char *v, size_t n)
+{
+	if (!*lines)
+		*f = span(v, n);
+	if (*lines < UINT8_MAX)
+		(*lines)++;
 }
 
 /*
@@ -436,7 +451,7 @@ static int header_line(struct tlhttp_req *r, const unsigned char *b, size_t s, s
 		break;
 	case 5:
 		if (name_is(nm, "range", 5))
-			once(r, &r->range, S_RANGE, S_RANGE_DUP, v, vlen);
+			once(&r->seen_, &r->range, S_RANGE, S_RANGE_DUP, v, vlen);
 		break;
 	case 6:
 		if (name_is(nm, "expect", 6) && !(r->seen_ & S_EXPECT)) {
@@ -450,6 +465,8 @@ static int header_line(struct tlhttp_req *r, const unsigned char *b, size_t s, s
 			/* Repeated: present and empty, a validator nothing matches. */
 			r->if_range = span(v, r->seen_ & S_IF_RANGE ? 0 : vlen);
 			r->seen_ |= S_IF_RANGE;
+		} else if (name_is(nm, "if-match", 8)) {
+			list_line(&r->if_match, &r->if_match_lines, v, vlen);
 		}
 		break;
 	case 10:
@@ -460,11 +477,19 @@ static int header_line(struct tlhttp_req *r, const unsigned char *b, size_t s, s
 		if (name_is(nm, "content-length", 14))
 			return on_content_length(r, v, vlen);
 		break;
+	case 13:
+		if (name_is(nm, "if-none-match", 13))
+			list_line(&r->if_none_match, &r->if_none_match_lines, v, vlen);
+		break;
 	case 17:
 		if (name_is(nm, "if-modified-since", 17))
-			once(r, &r->if_modified_since, S_IMS, S_IMS_DUP, v, vlen);
+			once(&r->seen_, &r->if_modified_since, S_IMS, S_IMS_DUP, v, vlen);
 		else if (name_is(nm, "transfer-encoding", 17))
 			return on_te(r, v, vlen);
+		break;
+	case 19:
+		if (name_is(nm, "if-unmodified-since", 19))
+			once(&r->seen2_, &r->if_unmodified_since, S_IUS, S_IUS_DUP, v, vlen);
 		break;
 	}
 	return 0;
@@ -489,6 +514,8 @@ static int finish(struct tlhttp_req *r, size_t n)
 		r->if_modified_since = (struct tlhttp_span){ NULL, 0 };
 	if (r->seen_ & S_RANGE_DUP)
 		r->range = (struct tlhttp_span){ NULL, 0 };
+	if (r->seen2_ & S_IUS_DUP)
+		r->if_unmodified_since = (struct tlhttp_span){ NULL, 0 };
 	r->keep_alive = r->minor ? !r->conn_close : r->conn_keep_alive && !r->conn_close;
 	r->phase_ = PH_DONE;
 	r->done_ = (uint32_t)n;
@@ -560,4 +587,41 @@ int tlhttp_parse(struct tlhttp_req *r, const char *buf, size_t len)
 			r->nheaders++;
 		}
 	}
+}
+
+int tlhttp_req_field_next(const struct tlhttp_req *r, const char *name, uint32_t *pos,
+			  struct tlhttp_span *value)
+{
+	const unsigned char *b;
+	size_t nlen, k, end;
+
+	if (!r || !name || !pos || !value || r->phase_ != PH_DONE || !r->base_)
+		return -EINVAL;
+	nlen = strlen(name);
+	if (nlen > 64)
+		return -EINVAL;
+	b = (const unsigned char *)r->base_;
+	/* The header section is hs_ .. done_ - 2 (the empty line's CRLF);
+	 * every line in it was accepted, so each ends in CRLF and has a
+	 * colon after a token. */
+	end = r->done_ - 2;
+	k = *pos ? *pos : r->hs_;
+	while (k < end) {
+		const unsigned char *lf = memchr(b + k, '\n', end - k);
+		size_t s = k, c = (size_t)(lf - b) - 1, v;
+
+		k = (size_t)(lf - b) + 1;
+		if (c - s <= nlen || b[s + nlen] != ':' || !ieq(b + s, nlen, name))
+			continue;
+		v = s + nlen + 1;
+		while (v < c && (b[v] == ' ' || b[v] == '\t'))
+			v++;
+		while (c > v && (b[c - 1] == ' ' || b[c - 1] == '\t'))
+			c--;
+		*value = span(b + v, c - v);
+		*pos = (uint32_t)k;
+		return 1;
+	}
+	*pos = (uint32_t)end;
+	return 0;
 }

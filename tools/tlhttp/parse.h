@@ -67,15 +67,21 @@
  *   and "keep-alive" are recognised case-insensitively, others ignored.
  *   keep_alive: HTTP/1.1 unless "close"; HTTP/1.0 only with "keep-alive"
  *   and without "close".
- * - If-Modified-Since and Range are returned as their values. A second line
- *   of either makes the field absent (the server ignores it): a repeated
- *   If-Modified-Since is a list of more than one date, which RFC 9110 13.1.3
- *   says to ignore, and a repeated Range is a multi-range set, which range.h
- *   serves as 200 anyway. Expect: the first line's value is returned, with
+ * - If-Modified-Since, If-Unmodified-Since and Range are returned as their
+ *   values. A second line of any of them makes the field absent (the server
+ *   ignores it): a repeated If-Modified-Since or If-Unmodified-Since is a
+ *   list of more than one date, which RFC 9110 13.1.3 and 13.1.4 say to
+ *   ignore, and a repeated Range is a multi-range set, which range.h serves
+ *   as 200 anyway. Expect: the first line's value is returned, with
  *   expect_continue set when it is exactly "100-continue". If-Range is
- *   returned too (range.h's tlhttp_if_range_ok judges it); a second line
- *   leaves it present but empty, which matches no validator, so the Range
- *   is not honoured: the safe answer is the whole representation.
+ *   returned too (cond.h judges it); a second line leaves it present but
+ *   empty, which matches no validator, so the Range is not honoured: the
+ *   safe answer is the whole representation.
+ * - If-Match and If-None-Match are lists that may span several lines
+ *   (RFC 9110 5.3): the first line's value is returned, the lines are
+ *   counted, and tlhttp_req_field_next reads every line when there are
+ *   more. Their syntax is judged where they are evaluated (cond.h), not
+ *   here: a bad entity-tag is not a bad request.
  * - Any other header line is checked for syntax, counted and ignored.
  *
  * Limits (struct tlhttp_limits): max_line bounds the request line without
@@ -181,10 +187,13 @@ struct tlhttp_req {
 	uint32_t nheaders;       /* header lines */
 	uint64_t content_length; /* 0 unless has_content_length */
 
+	uint8_t if_match_lines;      /* If-Match lines, up to 255 */
+	uint8_t if_none_match_lines; /* If-None-Match lines, up to 255 */
+
 	const struct tlhttp_limits *lim_;
 	const char *base_;
 	uint32_t off_, scan_, hs_, done_;
-	uint8_t phase_, seen_, te_, pad_[5];
+	uint8_t phase_, seen_, te_, seen2_, pad_[4];
 
 	struct tlhttp_span target;    /* the request-target as sent */
 	struct tlhttp_span path;      /* its path, still percent-encoded, starting with "/" */
@@ -195,6 +204,9 @@ struct tlhttp_req {
 	struct tlhttp_span range;
 	struct tlhttp_span expect;
 	struct tlhttp_span if_range;
+	struct tlhttp_span if_match;      /* the first line's value */
+	struct tlhttp_span if_none_match; /* the first line's value */
+	struct tlhttp_span if_unmodified_since;
 };
 
 /*
@@ -226,6 +238,19 @@ int tlhttp_req_init(struct tlhttp_req *req, const struct tlhttp_limits *lim);
  *              smaller than on an earlier call for this request.
  */
 int tlhttp_parse(struct tlhttp_req *req, const char *buf, size_t len);
+
+/*
+ * Reads the lines of one field of a request tlhttp_parse accepted, in the
+ * order they came: name is the field name in lowercase (at most 64 bytes);
+ * *pos is 0 for the first call and then what the last call left in it.
+ * Each call puts the next line's value (OWS trimmed, pointing into the
+ * buffer as the other spans do) in *value and returns 1; it returns 0 when
+ * no line is left. For a field listed on several lines (If-Match,
+ * If-None-Match), whose first line alone is kept in the request. Returns
+ * -EINVAL if an argument is NULL or req holds no accepted head.
+ */
+int tlhttp_req_field_next(const struct tlhttp_req *req, const char *name, uint32_t *pos,
+			  struct tlhttp_span *value);
 
 /* The status of a reason (0 for TLHTTP_R_OK), or -EINVAL if out of range. */
 int tlhttp_reason_status(unsigned reason);

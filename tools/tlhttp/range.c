@@ -1,7 +1,6 @@
 /* tools/tlhttp/range.c: the Range header, parsed into one byte range or a decision to serve whole or refuse (range.h). */
 #include <errno.h>
 
-#include "tlhttp/date.h"
 #include "tlhttp/range.h"
 
 static int ows(char c)
@@ -95,13 +94,4 @@ int tlhttp_range_parse(const char *v, size_t n, uint64_t size, uint64_t *first, 
 	*first = a;
 	*last = has_b && b < size - 1 ? b : size - 1;
 	return 206;
-}
-
-int tlhttp_if_range_ok(const char *v, size_t n, int64_t mtime, int64_t now)
-{
-	int64_t t;
-
-	if (!v)
-		return 1;
-	return tlhttp_date_parse(v, n, now, &t) == 0 && t == mtime;
 }

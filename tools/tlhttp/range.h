@@ -34,16 +34,4 @@
  */
 int tlhttp_range_parse(const char *v, size_t n, uint64_t size, uint64_t *first, uint64_t *last);
 
-/*
- * Whether a Range may be honoured given the request's If-Range value
- * v[0..n) (RFC 9110 13.1.5), for a file last modified at mtime (seconds
- * since the epoch, the Last-Modified the response would carry). Without
- * If-Range (v NULL) it may; with an HTTP-date exactly equal to mtime it may;
- * with anything else, an entity-tag included (this server sends none, so
- * none can match), it may not, and the whole representation is served with
- * 200. now (seconds since the epoch) places a two-digit year (date.h).
- * Returns 1 or 0.
- */
-int tlhttp_if_range_ok(const char *v, size_t n, int64_t mtime, int64_t now);
-
 #endif

@@ -16,6 +16,7 @@ static const struct {
 	{ 404, "Not Found" },
 	{ 405, "Method Not Allowed" },
 	{ 408, "Request Timeout" },
+	{ 412, "Precondition Failed" },
 	{ 413, "Content Too Large" },
 	{ 414, "URI Too Long" },
 	{ 416, "Range Not Satisfiable" },
@@ -80,13 +81,14 @@ int tlhttp_head_format(char *buf, size_t cap, const struct tlhttp_resp *r)
 {
 	struct out o;
 	const char *phrase;
-	long sl = 0, tl = 0;
+	long sl = 0, tl = 0, el = 0;
 
 	if ((!buf && cap) || !r)
 		return -EINVAL;
 	phrase = tlhttp_status_text(r->status);
 	if (!phrase || (r->server && (sl = value_len(r->server)) < 0) ||
 	    (r->content_type && (tl = value_len(r->content_type)) < 0) ||
+	    (r->etag && (el = value_len(r->etag)) < 0) ||
 	    (r->date && r->date->sec == INT64_MIN) ||
 	    (r->has_last_modified &&
 	     (r->last_modified < TLHTTP_TIME_MIN || r->last_modified > TLHTTP_TIME_MAX)) ||
@@ -126,6 +128,11 @@ int tlhttp_head_format(char *buf, size_t cap, const struct tlhttp_resp *r)
 		tlhttp_date_format(r->last_modified, d);
 		PUTS(&o, "Last-Modified: ");
 		put(&o, d, sizeof d);
+		PUTS(&o, "\r\n");
+	}
+	if (r->etag) {
+		PUTS(&o, "ETag: ");
+		put(&o, r->etag, (size_t)el);
 		PUTS(&o, "\r\n");
 	}
 	if (r->content_range == TLHTTP_CRANGE_BYTES) {

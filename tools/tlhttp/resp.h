@@ -27,6 +27,7 @@ struct tlhttp_resp {
 	const char *content_type;             /* NULL: none */
 	int64_t content_length;               /* < 0: no Content-Length */
 	int64_t last_modified;                /* seconds since the epoch, if has_last_modified */
+	const char *etag;                     /* "ETag: <etag>" (quotes included); NULL: none */
 	uint8_t has_last_modified;
 	uint8_t connection;                   /* enum tlhttp_conn */
 	uint8_t allow;                        /* 1: "Allow: GET, HEAD" (405) */
@@ -36,7 +37,7 @@ struct tlhttp_resp {
 
 /*
  * The reason phrase of a status this server sends: 200 206 304 400 403 404
- * 405 408 413 414 416 417 431 500 501 503 505. Returns a static string, or
+ * 405 408 412 413 414 416 417 431 500 501 503 505. Returns a static string, or
  * NULL for any other number.
  */
 const char *tlhttp_status_text(int status);
@@ -44,14 +45,14 @@ const char *tlhttp_status_text(int status);
 /*
  * Writes the head of r into buf[0..cap): the status line ("HTTP/1.1 <status>
  * <phrase>"), then Date, Server, Content-Type, Content-Length, Last-Modified,
- * Content-Range, Allow, Connection (those that are on, in that order), each
+ * ETag, Content-Range, Allow, Connection (those that are on, in that order), each
  * ending in CRLF, then the empty line. No NUL is written.
  *
  * Returns the exact length written, or
  *   -ENOBUFS  it does not fit in cap bytes (nothing is written past
  *             buf[cap - 1]; what is before it is unspecified).
- *   -EINVAL   buf NULL with cap > 0, r NULL, an unknown status, a server or
- *             content_type holding a control character (CR and LF included:
+ *   -EINVAL   buf NULL with cap > 0, r NULL, an unknown status, a server,
+ *             content_type or etag holding a control character (CR and LF included:
  *             no header can be injected), a date cache never updated, a
  *             last_modified outside TLHTTP_TIME_MIN .. TLHTTP_TIME_MAX, a
  *             bytes Content-Range without first <= last < size, or an

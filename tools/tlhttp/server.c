@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "tlhttp/cond.h"
 #include "tlhttp/date.h"
 #include "tlhttp/fcache.h"
 #include "tlhttp/mime.h"
@@ -473,6 +474,14 @@ static void body_step(struct tlhttp_shard *sh, struct conn *c, const tl_completi
 		conn_run(sh, c);
 }
 
+/* Whether req carries a precondition (RFC 9110 13.1): they are rare, and
+ * the common request skips their evaluation. */
+static inline int conditional(const struct tlhttp_req *req)
+{
+	return req->if_match.p || req->if_none_match.p || req->if_unmodified_since.p ||
+	       req->if_modified_since.p || req->if_range.p;
+}
+
 static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
 			int connection)
 {
@@ -500,19 +509,26 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 		.has_last_modified = f.mtime >= TLHTTP_TIME_MIN && f.mtime <= TLHTTP_TIME_MAX,
 	};
 	uint64_t first = 0, len = f.size;
-	int64_t t;
+	char etag[TLHTTP_ETAG_MAX];
+	struct tlhttp_validators val = { .etag = etag, .mtime = f.mtime,
+					 .has_mtime = r.has_last_modified };
+	int range_ok = 1, pc = 200;
 
-	/* RFC 9110 13.1.3: a date that is not an HTTP-date, or one later than
-	 * now, is ignored; 13.2.2: If-Modified-Since comes before Range. */
-	if (req->if_modified_since.p && r.has_last_modified &&
-	    tlhttp_date_parse(req->if_modified_since.p, req->if_modified_since.len, sh->sec, &t) == 0 &&
-	    t <= sh->sec && f.mtime <= t) {
+	tlhttp_etag_format(f.mtime, f.size, etag);
+	r.etag = etag;
+	if (conditional(req))
+		pc = tlhttp_preconditions(req, &val, sh->sec, &range_ok);
+	if (pc == 412) {
+		tlhttp_fcache_put(sh->fc, ref, f.fd);
+		answer_status(sh, c, req, 412, connection, 0, 0);
+		return;
+	}
+	if (pc == 304) {
 		r.status = 304;
 		r.content_type = NULL;
 		r.content_length = -1;
 		len = 0;
-	} else if (req->range.p &&
-		   tlhttp_if_range_ok(req->if_range.p, req->if_range.len, f.mtime, sh->sec)) {
+	} else if (req->range.p && range_ok) {
 		uint64_t a, b;
 		int rr = tlhttp_range_parse(req->range.p, req->range.len, f.size, &a, &b);
 		if (rr == 416) {
@@ -563,6 +579,33 @@ static void answer_file(struct tlhttp_shard *sh, struct conn *c, const struct tl
 	body_start(sh, c, f.fd, ref, first, len);
 }
 
+/* The fixed body's preconditions: it has neither a tag nor a date, so
+ * only "*" matches (If-None-Match: * is 304, If-Match with tags 412).
+ * Returns 1 if it answered. */
+static int answer_body_cond(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req,
+			    int connection)
+{
+	static const struct tlhttp_validators none = { 0 };
+	int range_ok, pc = tlhttp_preconditions(req, &none, sh->sec, &range_ok);
+
+	if (pc == 412) {
+		answer_status(sh, c, req, 412, connection, 0, 0);
+		return 1;
+	}
+	if (pc != 304)
+		return 0;
+	struct tlhttp_resp r = { .status = 304, .date = &sh->date, .server = server_name,
+				 .content_length = -1, .connection = (uint8_t)connection };
+	int n = tlhttp_head_format(c->out + c->olen, sh->out_cap - c->olen, &r);
+	if (n < 0) { /* cannot happen: room was made and every field is known */
+		conn_close(sh, c);
+		return 1;
+	}
+	c->olen += (uint32_t)n;
+	answered(sh, c, req, 304, 0);
+	return 1;
+}
+
 /* The answer to a whole, accepted head. */
 static void answer(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_req *req)
 {
@@ -571,6 +614,8 @@ static void answer(struct tlhttp_shard *sh, struct conn *c, const struct tlhttp_
 
 	if (sh->srv->root >= 0) {
 		answer_file(sh, c, req, connection);
+	} else if (conditional(req) && answer_body_cond(sh, c, req, connection)) {
+		/* answered: 304 or 412 */
 	} else {
 		const struct tmpl *t = &sh->tmpl[connection];
 		uint32_t bl = sh->srv->o->body_len;
