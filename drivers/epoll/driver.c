@@ -337,8 +337,17 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			ts.tv_nsec = timeout_ns % 1000000000;
 			tp = &ts;
 		}
-		n = epoll_pwait2(d->epfd, d->ev, maxev, tp, NULL);
-		if (n < 0 && errno == ENOSYS) {
+		n = -1;
+		if (tl_likely(!d->no_pwait2)) {
+			n = epoll_pwait2(d->epfd, d->ev, maxev, tp, NULL);
+			/* Missing (Linux before 5.11) or refused by a seccomp
+			 * profile that predates it (EPERM, which the call itself
+			 * never returns): epoll_wait from now on, so that each
+			 * wait stays one system call. */
+			if (n < 0 && (errno == ENOSYS || errno == EPERM))
+				d->no_pwait2 = 1;
+		}
+		if (d->no_pwait2) {
 			int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
 			n = epoll_wait(d->epfd, d->ev, maxev, ms);
 		}

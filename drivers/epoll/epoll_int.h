@@ -75,7 +75,8 @@ struct tl_drv {
 	uint32_t *emfile, nemfile;         /* listeners waiting for a free fd */
 	uint64_t emfile_retry_at;          /* ... and when to try them anyway */
 	uint32_t maxev;
-	uint8_t waited; /* the last poll made an OS wait (see ep_poll) */
+	uint8_t waited;     /* the last poll made an OS wait (see ep_poll) */
+	uint8_t no_pwait2;  /* epoll_pwait2 is missing or refused: epoll_wait */
 	struct epoll_event ev[MAX_EVENTS];
 };
 
