@@ -1,5 +1,5 @@
-# bench/echo-lib.sh: what bench/echo-pairs and bench/echo-layers share,
-# sourced by both (not run on its own). $tool names the caller in errors.
+# bench/echo-lib.sh: what bench/echo-pairs, bench/echo-layers and bench/echo-counts share,
+# sourced by each (not run on its own). $tool names the caller in errors.
 
 # The load generator and the peers ../shared/bench/echo-compare builds.
 bin=${BENCH_BIN:-${TMPDIR:-/tmp}/tl-bench-bin}

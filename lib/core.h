@@ -11,8 +11,19 @@ static inline uint32_t tl__hweight(const struct tl_hslot *h)
 	return h->type != TL_H_TIMER || (h->flags & TL_HF_CLOSING);
 }
 
-/* Tables (loop.c). A handle lookup by id: NULL when stale, foreign or free. */
-struct tl_hslot *tl__handle_get(tl_loop *loop, tl_handle id);
+/* Tables (loop.c; the lookup is here, inline: every call on a handle and
+ * every lease given back starts with it). A handle lookup by id: NULL when
+ * stale, foreign or free. */
+static inline struct tl_hslot *tl__handle_get(tl_loop *l, tl_handle id)
+{
+	uint32_t s = tl__id_slot(id.v);
+	if (tl__id_owner(id.v) != l->owner || s >= l->cfg.max_handles)
+		return NULL;
+	struct tl_hslot *h = &l->h[s];
+	if (h->type == TL_H_FREE || h->gen != tl__id_gen(id.v))
+		return NULL;
+	return h;
+}
 /* Take a free handle slot of type (referenced, no OS object yet); NULL when
  * the table is full. */
 struct tl_hslot *tl__handle_new(tl_loop *loop, uint8_t type);
@@ -131,6 +142,17 @@ void tl__dl_resolve(tl_loop *loop, uint64_t now);
 int tl__dl_expire(tl_loop *loop, uint64_t now);
 /* The earliest deadline in the heap (UINT64_MAX: none). */
 uint64_t tl__dl_next(const tl_loop *loop);
+
+/* A turn's deadline work at now: tl__dl_resolve, then tl__dl_expire (its
+ * result), each only when there is something for it (idle periods to
+ * start, an entry due), so that most turns make neither call. */
+static inline int tl__dl_step(tl_loop *l, uint64_t now)
+{
+	if (l->dl.restart != TL_NIL)
+		tl__dl_resolve(l, now);
+	const struct tl_heap_ent *e = tl__heap_top(&l->dl.heap);
+	return e && e->at <= now ? tl__dl_expire(l, now) : 0;
+}
 
 /* The op no longer has a deadline (it ended, or its end was asked for). */
 static inline void tl__dl_op_disarm(tl_loop *l, struct tl_opslot *o)

@@ -171,17 +171,6 @@ int tl_alive(const tl_loop *l) { return l->refs != 0; }
 
 /* ---- handles and ops ---- */
 
-struct tl_hslot *tl__handle_get(tl_loop *l, tl_handle id)
-{
-	uint32_t s = tl__id_slot(id.v);
-	if (tl__id_owner(id.v) != l->owner || s >= l->cfg.max_handles)
-		return NULL;
-	struct tl_hslot *h = &l->h[s];
-	if (h->type == TL_H_FREE || h->gen != tl__id_gen(id.v))
-		return NULL;
-	return h;
-}
-
 struct tl_opslot *tl__op_lookup(tl_loop *l, tl_op id)
 {
 	uint32_t s = tl__id_slot(id.v);
@@ -339,20 +328,6 @@ void tl__op_refuse(tl_loop *l, struct tl_opslot *o)
 	op_retire(l, o);
 	op_free(l, o);
 	l->outstanding--;
-}
-
-tl_completion *tl__enqueue(tl_loop *l, int cls, int referenced)
-{
-	uint32_t i = l->qhead + l->qlen;
-	if (i >= l->qcap)
-		i -= l->qcap;
-	l->qlen++;
-	l->buffered[cls]++;
-	l->refs += (uint64_t)referenced;
-	l->qm[i] = (struct tl_qmeta){.cls = (uint8_t)cls, .referenced = (uint8_t)referenced};
-	tl_completion *c = &l->q[i];
-	c->aux = 0;
-	return c;
 }
 
 static inline struct tl_qmeta *qmeta_of(tl_loop *l, tl_completion *c)

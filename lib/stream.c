@@ -262,7 +262,6 @@ int tl_read_start(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
 int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_t token,
 	      tl_op *oid)
 {
-	int err;
 	if (!iov || n < 1 || n > TL_IOV_MAX || !oid)
 		return -EINVAL;
 	size_t total = 0;
@@ -271,12 +270,14 @@ int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_
 			return -EINVAL;
 		total += iov[i].iov_len;
 	}
-	struct tl_hslot *sh = tl__handle_get(l, hid);
-	if (sh && sh->type == TL_H_STDIO)
-		return tl__stdio_writev(l, sh, iov, n, token, oid);
-	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	/* One lookup: a stream, else a terminal or pipe of the process. */
+	struct tl_hslot *h = tl__handle_get(l, hid);
 	if (!h)
-		return err;
+		return -ENOENT;
+	if (tl_unlikely(h->type == TL_H_STDIO))
+		return tl__stdio_writev(l, h, iov, n, token, oid);
+	if (h->type != TL_H_STREAM || (h->flags & TL_HF_CLOSING))
+		return -EINVAL;
 	struct tl_opslot *o;
 	int r = tl__op_new(l, h, TL_OP_WRITE, TL_K_WRITE, token, &o);
 	if (r < 0)

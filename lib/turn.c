@@ -122,6 +122,9 @@ int tl_post_wait_room(tl_loop *l, tl_poster *p, uint64_t token, tl_op *oid)
 
 void tl__run_room(tl_loop *l)
 {
+	/* Most turns have no room signal: a plain load, no locked exchange. */
+	if (!atomic_load_explicit(&l->poster->room_bits, memory_order_relaxed))
+		return;
 	uint64_t bits = atomic_exchange(&l->poster->room_bits, 0);
 	while (bits) {
 		uint32_t bit = (uint32_t)__builtin_ctzll(bits);
@@ -190,8 +193,7 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	if (tl_unlikely(l->close_retry))
 		tl__retry_closes(l);
 	uint64_t start = l->dv->now(l->d);
-	tl__dl_resolve(l, start);
-	int r = tl__dl_expire(l, start);
+	int r = tl__dl_step(l, start);
 	if (r < 0)
 		return r;
 	int queued = work_ready(l);
@@ -213,13 +215,13 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 		tl__poster_running(l->poster);
 		if (r < 0)
 			return r;
-		if (pi.waits)
-			idle = l->dv->now(l->d) - start;
 	}
+	/* One reading after the poll: where its wait ended, and the turn's now.
+	 * Progress the poll reported happened before it. */
 	uint64_t now = l->dv->now(l->d);
-	/* Progress the poll reported happened before this reading. */
-	tl__dl_resolve(l, now);
-	r = tl__dl_expire(l, now);
+	if (pi.waits)
+		idle = now - start;
+	r = tl__dl_step(l, now);
 	run_timers(l, now);
 	tl__sys_run(l, now);
 	if (l->pool_drain)

@@ -850,6 +850,129 @@ static void test_turn_never_blocks_with_work(void)
 	h_end(l, fds);
 }
 
+/* Rule 1.6 and 1.7: a driver may skip the discovery poll of a turn with
+ * work queued (the epoll driver does, right after an OS wait), but never so
+ * often that socket events wait: with a write submitted before every turn
+ * (on epoll each completes at submission, so every turn has work queued),
+ * a read's data still comes out within two turns of its arrival. */
+static void test_turn_queued_work_events_flow(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!h_need_cap(l, TL_CAP_TCP))
+		goto out;
+	if (!(tl_loop_caps(l) & TL_CAP_OS)) {
+		h_skip("the simulation driver delivers after its simulated network's delay, "
+		       "not within a number of turns");
+		goto out;
+	}
+	tl_handle s1, c1, s2, c2;
+	H_EQ_FATAL(h_pair(&c, &c, AF_INET, &s1, &c1), 0);
+	H_EQ_FATAL(h_pair(&c, &c, AF_INET, &s2, &c2), 0);
+	tl_op rop, wop, pop;
+	uint8_t rbuf[16];
+	int got = -1;
+	for (int round = 0; round < 20; round++) {
+		/* The data arrives at a different turn of the alternation each
+		 * round. */
+		H_EQ(tl_read(l, s2, rbuf, sizeof rbuf, 2, &rop), 0);
+		for (int t = 0; t < round % 3; t++) {
+			H_EQ(tl_write(l, c1, "x", 1, 1, &wop), 0);
+			H_TRUE(h_turn(&c, 10 * (int64_t)H_MS) >= 0, "turn failed");
+		}
+		H_EQ(tl_write(l, c2, "ping", 4, 6, &pop), 0);
+		got = -1;
+		for (int t = 1; t <= 4 && got < 0; t++) {
+			H_EQ(tl_write(l, c1, "x", 1, 1, &wop), 0);
+			H_TRUE(h_turn(&c, 10 * (int64_t)H_MS) >= 0, "turn failed");
+			if (h_find_term(&c.log, rop) >= 0)
+				got = t;
+		}
+		H_TRUE(got >= 1 && got <= 2, "round %d: the read came out in turn %d (-1: not in 4)",
+		       round, got);
+		if (got < 0)
+			break;
+	}
+	h_close(&c, s1, 3);
+	h_close(&c, c1, 4);
+	h_close(&c, s2, 5);
+	h_close(&c, c2, 6);
+out:
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* The epoll driver's cost of an echo round trip, one per turn, in OS waits:
+ * one, as a plain epoll loop's (epoll_wait, read, write). The host's write
+ * completes at submission, so the next turn has work queued; its discovery
+ * poll, right after the wait, would find nothing a system call's worth, and
+ * is skipped. (Other drivers count their waits differently: io_uring
+ * submits the write in the next turn's enter.) */
+static void test_turn_echo_one_wait(void)
+{
+	enum { N = 200 };
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (strcmp(tl_loop_driver(l), "epoll") != 0) {
+		h_skip("the count per round trip is the epoll driver's (%s waits otherwise)",
+		       tl_loop_driver(l));
+		goto out;
+	}
+	tl_handle lh, srv = TL_HANDLE_NONE;
+	tl_addr a;
+	H_EQ_FATAL(h_listen(&c, AF_INET, NULL, &lh, &a), 0);
+	tl_op op;
+	H_EQ_FATAL(tl_accept(l, lh, 1, &op), 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	H_TRUE_FATAL(fd >= 0 && connect(fd, &a.sa, tl_addr_len(&a)) == 0, "connect");
+	int i = h_wait_op(&c, op);
+	H_TRUE_FATAL(i >= 0 && c.log.v[i].result == 0, "accept");
+	srv = c.log.v[i].u.accept.conn;
+	h_close(&c, lh, 2);
+	H_EQ_FATAL(tl_read_start(l, srv, 3, &op), 0);
+	tl_completion out[8];
+	tl_turn_info info;
+	uint64_t polls = 0, turns = 0, rts = 0;
+	char msg[64], back[64];
+	memset(msg, 'e', sizeof msg);
+	for (int k = 0; k < N; k++) {
+		H_EQ(write(fd, msg, sizeof msg), (ssize_t)sizeof msg);
+		/* Turn until the echo's write has completed: read, echo, done. */
+		int done = 0;
+		for (int t = 0; t < 10 && !done; t++) {
+			int n = tl_turn(l, 1000 * (int64_t)H_MS, out, 8, &info);
+			H_TRUE_FATAL(n >= 0, "turn: %d", n);
+			turns++;
+			polls += info.os_waits + info.discovery_polls;
+			for (int j = 0; j < n; j++) {
+				if (out[j].kind == TL_K_READ && out[j].result > 0) {
+					tl_op w;
+					H_EQ(tl_write(l, srv, out[j].u.read.lease.data,
+						      (uint32_t)out[j].result, out[j].u.read.lease.id, &w), 0);
+				} else if (out[j].kind == TL_K_WRITE) {
+					H_EQ(tl_lease_release(l, (uint32_t)out[j].token), 0);
+					done = 1;
+				}
+			}
+		}
+		H_TRUE_FATAL(done, "round trip %d: no echo in 10 turns", k);
+		H_EQ(read(fd, back, sizeof back), (ssize_t)sizeof back);
+		rts++;
+	}
+	/* Exactly one OS wait or poll per round trip, in two turns each. */
+	H_EQ(polls, rts);
+	H_EQ(turns, 2 * rts);
+	close(fd);
+	h_close(&c, srv, 4);
+out:
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* Rule 1.6: a turn reports what it did. */
 static void test_turn_info(void)
 {
@@ -3614,6 +3737,8 @@ static const struct test_def tests[] = {
 	T("1.5-1.6 completions and turns", test_turn_bad_args),
 	T("1.5-1.6 completions and turns", test_turn_never_blocks_with_work),
 	T("1.5-1.6 completions and turns", test_turn_info),
+	T("1.5-1.6 completions and turns", test_turn_queued_work_events_flow),
+	T("1.5-1.6 completions and turns", test_turn_echo_one_wait),
 	T("1.7 fairness", test_fair_posts_vs_timer),
 	T("1.7 fairness", test_fair_terminal_under_flood),
 	T("1.8 alive", test_alive_set_ref_timer),

@@ -24,6 +24,8 @@ static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	if (!d)
 		return -ENOMEM;
 	d->loop = loop;
+	d->hs = tl__drv_handle(loop, 0);
+	d->os = tl__drv_op(loop, 0);
 	d->wake_fd = wake_fd;
 	d->rcap = 2 * cfg->max_handles + 1;
 	d->ready = malloc(d->rcap * sizeof *d->ready);
@@ -225,11 +227,11 @@ static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return 0;
 	}
 	/* Try a write at once when nothing is queued ahead of it: most writes
-	 * finish here and never wait for an edge. */
+	 * finish here, never queued and never waiting for an edge; one that
+	 * must wait joins the queue now (nothing runs in between). */
 	if (e->whead == TL_NIL && e->writable && !e->connecting) {
-		tl__ep_q_push(l, &e->whead, &e->wtail, o);
-		if (tl__ep_run_wop(d, h, o) && e->whead == o->idx)
-			tl__ep_q_pop(l, &e->whead, &e->wtail);
+		if (!tl__ep_run_wop(d, h, o))
+			tl__ep_q_push(l, &e->whead, &e->wtail, o);
 		return 0;
 	}
 	tl__ep_q_push(l, &e->whead, &e->wtail, o);
@@ -286,7 +288,7 @@ static void run_ready(struct tl_drv *d)
 		uint32_t idx = d->ready[d->rhead];
 		d->rhead = d->rhead + 1 == d->rcap ? 0 : d->rhead + 1;
 		d->rlen--;
-		struct tl_hslot *h = tl__drv_handle(d->loop, idx);
+		struct tl_hslot *h = ep_handle(d, idx);
 		if (h->type == TL_H_FREE || h->type == TL_H_TIMER || !EH(h)->queued)
 			continue;
 		EH(h)->queued = 0;
@@ -309,6 +311,17 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 		run_ready(d);
 	if (tl__drv_queued(l) != before || d->rlen)
 		timeout_ns = 0; /* results are ready: do not block */
+	/* Completions queued before this poll (writes finish at submission
+	 * here) make it a discovery poll, which contract 1.6 allows and does
+	 * not owe. Right after an OS wait it is a system call a plain epoll
+	 * loop never makes, and mostly finds nothing: skip it then. So a busy
+	 * loop polls at least every other turn, and an event waits at most one
+	 * turn more, one with no OS wait in it. */
+	if (timeout_ns == 0 && before && d->waited) {
+		d->waited = 0;
+		return 0;
+	}
+	d->waited = 1;
 	uint32_t room = tl__drv_room(l);
 	int maxev = (int)(room < d->maxev ? room : d->maxev);
 	if (maxev < 1)
@@ -324,8 +337,17 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			ts.tv_nsec = timeout_ns % 1000000000;
 			tp = &ts;
 		}
-		n = epoll_pwait2(d->epfd, d->ev, maxev, tp, NULL);
-		if (n < 0 && errno == ENOSYS) {
+		n = -1;
+		if (tl_likely(!d->no_pwait2)) {
+			n = epoll_pwait2(d->epfd, d->ev, maxev, tp, NULL);
+			/* Missing (Linux before 5.11) or refused by a seccomp
+			 * profile that predates it (EPERM, which the call itself
+			 * never returns): epoll_wait from now on, so that each
+			 * wait stays one system call. */
+			if (n < 0 && (errno == ENOSYS || errno == EPERM))
+				d->no_pwait2 = 1;
+		}
+		if (d->no_pwait2) {
 			int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
 			n = epoll_wait(d->epfd, d->ev, maxev, ms);
 		}
@@ -348,7 +370,7 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			tl__ep_poll_event(d, tag, ev);
 			continue;
 		}
-		struct tl_hslot *h = tl__drv_handle(l, (uint32_t)tag);
+		struct tl_hslot *h = ep_handle(d, (uint32_t)tag);
 		/* Closed earlier in this batch, or the slot was reused. */
 		if (h->type == TL_H_FREE || h->gen != (uint16_t)(tag >> 32) || h->fd < 0)
 			continue;
@@ -362,9 +384,11 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			e->connecting = 0;
 		}
 		tl__ep_run_handle(d, h);
-		struct tl_hslot *dst = tl__ep_splice_waiter(d, h);
-		if (dst)
-			tl__ep_run_handle(d, dst);
+		if (tl_unlikely(e->spl != TL_NIL)) {
+			struct tl_hslot *dst = tl__ep_splice_waiter(d, h);
+			if (dst)
+				tl__ep_run_handle(d, dst);
+		}
 	}
 	return 0;
 }

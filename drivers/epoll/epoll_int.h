@@ -65,6 +65,8 @@ struct ep_o {
 
 struct tl_drv {
 	tl_loop *loop;
+	struct tl_hslot *hs;  /* the loop's tables, which never move (driver.h): */
+	struct tl_opslot *os; /* the hot paths index them without a call */
 	int epfd, wake_fd;
 	int tfd;           /* embedded loops: a timerfd for the next deadline */
 	uint64_t tfd_at;
@@ -73,12 +75,16 @@ struct tl_drv {
 	uint32_t *emfile, nemfile;         /* listeners waiting for a free fd */
 	uint64_t emfile_retry_at;          /* ... and when to try them anyway */
 	uint32_t maxev;
+	uint8_t waited;     /* the last poll made an OS wait (see ep_poll) */
+	uint8_t no_pwait2;  /* epoll_pwait2 is missing or refused: epoll_wait */
 	struct epoll_event ev[MAX_EVENTS];
 };
 
 
 static inline struct ep_h *EH(struct tl_hslot *h) { return (struct ep_h *)h->u.drv; }
 static inline struct ep_o *EO(struct tl_opslot *o) { return (struct ep_o *)o->drv; }
+static inline struct tl_hslot *ep_handle(struct tl_drv *d, uint32_t idx) { return &d->hs[idx]; }
+static inline struct tl_opslot *ep_op(struct tl_drv *d, uint32_t idx) { return &d->os[idx]; }
 
 static inline int is_rside(const struct tl_opslot *o)
 {

@@ -204,9 +204,17 @@ static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct msghdr mh = {0};
 	for (;;) {
-		mh.msg_iov = &o->u.wv.iov[o->u.wv.cur];
-		mh.msg_iovlen = o->u.wv.n - o->u.wv.cur;
-		ssize_t n = sendmsg(h->fd, &mh, MSG_NOSIGNAL);
+		struct iovec *v0 = &o->u.wv.iov[o->u.wv.cur];
+		ssize_t n;
+		/* One buffer left goes by send(2): the kernel then copies in no
+		 * msghdr and no iovec array, and costs what write(2) does. */
+		if (o->u.wv.n - o->u.wv.cur == 1) {
+			n = send(h->fd, v0->iov_base, v0->iov_len, MSG_NOSIGNAL);
+		} else {
+			mh.msg_iov = v0;
+			mh.msg_iovlen = o->u.wv.n - o->u.wv.cur;
+			n = sendmsg(h->fd, &mh, MSG_NOSIGNAL);
+		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -495,7 +503,7 @@ void tl__ep_run_handle(struct tl_drv *d, struct tl_hslot *h)
 	tl_loop *l = d->loop;
 	struct ep_h *e = EH(h);
 	while (e->writable && e->whead != TL_NIL) {
-		struct tl_opslot *o = tl__drv_op(l, e->whead);
+		struct tl_opslot *o = ep_op(d, e->whead);
 		if (o->code == TL_OP_CONNECT && e->connecting)
 			break; /* only an edge after connect() may finish it */
 		uint32_t idx = o->idx;
@@ -505,7 +513,7 @@ void tl__ep_run_handle(struct tl_drv *d, struct tl_hslot *h)
 			tl__ep_q_pop(l, &e->whead, &e->wtail);
 	}
 	while (e->readable && e->rhead != TL_NIL) {
-		struct tl_opslot *o = tl__drv_op(l, e->rhead);
+		struct tl_opslot *o = ep_op(d, e->rhead);
 		uint32_t idx = o->idx;
 		if (!run_rop(d, h, o))
 			break;
