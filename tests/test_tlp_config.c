@@ -79,6 +79,7 @@ static void test_full(void)
 	T_TRUE(c->cpus == NULL, "cpus");
 	T_STR(c->user, "nobody");
 	T_STR(c->admin, "/run/tlproxy.sock");
+	T_EQ(c->admin_timeout_ns, 60 * SECS);
 	T_STR(c->access_log, "/var/log/tlproxy/access.log");
 	T_EQ(c->max_conns, 100000);
 	T_EQ(c->splice_pipes, 64);
@@ -243,6 +244,7 @@ static void test_defaults(void)
 
 	T_EQ(c->shards, 0);
 	T_TRUE(!c->cpus && !c->user && !c->admin && !c->access_log, "optional strings set");
+	T_EQ(c->admin_timeout_ns, 60 * SECS);
 	T_EQ(c->max_conns, 0);
 	T_EQ(c->splice_pipes, 0);
 	T_EQ(c->splice_pipe_size, 0);
@@ -532,6 +534,12 @@ static void test_top_errors(void)
 	one_error("cpus: \"2000\"\n" LST(""), "t.yaml:1:7: cpus: ", "not a CPU list below 1024");
 	one_error("user: \"a b\"\n" LST(""), "t.yaml:1:7: user: ", "not a user name");
 	one_error("admin: \"\"\n" LST(""), "t.yaml:1:8: admin: ", "needs a value");
+	one_error("admin_timeout: 5s\n" LST(""), "t.yaml:1:16: admin_timeout: ",
+		  "there is no admin socket for it to apply to");
+	one_error("admin: /a\nadmin_timeout: 50ms\n" LST(""), "t.yaml:2:16: admin_timeout: ",
+		  "out of range (100ms to 1d)");
+	one_error("admin: /a\nadmin_timeout: 5\n" LST(""), "t.yaml:2:16: admin_timeout: ",
+		  "has no unit");
 	one_error("max_conns: 10000001\n" LST(""), "t.yaml:1:12: max_conns: ", "out of range");
 	one_error("splice_pipes: 0\n" LST(""), "t.yaml:1:15: splice_pipes: ",
 		  "out of range (1 to 4096)");

@@ -1445,6 +1445,101 @@ print("GOT", len(d))
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def t_admin_lines(env):
+    """The admin socket takes commands however they are split: far more than
+    4 KiB of them in one write, lines cut at every byte; a line past 4096
+    bytes gets an error and the next line is run; an unknown pool gets an
+    error line; a client idle for admin_timeout is told and closed; a 17th
+    client is told that all 16 slots are taken, and one place freed is
+    given again."""
+    a, lp = env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    sock = env.path("admin.sock")
+    cfg = write_cfg(env, "adm.yaml", f"""
+admin: {sock}
+admin_timeout: 2s
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{a}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+
+    def session(chunks, pause=0.0):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(sock)
+        for c in chunks:
+            s.sendall(c)
+            if pause:
+                time.sleep(pause)
+        s.shutdown(socket.SHUT_WR)
+        out = recv_all(s, 10).decode()
+        s.close()
+        return out
+
+    # 2000 commands, 22 KB, in one write: an answer for each, in order.
+    line = b"show pools\nshow servers p\n"
+    out = session([line * 1000])
+    want = f"p balance=roundrobin servers=1 queued=0\np/127.0.0.1:{a} state=up"
+    check(out.count("p balance=roundrobin") == 1000 and out.count(f"p/127.0.0.1:{a} state=up") == 1000,
+          f"1000 pairs of commands in one write: {out.count('balance=')} and "
+          f"{out.count('state=up')} answers: {out[:200]!r}")
+    check(out.startswith(want), f"answers out of order: {out[:200]!r}")
+    # The same bytes cut at random places, written with pauses.
+    rnd, data, chunks = random.Random(5), line * 20, []
+    while data:
+        k = rnd.randint(1, 9)
+        chunks.append(data[:k])
+        data = data[k:]
+    out = session(chunks)
+    check(out.count("balance=") == 20 and out.count("state=up") == 20, f"split commands: {out!r}")
+    # Byte by byte, with pauses: the line waits for its end.
+    out = session([bytes([c]) for c in b"show pools\n"], pause=0.01)
+    check(out.startswith("p balance=roundrobin"), f"a command sent a byte at a time: {out!r}")
+    # A line too long, then a good one.
+    out = session([b"x" * 5000 + b"\n" + b"show pools\n"])
+    check(out.startswith("line longer than 4096 bytes: skipped\np balance="), f"over-long line: {out!r}")
+    out = session([b"show servers " + b"y" * 9000 + b"\nshow pools"])
+    check(out.startswith("line longer than 4096 bytes: skipped\np balance="),
+          f"over-long line in pieces, last line without its end: {out!r}")
+    # An unknown pool.
+    out = session([b"show servers nosuch\n"])
+    check(out == "no pool 'nosuch' (show pools lists them)\n", f"show servers of an unknown pool: {out!r}")
+    # Idle: told and closed after admin_timeout.
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(sock)
+    t0 = time.time()
+    got = recv_all(s, 5).decode()
+    dt = time.time() - t0
+    s.close()
+    check(got == "closing: idle for 2000 ms\n" and 1.9 < dt < 3.5,
+          f"an idle admin client got {got!r} after {dt:.2f} s (admin_timeout 2s)")
+    # Every slot taken: the 17th is told so; a freed slot is given again.
+    held = []
+    for _ in range(16):
+        h = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        h.settimeout(5)
+        h.connect(sock)
+        h.sendall(b"show pools\n")
+        check(recv_line(h).startswith("p balance="), "a held admin client was not answered")
+        held.append(h)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(sock)
+    got = recv_all(s, 5).decode()
+    s.close()
+    check(got == "busy: all 16 admin connections are in use; try again later\n",
+          f"the 17th admin client got {got!r}")
+    held.pop().close()
+    time.sleep(0.2)
+    check(session([b"show pools\n"]).startswith("p balance="), "a freed admin slot was not given again")
+    for h in held:
+        h.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
 def t_check(env):
     """--check validates a file and names the line of each error."""
     good = write_cfg(env, "good.yaml", """

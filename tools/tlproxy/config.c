@@ -37,6 +37,7 @@ static const struct dur_range R_HEALTH_TIMEOUT = {1 * MS, 1 * HOUR, 1 * SEC};
 static const struct dur_range R_DOWN_FOR = {1 * SEC, 1 * HOUR, 10 * SEC};
 static const struct dur_range R_KA_IDLE = {1 * SEC, 32767 * SEC, 60 * SEC};
 static const struct dur_range R_KA_INTERVAL = {1 * SEC, 32767 * SEC, 10 * SEC};
+static const struct dur_range R_ADMIN_TIMEOUT = {100 * MS, 1 * DAY, 60 * SEC};
 
 #define MAX_DEPTH 32
 #define SHOW 48 /* characters of a bad value quoted in a message */
@@ -1422,8 +1423,9 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 	static const char *const keys[] = {"shards",     "cpus",         "user",
 					   "admin",      "access_log",   "max_conns",
 					   "listeners",  "pools",        "splice_pipes",
-					   "splice_pipe_size"};
-	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, NKEYS };
+					   "splice_pipe_size", "admin_timeout"};
+	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, ADMINTO,
+	       NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[64];
 
@@ -1465,6 +1467,14 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 	if (v[ADMIN])
 		get_text(c, v[ADMIN], "admin", sizeof(((struct sockaddr_un *)0)->sun_path) - 1, 0,
 			 &cfg->admin, NULL);
+	if (v[ADMINTO]) {
+		if (!v[ADMIN])
+			errat(c, v[ADMINTO]->line, v[ADMINTO]->col,
+			      "admin_timeout: there is no admin socket for it to apply to");
+		else
+			get_dur(c, v[ADMINTO], "admin_timeout", R_ADMIN_TIMEOUT,
+				&cfg->admin_timeout_ns);
+	}
 	if (v[LOG])
 		get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])
@@ -1570,6 +1580,7 @@ static struct tlp_config *new_config(struct tlp_arena **arena)
 		return NULL;
 	}
 	cfg->arena = *arena;
+	cfg->admin_timeout_ns = R_ADMIN_TIMEOUT.dflt;
 	return cfg;
 }
 

@@ -151,6 +151,7 @@ struct tlp_config {
 	const char *cpus;        /* a CPU list (< 1024); NULL = not given */
 	const char *user;        /* NULL = keep the starting user */
 	const char *admin;       /* admin socket path; NULL = none */
+	uint64_t admin_timeout_ns; /* an admin client idle this long is closed; default 60 s */
 	const char *access_log;  /* NULL = no access log */
 	uint32_t max_conns;      /* process-wide; 0 = no limit */
 	uint32_t splice_pipes;   /* splice pipe pool per shard; 0 = from the pipe budget */
