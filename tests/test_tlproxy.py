@@ -1219,6 +1219,191 @@ pools:
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def tls_hello(sni, pad=0, sni_twice=None, cut=None):
+    """A ClientHello in one TLS record: server_name sni (and a second
+    server_name extension if sni_twice), a padding extension of pad bytes
+    first; cut: only the first cut bytes."""
+    def ext_sni(name):
+        n = name.encode()
+        return struct.pack("!HHHBH", 0, len(n) + 5, len(n) + 3, 0, len(n)) + n
+    exts = b""
+    if pad:
+        exts += struct.pack("!HH", 21, pad) + bytes(pad)
+    exts += ext_sni(sni)
+    if sni_twice:
+        exts += ext_sni(sni_twice)
+    body = (b"\x03\x03" + bytes(32) + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00" +
+            struct.pack("!H", len(exts)) + exts)
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    rec = b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
+    return rec[:cut] if cut else rec
+
+
+def t_peek_hostile(env):
+    """Hostile clients on a listener that reads PROXY headers and
+    ClientHellos first: 600 slow handshakes on one shard do not make
+    legitimate TLS clients wait or fail (the peek reads into a record of
+    each connection's own); slow clients past the small record wait for a
+    big buffer first come first served, and take none from small hellos; a
+    PROXY v1 line that cannot be valid is refused at once (proxy_header_bad,
+    not at the peek deadline); a hello with two server_name extensions is
+    refused (sni_bad)."""
+    need("openssl")
+    import resource
+    import ssl
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096 and hard > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    pt, pi, lp, lpp = env.port(), env.port(), env.port(), env.port()
+    key, crt = make_cert(env, "legit")
+    env.start("s_server", ["openssl", "s_server", "-accept", f"127.0.0.1:{pt}", "-key", key,
+                           "-cert", crt, "-www", "-quiet"], stdin=subprocess.PIPE)
+    env.serve("ident=I", "127.0.0.1", pi)
+    deadline = time.time() + 5
+    while True:
+        try:
+            connect(pt).close()
+            break
+        except OSError:
+            check(time.time() < deadline, "s_server did not start")
+            time.sleep(0.05)
+    cfg = write_cfg(env, "peek.yaml", f"""
+listeners:
+  - name: tls
+    listen: "127.0.0.1:{lp}"
+    pool: tls
+    sni_timeout: 10s
+    sni:
+      - {{name: "legit.example.test", pool: tls}}
+      - {{name: "id.example.test", pool: id}}
+  - name: pp
+    listen: "127.0.0.1:{lpp}"
+    pool: id
+    proxy_protocol_from: ["127.0.0.0/8"]
+pools:
+  - {{name: tls, servers: [{{address: "127.0.0.1:{pt}"}}]}}
+  - {{name: id, servers: [{{address: "127.0.0.1:{pi}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"})
+    fd0 = env.fds(px)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+
+    def legit(n, threads=4):
+        times, fails = [], []
+        lock = threading.Lock()
+
+        def one():
+            t0 = time.time()
+            try:
+                s = connect(lp, timeout=8)
+                ss = ctx.wrap_socket(s, server_hostname="legit.example.test")
+                ss.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                got = ss.recv(64)
+                ss.close()
+                ok = got.startswith(b"HTTP/1.0 200")
+            except (OSError, ssl.SSLError) as e:
+                ok, got = False, repr(e)
+            with lock:
+                (times if ok else fails).append(time.time() - t0 if ok else got)
+
+        def worker(k):
+            for _ in range(k):
+                one()
+        ts = [threading.Thread(target=worker, args=(n // threads,)) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        times.sort()
+        return times, fails
+
+    times, fails = legit(40)
+    check(not fails and len(times) == 40, f"legitimate TLS clients failed with no load: {fails[:3]}")
+    # 600 slow handshakes: connected, a piece of a hello sent, then silence.
+    partial = tls_hello("slow.example.test", pad=600)[:200]
+    slow = []
+    for i in range(600):
+        s = connect(lp)
+        s.sendall(partial)
+        slow.append(s)
+    time.sleep(0.3)
+    t0 = time.time()
+    times, fails = legit(40)
+    check(not fails and len(times) == 40,
+          f"{len(fails)} of 40 legitimate TLS clients failed beside 600 slow handshakes: {fails[:3]}")
+    p99 = times[int(len(times) * 0.99) - 1] if times else 0
+    check(times[-1] < 2.0, f"legitimate TLS clients beside 600 slow handshakes: slowest {times[-1]:.2f} s, "
+          f"p99 {p99:.2f} s, median {times[len(times) // 2]:.3f} s")
+    check(all(not is_closed(s, 0.01) for s in slow[:20]), "a slow handshake was closed before sni_timeout")
+    # Past the record: 64 slow hellos of 12 KiB hold the big buffers, a
+    # 65th waits; a complete 6 KiB hello waits behind it, and gets the
+    # second buffer freed; small hellos go on meanwhile.
+    bigpart = tls_hello("slow.example.test", pad=12000, cut=5000)
+    bigs = []
+    for i in range(65):
+        s = connect(lp)
+        s.sendall(bigpart)
+        bigs.append(s)
+    time.sleep(0.3)
+    big_ok = connect(lp)
+    big_ok.sendall(tls_hello("id.example.test", pad=6000))
+    big_ok.settimeout(0.5)
+    try:
+        got = big_ok.recv(10)
+        raise Fail(f"a 6 KiB hello was served while every big buffer was held: {got!r}")
+    except socket.timeout:
+        pass
+    times, fails = legit(8, threads=2)
+    check(not fails, f"small hellos failed while the big buffers were held: {fails[:3]}")
+    bigs.pop(0).close()
+    time.sleep(0.3)
+    big_ok.settimeout(0.3)
+    try:
+        got = big_ok.recv(10)
+        raise Fail(f"a waiting hello jumped the line: {got!r}")
+    except socket.timeout:
+        pass
+    bigs.pop(0).close()
+    t0 = time.time()
+    got = recv_line(big_ok, 3)
+    check(got == "I", f"the 6 KiB hello was not served when a big buffer came free: {got!r}")
+    check(time.time() - t0 < 1.0, f"the 6 KiB hello waited {time.time() - t0:.2f} s for a freed buffer")
+    big_ok.close()
+    for s in slow + bigs:
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0, timeout=15)
+    # A PROXY line that cannot be valid: refused at once.
+    bad0 = env.stat(px, "errors", "proxy_header_bad")
+    s = connect(lpp)
+    t0 = time.time()
+    s.sendall(b"PROXY INVALID")
+    check(is_closed(s, 5), "PROXY INVALID was not refused")
+    dt = time.time() - t0
+    s.close()
+    check(dt < 0.5, f"PROXY INVALID (no line end) was refused after {dt:.2f} s, not at once")
+    env.wait_stat(px, "errors", "proxy_header_bad", bad0 + 1)
+    s = connect(lpp)
+    s.sendall(b"PROXY TCP4 192.0.2.1 192.0.2.2 1000 2000\r\nhello")
+    check(recv_line(s) == "I", "a good PROXY header was not served")
+    s.close()
+    # Two server_name extensions: refused, whichever name is routed.
+    sni0 = env.stat(px, "errors", "sni_bad")
+    s = connect(lp)
+    s.sendall(tls_hello("id.example.test", sni_twice="legit.example.test"))
+    check(is_closed(s, 3), "a hello with two server_name extensions was routed")
+    s.close()
+    env.wait_stat(px, "errors", "sni_bad", sni0 + 1)
+    s = connect(lp)
+    s.sendall(tls_hello("id.example.test"))
+    check(recv_line(s) == "I", "a hello with one server_name was not routed")
+    s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
 def t_limits(env):
     """max_conns of a listener; max_conns of a server with the queue: waiting
     clients get a server when one frees up, past queue.max they are refused,
