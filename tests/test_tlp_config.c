@@ -140,6 +140,7 @@ static void test_full(void)
 	T_EQ(l->socket.rcvbuf, 256 * 1024);
 	T_EQ(l->socket.sndbuf, 256 * 1024);
 	T_EQ(l->splice, 0);
+	T_EQ(l->half_close, 1);
 
 	l = &c->listeners[1];
 	T_STR(l->name, "db");
@@ -149,6 +150,7 @@ static void test_full(void)
 	T_EQ(l->idle_timeout_ns, 3600 * SECS);
 	T_EQ(l->connect_timeout_ns, 5 * SECS);
 	T_EQ(l->splice, 1);
+	T_EQ(l->half_close, 0);
 	T_EQ(l->nsni, 0);
 	T_EQ(l->sni_default, -1);
 
@@ -269,6 +271,7 @@ static void test_defaults(void)
 	T_EQ(l->socket.rcvbuf, 0);
 	T_EQ(l->socket.sndbuf, 0);
 	T_EQ(l->splice, 0);
+	T_EQ(l->half_close, 1);
 	T_EQ(p->balance, TLP_BAL_ROUNDROBIN);
 	T_EQ(p->proxy_protocol, TLP_PP_SEND_NONE);
 	T_EQ(p->retries, 2);
@@ -343,6 +346,8 @@ static void test_listener_errors(void)
 		  "t.yaml:5:18: listeners[0].queue.max: ", "out of range");
 	one_error(LST("    splice: yes\n"),
 		  "t.yaml:5:13: listeners[0].splice: ", "'yes' is not true or false");
+	one_error(LST("    half_close: off\n"),
+		  "t.yaml:5:17: listeners[0].half_close: ", "'off' is not true or false");
 	one_error(LST("    socket: {rcvbuf: 64kb}\n"),
 		  "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "unknown unit");
 	one_error(LST("    socket: {rcvbuf: 512}\n"),
@@ -940,7 +945,7 @@ static void test_args(void)
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
 		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
-		 NULL);
+		 "--half-close", "off", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -964,6 +969,7 @@ static void test_args(void)
 		T_EQ(l->idle_timeout_ns, 120 * SECS);
 		T_EQ(l->client_fin_ns, 30 * SECS);
 		T_EQ(l->splice, 1);
+		T_EQ(l->half_close, 0);
 		T_EQ(l->socket.nodelay, 1);
 		T_STR(p->name, "default");
 		T_EQ(p->balance, TLP_BAL_HASH);
@@ -1012,6 +1018,7 @@ static void test_args(void)
 		T_EQ(a.cfg->pools[0].proxy_protocol, TLP_PP_SEND_NONE);
 		T_EQ(a.cfg->listeners[0].connect_timeout_ns, 5 * SECS);
 		T_EQ(a.cfg->listeners[0].idle_timeout_ns, 300 * SECS);
+		T_EQ(a.cfg->listeners[0].half_close, 1);
 		T_EQ(a.cfg->max_conns, 0);
 	}
 	tlp_config_free(a.cfg);
@@ -1079,6 +1086,7 @@ static void test_args_bad(void)
 	args_bad("--connect-timeout: bare number '5' has no unit", "--connect-timeout", "5", NULL);
 	args_bad("--connect-timeout: out of range (1ms to 10m)", "--connect-timeout", "1h", NULL);
 	args_bad("--idle-timeout: '1.5m': fractions", "--idle-timeout", "1.5m", NULL);
+	args_bad("--half-close: 'no' is not on or off", "--half-close", "no", NULL);
 	args_bad("--config takes no other options", "--config", "x.yaml", "--splice", NULL);
 	args_bad("--check takes no other options", "--listen", "127.0.0.1:1", "--check", "x.yaml",
 		 NULL);

@@ -158,6 +158,18 @@ def serve(argv):
         print(f"got {n} {h.hexdigest()}", flush=True)
         c.close()
 
+    def hello(c, name):
+        # Answer at once with our name and our FIN, then read to the
+        # client's end: a server that answered and closed its side.
+        c.sendall(name.encode() + b"\n")
+        c.shutdown(socket.SHUT_WR)
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        c.close()
+
     def resetter(c):
         # Read one message, then reset the connection.
         c.recv(100)
@@ -216,6 +228,8 @@ def serve(argv):
             t = threading.Thread(target=sink, args=(c,), daemon=True)
         elif mode.startswith("talkfirst="):
             t = threading.Thread(target=talk_first, args=(c, int(mode[10:])), daemon=True)
+        elif mode.startswith("hello="):
+            t = threading.Thread(target=hello, args=(c, mode[6:]), daemon=True)
         elif mode == "reset":
             t = threading.Thread(target=resetter, args=(c,), daemon=True)
         elif mode.startswith("sendthenread="):
@@ -710,6 +724,97 @@ pools:
     env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
     check(env.stop(px) == 0, "tlproxy did not exit 0")
     return st
+
+
+def t_halfclose_count(env):
+    """How a half-closed pair counts. With half_close on (the default) a
+    server that answered and closed while its client lingers keeps its
+    place: with max_conns 1 per server and no queue, two lingering clients
+    fill the pool and a third is refused, until timeouts.server_fin ends
+    them. With half_close off the pair ends once the answer and its FIN
+    are out: five lingering clients are served one after another, counts
+    back to 0 at once; and a client's FIN ends the pair too (the server's
+    later answer is not forwarded)."""
+    ports = [env.port() for _ in range(5)]
+    a1, b1, a2, b2, sk = ports
+    lon, loff, lsink = env.port(), env.port(), env.port()
+    for name, port in (("A1", a1), ("B1", b1), ("A2", a2), ("B2", b2)):
+        env.serve("hello=" + name, "127.0.0.1", port)
+    env.serve("sink", "127.0.0.1", sk)
+    sock = env.path("admin.sock")
+    cfg = write_cfg(env, "hc.yaml", f"""
+admin: {sock}
+listeners:
+  - {{name: on, listen: "127.0.0.1:{lon}", pool: pon, timeouts: {{server_fin: 2s}}}}
+  - {{name: off, listen: "127.0.0.1:{loff}", pool: poff, half_close: false}}
+  - {{name: sinkoff, listen: "127.0.0.1:{lsink}", pool: psink, half_close: false}}
+pools:
+  - name: pon
+    balance: leastconn
+    servers: [{{address: "127.0.0.1:{a1}", max_conns: 1}}, {{address: "127.0.0.1:{b1}", max_conns: 1}}]
+  - name: poff
+    balance: leastconn
+    servers: [{{address: "127.0.0.1:{a2}", max_conns: 1}}, {{address: "127.0.0.1:{b2}", max_conns: 1}}]
+  - {{name: psink, servers: [{{address: "127.0.0.1:{sk}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "2"})
+
+    def conns(pool):
+        out = admin(sock, f"show servers {pool}")
+        return sum(int(m) for m in re.findall(r" conns=(\d+)", out))
+
+    def linger(port):
+        s = connect(port)
+        s.settimeout(3)
+        buf = b""
+        while True:
+            d = s.recv(100)
+            if not d:
+                break
+            buf += d
+        return s, buf.decode().strip()   # the server's answer and FIN are in; s stays open
+
+    # On: the lingering pairs hold their servers.
+    held, names = [], set()
+    for _ in range(2):
+        s, n = linger(lon)
+        held.append(s)
+        names.add(n)
+    check(names == {"A1", "B1"}, f"leastconn gave {names} to two lingering clients")
+    check(conns("pon") == 2, f"half_close on: {conns('pon')} connections counted, want 2 lingering pairs: {admin(sock, 'show servers')}")
+    s = connect(lon)
+    check(is_closed(s, 2), "half_close on: a third client was served though both servers hold a lingering pair")
+    s.close()
+    env.wait_stat(px, "errors", "queue_full", 1)
+    t0 = time.time()
+    while conns("pon") and time.time() - t0 < 5:
+        time.sleep(0.1)
+    dt = time.time() - t0
+    check(conns("pon") == 0 and dt > 1.0, f"the lingering pairs ended after {dt:.2f} s (server_fin 2s)")
+    env.wait_stat(px, "errors", "server_fin_timeout", 2)
+    for s in held:
+        s.close()
+    # Off: each pair ends once the answer and the FIN are out.
+    held, names = [], []
+    for _ in range(5):
+        s, n = linger(loff)
+        held.append(s)
+        names.append(n)
+    check(sorted(set(names)) == ["A2", "B2"] and len(names) == 5,
+          f"half_close off: five lingering clients got {names}")
+    check(conns("poff") == 0, f"half_close off: {conns('poff')} connections counted for lingering clients")
+    check(env.stat(px, "errors", "server_fin_timeout") == 2, "half_close off: a pair waited for server_fin")
+    for s in held:
+        s.close()
+    # Off, the client's FIN first: the pair ends; no answer comes after it.
+    s = connect(lsink)
+    s.sendall(b"x" * 1000)
+    s.shutdown(socket.SHUT_WR)
+    got = recv_all(s, 3)
+    s.close()
+    check(got == b"", f"half_close off: the server's answer after the client's FIN was forwarded: {got!r}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
 def t_splice_reset(env):

@@ -1023,6 +1023,7 @@ static void listener_defaults(struct tlp_listener_cfg *l)
 	l->idle_timeout_ns = R_IDLE.dflt;
 	l->client_fin_ns = R_FIN.dflt;
 	l->server_fin_ns = R_FIN.dflt;
+	l->half_close = 1;
 	l->socket.nodelay = 1;
 	l->socket.ka_idle_s = (uint32_t)(R_KA_IDLE.dflt / SEC);
 	l->socket.ka_interval_s = (uint32_t)(R_KA_INTERVAL.dflt / SEC);
@@ -1295,9 +1296,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 {
 	static const char *const keys[] = {"name", "listen", "pool", "max_conns", "allow", "deny",
 					   "proxy_protocol_from", "sni", "sni_default",
-					   "sni_timeout", "queue", "timeouts", "socket", "splice"};
+					   "sni_timeout", "queue", "timeouts", "socket", "splice",
+					   "half_close"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
-	       SOCKET, SPLICE, NKEYS };
+	       SOCKET, SPLICE, HALFC, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
 
@@ -1413,6 +1415,8 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 		parse_socket(c, v[SOCKET], p, &l->socket);
 	if (v[SPLICE] && (PATH(p, "%s.splice", path), 1))
 		get_bool(c, v[SPLICE], p, &l->splice);
+	if (v[HALFC] && (PATH(p, "%s.half_close", path), 1))
+		get_bool(c, v[HALFC], p, &l->half_close);
 	if (!v[POOL] && !v[SNI])
 		errat(c, n->line, n->col, "%s: needs a pool (or sni rules) to send connections to",
 		      path);
@@ -1724,7 +1728,7 @@ const char *tlp_args_usage(void)
 	       "               [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]\n"
 	       "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
 	       "               [--splice-pipe-size SIZE] [--max-conns N]\n"
-	       "               [--connect-timeout D] [--idle-timeout D]\n"
+	       "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
 	       "       tlproxy --config FILE\n"
 	       "       tlproxy --check FILE\n"
 	       "durations D take a unit: 500ms, 2s, 1m, 1h\n";
@@ -1769,6 +1773,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	const char *path = NULL, *path_opt = NULL, *cpus = NULL;
 	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0, spipes = 0, spsize = 0;
 	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
+	int half_close = 1;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
 	struct {
 		const char *s;
@@ -1967,6 +1972,13 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		} else if (!strcmp(o, "--idle-timeout")) {
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
+		} else if (!strcmp(o, "--half-close")) {
+			if (strcmp(v, "on") && strcmp(v, "off")) {
+				fail(err, errlen, "--half-close: '%s' is not on or off",
+				     clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			half_close = !strcmp(v, "on");
 		} else {
 			fail(err, errlen, "unknown option '%s'",
 			     clip(o, strlen(o), shown, sizeof shown));
@@ -2027,6 +2039,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		l->connect_timeout_ns = connect;
 		l->idle_timeout_ns = idle;
 		l->splice = splice;
+		l->half_close = half_close;
 		pool->balance = balance;
 		pool->proxy_protocol = pp;
 		l->listen = zalloc(&c, arena, nlisten * sizeof *l->listen);

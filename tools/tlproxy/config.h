@@ -142,6 +142,9 @@ struct tlp_listener_cfg {
 	uint64_t server_fin_ns;          /* default 30 s */
 	struct tlp_socket_cfg socket;
 	int splice;                      /* default 0 */
+	int half_close;                  /* 1 (default): a side's FIN is passed on and the
+					  * other side may go on; 0: the pair ends once a
+					  * side's FIN and every byte read are passed on */
 };
 
 struct tlp_arena;
@@ -214,7 +217,7 @@ struct tlp_args {
  *         [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
- *         [--connect-timeout D] [--idle-timeout D]
+ *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

@@ -1478,11 +1478,24 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
  * Both sides have sent their FIN: once the writes to each side are out and
  * any shutdown issued is done, closing both ends the connection (the close
  * is the FIN still owed to a side, so the second FIN needs no shutdown).
+ *
+ * Without half_close (the listener's choice, nginx's proxy_half_close
+ * off), one FIN is enough: once every byte read from the side that sent it
+ * is written to the other and the FIN is passed on, both are closed, so a
+ * pair whose server answered and closed stops counting for the server
+ * (leastconn, max_conns) and the limits at once, whatever its client does.
+ * What the other side sends afterwards is not forwarded.
  */
 static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	uint32_t f = c->flags;
 
+	if (!c->lr->cfg->half_close)
+		for (int s = 0; s < 2; s++)
+			if ((f & F_EOF(s)) && !c->wq[s ^ 1] && (f & F_SHUTOK(s ^ 1))) {
+				conn_end(sh, c, TLP_END_DONE, 0);
+				return;
+			}
 	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !c->wq[0] && !c->wq[1] &&
 	    (!(f & F_SHUT(0)) || (f & F_SHUTOK(0))) && (!(f & F_SHUT(1)) || (f & F_SHUTOK(1))))
 		conn_end(sh, c, TLP_END_DONE, 0);
