@@ -316,13 +316,14 @@ class Env:
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def start(self, name, argv, env=None, wait_line=None, stdin=None):
+    def start(self, name, argv, env=None, wait_line=None, stdin=None, preexec=None):
         log = self.path(name + ".log")
         f = open(log, "w")
         e = dict(os.environ)
         if env:
             e.update(env)
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=e, stdin=stdin or subprocess.DEVNULL)
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=e, stdin=stdin or subprocess.DEVNULL,
+                             preexec_fn=preexec)
         f.close()
         pr = Proc(name, p, log)
         self.procs.append(pr)
@@ -345,14 +346,14 @@ class Env:
             time.sleep(0.02)
         raise Fail(f"{pr.name}: no '{pattern}' within {timeout} s: {pr.text()[-2000:]}")
 
-    def proxy(self, args, name="tlproxy", env=None, prefix=None):
+    def proxy(self, args, name="tlproxy", env=None, prefix=None, preexec=None):
         if self.wrap:
             # One shard under a wrapper: valgrind serialises threads, and
             # the runtime's stop of several shards hangs under it.
             args = ["1" if i and args[i - 1] == "--shards" else a for i, a in enumerate(args)]
             env = dict(env or {}, TL_SHARDS="1")
         argv = (prefix or []) + self.wrap + [self.tlproxy] + args
-        pr = self.start(name, argv, env=env)
+        pr = self.start(name, argv, env=env, preexec=preexec)
         self.wait_for(pr, r"tlproxy: running", timeout=60 if self.wrap else 10)
         pr.pid = pr.p.pid
         return pr
@@ -1082,8 +1083,11 @@ pools:
 def t_passive(env):
     """Without health checks: failed connects to a dead server mark it down
     for a while (passive), and clients are retried on the next server; a
-    connect that hangs is given up at timeouts.connect and retried too."""
-    a, b, h, lp, lp2 = env.port(), env.port(), env.port(), env.port(), env.port()
+    connect that hangs is given up at timeouts.connect and retried too. One
+    failure fewer than `failures` leaves the server up; it comes back
+    after down_for."""
+    a, b, h, lp, lp2, lsolo = env.port(), env.port(), env.port(), env.port(), env.port(), env.port()
+    sock = env.path("admin.sock")
     env.serve("ident=B", "127.0.0.1", b)
     # A server that never accepts: its queue full, new SYNs are dropped.
     hang = socket.socket()
@@ -1097,9 +1101,11 @@ def t_passive(env):
         fill.append(f)
     time.sleep(0.2)
     cfg = write_cfg(env, "pv.yaml", f"""
+admin: {sock}
 listeners:
   - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
   - {{name: slow, listen: "127.0.0.1:{lp2}", pool: q, timeouts: {{connect: 300ms}}}}
+  - {{name: solo, listen: "127.0.0.1:{lsolo}", pool: solo}}
 pools:
   - name: p
     retries: 1
@@ -1108,6 +1114,10 @@ pools:
   - name: q
     retries: 1
     servers: [{{address: "127.0.0.1:{h}"}}, {{address: "127.0.0.1:{b}"}}]
+  - name: solo
+    retries: 0
+    passive: {{failures: 2, down_for: 2s}}
+    servers: [{{address: "127.0.0.1:{a}"}}]
 """)
     px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"})
     for _ in range(8):
@@ -1129,6 +1139,148 @@ pools:
     for f in fill:
         f.close()
     hang.close()
+    # One failure is not enough (failures: 2), two are; after down_for the
+    # server takes connections again.
+    def state():
+        m = re.search(r"solo/127\.0\.0\.1:%d state=(\S+)" % a, admin(sock, "show servers solo"))
+        return m.group(1) if m else None
+    s = connect(lsolo)
+    check(is_closed(s), "a client of a pool whose one server is dead was served")
+    s.close()
+    env.wait_stat(px, "errors", "connect_failed", 1)
+    check(state() == "up", f"one failed connect took the server down (failures: 2): {state()}")
+    s = connect(lsolo)
+    check(is_closed(s), "a client of a pool whose one server is dead was served")
+    s.close()
+    env.wait_for(px, r"server solo/127\.0\.0\.1:%d is down for 2000 ms: 2 failed" % a, 5)
+    t0 = time.time()
+    check(state() == "passive-down", f"two failed connects did not take the server down: {state()}")
+    s = connect(lsolo)
+    check(is_closed(s), "a client was served with the pool's one server down")
+    s.close()
+    env.wait_stat(px, "errors", "no_server", 1)
+    env.serve("ident=A", "127.0.0.1", a)
+    while state() != "up":
+        check(time.time() - t0 < 5, f"the server is still {state()} {time.time() - t0:.1f} s after down_for 2s")
+        time.sleep(0.05)
+    check(time.time() - t0 > 1.5, f"the server came back {time.time() - t0:.2f} s into down_for 2s")
+    s, n = ident_of(lsolo)
+    check(n == "A", f"the server back after down_for did not serve: {n!r}")
+    s.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_maxconns_backlog(env):
+    """--max-conns: at the process's limit the listeners stop accepting;
+    clients past it wait (in the backlog, or held) without being refused,
+    and each place freed, on whichever shard, serves one of them."""
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--max-conns", "4",
+                    "--shards", "2"])
+    fd0 = env.fds(px)
+    held = [ident_of(lp)[0] for _ in range(4)]
+    waiting = [connect(lp) for _ in range(3)]
+    r, _, _ = select.select(waiting, [], [], 1)
+    check(not r, f"{len(r)} clients past --max-conns 4 were served or closed: "
+          f"{[x.recv(100) for x in r]}, errors {env.stats(px)['errors']}")
+    st = env.stats(px)["errors"]
+    check(st.get("limit", 0) == 0 and st.get("connect_failed", 0) == 0,
+          f"clients past --max-conns were refused: {st}")
+    for k in range(3):
+        held.pop(0).close()
+        r, _, _ = select.select(waiting, [], [], 3)
+        check(len(r) == 1, f"{len(r)} waiting clients served when one place freed (round {k})")
+        check(recv_line(r[0]) == "S", "a waiting client was not served")
+        waiting.remove(r[0])
+        held.append(r[0])
+    for h in held:
+        h.close()
+    s, n = ident_of(lp)
+    check(n == "S", "a new client after the wait was not served")
+    s.close()
+    st = env.stats(px)["errors"]
+    check(st.get("limit", 0) == 0 and st.get("connect_failed", 0) == 0, f"errors: {st}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_fd_limit(env):
+    """At its descriptor limit (a low RLIMIT_NOFILE) the proxy stops
+    accepting instead of failing connects: its servers stay up (active
+    checks and passive failures count nothing of EMFILE, with fall 1 and
+    failures 1), clients past the limit wait and are served, in turn, as
+    connections end; none is closed as connect_failed."""
+    import resource
+    a, b, lp = env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", a)
+    env.serve("ident=B", "127.0.0.1", b)
+    sock = env.path("admin.sock")
+    cfg = write_cfg(env, "fd.yaml", f"""
+admin: {sock}
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - name: p
+    health: {{interval: 200ms, timeout: 100ms, rise: 1, fall: 1}}
+    passive: {{failures: 1, down_for: 30s}}
+    servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
+""")
+    limit = 96
+
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"}, preexec=low)
+    fd0 = env.fds(px)
+    room = (limit - fd0) // 2
+    check(room >= 8, f"tlproxy holds {fd0} of its {limit} descriptors at the start: no room to test")
+    served = []
+    # Fill it: every client either served or waiting, none refused.
+    clients = [connect(lp) for _ in range(room + 6)]
+    deadline = time.time() + 5
+    pending = list(clients)
+    while pending and time.time() < deadline:
+        r, _, _ = select.select(pending, [], [], 0.5)
+        for s in r:
+            line = recv_line(s, 2)
+            check(line in ("A", "B"), f"a client at the descriptor limit got {line!r} (closed?)")
+            served.append(s)
+            pending.remove(s)
+        if not r:
+            break
+    waiting = pending
+    check(len(waiting) >= 4, f"only {len(waiting)} of {len(clients)} clients wait with {room} pairs of "
+          f"descriptors: the limit was not reached")
+    env.wait_for(px, r"Too many open files: accepting stops until a descriptor is free", 5)
+    time.sleep(1.0)  # five health rounds at the limit
+    # (The stats region, not the admin socket: a client of that needs a
+    # descriptor too.)
+    ss = env.stats(px)["server_state"]
+    check(ss.get(f"p/127.0.0.1:{a}") == 1 and ss.get(f"p/127.0.0.1:{b}") == 1,
+          f"servers went down at the proxy's own descriptor limit: {ss}")
+    check(not re.search(r"is down", px.text()), f"a server was marked down: {px.text()[-500:]}")
+    st = env.stats(px)["errors"]
+    check(st.get("connect_failed", 0) == 0 and st.get("limit", 0) == 0,
+          f"clients were refused at the descriptor limit: {st}")
+    # Places freed one by one serve the waiting clients.
+    while waiting:
+        served.pop(0).close()
+        r, _, _ = select.select(waiting, [], [], 3)
+        check(r, f"no waiting client was served when a connection ended ({len(waiting)} waiting)")
+        for s in r:
+            check(recv_line(s, 2) in ("A", "B"), "a waiting client was not served")
+            waiting.remove(s)
+            served.append(s)
+    for s in served:
+        check(echo_ok(s, b"still here"), "a connection served at the limit does not forward")
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0)
+    out = admin(sock, "show servers")
+    check(out.count("state=up") == 2 and "health=down" not in out, f"servers not up after the limit: {out}")
+    st = env.stats(px)["errors"]
+    check(st.get("connect_failed", 0) == 0, f"clients were refused at the descriptor limit: {st}")
+    env.settle_fds(px, fd0)
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
@@ -1510,7 +1662,9 @@ pools:
 
 
 def t_limits(env):
-    """max_conns of a listener; max_conns of a server with the queue: waiting
+    """max_conns of a listener: a client past it waits (the listener stops
+    accepting: it stays in the backlog, or held) and is served when a place
+    frees, nobody refused; max_conns of a server with the queue: waiting
     clients get a server when one frees up, past queue.max they are refused,
     past queue.timeout closed."""
     up, l1, l2 = env.port(), env.port(), env.port()
@@ -1526,17 +1680,33 @@ pools:
     px = env.proxy(["--config", cfg, ], env={"TL_SHARDS": "2"})
     fd0 = env.fds(px)
     held = [ident_of(l1)[0] for _ in range(3)]
-    s = connect(l1)
-    check(is_closed(s), "a 4th client of a listener with max_conns 3 was served")
-    s.close()
-    env.wait_stat(px, "errors", "limit", 1)
+    waiting = [connect(l1) for _ in range(2)]
+    for w in waiting:
+        w.settimeout(0.5)
+        try:
+            d = w.recv(10)
+            raise Fail(f"a client past a listener's max_conns 3 was served or closed: {d!r}")
+        except socket.timeout:
+            pass
+    check(env.stat(px, "errors", "limit") == 0, "a client past max_conns was refused, not made to wait")
+    # One place freed, one waiting client served (each shard keeps its own
+    # backlog, so which of the two is the kernel's choice).
     held.pop().close()
-    time.sleep(0.2)
+    r, _, _ = select.select(waiting, [], [], 3)
+    check(len(r) == 1, f"{len(r)} of 2 waiting clients were served when one place freed")
+    check(recv_line(r[0], 3) == "S", "a waiting client was not served when a place freed")
+    other = waiting[1] if r[0] is waiting[0] else waiting[0]
+    r, _, _ = select.select([other], [], [], 0.3)
+    check(not r, "two waiting clients were served for one place freed")
+    held.pop().close()
+    check(recv_line(other, 3) == "S", "the other waiting client was not served when a place freed")
+    waiting.pop(0).close()
     s, n = ident_of(l1)
     check(n == "S", "a place freed by a closed client was not given again")
-    held.append(s)
+    held += waiting + [s]
     for h in held:
         h.close()
+    check(env.stat(px, "errors", "limit") == 0, "errors.limit counted a client that waited")
     # The queue.
     served = [ident_of(l2)[0] for _ in range(2)]
     t0 = time.time()

@@ -236,6 +236,20 @@ static void check_done(struct tlp_srv *s, int ok, const char *why)
 	check_result(s, ok, why);
 }
 
+/* A check ended with error err: a failure if the server is to blame
+ * (tlp_blame), else no result at all (the proxy's own trouble, such as no
+ * descriptor to check with, says nothing of the server). */
+static void check_error(struct tlp_srv *s, int err)
+{
+	if (tlp_blame(err) == TLP_BLAME_SERVER) {
+		check_done(s, 0, tl_strerror(err));
+		return;
+	}
+	s->h_busy = 0;
+	tl_close(ctl.loop, s->h_h, htok(s->slot, HOP_CLOSE));
+	s->h_h = TL_HANDLE_NONE;
+}
+
 static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 {
 	uint64_t dl = tl_now(ctl.loop) + pc->health.timeout_ns;
@@ -252,8 +266,10 @@ static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 	else
 		r = tl_tcp_connect(ctl.loop, &s->addr, dl, htok(s->slot, HOP_CONNECT), &h, &op);
 	if (r < 0) {
-		/* Not even a socket (descriptors, tables): a failure too. */
-		check_result(s, 0, tl_strerror(r));
+		/* Not even a socket (descriptors, tables): the proxy's trouble,
+		 * unless the kernel refused the connect at once. */
+		if (tlp_blame(r) == TLP_BLAME_SERVER)
+			check_result(s, 0, tl_strerror(r));
 		return;
 	}
 	s->h_busy = 1;
@@ -317,7 +333,7 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 		uint32_t n = 0;
 
 		if (e->result < 0) {
-			check_done(s, 0, tl_strerror((int)e->result));
+			check_error(s, (int)e->result);
 			return;
 		}
 		/* Our own connection: a PROXY header without addresses. */
@@ -352,7 +368,7 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 	case HOP_WRITE:
 		s->h_wq--;
 		if (e->result < 0) {
-			check_done(s, 0, tl_strerror((int)e->result));
+			check_error(s, (int)e->result);
 			return;
 		}
 		/* Sent, and nothing to wait for: passed. */
@@ -378,9 +394,10 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 				check_done(s, 1, "");
 			return;
 		}
-		if (e->flags & TL_F_TERMINAL)
-			check_done(s, 0, e->result < 0 ? tl_strerror((int)e->result)
-						       : "closed before the expected reply");
+		if ((e->flags & TL_F_TERMINAL) && e->result < 0)
+			check_error(s, (int)e->result);
+		else if (e->flags & TL_F_TERMINAL)
+			check_done(s, 0, "closed before the expected reply");
 		return;
 	default:
 		return;

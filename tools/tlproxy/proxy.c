@@ -82,7 +82,7 @@ static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
 #define TOK_OP(t) ((int)(((t) >> 25) & 0xf))
 #define TOK_ARG(t) ((uint32_t)(((t) >> 29) & 0xffffff))
 
-enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
+enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD };
 
 /* flags */
 #define F_EOF(s) (0x1u << (s))       /* side s sent its FIN */
@@ -101,11 +101,13 @@ enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
 #define F_HORES 0x80000u             /* ... too late: it carries on here */
 #define F_PKRD 0x100000u             /* a read into the peek buffer is in flight */
 #define F_PKWAIT 0x200000u           /* the peek waits for a big buffer */
+#define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
+#define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
 	uint32_t wnext, wprev;   /* wheel bucket, or free list (wnext) */
-	uint32_t qnext, qprev;   /* a pool's queue, or the big buffers' wait list */
+	uint32_t qnext, qprev;   /* a pool's queue, the big buffers' wait list, or the held list */
 	uint32_t wslot;          /* the tick of its bucket; NONE: not in the wheel */
 	uint32_t t_state;        /* tick it was accepted, or its queue wait began */
 	uint32_t flags;
@@ -170,6 +172,19 @@ struct tlp_shard {
 	uint8_t *big;
 	uint32_t big_next[PEEK_BIG], big_free, pkw_head, pkw_tail;
 	int granting;
+	/* clients held (accepted past a limit, or out of descriptors) and
+	 * accepts stopped until there is room */
+	uint32_t held_head, held_tail, nheld;
+	uint32_t nadm, admit_cap;  /* clients admitted here, and at most (the table less HELD_MAX) */
+	struct tlp_paused {
+		tl_handle h;
+		uint64_t tok;
+		int stopped;   /* its terminal came: accept_start again */
+	} *pz;
+	uint32_t npz, pzcap;
+	int fd_short;              /* a connect or accept found no descriptor */
+	int resume_due, resuming;
+	uint64_t fd_log_at;
 	/* PROXY header buffers */
 	uint8_t (*hb)[HB_SIZE];
 	uint16_t *hb_free;
@@ -234,6 +249,11 @@ static void ho_step(struct tlp_shard *sh, struct tlp_conn *c);
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
 static void ho_drop(struct tlp_conn *c);
 static void carry_written(struct tlp_conn *c);
+static void held_add(struct tlp_shard *sh, struct tlp_conn *c, int first);
+static void held_del(struct tlp_shard *sh, struct tlp_conn *c);
+static void resume(struct tlp_shard *sh);
+static void fd_short_set(struct tlp_shard *sh, int err);
+static void notify_room(struct tlp_shard *sh);
 
 static inline struct tlp_shard *SH(tl_shard *s)
 {
@@ -385,6 +405,10 @@ static void sweep(struct tlp_shard *sh)
 		sweep_bucket(sh, sh->tick);
 	}
 	sh->tick = to;
+	/* Held clients and stopped accepts: descriptors may have come free
+	 * elsewhere (another process, the control plane). */
+	if (sh->nheld || sh->npz)
+		resume(sh);
 	/* Clients waiting for a server: a server may have come up. */
 	if (sh->queued)
 		for (uint32_t i = 0; i < tlp_w.ngp; i++)
@@ -415,6 +439,8 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 	(void)arg;
 	if (!sh)
 		return 0;
+	if (sh->resume_due)
+		resume(sh);
 	if (sh->d_conns) {
 		tl_shard_counter_add(s, w->st_conns, sh->d_conns);
 		sh->d_conns = 0;
@@ -540,6 +566,9 @@ static void conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 	sh->free_head = CI(sh, c);
 	sh->nopen--;
 	sh->open_dirty = 1;
+	if (c->flags & F_ADM)
+		sh->nadm--; /* its slot of the table is free */
+	notify_room(sh); /* its descriptors and counts are back */
 }
 
 /* ---- peek records and big buffers (the rule is at PEEK_CAP) ---- */
@@ -959,15 +988,26 @@ static void start_connect(struct tlp_shard *sh, struct tlp_conn *c)
 
 static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 {
-	(void)err;
-	tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
-	if (c->vidx < 64)
+	int blame = tlp_blame(err);
+
+	/* Only what the server did counts against it (tlp_blame). */
+	if (blame == TLP_BLAME_SERVER)
+		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
+	if (c->vidx < 64 && blame != TLP_BLAME_FDS)
 		c->tried |= 1ull << c->vidx;
 	srv_release(sh, c);
 	if (!tl_handle_eq(c->h[1], TL_HANDLE_NONE)) {
 		tl_close(sh->loop, c->h[1], tok(CI(sh, c), 1, OP_CLOSE_OLD, 0));
 		c->nclosing++;
 		c->h[1] = TL_HANDLE_NONE;
+	}
+	if (blame == TLP_BLAME_FDS && !sh->stopping) {
+		/* No descriptor to connect with: wait for one, no retry spent
+		 * (first in line again if it was being given one). */
+		fd_short_set(sh, err);
+		held_add(sh, c, sh->resuming);
+		c->flags |= F_FDWAIT;
+		return;
 	}
 	if (sh->stopping || c->tries >= c->pc->retries) {
 		conn_end(sh, c, TLP_END_CONNECT, 0);
@@ -1113,6 +1153,8 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		q_del(sh, c);
+	else if (was == C_HELD)
+		held_del(sh, c);
 	pkw_del(sh, c);
 	/* A peek buffer a read or write still uses goes at that op's end. */
 	if (!(c->flags & (F_PEEKW | F_PKRD)))
@@ -1402,7 +1444,7 @@ static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_
 		return;
 	}
 	/* The source reset (or failed): the other side sees a reset too. */
-	if (s == 1 && c->srv)
+	if (s == 1 && c->srv && tlp_blame((int)e->result) == TLP_BLAME_SERVER)
 		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 	conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
 }
@@ -1463,7 +1505,7 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 	if (e->result < 0 && e->result != -ECANCELED) {
 		/* A reset (or another error) on side s: the other side sees a
 		 * reset too. */
-		if (s == 1 && c->srv)
+		if (s == 1 && c->srv && tlp_blame((int)e->result) == TLP_BLAME_SERVER)
 			tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 		conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
 		return;
@@ -1581,6 +1623,233 @@ written:
 		maybe_done(sh, c);
 }
 
+/* ---- holding clients: limits and descriptors ---- */
+
+/*
+ * At a limit the proxy stops accepting, rather than accept and close, as
+ * HAProxy does: clients past it wait in the kernel's listen backlog and
+ * are accepted once there is room. The limits are the process's and each
+ * listener's max_conns, and the descriptors: a connect or an accept that
+ * fails for want of one (TLP_BLAME_FDS) is the proxy's trouble, never a
+ * server's. The accept that brought a client past a limit is stopped
+ * (tl_stop), and that client, with any its accept had already taken, is
+ * held: accepted, nothing read, not counted, first in line for the room
+ * (up to HELD_MAX a shard, the table's spare; past that one is closed as
+ * `limit`). A shard's table is a limit too: it admits at most admit_cap
+ * clients (max_conns, or 16,384 without), so that held ones always find
+ * a slot. A client
+ * that has its server chosen and finds no descriptor to connect with is
+ * held the same way (F_FDWAIT), its server slot given back and no retry
+ * spent. Room is looked for when a connection of the shard ends (its
+ * descriptors and counts are back), when another shard's does (a
+ * TLP_MSG_RESUME to every shard that holds or stopped something), and at
+ * each sweep tick (descriptors freed elsewhere). Then held clients go
+ * first, oldest first, and a listener's accept starts again once none of
+ * its clients is held and it has room; one that overshoots is held and
+ * stops it again.
+ */
+#define HELD_MAX 64
+
+static void set_paused(struct tlp_shard *sh)
+{
+	if (!atomic_exchange_explicit(&tlp_w.paused[sh->id], 1, memory_order_acq_rel))
+		atomic_fetch_add_explicit(&tlp_w.npaused, 1, memory_order_acq_rel);
+}
+
+/* A connection ended here: its shard, and those waiting for room, look. */
+static void notify_room(struct tlp_shard *sh)
+{
+	if (sh->nheld || sh->npz)
+		sh->resume_due = 1;
+	if (!atomic_load_explicit(&tlp_w.npaused, memory_order_acquire))
+		return;
+	for (uint32_t t = 0; t < tlp_w.nshards; t++) {
+		_Atomic uint8_t *f = &tlp_w.paused[t];
+
+		if (t == sh->id || !atomic_load_explicit(f, memory_order_relaxed) ||
+		    !atomic_exchange_explicit(f, 0, memory_order_acq_rel))
+			continue;
+		atomic_fetch_sub_explicit(&tlp_w.npaused, 1, memory_order_acq_rel);
+		tl_shard_post(sh->s, t, tlp_ctl_token(TLP_MSG_RESUME, 0), 0);
+	}
+}
+
+static void held_add(struct tlp_shard *sh, struct tlp_conn *c, int first)
+{
+	uint32_t ci = CI(sh, c);
+
+	c->state = C_HELD;
+	if (first) {
+		c->qprev = NONE;
+		c->qnext = sh->held_head;
+		if (sh->held_head != NONE)
+			sh->c[sh->held_head].qprev = ci;
+		else
+			sh->held_tail = ci;
+		sh->held_head = ci;
+	} else {
+		c->qnext = NONE;
+		c->qprev = sh->held_tail;
+		if (sh->held_tail != NONE)
+			sh->c[sh->held_tail].qnext = ci;
+		else
+			sh->held_head = ci;
+		sh->held_tail = ci;
+	}
+	sh->nheld++;
+	set_paused(sh);
+}
+
+static void held_del(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	if (c->qprev != NONE)
+		sh->c[c->qprev].qnext = c->qnext;
+	else
+		sh->held_head = c->qnext;
+	if (c->qnext != NONE)
+		sh->c[c->qnext].qprev = c->qprev;
+	else
+		sh->held_tail = c->qprev;
+	c->qnext = c->qprev = NONE;
+	sh->nheld--;
+}
+
+static void fd_short_set(struct tlp_shard *sh, int err)
+{
+	uint64_t now = tlp_mono_ns();
+
+	sh->fd_short = 1;
+	if (now >= sh->fd_log_at) {
+		sh->fd_log_at = now + 10000000000ull;
+		tlp_log("shard %u: %s: accepting stops until a descriptor is free (clients wait in "
+			"the backlog; no server is blamed)",
+			sh->id, tl_strerror(err));
+	}
+}
+
+/* Count c in the limits, or say it must wait (0). */
+static int admit(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_world *w = &tlp_w;
+	const struct tlp_lrt *lr = c->lr;
+
+	if (sh->fd_short || sh->nadm >= sh->admit_cap)
+		return 0;
+	if (w->max_conns &&
+	    atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed) >= w->max_conns) {
+		atomic_fetch_sub_explicit(&w->conns, 1, memory_order_relaxed);
+		return 0;
+	}
+	if (lr->cfg->max_conns && atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed) >=
+					  lr->cfg->max_conns) {
+		atomic_fetch_sub_explicit(&lr->gl->conns, 1, memory_order_relaxed);
+		if (w->max_conns)
+			atomic_fetch_sub_explicit(&w->conns, 1, memory_order_relaxed);
+		return 0;
+	}
+	if (w->max_conns)
+		c->flags |= F_WCOUNT;
+	if (lr->cfg->max_conns)
+		c->flags |= F_LCOUNT;
+	c->flags |= F_ADM;
+	sh->nadm++;
+	return 1;
+}
+
+/* Would a client of listener gli be let in now, behind no held one? */
+static int room_for(struct tlp_shard *sh, uint32_t gli)
+{
+	const struct tlp_lrt *lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
+
+	if (sh->fd_short || sh->nadm >= sh->admit_cap)
+		return 0;
+	if (tlp_w.max_conns &&
+	    atomic_load_explicit(&tlp_w.conns, memory_order_relaxed) >= tlp_w.max_conns)
+		return 0;
+	if (lr && lr->cfg->max_conns &&
+	    atomic_load_explicit(&lr->gl->conns, memory_order_relaxed) >= lr->cfg->max_conns)
+		return 0;
+	for (uint32_t ci = sh->held_head; ci != NONE; ci = sh->c[ci].qnext)
+		if (sh->c[ci].lr->gl->idx == gli)
+			return 0;
+	return 1;
+}
+
+/* Stop the accept that brought e until there is room. */
+static void pause_accept(struct tlp_shard *sh, const tl_completion *e)
+{
+	if (sh->npz == sh->pzcap) {
+		uint32_t cap = sh->pzcap ? 2 * sh->pzcap : 16;
+		struct tlp_paused *n = realloc(sh->pz, cap * sizeof *n);
+
+		if (!n)
+			return; /* it goes on accepting: each past the limit is held */
+		sh->pz = n;
+		sh->pzcap = cap;
+	}
+	if (tl_stop(sh->loop, e->op) != 0)
+		return; /* already stopping, or ended */
+	sh->pz[sh->npz++] = (struct tlp_paused){.h = e->handle, .tok = e->token};
+	set_paused(sh);
+	sh->resume_due = 1; /* room may have come before the flag was seen */
+}
+
+/* An accept ended: one stopped for a limit starts again when there is
+ * room; one cancelled by a close has no handle left to start on. */
+static void accept_ended(struct tlp_shard *sh, const tl_completion *e)
+{
+	for (uint32_t i = 0; i < sh->npz; i++)
+		if (tl_handle_eq(sh->pz[i].h, e->handle)) {
+			sh->pz[i].stopped = 1;
+			sh->resume_due = 1;
+		}
+}
+
+static void admitted(struct tlp_shard *sh, struct tlp_conn *c);
+
+/* Held clients first, oldest first, then the accepts stopped. */
+static void resume(struct tlp_shard *sh)
+{
+	uint32_t next;
+
+	sh->resume_due = 0;
+	if (sh->resuming)
+		return;
+	sh->resuming = 1;
+	sh->fd_short = 0; /* until a connect or accept says otherwise */
+	for (uint32_t ci = sh->held_head; ci != NONE && !sh->fd_short && !sh->stopping; ci = next) {
+		struct tlp_conn *c = &sh->c[ci];
+
+		next = c->qnext;
+		if (c->flags & F_FDWAIT) {
+			held_del(sh, c);
+			c->flags &= ~F_FDWAIT;
+			assign(sh, c); /* held again, first, if still short */
+			continue;
+		}
+		if (!admit(sh, c))
+			continue;
+		held_del(sh, c);
+		admitted(sh, c);
+	}
+	for (uint32_t i = 0; i < sh->npz && !sh->stopping;) {
+		struct tlp_paused *z = &sh->pz[i];
+		tl_op op;
+
+		if (!z->stopped || !room_for(sh, (uint32_t)(tl_token_data(z->tok) & 0xffff))) {
+			i++;
+			continue;
+		}
+		/* A handle a reload, drain or takeover closed meanwhile refuses:
+		 * nothing to start then. */
+		tl_accept_start(sh->loop, z->h, z->tok, &op);
+		*z = sh->pz[--sh->npz];
+	}
+	if (sh->nheld || sh->npz)
+		set_paused(sh);
+	sh->resuming = 0;
+}
+
 /* ---- accepting ---- */
 
 static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, const tl_addr *peer,
@@ -1591,18 +1860,59 @@ static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, 
 	log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause);
 }
 
+/* A client counted in the limits: read its header or hello, or route it. */
+static void admitted(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	const struct tlp_lrt *lr = c->lr;
+
+	/* Its time starts now: held, it was in the backlog, as far as the
+	 * timeouts go. */
+	c->t0 = tl_now(sh->loop);
+	c->t_state = sh->tick;
+	if (lr->peek) {
+		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
+			c->flags |= F_NEED_PP;
+		if (c->flags & F_NEED_PP || lr->cfg->nsni) {
+			c->state = C_PEEK;
+			peek_next(sh, c);
+			return;
+		}
+	}
+	c->state = C_CONNECT;
+	c->pc = lr->pool_cfg;
+	if (!c->gp || !c->pc) {
+		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
+		return;
+	}
+	assign(sh, c);
+}
+
 void tlp_on_listen(tl_shard *s, const tl_completion *e)
 {
 	struct tlp_shard *sh = SH(s);
 	uint64_t t = tl_token_data(e->token);
 	uint32_t gli = (uint32_t)(t & 0xffff), ai = (uint32_t)((t >> 16) & 0xff);
-	struct tlp_world *w = &tlp_w;
 	const struct tlp_lrt *lr;
 	struct tlp_conn *c;
 	tl_handle h;
 
-	if (e->kind != TL_K_ACCEPT || e->result < 0)
-		return; /* accepting resumes by itself after -EMFILE and the like */
+	if (e->flags & TL_F_TERMINAL) {
+		accept_ended(sh, e);
+		return;
+	}
+	if (e->kind != TL_K_ACCEPT)
+		return;
+	if (e->result < 0) {
+		/* No descriptor for the client: it stays in the backlog, and
+		 * this accept stops until one is free (the driver would try
+		 * again by itself, but one accepted with the last descriptor
+		 * would have none to connect with). */
+		if (tlp_blame((int)e->result) == TLP_BLAME_FDS) {
+			fd_short_set(sh, (int)e->result);
+			pause_accept(sh, e);
+		}
+		return;
+	}
 	h = e->u.accept.conn;
 	lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
 	if (!lr || sh->stopping) {
@@ -1623,42 +1933,23 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 	c->peer = e->u.accept.peer;
 	c->laddr = (uint8_t)ai;
 	c->t0 = tl_now(sh->loop);
-	c->t_state = sh->tick;
 	c->gen = sh->gen;
 	c->gen->sc[sh->id].n++;
 	c->lr = lr;
 	c->gp = lr->pool;
-	if (w->max_conns) {
-		c->flags |= F_WCOUNT;
-		if (atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed) >= w->max_conns) {
+	if (sh->nheld || !admit(sh, c)) {
+		/* Past a limit (or behind held clients): held, and this
+		 * listener's accept stops. */
+		if (sh->nheld >= HELD_MAX) {
 			conn_end(sh, c, TLP_END_LIMIT, 0);
-			return;
+		} else {
+			held_add(sh, c, 0);
+			sh->resume_due = 1;
 		}
-	}
-	if (lr->cfg->max_conns) {
-		c->flags |= F_LCOUNT;
-		if (atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed) >=
-		    lr->cfg->max_conns) {
-			conn_end(sh, c, TLP_END_LIMIT, 0);
-			return;
-		}
-	}
-	if (lr->peek) {
-		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
-			c->flags |= F_NEED_PP;
-		if (!(c->flags & F_NEED_PP) && !lr->cfg->nsni)
-			goto route;
-		c->state = C_PEEK;
-		peek_next(sh, c);
+		pause_accept(sh, e);
 		return;
 	}
-route:
-	c->pc = lr->pool_cfg;
-	if (!c->gp || !c->pc) {
-		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
-		return;
-	}
-	assign(sh, c);
+	admitted(sh, c);
 }
 
 /* ---- timers, messages ---- */
@@ -1679,6 +1970,9 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 	case TLP_MSG_ROOM:
 		if ((t >> 8) < tlp_w.ngp)
 			dispatch_queue(sh, tlp_w.gp[t >> 8]);
+		return;
+	case TLP_MSG_RESUME:
+		resume(sh);
 		return;
 	case TLP_MSG_HO_LISTEN:
 	case TLP_MSG_HO_GO:
@@ -1936,7 +2230,10 @@ int tlp_shard_start(tl_shard *s, void *arg)
 	sh->s = s;
 	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
-	sh->cap = w->conn_cap;
+	/* The table: the connections admitted, and HELD_MAX held past a
+	 * limit. */
+	sh->admit_cap = w->conn_cap;
+	sh->cap = w->conn_cap + HELD_MAX;
 	sh->c = calloc(sh->cap, sizeof *sh->c);
 	sh->wheel = malloc(W_SIZE * sizeof *sh->wheel);
 	sh->lh = calloc(TLP_REG_LISTENERS, sizeof *sh->lh);
@@ -1957,6 +2254,7 @@ int tlp_shard_start(tl_shard *s, void *arg)
 		sh->big_next[i] = i + 1 < PEEK_BIG ? i + 1 : NONE;
 	sh->big_free = 0;
 	sh->pkw_head = sh->pkw_tail = NONE;
+	sh->held_head = sh->held_tail = NONE;
 	for (uint32_t i = 0; i < sh->nhb; i++)
 		sh->hb_free[i] = (uint16_t)i;
 	sh->nhb_free = sh->nhb;
@@ -2046,6 +2344,7 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->pkc);
 	free(sh->big);
 	free(sh->c);
+	free(sh->pz);
 	free(sh->wheel);
 	free(sh->lh);
 	for (uint32_t i = 0; i < sh->nkept; i++)
