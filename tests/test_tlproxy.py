@@ -1209,9 +1209,12 @@ def t_maxconns_backlog(env):
 def t_fd_limit(env):
     """At its descriptor limit (a low RLIMIT_NOFILE) the proxy stops
     accepting instead of failing connects: its servers stay up (active
-    checks and passive failures count nothing of EMFILE, with fall 1 and
-    failures 1), clients past the limit wait and are served, in turn, as
-    connections end; none is closed as connect_failed."""
+    checks and passive failures count nothing of EMFILE, with fall 2 over
+    three rounds and failures 1), clients past the limit wait and are served, in turn, as
+    connections end, none closed as connect_failed, and the waiting costs
+    no CPU. Run twice: with an odd number of descriptors free the last
+    client accepted finds none to connect with (and waits held), with an
+    even number the accept itself finds none."""
     import resource
     a, b, lp = env.port(), env.port(), env.port()
     env.serve("ident=A", "127.0.0.1", a)
@@ -1223,65 +1226,75 @@ listeners:
   - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
 pools:
   - name: p
-    health: {{interval: 200ms, timeout: 100ms, rise: 1, fall: 1}}
+    health: {{interval: 1s, timeout: 1s, rise: 1, fall: 2}}
     passive: {{failures: 1, down_for: 30s}}
     servers: [{{address: "127.0.0.1:{a}"}}, {{address: "127.0.0.1:{b}"}}]
 """)
-    limit = 96
 
-    def low():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"}, preexec=low)
-    fd0 = env.fds(px)
-    room = (limit - fd0) // 2
-    check(room >= 8, f"tlproxy holds {fd0} of its {limit} descriptors at the start: no room to test")
-    served = []
-    # Fill it: every client either served or waiting, none refused.
-    clients = [connect(lp) for _ in range(room + 6)]
-    deadline = time.time() + 5
-    pending = list(clients)
-    while pending and time.time() < deadline:
-        r, _, _ = select.select(pending, [], [], 0.5)
-        for s in r:
+    def at_limit(limit, name):
+        def low():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+        return env.proxy(["--config", cfg], name=name, env={"TL_SHARDS": "1"}, preexec=low)
+
+    def cpu(pr):
+        f = open(f"/proc/{pr.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    probe = at_limit(256, "tlproxy-probe")
+    base = env.fds(probe)
+    env.stop(probe)
+    for parity in (1, 0):
+        limit = base + 2 * 12 + parity
+        px = at_limit(limit, f"tlproxy-{parity}")
+        fd0 = env.fds(px)
+        check(fd0 == base, f"tlproxy holds {fd0} descriptors at the start, {base} before")
+        # One at a time (a burst would have its clients accepted first and
+        # their connects wait): 12 are served, the rest wait.
+        served, waiting = [], []
+        for _ in range(12 + 6):
+            s = connect(lp)
+            if waiting or not select.select([s], [], [], 3.0)[0]:
+                waiting.append(s)
+                continue
             line = recv_line(s, 2)
             check(line in ("A", "B"), f"a client at the descriptor limit got {line!r} (closed?)")
             served.append(s)
-            pending.remove(s)
-        if not r:
-            break
-    waiting = pending
-    check(len(waiting) >= 4, f"only {len(waiting)} of {len(clients)} clients wait with {room} pairs of "
-          f"descriptors: the limit was not reached")
-    env.wait_for(px, r"Too many open files: accepting stops until a descriptor is free", 5)
-    time.sleep(1.0)  # five health rounds at the limit
-    # (The stats region, not the admin socket: a client of that needs a
-    # descriptor too.)
-    ss = env.stats(px)["server_state"]
-    check(ss.get(f"p/127.0.0.1:{a}") == 1 and ss.get(f"p/127.0.0.1:{b}") == 1,
-          f"servers went down at the proxy's own descriptor limit: {ss}")
-    check(not re.search(r"is down", px.text()), f"a server was marked down: {px.text()[-500:]}")
-    st = env.stats(px)["errors"]
-    check(st.get("connect_failed", 0) == 0 and st.get("limit", 0) == 0,
-          f"clients were refused at the descriptor limit: {st}")
-    # Places freed one by one serve the waiting clients.
-    while waiting:
-        served.pop(0).close()
-        r, _, _ = select.select(waiting, [], [], 3)
-        check(r, f"no waiting client was served when a connection ended ({len(waiting)} waiting)")
-        for s in r:
-            check(recv_line(s, 2) in ("A", "B"), "a waiting client was not served")
-            waiting.remove(s)
-            served.append(s)
-    for s in served:
-        check(echo_ok(s, b"still here"), "a connection served at the limit does not forward")
-        s.close()
-    env.wait_stat(px, "conns_open", "0", 0)
-    out = admin(sock, "show servers")
-    check(out.count("state=up") == 2 and "health=down" not in out, f"servers not up after the limit: {out}")
-    st = env.stats(px)["errors"]
-    check(st.get("connect_failed", 0) == 0, f"clients were refused at the descriptor limit: {st}")
-    env.settle_fds(px, fd0)
-    check(env.stop(px) == 0, "tlproxy did not exit 0")
+        check(len(served) == 12 and len(waiting) == 6,
+              f"{len(served)} served and {len(waiting)} waiting with 12 pairs of descriptors free")
+        check(not select.select(waiting, [], [], 0.5)[0], "a client past the descriptor limit was served or closed")
+        env.wait_for(px, r"Too many open files: accepting stops until a descriptor is free", 5)
+        c0 = cpu(px)
+        time.sleep(3.0)  # three health rounds at the limit (fall 2)
+        used = cpu(px) - c0
+        check(used < 0.5, f"waiting at the descriptor limit took {used:.2f} s of CPU in 3 s")
+        # (The stats region, not the admin socket: a client of that needs a
+        # descriptor too.)
+        ss = env.stats(px)["server_state"]
+        check(ss.get(f"p/127.0.0.1:{a}") == 1 and ss.get(f"p/127.0.0.1:{b}") == 1,
+              f"servers went down at the proxy's own descriptor limit: {ss}")
+        check(not re.search(r"is down", px.text()), f"a server was marked down: {px.text()[-500:]}")
+        st = env.stats(px)["errors"]
+        check(st.get("connect_failed", 0) == 0 and st.get("limit", 0) == 0,
+              f"clients were refused at the descriptor limit: {st}")
+        # Places freed one by one serve the waiting clients.
+        while waiting:
+            served.pop(0).close()
+            r, _, _ = select.select(waiting, [], [], 3)
+            check(r, f"no waiting client was served when a connection ended ({len(waiting)} waiting)")
+            for s in r:
+                check(recv_line(s, 2) in ("A", "B"), "a waiting client was not served")
+                waiting.remove(s)
+                served.append(s)
+        for s in served:
+            check(echo_ok(s, b"still here"), "a connection served at the limit does not forward")
+            s.close()
+        env.wait_stat(px, "conns_open", "0", 0)
+        out = admin(sock, "show servers")
+        check(out.count("state=up") == 2 and "health=down" not in out, f"servers not up after the limit: {out}")
+        st = env.stats(px)["errors"]
+        check(st.get("connect_failed", 0) == 0, f"clients were refused at the descriptor limit: {st}")
+        env.settle_fds(px, fd0)
+        check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
 def t_dns(env):

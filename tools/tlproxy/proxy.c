@@ -179,10 +179,12 @@ struct tlp_shard {
 	struct tlp_paused {
 		tl_handle h;
 		uint64_t tok;
-		int stopped;   /* its terminal came: accept_start again */
+		int st;        /* PZ_*: its accept is stopping, stopped, or one-shot */
 	} *pz;
 	uint32_t npz, pzcap;
 	int fd_short;              /* a connect or accept found no descriptor */
+	int fd_freed;              /* ... and one may have come free since */
+	uint64_t fd_tight_until;   /* till then, accept one client at a time */
 	int resume_due, resuming;
 	uint64_t fd_log_at;
 	/* PROXY header buffers */
@@ -407,8 +409,10 @@ static void sweep(struct tlp_shard *sh)
 	sh->tick = to;
 	/* Held clients and stopped accepts: descriptors may have come free
 	 * elsewhere (another process, the control plane). */
-	if (sh->nheld || sh->npz)
+	if (sh->nheld || sh->npz) {
+		sh->fd_freed = 1;
 		resume(sh);
+	}
 	/* Clients waiting for a server: a server may have come up. */
 	if (sh->queued)
 		for (uint32_t i = 0; i < tlp_w.ngp; i++)
@@ -1649,6 +1653,7 @@ written:
  * stops it again.
  */
 #define HELD_MAX 64
+#define TIGHT_NS 1000000000ull /* see PZ_STOPPING */
 
 static void set_paused(struct tlp_shard *sh)
 {
@@ -1659,6 +1664,7 @@ static void set_paused(struct tlp_shard *sh)
 /* A connection ended here: its shard, and those waiting for room, look. */
 static void notify_room(struct tlp_shard *sh)
 {
+	sh->fd_freed = 1;
 	if (sh->nheld || sh->npz)
 		sh->resume_due = 1;
 	if (!atomic_load_explicit(&tlp_w.npaused, memory_order_acquire))
@@ -1719,6 +1725,7 @@ static void fd_short_set(struct tlp_shard *sh, int err)
 	uint64_t now = tlp_mono_ns();
 
 	sh->fd_short = 1;
+	sh->fd_tight_until = now + TIGHT_NS;
 	if (now >= sh->fd_log_at) {
 		sh->fd_log_at = now + 10000000000ull;
 		tlp_log("shard %u: %s: accepting stops until a descriptor is free (clients wait in "
@@ -1775,34 +1782,80 @@ static int room_for(struct tlp_shard *sh, uint32_t gli)
 	return 1;
 }
 
-/* Stop the accept that brought e until there is room. */
-static void pause_accept(struct tlp_shard *sh, const tl_completion *e)
+/*
+ * A listener's accept that waits for room: PZ_STOPPING (tl_stop asked, its
+ * terminal not come), PZ_STOPPED (to be started again once its listener
+ * has room), PZ_ONESHOT (started again as a one-shot accept, tl_accept).
+ * After a shortage of descriptors, for TIGHT_NS after the last, accepts are
+ * started again one client at a time: a multishot accept takes every client
+ * of the backlog it can find descriptors for, and with the last few taken
+ * by clients that then have none to connect with, no one moves until a
+ * connection ends. One at a time, each client is accepted only after the
+ * one before has its connect.
+ */
+enum { PZ_STOPPING, PZ_STOPPED, PZ_ONESHOT };
+
+static struct tlp_paused *pz_find(struct tlp_shard *sh, tl_handle h)
+{
+	for (uint32_t i = 0; i < sh->npz; i++)
+		if (tl_handle_eq(sh->pz[i].h, h))
+			return &sh->pz[i];
+	return NULL;
+}
+
+static struct tlp_paused *pz_add(struct tlp_shard *sh, const tl_completion *e, int st)
 {
 	if (sh->npz == sh->pzcap) {
 		uint32_t cap = sh->pzcap ? 2 * sh->pzcap : 16;
 		struct tlp_paused *n = realloc(sh->pz, cap * sizeof *n);
 
 		if (!n)
-			return; /* it goes on accepting: each past the limit is held */
+			return NULL;
 		sh->pz = n;
 		sh->pzcap = cap;
 	}
-	if (tl_stop(sh->loop, e->op) != 0)
-		return; /* already stopping, or ended */
-	sh->pz[sh->npz++] = (struct tlp_paused){.h = e->handle, .tok = e->token};
+	sh->pz[sh->npz] = (struct tlp_paused){.h = e->handle, .tok = e->token, .st = st};
 	set_paused(sh);
 	sh->resume_due = 1; /* room may have come before the flag was seen */
+	return &sh->pz[sh->npz++];
 }
 
-/* An accept ended: one stopped for a limit starts again when there is
- * room; one cancelled by a close has no handle left to start on. */
+/* Stop the accept that brought e until there is room. */
+static void pause_accept(struct tlp_shard *sh, const tl_completion *e)
+{
+	struct tlp_paused *z = pz_find(sh, e->handle);
+
+	if (z)
+		return; /* stopping, or a one-shot: it starts again with room */
+	if (!(e->flags & TL_F_TERMINAL) && tl_stop(sh->loop, e->op) != 0)
+		return; /* ended meanwhile */
+	/* No memory for the entry: the accept, stopped, would never start
+	 * again; so it goes on, and each client past the limit is held. */
+	if (!pz_add(sh, e, e->flags & TL_F_TERMINAL ? PZ_STOPPED : PZ_STOPPING) &&
+	    !(e->flags & TL_F_TERMINAL)) {
+		tl_op op;
+
+		tl_accept_start(sh->loop, e->handle, e->token, &op);
+	}
+}
+
+/* An accept's terminal (no client with it): one stopped, or a one-shot
+ * that failed, starts again when there is room; one cancelled by a close
+ * has no handle left to start on. */
 static void accept_ended(struct tlp_shard *sh, const tl_completion *e)
 {
-	for (uint32_t i = 0; i < sh->npz; i++)
-		if (tl_handle_eq(sh->pz[i].h, e->handle)) {
-			sh->pz[i].stopped = 1;
-			sh->resume_due = 1;
-		}
+	struct tlp_paused *z = pz_find(sh, e->handle);
+
+	if (!z)
+		return;
+	if (e->result == -ECANCELED && z->st == PZ_ONESHOT) {
+		*z = sh->pz[--sh->npz];
+		return;
+	}
+	if (e->result < 0 && tlp_blame((int)e->result) == TLP_BLAME_FDS)
+		fd_short_set(sh, (int)e->result);
+	z->st = PZ_STOPPED;
+	sh->resume_due = 1;
 }
 
 static void admitted(struct tlp_shard *sh, struct tlp_conn *c);
@@ -1816,7 +1869,12 @@ static void resume(struct tlp_shard *sh)
 	if (sh->resuming)
 		return;
 	sh->resuming = 1;
-	sh->fd_short = 0; /* until a connect or accept says otherwise */
+	/* Out of descriptors, try again only once one may be free (a
+	 * connection ended, here or elsewhere, or a tick passed): an accept
+	 * started again would only fail again, at once. */
+	if (sh->fd_freed)
+		sh->fd_short = 0;
+	sh->fd_freed = 0;
 	for (uint32_t ci = sh->held_head; ci != NONE && !sh->fd_short && !sh->stopping; ci = next) {
 		struct tlp_conn *c = &sh->c[ci];
 
@@ -1836,13 +1894,22 @@ static void resume(struct tlp_shard *sh)
 		struct tlp_paused *z = &sh->pz[i];
 		tl_op op;
 
-		if (!z->stopped || !room_for(sh, (uint32_t)(tl_token_data(z->tok) & 0xffff))) {
+		if (z->st != PZ_STOPPED ||
+		    !room_for(sh, (uint32_t)(tl_token_data(z->tok) & 0xffff))) {
 			i++;
 			continue;
 		}
 		/* A handle a reload, drain or takeover closed meanwhile refuses:
 		 * nothing to start then. */
-		tl_accept_start(sh->loop, z->h, z->tok, &op);
+		if (tlp_mono_ns() < sh->fd_tight_until) {
+			if (tl_accept(sh->loop, z->h, z->tok, &op) == 0) {
+				z->st = PZ_ONESHOT;
+				i++;
+				continue;
+			}
+		} else {
+			tl_accept_start(sh->loop, z->h, z->tok, &op);
+		}
 		*z = sh->pz[--sh->npz];
 	}
 	if (sh->nheld || sh->npz)
@@ -1896,12 +1963,12 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 	struct tlp_conn *c;
 	tl_handle h;
 
-	if (e->flags & TL_F_TERMINAL) {
+	if (e->kind != TL_K_ACCEPT)
+		return;
+	if ((e->flags & TL_F_TERMINAL) && (e->result < 0 || (e->flags & TL_F_STOPPED))) {
 		accept_ended(sh, e);
 		return;
 	}
-	if (e->kind != TL_K_ACCEPT)
-		return;
 	if (e->result < 0) {
 		/* No descriptor for the client: it stays in the backlog, and
 		 * this accept stops until one is free (the driver would try
@@ -1912,6 +1979,16 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 			pause_accept(sh, e);
 		}
 		return;
+	}
+	if (e->flags & TL_F_TERMINAL) {
+		/* A one-shot accept (accepting one at a time) brought a client:
+		 * the next once this one has its turn (resume). */
+		struct tlp_paused *z = pz_find(sh, e->handle);
+
+		if (z) {
+			z->st = PZ_STOPPED;
+			sh->resume_due = 1;
+		}
 	}
 	h = e->u.accept.conn;
 	lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
@@ -1972,6 +2049,7 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 			dispatch_queue(sh, tlp_w.gp[t >> 8]);
 		return;
 	case TLP_MSG_RESUME:
+		sh->fd_freed = 1;
 		resume(sh);
 		return;
 	case TLP_MSG_HO_LISTEN:
