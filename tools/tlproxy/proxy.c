@@ -39,7 +39,8 @@
  * lease is held while a client takes its time), and a read is issued only
  * when there is room: bytes the proxy has no room for stay in the kernel.
  * Each peeking connection takes a record of PEEK_SMALL bytes from its
- * shard's pool at its first read; the pool grows in chunks of PK_CHUNK up
+ * shard's pool when its peek starts (its first read needs the room); the
+ * pool grows in chunks of PK_CHUNK up
  * to one record per connection of the table, so slow clients, however
  * many, cannot take a record from a fast one. A header and hello longer
  * than PEEK_SMALL (rare: a hello of a few post-quantum key shares and
@@ -1186,7 +1187,7 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 
 /* ---- the peek: PROXY header and ClientHello ---- */
 
-/* Read more into c's peek buffer (a record at the first read; a big
+/* Read more into c's peek buffer (a record for the first read; a big
  * buffer, or a wait for one, once the record is full). */
 static void peek_next(struct tlp_shard *sh, struct tlp_conn *c)
 {
