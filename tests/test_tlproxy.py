@@ -766,7 +766,7 @@ pools:
 
     def linger(port):
         s = connect(port)
-        s.settimeout(3)
+        s.settimeout(10)
         buf = b""
         while True:
             d = s.recv(100)
