@@ -42,11 +42,49 @@ static int same_addr(int family, const union tlp_pp_addr *a, const union tlp_pp_
 	       !memcmp(a->un.sun_path, b->un.sun_path, n);
 }
 
+/* A v1 line built from addresses taken from the input: no proper prefix
+ * of it is refused (the early refusal of lines that cannot become valid
+ * never refuses one that can), and the whole line parses. */
+static void v1_prefixes(const uint8_t *data, size_t size)
+{
+	struct sockaddr_in6 a6[2];
+	struct sockaddr_in a4[2];
+	struct tlp_pp_header h;
+	uint8_t line[TLP_PP_V1_MAX];
+	const struct sockaddr *sa[2];
+	int n, r;
+
+	if (size < 37)
+		return;
+	for (int k = 0; k < 2; k++) {
+		memset(&a6[k], 0, sizeof a6[k]);
+		memset(&a4[k], 0, sizeof a4[k]);
+		a6[k].sin6_family = AF_INET6;
+		memcpy(&a6[k].sin6_addr, data + 1 + 16 * k, 16);
+		a4[k].sin_family = AF_INET;
+		memcpy(&a4[k].sin_addr, data + 1 + 4 * k, 4);
+		a6[k].sin6_port = a4[k].sin_port = (uint16_t)(data[33 + 2 * k] << 8 | data[34 + 2 * k]);
+		/* data[0] picks each side's family: mixed pairs are written mapped. */
+		sa[k] = data[0] & (1 << k) ? (const struct sockaddr *)&a4[k]
+					   : (const struct sockaddr *)&a6[k];
+	}
+	n = tlp_pp_build_v1(line, sizeof line, sa[0], sa[1]);
+	check(n > 0, "v1 build of fuzzed addresses", n);
+	for (int k = 0; k < n; k++) {
+		r = parse_n(line, (size_t)k, &h, NULL);
+		check(r == -EAGAIN, "a prefix of a valid v1 line was refused", r);
+	}
+	r = parse_n(line, (size_t)n, &h, NULL);
+	check(r == n, "a built v1 line does not parse", r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tlp_pp_header h, g;
 	uint8_t out[TLP_PP_BUILD_MAX];
 	int why = -1, w2, r, r2, n;
+
+	v1_prefixes(data, size);
 
 	r = tlp_pp_parse(data, size, &h, &why);
 	check(r > 0 || r == -EAGAIN || r == -EPROTO, "unexpected return", r);

@@ -79,6 +79,7 @@ static void test_full(void)
 	T_TRUE(c->cpus == NULL, "cpus");
 	T_STR(c->user, "nobody");
 	T_STR(c->admin, "/run/tlproxy.sock");
+	T_EQ(c->admin_timeout_ns, 60 * SECS);
 	T_STR(c->access_log, "/var/log/tlproxy/access.log");
 	T_EQ(c->max_conns, 100000);
 	T_EQ(c->splice_pipes, 64);
@@ -139,6 +140,7 @@ static void test_full(void)
 	T_EQ(l->socket.rcvbuf, 256 * 1024);
 	T_EQ(l->socket.sndbuf, 256 * 1024);
 	T_EQ(l->splice, 0);
+	T_EQ(l->half_close, 1);
 
 	l = &c->listeners[1];
 	T_STR(l->name, "db");
@@ -148,6 +150,7 @@ static void test_full(void)
 	T_EQ(l->idle_timeout_ns, 3600 * SECS);
 	T_EQ(l->connect_timeout_ns, 5 * SECS);
 	T_EQ(l->splice, 1);
+	T_EQ(l->half_close, 0);
 	T_EQ(l->nsni, 0);
 	T_EQ(l->sni_default, -1);
 
@@ -243,6 +246,7 @@ static void test_defaults(void)
 
 	T_EQ(c->shards, 0);
 	T_TRUE(!c->cpus && !c->user && !c->admin && !c->access_log, "optional strings set");
+	T_EQ(c->admin_timeout_ns, 60 * SECS);
 	T_EQ(c->max_conns, 0);
 	T_EQ(c->splice_pipes, 0);
 	T_EQ(c->splice_pipe_size, 0);
@@ -267,6 +271,7 @@ static void test_defaults(void)
 	T_EQ(l->socket.rcvbuf, 0);
 	T_EQ(l->socket.sndbuf, 0);
 	T_EQ(l->splice, 0);
+	T_EQ(l->half_close, 1);
 	T_EQ(p->balance, TLP_BAL_ROUNDROBIN);
 	T_EQ(p->proxy_protocol, TLP_PP_SEND_NONE);
 	T_EQ(p->retries, 2);
@@ -341,6 +346,8 @@ static void test_listener_errors(void)
 		  "t.yaml:5:18: listeners[0].queue.max: ", "out of range");
 	one_error(LST("    splice: yes\n"),
 		  "t.yaml:5:13: listeners[0].splice: ", "'yes' is not true or false");
+	one_error(LST("    half_close: off\n"),
+		  "t.yaml:5:17: listeners[0].half_close: ", "'off' is not true or false");
 	one_error(LST("    socket: {rcvbuf: 64kb}\n"),
 		  "t.yaml:5:22: listeners[0].socket.rcvbuf: ", "unknown unit");
 	one_error(LST("    socket: {rcvbuf: 512}\n"),
@@ -532,6 +539,12 @@ static void test_top_errors(void)
 	one_error("cpus: \"2000\"\n" LST(""), "t.yaml:1:7: cpus: ", "not a CPU list below 1024");
 	one_error("user: \"a b\"\n" LST(""), "t.yaml:1:7: user: ", "not a user name");
 	one_error("admin: \"\"\n" LST(""), "t.yaml:1:8: admin: ", "needs a value");
+	one_error("admin_timeout: 5s\n" LST(""), "t.yaml:1:16: admin_timeout: ",
+		  "there is no admin socket for it to apply to");
+	one_error("admin: /a\nadmin_timeout: 50ms\n" LST(""), "t.yaml:2:16: admin_timeout: ",
+		  "out of range (100ms to 1d)");
+	one_error("admin: /a\nadmin_timeout: 5\n" LST(""), "t.yaml:2:16: admin_timeout: ",
+		  "has no unit");
 	one_error("max_conns: 10000001\n" LST(""), "t.yaml:1:12: max_conns: ", "out of range");
 	one_error("splice_pipes: 0\n" LST(""), "t.yaml:1:15: splice_pipes: ",
 		  "out of range (1 to 4096)");
@@ -932,7 +945,7 @@ static void test_args(void)
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
 		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
-		 NULL);
+		 "--half-close", "off", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -956,6 +969,7 @@ static void test_args(void)
 		T_EQ(l->idle_timeout_ns, 120 * SECS);
 		T_EQ(l->client_fin_ns, 30 * SECS);
 		T_EQ(l->splice, 1);
+		T_EQ(l->half_close, 0);
 		T_EQ(l->socket.nodelay, 1);
 		T_STR(p->name, "default");
 		T_EQ(p->balance, TLP_BAL_HASH);
@@ -1004,6 +1018,7 @@ static void test_args(void)
 		T_EQ(a.cfg->pools[0].proxy_protocol, TLP_PP_SEND_NONE);
 		T_EQ(a.cfg->listeners[0].connect_timeout_ns, 5 * SECS);
 		T_EQ(a.cfg->listeners[0].idle_timeout_ns, 300 * SECS);
+		T_EQ(a.cfg->listeners[0].half_close, 1);
 		T_EQ(a.cfg->max_conns, 0);
 	}
 	tlp_config_free(a.cfg);
@@ -1071,6 +1086,7 @@ static void test_args_bad(void)
 	args_bad("--connect-timeout: bare number '5' has no unit", "--connect-timeout", "5", NULL);
 	args_bad("--connect-timeout: out of range (1ms to 10m)", "--connect-timeout", "1h", NULL);
 	args_bad("--idle-timeout: '1.5m': fractions", "--idle-timeout", "1.5m", NULL);
+	args_bad("--half-close: 'no' is not on or off", "--half-close", "no", NULL);
 	args_bad("--config takes no other options", "--config", "x.yaml", "--splice", NULL);
 	args_bad("--check takes no other options", "--listen", "127.0.0.1:1", "--check", "x.yaml",
 		 NULL);

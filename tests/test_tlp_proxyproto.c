@@ -226,6 +226,121 @@ static void test_v1_incremental(void)
 	T_EQ(tlp_pp_parse("PROXY", 5, NULL, NULL), -EINVAL);
 }
 
+/* s is refused from its at-th byte on with why, and needs more before. */
+static void refused_at(const char *s, size_t at, int want)
+{
+	struct tlp_pp_header h;
+	size_t n = strlen(s);
+
+	for (size_t k = 0; k <= n; k++) {
+		int why = -1, r = pp(s, k, &h, &why);
+
+		if (k < at)
+			T_TRUE(r == -EAGAIN, "\"%.*s\" (%zu bytes): %d, want -EAGAIN", (int)k, s, k, r);
+		else
+			T_TRUE(r == -EPROTO && why == want,
+			       "\"%.*s\" (%zu bytes): %d why %s, want %s", (int)k, s, k, r,
+			       tlp_pp_strerror(why), tlp_pp_strerror(want));
+	}
+}
+
+/* Every proper prefix of a valid line needs more: none is refused early. */
+static void prefixes_wait(const char *line)
+{
+	struct tlp_pp_header h;
+	size_t n = strlen(line);
+
+	for (size_t k = 0; k < n; k++) {
+		int r = pp(line, k, &h, NULL);
+
+		T_TRUE(r == -EAGAIN, "\"%.*s\" (%zu of %zu bytes): %d, want -EAGAIN", (int)k, line,
+		       k, n, r);
+	}
+	T_EQ(pp(line, n, &h, NULL), (long long)n);
+}
+
+static void test_v1_prefix(void)
+{
+	/* Refused at the byte that no ending can fix, not at the CRLF. */
+	refused_at("PROXY INVALID", 7, TLP_PP_E_V1_PROTO);
+	refused_at("PROXY TCP5 1.2.3.4", 10, TLP_PP_E_V1_PROTO);
+	refused_at("PROXY TCP44", 11, TLP_PP_E_V1_PROTO);
+	refused_at("PROXY UNKNOWNX", 14, TLP_PP_E_V1_PROTO);
+	refused_at("PROXY  TCP4", 7, TLP_PP_E_V1_PROTO);
+	refused_at("PROXY TCP4  1.2.3.4", 12, TLP_PP_E_V1_FIELDS);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.8 1 2 ", 31, TLP_PP_E_V1_FIELDS);
+	refused_at("PROXY TCP4 host 5.6.7.8 1 2", 12, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 ::1", 12, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 1.2.3 5.6.7.8", 17, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 256.1.1.1", 14, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 1.2.3.4.5", 19, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 1..2", 14, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.x", 26, TLP_PP_E_V1_DST_ADDR);
+	refused_at("PROXY TCP6 1:::", 15, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP6 1::2::3", 17, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP6 12345", 16, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP6 ::1 [::2]", 16, TLP_PP_E_V1_DST_ADDR);
+	refused_at("PROXY TCP6 ::g", 14, TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP6 0000:0000:0000:0000:0000:0000:0000:0000:1", 57,
+		   TLP_PP_E_V1_SRC_ADDR);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.8 65536", 32, TLP_PP_E_V1_SRC_PORT);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.8 08", 29, TLP_PP_E_V1_SRC_PORT);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.8 -1", 28, TLP_PP_E_V1_SRC_PORT);
+	refused_at("PROXY TCP4 1.2.3.4 5.6.7.8 1 0x10", 31, TLP_PP_E_V1_DST_PORT);
+
+	/* UNKNOWN's rest is anything printable: only the length decides. */
+	prefixes_wait("PROXY UNKNOWN 1:::1 garbage \"here\" 99999999\r\n");
+
+	/* Valid lines of every address shape: no prefix is refused. */
+	static const char *const ok[] = {
+		"PROXY TCP4 0.0.0.0 255.255.255.255 0 65535\r\n",
+		"PROXY TCP4 10.20.30.40 1.2.3.4 1 22\r\n",
+		"PROXY TCP6 :: ::1 1 2\r\n",
+		"PROXY TCP6 1:: 1::2 1 2\r\n",
+		"PROXY TCP6 1:2:3:4:5:6:7:: ::1:2:3:4:5:6:7 1 2\r\n",
+		"PROXY TCP6 ABCD:ef01:2345:6789:abcd:EF01:2345:6789 fe80::1 443 65535\r\n",
+		"PROXY TCP6 ::ffff:10.0.0.1 ::FFFF:192.168.100.200 1 2\r\n",
+		"PROXY TCP6 ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255 ::1 1 2\r\n",
+		"PROXY TCP6 1:2:3:4:5:6:1.2.3.4 2001:db8::1.2.3.4 1 2\r\n",
+		"PROXY UNKNOWN\r\n",
+		"PROXY UNKNOWN ffff::1 whatever 1 2\r\n",
+	};
+
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+		prefixes_wait(ok[i]);
+
+	/* Random addresses as inet_ntop writes them, built into lines. */
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_in6 a[2];
+		char line[TLP_PP_V1_MAX + 1];
+
+		for (int k = 0; k < 2; k++) {
+			memset(&a[k], 0, sizeof a[k]);
+			a[k].sin6_family = AF_INET6;
+			for (int j = 0; j < 16; j++) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				/* Zero runs often, so that "::" shows up. */
+				a[k].sin6_addr.s6_addr[j] = (x & 3) ? 0 : (uint8_t)(x >> 8);
+			}
+			if (x & 0x10000) { /* IPv4-mapped: "::ffff:a.b.c.d" */
+				memset(a[k].sin6_addr.s6_addr, 0, 10);
+				a[k].sin6_addr.s6_addr[10] = a[k].sin6_addr.s6_addr[11] = 0xff;
+			}
+			a[k].sin6_port = (uint16_t)(x >> 20);
+		}
+		int n = tlp_pp_build_v1(line, sizeof line - 1, (struct sockaddr *)&a[0],
+					(struct sockaddr *)&a[1]);
+
+		T_TRUE(n > 0, "%d", n);
+		if (n <= 0)
+			continue;
+		line[n] = '\0';
+		prefixes_wait(line);
+	}
+}
+
 /* ---- v2 ---- */
 
 struct v2 {
@@ -606,6 +721,7 @@ int main(void)
 		{"v1: valid headers", test_v1_ok},
 		{"v1: every malformed shape", test_v1_bad},
 		{"v1: incremental input", test_v1_incremental},
+		{"v1: a line that cannot become valid is refused at once", test_v1_prefix},
 		{"v2: valid headers", test_v2_ok},
 		{"v2: every malformed shape", test_v2_bad},
 		{"v2: incremental input", test_v2_incremental},

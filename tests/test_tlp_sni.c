@@ -347,16 +347,81 @@ static void test_built_ok(void)
 	one_record(&o, &h);
 	T_EQ(parse_buf(&o, host, NULL), 253);
 	T_STR(host, longest);
-	/* Reading stops at server_name: a broken extension after it is the
-	 * server's TLS stack's business. */
+	/* After server_name the other extensions' contents are the server's
+	 * TLS stack's business: only their headers are read. */
 	e.n = 0;
 	ext_sni(&e, "first.example");
 	put16(&e, 99);
-	put16(&e, 5000); /* runs past the block */
+	put16(&e, 4);
+	put(&e, "\xff\x00\xff\x00", 4);
 	h.ext = &e;
 	h.ext_delta = 0;
 	one_record(&o, &h);
 	T_EQ(parse_buf(&o, host, NULL), 13);
+	T_STR(host, "first.example");
+}
+
+/* Two server_name extensions (RFC 6066 3, RFC 8446 4.2: one extension of a
+ * type per hello): refused, wherever the second one is and whatever it
+ * holds, so that no server reads a name the routing did not. */
+static void test_sni_twice(void)
+{
+	static struct buf e, hs, o;
+	char host[TLP_SNI_HOST_MAX + 1];
+	struct hello h = H;
+	int why;
+
+	h.ext = &e;
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	ext_sni(&e, "b.example.com");
+	one_record(&o, &h);
+	expect(&o, -EPROTO, TLP_SNI_E_SNI_TWICE, "two server_name, different names");
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	ext_sni(&e, "a.example.com");
+	one_record(&o, &h);
+	expect(&o, -EPROTO, TLP_SNI_E_SNI_TWICE, "two server_name, the same name");
+	e.n = 0;
+	ext_other(&e, 10, 8);
+	ext_sni(&e, "a.example.com");
+	ext_other(&e, 16, 300);
+	ext_other(&e, 43, 3);
+	ext_sni(&e, "evil.example.net");
+	ext_other(&e, 51, 40);
+	one_record(&o, &h);
+	expect(&o, -EPROTO, TLP_SNI_E_SNI_TWICE, "the second after others");
+	/* The second empty or broken: refused for being there. */
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	put16(&e, 0);
+	put16(&e, 0);
+	one_record(&o, &h);
+	expect(&o, -EPROTO, TLP_SNI_E_SNI_TWICE, "an empty second server_name");
+	/* Refused once the second extension's header (type and length) is in,
+	 * whatever comes after, and in records of any size. */
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	ext_other(&e, 21, 100);
+	size_t at_ext = e.n;
+
+	ext_sni(&e, "b.example.com");
+	build_hs(&hs, &h);
+	size_t hdr_end = hs.n - (e.n - at_ext) + 4; /* past the second header */
+
+	records(&o, hs.b, hs.n, TLP_SNI_RECORD_MAX);
+	for (size_t k = 0; k <= o.n; k++) {
+		int r = sni_exact(o.b, k, host, &why);
+
+		if (k < hdr_end + 5)
+			T_TRUE(r == -EAGAIN, "%zu of %zu bytes: %d", k, o.n, r);
+		else
+			T_TRUE(r == -EPROTO && why == TLP_SNI_E_SNI_TWICE,
+			       "%zu of %zu bytes: %d why %d", k, o.n, r, why);
+	}
+	records(&o, hs.b, hs.n, 7);
+	expect(&o, -EPROTO, TLP_SNI_E_SNI_TWICE, "in 7-byte records");
+	T_STR(tlp_sni_strerror(TLP_SNI_E_SNI_TWICE), "two server_name extensions");
 }
 
 static void test_not_tls(void)
@@ -756,6 +821,7 @@ int main(int argc, char **argv)
 		{"bad later records", test_records_bad},
 		{"bad hello fields", test_hello_bad},
 		{"bad server_name extensions", test_sni_ext_bad},
+		{"two server_name extensions", test_sni_twice},
 		{"input bounds and arguments", test_bounds},
 		{"matcher: exact, wildcard, first wins", test_match},
 		{"pattern and host checks", test_checks},

@@ -37,6 +37,7 @@ static const struct dur_range R_HEALTH_TIMEOUT = {1 * MS, 1 * HOUR, 1 * SEC};
 static const struct dur_range R_DOWN_FOR = {1 * SEC, 1 * HOUR, 10 * SEC};
 static const struct dur_range R_KA_IDLE = {1 * SEC, 32767 * SEC, 60 * SEC};
 static const struct dur_range R_KA_INTERVAL = {1 * SEC, 32767 * SEC, 10 * SEC};
+static const struct dur_range R_ADMIN_TIMEOUT = {100 * MS, 1 * DAY, 60 * SEC};
 
 #define MAX_DEPTH 32
 #define SHOW 48 /* characters of a bad value quoted in a message */
@@ -1022,6 +1023,7 @@ static void listener_defaults(struct tlp_listener_cfg *l)
 	l->idle_timeout_ns = R_IDLE.dflt;
 	l->client_fin_ns = R_FIN.dflt;
 	l->server_fin_ns = R_FIN.dflt;
+	l->half_close = 1;
 	l->socket.nodelay = 1;
 	l->socket.ka_idle_s = (uint32_t)(R_KA_IDLE.dflt / SEC);
 	l->socket.ka_interval_s = (uint32_t)(R_KA_INTERVAL.dflt / SEC);
@@ -1294,9 +1296,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 {
 	static const char *const keys[] = {"name", "listen", "pool", "max_conns", "allow", "deny",
 					   "proxy_protocol_from", "sni", "sni_default",
-					   "sni_timeout", "queue", "timeouts", "socket", "splice"};
+					   "sni_timeout", "queue", "timeouts", "socket", "splice",
+					   "half_close"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
-	       SOCKET, SPLICE, NKEYS };
+	       SOCKET, SPLICE, HALFC, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
 
@@ -1412,6 +1415,8 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 		parse_socket(c, v[SOCKET], p, &l->socket);
 	if (v[SPLICE] && (PATH(p, "%s.splice", path), 1))
 		get_bool(c, v[SPLICE], p, &l->splice);
+	if (v[HALFC] && (PATH(p, "%s.half_close", path), 1))
+		get_bool(c, v[HALFC], p, &l->half_close);
 	if (!v[POOL] && !v[SNI])
 		errat(c, n->line, n->col, "%s: needs a pool (or sni rules) to send connections to",
 		      path);
@@ -1422,8 +1427,9 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 	static const char *const keys[] = {"shards",     "cpus",         "user",
 					   "admin",      "access_log",   "max_conns",
 					   "listeners",  "pools",        "splice_pipes",
-					   "splice_pipe_size"};
-	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, NKEYS };
+					   "splice_pipe_size", "admin_timeout"};
+	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, ADMINTO,
+	       NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[64];
 
@@ -1465,6 +1471,14 @@ static void parse_top(struct ctx *c, const struct ynode *root, struct tlp_config
 	if (v[ADMIN])
 		get_text(c, v[ADMIN], "admin", sizeof(((struct sockaddr_un *)0)->sun_path) - 1, 0,
 			 &cfg->admin, NULL);
+	if (v[ADMINTO]) {
+		if (!v[ADMIN])
+			errat(c, v[ADMINTO]->line, v[ADMINTO]->col,
+			      "admin_timeout: there is no admin socket for it to apply to");
+		else
+			get_dur(c, v[ADMINTO], "admin_timeout", R_ADMIN_TIMEOUT,
+				&cfg->admin_timeout_ns);
+	}
 	if (v[LOG])
 		get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])
@@ -1570,6 +1584,7 @@ static struct tlp_config *new_config(struct tlp_arena **arena)
 		return NULL;
 	}
 	cfg->arena = *arena;
+	cfg->admin_timeout_ns = R_ADMIN_TIMEOUT.dflt;
 	return cfg;
 }
 
@@ -1713,7 +1728,7 @@ const char *tlp_args_usage(void)
 	       "               [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]\n"
 	       "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
 	       "               [--splice-pipe-size SIZE] [--max-conns N]\n"
-	       "               [--connect-timeout D] [--idle-timeout D]\n"
+	       "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
 	       "       tlproxy --config FILE\n"
 	       "       tlproxy --check FILE\n"
 	       "durations D take a unit: 500ms, 2s, 1m, 1h\n";
@@ -1758,6 +1773,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	const char *path = NULL, *path_opt = NULL, *cpus = NULL;
 	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0, spipes = 0, spsize = 0;
 	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
+	int half_close = 1;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
 	struct {
 		const char *s;
@@ -1956,6 +1972,13 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		} else if (!strcmp(o, "--idle-timeout")) {
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
+		} else if (!strcmp(o, "--half-close")) {
+			if (strcmp(v, "on") && strcmp(v, "off")) {
+				fail(err, errlen, "--half-close: '%s' is not on or off",
+				     clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			half_close = !strcmp(v, "on");
 		} else {
 			fail(err, errlen, "unknown option '%s'",
 			     clip(o, strlen(o), shown, sizeof shown));
@@ -2016,6 +2039,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		l->connect_timeout_ns = connect;
 		l->idle_timeout_ns = idle;
 		l->splice = splice;
+		l->half_close = half_close;
 		pool->balance = balance;
 		pool->proxy_protocol = pp;
 		l->listen = zalloc(&c, arena, nlisten * sizeof *l->listen);

@@ -142,6 +142,9 @@ struct tlp_listener_cfg {
 	uint64_t server_fin_ns;          /* default 30 s */
 	struct tlp_socket_cfg socket;
 	int splice;                      /* default 0 */
+	int half_close;                  /* 1 (default): a side's FIN is passed on and the
+					  * other side may go on; 0: the pair ends once a
+					  * side's FIN and every byte read are passed on */
 };
 
 struct tlp_arena;
@@ -151,6 +154,7 @@ struct tlp_config {
 	const char *cpus;        /* a CPU list (< 1024); NULL = not given */
 	const char *user;        /* NULL = keep the starting user */
 	const char *admin;       /* admin socket path; NULL = none */
+	uint64_t admin_timeout_ns; /* an admin client idle this long is closed; default 60 s */
 	const char *access_log;  /* NULL = no access log */
 	uint32_t max_conns;      /* process-wide; 0 = no limit */
 	uint32_t splice_pipes;   /* splice pipe pool per shard; 0 = from the pipe budget */
@@ -213,7 +217,7 @@ struct tlp_args {
  *         [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
- *         [--connect-timeout D] [--idle-timeout D]
+ *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

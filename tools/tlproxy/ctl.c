@@ -21,17 +21,42 @@
  */
 
 #define CTL_TICK_NS 50000000ull
+
+/*
+ * The admin socket. Commands are lines, taken one at a time from the bytes
+ * as they come, however the client splits them: a read's lease is kept
+ * until its last line is run (at most ADMIN_HOLD leases per client: its
+ * reads pause at that, contract 4.10), and only the line being read is
+ * copied, so a client may send any number of commands in one write. A line
+ * longer than ADMIN_LINE is answered with an error and skipped. Answers are
+ * written in batches of about ADMIN_BATCH bytes: lines wait while one is
+ * being written, so a client that sends and never reads holds at most its
+ * leases and one batch. A client that sends nothing and takes nothing for
+ * admin_timeout is closed (its stream's idle deadline), and one that finds
+ * every one of the ADMIN_MAX slots taken is told so and closed.
+ */
 #define ADMIN_MAX 16
-#define ADMIN_IN 4096
+#define ADMIN_LINE 4096
+#define ADMIN_HOLD 4
+#define ADMIN_BATCH 65536
 
 enum { HOP_CONNECT = 1, HOP_WRITE, HOP_READ, HOP_CLOSE };
 enum { AOP_READ = 1, AOP_WRITE, AOP_CLOSE, AOP_LISTEN };
 
+/* A lease read from an admin client, run up to off. */
+struct admin_held {
+	const uint8_t *data;
+	uint32_t id, len, off;
+};
+
 struct admin_conn {
 	tl_handle h;
-	int used, writing, eof, closing;
-	uint32_t inlen;
-	char in[ADMIN_IN];
+	int used, writing, eof, quit, closing;
+	int skipping;               /* the line being read is too long: skip to its end */
+	uint32_t inlen;             /* bytes of the line being read */
+	char in[ADMIN_LINE + 1];
+	struct admin_held held[ADMIN_HOLD]; /* leases read and not yet run, oldest first */
+	uint32_t nheld;
 	char *out;
 	size_t outlen, outcap;
 };
@@ -211,6 +236,20 @@ static void check_done(struct tlp_srv *s, int ok, const char *why)
 	check_result(s, ok, why);
 }
 
+/* A check ended with error err: a failure if the server is to blame
+ * (tlp_blame), else no result at all (the proxy's own trouble, such as no
+ * descriptor to check with, says nothing of the server). */
+static void check_error(struct tlp_srv *s, int err)
+{
+	if (tlp_blame(err) == TLP_BLAME_SERVER) {
+		check_done(s, 0, tl_strerror(err));
+		return;
+	}
+	s->h_busy = 0;
+	tl_close(ctl.loop, s->h_h, htok(s->slot, HOP_CLOSE));
+	s->h_h = TL_HANDLE_NONE;
+}
+
 static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 {
 	uint64_t dl = tl_now(ctl.loop) + pc->health.timeout_ns;
@@ -227,8 +266,10 @@ static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 	else
 		r = tl_tcp_connect(ctl.loop, &s->addr, dl, htok(s->slot, HOP_CONNECT), &h, &op);
 	if (r < 0) {
-		/* Not even a socket (descriptors, tables): a failure too. */
-		check_result(s, 0, tl_strerror(r));
+		/* Not even a socket (descriptors, tables): the proxy's trouble,
+		 * unless the kernel refused the connect at once. */
+		if (tlp_blame(r) == TLP_BLAME_SERVER)
+			check_result(s, 0, tl_strerror(r));
 		return;
 	}
 	s->h_busy = 1;
@@ -292,7 +333,7 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 		uint32_t n = 0;
 
 		if (e->result < 0) {
-			check_done(s, 0, tl_strerror((int)e->result));
+			check_error(s, (int)e->result);
 			return;
 		}
 		/* Our own connection: a PROXY header without addresses. */
@@ -327,7 +368,7 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 	case HOP_WRITE:
 		s->h_wq--;
 		if (e->result < 0) {
-			check_done(s, 0, tl_strerror((int)e->result));
+			check_error(s, (int)e->result);
 			return;
 		}
 		/* Sent, and nothing to wait for: passed. */
@@ -353,9 +394,10 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 				check_done(s, 1, "");
 			return;
 		}
-		if (e->flags & TL_F_TERMINAL)
-			check_done(s, 0, e->result < 0 ? tl_strerror((int)e->result)
-						       : "closed before the expected reply");
+		if ((e->flags & TL_F_TERMINAL) && e->result < 0)
+			check_error(s, (int)e->result);
+		else if (e->flags & TL_F_TERMINAL)
+			check_done(s, 0, "closed before the expected reply");
 		return;
 	default:
 		return;
@@ -501,8 +543,16 @@ static void cmd_servers(struct admin_conn *a, const char *pool)
 {
 	struct tlp_world *w = &tlp_w;
 	uint64_t now = tlp_mono_ns();
+	uint32_t p;
 
-	for (uint32_t p = 0; p < w->ngp; p++) {
+	for (p = 0; pool && p < w->ngp; p++)
+		if (w->gp[p]->cfg && !strcmp(pool, w->gp[p]->name))
+			break;
+	if (pool && p == w->ngp) {
+		out_add(a, "no pool '%.64s' (show pools lists them)\n", pool);
+		return;
+	}
+	for (p = 0; p < w->ngp; p++) {
 		struct tlp_gpool *gp = w->gp[p];
 
 		if (!gp->cfg || !gp->view || (pool && strcmp(pool, gp->name)))
@@ -581,10 +631,15 @@ static void cmd(struct admin_conn *a, char *line)
 		}
 		out_add(a, "ok\n");
 	} else if (!strcmp(verb, "quit")) {
-		a->eof = 1;
+		a->quit = 1;
 	} else {
 		out_add(a, "unknown command '%.40s' (try help)\n", verb);
 	}
+}
+
+static inline uint64_t atok(const struct admin_conn *a, int op)
+{
+	return tl_token(TLP_H_ADMIN, (uint64_t)(a - ctl.adm) | (uint64_t)op << 8);
 }
 
 static void admin_close(struct admin_conn *a)
@@ -592,42 +647,73 @@ static void admin_close(struct admin_conn *a)
 	if (a->closing)
 		return;
 	a->closing = 1;
-	tl_close(ctl.loop, a->h, tl_token(TLP_H_ADMIN, (uint64_t)(a - ctl.adm) | (uint64_t)AOP_CLOSE << 8));
+	tl_close(ctl.loop, a->h, atok(a, AOP_CLOSE));
 }
 
-/* Run the complete lines received, and send what they printed. */
+/* Take bytes of the oldest held lease up to its next line end: run the
+ * line once it is whole. Returns 1 when a line ended. */
+static int admin_line(struct admin_conn *a)
+{
+	struct admin_held *l = &a->held[0];
+	const uint8_t *p = l->data + l->off, *nl = memchr(p, '\n', l->len - l->off);
+	uint32_t n = nl ? (uint32_t)(nl - p) : l->len - l->off;
+
+	if (!a->skipping && a->inlen + n > ADMIN_LINE) {
+		a->skipping = 1; /* answered when the line ends */
+		a->inlen = 0;
+	}
+	if (!a->skipping) {
+		memcpy(a->in + a->inlen, p, n);
+		a->inlen += n;
+	}
+	l->off += n + (nl ? 1 : 0);
+	if (l->off == l->len) {
+		tl_lease_release(ctl.loop, l->id);
+		memmove(&a->held[0], &a->held[1], --a->nheld * sizeof a->held[0]);
+	}
+	if (!nl)
+		return 0;
+	if (a->skipping)
+		out_add(a, "line longer than %d bytes: skipped\n", ADMIN_LINE);
+	else {
+		a->in[a->inlen] = '\0';
+		cmd(a, a->in);
+	}
+	a->skipping = 0;
+	a->inlen = 0;
+	return 1;
+}
+
+/* Run the lines received, in batches, and send what they printed. */
 static void admin_run(struct admin_conn *a)
 {
-	tl_op op;
-
 	if (a->writing || a->closing)
 		return;
-	while (!a->eof || a->inlen) {
-		char *nl = memchr(a->in, '\n', a->inlen);
-		size_t len;
-
-		if (!nl && !a->eof)
-			break;
-		len = nl ? (size_t)(nl - a->in) : a->inlen;
-		char line[ADMIN_IN + 1];
-
-		memcpy(line, a->in, len);
-		line[len] = '\0';
-		a->inlen -= (uint32_t)(nl ? len + 1 : len);
-		memmove(a->in, a->in + (nl ? len + 1 : len), a->inlen);
-		cmd(a, line);
-		if (a->eof && !nl)
-			break;
+	while (a->nheld && !a->quit && a->outlen < ADMIN_BATCH)
+		admin_line(a);
+	/* The client's end: its last line needs no line end. */
+	if (a->eof && !a->nheld && !a->quit && (a->inlen || a->skipping)) {
+		if (a->skipping)
+			out_add(a, "line longer than %d bytes: skipped\n", ADMIN_LINE);
+		else {
+			a->in[a->inlen] = '\0';
+			cmd(a, a->in);
+		}
+		a->inlen = 0;
+		a->skipping = 0;
 	}
 	if (a->outlen) {
-		if (tl_write(ctl.loop, a->h, a->out, (uint32_t)a->outlen,
-			     tl_token(TLP_H_ADMIN, (uint64_t)(a - ctl.adm) | (uint64_t)AOP_WRITE << 8),
-			     &op) == 0) {
+		tl_op op;
+
+		if (tl_write(ctl.loop, a->h, a->out, (uint32_t)a->outlen, atok(a, AOP_WRITE), &op) ==
+		    0) {
 			a->writing = 1;
 			return;
 		}
+		admin_close(a);
+		return;
 	}
-	if (a->eof)
+	if (a->quit || (a->eof && !a->nheld))
 		admin_close(a);
 }
 
@@ -660,6 +746,15 @@ void tlp_on_admin(tl_shard *s, const tl_completion *e)
 				break;
 			}
 		if (slot < 0) {
+			/* A new Unix stream's send buffer is empty: the line goes
+			 * whole, at once, before the close. */
+			static const char busy[] = "busy: all 16 admin connections are in use; "
+						   "try again later\n";
+
+			_Static_assert(ADMIN_MAX == 16, "the message names the count");
+			if (send(fd, busy, sizeof busy - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+				tlp_log("admin: all %d slots in use; a client was closed unanswered",
+					ADMIN_MAX);
 			tl_close(ctl.loop, e->u.accept.conn, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 			return;
 		}
@@ -667,30 +762,40 @@ void tlp_on_admin(tl_shard *s, const tl_completion *e)
 		memset(a, 0, sizeof *a);
 		a->used = 1;
 		a->h = e->u.accept.conn;
-		if (tl_read_start(ctl.loop, a->h,
-				  tl_token(TLP_H_ADMIN, (uint64_t)slot | (uint64_t)AOP_READ << 8), &id) < 0)
+		if (tl_handle_caps(ctl.loop, a->h, ADMIN_HOLD, 0) < 0 ||
+		    tl_idle_deadline(ctl.loop, a->h, atomic_load(&tlp_w.gen)->cfg->admin_timeout_ns) < 0 ||
+		    tl_read_start(ctl.loop, a->h, atok(a, AOP_READ), &id) < 0)
 			admin_close(a);
 		return;
 	}
-	if (!a->used)
+	if (!a->used) {
+		if (e->kind == TL_K_READ && (e->flags & TL_F_LEASE) && e->result > 0)
+			tl_lease_release(ctl.loop, e->u.read.lease.id);
 		return;
+	}
 	switch (op) {
 	case AOP_READ:
 		if (e->result > 0 && (e->flags & TL_F_LEASE)) {
-			uint32_t n = (uint32_t)e->result;
-
-			if (a->inlen + n > ADMIN_IN) {
-				a->inlen = 0;
-				out_add(a, "line too long\n");
-				a->eof = 1;
-			} else {
-				memcpy(a->in + a->inlen, e->u.read.lease.data, n);
-				a->inlen += n;
+			if (a->closing || a->nheld == ADMIN_HOLD) {
+				/* Closing; or past the cap, which the caps forbid. */
+				tl_lease_release(ctl.loop, e->u.read.lease.id);
+				if (!a->closing)
+					admin_close(a);
+				return;
 			}
-			tl_lease_release(ctl.loop, e->u.read.lease.id);
+			a->held[a->nheld].data = e->u.read.lease.data;
+			a->held[a->nheld].id = e->u.read.lease.id;
+			a->held[a->nheld].len = (uint32_t)e->result;
+			a->held[a->nheld++].off = 0;
 		}
-		if ((e->flags & TL_F_TERMINAL) && e->result != -ECANCELED)
+		if (e->result == -ETIMEDOUT && !a->closing) {
+			out_add(a, "closing: idle for %llu ms\n",
+				(unsigned long long)(atomic_load(&tlp_w.gen)->cfg->admin_timeout_ns /
+						     1000000));
+			a->quit = 1;
+		} else if ((e->flags & TL_F_TERMINAL) && e->result != -ECANCELED) {
 			a->eof = 1;
+		}
 		admin_run(a);
 		return;
 	case AOP_WRITE:
@@ -703,6 +808,8 @@ void tlp_on_admin(tl_shard *s, const tl_completion *e)
 		admin_run(a);
 		return;
 	case AOP_CLOSE:
+		for (uint32_t i = 0; i < a->nheld; i++)
+			tl_lease_release(ctl.loop, a->held[i].id);
 		free(a->out);
 		memset(a, 0, sizeof *a);
 		return;

@@ -123,7 +123,7 @@ static void raise_nofile(uint64_t want)
 		fprintf(stderr,
 			"tlproxy: the descriptor limit (RLIMIT_NOFILE) is %llu and cannot be raised; "
 			"the configured connection limits need up to %llu (raise it with ulimit -n "
-			"or LimitNOFILE=); connections past it are refused\n",
+			"or LimitNOFILE=); at it, accepting stops and clients wait in the backlog\n",
 			(unsigned long long)rl.rlim_cur, (unsigned long long)want);
 }
 

@@ -32,10 +32,30 @@
 #define W_BITS 12
 #define W_SIZE (1u << W_BITS)
 #define W_MASK (W_SIZE - 1)
-/* Leases held while a peeking client's server is chosen and connected: the
- * stream's lease cap (8) pauses its read well before. */
-#define HOLD_MAX 24
+/*
+ * The peek: a connection that must start with a PROXY header or whose
+ * ClientHello chooses its pool is read into a buffer of its own before a
+ * server is chosen. The reads are one-shot reads into that buffer (no
+ * lease is held while a client takes its time), and a read is issued only
+ * when there is room: bytes the proxy has no room for stay in the kernel.
+ * Each peeking connection takes a record of PEEK_SMALL bytes from its
+ * shard's pool when its peek starts (its first read needs the room); the
+ * pool grows in chunks of PK_CHUNK up
+ * to one record per connection of the table, so slow clients, however
+ * many, cannot take a record from a fast one. A header and hello longer
+ * than PEEK_SMALL (rare: a hello of a few post-quantum key shares and
+ * tickets) moves into one of the shard's PEEK_BIG buffers of PEEK_CAP
+ * bytes; when none is free it waits for one, first come first served,
+ * without reading, still bounded by sni_timeout. So slow clients cost at
+ * most a record each, and only clients that send over PEEK_SMALL bytes
+ * without finishing can make others wait, and then only those of their
+ * own size.
+ */
 #define PEEK_CAP (TLP_PP_V2_MAX + TLP_SNI_INPUT_MAX)
+#define PEEK_REC 4096
+#define PEEK_SMALL (PEEK_REC - 16)
+#define PK_CHUNK 64
+#define PEEK_BIG 64
 #define HB_SIZE 256
 
 /* Operation kinds in a connection token. */
@@ -50,6 +70,7 @@ enum {
 	OP_CLOSE_OLD,  /* a server handle of a failed attempt */
 	OP_SPLICE,     /* a splice from side s to the other (splice.h) */
 	OP_WRITE_CARRY, /* bytes a connection handed over brought (takeover) */
+	OP_PEEK,       /* a read into the peek buffer */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -62,7 +83,7 @@ static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
 #define TOK_OP(t) ((int)(((t) >> 25) & 0xf))
 #define TOK_ARG(t) ((uint32_t)(((t) >> 29) & 0xffffff))
 
-enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
+enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD };
 
 /* flags */
 #define F_EOF(s) (0x1u << (s))       /* side s sent its FIN */
@@ -79,20 +100,25 @@ enum { C_FREE = 0, C_WAITPEEK, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING };
 #define F_HO 0x10000u                /* being handed over (takeover): ho is a tlp_ho_out */
 #define F_HORD(s) (0x20000u << (s))  /* ... and side s's read has ended */
 #define F_HORES 0x80000u             /* ... too late: it carries on here */
+#define F_PKRD 0x100000u             /* a read into the peek buffer is in flight */
+#define F_PKWAIT 0x200000u           /* the peek waits for a big buffer */
+#define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
+#define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
 	uint32_t wnext, wprev;   /* wheel bucket, or free list (wnext) */
-	uint32_t qnext, qprev;   /* a pool's queue, or the peek wait list */
+	uint32_t qnext, qprev;   /* a pool's queue, the big buffers' wait list, or the held list */
 	uint32_t wslot;          /* the tick of its bucket; NONE: not in the wheel */
-	uint32_t t_state;        /* tick its peek or queue wait began */
+	uint32_t t_state;        /* tick it was accepted, or its queue wait began */
 	uint32_t flags;
 	uint16_t wq[2];          /* writes in flight to side s */
 	uint8_t state, cause, tries, nclosing;
-	uint16_t peek, hdr;      /* peek slot, header buffer (0xffff none) */
+	uint16_t hdr;            /* header buffer (0xffff none) */
+	uint32_t peek;           /* peek record (NONE none) */
 	uint32_t vidx;           /* server index in the view it came from */
 	uint64_t ticket;         /* its place in the pool's queue */
-	tl_op rop;               /* the client's read while peeking */
+	tl_op rop;               /* the client's read into the peek buffer */
 	void *ho;                /* takeover: struct tlp_ho_out (F_HO) or tlp_ho_in */
 	uint64_t tried;          /* view indexes tried (first 64) */
 	struct tlp_gen *gen;
@@ -110,15 +136,15 @@ struct tlp_conn {
 	tl_addr dst;             /* what the PROXY header said it reached (pp_in) */
 };
 
+/* A peek record (PEEK_REC bytes in all). */
 struct tlp_peek {
-	uint8_t *buf;
-	uint32_t len, off, next;
-	uint32_t nhold;
-	struct {
-		uint8_t *data;
-		uint32_t id, len;
-	} hold[HOLD_MAX];
+	uint32_t len;   /* bytes read */
+	uint32_t off;   /* where the bytes to forward start (past a PROXY header) */
+	uint32_t next;  /* free list */
+	uint32_t big;   /* the big buffer holding the bytes, NONE: small */
+	uint8_t small[PEEK_SMALL];
 };
+_Static_assert(sizeof(struct tlp_peek) == PEEK_REC, "a record is PEEK_REC bytes");
 
 struct tlp_lpool {
 	struct tlp_view *v;
@@ -141,9 +167,27 @@ struct tlp_shard {
 	tl_handle sweep_h;
 	struct tlp_gen *gen;
 	struct tlp_lpool lp[TLP_REG_POOLS];
-	/* peek slots and their waiting list */
-	struct tlp_peek *pk;
-	uint32_t npk, pk_free, pkw_head, pkw_tail;
+	/* peek records (chunks of PK_CHUNK), big buffers and their wait list */
+	struct tlp_peek **pkc;
+	uint32_t npk, pk_free;
+	uint8_t *big;
+	uint32_t big_next[PEEK_BIG], big_free, pkw_head, pkw_tail;
+	int granting;
+	/* clients held (accepted past a limit, or out of descriptors) and
+	 * accepts stopped until there is room */
+	uint32_t held_head, held_tail, nheld;
+	uint32_t nadm, admit_cap;  /* clients admitted here, and at most (the table less HELD_MAX) */
+	struct tlp_paused {
+		tl_handle h;
+		uint64_t tok;
+		int st;        /* PZ_*: its accept is stopping, stopped, or one-shot */
+	} *pz;
+	uint32_t npz, pzcap;
+	int fd_short;              /* a connect or accept found no descriptor */
+	int fd_freed;              /* ... and one may have come free since */
+	uint64_t fd_tight_until;   /* till then, accept one client at a time */
+	int resume_due, resuming;
+	uint64_t fd_log_at;
 	/* PROXY header buffers */
 	uint8_t (*hb)[HB_SIZE];
 	uint16_t *hb_free;
@@ -208,6 +252,11 @@ static void ho_step(struct tlp_shard *sh, struct tlp_conn *c);
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
 static void ho_drop(struct tlp_conn *c);
 static void carry_written(struct tlp_conn *c);
+static void held_add(struct tlp_shard *sh, struct tlp_conn *c, int first);
+static void held_del(struct tlp_shard *sh, struct tlp_conn *c);
+static void resume(struct tlp_shard *sh);
+static void fd_short_set(struct tlp_shard *sh, int err);
+static void notify_room(struct tlp_shard *sh);
 
 static inline struct tlp_shard *SH(tl_shard *s)
 {
@@ -275,9 +324,10 @@ static uint32_t deadline(const struct tlp_conn *c, int *cause)
 	const struct tlp_lrt *l = c->lr;
 
 	switch (c->state) {
-	case C_WAITPEEK:
+	case C_PEEK:
+		/* Waiting for a big buffer: no read to put a deadline on. */
 		*cause = TLP_END_PEEK_TIMEOUT;
-		return c->t_state + l->peek_t;
+		return c->flags & F_PKWAIT ? c->t_state + l->peek_t : NONE;
 	case C_QUEUED:
 		*cause = TLP_END_QUEUE_TIMEOUT;
 		return c->t_state + l->queue_t;
@@ -358,6 +408,12 @@ static void sweep(struct tlp_shard *sh)
 		sweep_bucket(sh, sh->tick);
 	}
 	sh->tick = to;
+	/* Held clients and stopped accepts: descriptors may have come free
+	 * elsewhere (another process, the control plane). */
+	if (sh->nheld || sh->npz) {
+		sh->fd_freed = 1;
+		resume(sh);
+	}
 	/* Clients waiting for a server: a server may have come up. */
 	if (sh->queued)
 		for (uint32_t i = 0; i < tlp_w.ngp; i++)
@@ -388,6 +444,8 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 	(void)arg;
 	if (!sh)
 		return 0;
+	if (sh->resume_due)
+		resume(sh);
 	if (sh->d_conns) {
 		tl_shard_counter_add(s, w->st_conns, sh->d_conns);
 		sh->d_conns = 0;
@@ -482,7 +540,8 @@ static struct tlp_conn *conn_new(struct tlp_shard *sh)
 	memset(c, 0, offsetof(struct tlp_conn, peer));
 	c->h[0] = c->h[1] = TL_HANDLE_NONE;
 	c->wnext = c->wprev = c->qnext = c->qprev = c->wslot = NONE;
-	c->peek = c->hdr = 0xffff;
+	c->hdr = 0xffff;
+	c->peek = NONE;
 	c->state = C_CONNECT;
 	c->cause = 0xff;
 	sh->nopen++;
@@ -498,10 +557,13 @@ static void gen_unuse(struct tlp_shard *sh, struct tlp_gen *g)
 		tlp_gen_put(g);
 }
 
+static void peek_release(struct tlp_shard *sh, struct tlp_conn *c);
+
 static void conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	int cause = c->cause == 0xff ? TLP_END_DONE : c->cause;
 
+	peek_release(sh, c); /* every op of c has ended */
 	log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause);
 	gen_unuse(sh, c->gen);
 	c->state = C_FREE;
@@ -509,40 +571,75 @@ static void conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 	sh->free_head = CI(sh, c);
 	sh->nopen--;
 	sh->open_dirty = 1;
+	if (c->flags & F_ADM)
+		sh->nadm--; /* its slot of the table is free */
+	notify_room(sh); /* its descriptors and counts are back */
 }
 
-/* ---- peek slots and header buffers ---- */
+/* ---- peek records and big buffers (the rule is at PEEK_CAP) ---- */
 
-static void peek_release(struct tlp_shard *sh, struct tlp_conn *c);
+static void peek_next(struct tlp_shard *sh, struct tlp_conn *c);
 
+static inline struct tlp_peek *PK(struct tlp_shard *sh, uint32_t i)
+{
+	return &sh->pkc[i / PK_CHUNK][i % PK_CHUNK];
+}
+
+static inline uint8_t *peek_buf(struct tlp_shard *sh, struct tlp_peek *p)
+{
+	return p->big != NONE ? sh->big + (size_t)p->big * PEEK_CAP : p->small;
+}
+
+/* Another chunk of records, while the pool is smaller than the table. */
+static int peek_grow(struct tlp_shard *sh)
+{
+	struct tlp_peek *chunk;
+
+	if (sh->npk >= sh->cap || !(chunk = malloc(PK_CHUNK * sizeof *chunk)))
+		return -1;
+	sh->pkc[sh->npk / PK_CHUNK] = chunk;
+	for (uint32_t i = 0; i < PK_CHUNK; i++)
+		chunk[i].next = i + 1 < PK_CHUNK ? sh->npk + i + 1 : sh->pk_free;
+	sh->pk_free = sh->npk;
+	sh->npk += PK_CHUNK;
+	return 0;
+}
+
+/* A record for c. 0, or -1 (no memory). */
 static int peek_get(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_peek *p;
 
-	if (sh->pk_free == NONE)
+	if (sh->pk_free == NONE && peek_grow(sh) < 0)
 		return -1;
-	p = &sh->pk[sh->pk_free];
+	p = PK(sh, sh->pk_free);
+	c->peek = sh->pk_free;
 	sh->pk_free = p->next;
-	p->len = p->off = p->nhold = 0;
-	c->peek = (uint16_t)(p - sh->pk);
+	p->len = p->off = 0;
+	p->big = NONE;
 	return 0;
 }
 
-static void start_peek(struct tlp_shard *sh, struct tlp_conn *c)
+static void pkw_add(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	c->state = C_PEEK;
-	wheel_del(sh, c);
-	if (tl_read_start(sh->loop, c->h[0], tok(CI(sh, c), 0, OP_READ, 0), &c->rop) < 0) {
-		conn_end(sh, c, TLP_END_BUSY, 0);
-		return;
-	}
-	c->flags |= F_RD(0);
-	/* The header and the hello must come within sni_timeout of the accept. */
-	tl_read_deadline(sh->loop, c->rop, c->t0 + c->lr->cfg->sni_timeout_ns);
+	uint32_t ci = CI(sh, c);
+
+	c->flags |= F_PKWAIT;
+	c->qnext = NONE;
+	c->qprev = sh->pkw_tail;
+	if (sh->pkw_tail != NONE)
+		sh->c[sh->pkw_tail].qnext = ci;
+	else
+		sh->pkw_head = ci;
+	sh->pkw_tail = ci;
+	wheel_arm(sh, c);
 }
 
 static void pkw_del(struct tlp_shard *sh, struct tlp_conn *c)
 {
+	if (!(c->flags & F_PKWAIT))
+		return;
+	c->flags &= ~F_PKWAIT;
 	if (c->qprev != NONE)
 		sh->c[c->qprev].qnext = c->qnext;
 	else
@@ -552,29 +649,51 @@ static void pkw_del(struct tlp_shard *sh, struct tlp_conn *c)
 	else
 		sh->pkw_tail = c->qprev;
 	c->qnext = c->qprev = NONE;
+	wheel_del(sh, c);
 }
 
+/* Move a full record's bytes into a free big buffer. */
+static void big_take(struct tlp_shard *sh, struct tlp_peek *p)
+{
+	p->big = sh->big_free;
+	sh->big_free = sh->big_next[p->big];
+	memcpy(sh->big + (size_t)p->big * PEEK_CAP, p->small, p->len);
+}
+
+/* Free big buffers to the connections waiting for one, oldest first. */
+static void peek_grant(struct tlp_shard *sh)
+{
+	if (sh->granting)
+		return; /* the loop below, further up the stack, goes on */
+	sh->granting = 1;
+	while (sh->big_free != NONE && sh->pkw_head != NONE) {
+		struct tlp_conn *w = &sh->c[sh->pkw_head];
+
+		pkw_del(sh, w);
+		big_take(sh, PK(sh, w->peek));
+		peek_next(sh, w);
+	}
+	sh->granting = 0;
+}
+
+/* Give c's record (and big buffer) back. Only once no read or write uses
+ * them: a one-shot read writes into the buffer until its terminal. */
 static void peek_release(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_peek *p;
 
-	if (c->peek == 0xffff)
+	if (c->peek == NONE)
 		return;
-	p = &sh->pk[c->peek];
-	for (uint32_t i = 0; i < p->nhold; i++)
-		tl_lease_release(sh->loop, p->hold[i].id);
-	p->nhold = 0;
+	p = PK(sh, c->peek);
+	if (p->big != NONE) {
+		sh->big_next[p->big] = sh->big_free;
+		sh->big_free = p->big;
+		p->big = NONE;
+	}
 	p->next = sh->pk_free;
 	sh->pk_free = c->peek;
-	c->peek = 0xffff;
-	/* The first client waiting for a slot gets it. */
-	if (sh->pkw_head != NONE) {
-		struct tlp_conn *w = &sh->c[sh->pkw_head];
-
-		pkw_del(sh, w);
-		peek_get(sh, w);
-		start_peek(sh, w);
-	}
+	c->peek = NONE;
+	peek_grant(sh);
 }
 
 /* ---- balancing ---- */
@@ -874,15 +993,26 @@ static void start_connect(struct tlp_shard *sh, struct tlp_conn *c)
 
 static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 {
-	(void)err;
-	tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
-	if (c->vidx < 64)
+	int blame = tlp_blame(err);
+
+	/* Only what the server did counts against it (tlp_blame). */
+	if (blame == TLP_BLAME_SERVER)
+		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
+	if (c->vidx < 64 && blame != TLP_BLAME_FDS)
 		c->tried |= 1ull << c->vidx;
 	srv_release(sh, c);
 	if (!tl_handle_eq(c->h[1], TL_HANDLE_NONE)) {
 		tl_close(sh->loop, c->h[1], tok(CI(sh, c), 1, OP_CLOSE_OLD, 0));
 		c->nclosing++;
 		c->h[1] = TL_HANDLE_NONE;
+	}
+	if (blame == TLP_BLAME_FDS && !sh->stopping) {
+		/* No descriptor to connect with: wait for one, no retry spent
+		 * (first in line again if it was being given one). */
+		fd_short_set(sh, err);
+		held_add(sh, c, sh->resuming);
+		c->flags |= F_FDWAIT;
+		return;
 	}
 	if (sh->stopping || c->tries >= c->pc->retries) {
 		conn_end(sh, c, TLP_END_CONNECT, 0);
@@ -978,31 +1108,26 @@ static void connected(struct tlp_shard *sh, struct tlp_conn *c)
 		if (c->state != C_FWD)
 			return;
 	}
-	if (c->peek != 0xffff) {
-		struct tlp_peek *p = &sh->pk[c->peek];
-		uint32_t nhold = p->nhold;
+	if (c->peek != NONE) {
+		/* What the peek read goes first; the client's reads follow it
+		 * in the server's write queue. */
+		struct tlp_peek *p = PK(sh, c->peek);
 
-		p->nhold = 0;
 		if (p->len > p->off) {
 			c->flags |= F_PEEKW;
-			write_buf(sh, c, 1, p->buf + p->off, p->len - p->off, OP_WRITE_PEEK, 0);
+			write_buf(sh, c, 1, peek_buf(sh, p) + p->off, p->len - p->off, OP_WRITE_PEEK,
+				  0);
 		}
-		for (uint32_t i = 0; i < nhold && c->state == C_FWD; i++)
-			write_buf(sh, c, 1, p->hold[i].data, p->hold[i].len, OP_WRITE, p->hold[i].id);
 		if (c->state != C_FWD)
 			return;
 		if (!(c->flags & F_PEEKW))
 			peek_release(sh, c);
 	}
-	if (!(c->flags & F_RD(0))) {
-		if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
-			conn_end(sh, c, TLP_END_BUSY, 0);
-			return;
-		}
-		c->flags |= F_RD(0);
-	} else {
-		c->rd[0] = c->rop; /* the peek's read goes on */
+	if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
 	}
+	c->flags |= F_RD(0);
 	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &c->rd[1]) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
@@ -1033,17 +1158,12 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		q_del(sh, c);
-	else if (was == C_WAITPEEK)
-		pkw_del(sh, c);
-	if (!(c->flags & F_PEEKW))
+	else if (was == C_HELD)
+		held_del(sh, c);
+	pkw_del(sh, c);
+	/* A peek buffer a read or write still uses goes at that op's end. */
+	if (!(c->flags & (F_PEEKW | F_PKRD)))
 		peek_release(sh, c);
-	else if (c->peek != 0xffff) {
-		struct tlp_peek *p = &sh->pk[c->peek];
-
-		for (uint32_t i = 0; i < p->nhold; i++)
-			tl_lease_release(sh->loop, p->hold[i].id);
-		p->nhold = 0;
-	}
 	for (int s = 0; s < 2; s++) {
 		if (tl_handle_eq(c->h[s], TL_HANDLE_NONE) || (c->flags & F_CLOSE(s)))
 			continue;
@@ -1067,47 +1187,57 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 
 /* ---- the peek: PROXY header and ClientHello ---- */
 
-/* Keep a lease until the server is connected. 0, or -1 when full. */
-static int hold(struct tlp_shard *sh, struct tlp_conn *c, uint8_t *data, uint32_t id,
-		uint32_t len)
+/* Read more into c's peek buffer (a record for the first read; a big
+ * buffer, or a wait for one, once the record is full). */
+static void peek_next(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	struct tlp_peek *p = &sh->pk[c->peek];
+	struct tlp_peek *p;
+	uint32_t room;
 
-	if (p->nhold == HOLD_MAX) {
-		tl_lease_release(sh->loop, id);
+	if (c->peek == NONE && peek_get(sh, c) < 0) {
 		conn_end(sh, c, TLP_END_BUSY, 0);
-		return -1;
+		return;
 	}
-	p->hold[p->nhold].data = data;
-	p->hold[p->nhold].id = id;
-	p->hold[p->nhold].len = len;
-	p->nhold++;
-	return 0;
+	p = PK(sh, c->peek);
+	if (p->big == NONE && p->len == PEEK_SMALL) {
+		if (sh->big_free == NONE || sh->pkw_head != NONE) {
+			pkw_add(sh, c); /* behind those already waiting */
+			return;
+		}
+		big_take(sh, p);
+	}
+	room = (p->big != NONE ? PEEK_CAP : PEEK_SMALL) - p->len;
+	if (!room) {
+		/* Not reached: the parsers decide within PEEK_CAP bytes. */
+		conn_end(sh, c, c->flags & F_NEED_PP ? TLP_END_PROXY_BAD : TLP_END_SNI_BAD, 0);
+		return;
+	}
+	if (tl_read(sh->loop, c->h[0], peek_buf(sh, p) + p->len, room,
+		    tok(CI(sh, c), 0, OP_PEEK, 0), &c->rop) < 0) {
+		conn_end(sh, c, TLP_END_BUSY, 0);
+		return;
+	}
+	c->flags |= F_PKRD;
+	/* The header and the hello must come within sni_timeout of the accept. */
+	tl_read_deadline(sh->loop, c->rop, c->t0 + c->lr->cfg->sni_timeout_ns);
 }
 
-static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *l, uint32_t n)
+/* Decide c's pool from what the peek read so far, or read more. */
+static void peek_parse(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	struct tlp_peek *p = &sh->pk[c->peek];
+	struct tlp_peek *p = PK(sh, c->peek);
+	const uint8_t *buf = peek_buf(sh, p);
 	const struct tlp_listener_cfg *lc = c->lr->cfg;
-	uint32_t take = n, room = PEEK_CAP - p->len;
 	int r, why;
 
-	if (take > room)
-		take = room;
-	memcpy(p->buf + p->len, l->data, take);
-	p->len += take;
-	if (take < n) {
-		if (hold(sh, c, l->data + take, l->id, n - take) < 0)
-			return;
-	} else {
-		tl_lease_release(sh->loop, l->id);
-	}
 	if (c->flags & F_NEED_PP) {
 		struct tlp_pp_header hd;
 
-		r = tlp_pp_parse(p->buf, p->len, &hd, &why);
-		if (r == -EAGAIN)
+		r = tlp_pp_parse(buf, p->len, &hd, &why);
+		if (r == -EAGAIN) {
+			peek_next(sh, c);
 			return;
+		}
 		if (r < 0) {
 			conn_end(sh, c, TLP_END_PROXY_BAD, 0);
 			return;
@@ -1126,11 +1256,13 @@ static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *
 	if (lc->nsni) {
 		const struct tlp_lrt *lr = c->lr;
 
-		r = tlp_sni_parse(p->buf + p->off, p->len - p->off, sh->sni_host,
+		r = tlp_sni_parse(buf + p->off, p->len - p->off, sh->sni_host,
 				  sizeof sh->sni_host, &why);
 		if (r == -EAGAIN) {
 			if (p->len == PEEK_CAP)
 				conn_end(sh, c, TLP_END_SNI_BAD, 0);
+			else
+				peek_next(sh, c);
 			return;
 		}
 		if (r < 0) {
@@ -1147,13 +1279,40 @@ static void peek_feed(struct tlp_shard *sh, struct tlp_conn *c, const tl_lease *
 		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
 		return;
 	}
-	tl_read_deadline(sh->loop, c->rop, 0); /* the rest is forwarded, however slow */
 	c->pc = c->gen->pc_by_gp[c->gp->idx];
 	if (!c->pc) {
 		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
 		return;
 	}
 	assign(sh, c);
+}
+
+/* A read into the peek buffer ended. */
+static void on_peek(struct tlp_shard *sh, struct tlp_conn *c, const tl_completion *e)
+{
+	c->flags &= ~F_PKRD;
+	if (c->state != C_PEEK) {
+		/* Ending: the buffer is free now, unless a write uses it. */
+		if (!(c->flags & F_PEEKW))
+			peek_release(sh, c);
+		return;
+	}
+	if (e->result > 0) {
+		uint32_t n = (uint32_t)e->result;
+
+		PK(sh, c->peek)->len += n;
+		c->bytes[0] += n;
+		sh->d_bytes[0] += n;
+		peek_parse(sh, c);
+		return;
+	}
+	if (e->result == 0) {
+		/* It left before saying where it goes. */
+		c->flags |= F_EOF(0);
+		conn_end(sh, c, c->flags & F_NEED_PP ? TLP_END_PROXY_BAD : TLP_END_SNI_BAD, 0);
+		return;
+	}
+	conn_end(sh, c, e->result == -ETIMEDOUT ? TLP_END_PEEK_TIMEOUT : TLP_END_CLIENT_RESET, 0);
 }
 
 /* ---- splicing (splice.h has the rule) ---- */
@@ -1290,7 +1449,7 @@ static void on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_
 		return;
 	}
 	/* The source reset (or failed): the other side sees a reset too. */
-	if (s == 1 && c->srv)
+	if (s == 1 && c->srv && tlp_blame((int)e->result) == TLP_BLAME_SERVER)
 		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 	conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
 }
@@ -1313,14 +1472,6 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 				if (c->sp[s].mode == TLP_SPL_COPY && c->state == C_FWD)
 					spl_read(sh, c, s, n, l->cap);
 			}
-		} else if (c->state == C_PEEK) {
-			c->bytes[s] += n;
-			sh->d_bytes[s] += n;
-			peek_feed(sh, c, l, n);
-		} else if (c->state == C_QUEUED || c->state == C_CONNECT) {
-			c->bytes[s] += n;
-			sh->d_bytes[s] += n;
-			hold(sh, c, l->data, l->id, n);
 		} else {
 			tl_lease_release(sh->loop, l->id);
 		}
@@ -1350,23 +1501,16 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
 			return;
 		}
 		c->flags |= F_EOF(s);
-		if (c->state == C_PEEK || c->state == C_WAITPEEK) {
-			/* It left before saying where it goes. */
-			conn_end(sh, c, s == 0 && (c->flags & F_NEED_PP) ? TLP_END_PROXY_BAD
-									: TLP_END_SNI_BAD,
-				 0);
-			return;
-		}
-		return; /* passed on once connected */
+		return;
 	}
 	if (e->result == -ETIMEDOUT) {
-		conn_end(sh, c, c->state == C_PEEK ? TLP_END_PEEK_TIMEOUT : idle_cause(c), 0);
+		conn_end(sh, c, idle_cause(c), 0);
 		return;
 	}
 	if (e->result < 0 && e->result != -ECANCELED) {
 		/* A reset (or another error) on side s: the other side sees a
 		 * reset too. */
-		if (s == 1 && c->srv)
+		if (s == 1 && c->srv && tlp_blame((int)e->result) == TLP_BLAME_SERVER)
 			tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
 		conn_end(sh, c, s == 0 ? TLP_END_CLIENT_RESET : TLP_END_SERVER_RESET, 1 << (s ^ 1));
 		return;
@@ -1381,11 +1525,24 @@ static void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_co
  * Both sides have sent their FIN: once the writes to each side are out and
  * any shutdown issued is done, closing both ends the connection (the close
  * is the FIN still owed to a side, so the second FIN needs no shutdown).
+ *
+ * Without half_close (the listener's choice, nginx's proxy_half_close
+ * off), one FIN is enough: once every byte read from the side that sent it
+ * is written to the other and the FIN is passed on, both are closed, so a
+ * pair whose server answered and closed stops counting for the server
+ * (leastconn, max_conns) and the limits at once, whatever its client does.
+ * What the other side sends afterwards is not forwarded.
  */
 static void maybe_done(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	uint32_t f = c->flags;
 
+	if (!c->lr->cfg->half_close)
+		for (int s = 0; s < 2; s++)
+			if ((f & F_EOF(s)) && !c->wq[s ^ 1] && (f & F_SHUTOK(s ^ 1))) {
+				conn_end(sh, c, TLP_END_DONE, 0);
+				return;
+			}
 	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !c->wq[0] && !c->wq[1] &&
 	    (!(f & F_SHUT(0)) || (f & F_SHUTOK(0))) && (!(f & F_SHUT(1)) || (f & F_SHUTOK(1))))
 		conn_end(sh, c, TLP_END_DONE, 0);
@@ -1401,6 +1558,9 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	switch (TOK_OP(t)) {
 	case OP_READ:
 		on_read(sh, c, side, e);
+		return;
+	case OP_PEEK:
+		on_peek(sh, c, e);
 		return;
 	case OP_SPLICE:
 		on_splice(sh, c, side, e);
@@ -1468,6 +1628,296 @@ written:
 		maybe_done(sh, c);
 }
 
+/* ---- holding clients: limits and descriptors ---- */
+
+/*
+ * At a limit the proxy stops accepting, rather than accept and close, as
+ * HAProxy does: clients past it wait in the kernel's listen backlog and
+ * are accepted once there is room. The limits are the process's and each
+ * listener's max_conns, and the descriptors: a connect or an accept that
+ * fails for want of one (TLP_BLAME_FDS) is the proxy's trouble, never a
+ * server's. The accept that brought a client past a limit is stopped
+ * (tl_stop), and that client, with any its accept had already taken, is
+ * held: accepted, nothing read, not counted, first in line for the room
+ * (up to HELD_MAX a shard, the table's spare; past that one is closed as
+ * `limit`). A shard's table is a limit too: it admits at most admit_cap
+ * clients (max_conns, or 16,384 without), so that held ones always find
+ * a slot. A client
+ * that has its server chosen and finds no descriptor to connect with is
+ * held the same way (F_FDWAIT), its server slot given back and no retry
+ * spent. Room is looked for when a connection of the shard ends (its
+ * descriptors and counts are back), when another shard's does (a
+ * TLP_MSG_RESUME to every shard that holds or stopped something), and at
+ * each sweep tick (descriptors freed elsewhere). Then held clients go
+ * first, oldest first, and a listener's accept starts again once none of
+ * its clients is held and it has room; one that overshoots is held and
+ * stops it again.
+ */
+#define HELD_MAX 64
+#define TIGHT_NS 1000000000ull /* see PZ_STOPPING */
+
+static void set_paused(struct tlp_shard *sh)
+{
+	if (!atomic_exchange_explicit(&tlp_w.paused[sh->id], 1, memory_order_acq_rel))
+		atomic_fetch_add_explicit(&tlp_w.npaused, 1, memory_order_acq_rel);
+}
+
+/* A connection ended here: its shard, and those waiting for room, look. */
+static void notify_room(struct tlp_shard *sh)
+{
+	sh->fd_freed = 1;
+	if (sh->nheld || sh->npz)
+		sh->resume_due = 1;
+	if (!atomic_load_explicit(&tlp_w.npaused, memory_order_acquire))
+		return;
+	for (uint32_t t = 0; t < tlp_w.nshards; t++) {
+		_Atomic uint8_t *f = &tlp_w.paused[t];
+
+		if (t == sh->id || !atomic_load_explicit(f, memory_order_relaxed) ||
+		    !atomic_exchange_explicit(f, 0, memory_order_acq_rel))
+			continue;
+		atomic_fetch_sub_explicit(&tlp_w.npaused, 1, memory_order_acq_rel);
+		tl_shard_post(sh->s, t, tlp_ctl_token(TLP_MSG_RESUME, 0), 0);
+	}
+}
+
+static void held_add(struct tlp_shard *sh, struct tlp_conn *c, int first)
+{
+	uint32_t ci = CI(sh, c);
+
+	c->state = C_HELD;
+	if (first) {
+		c->qprev = NONE;
+		c->qnext = sh->held_head;
+		if (sh->held_head != NONE)
+			sh->c[sh->held_head].qprev = ci;
+		else
+			sh->held_tail = ci;
+		sh->held_head = ci;
+	} else {
+		c->qnext = NONE;
+		c->qprev = sh->held_tail;
+		if (sh->held_tail != NONE)
+			sh->c[sh->held_tail].qnext = ci;
+		else
+			sh->held_head = ci;
+		sh->held_tail = ci;
+	}
+	sh->nheld++;
+	set_paused(sh);
+}
+
+static void held_del(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	if (c->qprev != NONE)
+		sh->c[c->qprev].qnext = c->qnext;
+	else
+		sh->held_head = c->qnext;
+	if (c->qnext != NONE)
+		sh->c[c->qnext].qprev = c->qprev;
+	else
+		sh->held_tail = c->qprev;
+	c->qnext = c->qprev = NONE;
+	sh->nheld--;
+}
+
+static void fd_short_set(struct tlp_shard *sh, int err)
+{
+	uint64_t now = tlp_mono_ns();
+
+	sh->fd_short = 1;
+	sh->fd_tight_until = now + TIGHT_NS;
+	if (now >= sh->fd_log_at) {
+		sh->fd_log_at = now + 10000000000ull;
+		tlp_log("shard %u: %s: accepting stops until a descriptor is free (clients wait in "
+			"the backlog; no server is blamed)",
+			sh->id, tl_strerror(err));
+	}
+}
+
+/* Count c in the limits, or say it must wait (0). */
+static int admit(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_world *w = &tlp_w;
+	const struct tlp_lrt *lr = c->lr;
+
+	if (sh->fd_short || sh->nadm >= sh->admit_cap)
+		return 0;
+	if (w->max_conns &&
+	    atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed) >= w->max_conns) {
+		atomic_fetch_sub_explicit(&w->conns, 1, memory_order_relaxed);
+		return 0;
+	}
+	if (lr->cfg->max_conns && atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed) >=
+					  lr->cfg->max_conns) {
+		atomic_fetch_sub_explicit(&lr->gl->conns, 1, memory_order_relaxed);
+		if (w->max_conns)
+			atomic_fetch_sub_explicit(&w->conns, 1, memory_order_relaxed);
+		return 0;
+	}
+	if (w->max_conns)
+		c->flags |= F_WCOUNT;
+	if (lr->cfg->max_conns)
+		c->flags |= F_LCOUNT;
+	c->flags |= F_ADM;
+	sh->nadm++;
+	return 1;
+}
+
+/* Would a client of listener gli be let in now, behind no held one? */
+static int room_for(struct tlp_shard *sh, uint32_t gli)
+{
+	const struct tlp_lrt *lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
+
+	if (sh->fd_short || sh->nadm >= sh->admit_cap)
+		return 0;
+	if (tlp_w.max_conns &&
+	    atomic_load_explicit(&tlp_w.conns, memory_order_relaxed) >= tlp_w.max_conns)
+		return 0;
+	if (lr && lr->cfg->max_conns &&
+	    atomic_load_explicit(&lr->gl->conns, memory_order_relaxed) >= lr->cfg->max_conns)
+		return 0;
+	for (uint32_t ci = sh->held_head; ci != NONE; ci = sh->c[ci].qnext)
+		if (sh->c[ci].lr->gl->idx == gli)
+			return 0;
+	return 1;
+}
+
+/*
+ * A listener's accept that waits for room: PZ_STOPPING (tl_stop asked, its
+ * terminal not come), PZ_STOPPED (to be started again once its listener
+ * has room), PZ_ONESHOT (started again as a one-shot accept, tl_accept).
+ * After a shortage of descriptors, for TIGHT_NS after the last, accepts are
+ * started again one client at a time: a multishot accept takes every client
+ * of the backlog it can find descriptors for, and with the last few taken
+ * by clients that then have none to connect with, no one moves until a
+ * connection ends. One at a time, each client is accepted only after the
+ * one before has its connect.
+ */
+enum { PZ_STOPPING, PZ_STOPPED, PZ_ONESHOT };
+
+static struct tlp_paused *pz_find(struct tlp_shard *sh, tl_handle h)
+{
+	for (uint32_t i = 0; i < sh->npz; i++)
+		if (tl_handle_eq(sh->pz[i].h, h))
+			return &sh->pz[i];
+	return NULL;
+}
+
+static struct tlp_paused *pz_add(struct tlp_shard *sh, const tl_completion *e, int st)
+{
+	if (sh->npz == sh->pzcap) {
+		uint32_t cap = sh->pzcap ? 2 * sh->pzcap : 16;
+		struct tlp_paused *n = realloc(sh->pz, cap * sizeof *n);
+
+		if (!n)
+			return NULL;
+		sh->pz = n;
+		sh->pzcap = cap;
+	}
+	sh->pz[sh->npz] = (struct tlp_paused){.h = e->handle, .tok = e->token, .st = st};
+	set_paused(sh);
+	sh->resume_due = 1; /* room may have come before the flag was seen */
+	return &sh->pz[sh->npz++];
+}
+
+/* Stop the accept that brought e until there is room. */
+static void pause_accept(struct tlp_shard *sh, const tl_completion *e)
+{
+	struct tlp_paused *z = pz_find(sh, e->handle);
+
+	if (z)
+		return; /* stopping, or a one-shot: it starts again with room */
+	if (!(e->flags & TL_F_TERMINAL) && tl_stop(sh->loop, e->op) != 0)
+		return; /* ended meanwhile */
+	/* No memory for the entry: the accept, stopped, would never start
+	 * again; so it goes on, and each client past the limit is held. */
+	if (!pz_add(sh, e, e->flags & TL_F_TERMINAL ? PZ_STOPPED : PZ_STOPPING) &&
+	    !(e->flags & TL_F_TERMINAL)) {
+		tl_op op;
+
+		tl_accept_start(sh->loop, e->handle, e->token, &op);
+	}
+}
+
+/* An accept's terminal (no client with it): one stopped, or a one-shot
+ * that failed, starts again when there is room; one cancelled by a close
+ * has no handle left to start on. */
+static void accept_ended(struct tlp_shard *sh, const tl_completion *e)
+{
+	struct tlp_paused *z = pz_find(sh, e->handle);
+
+	if (!z)
+		return;
+	if (e->result == -ECANCELED && z->st == PZ_ONESHOT) {
+		*z = sh->pz[--sh->npz];
+		return;
+	}
+	if (e->result < 0 && tlp_blame((int)e->result) == TLP_BLAME_FDS)
+		fd_short_set(sh, (int)e->result);
+	z->st = PZ_STOPPED;
+	sh->resume_due = 1;
+}
+
+static void admitted(struct tlp_shard *sh, struct tlp_conn *c);
+
+/* Held clients first, oldest first, then the accepts stopped. */
+static void resume(struct tlp_shard *sh)
+{
+	uint32_t next;
+
+	sh->resume_due = 0;
+	if (sh->resuming)
+		return;
+	sh->resuming = 1;
+	/* Out of descriptors, try again only once one may be free (a
+	 * connection ended, here or elsewhere, or a tick passed): an accept
+	 * started again would only fail again, at once. */
+	if (sh->fd_freed)
+		sh->fd_short = 0;
+	sh->fd_freed = 0;
+	for (uint32_t ci = sh->held_head; ci != NONE && !sh->fd_short && !sh->stopping; ci = next) {
+		struct tlp_conn *c = &sh->c[ci];
+
+		next = c->qnext;
+		if (c->flags & F_FDWAIT) {
+			held_del(sh, c);
+			c->flags &= ~F_FDWAIT;
+			assign(sh, c); /* held again, first, if still short */
+			continue;
+		}
+		if (!admit(sh, c))
+			continue;
+		held_del(sh, c);
+		admitted(sh, c);
+	}
+	for (uint32_t i = 0; i < sh->npz && !sh->stopping;) {
+		struct tlp_paused *z = &sh->pz[i];
+		tl_op op;
+
+		if (z->st != PZ_STOPPED ||
+		    !room_for(sh, (uint32_t)(tl_token_data(z->tok) & 0xffff))) {
+			i++;
+			continue;
+		}
+		/* A handle a reload, drain or takeover closed meanwhile refuses:
+		 * nothing to start then. */
+		if (tlp_mono_ns() < sh->fd_tight_until) {
+			if (tl_accept(sh->loop, z->h, z->tok, &op) == 0) {
+				z->st = PZ_ONESHOT;
+				i++;
+				continue;
+			}
+		} else {
+			tl_accept_start(sh->loop, z->h, z->tok, &op);
+		}
+		*z = sh->pz[--sh->npz];
+	}
+	if (sh->nheld || sh->npz)
+		set_paused(sh);
+	sh->resuming = 0;
+}
+
 /* ---- accepting ---- */
 
 static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, const tl_addr *peer,
@@ -1478,18 +1928,69 @@ static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, 
 	log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause);
 }
 
+/* A client counted in the limits: read its header or hello, or route it. */
+static void admitted(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	const struct tlp_lrt *lr = c->lr;
+
+	/* Its time starts now: held, it was in the backlog, as far as the
+	 * timeouts go. */
+	c->t0 = tl_now(sh->loop);
+	c->t_state = sh->tick;
+	if (lr->peek) {
+		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
+			c->flags |= F_NEED_PP;
+		if (c->flags & F_NEED_PP || lr->cfg->nsni) {
+			c->state = C_PEEK;
+			peek_next(sh, c);
+			return;
+		}
+	}
+	c->state = C_CONNECT;
+	c->pc = lr->pool_cfg;
+	if (!c->gp || !c->pc) {
+		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
+		return;
+	}
+	assign(sh, c);
+}
+
 void tlp_on_listen(tl_shard *s, const tl_completion *e)
 {
 	struct tlp_shard *sh = SH(s);
 	uint64_t t = tl_token_data(e->token);
 	uint32_t gli = (uint32_t)(t & 0xffff), ai = (uint32_t)((t >> 16) & 0xff);
-	struct tlp_world *w = &tlp_w;
 	const struct tlp_lrt *lr;
 	struct tlp_conn *c;
 	tl_handle h;
 
-	if (e->kind != TL_K_ACCEPT || e->result < 0)
-		return; /* accepting resumes by itself after -EMFILE and the like */
+	if (e->kind != TL_K_ACCEPT)
+		return;
+	if ((e->flags & TL_F_TERMINAL) && (e->result < 0 || (e->flags & TL_F_STOPPED))) {
+		accept_ended(sh, e);
+		return;
+	}
+	if (e->result < 0) {
+		/* No descriptor for the client: it stays in the backlog, and
+		 * this accept stops until one is free (the driver would try
+		 * again by itself, but one accepted with the last descriptor
+		 * would have none to connect with). */
+		if (tlp_blame((int)e->result) == TLP_BLAME_FDS) {
+			fd_short_set(sh, (int)e->result);
+			pause_accept(sh, e);
+		}
+		return;
+	}
+	if (e->flags & TL_F_TERMINAL) {
+		/* A one-shot accept (accepting one at a time) brought a client:
+		 * the next once this one has its turn (resume). */
+		struct tlp_paused *z = pz_find(sh, e->handle);
+
+		if (z) {
+			z->st = PZ_STOPPED;
+			sh->resume_due = 1;
+		}
+	}
 	h = e->u.accept.conn;
 	lr = gli < TLP_REG_LISTENERS ? sh->gen->by_gl[gli] : NULL;
 	if (!lr || sh->stopping) {
@@ -1510,55 +2011,23 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 	c->peer = e->u.accept.peer;
 	c->laddr = (uint8_t)ai;
 	c->t0 = tl_now(sh->loop);
-	c->t_state = sh->tick;
 	c->gen = sh->gen;
 	c->gen->sc[sh->id].n++;
 	c->lr = lr;
 	c->gp = lr->pool;
-	if (w->max_conns) {
-		c->flags |= F_WCOUNT;
-		if (atomic_fetch_add_explicit(&w->conns, 1, memory_order_relaxed) >= w->max_conns) {
+	if (sh->nheld || !admit(sh, c)) {
+		/* Past a limit (or behind held clients): held, and this
+		 * listener's accept stops. */
+		if (sh->nheld >= HELD_MAX) {
 			conn_end(sh, c, TLP_END_LIMIT, 0);
-			return;
+		} else {
+			held_add(sh, c, 0);
+			sh->resume_due = 1;
 		}
-	}
-	if (lr->cfg->max_conns) {
-		c->flags |= F_LCOUNT;
-		if (atomic_fetch_add_explicit(&lr->gl->conns, 1, memory_order_relaxed) >=
-		    lr->cfg->max_conns) {
-			conn_end(sh, c, TLP_END_LIMIT, 0);
-			return;
-		}
-	}
-	if (lr->peek) {
-		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
-			c->flags |= F_NEED_PP;
-		if (!(c->flags & F_NEED_PP) && !lr->cfg->nsni)
-			goto route;
-		if (peek_get(sh, c) < 0) {
-			uint32_t ci = CI(sh, c);
-
-			c->state = C_WAITPEEK;
-			c->qnext = NONE;
-			c->qprev = sh->pkw_tail;
-			if (sh->pkw_tail != NONE)
-				sh->c[sh->pkw_tail].qnext = ci;
-			else
-				sh->pkw_head = ci;
-			sh->pkw_tail = ci;
-			wheel_arm(sh, c);
-			return;
-		}
-		start_peek(sh, c);
+		pause_accept(sh, e);
 		return;
 	}
-route:
-	c->pc = lr->pool_cfg;
-	if (!c->gp || !c->pc) {
-		conn_end(sh, c, TLP_END_NO_ROUTE, 0);
-		return;
-	}
-	assign(sh, c);
+	admitted(sh, c);
 }
 
 /* ---- timers, messages ---- */
@@ -1579,6 +2048,10 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 	case TLP_MSG_ROOM:
 		if ((t >> 8) < tlp_w.ngp)
 			dispatch_queue(sh, tlp_w.gp[t >> 8]);
+		return;
+	case TLP_MSG_RESUME:
+		sh->fd_freed = 1;
+		resume(sh);
 		return;
 	case TLP_MSG_HO_LISTEN:
 	case TLP_MSG_HO_GO:
@@ -1836,27 +2309,31 @@ int tlp_shard_start(tl_shard *s, void *arg)
 	sh->s = s;
 	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
-	sh->cap = w->conn_cap;
+	/* The table: the connections admitted, and HELD_MAX held past a
+	 * limit. */
+	sh->admit_cap = w->conn_cap;
+	sh->cap = w->conn_cap + HELD_MAX;
 	sh->c = calloc(sh->cap, sizeof *sh->c);
 	sh->wheel = malloc(W_SIZE * sizeof *sh->wheel);
 	sh->lh = calloc(TLP_REG_LISTENERS, sizeof *sh->lh);
-	sh->npk = 256;
-	sh->pk = calloc(sh->npk, sizeof *sh->pk);
+	sh->pkc = calloc(sh->cap / PK_CHUNK + 1, sizeof *sh->pkc);
+	sh->big = malloc((size_t)PEEK_BIG * PEEK_CAP);
 	sh->nhb = 1024;
 	sh->hb = malloc((size_t)sh->nhb * HB_SIZE);
 	sh->hb_free = malloc(sh->nhb * sizeof *sh->hb_free);
 	tl_shard_set_data(s, sh);
 	w->shard[sh->id] = sh;
-	if (!sh->c || !sh->wheel || !sh->lh || !sh->pk || !sh->hb || !sh->hb_free)
+	if (!sh->c || !sh->wheel || !sh->lh || !sh->pkc || !sh->big || !sh->hb || !sh->hb_free)
 		goto nomem;
-	for (uint32_t i = 0; i < sh->npk; i++) {
-		sh->pk[i].buf = malloc(PEEK_CAP);
-		if (!sh->pk[i].buf)
-			goto nomem;
-		sh->pk[i].next = i + 1 < sh->npk ? i + 1 : NONE;
-	}
-	sh->pk_free = 0;
+	/* The first chunk of peek records now: a steady load reuses them. */
+	sh->pk_free = NONE;
+	if (peek_grow(sh) < 0)
+		goto nomem;
+	for (uint32_t i = 0; i < PEEK_BIG; i++)
+		sh->big_next[i] = i + 1 < PEEK_BIG ? i + 1 : NONE;
+	sh->big_free = 0;
 	sh->pkw_head = sh->pkw_tail = NONE;
+	sh->held_head = sh->held_tail = NONE;
 	for (uint32_t i = 0; i < sh->nhb; i++)
 		sh->hb_free[i] = (uint16_t)i;
 	sh->nhb_free = sh->nhb;
@@ -1941,10 +2418,12 @@ void tlp_shard_free(struct tlp_shard *sh)
 	}
 	if (sh->gen && !sh->gen->sc[sh->id].away)
 		tlp_gen_put(sh->gen);
-	for (uint32_t i = 0; sh->pk && i < sh->npk; i++)
-		free(sh->pk[i].buf);
-	free(sh->pk);
+	for (uint32_t i = 0; sh->pkc && i < sh->npk / PK_CHUNK; i++)
+		free(sh->pkc[i]);
+	free(sh->pkc);
+	free(sh->big);
 	free(sh->c);
+	free(sh->pz);
 	free(sh->wheel);
 	free(sh->lh);
 	for (uint32_t i = 0; i < sh->nkept; i++)

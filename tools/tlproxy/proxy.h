@@ -2,6 +2,7 @@
 #ifndef TLP_PROXY_H
 #define TLP_PROXY_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/un.h>
@@ -43,6 +44,8 @@
 #define TLP_REG_SERVERS 16384
 /* Host names resolved, since the start. */
 #define TLP_REG_HOSTS 4096
+/* Shards at most (the configuration's limit). */
+#define TLP_SHARDS_MAX 1024
 /* Rows of the per-server stat families at most (tlp_world.srv_rows: as
  * many as the configuration at start may need). */
 #define TLP_SRV_ROWS 512
@@ -118,6 +121,51 @@ struct tlp_srv {
 	uint32_t h_wq;                /* its writes in flight */
 	uint8_t h_buf[256];
 };
+
+/*
+ * Whose fault a failed connect, or an error on a server's side of a pair,
+ * is: the one place that decides what passive health checks (and active
+ * checks' connects) hold against a server. err is a negative errno.
+ *  - TLP_BLAME_SERVER: the server or the way to it said no or said
+ *    nothing: ECONNREFUSED (a reset answered the SYN; no one listens on a
+ *    Unix path), ETIMEDOUT (no answer within timeouts.connect), ECONNRESET,
+ *    ECONNABORTED, EPIPE (it reset), EHOSTUNREACH, ENETUNREACH, EHOSTDOWN
+ *    (the network says it cannot be reached), ENOENT (a Unix server's
+ *    socket file is gone). Only these count against it.
+ *  - TLP_BLAME_FDS: the proxy is out of descriptors or kernel memory
+ *    (EMFILE, ENFILE, ENOBUFS, ENOMEM): no server would do better, so the
+ *    client waits for a descriptor, and the shard stops accepting until one
+ *    is free (proxy.c, "holding clients").
+ *  - TLP_BLAME_LOCAL: anything else is the proxy's own trouble with this
+ *    attempt (EADDRNOTAVAIL, EADDRINUSE: no local port for the pair;
+ *    EAGAIN: a Unix server's queue is full, as HAProxy counts it; EACCES,
+ *    EPERM: a local firewall or policy; ENETDOWN: a local interface):
+ *    the client is tried on the next server, nothing is counted.
+ */
+enum tlp_blame { TLP_BLAME_SERVER, TLP_BLAME_FDS, TLP_BLAME_LOCAL };
+
+static inline int tlp_blame(int err)
+{
+	switch (-err) {
+	case ECONNREFUSED:
+	case ETIMEDOUT:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case EPIPE:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case EHOSTDOWN:
+	case ENOENT:
+		return TLP_BLAME_SERVER;
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+		return TLP_BLAME_FDS;
+	default:
+		return TLP_BLAME_LOCAL;
+	}
+}
 
 /* Can the balancer give srv a new connection, state-wise (now: ns)? */
 static inline int tlp_srv_up(struct tlp_srv *s, uint64_t now)
@@ -248,6 +296,12 @@ struct tlp_world {
 	int st_dns;
 	int st_splice;              /* family "splice" (splice.h's rows) */
 	int st_spl_pipes;           /* gauges "splice_pipes": open, busy (splices holding one) */
+	/* Room for held clients (proxy.c, "holding clients"): each shard's
+	 * flag says it holds clients or stopped accepts and wants a
+	 * TLP_MSG_RESUME when a connection ends elsewhere; npaused counts the
+	 * flags set, so that shards skip the look when none is. */
+	_Atomic uint8_t paused[TLP_SHARDS_MAX];
+	_Atomic uint32_t npaused;
 };
 
 extern struct tlp_world tlp_w;
@@ -336,8 +390,8 @@ void tlp_sd_notify(const char *state);
 void tlp_on_health(tl_shard *s, const tl_completion *c);
 void tlp_on_admin(tl_shard *s, const tl_completion *c);
 void tlp_on_dns(tl_shard *s, const tl_completion *c);
-/* A server's passive state: a failure (connect refused, timed out, reset)
- * or a success (connected). */
+/* A server's passive state: a failure the server is blamed for
+ * (tlp_blame) or a success (connected). */
 void tlp_passive(struct tlp_srv *srv, const struct tlp_pool_cfg *pc, int ok, uint64_t now);
 /* A new generation or view for every shard (shard 0). */
 int tlp_publish_gen(tl_shard *s, struct tlp_gen *g);
@@ -362,6 +416,7 @@ enum {
 	TLP_MSG_HO_CONN = 12,   /* payload: struct tlp_ho_in * to adopt (shard 0 spreads them) */
 	TLP_MSG_HO_STOP = 13,   /* the deadline: what is still on its way carries on here */
 	TLP_MSG_HO_FIN = 14,    /* the end: keep the listening sockets away, or take them back */
+	TLP_MSG_RESUME = 15,    /* room came free elsewhere: admit held clients, accept again */
 };
 
 static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)

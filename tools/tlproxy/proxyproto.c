@@ -136,9 +136,121 @@ static int v1_fields(const char *s, size_t n, struct tlp_pp_header *out, int *wh
 	return 0;
 }
 
+/*
+ * What the bytes of a v1 line after "PROXY " can still become, judged one
+ * byte at a time: a line that no ending could make valid is refused at the
+ * byte that makes it so ("PROXY I" cannot begin "TCP4", "TCP6" or
+ * "UNKNOWN"), not when its CRLF or its 107th byte comes. The rules here
+ * refuse only what no ending can fix; what they let through is judged
+ * whole at the CRLF (v1_fields). For that they are looser than it: an IPv4
+ * group's leading zero and the structure of an IPv6 address beyond its
+ * characters, group lengths, "::" and length are left to the CRLF.
+ */
+struct v1_state {
+	uint32_t pos;   /* bytes judged */
+	uint8_t words;  /* while the protocol is read: TCP4 (1), TCP6 (2), UNKNOWN (4) still possible */
+	uint8_t af;     /* 0 protocol, 4 or 6 fields, 1 UNKNOWN's rest (anything goes) */
+	uint8_t field;  /* 0 source address, 1 destination, 2 source port, 3 destination port */
+	uint8_t dots;   /* IPv4: dots so far */
+	uint8_t colons; /* IPv6: ':' in a row */
+	uint8_t dcolon; /* IPv6: "::" seen */
+	uint8_t zero;   /* port: its first digit is 0 */
+	uint32_t flen;  /* bytes of the current field */
+	uint32_t run;   /* IPv4: digits of the group; IPv6: hex digits since ':' or '.' */
+	uint32_t val;   /* IPv4 group or port value */
+};
+
+static int hexval(uint8_t ch)
+{
+	return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* Judge the next byte (printable, not CR or LF): 0, or the error. */
+static int v1_step(struct v1_state *st, uint8_t ch)
+{
+	static const char *const word[3] = {"TCP4", "TCP6", "UNKNOWN"};
+	uint32_t p = st->pos++;
+	int addr_err = st->field ? TLP_PP_E_V1_DST_ADDR : TLP_PP_E_V1_SRC_ADDR;
+	int port_err = st->field == 2 ? TLP_PP_E_V1_SRC_PORT : TLP_PP_E_V1_DST_PORT;
+
+	if (st->af == 1)
+		return 0;
+	if (st->af == 0) {
+		uint8_t keep = 0;
+
+		for (int w = 0; w < 3; w++) {
+			size_t wl = strlen(word[w]);
+
+			if (!(st->words & (1u << w)))
+				continue;
+			if (p < wl && (uint8_t)word[w][p] == ch)
+				keep |= (uint8_t)(1u << w);
+			else if (p == wl && ch == ' ')
+				st->af = w == 2 ? 1 : w == 0 ? 4 : 6;
+		}
+		st->words = keep;
+		return st->af || keep ? 0 : TLP_PP_E_V1_PROTO;
+	}
+	if (ch == ' ') {
+		if (!st->flen || st->field == 3)
+			return TLP_PP_E_V1_FIELDS;
+		if (st->field < 2 && st->af == 4 && (st->dots != 3 || !st->run))
+			return addr_err; /* an IPv4 address has four groups */
+		st->field++;
+		st->flen = st->run = st->val = 0;
+		st->dots = st->colons = st->dcolon = st->zero = 0;
+		return 0;
+	}
+	st->flen++;
+	if (st->field >= 2) {
+		if (ch < '0' || ch > '9')
+			return port_err;
+		if (st->flen == 1)
+			st->zero = ch == '0';
+		else if (st->zero)
+			return port_err; /* a leading zero */
+		st->val = st->val * 10 + (uint32_t)(ch - '0');
+		return st->val > 65535 ? port_err : 0;
+	}
+	if (st->af == 4) {
+		if (ch == '.') {
+			if (!st->run || st->dots == 3)
+				return addr_err;
+			st->dots++;
+			st->run = st->val = 0;
+			return 0;
+		}
+		if (ch < '0' || ch > '9' || st->run == 3)
+			return addr_err;
+		st->run++;
+		st->val = st->val * 10 + (uint32_t)(ch - '0');
+		return st->val > 255 ? addr_err : 0;
+	}
+	if (st->flen > INET6_ADDRSTRLEN - 1)
+		return addr_err;
+	if (ch == ':') {
+		st->run = 0;
+		if (++st->colons == 2) {
+			if (st->dcolon)
+				return addr_err; /* "::" twice */
+			st->dcolon = 1;
+		}
+		return st->colons > 2 ? addr_err : 0;
+	}
+	st->colons = 0;
+	if (ch == '.') {
+		st->run = 0; /* an IPv4 tail: "::ffff:10.0.0.1" */
+		return 0;
+	}
+	if (!hexval(ch) || ++st->run > 4)
+		return addr_err;
+	return 0;
+}
+
 static int parse_v1(const uint8_t *b, size_t len, struct tlp_pp_header *out, int *why)
 {
 	size_t lim = len < TLP_PP_V1_MAX ? len : TLP_PP_V1_MAX;
+	struct v1_state st = {.words = 7};
 	int r;
 
 	/* Bytes are judged in order, so that a verdict never depends on bytes
@@ -167,6 +279,8 @@ static int parse_v1(const uint8_t *b, size_t len, struct tlp_pp_header *out, int
 			return bad(why, TLP_PP_E_V1_CRLF);
 		if (b[i] < 0x20 || b[i] > 0x7e)
 			return bad(why, TLP_PP_E_V1_CHAR);
+		if ((r = v1_step(&st, b[i])))
+			return bad(why, r);
 		/* The CR must come by byte 106 so that its LF is byte 107. */
 		if (i == TLP_PP_V1_MAX - 2)
 			return bad(why, TLP_PP_E_V1_TOO_LONG);

@@ -77,8 +77,12 @@ struct tlp_pp_header {
  * that make it malformed are in: a client that sends something else than a
  * PROXY header is told from its first byte. The answer depends only on the
  * bytes read: once it is not -EAGAIN, more bytes never change it. A v1
- * header's fields are judged when its CRLF is in; before that its first 6
- * bytes, its characters and the 107-byte limit are. LOCAL and UNSPEC
+ * line is judged byte by byte as it comes (the signature, its characters,
+ * the protocol word, the number and spacing of the fields, each field's
+ * characters and lengths, the ports' values, the 107-byte limit), so one
+ * that no ending could make valid, such as "PROXY INVALID", is refused
+ * without waiting for its CRLF; what only the whole line can decide (the
+ * addresses themselves) is judged when the CRLF is in. LOCAL and UNSPEC
  * headers' bodies are skipped unread (the protocol says to ignore them);
  * TLVs of v2 headers with addresses are walked and bounds-checked, not
  * interpreted (a CRC32C TLV is not verified). Allocation-free.

@@ -19,6 +19,7 @@ static const char *const why_text[TLP_SNI_E_COUNT] = {
 	[TLP_SNI_E_SNI] = "bad server_name extension",
 	[TLP_SNI_E_DUPLICATE] = "two host names in server_name",
 	[TLP_SNI_E_HOST] = "server name is not a host name",
+	[TLP_SNI_E_SNI_TWICE] = "two server_name extensions",
 };
 _Static_assert(sizeof why_text / sizeof why_text[0] == TLP_SNI_E_COUNT, "one text per error");
 
@@ -279,9 +280,10 @@ static int parse(struct cur *c, char *host)
 	used += 2;
 	if (ext_total != body - used)
 		return fail(c, TLP_SNI_E_EXTENSIONS);
+	int hlen = 0, seen = 0;
+
 	while (ext_done < ext_total) {
 		size_t et, el;
-		int hlen = 0;
 
 		if (ext_total - ext_done < 4)
 			return fail(c, TLP_SNI_E_EXTENSIONS);
@@ -296,13 +298,18 @@ static int parse(struct cur *c, char *host)
 			ext_done += el;
 			continue;
 		}
-		/* The first server_name is the last thing read: the name is all
-		 * a router needs (so a second one is not seen either). */
+		/* A second server_name is forbidden (RFC 8446 4.2: one extension
+		 * of a type per block), and a router that took the first while
+		 * the server took the other would route around its rules: the
+		 * extensions after the first are walked to refuse one. */
+		if (seen)
+			return fail(c, TLP_SNI_E_SNI_TWICE);
 		if ((r = read_sni(c, el, host, &hlen)))
 			return r;
-		return hlen;
+		seen = 1;
+		ext_done += el;
 	}
-	return 0;
+	return hlen;
 }
 
 int tlp_sni_parse(const void *buf, size_t len, char *host, size_t hostcap, int *why)

@@ -35,6 +35,7 @@ enum tlp_sni_error {
 				 * or an entry running past it */
 	TLP_SNI_E_DUPLICATE,    /* two host_name entries in the server_name extension */
 	TLP_SNI_E_HOST,         /* the host name is empty, too long or not a DNS name */
+	TLP_SNI_E_SNI_TWICE,    /* two server_name extensions in the ClientHello */
 	TLP_SNI_E_COUNT
 };
 
@@ -46,9 +47,11 @@ const char *tlp_sni_strerror(int why);
  * Read the SNI host name from the first bytes a client sent, buf[0..len).
  * Call again from the start with more bytes after -EAGAIN (no state is
  * kept). The ClientHello may span several handshake records (clients that
- * fragment it, as some do to dodge filters, are handled). Reading stops at
- * the server_name extension: what follows it is not checked (the server's
- * TLS stack checks the whole hello). Bytes are judged in the order they
+ * fragment it, as some do to dodge filters, are handled). Every extension
+ * header is read to the end of the hello, so that a second server_name
+ * extension is refused (a server that read the other name would be reached
+ * around the routing rules); the other extensions' contents are not
+ * checked (the server's TLS stack checks the whole hello). Bytes are judged in the order they
  * come, so a malformed or non-TLS start is refused as soon as it is in, and
  * an answer other than -EAGAIN never changes with more bytes. Never reads
  * at or past buf + len. Allocation-free.
