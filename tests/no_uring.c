@@ -18,6 +18,9 @@
  * Without --expect, exits with PROGRAM's status. With it, exits 0 when
  * PROGRAM exited with STATUS and 1 otherwise: a test that must skip (77)
  * when io_uring is refused can then be asserted, not merely tolerated.
+ * Then PROGRAM's output (stdout and stderr) is passed on with each line
+ * behind "no_uring: child: ": its SKIP lines are the result under test,
+ * not skips of this test, and tools/check must not list them as such.
  * --container refuses epoll_pwait2 as well, with EPERM: what a seccomp
  * profile written before that call existed (Linux 5.11) does with it, as
  * Docker's default profile refuses io_uring (an unlisted call gets EPERM).
@@ -67,13 +70,36 @@ int main(int argc, char **argv)
 	fprintf(stderr, "no_uring: no seccomp architecture constant for this CPU\n");
 	return 2;
 #endif
+	int out[2] = {-1, -1};
+	if (expect >= 0 && pipe(out) < 0)
+		return 2;
+	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0)
 		return 2;
 	if (pid == 0) {
+		if (out[1] >= 0 && (dup2(out[1], 1) < 0 || dup2(out[1], 2) < 0))
+			_exit(126);
+		if (out[1] >= 0) {
+			close(out[0]);
+			close(out[1]);
+		}
 		execv(argv[i], argv + i);
 		perror("no_uring: exec");
 		_exit(127);
+	}
+	if (out[0] >= 0) {
+		close(out[1]);
+		FILE *in = fdopen(out[0], "r");
+		char *line = NULL;
+		size_t cap = 0;
+		if (!in)
+			return 2;
+		while (getline(&line, &cap, in) > 0)
+			printf("no_uring: child: %s", line);
+		free(line);
+		fclose(in);
+		fflush(stdout);
 	}
 	int st;
 	while (waitpid(pid, &st, 0) < 0)

@@ -1,21 +1,23 @@
 /* tests/test_stats_trust.c: nobody but a process's own user can squat, plant or forge its stats region, and the reader checks whose region it reads and that its writer lives (runs as root: the attacks come from other users). */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "privs.h"
 #include "shard_test.h"
 #include "stats_region.h"
 
-#define NOBODY 65534u
-
 static const char *tlshard_path;
 static uint32_t uid_base;
+/* The other user who attacks: one of ours too (test_uid(15)). */
+static uint32_t attacker;
+static char attacker_id[16];
 
 /* A user of our own for each test, so that tests running at the same time
- * (and other test programs' runtimes) never share a stats directory. */
+ * (and other test programs' runtimes) never share a stats directory: a
+ * block of 16 ids nobody uses (tests/privs.h). */
 static uint32_t test_uid(int n)
 {
 	return uid_base + (uint32_t)n;
@@ -23,7 +25,7 @@ static uint32_t test_uid(int n)
 
 static void as_user(uint32_t uid)
 {
-	if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+	if (tp_become(uid) < 0)
 		_exit(120);
 }
 
@@ -310,8 +312,8 @@ struct squat {
 
 enum { SQ_OLD_NAME, SQ_DIR_FILE, SQ_DIR_LINK, SQ_DIR_FOREIGN };
 
-/* As nobody: put something where the victim's region or directory goes. */
-static int squat_as_nobody(void *arg)
+/* As the attacker: put something where the victim's region or directory goes. */
+static int squat_as_attacker(void *arg)
 {
 	struct squat *q = arg;
 	char dir[64], path[96];
@@ -358,7 +360,7 @@ static void squat_case(const char *name, int kind, int uidn, const char *expect)
 	snprintf(q.where, sizeof q.where, "/tmp/tl-squat-XXXXXX");
 	CU_ASSERT_EQUAL_FATAL(server_fork(&sv, q.victim), 0);
 	q.pid = sv.pid;
-	CU_ASSERT_EQUAL_FATAL(as_child(NOBODY, squat_as_nobody, &q), 0);
+	CU_ASSERT_EQUAL_FATAL(as_child(attacker, squat_as_attacker, &q), 0);
 	/* The server starts whatever was planted. */
 	rc = server_go(&sv);
 	CU_ASSERT_EQUAL(rc, 0);
@@ -374,7 +376,7 @@ static void squat_case(const char *name, int kind, int uidn, const char *expect)
 		 * what sits at the directory's name. */
 		printf("\n  runtime: %s\n  reader: %s\n", sv.s.why, err);
 		CU_ASSERT_PTR_NOT_NULL(strstr(sv.s.why, expect));
-		CU_ASSERT_PTR_NOT_NULL(strstr(sv.s.why, "65534"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(sv.s.why, attacker_id));
 		CU_ASSERT_EQUAL(rc, -EPERM);
 		CU_ASSERT_PTR_NOT_NULL(strstr(err, "not trusted"));
 	}
@@ -425,7 +427,7 @@ static void test_squat_dir_symlink(void)
 
 static void test_squat_dir_foreign(void)
 {
-	squat_case("trust/squat_dir_foreign", SQ_DIR_FOREIGN, 3, "belongs to uid 65534");
+	squat_case("trust/squat_dir_foreign", SQ_DIR_FOREIGN, 3, "belongs to uid");
 }
 
 /* The user's own directory with a loose mode is set back to 0700. */
@@ -470,8 +472,10 @@ static void test_foreign_region(void)
 	uint32_t uid = test_uid(5);
 	struct server sv;
 	tl_stats_reader *r = NULL;
-	char err[512], dir[64], path[96], moved[112];
+	char err[512], dir[64], path[96], moved[112], belongs[48];
 	int fds = st_begin("trust/foreign_region"), pid;
+
+	snprintf(belongs, sizeof belongs, "belongs to uid %u", (unsigned)attacker);
 
 	clean_dir(uid);
 	CU_ASSERT_EQUAL_FATAL(server_fork(&sv, uid), 0);
@@ -485,11 +489,11 @@ static void test_foreign_region(void)
 	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), 0);
 	tl_stats_close(r);
 	/* Another user (not root) may not look at all. */
-	CU_ASSERT_EQUAL(as_child(NOBODY, open_as_other, &pid), 0);
+	CU_ASSERT_EQUAL(as_child(attacker, open_as_other, &pid), 0);
 	/* The region given to someone else. */
-	CU_ASSERT_EQUAL(chown(path, NOBODY, NOBODY), 0);
+	CU_ASSERT_EQUAL(chown(path, attacker, attacker), 0);
 	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "belongs to uid 65534"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, belongs));
 	CU_ASSERT_EQUAL(chown(path, uid, uid), 0);
 	/* Readable or writable by others. */
 	CU_ASSERT_EQUAL(chmod(path, 0644), 0);
@@ -504,9 +508,9 @@ static void test_foreign_region(void)
 	CU_ASSERT_EQUAL(unlink(path), 0);
 	CU_ASSERT_EQUAL(rename(moved, path), 0);
 	/* The directory given away, or opened up. */
-	CU_ASSERT_EQUAL(chown(dir, NOBODY, NOBODY), 0);
+	CU_ASSERT_EQUAL(chown(dir, attacker, attacker), 0);
 	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "belongs to uid 65534"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, belongs));
 	CU_ASSERT_EQUAL(chown(dir, uid, uid), 0);
 	CU_ASSERT_EQUAL(chmod(dir, 0711), 0);
 	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
@@ -756,8 +760,25 @@ int main(int argc, char **argv)
 		       "users\n");
 		return 77;
 	}
-	/* Users nobody has: 0x5eed0000 and up, one block per run. */
-	uid_base = 0x5eed0000u + ((uint32_t)getpid() & 0xfff) * 16;
+	char why[256];
+	int can;
+
+	if (tp_own_uids(16, &uid_base, why, sizeof why) < 0) {
+		printf("SKIP stats-trust: %s\n", why);
+		return 77;
+	}
+	can = tp_can_become(uid_base, why, sizeof why);
+	if (can < 0) {
+		fprintf(stderr, "stats-trust: becoming user %u failed: %s\n", (unsigned)uid_base,
+			strerror(-can));
+		return 1;
+	}
+	if (can == 0) {
+		printf("SKIP stats-trust: %s\n", why);
+		return 77;
+	}
+	attacker = test_uid(15);
+	snprintf(attacker_id, sizeof attacker_id, "%u", (unsigned)attacker);
 	signal(SIGPIPE, SIG_IGN);
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;

@@ -11,7 +11,9 @@ valgrind (then use a small TLP_E2E_BYTES).
 import errno
 import hashlib
 import json
+import grp
 import os
+import pwd
 import random
 import re
 import select
@@ -44,6 +46,130 @@ def need(prog):
     if not path:
         raise Skip(f"{prog} is not installed (tools/setup.sh installs it)")
     return path
+
+
+# ---- what the environment allows: namespaces, mounts, other users ----
+
+# errno values by which the environment refuses a privileged step: no
+# capability, a seccomp filter or a security module (EPERM, EACCES); a
+# kernel without the feature, an id not mapped in this user namespace, or
+# a path that is no mount point, as a chroot's root is not (EINVAL); a
+# namespace limit (ENOSPC, EUSERS); no such system call (ENOSYS). Such a
+# refusal makes a case (or a part of one) a skip with the reason; any other
+# error fails it. The same list as tests/privs.c.
+REFUSALS = {errno.EPERM, errno.EACCES, errno.EINVAL, errno.ENOSPC, errno.EUSERS, errno.ENOSYS}
+CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x20000, 0x4000, 0x40000
+
+
+def refusal(steps):
+    """Run steps, (name, Python statement) pairs, in order in a child
+    process (privileged steps change the process that makes them): None
+    when all worked, the reason when the environment refused one (see
+    REFUSALS), a failure for any other error. A statement calls the C
+    library through call(libc.f(...)) or raises OSError itself."""
+    code = ["import ctypes, os, sys",
+            "libc = ctypes.CDLL(None, use_errno=True)",
+            "def call(rc):",
+            "    if rc != 0:",
+            "        e = ctypes.get_errno()",
+            "        raise OSError(e, os.strerror(e))",
+            "step = ''",
+            "try:"]
+    for name, stmt in steps:
+        code += [f"    step = {name!r}", f"    {stmt}"]
+    code += ["except OSError as e:",
+             "    print(e.errno, step)",
+             "    sys.exit(3)"]
+    r = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=30)
+    if r.returncode == 0:
+        return None
+    if r.returncode != 3:
+        raise Fail(f"probing {steps[0][0]}: exit {r.returncode}: {r.stderr.strip()[-500:]}")
+    e, step = r.stdout.strip().split(" ", 1)
+    e = int(e)
+    reason = f"{step}: {os.strerror(e)} ({errno.errorcode.get(e, e)})"
+    if e not in REFUSALS:
+        raise Fail(f"{reason}, not a refusal of the environment")
+    return reason
+
+
+def become_steps(uid, gid):
+    return [(f"switching to uid {uid}, gid {gid}", f"os.setgroups([]); os.setgid({gid}); os.setuid({uid})")]
+
+
+def own_uid():
+    """A user id that belongs to nobody: mapped in this user namespace, no
+    passwd or group entry, held by no process we can see, no stats
+    directory in /dev/shm; picked at random among high ids so that runs at
+    the same time do not meet (tests/privs.c picks its ids the same way)."""
+    ranges = []
+    with open("/proc/self/uid_map") as f:
+        for line in f:
+            inside, _, count = map(int, line.split())
+            lo, hi = inside, min(inside + count, 0x7ffffff0)
+            lo = 0x40000000 if hi > 0x40000001 and lo < 0x40000000 else max(lo, 1000)
+            if hi > lo + 1:
+                ranges.append((lo, hi))
+    used = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/status") as f:
+                    m = re.search(r"^Uid:\s+(.*)$", f.read(), re.M)
+                used.update(int(u) for u in m.group(1).split())
+            except (OSError, AttributeError):
+                pass  # gone meanwhile
+    for _ in range(200 if ranges else 0):
+        lo, hi = random.choice(ranges)
+        uid = random.randrange(lo, hi)
+        if uid in used or os.path.lexists(f"/dev/shm/turnloop-{uid}"):
+            continue
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            return uid
+    raise Skip("no unused user id is mapped in this user namespace")
+
+
+def other_user(env, what):
+    """A user of the case's own for a part that needs another user than
+    root: its uid, or None when this part cannot run here (not root, or
+    switching users refused), which is recorded as a skip of that part."""
+    if os.geteuid() != 0:
+        env.skip_part(what, "needs root to switch users")
+        return None
+    try:
+        uid = own_uid()
+    except Skip as e:
+        env.skip_part(what, str(e))
+        return None
+    why = refusal(become_steps(uid, uid))
+    if why:
+        env.skip_part(what, why)
+        return None
+    return uid
+
+
+def need_nobody():
+    """For cases whose tlproxy drops to user nobody (the config's user:
+    takes a name): root, a passwd entry, and an environment that lets root
+    become it; a skip with the reason otherwise. Its passwd entry."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to switch users")
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        raise Skip("no user nobody in the passwd database") from None
+    why = refusal(become_steps(pw.pw_uid, pw.pw_gid))
+    if why:
+        raise Skip(why)
+    return pw
 
 
 # ---- the small servers (run as their own processes: --serve MODE) ----
@@ -296,8 +422,9 @@ class Proc:
 
 
 class Env:
-    def __init__(self, tlproxy, tlshard, tlecho):
+    def __init__(self, tlproxy, tlshard, tlecho, case):
         self.tlproxy, self.tlshard, self.tlecho = tlproxy, tlshard, tlecho
+        self.case = case
         self.dir = tempfile.mkdtemp(prefix="tlp-e2e-")
         self.procs = []
         self.wrap = os.environ.get("TLP_E2E_WRAP", "").split()
@@ -315,6 +442,11 @@ class Env:
 
     def path(self, name):
         return os.path.join(self.dir, name)
+
+    def skip_part(self, what, why):
+        """A part of the case that cannot run here: said in a SKIP line
+        (tools/check lists them), the rest of the case goes on."""
+        print(f"SKIP {self.case}/{what}: {why}", flush=True)
 
     def start(self, name, argv, env=None, wait_line=None, stdin=None, preexec=None):
         log = self.path(name + ".log")
@@ -1320,6 +1452,15 @@ def t_dns(env):
     if os.geteuid() != 0:
         raise Skip("needs root (unshare -m, a DNS responder on port 53)")
     need("unshare")
+    # What unshare -m does before the command runs; where it is refused
+    # (a container without CAP_SYS_ADMIN; a chroot, whose root is no mount
+    # point) a mount there could reach the host's /etc/resolv.conf.
+    why = refusal([("unshare(CLONE_NEWNS)", f"call(libc.unshare({CLONE_NEWNS}))"),
+                   ("making / private (mount MS_REC|MS_PRIVATE)",
+                    f"call(libc.mount(None, b'/', None, {MS_REC | MS_PRIVATE}, None))")])
+    if why:
+        hint = " (/ is no mount point here: a chroot?)" if "EINVAL" in why else ""
+        raise Skip(f"no private mount namespace for tlproxy's /etc/resolv.conf: {why}{hint}")
     ns_ip = f"127.{random.randint(1, 250)}.{random.randint(1, 250)}.53"
     answers = env.path("answers")
     with open(answers, "w") as f:
@@ -1910,13 +2051,14 @@ pools:
     check(seen == {"A", "B"}, f"after enabling both: {seen}")
     check("no server" in admin(sock, "disable p/nowhere:1"), "an unknown server was not reported")
     check("unknown command" in admin(sock, "frobnicate"), "an unknown command was not reported")
-    if os.geteuid() == 0:
+    other = other_user(env, "other_user")
+    if other is not None:
         # Let the other user reach it: SO_PEERCRED must refuse it.
         os.chmod(env.dir, 0o711)
         os.chmod(sock, 0o666)
         r = subprocess.run([sys.executable, "-c", f"""
 import os, socket
-os.setgid(65534); os.setuid(65534)
+os.setgroups([]); os.setgid({other}); os.setuid({other})
 s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect({sock!r})
 d = b""
 try:
@@ -1930,7 +2072,7 @@ except OSError:
 print("GOT", len(d))
 """], capture_output=True, text=True, timeout=20)
         check("GOT 0" in r.stdout, f"another user's client was answered: {r.stdout} {r.stderr}")
-        env.wait_for(px, "admin: refused a client of uid 65534", 5)
+        env.wait_for(px, f"admin: refused a client of uid {other}", 5)
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
@@ -2186,8 +2328,7 @@ pools:
 def t_user(env):
     """user: the process runs as that user after binding; the stats stay
     readable by it (and root)."""
-    if os.geteuid() != 0:
-        raise Skip("needs root to switch users")
+    pw = need_nobody()
     up, lp = env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     cfg = write_cfg(env, "user.yaml", f"""
@@ -2200,7 +2341,8 @@ pools:
     px = env.proxy(["--config", cfg])
     status = open(f"/proc/{px.pid}/status").read()
     uid = re.search(r"^Uid:\s+(\d+)\s+(\d+)", status, re.M)
-    check(uid and uid.group(1) == "65534" and uid.group(2) == "65534", f"uids: {uid.group(0) if uid else status}")
+    check(uid and uid.group(1) == str(pw.pw_uid) and uid.group(2) == str(pw.pw_uid),
+          f"uids: {uid.group(0) if uid else status}")
     caps = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.M).group(1)
     check(int(caps, 16) == 1 << 10, f"effective capabilities {caps}, want CAP_NET_BIND_SERVICE only")
     s, n = ident_of(lp)
@@ -2817,13 +2959,12 @@ def t_takeover_user(env):
     """With user: both processes run as that user: the successor connects
     after dropping its privileges and is accepted; a root peer is another
     user and is refused. A Unix-domain listener moves too."""
-    if os.geteuid() != 0:
-        raise Skip("needs root to switch users")
+    pw = need_nobody()
     up, lp = env.port(), env.port()
     env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
     run = env.path("run")
     os.makedirs(run)
-    os.chown(run, 65534, 65534)
+    os.chown(run, pw.pw_uid, pw.pw_gid)
     os.chmod(env.dir, 0o755)
     cfg = write_cfg(env, "user.yaml", f"""
 user: nobody
@@ -2835,7 +2976,7 @@ pools:
 """)
     sock = os.path.join(run, "ho.sock")
     old = env.proxy(["--config", cfg, "--handover-socket", sock], name="tlproxy-old")
-    check(os.stat(sock).st_uid == 65534 and (os.stat(sock).st_mode & 0o777) == 0o600,
+    check(os.stat(sock).st_uid == pw.pw_uid and (os.stat(sock).st_mode & 0o777) == 0o600,
           f"the handover socket is {oct(os.stat(sock).st_mode)} of uid {os.stat(sock).st_uid}")
     held = connect(lp)
     check(echo_ok(held, b"before"), "no echo before")
@@ -2851,7 +2992,7 @@ pools:
     r = ho_reply(u)
     check(r and r[1] == 2 and struct.unpack("<H", r[2][:2])[0] == 2, f"a root peer got {r}")
     u.close()
-    env.wait_for(old, r"takeover refused: pid \d+ runs as uid 0, only uid 65534 may take over")
+    env.wait_for(old, rf"takeover refused: pid \d+ runs as uid 0, only uid {pw.pw_uid} may take over")
     new = env.proxy(["--config", cfg, "--takeover", sock], name="tlproxy-new")
     env.wait_for(new, r"takeover done: 2 connections carried on, 0 cut", 20)
     check(old.p.wait(30) == 0, "the old process did not exit 0")
@@ -2919,8 +3060,9 @@ def t_takeover_refuse(env):
     r = ho_reply(u)
     check(r and r[1] == 2 and struct.unpack("<H", r[2][:2])[0] == 4, f"garbage got {r}")
     u.close()
-    # Another user (as root: a child that drops to nobody).
-    if os.geteuid() == 0:
+    # Another user (as root: a child that becomes a user of the case's own).
+    other = other_user(env, "other_user")
+    if other is not None:
         os.chmod(env.dir, 0o755)
         os.chmod(sock, 0o777)
         rd, wr = os.pipe()
@@ -2928,8 +3070,9 @@ def t_takeover_refuse(env):
         if pid == 0:
             try:
                 os.close(rd)
-                os.setgid(65534)
-                os.setuid(65534)
+                os.setgroups([])
+                os.setgid(other)
+                os.setuid(other)
                 c = socket.socket(socket.AF_UNIX)
                 c.connect(sock)
                 try:
@@ -2952,9 +3095,7 @@ def t_takeover_refuse(env):
         os.close(rd)
         os.waitpid(pid, 0)
         check(got.startswith(b"(1, 2, b'\\x02\\x00"), f"another user's HELLO got {got!r}")
-        env.wait_for(px, r"takeover refused: pid \d+ runs as uid 65534, only uid 0 may take over; still serving")
-    else:
-        print("note: not root, the other-user refusal is not exercised here", flush=True)
+        env.wait_for(px, rf"takeover refused: pid \d+ runs as uid {other}, only uid 0 may take over; still serving")
     check(echo_ok(held, b"after"), "the running process stopped serving after the refusals")
     s = connect(lp)
     check(echo_ok(s, b"new"), "a new connection failed after the refusals")
@@ -3042,7 +3183,7 @@ def main():
     if len(sys.argv) != 5 or sys.argv[4] not in CASES:
         print(__doc__ + "\ncases: " + " ".join(CASES), file=sys.stderr)
         return 2
-    env = Env(*sys.argv[1:4])
+    env = Env(*sys.argv[1:5])
     try:
         CASES[sys.argv[4]](env)
         print(f"PASS {sys.argv[4]}")
