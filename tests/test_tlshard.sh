@@ -4,9 +4,10 @@
 set -u
 tlshard=$1 tlecho=$2 tlload=$3
 tmp=$(mktemp -d)
-srv=
+srv= load=
 failed=0
 cleanup() {
+	[ -n "$load" ] && kill "$load" 2>/dev/null && wait "$load" 2>/dev/null
 	[ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
 	rm -rf "$tmp"
 }
@@ -175,7 +176,10 @@ json "$tmp/idle.json" 'len(j["shard"]) == '"$nshards"' and all(s["busy"] < 0.2 f
 awk '$1 ~ /^\*?[0-9]+$/ { b = $6; sub("%", "", b); if (b + 0 >= 20) bad = 1 } END { exit bad }' "$tmp/idle.txt" &&
 	ok "the table says so too" || { fail "the table shows an idle shard busy"; cat "$tmp/idle.txt"; }
 "$tlshard" stats "$srv" --format prometheus >"$tmp/p0" || fail "prometheus of the idle server"
-"$tlload" -p "$port" -c 8 -s 64 -d 3 >"$tmp/load.out" 2>&1 &
+# The load runs until the three readings are taken, however long a busy
+# machine makes them (with a fixed 3 s it could end before the last, whose
+# rates then read 0), and is stopped by its pid.
+"$tlload" -p "$port" -c 8 -s 64 -d 120 >"$tmp/load.out" 2>&1 &
 load=$!
 sleep 1
 "$tlshard" stats "$srv" >"$tmp/load.txt" || fail "stats under load"
@@ -198,7 +202,9 @@ if command -v promtool >/dev/null; then
 else
 	fail "promtool is not installed (Debian: prometheus)"
 fi
-wait $load
+kill $load 2>/dev/null
+wait $load 2>/dev/null
+load=
 
 # ---- --watch: a fixed count, then a target that goes away ----
 "$tlshard" stats "$srv" --watch 0.2 --count 2 >"$tmp/w" 2>&1
