@@ -100,6 +100,29 @@ static size_t read_err(struct child *c, char *buf, size_t cap, int ms)
 	return n;
 }
 
+/* Read the child's stderr until it holds needle (1) or ms pass or it
+ * closes (0). What was read stays in buf. */
+static int wait_said(struct child *c, char *buf, size_t cap, const char *needle, int ms)
+{
+	size_t n = 0;
+	uint64_t end = h_wall_ns() + (uint64_t)ms * H_MS;
+	buf[0] = 0;
+	while (!strstr(buf, needle) && n + 1 < cap) {
+		int64_t left = (int64_t)(end - h_wall_ns()) / (int64_t)H_MS;
+		if (left <= 0)
+			return 0;
+		struct pollfd pf = {.fd = c->err, .events = POLLIN};
+		if (poll(&pf, 1, (int)left) <= 0)
+			return 0;
+		ssize_t k = read(c->err, buf + n, cap - 1 - n);
+		if (k <= 0)
+			return 0;
+		n += (size_t)k;
+		buf[n] = 0;
+	}
+	return strstr(buf, needle) != NULL;
+}
+
 /* Wait for the child's exit (ms at most; then it is killed): its status. */
 static int wait_exit(struct child *c, int ms)
 {
@@ -193,7 +216,11 @@ static void test_reuseport_shares(void)
 	struct child one = start(a, NULL);
 	H_TRUE_FATAL(wait_listening(test_port(2)), "first tlecho did not listen");
 	struct child two = start(a, NULL);
-	h_sleep_ms(200);
+	/* The second must be listening before the clients come (a fixed wait
+	 * was too short on a busy machine: it got none of them). */
+	char said[1024];
+	H_TRUE(wait_said(&two, said, sizeof said, "listening on", 10000 * h_slow()),
+	       "the second tlecho did not say it listens: %s", said);
 	H_EQ(waitpid(two.pid, NULL, WNOHANG), 0); /* still running */
 	for (int i = 0; i < 64; i++) {
 		int fd = connect_to(test_port(2));
