@@ -75,6 +75,10 @@ struct tl_hslot {
 	/* Splices reading this stream (their source), linked through their
 	 * u.sp.snext; TL_NIL: none. Its Closed waits until none is left. */
 	uint32_t spl_head;
+	/* The pool's share of this stream (lib/caps.c): a pooled read request
+	 * of it the driver has in the kernel (tl__drv_read_armed), and whether
+	 * it has read into pooled buffers (then a lease is reserved for it). */
+	uint8_t armed, reader;
 	union {
 		uint64_t drv[6];      /* driver private state */
 		struct {              /* timers use no driver */
@@ -360,7 +364,9 @@ struct tl_driver {
 
 	/* A lease went back to the core's free list (the host released it);
 	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
-	 * resume reads that waited for a buffer. May be NULL. */
+	 * resume reads that waited for a buffer. id TL_NO_LEASE: none came back,
+	 * but the pool has room again for reads tl__drv_lease_may refused
+	 * (lib/caps.c); resume them. May be NULL. */
 	void (*lease_returned)(struct tl_drv *d, uint32_t id);
 	/* A free lease for a read the core makes itself (a terminal's, an
 	 * inotify queue's: lib/tty.c, lib/watch.c), or TL_NO_LEASE if none is
@@ -372,10 +378,10 @@ struct tl_driver {
 	uint32_t (*lease_take)(struct tl_drv *d);
 
 	/* h (a stream) went over one of its caps (paused = 1: TL_HF_PAUSED is
-	 * set) or back under both (0: cleared). While paused a driver takes
-	 * nothing more off h's socket for its reads (a read already in the
-	 * kernel may still complete, so a cap can be passed by what the kernel
-	 * had taken) and reads wait; on 0 they go on. Other handles are not
+	 * set) or back under both (0: cleared). While paused a driver issues
+	 * no read of h's socket (a request already in the kernel may still
+	 * complete, with one buffer at most: see tl__drv_lease_may) and reads
+	 * wait; on 0 they go on. Other handles are not
 	 * affected. Called from the core, possibly from inside one of this
 	 * driver's callbacks (an event that took a lease, a write that
 	 * completed). May be NULL: then only the flag tells. */
@@ -457,6 +463,22 @@ uint32_t tl__drv_lease_take(tl_loop *loop);
 void tl__drv_lease_mark(tl_loop *loop, uint32_t id);
 /* Give back a lease that never reached the host (an event that was dropped). */
 void tl__drv_lease_drop(tl_loop *loop, uint32_t id);
+
+/* Pooled stream reads and the pool's reservations (lib/caps.c). A driver
+ * makes a pooled read of stream h take a buffer (or go into the kernel
+ * where it may take one) only while h is not TL_HF_PAUSED and
+ * tl__drv_lease_may says so, and never has two such requests of h out at
+ * once: that keeps h within its lease cap by construction. 0 means the
+ * pool's surplus is used up and h has its reserved share already: the
+ * read waits as for a lease when none is free, and lease_returned follows
+ * when it may try again. */
+int tl__drv_lease_may(tl_loop *loop, const struct tl_hslot *h);
+/* A pooled read request of stream h went into the kernel, where it may
+ * take a buffer (counted against h's share until it comes back); and its
+ * return, before the event that hands out the lease it took, if any
+ * (took: it took one). */
+void tl__drv_read_armed(tl_loop *loop, struct tl_hslot *h);
+void tl__drv_read_disarmed(tl_loop *loop, struct tl_hslot *h, int took);
 
 /* Slot lookup for drivers that carry an op index in kernel user data. Each
  * table is one array that stays in place for the loop's life, so a driver
