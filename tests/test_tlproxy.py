@@ -344,6 +344,26 @@ def serve(argv):
             print("reset", flush=True)
         c.close()
 
+    def download(c):
+        # Wait for the request line, then send without end (until the
+        # connection goes), reading nothing more: a large download.
+        buf = b""
+        while b"\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close()
+                return
+            buf += d
+        block = random.Random(5).randbytes(1 << 16)
+        try:
+            while True:
+                c.sendall(block)
+        except OSError:
+            pass
+        c.close()
+
+    if mode.startswith("download"):
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
     while True:
         c, _ = ls.accept()
         if mode.startswith("ident="):
@@ -364,6 +384,8 @@ def serve(argv):
             t = threading.Thread(target=echo_reset, args=(c, mode[10:]), daemon=True)
         elif mode == "watchreset":
             t = threading.Thread(target=watch_reset, args=(c,), daemon=True)
+        elif mode == "download":
+            t = threading.Thread(target=download, args=(c,), daemon=True)
         else:
             raise SystemExit(f"unknown mode {mode}")
         t.start()
@@ -791,6 +813,90 @@ def t_splice_refused(env):
     check(sp["refused"] >= 1, f"no refusal counted with one pipe for two bulk directions: {sp}")
     check(sp["bytes"] > 0 and sp["to_splice"] >= 1, f"nothing spliced: {sp}")
     check(sp["bytes"] < 2 * bulk_size(), f"everything spliced through one pipe: {sp}")
+
+
+def t_stall(env):
+    """Clients that never read their download cannot starve anyone else
+    (issue 22): 2 shards, one listener in front of a server that sends every
+    connection a download without end, another in front of tlecho; N
+    clients (up to the connection limit) each send a request to the first
+    and never read, until their connections hold all they can; meanwhile
+    four clients of the second keep doing round trips, each within 2 s.
+    A shard's pooled buffers are sized from the connection limit, each
+    stream holds at most its cap of 8, and each stream that reads has one
+    buffer reserved (lib/caps.c); before, a few such clients on io_uring, or
+    about 128 a shard on epoll, took every buffer and froze the shard."""
+    n, nb = 300, 4
+    up, echo, l1, l2 = env.port(), env.port(), env.port(), env.port()
+    env.serve("download", "127.0.0.1", up)
+    env.start("tlecho", [env.tlecho, "-p", str(echo)], wait_line="listening")
+    cfg = write_cfg(env, "stall.yaml", f"""
+max_conns: {n + nb + 8}
+listeners:
+  - name: down
+    listen: "127.0.0.1:{l1}"
+    pool: dl
+    timeouts: {{idle: 120s}}
+    socket: {{rcvbuf: 16k, sndbuf: 16k}}
+  - {{name: echo, listen: "127.0.0.1:{l2}", pool: echo}}
+pools:
+  - {{name: dl, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: echo, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "2"})
+    fd0 = env.fds(px)
+    near = [connect(l2) for _ in range(nb)]
+    for s in near:
+        check(echo_ok(s, b"before"), "no round trip before the stall")
+    stalled = []
+    for i in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(5)
+        s.connect(("127.0.0.1", l1))
+        s.sendall(b"GET /big\n")
+        stalled.append(s)
+    env.wait_stat(px, "conns_open", "0", n + nb, timeout=30, op=">=")
+
+    def leases():
+        r = subprocess.run([env.tlshard, "stats", str(px.pid), "--json"], capture_output=True, text=True)
+        check(r.returncode == 0, f"tlshard stats failed: {r.stderr}")
+        return [int(x["leases_out"]) for x in json.loads(r.stdout)["shard"]]
+
+    # Until the stalled connections hold what they will (no change for 2 s).
+    t, last, same = time.time() + 60, None, 0
+    while time.time() < t and same < 10:
+        cur = leases()
+        same = same + 1 if cur == last else 0
+        last = cur
+        time.sleep(0.2)
+    conns = env.stats(px)["conns_open"]["_per_shard"]["0"]
+    print(f"{n} stalled downloads hold {last} leases (shards 0, 1; connections {conns})", flush=True)
+    check(sum(last) >= n, f"the stalled clients hold only {last} leases: no stall to speak of")
+    # Only a download's server side holds leases, its cap of 8 at most.
+    check(all(x <= 8 * c for x, c in zip(last, conns)), f"leases {last} over 8 a connection {conns}")
+    worst, rounds = 0.0, 0
+    for r in range(25):
+        for k, s in enumerate(near):
+            msg = b"round %d on %d" % (r, k)
+            t0 = time.time()
+            s.settimeout(2)
+            try:
+                ok = echo_ok(s, msg)
+            except OSError as e:
+                raise Fail(f"round trip {r} on neighbour {k} failed beside {n} stalled downloads "
+                           f"({leases()} leases out): {e}")
+            check(ok, f"round trip {r} on neighbour {k} came back wrong")
+            worst = max(worst, time.time() - t0)
+            rounds += 1
+    print(f"{rounds} round trips beside them, the slowest {worst * 1000:.1f} ms", flush=True)
+    check(worst < 2, f"a round trip took {worst:.2f} s")
+    for s in stalled + near:
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0, timeout=30)
+    env.settle_fds(px, fd0)
+    check(sum(leases()) == 0, f"leases still out after every connection closed: {leases()}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
 def t_halfclose(env):
