@@ -172,6 +172,66 @@ def need_nobody():
     return pw
 
 
+# ---- full duplex: both sides write while they read ----
+
+def duplex_data(size, side, name):
+    """size bytes one side sends: a random MiB, each copy marked with its
+    index, the side and the shape, so that bytes out of place, from the other
+    side or from another connection change the hash."""
+    block = random.Random(side).randbytes(1 << 20)
+    tag = sum(name.encode()) & 0xff
+    out = b"".join(bytes([i & 0xff, side, tag]) + block[3:] for i in range((size + (1 << 20) - 1) >> 20))
+    return out[:size]
+
+
+def duplex_io(sock, data, wait, chunk):
+    """Send data (chunk bytes a send, or all that is left when chunk is 0)
+    once wait bytes have come in, then our FIN, while reading to the peer's
+    FIN: (bytes read, their SHA-256). One thread, non-blocking: neither side
+    ever stops reading to write."""
+    import selectors
+
+    sock.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    view, off, got, h = memoryview(data), 0, 0, hashlib.sha256()
+    rnd = random.Random(len(data) ^ chunk)
+    writing, reading = True, True
+    while writing or reading:
+        evs = sel.select(timeout=60)
+        if not evs:
+            raise TimeoutError(f"full duplex stalled: sent {off} of {len(data)}, read {got}")
+        for _, ev in evs:
+            if ev & selectors.EVENT_READ and reading:
+                try:
+                    d = sock.recv(1 << 20)
+                except BlockingIOError:
+                    d = None
+                if d == b"":
+                    reading = False
+                elif d:
+                    h.update(d)
+                    got += len(d)
+            if ev & selectors.EVENT_WRITE and writing and got >= wait:
+                n = chunk if chunk > 0 else len(data) - off
+                if chunk < 0:  # small writes of random sizes
+                    n = rnd.randint(1, -chunk)
+                try:
+                    off += sock.send(view[off:off + n])
+                except BlockingIOError:
+                    pass
+                if off == len(data):
+                    sock.shutdown(socket.SHUT_WR)
+                    writing = False
+        if writing or reading:
+            mask = (selectors.EVENT_READ if reading else 0) | \
+                (selectors.EVENT_WRITE if writing and got >= wait else 0)
+            sel.modify(sock, mask or selectors.EVENT_READ)
+    sel.close()
+    sock.setblocking(True)
+    return got, h.hexdigest()
+
+
 # ---- the small servers (run as their own processes: --serve MODE) ----
 
 def serve(argv):
@@ -362,6 +422,22 @@ def serve(argv):
             pass
         c.close()
 
+    def duplex_srv(c):
+        # A header line (shape, size, wait, chunk), then both ways at once:
+        # send size bytes of our own and read the client's to its FIN;
+        # report what came on stdout.
+        buf = b""
+        while b"\n" not in buf:
+            d = c.recv(1)
+            if not d:
+                c.close()
+                return
+            buf += d
+        name, size, wait, chunk = buf.decode().split()
+        n, h = duplex_io(c, duplex_data(int(size), 2, name), int(wait), int(chunk))
+        print(f"got {name} {n} {h}", flush=True)
+        c.close()
+
     if mode.startswith("download"):
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
     while True:
@@ -386,6 +462,8 @@ def serve(argv):
             t = threading.Thread(target=watch_reset, args=(c,), daemon=True)
         elif mode == "download":
             t = threading.Thread(target=download, args=(c,), daemon=True)
+        elif mode == "duplex":
+            t = threading.Thread(target=duplex_srv, args=(c,), daemon=True)
         else:
             raise SystemExit(f"unknown mode {mode}")
         t.start()
@@ -813,6 +891,75 @@ def t_splice_refused(env):
     check(sp["refused"] >= 1, f"no refusal counted with one pipe for two bulk directions: {sp}")
     check(sp["bytes"] > 0 and sp["to_splice"] >= 1, f"nothing spliced: {sp}")
     check(sp["bytes"] < 2 * bulk_size(), f"everything spliced through one pipe: {sp}")
+
+
+DUPLEX_SHAPES = [
+    # name, bytes a send (0: all that is left; -n: random 1..n), the client
+    # waits for that many bytes before it writes, the server likewise
+    ("chunks", 65536, 0, 0),
+    ("whole", 0, 0, 0),
+    ("small", -4096, 0, 0),
+    ("server_first", 262144, 1 << 20, 0),
+    ("client_first", 262144, 0, 1 << 20),
+]
+
+
+def duplex_size():
+    return min(64 << 20, bulk_size())
+
+
+def duplex_through(env, extra):
+    """Full duplex through a tlproxy started with extra arguments: for each
+    shape, client and server each send duplex_size() (64 MiB) while reading
+    the other's, then their FIN; both directions checked by SHA-256."""
+    up, lp = env.port(), env.port()
+    srv = env.serve("duplex", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"] + extra)
+    fd0 = env.fds(px)
+    size = duplex_size()
+    for name, chunk, cwait, swait in DUPLEX_SHAPES:
+        mine, theirs = duplex_data(size, 1, name), duplex_data(size, 2, name)
+        s = connect(lp, timeout=60)
+        s.sendall(f"{name} {size} {swait} {chunk}\n".encode())
+        t0 = time.time()
+        try:
+            n, h = duplex_io(s, mine, cwait, chunk)
+        except (OSError, TimeoutError) as e:
+            raise Fail(f"{name}: {e}")
+        s.close()
+        check(n == size, f"{name}: the client got {n} bytes of {size}")
+        check(h == hashlib.sha256(theirs).hexdigest(), f"{name}: the bytes the client got differ from those sent")
+        env.wait_for(srv, rf"^got {name} ", timeout=30)
+        m = re.search(rf"^got {name} (\d+) (\w+)$", srv.text(), re.M)
+        check(m and int(m.group(1)) == size, f"{name}: the server got {m.group(1) if m else '?'} bytes of {size}")
+        check(m.group(2) == hashlib.sha256(mine).hexdigest(), f"{name}: the bytes the server got differ from those sent")
+        print(f"{name}: {size} bytes each way in {time.time() - t0:.2f} s", flush=True)
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.wait_stat(px, "splice_pipes", "busy", 0)
+    st = env.stats(px)
+    check(st["bytes_in"]["0"] == len(DUPLEX_SHAPES) * size + sum(
+        len(f"{n} {size} {w} {c}\n") for n, c, _, w in DUPLEX_SHAPES) and
+        st["bytes_out"]["0"] == len(DUPLEX_SHAPES) * size,
+        f"bytes_in {st['bytes_in']['0']} bytes_out {st['bytes_out']['0']}")
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+    return st
+
+
+def t_duplex(env):
+    """Full duplex (issue 22): client and server each write 64 MiB while
+    reading the other's, in five shapes (64 KiB sends, one send of all,
+    small sends of random sizes, the server first, the client first); every
+    byte each way arrives, in order, by SHA-256."""
+    st = duplex_through(env, [])
+    check(st["splice"]["bytes"] == 0, f"spliced without --splice: {st['splice']}")
+
+
+def t_splice_duplex(env):
+    """t_duplex through --splice: the same five shapes, with the directions
+    spliced."""
+    st = duplex_through(env, ["--splice"])
+    check(st["splice"]["bytes"] > 0, f"nothing spliced with --splice: {st['splice']}")
 
 
 def t_stall(env):
