@@ -464,21 +464,59 @@ void tl__drv_lease_mark(tl_loop *loop, uint32_t id);
 /* Give back a lease that never reached the host (an event that was dropped). */
 void tl__drv_lease_drop(tl_loop *loop, uint32_t id);
 
-/* Pooled stream reads and the pool's reservations (lib/caps.c). A driver
- * makes a pooled read of stream h take a buffer (or go into the kernel
- * where it may take one) only while h is not TL_HF_PAUSED and
- * tl__drv_lease_may says so, and never has two such requests of h out at
- * once: that keeps h within its lease cap by construction. 0 means the
- * pool's surplus is used up and h has its reserved share already: the
- * read waits as for a lease when none is free, and lease_returned follows
+/*
+ * Pooled stream reads and the pool's reservations (lib/caps.c explains the
+ * rule; these are its checks, inline because every pooled stream read
+ * makes them). A driver makes a pooled read of stream h take a buffer (or
+ * puts into the kernel a request that may take one) only while h is not
+ * TL_HF_PAUSED and tl__drv_lease_may says so, and never has two such
+ * requests of h out at once: that keeps h within its lease cap by
+ * construction. The loop's counts are in its struct tl_lease_pool, which stays in
+ * place for the loop's life (tl__drv_lease_pool).
+ */
+struct tl_lease_pool {
+	uint32_t count;  /* pooled buffers */
+	uint32_t out;    /* handed out: to the host, or to an event dropped since */
+	uint32_t armed;  /* pooled stream read requests in the kernel: one buffer each, at most */
+	uint32_t owed;   /* reading streams with no lease and no request out: one reserved each */
+	uint8_t starved; /* tl__drv_lease_may refused a read since the surplus last grew */
+};
+struct tl_lease_pool *tl__drv_lease_pool(tl_loop *loop);
+/* The surplus grew while reads were refused it (lib/caps.c): resume them. */
+void tl__caps_room(tl_loop *loop);
+
+/* May a pooled read of stream h take one more buffer now? 1 yes; 0 no: h
+ * has its reserved lease and the pool has nothing beyond the reservations.
+ * The read waits as for a lease when none is free; lease_returned follows
  * when it may try again. */
-int tl__drv_lease_may(tl_loop *loop, const struct tl_hslot *h);
+static inline int tl__drv_lease_may(struct tl_lease_pool *p, const struct tl_hslot *h)
+{
+	if (h->leases + h->armed == 0 || (int64_t)p->count - p->out - p->armed - p->owed >= 1)
+		return 1;
+	p->starved = 1;
+	return 0;
+}
+
 /* A pooled read request of stream h went into the kernel, where it may
- * take a buffer (counted against h's share until it comes back); and its
- * return, before the event that hands out the lease it took, if any
- * (took: it took one). */
-void tl__drv_read_armed(tl_loop *loop, struct tl_hslot *h);
-void tl__drv_read_disarmed(tl_loop *loop, struct tl_hslot *h, int took);
+ * take a buffer (which counts against h until the request comes back). */
+static inline void tl__drv_read_armed(struct tl_lease_pool *p, struct tl_hslot *h)
+{
+	p->owed -= h->reader && h->leases + h->armed == 0;
+	h->armed++;
+	p->armed++;
+}
+
+/* It came back, before the event that hands out the lease it took, if any
+ * (took); one that took none may have made room for refused reads. */
+static inline void tl__drv_read_disarmed(tl_loop *loop, struct tl_lease_pool *p, struct tl_hslot *h,
+					 int took)
+{
+	h->armed--;
+	p->armed--;
+	p->owed += h->reader && h->leases + h->armed == 0;
+	if (!took && __builtin_expect(p->starved, 0))
+		tl__caps_room(loop);
+}
 
 /* Slot lookup for drivers that carry an op index in kernel user data. Each
  * table is one array that stays in place for the loop's life, so a driver

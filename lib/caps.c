@@ -41,9 +41,10 @@
  *    always take one: its reservation;
  *  - beyond that it may take one more only while the free leases exceed
  *    the requests in the kernel and the reservations still owed to the
- *    other readers (tl__drv_lease_may); else its read waits as for an
- *    empty pool, and is resumed when a lease comes back or the surplus
- *    grows again (lease_returned).
+ *    other readers (tl__drv_lease_may, drivers/driver.h, with the counts
+ *    in struct tl_lease_pool); else its read waits as for an empty pool, and is
+ *    resumed when a lease comes back or the surplus grows again
+ *    (lease_returned).
  * As long as the pool has a lease for every reader (pooled_buffers at
  * least the number of streams that read; a program sizes its pool from
  * its connection limit, as tlproxy does), no set of stalled streams can
@@ -60,27 +61,29 @@
  * changes them for one handle.
  */
 
-/* Leases reserved for each reader. */
-#define RESERVE 1u
-
-/* Leases still owed to h's reservation. */
-static inline uint32_t owed(const struct tl_hslot *h)
+/* Whether h is a reader with no lease and no request out: one of the
+ * reservations still owed (lpool.owed counts them). */
+static inline uint32_t owes(const struct tl_hslot *h)
 {
-	uint32_t c = h->leases + h->armed;
-	return h->reader && c < RESERVE ? RESERVE - c : 0;
+	return h->reader && h->leases + h->armed == 0;
 }
 
 /* The pool's surplus: free leases beyond those that requests in the
- * kernel may take and those owed to readers' reservations. */
-static inline int64_t surplus(const tl_loop *l)
+ * kernel may take and those reserved for readers that hold none. */
+static inline int64_t surplus(const struct tl_lease_pool *p)
 {
-	return (int64_t)l->lease_count - l->lease_nout - l->caps_armed - l->caps_owed;
+	return (int64_t)p->count - p->out - p->armed - p->owed;
+}
+
+struct tl_lease_pool *tl__drv_lease_pool(tl_loop *l)
+{
+	return &l->lpool;
 }
 
 void tl__caps_room(tl_loop *l)
 {
-	if (tl_unlikely(l->caps_starved) && surplus(l) >= 1) {
-		l->caps_starved = 0;
+	if (l->lpool.starved && surplus(&l->lpool) >= 1) {
+		l->lpool.starved = 0;
 		if (l->dv->lease_returned)
 			l->dv->lease_returned(l->d, TL_NO_LEASE);
 	}
@@ -129,15 +132,14 @@ void tl__caps_reader(tl_loop *l, struct tl_hslot *h)
 	if (tl_likely(h->reader))
 		return;
 	h->reader = 1;
-	l->caps_owed += owed(h);
+	l->lpool.owed += owes(h);
 }
 
 void tl__caps_lease(tl_loop *l, struct tl_hslot *h, uint32_t lease)
 {
-	uint32_t was = owed(h);
 	l->lease_owner[lease] = tl__h_id(l, h).v;
+	l->lpool.owed -= owes(h);
 	h->leases++;
-	l->caps_owed -= was - owed(h);
 	check(l, h);
 }
 
@@ -151,9 +153,8 @@ void tl__caps_lease_back(tl_loop *l, uint32_t lease)
 	struct tl_hslot *h = tl__handle_get(l, (tl_handle){owner});
 	if (!h)
 		return;
-	uint32_t was = owed(h);
 	h->leases--;
-	l->caps_owed += owed(h) - was;
+	l->lpool.owed += owes(h);
 	check(l, h);
 }
 
@@ -172,38 +173,10 @@ void tl__caps_release(tl_loop *l, struct tl_hslot *h)
 	/* Its leases the host still holds stay out; its reservation goes (the
 	 * reads that wanted the surplus resume at the next turn: this may run
 	 * inside a driver's callback). */
-	l->caps_owed -= owed(h);
-	l->caps_armed -= h->armed;
+	l->lpool.owed -= owes(h);
+	l->lpool.armed -= h->armed;
 	h->reader = 0;
 	h->armed = 0;
-}
-
-int tl__drv_lease_may(tl_loop *l, const struct tl_hslot *h)
-{
-	if (h->leases + h->armed < RESERVE || surplus(l) >= 1)
-		return 1;
-	l->caps_starved = 1;
-	return 0;
-}
-
-void tl__drv_read_armed(tl_loop *l, struct tl_hslot *h)
-{
-	uint32_t was = owed(h);
-	h->armed++;
-	l->caps_armed++;
-	l->caps_owed -= was - owed(h);
-}
-
-void tl__drv_read_disarmed(tl_loop *l, struct tl_hslot *h, int took)
-{
-	uint32_t was = owed(h);
-	h->armed--;
-	l->caps_armed--;
-	l->caps_owed += owed(h) - was;
-	/* With a lease, the event that follows counts it at once: the
-	 * surplus did not grow. */
-	if (!took)
-		tl__caps_room(l);
 }
 
 int tl_handle_caps(tl_loop *l, tl_handle id, uint32_t leases, uint64_t write_bytes)

@@ -128,10 +128,8 @@ void tl__caps_lease_back(tl_loop *loop, uint32_t lease);
 void tl__caps_write(tl_loop *loop, struct tl_hslot *h, int64_t delta);
 /* h is being freed: forget its pause and its reservation. */
 void tl__caps_release(tl_loop *loop, struct tl_hslot *h);
-/* Reads the pool's surplus refused may go on if it has grown since: the
- * driver's lease_returned(TL_NO_LEASE) resumes them. tl_turn calls it
- * before its poll. */
-void tl__caps_room(tl_loop *loop);
+/* (tl__caps_room, in drivers/driver.h: tl_turn calls it before its poll
+ * while reads wait for the surplus.) */
 
 /* Deadlines (deadline.c: idle deadlines per stream, deadlines per read and
  * per connect; contract 2.4, 4.9). */

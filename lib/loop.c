@@ -116,6 +116,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	l->qm = malloc((size_t)l->qcap * sizeof *l->qm);
 	l->lease_size = cfg->pooled_buffer_size;
 	l->lease_count = cfg->pooled_buffers;
+	l->lpool.count = cfg->pooled_buffers;
 	l->lease_mem = aligned_alloc(4096, (((size_t)l->lease_size * l->lease_count) + 4095) &
 						   ~(size_t)4095);
 	l->lease_free = malloc(l->lease_count * sizeof *l->lease_free);
@@ -614,7 +615,7 @@ uint32_t tl__drv_lease_take(tl_loop *l)
 		return TL_NO_LEASE;
 	uint32_t id = l->lease_free[--l->lease_nfree];
 	l->lease_out[id] = 1;
-	l->lease_nout++;
+	l->lpool.out++;
 	return id;
 }
 
@@ -630,14 +631,14 @@ uint32_t tl__lease_take(tl_loop *l)
 
 void tl__drv_lease_mark(tl_loop *l, uint32_t id)
 {
-	l->lease_nout += !l->lease_out[id];
+	l->lpool.out += !l->lease_out[id];
 	l->lease_out[id] = 1;
 }
 
 static void lease_back(tl_loop *l, uint32_t id)
 {
 	tl__caps_lease_back(l, id);
-	l->lease_nout -= l->lease_out[id];
+	l->lpool.out -= l->lease_out[id];
 	l->lease_out[id] = 0;
 	if (!(l->dv->caps & TL_DRV_CAP_KBUF))
 		l->lease_free[l->lease_nfree++] = id;
@@ -678,7 +679,7 @@ void tl_loop_stats_get(const tl_loop *l, tl_loop_stats *out)
 	out->ops = l->nops;
 	out->queued = l->qlen;
 	out->timers = l->timers.n;
-	out->leases_out = l->lease_nout;
+	out->leases_out = l->lpool.out;
 }
 
 void tl_loop_destroy(tl_loop *l)

@@ -108,7 +108,7 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 static uint32_t take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len)
 {
 	uint32_t cnt, lease = TL_NO_LEASE;
-	if (h->type != TL_H_STREAM || tl__drv_lease_may(d->loop, h))
+	if (h->type != TL_H_STREAM || tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
 		lease = tl__drv_lease_take(d->loop);
 	if (lease == TL_NO_LEASE) {
 		if (!EH(h)->lease_wait) {

@@ -181,7 +181,7 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		list_add(d, o, ST_PAUSED);
 		return 1;
 	}
-	if (pooled && tl_unlikely(!tl__drv_lease_may(d->loop, h))) {
+	if (pooled && tl_unlikely(!tl__drv_lease_may(d->lpool, h))) {
 		/* Its stream has its share of the pool and the surplus is gone
 		 * (lib/caps.c): wait, as for an empty ring. */
 		list_del(d, o);
@@ -210,7 +210,7 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		prep_pooled(s);
 	}
 	if (pooled)
-		tl__drv_read_armed(d->loop, h);
+		tl__drv_read_armed(d->lpool, h);
 	issued(d, o, s);
 	return 1;
 }
@@ -443,7 +443,7 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 		u->tlease = TL_NO_LEASE;
 		if (res == -EAGAIN) {
 			recycle(d, lease);
-			tl__drv_read_disarmed(d->loop, h, 0);
+			tl__drv_read_disarmed(d->loop, d->lpool, h, 0);
 			d->st.read_tries_missed++;
 			rp_do(d, h, o, tl__rp_step(u->rp, TL_RP_EV_MISS));
 			return;
@@ -452,7 +452,7 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			u->rp = tl__rp_step(u->rp, TL_RP_EV_HIT).rp;
 	}
 	if (pooled)
-		tl__drv_read_disarmed(d->loop, h, res > 0 && lease != TL_NO_LEASE);
+		tl__drv_read_disarmed(d->loop, d->lpool, h, res > 0 && lease != TL_NO_LEASE);
 	if (res > 0) {
 		if (lease != TL_NO_LEASE) {
 			tl__drv_lease_mark(d->loop, lease);

@@ -141,6 +141,7 @@ struct tl_drv {
 	uint32_t polls;         /* ur_poll calls: a peer's answer time in polls */
 	struct tl_opslot *ops;  /* the core's tables: fixed for the loop's life */
 	struct tl_hslot *hs;
+	struct tl_lease_pool *lpool; /* the pool's counts (lib/caps.c), likewise */
 	struct io_uring_buf_ring *br;
 	uint32_t br_entries, br_avail; /* buffers on the ring, as far as we know */
 	uint32_t br_win;               /* how many br_avail is topped up to */
