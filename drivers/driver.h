@@ -75,6 +75,10 @@ struct tl_hslot {
 	/* Splices reading this stream (their source), linked through their
 	 * u.sp.snext; TL_NIL: none. Its Closed waits until none is left. */
 	uint32_t spl_head;
+	/* The pool's share of this stream (lib/caps.c): a pooled read request
+	 * of it the driver has in the kernel (tl__drv_read_armed), and whether
+	 * it has read into pooled buffers (then a lease is reserved for it). */
+	uint8_t armed, reader;
 	union {
 		uint64_t drv[6];      /* driver private state */
 		struct {              /* timers use no driver */
@@ -360,7 +364,9 @@ struct tl_driver {
 
 	/* A lease went back to the core's free list (the host released it);
 	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
-	 * resume reads that waited for a buffer. May be NULL. */
+	 * resume reads that waited for a buffer. id TL_NO_LEASE: none came back,
+	 * but the pool has room again for reads tl__drv_lease_may refused
+	 * (lib/caps.c); resume them. May be NULL. */
 	void (*lease_returned)(struct tl_drv *d, uint32_t id);
 	/* A free lease for a read the core makes itself (a terminal's, an
 	 * inotify queue's: lib/tty.c, lib/watch.c), or TL_NO_LEASE if none is
@@ -372,10 +378,10 @@ struct tl_driver {
 	uint32_t (*lease_take)(struct tl_drv *d);
 
 	/* h (a stream) went over one of its caps (paused = 1: TL_HF_PAUSED is
-	 * set) or back under both (0: cleared). While paused a driver takes
-	 * nothing more off h's socket for its reads (a read already in the
-	 * kernel may still complete, so a cap can be passed by what the kernel
-	 * had taken) and reads wait; on 0 they go on. Other handles are not
+	 * set) or back under both (0: cleared). While paused a driver issues
+	 * no read of h's socket (a request already in the kernel may still
+	 * complete, with one buffer at most: see tl__drv_lease_may) and reads
+	 * wait; on 0 they go on. Other handles are not
 	 * affected. Called from the core, possibly from inside one of this
 	 * driver's callbacks (an event that took a lease, a write that
 	 * completed). May be NULL: then only the flag tells. */
@@ -457,6 +463,60 @@ uint32_t tl__drv_lease_take(tl_loop *loop);
 void tl__drv_lease_mark(tl_loop *loop, uint32_t id);
 /* Give back a lease that never reached the host (an event that was dropped). */
 void tl__drv_lease_drop(tl_loop *loop, uint32_t id);
+
+/*
+ * Pooled stream reads and the pool's reservations (lib/caps.c explains the
+ * rule; these are its checks, inline because every pooled stream read
+ * makes them). A driver makes a pooled read of stream h take a buffer (or
+ * puts into the kernel a request that may take one) only while h is not
+ * TL_HF_PAUSED and tl__drv_lease_may says so, and never has two such
+ * requests of h out at once: that keeps h within its lease cap by
+ * construction. The loop's counts are in its struct tl_lease_pool, which stays in
+ * place for the loop's life (tl__drv_lease_pool).
+ */
+struct tl_lease_pool {
+	uint32_t count;  /* pooled buffers */
+	uint32_t out;    /* handed out: to the host, or to an event dropped since */
+	uint32_t armed;  /* pooled stream read requests in the kernel: one buffer each, at most */
+	uint32_t owed;   /* reading streams with no lease and no request out: one reserved each */
+	uint8_t starved; /* tl__drv_lease_may refused a read since the surplus last grew */
+};
+struct tl_lease_pool *tl__drv_lease_pool(tl_loop *loop);
+/* The surplus grew while reads were refused it (lib/caps.c): resume them. */
+void tl__caps_room(tl_loop *loop);
+
+/* May a pooled read of stream h take one more buffer now? 1 yes; 0 no: h
+ * has its reserved lease and the pool has nothing beyond the reservations.
+ * The read waits as for a lease when none is free; lease_returned follows
+ * when it may try again. */
+static inline int tl__drv_lease_may(struct tl_lease_pool *p, const struct tl_hslot *h)
+{
+	if (h->leases + h->armed == 0 || (int64_t)p->count - p->out - p->armed - p->owed >= 1)
+		return 1;
+	p->starved = 1;
+	return 0;
+}
+
+/* A pooled read request of stream h went into the kernel, where it may
+ * take a buffer (which counts against h until the request comes back). */
+static inline void tl__drv_read_armed(struct tl_lease_pool *p, struct tl_hslot *h)
+{
+	p->owed -= h->reader && h->leases + h->armed == 0;
+	h->armed++;
+	p->armed++;
+}
+
+/* It came back, before the event that hands out the lease it took, if any
+ * (took); one that took none may have made room for refused reads. */
+static inline void tl__drv_read_disarmed(tl_loop *loop, struct tl_lease_pool *p, struct tl_hslot *h,
+					 int took)
+{
+	h->armed--;
+	p->armed--;
+	p->owed += h->reader && h->leases + h->armed == 0;
+	if (!took && __builtin_expect(p->starved, 0))
+		tl__caps_room(loop);
+}
 
 /* Slot lookup for drivers that carry an op index in kernel user data. Each
  * table is one array that stays in place for the loop's life, so a driver

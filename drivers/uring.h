@@ -13,15 +13,17 @@ struct tl_uring_stats {
 	uint64_t sq_full_flushes;  /* submissions forced because the SQ was full */
 	uint64_t overflow_flushes; /* enters made to pull overflowed CQEs in */
 	uint64_t room_stops;       /* reaps stopped with CQEs left for the next turn */
-	uint64_t rearms;           /* multishot requests the kernel ended and we re-armed */
+	uint64_t rearms;           /* multishot accepts the kernel ended and we re-armed */
 	/* Stream reads (drivers/uring/read_policy.h says when each happens): */
 	uint64_t deferred_reads;   /* issued one poll late, the host having answered */
-	uint64_t multishot_reads;  /* turned multishot, the host not having answered */
+	uint64_t fed_reads;        /* turned to armed recvs for good, the host not having
+				    * answered */
 	uint64_t read_tries_missed; /* tries (recvs into a lease of ours) that found no data */
-	uint64_t slow_reads;       /* turned multishot because their tries kept missing */
-	uint64_t slow_retries;     /* such reads whose receive the driver cancelled to
-				    * defer them again, their peer fast again */
+	uint64_t slow_reads;       /* turned to armed recvs because their tries kept missing */
+	uint64_t slow_retries;     /* such reads back to tries, their peer fast again */
 	uint64_t enobufs;          /* reads parked because the buffer ring was empty */
+	uint64_t pool_waits;       /* reads parked because their stream had its share of
+				    * the pool and the surplus was gone (lib/caps.c) */
 	uint64_t cancels;          /* IORING_OP_ASYNC_CANCEL requests issued */
 	uint64_t kernel_acks;      /* ops ended by their own CQE after a cancel targeted them */
 	uint64_t short_sends;      /* sends that moved fewer bytes than asked */

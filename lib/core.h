@@ -117,14 +117,19 @@ void tl__splice_retire(tl_loop *loop, struct tl_opslot *op);
 #define TL_MAX_WRITE_CAP (1ull << 40)
 /* Set a new handle's caps: the config's, or those of from (its listener). */
 void tl__caps_init(tl_loop *loop, struct tl_hslot *h, const struct tl_hslot *from);
+/* Stream h reads into pooled buffers from now on: a lease is reserved for
+ * it until it is freed. */
+void tl__caps_reader(tl_loop *loop, struct tl_hslot *h);
 /* A read record of stream h carries lease: it counts against h. */
 void tl__caps_lease(tl_loop *loop, struct tl_hslot *h, uint32_t lease);
 /* lease came back from the host: uncount it from its stream, if any. */
 void tl__caps_lease_back(tl_loop *loop, uint32_t lease);
 /* Write bytes queued on h grew (delta > 0) or completed (delta < 0). */
 void tl__caps_write(tl_loop *loop, struct tl_hslot *h, int64_t delta);
-/* h is being freed: forget its pause. */
+/* h is being freed: forget its pause and its reservation. */
 void tl__caps_release(tl_loop *loop, struct tl_hslot *h);
+/* (tl__caps_room, in drivers/driver.h: tl_turn calls it before its poll
+ * while reads wait for the surplus.) */
 
 /* Deadlines (deadline.c: idle deadlines per stream, deadlines per read and
  * per connect; contract 2.4, 4.9). */

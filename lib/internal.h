@@ -104,7 +104,8 @@ struct tl_loop {
 	uint32_t *lease_free; /* stack of free ids */
 	uint32_t lease_nfree;
 	uint8_t *lease_out;   /* 1 while the host (or a dropped event) holds it */
-	uint32_t lease_nout;  /* how many lease_out[] are 1 */
+	/* lpool.out: how many lease_out[] are 1; the rest of lpool is caps.c's */
+	struct tl_lease_pool lpool;
 	uint64_t *lease_owner;/* the stream a lease was read from (handle id), 0: none (caps.c) */
 
 	/* The splice pipe pool (splice.c): slots, a stack of made pipes that

@@ -239,6 +239,8 @@ static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint1
 	o->flags |= flags;
 	o->u.rw.buf = buf;
 	o->u.rw.len = len;
+	if (flags & TL_OPF_POOLED)
+		tl__caps_reader(l, h);
 	return submit(l, h, o, oid);
 }
 

@@ -192,6 +192,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	int notified = tl__poster_begin(l->poster);
 	if (tl_unlikely(l->close_retry))
 		tl__retry_closes(l);
+	if (tl_unlikely(l->lpool.starved))
+		tl__caps_room(l);
 	uint64_t start = l->dv->now(l->d);
 	int r = tl__dl_step(l, start);
 	if (r < 0)

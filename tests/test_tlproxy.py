@@ -172,6 +172,66 @@ def need_nobody():
     return pw
 
 
+# ---- full duplex: both sides write while they read ----
+
+def duplex_data(size, side, name):
+    """size bytes one side sends: a random MiB, each copy marked with its
+    index, the side and the shape, so that bytes out of place, from the other
+    side or from another connection change the hash."""
+    block = random.Random(side).randbytes(1 << 20)
+    tag = sum(name.encode()) & 0xff
+    out = b"".join(bytes([i & 0xff, side, tag]) + block[3:] for i in range((size + (1 << 20) - 1) >> 20))
+    return out[:size]
+
+
+def duplex_io(sock, data, wait, chunk):
+    """Send data (chunk bytes a send, or all that is left when chunk is 0)
+    once wait bytes have come in, then our FIN, while reading to the peer's
+    FIN: (bytes read, their SHA-256). One thread, non-blocking: neither side
+    ever stops reading to write."""
+    import selectors
+
+    sock.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    view, off, got, h = memoryview(data), 0, 0, hashlib.sha256()
+    rnd = random.Random(len(data) ^ chunk)
+    writing, reading = True, True
+    while writing or reading:
+        evs = sel.select(timeout=60)
+        if not evs:
+            raise TimeoutError(f"full duplex stalled: sent {off} of {len(data)}, read {got}")
+        for _, ev in evs:
+            if ev & selectors.EVENT_READ and reading:
+                try:
+                    d = sock.recv(1 << 20)
+                except BlockingIOError:
+                    d = None
+                if d == b"":
+                    reading = False
+                elif d:
+                    h.update(d)
+                    got += len(d)
+            if ev & selectors.EVENT_WRITE and writing and got >= wait:
+                n = chunk if chunk > 0 else len(data) - off
+                if chunk < 0:  # small writes of random sizes
+                    n = rnd.randint(1, -chunk)
+                try:
+                    off += sock.send(view[off:off + n])
+                except BlockingIOError:
+                    pass
+                if off == len(data):
+                    sock.shutdown(socket.SHUT_WR)
+                    writing = False
+        if writing or reading:
+            mask = (selectors.EVENT_READ if reading else 0) | \
+                (selectors.EVENT_WRITE if writing and got >= wait else 0)
+            sel.modify(sock, mask or selectors.EVENT_READ)
+    sel.close()
+    sock.setblocking(True)
+    return got, h.hexdigest()
+
+
 # ---- the small servers (run as their own processes: --serve MODE) ----
 
 def serve(argv):
@@ -344,6 +404,42 @@ def serve(argv):
             print("reset", flush=True)
         c.close()
 
+    def download(c):
+        # Wait for the request line, then send without end (until the
+        # connection goes), reading nothing more: a large download.
+        buf = b""
+        while b"\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close()
+                return
+            buf += d
+        block = random.Random(5).randbytes(1 << 16)
+        try:
+            while True:
+                c.sendall(block)
+        except OSError:
+            pass
+        c.close()
+
+    def duplex_srv(c):
+        # A header line (shape, size, wait, chunk), then both ways at once:
+        # send size bytes of our own and read the client's to its FIN;
+        # report what came on stdout.
+        buf = b""
+        while b"\n" not in buf:
+            d = c.recv(1)
+            if not d:
+                c.close()
+                return
+            buf += d
+        name, size, wait, chunk = buf.decode().split()
+        n, h = duplex_io(c, duplex_data(int(size), 2, name), int(wait), int(chunk))
+        print(f"got {name} {n} {h}", flush=True)
+        c.close()
+
+    if mode.startswith("download"):
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
     while True:
         c, _ = ls.accept()
         if mode.startswith("ident="):
@@ -364,6 +460,10 @@ def serve(argv):
             t = threading.Thread(target=echo_reset, args=(c, mode[10:]), daemon=True)
         elif mode == "watchreset":
             t = threading.Thread(target=watch_reset, args=(c,), daemon=True)
+        elif mode == "download":
+            t = threading.Thread(target=download, args=(c,), daemon=True)
+        elif mode == "duplex":
+            t = threading.Thread(target=duplex_srv, args=(c,), daemon=True)
         else:
             raise SystemExit(f"unknown mode {mode}")
         t.start()
@@ -791,6 +891,159 @@ def t_splice_refused(env):
     check(sp["refused"] >= 1, f"no refusal counted with one pipe for two bulk directions: {sp}")
     check(sp["bytes"] > 0 and sp["to_splice"] >= 1, f"nothing spliced: {sp}")
     check(sp["bytes"] < 2 * bulk_size(), f"everything spliced through one pipe: {sp}")
+
+
+DUPLEX_SHAPES = [
+    # name, bytes a send (0: all that is left; -n: random 1..n), the client
+    # waits for that many bytes before it writes, the server likewise
+    ("chunks", 65536, 0, 0),
+    ("whole", 0, 0, 0),
+    ("small", -4096, 0, 0),
+    ("server_first", 262144, 1 << 20, 0),
+    ("client_first", 262144, 0, 1 << 20),
+]
+
+
+def duplex_size():
+    return min(64 << 20, bulk_size())
+
+
+def duplex_through(env, extra):
+    """Full duplex through a tlproxy started with extra arguments: for each
+    shape, client and server each send duplex_size() (64 MiB) while reading
+    the other's, then their FIN; both directions checked by SHA-256."""
+    up, lp = env.port(), env.port()
+    srv = env.serve("duplex", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"] + extra)
+    fd0 = env.fds(px)
+    size = duplex_size()
+    for name, chunk, cwait, swait in DUPLEX_SHAPES:
+        mine, theirs = duplex_data(size, 1, name), duplex_data(size, 2, name)
+        s = connect(lp, timeout=60)
+        s.sendall(f"{name} {size} {swait} {chunk}\n".encode())
+        t0 = time.time()
+        try:
+            n, h = duplex_io(s, mine, cwait, chunk)
+        except (OSError, TimeoutError) as e:
+            raise Fail(f"{name}: {e}")
+        s.close()
+        check(n == size, f"{name}: the client got {n} bytes of {size}")
+        check(h == hashlib.sha256(theirs).hexdigest(), f"{name}: the bytes the client got differ from those sent")
+        env.wait_for(srv, rf"^got {name} ", timeout=30)
+        m = re.search(rf"^got {name} (\d+) (\w+)$", srv.text(), re.M)
+        check(m and int(m.group(1)) == size, f"{name}: the server got {m.group(1) if m else '?'} bytes of {size}")
+        check(m.group(2) == hashlib.sha256(mine).hexdigest(), f"{name}: the bytes the server got differ from those sent")
+        print(f"{name}: {size} bytes each way in {time.time() - t0:.2f} s", flush=True)
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.wait_stat(px, "splice_pipes", "busy", 0)
+    st = env.stats(px)
+    check(st["bytes_in"]["0"] == len(DUPLEX_SHAPES) * size + sum(
+        len(f"{n} {size} {w} {c}\n") for n, c, _, w in DUPLEX_SHAPES) and
+        st["bytes_out"]["0"] == len(DUPLEX_SHAPES) * size,
+        f"bytes_in {st['bytes_in']['0']} bytes_out {st['bytes_out']['0']}")
+    env.settle_fds(px, fd0 + 2 * st["splice_pipes"]["open"])
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+    return st
+
+
+def t_duplex(env):
+    """Full duplex (issue 22): client and server each write 64 MiB while
+    reading the other's, in five shapes (64 KiB sends, one send of all,
+    small sends of random sizes, the server first, the client first); every
+    byte each way arrives, in order, by SHA-256."""
+    st = duplex_through(env, [])
+    check(st["splice"]["bytes"] == 0, f"spliced without --splice: {st['splice']}")
+
+
+def t_splice_duplex(env):
+    """t_duplex through --splice: the same five shapes, with the directions
+    spliced."""
+    st = duplex_through(env, ["--splice"])
+    check(st["splice"]["bytes"] > 0, f"nothing spliced with --splice: {st['splice']}")
+
+
+def t_stall(env):
+    """Clients that never read their download cannot starve anyone else
+    (issue 22): 2 shards, one listener in front of a server that sends every
+    connection a download without end, another in front of tlecho; N
+    clients (up to the connection limit) each send a request to the first
+    and never read, until their connections hold all they can; meanwhile
+    four clients of the second keep doing round trips, each within 2 s.
+    A shard's pooled buffers are sized from the connection limit, each
+    stream holds at most its cap of 8, and each stream that reads has one
+    buffer reserved (lib/caps.c); before, a few such clients on io_uring, or
+    about 128 a shard on epoll, took every buffer and froze the shard."""
+    n, nb = 300, 4
+    up, echo, l1, l2 = env.port(), env.port(), env.port(), env.port()
+    env.serve("download", "127.0.0.1", up)
+    env.start("tlecho", [env.tlecho, "-p", str(echo)], wait_line="listening")
+    cfg = write_cfg(env, "stall.yaml", f"""
+max_conns: {n + nb + 8}
+listeners:
+  - name: down
+    listen: "127.0.0.1:{l1}"
+    pool: dl
+    timeouts: {{idle: 120s}}
+    socket: {{rcvbuf: 16k, sndbuf: 16k}}
+  - {{name: echo, listen: "127.0.0.1:{l2}", pool: echo}}
+pools:
+  - {{name: dl, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: echo, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "2"})
+    fd0 = env.fds(px)
+    near = [connect(l2) for _ in range(nb)]
+    for s in near:
+        check(echo_ok(s, b"before"), "no round trip before the stall")
+    stalled = []
+    for i in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(5)
+        s.connect(("127.0.0.1", l1))
+        s.sendall(b"GET /big\n")
+        stalled.append(s)
+    env.wait_stat(px, "conns_open", "0", n + nb, timeout=30, op=">=")
+
+    def leases():
+        r = subprocess.run([env.tlshard, "stats", str(px.pid), "--json"], capture_output=True, text=True)
+        check(r.returncode == 0, f"tlshard stats failed: {r.stderr}")
+        return [int(x["leases_out"]) for x in json.loads(r.stdout)["shard"]]
+
+    # Until the stalled connections hold what they will (no change for 2 s).
+    t, last, same = time.time() + 60, None, 0
+    while time.time() < t and same < 10:
+        cur = leases()
+        same = same + 1 if cur == last else 0
+        last = cur
+        time.sleep(0.2)
+    conns = env.stats(px)["conns_open"]["_per_shard"]["0"]
+    print(f"{n} stalled downloads hold {last} leases (shards 0, 1; connections {conns})", flush=True)
+    check(sum(last) >= n, f"the stalled clients hold only {last} leases: no stall to speak of")
+    # Only a download's server side holds leases, its cap of 8 at most.
+    check(all(x <= 8 * c for x, c in zip(last, conns)), f"leases {last} over 8 a connection {conns}")
+    worst, rounds = 0.0, 0
+    for r in range(25):
+        for k, s in enumerate(near):
+            msg = b"round %d on %d" % (r, k)
+            t0 = time.time()
+            s.settimeout(2)
+            try:
+                ok = echo_ok(s, msg)
+            except OSError as e:
+                raise Fail(f"round trip {r} on neighbour {k} failed beside {n} stalled downloads "
+                           f"({leases()} leases out): {e}")
+            check(ok, f"round trip {r} on neighbour {k} came back wrong")
+            worst = max(worst, time.time() - t0)
+            rounds += 1
+    print(f"{rounds} round trips beside them, the slowest {worst * 1000:.1f} ms", flush=True)
+    check(worst < 2, f"a round trip took {worst:.2f} s")
+    for s in stalled + near:
+        s.close()
+    env.wait_stat(px, "conns_open", "0", 0, timeout=30)
+    env.settle_fds(px, fd0)
+    check(sum(leases()) == 0, f"leases still out after every connection closed: {leases()}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
 def t_halfclose(env):

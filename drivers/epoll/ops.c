@@ -101,12 +101,15 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	}
 }
 
-/* Take a pooled buffer for a read or receive on h. None free: park h on
- * the lease-wait list (lease_returned resumes it; a shortage is never an
- * error to the host) and return TL_NO_LEASE. */
+/* Take a pooled buffer for a read or receive on h. None free, or none a
+ * stream may take now (its share of the pool, lib/caps.c): park h on the
+ * lease-wait list (lease_returned resumes it; a shortage is never an error
+ * to the host) and return TL_NO_LEASE. */
 static uint32_t take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len)
 {
-	uint32_t cnt, lease = tl__drv_lease_take(d->loop);
+	uint32_t cnt, lease = TL_NO_LEASE;
+	if (h->type != TL_H_STREAM || tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
+		lease = tl__drv_lease_take(d->loop);
 	if (lease == TL_NO_LEASE) {
 		if (!EH(h)->lease_wait) {
 			EH(h)->lease_wait = 1;

@@ -69,9 +69,13 @@ static int read_buf(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o, u
 		*len = ulen;
 		return 1;
 	}
-	uint32_t id = tl__drv_lease_take(d->loop), size, count;
+	const struct tl_hslot *h = tl__drv_handle(d->loop, o->hidx);
+	uint32_t id = TL_NO_LEASE, size, count;
+	if (h->type != TL_H_STREAM || tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
+		id = tl__drv_lease_take(d->loop);
 	if (id == TL_NO_LEASE) {
-		/* Never an error: wait until the host gives one back. */
+		/* Never an error (none free, or none this stream may take now,
+		 * lib/caps.c): wait until one comes back. */
 		lease_wait(d, s);
 		return 0;
 	}

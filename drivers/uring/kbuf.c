@@ -17,7 +17,9 @@
  *
  * A read that finds the ring empty (-ENOBUFS) parks on the buffer-wait list
  * and is re-armed when a lease comes back (or at once, with a wider window,
- * if spare leases were waiting); the host never sees -ENOBUFS.
+ * if spare leases were waiting); the host never sees -ENOBUFS. A read whose
+ * stream may take no more of the pool now (lib/caps.c) waits on the same
+ * list.
  */
 
 #define UR_BUF_WINDOW 64 /* pooled buffers on the ring at first */
@@ -94,6 +96,15 @@ uint32_t tl__ur_lease_take(struct tl_drv *d)
 
 void tl__ur_lease_returned(struct tl_drv *d, uint32_t id)
 {
+	if (id == TL_NO_LEASE) {
+		/* The pool has room for reads its surplus refused (lib/caps.c):
+		 * every waiter tries again, and one that still may not parks
+		 * again at issue. */
+		list_restart(d, &d->bufwait);
+		if (d->embed)
+			tl__ur_flush_embed(d);
+		return;
+	}
 	recycle(d, id);
 	if (d->bufwait.head != TL_NIL) {
 		struct tl_opslot *o = OP(d, d->bufwait.head);

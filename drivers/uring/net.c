@@ -20,9 +20,9 @@
  * of host (over loopback the kernel copies anyway, and the notification
  * makes it 1.25x to 8x dearer), so zero copy is not used.
  *
- * Stream reads are one recv per message or a multishot receive, as
- * read_policy.h decides; on_read tells it what each CQE was and does what
- * it answers.
+ * Stream reads are one request at a time, a try or an armed recv, each
+ * taking one buffer at most, as read_policy.h decides; on_read tells it
+ * what each CQE was and does what it answers.
  *
  * Connect gets its SQE at submit: a Unix path is only valid during submit
  * (the SQE's scratch slot keeps the address until the kernel copies it).
@@ -174,18 +174,27 @@ static int issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 
 static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
+	int pooled = o->flags & TL_OPF_POOLED;
 	if (tl_unlikely(h->flags & TL_HF_PAUSED)) {
 		/* Over a cap: nothing more off this socket (lib/caps.c). */
 		list_del(d, o);
 		list_add(d, o, ST_PAUSED);
 		return 1;
 	}
+	if (pooled && tl_unlikely(!tl__drv_lease_may(d->lpool, h))) {
+		/* Its stream has its share of the pool and the surplus is gone
+		 * (lib/caps.c): wait, as for an empty ring. */
+		list_del(d, o);
+		d->st.pool_waits++;
+		list_add(d, o, ST_BUFWAIT);
+		return 1;
+	}
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
 		return 0;
-	if (!(o->flags & TL_OPF_POOLED)) {
+	if (!pooled) {
 		io_uring_prep_recv(s, h->fd, o->u.rw.buf, o->u.rw.len, 0);
-	} else if (UO(o)->rp.mode == TL_RP_TRY && d->nspare) {
+	} else if (tl__rp_try(UO(o)->rp.mode) && d->nspare) {
 		/* Data is probably there: receive it into a lease taken here,
 		 * which spares the kernel its buffer selection, and come back
 		 * with -EAGAIN rather than park a poll holding the lease. */
@@ -194,12 +203,14 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		io_uring_prep_recv(s, h->fd, d->lease_base + (size_t)id * d->lease_size,
 				   d->lease_size, MSG_DONTWAIT);
 	} else {
-		if (tl__rp_multishot(UO(o)->rp.mode))
-			io_uring_prep_recv_multishot(s, h->fd, NULL, 0, 0);
-		else
-			io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
+		/* Armed: the kernel picks a buffer when data comes, one at most. */
+		io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
+		if (UO(o)->rp.pf)
+			s->ioprio |= IORING_RECVSEND_POLL_FIRST;
 		prep_pooled(s);
 	}
+	if (pooled)
+		tl__drv_read_armed(d->lpool, h);
 	issued(d, o, s);
 	return 1;
 }
@@ -351,18 +362,17 @@ void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o)
 
 /* Do what the read policy answered for stream read o (read_policy.h). */
 static inline void rp_do(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
-		  struct tl_rp_step s)
+			 struct tl_rp_step s)
 {
 	struct ur_o *u = UO(o);
-	if (s.act == TL_RP_CANCEL) {
-		if (tl__ur_cancel_kernel(d, o) != 0)
-			return; /* ours or the host's is in flight, or no SQE */
-		d->st.slow_retries++;
+	if (tl_unlikely(s.rp.mode != u->rp.mode)) {
+		if (s.rp.mode == TL_RP_SLOW)
+			d->st.slow_reads++;
+		else if (u->rp.mode == TL_RP_SLOW)
+			d->st.slow_retries++;
 	}
-	if (s.rp.mode == TL_RP_SLOW && u->rp.mode != TL_RP_SLOW)
-		d->st.slow_reads++;
 	u->rp = s.rp;
-	if (s.act == TL_RP_GO_ON || s.act == TL_RP_CANCEL)
+	if (s.act == TL_RP_GO_ON)
 		return;
 	if (o->flags & TL_OPF_CANCEL) { /* the host's: it ends instead */
 		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
@@ -381,25 +391,15 @@ void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 	struct ur_h *e = UH(h);
 	if (!paused && tl_unlikely(e->spl != TL_NIL))
 		tl__ur_splice_unpaused(d, h);
-	if (e->rhead == TL_NIL)
+	/* Paused: a request in the kernel completes (with one buffer at most,
+	 * read_policy.h); the next one parks at issue. */
+	if (paused || e->rhead == TL_NIL)
 		return;
 	struct tl_opslot *o = OP(d, e->rhead);
-	struct ur_o *u = UO(o);
-	if (o->code != TL_OP_READ)
-		return;
-	if (!paused) {
-		if (u->st == ST_PAUSED) {
-			list_del(d, o);
-			list_add(d, o, ST_START);
-		}
-		return;
+	if (o->code == TL_OP_READ && UO(o)->st == ST_PAUSED) {
+		list_del(d, o);
+		list_add(d, o, ST_START);
 	}
-	/* A multishot receive would go on taking buffers: cancel it (its
-	 * final CQE parks the read, see on_read). A one-shot recv in the
-	 * kernel completes; the next one parks at issue. */
-	if (u->st == ST_KERNEL && tl__rp_multishot(u->rp.mode) && !u->cancel_sent &&
-	    tl__ur_cancel_kernel(d, o) == 0)
-		u->pause_cut = 1;
 }
 
 /* The most one recv of stream read o can return. */
@@ -419,48 +419,31 @@ int tl__ur_sort_reads(struct tl_drv *d)
 		if (answered)
 			d->st.deferred_reads++;
 		else
-			d->st.multishot_reads++;
+			d->st.fed_reads++;
 		rp_do(d, h, o,
 		      tl__rp_step(UO(o)->rp, answered ? TL_RP_EV_ANSWERED : TL_RP_EV_UNANSWERED));
 	}
 	return d->defer.head != TL_NIL;
 }
 
-/* A stream read's CQE: the leases and tries are kept here, and what comes
- * next is the policy's answer. */
+/* A stream read's CQE: the leases, tries and the stream's share of the pool
+ * are kept here, and what comes next is the policy's answer. Every request
+ * is one-shot (read_policy.h): this is its end. */
 static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		    unsigned cf)
 {
 	struct ur_o *u = UO(o);
-	int more = cf & IORING_CQE_F_MORE;
+	int pooled = o->flags & TL_OPF_POOLED;
 	uint32_t lease = (cf & IORING_CQE_F_BUFFER) ? cf >> IORING_CQE_BUFFER_SHIFT : TL_NO_LEASE;
 	if (lease != TL_NO_LEASE)
 		d->br_avail--;
-	if (!more) {
-		u->st = ST_IDLE;
-		if (tl_unlikely(u->pause_cut)) {
-			/* The receive tl__ur_pause cancelled: the read waits for its
-			 * handle to resume (or goes on if it already has). */
-			u->pause_cut = 0;
-			if (res == -ECANCELED && !(o->flags & TL_OPF_CANCEL)) {
-				list_add(d, o, (h->flags & TL_HF_PAUSED) ? ST_PAUSED : ST_START);
-				return;
-			}
-		}
-		if (tl__rp_multishot(u->rp.mode)) {
-			int ours = res == -ECANCELED && !(o->flags & TL_OPF_CANCEL);
-			struct tl_rp_step s =
-				tl__rp_step(u->rp, ours ? TL_RP_EV_CANCELLED : TL_RP_EV_ENDED);
-			rp_do(d, h, o, s);
-			if (s.act != TL_RP_GO_ON)
-				return;
-		}
-	}
+	u->st = ST_IDLE;
 	if (u->tlease != TL_NO_LEASE) { /* a try */
 		lease = u->tlease;
 		u->tlease = TL_NO_LEASE;
 		if (res == -EAGAIN) {
 			recycle(d, lease);
+			tl__drv_read_disarmed(d->loop, d->lpool, h, 0);
 			d->st.read_tries_missed++;
 			rp_do(d, h, o, tl__rp_step(u->rp, TL_RP_EV_MISS));
 			return;
@@ -468,6 +451,8 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 		if (res > 0)
 			u->rp = tl__rp_step(u->rp, TL_RP_EV_HIT).rp;
 	}
+	if (pooled)
+		tl__drv_read_disarmed(d->loop, d->lpool, h, res > 0 && lease != TL_NO_LEASE);
 	if (res > 0) {
 		if (lease != TL_NO_LEASE) {
 			tl__drv_lease_mark(d->loop, lease);
@@ -480,23 +465,17 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 			return;
 		}
 		tl__drv_event(d->loop, o, res, 0, lease);
-		enum tl_rp_event ev;
-		if (more) /* how soon after the stream's last send? */
-			ev = tl__rp_gap(d->polls - UH(h)->wpoll);
-		else if (tl__rp_oneshot(u->rp.mode))
-			ev = (uint32_t)res >= read_cap(d, o) ? TL_RP_EV_FULL : TL_RP_EV_SHORT;
-		else {
-			rearm(d, h, o);
-			return;
-		}
-		rp_do(d, h, o, tl__rp_step(u->rp, ev));
+		struct tl_rp rp = u->rp;
+		if (rp.mode == TL_RP_SLOW) /* how soon after the stream's last send? */
+			rp = tl__rp_step(rp, tl__rp_gap(d->polls - UH(h)->wpoll)).rp;
+		rp_do(d, h, o,
+		      tl__rp_step(rp, (uint32_t)res >= read_cap(d, o) ? TL_RP_EV_FULL
+								   : TL_RP_EV_SHORT));
 		return;
 	}
 	if (lease != TL_NO_LEASE)
 		recycle(d, lease);
-	if (more)
-		return;
-	if (res == -ENOBUFS && (o->flags & TL_OPF_POOLED) && !(o->flags & TL_OPF_CANCEL)) {
+	if (res == -ENOBUFS && pooled && !(o->flags & TL_OPF_CANCEL)) {
 		tl__ur_park_for_buffer(d, o);
 		return;
 	}

@@ -434,6 +434,7 @@ int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv 
 	d->max_ops = cfg->max_ops;
 	d->ops = tl__drv_op(loop, 0);
 	d->hs = tl__drv_handle(loop, 0);
+	d->lpool = tl__drv_lease_pool(loop);
 	d->vg_efd = -1;
 	d->tmo_at = UINT64_MAX;
 	d->start = d->bufwait = d->fdwait = d->later = d->defer = d->paused = (struct ur_list){TL_NIL, TL_NIL};

@@ -21,7 +21,7 @@
  *                right before the turn's one io_uring_enter, then the CQEs
  * net.c          the network operations, in one table indexed by opcode, and
  *                asking the kernel to cancel
- * read_policy.h  how a stream read picks one recv per message or multishot
+ * read_policy.h  how a stream read picks its next request: a try or an armed recv
  * kbuf.c         the provided-buffer ring pooled reads receive into
  * poll.c         readiness polls of descriptors the loop does not own
  * fs.c           typed file requests run as io_uring opcodes
@@ -61,7 +61,8 @@ enum {
 	ST_IDLE = 0, /* queued behind its handle's head, or finished */
 	ST_START,    /* on the start list: gets an SQE at the next poll */
 	ST_KERNEL,   /* an SQE or CQE of it is outstanding */
-	ST_BUFWAIT,  /* waits for a pooled buffer to come back */
+	ST_BUFWAIT,  /* waits for a pooled buffer to come back, or for its stream's
+		      * share of the pool (lib/caps.c) */
 	ST_FDWAIT,   /* multishot accept waiting for a free descriptor */
 	ST_LATER,    /* stream read held until the next poll (TL_RP_HOLD) */
 	ST_DEFER,    /* stream read issued at the next poll (TL_RP_DEFER) */
@@ -75,7 +76,6 @@ struct ur_o {
 	uint8_t cancel_sent;   /* an ASYNC_CANCEL targets this op's user_data */
 	uint8_t fs_code;       /* native file requests: enum tl_fs_req */
 	struct tl_rp rp;       /* stream reads: the read policy's state */
-	uint8_t pause_cut;     /* stream reads: we cancelled its receive for a pause */
 	union {
 		uint32_t tlease; /* stream read: the lease its try holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
@@ -141,6 +141,7 @@ struct tl_drv {
 	uint32_t polls;         /* ur_poll calls: a peer's answer time in polls */
 	struct tl_opslot *ops;  /* the core's tables: fixed for the loop's life */
 	struct tl_hslot *hs;
+	struct tl_lease_pool *lpool; /* the pool's counts (lib/caps.c), likewise */
 	struct io_uring_buf_ring *br;
 	uint32_t br_entries, br_avail; /* buffers on the ring, as far as we know */
 	uint32_t br_win;               /* how many br_avail is topped up to */

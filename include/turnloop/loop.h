@@ -79,7 +79,13 @@ typedef struct tl_config {
 	 * handle): the pooled leases a stream's reads hold (released or not
 	 * yet), and the write bytes queued on it. Over either, that stream's
 	 * reads pause, and only its own, until it is back under both; a write
-	 * is never refused for a cap. */
+	 * is never refused for a cap. A stream never holds more leases than
+	 * its cap. Each stream that reads into pooled buffers has one of them
+	 * reserved, and takes more only while the pool has leases beyond every
+	 * reservation: with pooled_buffers at least the number of such streams,
+	 * streams whose peers stop reading cannot starve the others. A stream
+	 * that writes more than handle_write_bytes at once while its peer
+	 * writes too can deadlock with it: see tl_handle_caps(). */
 	uint32_t handle_leases;      /* leases per stream (at most pooled_buffers
 	                              * take effect)                       16, <= 32768 */
 	uint64_t handle_write_bytes; /* queued write bytes per stream      1 MiB, <= 2^40 */
@@ -468,7 +474,24 @@ int tl_lease_release(tl_loop *loop, uint32_t id);
  * leases 0 or write_bytes 0 keep that cap. 0, -ENOENT (stale or foreign),
  * -EINVAL (not a stream or listener, closing, leases above the loop's
  * pooled buffers, write_bytes above 2^40). A stream already over a new cap
- * pauses at once; one under both resumes. */
+ * pauses at once; one under both resumes.
+ *
+ * The full-duplex deadlock, and how to avoid it. Writes queued on a stream
+ * count against its write cap until they complete, and while they are at
+ * or over it the stream reads nothing. If the stream queues more than its
+ * cap and its peer, instead of reading, is itself writing (a tunnel, a
+ * proxy, any protocol with both directions in flight), neither side's
+ * writes can complete, since each waits for the other to read: both stop
+ * for good. A stream that may write more than its cap at once while its
+ * peer writes must do one of two things: raise the cap above the most it
+ * ever has queued, with tl_handle_caps(loop, h, 0, bytes) on that stream
+ * (on a listener: every stream it accepts) or with
+ * tl_config.handle_write_bytes for the loop; or queue its writes in pieces
+ * that together stay under the cap, queuing the next as one completes, so
+ * that its reads never pause. A forwarder that writes what it read from
+ * one stream to another has the same choice for the stream written to
+ * (tlproxy raises the cap past its whole pool: its lease caps already
+ * bound what it queues). */
 int tl_handle_caps(tl_loop *loop, tl_handle h, uint32_t leases, uint64_t write_bytes);
 
 /* Write all of buf[0..len) in submission order per handle (partial writes are

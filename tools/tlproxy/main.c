@@ -23,11 +23,28 @@
 #include "takeover.h"
 #include "util.h"
 
-/* Shard loop sizes. */
-#define POOLED_BUFFERS 1024
+/*
+ * Shard loop sizes. A shard's pooled buffers are sized from the connections
+ * it may hold: the loop reserves one buffer for each stream that reads
+ * (lib/caps.c), so with one for each side of every connection plus
+ * POOL_SPARE (health checks, admin clients, and the surplus that streams
+ * share beyond their reserved buffer), clients that stop reading, up to the
+ * connection limit, hold at most what the pool can spare and never the
+ * buffer another connection needs for its next read. POOL_MAX is the
+ * loop's limit; the table without max_conns is as large as it covers.
+ */
 #define POOLED_SIZE 16384
 #define HANDLE_LEASES 8
-#define DEFAULT_CONNS 16384 /* per shard without max_conns */
+#define POOL_SPARE 1024
+#define POOL_MAX 32768
+#define DEFAULT_CONNS ((POOL_MAX - POOL_SPARE) / 2) /* per shard without max_conns */
+
+/* Pooled buffers for a shard of cap connections. */
+static uint32_t pool_for(uint32_t cap)
+{
+	uint64_t n = 2ull * cap + POOL_SPARE;
+	return n < POOL_MAX ? (uint32_t)n : POOL_MAX;
+}
 
 static pthread_t main_thread;
 static _Atomic int rt_done;
@@ -387,7 +404,7 @@ int main(int argc, char **argv)
 	struct tlp_gen *gen;
 	tl_runtime_config rc;
 	tl_runtime *rt;
-	uint32_t nshards, cap, spl_pipes = 0, spl_size = 0;
+	uint32_t nshards, cap, pool, spl_pipes = 0, spl_size = 0;
 	uint64_t spl_all;
 	char err[512];
 	sigset_t sigs;
@@ -467,6 +484,13 @@ int main(int argc, char **argv)
 	cap = cfg->max_conns ? cfg->max_conns : DEFAULT_CONNS;
 	if (cap > (1u << 20))
 		cap = 1u << 20;
+	pool = pool_for(cap);
+	if (cap > DEFAULT_CONNS)
+		fprintf(stderr,
+			"tlproxy: max_conns %u: a shard's %u pooled buffers cover clients that "
+			"stop reading up to %u connections on it; past that they can hold "
+			"every buffer of the shard\n",
+			cap, POOL_MAX, DEFAULT_CONNS);
 	/* A pipe of the splice pool is two descriptors. */
 	spl_all = tlp_spl_pool(cfg, nshards, &spl_pipes, &spl_size);
 	raise_nofile((cfg->max_conns ? 2ull * cfg->max_conns + 1024
@@ -506,8 +530,8 @@ int main(int argc, char **argv)
 	rc.plan.cpus = cfg->cpus;
 	rc.signals = 0;
 	rc.loop.max_handles = 2 * cap + 8192;
-	rc.loop.max_ops = 4 * cap + POOLED_BUFFERS + 8192;
-	rc.loop.pooled_buffers = POOLED_BUFFERS;
+	rc.loop.max_ops = 4 * cap + pool + 8192;
+	rc.loop.pooled_buffers = pool;
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
 	if (spl_pipes) {
@@ -518,12 +542,12 @@ int main(int argc, char **argv)
 	 * proxy is the wrong side: a server slow to read what the client sent
 	 * would stop the proxy reading that server's answers, and a server that
 	 * only reads once its answers are taken (an echo) would never read
-	 * again. What is written here is leases (and small headers), which the
-	 * lease cap of the side they were read from already bounds; but reads
-	 * the driver had in the kernel when that cap was hit can pass it by
-	 * many leases, so the write cap is set past the whole pool, where it
-	 * never acts. */
-	rc.loop.handle_write_bytes = (uint64_t)POOLED_BUFFERS * POOLED_SIZE + (1u << 20);
+	 * again (the full-duplex deadlock, see tl_config.handle_write_bytes).
+	 * What is written here is leases (and small headers, and the bytes a
+	 * takeover carries), which the lease cap of the side they were read
+	 * from already bounds, so the write cap is set past the whole pool,
+	 * where it never acts. */
+	rc.loop.handle_write_bytes = (uint64_t)pool * POOLED_SIZE + (1u << 20);
 	/* Rows for the servers the file names, a host name's answers (up to
 	 * TL_RESOLVE_MAX each) and some to spare for reloads: a shard copies
 	 * every slot each time it publishes, so no more than that. */
