@@ -220,7 +220,7 @@ struct tlp_bal_ops {
 
 /* The algorithms, a row per enum tlp_balance (a build-time check in
  * balance.c holds the count to TLP_BAL_COUNT). */
-extern const struct tlp_bal_ops tlp_bal_ops[TLP_BAL_COUNT];
+extern const struct tlp_bal_ops tlp_bal_ops[];
 
 /* The name of method, or NULL if it is not one. */
 const char *tlp_bal_name(int method);
