@@ -1,4 +1,4 @@
-/* tests/noalloc_tlproxy.c: tlproxy's per-connection decisions allocate nothing (PROXY parse/build, SNI parse and match, balancer picks, network matches), counted through an interposed malloc. */
+/* tests/noalloc_tlproxy.c: tlproxy's per-connection decisions allocate nothing (PROXY parse/build, SNI parse and match, balancer picks with and without an avoid set, network matches), counted through an interposed malloc. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
@@ -122,6 +122,7 @@ int main(int argc, char **argv)
 	struct tlp_sni_rule rules[] = {{"a.example.com", 13, 0}, {"*.example.com", 13, 1}};
 	struct tlp_bal_server srv[16];
 	struct tlp_balancer bal[3];
+	struct tlp_avoid avoid;
 	struct tlp_cidr cidr[3];
 	struct tlp_range4 r4[3];
 	struct tlp_range6 r6[3];
@@ -157,7 +158,7 @@ int main(int argc, char **argv)
 	}
 	if (tlp_bal_init(&bal[0], TLP_BAL_WEIGHTED, srv, 16) ||
 	    tlp_bal_init(&bal[1], TLP_BAL_LEASTCONN, srv, 16) ||
-	    tlp_bal_init(&bal[2], TLP_BAL_HASH, srv, 16)) {
+	    tlp_bal_init(&bal[2], TLP_BAL_HASH, srv, 16) || tlp_avoid_init(&avoid, 16)) {
 		fprintf(stderr, "noalloc_tlproxy: balancer setup failed\n");
 		return 1;
 	}
@@ -180,6 +181,7 @@ int main(int argc, char **argv)
 		printf("SKIP noalloc_tlproxy: the program's malloc is not in use (sanitizer or valgrind)\n");
 		for (int m = 0; m < 3; m++)
 			tlp_bal_free(&bal[m]);
+		tlp_avoid_free(&avoid);
 		return 77;
 	}
 	calls = 0;
@@ -206,9 +208,21 @@ int main(int argc, char **argv)
 		expect(tlp_sni_parse(split, slen, host, sizeof host, NULL) == 15, "SNI in records");
 		expect(tlp_sni_match(rules, 2, host, 15) == 1, "SNI match");
 		for (int m = 0; m < 3; m++) {
-			r = tlp_bal_pick(&bal[m],
-					 tlp_hash_addr((struct sockaddr *)&a4) + (uint64_t)round);
-			expect(r >= 0, "pick");
+			/* Every other round a retry: two servers tried. */
+			int tried = round & 1;
+			uint64_t key = tlp_hash_addr((struct sockaddr *)&a4) + (uint64_t)round;
+
+			if (tried) {
+				tlp_avoid_add(&avoid, (uint32_t)round % 16);
+				tlp_avoid_add(&avoid, (uint32_t)round % 16 ^ 1);
+			}
+			r = tlp_bal_pick(&bal[m], key, tried ? &avoid : NULL);
+			expect(r >= 0 && !(tried && (uint32_t)r / 2 == (uint32_t)round % 16 / 2),
+			       "pick");
+			if (tried) {
+				tlp_avoid_del(&avoid, (uint32_t)round % 16);
+				tlp_avoid_del(&avoid, (uint32_t)round % 16 ^ 1);
+			}
 			if (r >= 0 && ++srv[r].conns == srv[r].max_conns) /* fill, then drain */
 				srv[r].conns = 0;
 		}
@@ -220,6 +234,7 @@ int main(int argc, char **argv)
 
 	for (int m = 0; m < 3; m++)
 		tlp_bal_free(&bal[m]);
+	tlp_avoid_free(&avoid);
 	if (calls) {
 		fprintf(stderr, "noalloc_tlproxy: %lu allocator calls in the measured phase\n",
 			calls);

@@ -1468,6 +1468,38 @@ pools:
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def t_retry_wide(env):
+    """A retry leaves out every server its connection tried, in a pool
+    wider than 64: with `hash`, a client whose server is dead would get
+    the same server again on each retry unless it is left out. 80
+    servers, the last 16 (beyond the first 64) refusing; 60 clients from
+    different addresses are all served, none closed."""
+    b, d, lp = env.port(), env.port(), env.port()
+    env.serve("ident=W", "0.0.0.0", b)
+    alive = [f'{{address: "127.0.0.{k}:{b}"}}' for k in range(1, 65)]
+    dead = [f'{{address: "127.0.0.{k}:{d}"}}' for k in range(65, 81)]
+    cfg = write_cfg(env, "rw.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
+pools:
+  - name: p
+    balance: hash
+    retries: 10
+    servers: [{", ".join(alive + dead)}]
+""")
+    px = env.proxy(["--config", cfg], env={"TL_SHARDS": "1"})
+    for k in range(1, 61):
+        s = connect(lp, source=f"127.0.1.{k}")
+        n = recv_line(s)
+        s.close()
+        if n != "W":
+            check(False, f"the client from 127.0.1.{k} got {n!r}: its retries did not leave out "
+                  f"the dead servers they tried (errors {env.stats(px)['errors']})")
+    st = env.stats(px)["errors"]
+    check(st.get("connect_failed", 0) == 0, f"clients closed after their retries: {st}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
 def t_health_expect(env):
     """Health checks with send/expect: a server whose reply does not start
     with expect goes down; a PROXY-sending pool's checks send a header

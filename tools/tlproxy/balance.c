@@ -1,32 +1,214 @@
-/* tools/tlproxy/balance.c: server picks (smooth weighted round robin, least connections, Maglev) and the hashes they use (see balance.h). */
+/* tools/tlproxy/balance.c: the table of balancing algorithms and what every row shares: the pool balancer that calls through it, avoid sets, names, and the hashes of keys (see balance.h). */
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "balance.h"
+#include "balance_rows.h"
 
-#define EMPTY 0xffffu
+/* ---- the table ---- */
+
+const struct tlp_bal_ops tlp_bal_ops[] = {
+	[TLP_BAL_ROUNDROBIN] = {.name = "roundrobin", .pick = tlp__bal_swrr_pick},
+	[TLP_BAL_WEIGHTED] = {.name = "weighted", .pick = tlp__bal_swrr_pick},
+	[TLP_BAL_LEASTCONN] = {.name = "leastconn",
+			       .needs = TLP_BAL_NEEDS_CONNS,
+			       .pick = tlp__bal_leastconn_pick},
+	[TLP_BAL_HASH] = {.name = "hash",
+			  .needs = TLP_BAL_NEEDS_KEY,
+			  .build = tlp__bal_maglev_build,
+			  .free = tlp__bal_maglev_free,
+			  .pick = tlp__bal_maglev_pick},
+};
+_Static_assert(sizeof tlp_bal_ops / sizeof tlp_bal_ops[0] == TLP_BAL_COUNT,
+	       "tlp_bal_ops has a row per enum tlp_balance");
+
+static const struct tlp_bal_ops *row(int method)
+{
+	return method >= 0 && method < TLP_BAL_COUNT ? &tlp_bal_ops[method] : NULL;
+}
+
+const char *tlp_bal_name(int method)
+{
+	return row(method) ? tlp_bal_ops[method].name : NULL;
+}
+
+int tlp_bal_by_name(const char *s, size_t len)
+{
+	for (int i = 0; s && i < TLP_BAL_COUNT; i++)
+		if (strlen(tlp_bal_ops[i].name) == len && !memcmp(tlp_bal_ops[i].name, s, len))
+			return i;
+	return -EINVAL;
+}
+
+int tlp_bal_list(char *buf, size_t size, const char *sep, const char *last_sep)
+{
+	size_t k = 0;
+
+	if (size)
+		buf[0] = '\0';
+	for (int i = 0; i < TLP_BAL_COUNT; i++) {
+		const char *before = i == 0 ? "" : i == TLP_BAL_COUNT - 1 ? last_sep : sep;
+		int w = snprintf(k < size ? buf + k : NULL, k < size ? size - k : 0, "%s%s",
+				 before, tlp_bal_ops[i].name);
+
+		if (w < 0)
+			return w;
+		k += (size_t)w;
+	}
+	return (int)k;
+}
+
+/* ---- avoid sets ---- */
+
+int tlp_avoid_init(struct tlp_avoid *a, uint32_t n)
+{
+	if (!a)
+		return -EINVAL;
+	memset(a, 0, sizeof *a);
+	if (n > TLP_BAL_MAX_SERVERS)
+		return -EINVAL;
+	if (n && !(a->bits = calloc((n + 63) / 64, sizeof *a->bits)))
+		return -ENOMEM;
+	a->n = n;
+	return 0;
+}
+
+void tlp_avoid_free(struct tlp_avoid *a)
+{
+	if (!a)
+		return;
+	free(a->bits);
+	memset(a, 0, sizeof *a);
+}
+
+int tlp_avoid_add(struct tlp_avoid *a, uint32_t i)
+{
+	uint64_t bit = 1ull << (i & 63);
+
+	if (!a || i >= a->n || (a->bits[i >> 6] & bit))
+		return 0;
+	a->bits[i >> 6] |= bit;
+	a->count++;
+	return 1;
+}
+
+void tlp_avoid_del(struct tlp_avoid *a, uint32_t i)
+{
+	uint64_t bit = 1ull << (i & 63);
+
+	if (!a || i >= a->n || !(a->bits[i >> 6] & bit))
+		return;
+	a->bits[i >> 6] &= ~bit;
+	a->count--;
+}
+
+int tlp__bal_none(const struct tlp_bal_server *s, uint32_t n, const struct tlp_avoid *avoid)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (s[i].state == TLP_SRV_UP && !tlp_avoid_has(avoid, i))
+			return -ENOBUFS;
+	return -EHOSTUNREACH;
+}
+
+/* ---- a pool's balancer ---- */
+
+static int bad_servers(const struct tlp_bal_server *srv, uint32_t n)
+{
+	if (tlp__bal_bad_table(srv, n))
+		return 1;
+	for (uint32_t i = 0; i < n; i++)
+		if (srv[i].weight < 1 || srv[i].weight > TLP_WEIGHT_MAX)
+			return 1;
+	return 0;
+}
+
+int tlp_bal_build(int method, struct tlp_bal_table *t, const struct tlp_bal_server *s,
+		  uint32_t n)
+{
+	if (!t)
+		return -EINVAL;
+	memset(t, 0, sizeof *t);
+	if (!row(method) || bad_servers(s, n))
+		return -EINVAL;
+	return tlp_bal_ops[method].build ? tlp_bal_ops[method].build(t, s, n) : 0;
+}
+
+void tlp_bal_table_free(int method, struct tlp_bal_table *t)
+{
+	if (!t)
+		return;
+	if (row(method) && tlp_bal_ops[method].free)
+		tlp_bal_ops[method].free(t);
+	memset(t, 0, sizeof *t);
+}
+
+int tlp_bal_attach(struct tlp_balancer *b, int method, struct tlp_bal_server *srv, uint32_t n,
+		   const struct tlp_bal_table *tab)
+{
+	if (!b)
+		return -EINVAL;
+	memset(b, 0, sizeof *b);
+	if (!row(method) || bad_servers(srv, n) || (!tab && tlp_bal_ops[method].build))
+		return -EINVAL;
+	b->method = method;
+	b->srv = srv;
+	b->n = n;
+	b->tab = tab ? tab : &b->own;
+	return 0;
+}
+
+int tlp_bal_init(struct tlp_balancer *b, int method, struct tlp_bal_server *srv, uint32_t n)
+{
+	int r;
+
+	if (!b)
+		return -EINVAL;
+	memset(b, 0, sizeof *b);
+	if (!row(method) || bad_servers(srv, n))
+		return -EINVAL;
+	r = tlp_bal_build(method, &b->own, srv, n);
+	if (r < 0)
+		return r;
+	b->method = method;
+	b->srv = srv;
+	b->n = n;
+	b->tab = &b->own;
+	return 0;
+}
+
+int tlp_bal_update(struct tlp_balancer *b)
+{
+	if (!b)
+		return -EINVAL;
+	if (b->tab != &b->own || !row(b->method) || !tlp_bal_ops[b->method].build)
+		return 0;
+	return tlp_bal_ops[b->method].build(&b->own, b->srv, b->n);
+}
+
+int tlp_bal_pick(struct tlp_balancer *b, uint64_t key, const struct tlp_avoid *avoid)
+{
+	if (!b || !row(b->method))
+		return -EINVAL;
+	return tlp_bal_ops[b->method].pick(b, key, avoid);
+}
+
+void tlp_bal_free(struct tlp_balancer *b)
+{
+	if (!b)
+		return;
+	if (b->tab == &b->own)
+		tlp_bal_table_free(b->method, &b->own);
+	memset(b, 0, sizeof *b);
+}
 
 /* ---- hashing ---- */
-
-/* The splitmix64 finalizer (Steele, Lea, Flood: "Fast splittable
- * pseudorandom number generators", 2014): every input bit reaches every
- * output bit. */
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
 
 uint64_t tlp_hash64(const void *p, size_t n, uint64_t seed)
 {
 	const uint8_t *b = p;
-	uint64_t h = mix(seed ^ (uint64_t)n ^ 0x9e3779b97f4a7c15ull);
+	uint64_t h = tlp__mix64(seed ^ (uint64_t)n ^ 0x9e3779b97f4a7c15ull);
 
 	if (!p)
 		n = 0;
@@ -34,7 +216,7 @@ uint64_t tlp_hash64(const void *p, size_t n, uint64_t seed)
 		uint64_t w;
 
 		memcpy(&w, b, 8);
-		h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
+		h = tlp__mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
 		b += 8;
 		n -= 8;
 	}
@@ -42,9 +224,9 @@ uint64_t tlp_hash64(const void *p, size_t n, uint64_t seed)
 		uint64_t w = 0;
 
 		memcpy(&w, b, n);
-		h = mix(h ^ w ^ (uint64_t)n << 59);
+		h = tlp__mix64(h ^ w ^ (uint64_t)n << 59);
 	}
-	return mix(h);
+	return tlp__mix64(h);
 }
 
 uint64_t tlp_hash_addr(const struct sockaddr *sa)
@@ -61,265 +243,4 @@ uint64_t tlp_hash_addr(const struct sockaddr *sa)
 		return tlp_hash64(a, 16, 6);
 	}
 	return tlp_hash64(NULL, 0, 0);
-}
-
-/* ---- picks ---- */
-
-static int bad_table(const struct tlp_bal_server *s, uint32_t n)
-{
-	return (!s && n) || n > TLP_BAL_MAX_SERVERS;
-}
-
-/* Nothing usable: -ENOBUFS if something is up (full), else -EHOSTUNREACH. */
-static int none(const struct tlp_bal_server *s, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (s[i].state == TLP_SRV_UP)
-			return -ENOBUFS;
-	return -EHOSTUNREACH;
-}
-
-int tlp_pick_swrr(struct tlp_bal_server *s, uint32_t n)
-{
-	int64_t total = 0;
-	int best = -1;
-
-	if (bad_table(s, n))
-		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++) {
-		if (!tlp_bal_usable(&s[i]))
-			continue;
-		s[i].cw += s[i].weight;
-		total += s[i].weight;
-		if (best < 0 || s[i].cw > s[best].cw)
-			best = (int)i;
-	}
-	if (best < 0)
-		return none(s, n);
-	s[best].cw -= total;
-	return best;
-}
-
-int tlp_pick_leastconn(const struct tlp_bal_server *s, uint32_t n, uint32_t *cursor)
-{
-	uint32_t start;
-	int best = -1;
-
-	if (bad_table(s, n) || !cursor)
-		return -EINVAL;
-	start = n ? *cursor % n : 0;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = start + k < n ? start + k : start + k - n;
-
-		if (!tlp_bal_usable(&s[i]))
-			continue;
-		/* Strictly better only: among equals the first after the
-		 * cursor stays, which is what makes them take turns. */
-		if (best < 0 || s[i].conns < s[best].conns ||
-		    (s[i].conns == s[best].conns && s[i].weight > s[best].weight))
-			best = (int)i;
-	}
-	if (best < 0)
-		return none(s, n);
-	*cursor = (uint32_t)best + 1 < n ? (uint32_t)best + 1 : 0;
-	return best;
-}
-
-/* ---- Maglev ---- */
-
-static int is_prime(uint32_t v)
-{
-	if (v < 2)
-		return 0;
-	for (uint32_t d = 2; (uint64_t)d * d <= v; d++)
-		if (v % d == 0)
-			return 0;
-	return 1;
-}
-
-int tlp_maglev_init(struct tlp_maglev *m, uint32_t size)
-{
-	if (!m)
-		return -EINVAL;
-	memset(m, 0, sizeof *m);
-	if (size == 0)
-		size = TLP_MAGLEV_SIZE;
-	if (size < 3 || size > (1u << 24) || !is_prime(size))
-		return -EINVAL;
-	m->slot = malloc((size_t)size * sizeof *m->slot);
-	if (!m->slot)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < size; i++)
-		m->slot[i] = EMPTY;
-	m->size = size;
-	return 0;
-}
-
-int tlp_maglev_build(struct tlp_maglev *m, const struct tlp_bal_server *s, uint32_t n)
-{
-	struct perm {
-		uint32_t pos, skip, server, weight;
-	} *p;
-	uint16_t *next;
-	uint32_t up = 0, filled = 0, size;
-
-	if (!m || !m->slot || bad_table(s, n))
-		return -EINVAL;
-	size = m->size;
-	for (uint32_t i = 0; i < n; i++) {
-		if (s[i].weight < 1 || s[i].weight > TLP_WEIGHT_MAX)
-			return -EINVAL;
-		if (s[i].state == TLP_SRV_UP)
-			up++;
-	}
-	if (up > size)
-		return -EINVAL;
-	p = up ? malloc(up * sizeof *p) : NULL;
-	next = malloc((size_t)size * sizeof *next);
-	if ((up && !p) || !next) {
-		free(p);
-		free(next);
-		return -ENOMEM;
-	}
-	up = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		if (s[i].state != TLP_SRV_UP)
-			continue;
-		/* Two independent hashes of the identity: where the server's
-		 * permutation starts and its stride (1..size-1, coprime to the
-		 * prime size, so the permutation visits every slot). */
-		p[up].pos = (uint32_t)(tlp_hash64(&s[i].id, 8, 0x6d61676c) % size);
-		p[up].skip = (uint32_t)(tlp_hash64(&s[i].id, 8, 0x65762121) % (size - 1)) + 1;
-		p[up].server = i;
-		p[up].weight = s[i].weight;
-		up++;
-	}
-	for (uint32_t i = 0; i < size; i++)
-		next[i] = EMPTY;
-	while (up && filled < size) {
-		for (uint32_t k = 0; k < up && filled < size; k++) {
-			for (uint32_t w = 0; w < p[k].weight && filled < size; w++) {
-				while (next[p[k].pos] != EMPTY) {
-					p[k].pos += p[k].skip;
-					if (p[k].pos >= size)
-						p[k].pos -= size;
-				}
-				next[p[k].pos] = (uint16_t)p[k].server;
-				filled++;
-			}
-		}
-	}
-	free(p);
-	free(m->slot);
-	m->slot = next;
-	m->n = n;
-	m->placed = up;
-	return (int)up;
-}
-
-int tlp_maglev_pick(const struct tlp_maglev *m, const struct tlp_bal_server *s, uint32_t n,
-		    uint64_t key)
-{
-	uint32_t slot, first;
-
-	if (!m || !m->slot || bad_table(s, n) || n != m->n)
-		return -EINVAL;
-	if (!n)
-		return -EHOSTUNREACH;
-	slot = (uint32_t)(mix(key) % m->size);
-	first = m->slot[slot];
-	if (first != EMPTY && tlp_bal_usable(&s[first]))
-		return (int)first;
-	for (uint32_t k = 1; k <= TLP_MAGLEV_PROBES && k < m->size; k++) {
-		uint32_t j = slot + k < m->size ? slot + k : slot + k - m->size;
-		uint32_t i = m->slot[j];
-
-		if (i != EMPTY && tlp_bal_usable(&s[i]))
-			return (int)i;
-	}
-	/* Everything nearby is out: walk the servers themselves, which also
-	 * finds a server that came up after the build. */
-	first = first == EMPTY ? 0 : first + 1;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = (first + k) % n;
-
-		if (tlp_bal_usable(&s[i]))
-			return (int)i;
-	}
-	return none(s, n);
-}
-
-void tlp_maglev_free(struct tlp_maglev *m)
-{
-	if (!m)
-		return;
-	free(m->slot);
-	memset(m, 0, sizeof *m);
-}
-
-/* ---- a pool's balancer ---- */
-
-int tlp_bal_init(struct tlp_balancer *b, int method, struct tlp_bal_server *srv, uint32_t n)
-{
-	int r;
-
-	if (!b)
-		return -EINVAL;
-	memset(b, 0, sizeof *b);
-	if (method < 0 || method >= TLP_BAL_COUNT || bad_table(srv, n))
-		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++)
-		if (srv[i].weight < 1 || srv[i].weight > TLP_WEIGHT_MAX)
-			return -EINVAL;
-	b->method = method;
-	b->srv = srv;
-	b->n = n;
-	if (method != TLP_BAL_HASH)
-		return 0;
-	r = tlp_maglev_init(&b->mg, TLP_MAGLEV_SIZE);
-	if (r < 0)
-		return r;
-	r = tlp_maglev_build(&b->mg, srv, n);
-	if (r < 0) {
-		tlp_maglev_free(&b->mg);
-		return r;
-	}
-	return 0;
-}
-
-int tlp_bal_update(struct tlp_balancer *b)
-{
-	int r;
-
-	if (!b)
-		return -EINVAL;
-	if (b->method != TLP_BAL_HASH)
-		return 0;
-	r = tlp_maglev_build(&b->mg, b->srv, b->n);
-	return r < 0 ? r : 0;
-}
-
-int tlp_bal_pick(struct tlp_balancer *b, uint64_t key)
-{
-	if (!b)
-		return -EINVAL;
-	switch (b->method) {
-	case TLP_BAL_ROUNDROBIN:
-	case TLP_BAL_WEIGHTED:
-		return tlp_pick_swrr(b->srv, b->n);
-	case TLP_BAL_LEASTCONN:
-		return tlp_pick_leastconn(b->srv, b->n, &b->cursor);
-	case TLP_BAL_HASH:
-		return tlp_maglev_pick(&b->mg, b->srv, b->n, key);
-	default:
-		return -EINVAL;
-	}
-}
-
-void tlp_bal_free(struct tlp_balancer *b)
-{
-	if (!b)
-		return;
-	tlp_maglev_free(&b->mg);
-	memset(b, 0, sizeof *b);
 }

@@ -1,4 +1,4 @@
-/* tools/tlproxy/balance.h: which server of a pool takes the next connection: smooth weighted round robin, least connections and Maglev consistent hashing, as functions over a server table. */
+/* tools/tlproxy/balance.h: which server of a pool takes the next connection: the table of balancing algorithms (smooth weighted round robin, least connections, Maglev consistent hashing), each a function over a server table with a set of servers to leave out. */
 #ifndef TLP_BALANCE_H
 #define TLP_BALANCE_H
 
@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+/* The balancing algorithms: each value is a row of tlp_bal_ops (below). */
 enum tlp_balance {
 	TLP_BAL_ROUNDROBIN = 0, /* smooth weighted round robin (as nginx does it); with
 				 * equal weights, each usable server in turn */
@@ -55,12 +56,56 @@ static inline int tlp_bal_usable(const struct tlp_bal_server *s)
 }
 
 /*
+ * An avoid set: servers a pick must leave out, by index in the server
+ * table (a connection's retry leaves out the servers it already tried, as
+ * nginx's per-peer "tried" bitmap does). One bit per server of the pool,
+ * allocated once at setup for the pool's size; adding, removing and
+ * testing allocate nothing.
+ */
+struct tlp_avoid {
+	uint32_t n;     /* servers it can name: indexes 0..n-1 */
+	uint32_t count; /* servers in it */
+	uint64_t *bits; /* (n + 63) / 64 words */
+};
+
+/*
+ * Make a an empty set able to hold servers 0..n-1 (setup: allocates).
+ * Returns 0; -EINVAL (a NULL, n > TLP_BAL_MAX_SERVERS); -ENOMEM.
+ */
+int tlp_avoid_init(struct tlp_avoid *a, uint32_t n);
+
+/* Free a's bits; *a is zeroed (an empty set of no servers). a may be NULL. */
+void tlp_avoid_free(struct tlp_avoid *a);
+
+/* Put server i in a. Returns 1 if it was not in a, 0 if it was or if i is
+ * past what a can name (a table grown since: nothing to leave out). */
+int tlp_avoid_add(struct tlp_avoid *a, uint32_t i);
+
+/* Take server i out of a (nothing if it is not in it). */
+void tlp_avoid_del(struct tlp_avoid *a, uint32_t i);
+
+/* Is server i in a? a may be NULL (the empty set). */
+static inline int tlp_avoid_has(const struct tlp_avoid *a, uint32_t i)
+{
+	return a && a->count && i < a->n && (a->bits[i >> 6] >> (i & 63) & 1);
+}
+
+/* May a pick give server i of s a new connection: usable and not avoided? */
+static inline int tlp_bal_can(const struct tlp_bal_server *s, uint32_t i,
+			      const struct tlp_avoid *avoid)
+{
+	return tlp_bal_usable(&s[i]) && !tlp_avoid_has(avoid, i);
+}
+
+/*
  * The picks. Each skips servers that are not usable (down, draining, or at
- * max_conns) and takes the next one by its rule; none allocates.
- * Each returns the index of the chosen server (0..n-1), or:
+ * max_conns) and those in avoid (NULL: none), and takes the next one by its
+ * rule; none allocates. Each returns the index of the chosen server
+ * (0..n-1), or:
  *   -ENOBUFS      no server usable but some are up (all full): queue the
  *                 connection and try again when one ends;
- *   -EHOSTUNREACH no server is up (n == 0 included): fail now;
+ *   -EHOSTUNREACH no server is up (n == 0 included), avoided ones counting
+ *                 as not up: fail now (or, for a retry, try without avoid);
  *   -EINVAL       s NULL with n > 0, n > TLP_BAL_MAX_SERVERS, or (where
  *                 taken) cursor NULL.
  * They do not count the connection: the caller adds one to conns.
@@ -73,12 +118,13 @@ static inline int tlp_bal_usable(const struct tlp_bal_server *s)
  * set, server i is chosen weight_i times in every sum-of-weights picks, and
  * the choices are spread out rather than in bursts. Updates s[].cw.
  */
-int tlp_pick_swrr(struct tlp_bal_server *s, uint32_t n);
+int tlp_pick_swrr(struct tlp_bal_server *s, uint32_t n, const struct tlp_avoid *avoid);
 
 /* Least connections: the usable server with the fewest conns; on a tie the
  * higher weight; on a tie of both, the first at or after *cursor, so equal
  * servers take turns. *cursor moves past the chosen one. */
-int tlp_pick_leastconn(const struct tlp_bal_server *s, uint32_t n, uint32_t *cursor);
+int tlp_pick_leastconn(const struct tlp_bal_server *s, uint32_t n, uint32_t *cursor,
+		       const struct tlp_avoid *avoid);
 
 /*
  * Maglev (Eisenbud et al., NSDI 2016): a lookup table of a prime number of
@@ -115,7 +161,7 @@ int tlp_maglev_build(struct tlp_maglev *m, const struct tlp_bal_server *s, uint3
 
 /*
  * The server for key (a hash such as tlp_hash_addr's; it is mixed again):
- * its slot's server if usable; else the first usable one in the next
+ * its slot's server if usable and not avoided; else the first usable one in the next
  * TLP_MAGLEV_PROBES slots; else the first usable server after the slot's
  * own in index order. So a key keeps its server while that server can take
  * it, and a full or failed server's keys spread over the others. s and n
@@ -123,39 +169,115 @@ int tlp_maglev_build(struct tlp_maglev *m, const struct tlp_bal_server *s, uint3
  * Returns as the picks above; -EINVAL also when n is not the built n.
  */
 int tlp_maglev_pick(const struct tlp_maglev *m, const struct tlp_bal_server *s, uint32_t n,
-		    uint64_t key);
+		    uint64_t key, const struct tlp_avoid *avoid);
 
 /* Free the table; *m is zeroed. m may be NULL or never initialized (zeroed). */
 void tlp_maglev_free(struct tlp_maglev *m);
+
+/*
+ * What an algorithm builds once over a pool's servers and its picks then
+ * only read, so that the shards of a process can share one (the proxy keeps
+ * it in the pool's view). Each algorithm with a build uses its own member.
+ */
+struct tlp_bal_table {
+	struct tlp_maglev mg; /* TLP_BAL_HASH */
+};
+
+/* What a pick reads besides each server's weight, state and max_conns: the
+ * caller provides these only to the algorithms whose row asks for them. */
+#define TLP_BAL_NEEDS_CONNS 0x1u /* every server's conns up to date (process-wide) */
+#define TLP_BAL_NEEDS_KEY 0x2u   /* a key: the hash of the client (tlp_hash_addr) */
 
 /* A pool's balancer: its method, its server table and the state of its
  * picks. One per pool per shard (conns are per shard). */
 struct tlp_balancer {
 	int method; /* enum tlp_balance */
 	uint32_t n;
-	struct tlp_bal_server *srv; /* the caller's table, not owned */
+	struct tlp_bal_server *srv;      /* the caller's table, not owned */
 	uint32_t cursor;
-	struct tlp_maglev mg;       /* TLP_BAL_HASH only */
+	const struct tlp_bal_table *tab; /* &own, or one built and owned elsewhere */
+	struct tlp_bal_table own;        /* what tlp_bal_init built */
 };
 
 /*
- * Set up b over the caller's table srv[0..n) (which must outlive b); for
- * TLP_BAL_HASH allocate and build a table of TLP_MAGLEV_SIZE slots.
+ * One balancing algorithm: a row of tlp_bal_ops, indexed by enum
+ * tlp_balance. Adding an algorithm is an enum value, a row and the file
+ * with its functions (docs/TLPROXY.md, "Adding a balancing algorithm").
+ */
+struct tlp_bal_ops {
+	const char *name; /* as the configuration and the admin socket spell it */
+	unsigned needs;   /* TLP_BAL_NEEDS_* */
+	/* Build t over s[0..n) (setup: may allocate); NULL if the algorithm
+	 * builds nothing. t is zeroed or was built by this row before.
+	 * Returns 0 or a negative errno (t is then as before). */
+	int (*build)(struct tlp_bal_table *t, const struct tlp_bal_server *s, uint32_t n);
+	/* Free what build made; NULL with build. */
+	void (*free)(struct tlp_bal_table *t);
+	/* Choose a server of b->srv[0..b->n) for key, leaving out avoid.
+	 * Returns as the picks above. Allocation-free. */
+	int (*pick)(struct tlp_balancer *b, uint64_t key, const struct tlp_avoid *avoid);
+};
+
+/* The algorithms, a row per enum tlp_balance (a build-time check in
+ * balance.c holds the count to TLP_BAL_COUNT). */
+extern const struct tlp_bal_ops tlp_bal_ops[];
+
+/* The name of method, or NULL if it is not one. */
+const char *tlp_bal_name(int method);
+
+/* The method named s[0..len) exactly; -EINVAL if none is. */
+int tlp_bal_by_name(const char *s, size_t len);
+
+/*
+ * Write the names of all methods, in enum order, into buf[0..size) as
+ * text: sep between two names, last_sep before the last one (so "a|b|c"
+ * or "a, b or c"). Returns the length of the whole list (snprintf's way:
+ * it was cut if that is >= size).
+ */
+int tlp_bal_list(char *buf, size_t size, const char *sep, const char *last_sep);
+
+/*
+ * Build t for method over s[0..n) (setup: may allocate): what the
+ * method's row builds, or nothing. *t is zeroed first.
+ * Returns 0; -EINVAL (t NULL, bad method, bad table or weight); -ENOMEM.
+ */
+int tlp_bal_build(int method, struct tlp_bal_table *t, const struct tlp_bal_server *s,
+		  uint32_t n);
+
+/* Free what tlp_bal_build made for method; *t is zeroed. t may be NULL. */
+void tlp_bal_table_free(int method, struct tlp_bal_table *t);
+
+/*
+ * Set up b over the caller's table srv[0..n) (which must outlive b), with
+ * a table of its own built from srv's states now (for TLP_BAL_HASH, a
+ * Maglev table of TLP_MAGLEV_SIZE slots over the servers up).
  * Returns 0; -EINVAL (b NULL, bad method, srv NULL with n > 0, n too large,
  * a bad weight); -ENOMEM.
  */
 int tlp_bal_init(struct tlp_balancer *b, int method, struct tlp_bal_server *srv, uint32_t n);
 
-/* Tell b that states, weights or the table's contents changed: rebuilds the
- * Maglev table of a hash pool (allocates scratch), nothing otherwise.
- * Returns 0 or what tlp_maglev_build returns when negative. */
+/*
+ * Set up b over srv[0..n) with tab, built by tlp_bal_build for the same
+ * method over the same servers and owned by the caller (it must outlive b;
+ * b only reads it): the shards of the proxy share their pool view's table.
+ * tab may be NULL for a method without a build.
+ * Returns 0; -EINVAL (as tlp_bal_init, or tab NULL where needed).
+ */
+int tlp_bal_attach(struct tlp_balancer *b, int method, struct tlp_bal_server *srv, uint32_t n,
+		   const struct tlp_bal_table *tab);
+
+/* Tell b that states, weights or the table's contents changed: rebuilds a
+ * table b built itself (allocates scratch), nothing otherwise.
+ * Returns 0 or what the build returns when negative. */
 int tlp_bal_update(struct tlp_balancer *b);
 
-/* Pick by b's method; key is used by TLP_BAL_HASH only. Allocation-free.
+/* Pick by b's method's row, leaving out avoid (NULL: none); key is read
+ * by methods that need it (TLP_BAL_NEEDS_KEY). Allocation-free.
  * Returns as the picks above (-EINVAL if b is NULL). */
-int tlp_bal_pick(struct tlp_balancer *b, uint64_t key);
+int tlp_bal_pick(struct tlp_balancer *b, uint64_t key, const struct tlp_avoid *avoid);
 
-/* Free what tlp_bal_init allocated; *b is zeroed. b may be NULL. */
+/* Free what tlp_bal_init built (not an attached table); *b is zeroed.
+ * b may be NULL. */
 void tlp_bal_free(struct tlp_balancer *b);
 
 /* A 64-bit hash of p[0..n) with a seed (not cryptographic; spreads well). */

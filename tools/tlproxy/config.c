@@ -512,7 +512,7 @@ static int get_name(struct ctx *c, const struct ynode *n, const char *path, cons
 }
 
 static int get_enum(struct ctx *c, const struct ynode *n, const char *path,
-		    const char *const *names, int count, int *out)
+		    const char *(*name)(int), int count, int *out)
 {
 	char b[SHOW + 4], list[160];
 	size_t k = 0;
@@ -520,13 +520,13 @@ static int get_enum(struct ctx *c, const struct ynode *n, const char *path,
 	if (scalar(c, n, path))
 		return -1;
 	for (int i = 0; i < count; i++)
-		if (strlen(names[i]) == n->len && !memcmp(names[i], n->s, n->len)) {
+		if (strlen(name(i)) == n->len && !memcmp(name(i), n->s, n->len)) {
 			*out = i;
 			return 0;
 		}
 	list[0] = '\0';
 	for (int i = 0; i < count && k < sizeof list; i++) {
-		int w = snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
+		int w = snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", name(i));
 
 		if (w < 0)
 			break;
@@ -990,14 +990,13 @@ static int get_nets(struct ctx *c, const struct ynode *n, const char *path, stru
 
 /* ---- the schema ---- */
 
-static const char *const balance_names[TLP_BAL_COUNT] = {
-	[TLP_BAL_ROUNDROBIN] = "roundrobin",
-	[TLP_BAL_WEIGHTED] = "weighted",
-	[TLP_BAL_LEASTCONN] = "leastconn",
-	[TLP_BAL_HASH] = "hash",
-};
 static const char *const pp_names[] = {
 	[TLP_PP_SEND_NONE] = "none", [TLP_PP_SEND_V1] = "v1", [TLP_PP_SEND_V2] = "v2"};
+
+static const char *pp_name(int i)
+{
+	return pp_names[i];
+}
 
 static void pool_defaults(struct tlp_pool_cfg *p)
 {
@@ -1149,11 +1148,11 @@ static void parse_pool(struct ctx *c, const struct ynode *n, const char *path,
 	else if ((PATH(p, "%s.name", path), 1))
 		get_name(c, v[0], p, &pool->name);
 	if (v[1] && (PATH(p, "%s.balance", path), 1))
-		get_enum(c, v[1], p, balance_names, TLP_BAL_COUNT, &pool->balance);
+		get_enum(c, v[1], p, tlp_bal_name, TLP_BAL_COUNT, &pool->balance);
 	if (v[2] && (PATH(p, "%s.proxy_protocol", path), 1))
-		get_enum(c, v[2], p, pp_names, 3, &pool->proxy_protocol);
+		get_enum(c, v[2], p, pp_name, 3, &pool->proxy_protocol);
 	if (v[3] && (PATH(p, "%s.retries", path), 1))
-		get_uint(c, v[3], p, 0, 10, &pool->retries);
+		get_uint(c, v[3], p, 0, TLP_RETRIES_MAX, &pool->retries);
 	if (v[4] && (PATH(p, "%s.resolve_interval", path), 1))
 		get_dur(c, v[4], p, R_RESOLVE, &pool->resolve_interval_ns);
 	if (v[5] && (PATH(p, "%s.health", path), 1))
@@ -1724,14 +1723,24 @@ void tlp_config_free(struct tlp_config *c)
 
 const char *tlp_args_usage(void)
 {
-	return "usage: tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]\n"
-	       "               [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]\n"
-	       "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
-	       "               [--splice-pipe-size SIZE] [--max-conns N]\n"
-	       "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
-	       "       tlproxy --config FILE\n"
-	       "       tlproxy --check FILE\n"
-	       "durations D take a unit: 500ms, 2s, 1m, 1h\n";
+	/* The methods' names come from the balancer table; written once. */
+	static char text[1024];
+	char names[160];
+
+	if (!text[0]) {
+		tlp_bal_list(names, sizeof names, "|", "|");
+		snprintf(text, sizeof text,
+			 "usage: tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]\n"
+			 "               [--shards N | --cpus LIST] [--balance %s]\n"
+			 "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
+			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
+			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
+			 "       tlproxy --config FILE\n"
+			 "       tlproxy --check FILE\n"
+			 "durations D take a unit: 500ms, 2s, 1m, 1h\n",
+			 names);
+	}
+	return text;
 }
 
 static int args_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -1920,14 +1929,13 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			}
 			cpus = v;
 		} else if (!strcmp(o, "--balance")) {
-			int k;
+			int k = tlp_bal_by_name(v, strlen(v));
+			char names[160];
 
-			for (k = 0; k < TLP_BAL_COUNT && strcmp(v, balance_names[k]); k++)
-				;
-			if (k == TLP_BAL_COUNT) {
-				fail(err, errlen,
-				     "--balance: '%s' is not roundrobin, weighted, leastconn or hash",
-				     clip(v, strlen(v), shown, sizeof shown));
+			if (k < 0) {
+				tlp_bal_list(names, sizeof names, ", ", " or ");
+				fail(err, errlen, "--balance: '%s' is not %s",
+				     clip(v, strlen(v), shown, sizeof shown), names);
 				goto out;
 			}
 			balance = k;

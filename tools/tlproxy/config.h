@@ -18,6 +18,7 @@
 #define TLP_MAX_POOLS 256
 #define TLP_MAX_LISTEN 16         /* addresses per listener */
 #define TLP_MAX_SERVERS 1024      /* servers per pool */
+#define TLP_RETRIES_MAX 10        /* a pool's retries */
 #define TLP_MAX_SNI_RULES 1024    /* per listener */
 #define TLP_MAX_CIDRS 4096        /* per allow, deny or proxy_protocol_from list */
 #define TLP_NAME_MAX 63           /* listener and pool names */
@@ -104,7 +105,7 @@ struct tlp_pool_cfg {
 	const char *name;
 	int balance;                 /* enum tlp_balance, default TLP_BAL_ROUNDROBIN */
 	int proxy_protocol;          /* enum tlp_pp_send, default none */
-	uint32_t retries;            /* default 2 */
+	uint32_t retries;            /* 0..TLP_RETRIES_MAX, default 2 */
 	uint64_t resolve_interval_ns; /* default 10 s */
 	struct tlp_health_cfg health;
 	struct tlp_passive_cfg passive;
@@ -214,7 +215,7 @@ struct tlp_args {
 
 /*
  * tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]
- *         [--shards N | --cpus LIST] [--balance roundrobin|weighted|leastconn|hash]
+ *         [--shards N | --cpus LIST] [--balance NAME]  (NAME: a row of tlp_bal_ops)
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
@@ -232,7 +233,7 @@ struct tlp_args {
  */
 int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t errlen);
 
-/* The usage text of tlp_args_parse's options (static). */
+/* The usage text of tlp_args_parse's options (a static buffer, written by the first call). */
 const char *tlp_args_usage(void);
 
 #endif /* TLP_CONFIG_H */

@@ -589,15 +589,13 @@ static void cmd(struct admin_conn *a, char *line)
 	} else if (!strcmp(verb, "show") && arg && !strcmp(arg, "servers")) {
 		cmd_servers(a, strtok(NULL, " \t\r"));
 	} else if (!strcmp(verb, "show") && arg && !strcmp(arg, "pools")) {
-		static const char *const bal[] = {"roundrobin", "weighted", "leastconn", "hash"};
-
 		for (uint32_t p = 0; p < w->ngp; p++) {
 			struct tlp_gpool *gp = w->gp[p];
 
 			if (!gp->cfg)
 				continue;
 			out_add(a, "%s balance=%s servers=%u queued=%u\n", gp->name,
-				bal[gp->cfg->balance], gp->view ? gp->view->n : 0,
+				tlp_bal_name(gp->cfg->balance), gp->view ? gp->view->n : 0,
 				atomic_load(&gp->waiting));
 		}
 	} else if (!strcmp(verb, "show") && arg && !strcmp(arg, "listeners")) {

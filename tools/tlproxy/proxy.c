@@ -120,7 +120,8 @@ struct tlp_conn {
 	uint64_t ticket;         /* its place in the pool's queue */
 	tl_op rop;               /* the client's read into the peek buffer */
 	void *ho;                /* takeover: struct tlp_ho_out (F_HO) or tlp_ho_in */
-	uint64_t tried;          /* view indexes tried (first 64) */
+	uint16_t tried[TLP_RETRIES_MAX]; /* view indexes tried, ntried of them */
+	uint8_t ntried;
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
 	struct tlp_gpool *gp;
@@ -148,8 +149,11 @@ _Static_assert(sizeof(struct tlp_peek) == PEEK_REC, "a record is PEEK_REC bytes"
 
 struct tlp_lpool {
 	struct tlp_view *v;
-	struct tlp_bal_server *loc;
-	uint32_t cursor, ver;
+	struct tlp_bal_server *loc;  /* this shard's copy of the view's servers */
+	struct tlp_balancer bal;     /* over loc, with the view's table */
+	struct tlp_avoid avoid;      /* one bit per server: a retry's tried ones, set
+				      * and cleared around each pick */
+	uint32_t ver;
 	uint64_t recheck_at;
 	uint32_t qhead, qtail, qlen;
 };
@@ -733,43 +737,26 @@ static int pick(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
 	struct tlp_view *v = lp->v;
-	uint64_t now;
+	uint64_t now, key = 0;
 	int r = -EHOSTUNREACH;
 
 	if (!v || !v->n)
 		return -EHOSTUNREACH;
 	now = tlp_mono_ns();
 	refresh(lp, c->gp, now);
+	if (tlp_bal_ops[v->balance].needs & TLP_BAL_NEEDS_KEY)
+		key = tlp_hash_addr(&c->peer.sa);
 	for (int attempt = 0; attempt < 4; attempt++) {
-		uint8_t saved[64];
-		uint32_t nt = v->n < 64 ? v->n : 64, hidden = 0;
+		uint32_t hidden = 0;
 
-		if (c->tried) {
-			for (uint32_t i = 0; i < nt; i++) {
-				saved[i] = lp->loc[i].state;
-				if ((c->tried >> i & 1) && saved[i] == TLP_SRV_UP) {
-					lp->loc[i].state = TLP_SRV_DOWN;
-					hidden++;
-				}
-			}
-		}
-		switch (v->balance) {
-		case TLP_BAL_LEASTCONN:
-			r = tlp_pick_leastconn(lp->loc, v->n, &lp->cursor);
-			break;
-		case TLP_BAL_HASH:
-			r = tlp_maglev_pick(&v->mg, lp->loc, v->n, tlp_hash_addr(&c->peer.sa));
-			break;
-		default:
-			r = tlp_pick_swrr(lp->loc, v->n);
-			break;
-		}
-		if (c->tried)
-			for (uint32_t i = 0; i < nt; i++)
-				lp->loc[i].state = saved[i];
+		for (uint32_t k = 0; k < c->ntried; k++)
+			hidden += (uint32_t)tlp_avoid_add(&lp->avoid, c->tried[k]);
+		r = tlp_bal_pick(&lp->bal, key, hidden ? &lp->avoid : NULL);
+		for (uint32_t k = 0; k < c->ntried; k++)
+			tlp_avoid_del(&lp->avoid, c->tried[k]);
 		if (r < 0 && hidden) {
 			/* Every other server is out: the tried ones again. */
-			c->tried = 0;
+			c->ntried = 0;
 			continue;
 		}
 		if (r < 0)
@@ -998,8 +985,8 @@ static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 	/* Only what the server did counts against it (tlp_blame). */
 	if (blame == TLP_BLAME_SERVER)
 		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());
-	if (c->vidx < 64 && blame != TLP_BLAME_FDS)
-		c->tried |= 1ull << c->vidx;
+	if (blame != TLP_BLAME_FDS && c->ntried < TLP_RETRIES_MAX)
+		c->tried[c->ntried++] = (uint16_t)c->vidx;
 	srv_release(sh, c);
 	if (!tl_handle_eq(c->h[1], TL_HANDLE_NONE)) {
 		tl_close(sh->loop, c->h[1], tok(CI(sh, c), 1, OP_CLOSE_OLD, 0));
@@ -2100,10 +2087,14 @@ int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v)
 	struct tlp_shard *sh = SH(s);
 	struct tlp_lpool *lp = &sh->lp[pool];
 	struct tlp_bal_server *loc = NULL;
+	struct tlp_balancer bal;
+	struct tlp_avoid avoid;
+	int r;
 
 	if (v && v->n) {
 		loc = calloc(v->n, sizeof *loc);
-		if (!loc) {
+		if (!loc || tlp_avoid_init(&avoid, v->n) < 0) {
+			free(loc);
 			tlp_view_put(v);
 			return -ENOMEM;
 		}
@@ -2118,7 +2109,21 @@ int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v)
 					if (lp->v->e[j].srv == v->e[i].srv)
 						loc[i].cw = lp->loc[j].cw;
 		}
+		r = tlp_bal_attach(&bal, v->balance, loc, v->n, &v->tab);
+		if (r < 0) {
+			tlp_avoid_free(&avoid);
+			free(loc);
+			tlp_view_put(v);
+			return r;
+		}
+	} else {
+		memset(&bal, 0, sizeof bal);
+		memset(&avoid, 0, sizeof avoid);
 	}
+	tlp_bal_free(&lp->bal);
+	tlp_avoid_free(&lp->avoid);
+	lp->bal = bal;
+	lp->avoid = avoid;
 	free(lp->loc);
 	if (lp->v)
 		tlp_view_put(lp->v);
@@ -2413,6 +2418,8 @@ void tlp_shard_free(struct tlp_shard *sh)
 	if (!sh)
 		return;
 	for (uint32_t i = 0; i < TLP_REG_POOLS; i++) {
+		tlp_bal_free(&sh->lp[i].bal);
+		tlp_avoid_free(&sh->lp[i].avoid);
 		free(sh->lp[i].loc);
 		tlp_view_put(sh->lp[i].v);
 	}

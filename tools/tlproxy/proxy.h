@@ -186,10 +186,11 @@ struct tlp_view {
 	_Atomic uint32_t refs;   /* shards using it, plus one while it is the pool's current */
 	uint32_t n;
 	int balance;             /* enum tlp_balance */
-	int need_conns;          /* leastconn or some max_conns: picks read the conns */
+	int need_conns;          /* TLP_BAL_NEEDS_CONNS or some max_conns: picks read the conns */
 	uint64_t ver;            /* grows with every new view of the pool */
 	struct tlp_vent *e;
-	struct tlp_maglev mg;    /* TLP_BAL_HASH: built with every server placed */
+	struct tlp_bal_table tab; /* what balance's row builds (hash: a Maglev table with
+				   * every server placed), shared by the shards' balancers */
 };
 
 /* A pool by name, for the life of the process. */

@@ -292,7 +292,7 @@ void tlp_view_put(struct tlp_view *v)
 		return;
 	for (uint32_t i = 0; i < v->n; i++)
 		atomic_fetch_sub(&v->e[i].srv->views, 1);
-	tlp_maglev_free(&v->mg);
+	tlp_bal_table_free(v->balance, &v->tab);
 	free(v->e);
 	free(v);
 }
@@ -332,7 +332,7 @@ int tlp_pool_rebuild(struct tlp_gpool *gp)
 	if (!v || !(v->e = calloc(cap ? cap : 1, sizeof *v->e)))
 		goto nomem;
 	v->balance = pc->balance;
-	v->need_conns = pc->balance == TLP_BAL_LEASTCONN;
+	v->need_conns = !!(tlp_bal_ops[pc->balance].needs & TLP_BAL_NEEDS_CONNS);
 	for (uint32_t i = 0; i < pc->nservers; i++) {
 		const struct tlp_server_cfg *sc = &pc->servers[i];
 		const struct tlp_endpoint *ep = &sc->ep;
@@ -376,22 +376,21 @@ int tlp_pool_rebuild(struct tlp_gpool *gp)
 		free(v);
 		return 0;
 	}
-	if (v->balance == TLP_BAL_HASH && n) {
+	if (tlp_bal_ops[v->balance].build && n) {
 		struct tlp_bal_server *tmp = calloc(n, sizeof *tmp);
+		int r;
 
-		if (!tmp || tlp_maglev_init(&v->mg, 0) < 0) {
-			free(tmp);
+		if (!tmp)
 			goto nomem;
-		}
-		/* Every server gets slots; picks skip the unusable ones, so a
-		 * server going down moves only its own clients. */
+		/* Every server gets its place (a Maglev table's slots); picks
+		 * skip the unusable ones, so a server going down moves only
+		 * its own clients. */
 		for (uint32_t i = 0; i < n; i++) {
 			tmp[i].id = v->e[i].srv->id;
 			tmp[i].weight = v->e[i].weight;
 			tmp[i].state = TLP_SRV_UP;
 		}
-		int r = tlp_maglev_build(&v->mg, tmp, n);
-
+		r = tlp_bal_build(v->balance, &v->tab, tmp, n);
 		free(tmp);
 		if (r < 0)
 			goto nomem;
@@ -411,7 +410,7 @@ int tlp_pool_rebuild(struct tlp_gpool *gp)
 	return 1;
 nomem:
 	if (v) {
-		tlp_maglev_free(&v->mg);
+		tlp_bal_table_free(v->balance, &v->tab);
 		free(v->e);
 	}
 	free(v);
