@@ -2798,6 +2798,58 @@ def t_takeover_deadline(env):
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 
+def slow_reader(s, size, rate, out):
+    """Read s to its end at about rate bytes/s into out: the byte count, a
+    SHA-256 and how it ended ("eof", "reset" or the exception)."""
+    h, n, t0 = hashlib.sha256(), 0, time.time()
+    s.settimeout(60)
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                out["end"] = "eof"
+                break
+            h.update(d)
+            n += len(d)
+            out["n"] = n
+            ahead = n / rate - (time.time() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    except ConnectionResetError:
+        out["end"] = "reset"
+    except Exception as e:  # noqa: BLE001
+        out["end"] = repr(e)
+    out["n"], out["hash"] = n, h.hexdigest()
+
+
+def t_drain_limit(env):
+    """A SIGTERM drain that reaches its limit (30 s) cuts what is still
+    open with a reset: a download whose client stopped reading ends, for
+    that client, in a reset, never in an end of stream that would look
+    like the whole transfer; the process exits 0."""
+    up, lp = env.port(), env.port()
+    size = 64 << 20
+    env.serve(f"talkfirst={size}", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"])
+    s = connect(lp, timeout=60)
+    got = len(s.recv(1 << 20))
+    check(got > 0, "no bytes of the download")
+    t0 = time.time()
+    px.p.send_signal(signal.SIGTERM)
+    env.wait_for(px, "draining", 5)
+    try:
+        rc = px.p.wait(60)
+    except subprocess.TimeoutExpired:
+        raise Fail("tlproxy did not stop at the drain's limit")
+    check(rc == 0, f"tlproxy exited {rc} after the drain")
+    check(time.time() - t0 >= 25, f"tlproxy stopped {time.time() - t0:.1f} s into a 30 s drain")
+    out = {}
+    slow_reader(s, size, 1 << 40, out)
+    s.close()
+    check(out.get("end") == "reset", f"the cut download ended by {out.get('end')} after "
+                                     f"{got + out.get('n', 0)} of {size} bytes, not by a reset")
+
+
 def t_takeover_user(env):
     """With user: both processes run as that user: the successor connects
     after dropping its privileges and is accepted; a root peer is another

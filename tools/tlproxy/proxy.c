@@ -2402,9 +2402,12 @@ void tlp_shard_stop(tl_shard *s, void *arg)
 	sh->stopping = 1;
 	if (sh->id == 0)
 		tlp_ctl_stop(s);
+	/* The drain's time is up (or a second signal came): what is still
+	 * open is cut, and both its peers see a reset, never an end that
+	 * looks like the whole of a transfer. */
 	for (uint32_t i = 0; i < sh->cap; i++)
 		if (sh->c[i].state != C_FREE && sh->c[i].state != C_CLOSING)
-			conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 0);
+			conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 3);
 }
 
 
