@@ -2811,6 +2811,14 @@ pools:
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 
+def exit_code(pr, timeout):
+    """pr's exit status once it exits within timeout, else None."""
+    try:
+        return pr.p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def slow_reader(s, size, rate, out):
     """Read s to its end at about rate bytes/s into out: the byte count, a
     SHA-256 and how it ended ("eof", "reset" or the exception)."""
@@ -2860,7 +2868,7 @@ def t_takeover_slow(env):
     def switch(old, frm, to, name):
         new = env.proxy(args + ["--takeover", frm, "--handover-socket", to], name=name)
         env.wait_for(new, r"takeover done: 2 connections carried on, 0 cut, 0 left to drain", 30)
-        check(old.p.wait(30) == 0, f"{old.name} did not exit 0")
+        check(exit_code(old, 30) == 0, f"{old.name} did not exit 0")
         m = re.search(r"2 connections handed over .*, 0 left to drain here, (\d+) bytes carried", old.text())
         check(m, f"{old.name} did not hand both over: {old.text()[-1500:]}")
         return new, int(m.group(1))
@@ -3045,7 +3053,7 @@ def t_takeover_kill(env):
         s_.close()
     new = env.proxy(args + ["--takeover", sock], name="tlproxy-new")
     env.wait_for(new, r"takeover done: %d connections carried on, 0 cut" % len(socks), 30)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     bad = echo_all(socks, b"at last")
     check(not bad, f"{len(bad)} clients failed after the last takeover")
     print(f"takeover_kill: {fails} of {n} clients went with the successors that died", flush=True)
@@ -3080,12 +3088,12 @@ def t_takeover_lockout(env):
     check(echo_ok(held, b"after the kill"), "the held connection broke when the successor was killed")
     new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name="tlproxy-new")
     env.wait_for(new, r"takeover done: 1 connection carried on, 0 cut", 30)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     check(echo_ok(held, b"after the takeover"), "the held connection broke in the takeover")
     # The path is the new process's now: a third takes over from it.
     third = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name="tlproxy-third")
     env.wait_for(third, r"takeover done: 1 connection carried on, 0 cut", 30)
-    check(new.p.wait(30) == 0, "the second process did not exit 0")
+    check(exit_code(new, 30) == 0, "the second process did not exit 0")
     check(os.path.exists(sock), "the handover socket's name is gone")
     check(not os.path.exists(f"{sock}.new-{third.pid}"), "the temporary name stayed after the takeover")
     held.close()
@@ -3115,7 +3123,7 @@ def t_takeover_silent(env):
     waited = time.time() - t0
     check(waited < 4, f"the successor was answered {waited:.1f} s after it started, behind silent clients")
     env.wait_for(new, r"takeover done: 0 connections carried on, 0 cut", 30)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     for u in silent:
         r = ho_reply(u, timeout=10)
         check(r and r[1] == 2, f"a silent client got {r}, not a refusal")
@@ -3148,7 +3156,7 @@ def t_takeover_race(env):
                                        r"way|this process was taken over by pid \d+); this one gives up$", lines[0]),
           f"the loser said: {lines}")
     env.wait_for(winner, r"takeover done: 1 connection carried on, 0 cut", 30)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     check(echo_ok(held, b"after"), "the held connection broke in the takeover")
     held.close()
     winner.pid = winner.p.pid
@@ -3187,7 +3195,7 @@ pools:
     time.sleep(1.5)  # the server's bytes and FIN reach the proxy, which has ours passed on
     new = env.proxy(args + ["--takeover", sock], name="tlproxy-new")
     env.wait_for(new, r"takeover done: \d+ connections? carried on, \d+ cut", 30)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     m = re.search(r"(\d+) connections? handed over .*, (\d+) bytes carried", old.text())
     check(m and m.group(1) == "1" and int(m.group(2)) > 0,
           f"not one connection with bytes in flight handed over: {old.text()[-800:]}")
@@ -3197,7 +3205,7 @@ pools:
     # unconnected one stands for it.
     third = env.proxy(args + ["--takeover", sock], name="tlproxy-third")
     env.wait_for(third, r"takeover done: 1 connection carried on, 0 cut", 30)
-    check(new.p.wait(30) == 0, "the second process did not exit 0")
+    check(exit_code(new, 30) == 0, "the second process did not exit 0")
     out = {}
     slow_reader(s, size, 1 << 40, out)
     s.close()
@@ -3248,7 +3256,7 @@ pools:
     env.wait_for(old, r"takeover refused: pid \d+ runs as uid 0, only uid 65534 may take over")
     new = env.proxy(["--config", cfg, "--takeover", sock], name="tlproxy-new")
     env.wait_for(new, r"takeover done: 2 connections carried on, 0 cut", 20)
-    check(old.p.wait(30) == 0, "the old process did not exit 0")
+    check(exit_code(old, 30) == 0, "the old process did not exit 0")
     check(echo_ok(held, b"after"), "the connection does not answer after the takeover")
     check(echo_ok(uheld, b"unix after"), "the Unix-domain connection does not answer after the takeover")
     held.close()
