@@ -2519,9 +2519,12 @@ pools:
         check(echo_ok(s, b"hello %d" % i), f"idle connection {i} does not echo before")
         idle.append(s)
 
-    # The long transfer, paced so that it is under way during both switches.
+    # The long transfer, paced so that it is under way during both switches:
+    # its last quarter waits for the second switch to be over, however
+    # long a successor takes to start (the sanitizers, a busy machine).
     size = bulk_size()
     secs = 12.0
+    switched = threading.Event()
     bulk = connect(echo, timeout=60)
     block = random.Random(3).randbytes(1 << 20)
     sent_h, got_h = hashlib.sha256(), hashlib.sha256()
@@ -2547,6 +2550,8 @@ pools:
                 sent_h.update(chunk)
                 sent[0] += len(chunk)
                 i += 1
+                if sent[0] >= size * 3 // 4 and not switched.is_set():
+                    switched.wait(300)
                 ahead = sent[0] / size * secs - (time.time() - t0)
                 if ahead > 0:
                     time.sleep(ahead)
@@ -2583,7 +2588,10 @@ pools:
     threads = [threading.Thread(target=f, daemon=True) for f in (reader, writer, prober)]
     for t in threads:
         t.start()
-    w = subprocess.Popen([wrk, "-t2", "-c16", "-d10s", "--timeout", "5s",
+    # Under the sanitizers a successor takes seconds to start: wrk runs on
+    # through both switches there too.
+    dur = "20s" if os.environ.get("TLP_E2E_SANITIZED") else "10s"
+    w = subprocess.Popen([wrk, "-t2", "-c16", "-d" + dur, "--timeout", "5s",
                           f"http://127.0.0.1:{web}/index.html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
@@ -2600,6 +2608,7 @@ pools:
     check(fc["handed"] >= n_idle + 1, f"only {fc['handed']} connections handed over to c")
     check(fc["left"] == 0, f"{fc['left']} connections left to drain in b")
     at_c = got[0]
+    switched.set()
     out, werr = w.communicate(timeout=60)
     check(w.returncode == 0, f"wrk failed: {werr}")
     m = re.search(r"(\d+) requests in", out)
@@ -2819,9 +2828,10 @@ def exit_code(pr, timeout):
         return None
 
 
-def slow_reader(s, size, rate, out):
+def slow_reader(s, size, rate, out, hold=None):
     """Read s to its end at about rate bytes/s into out: the byte count, a
-    SHA-256 and how it ended ("eof", "reset" or the exception)."""
+    SHA-256 and how it ended ("eof", "reset" or the exception). With hold
+    (an Event), the last quarter waits until it is set."""
     h, n, t0 = hashlib.sha256(), 0, time.time()
     s.settimeout(60)
     try:
@@ -2833,6 +2843,9 @@ def slow_reader(s, size, rate, out):
             h.update(d)
             n += len(d)
             out["n"] = n
+            if hold and n >= size * 3 // 4 and not hold.is_set():
+                hold.wait(300)
+                t0 = time.time() - n / rate
             ahead = n / rate - (time.time() - t0)
             if ahead > 0:
                 time.sleep(ahead)
@@ -2861,7 +2874,10 @@ def t_takeover_slow(env):
     for s_ in (slow, still):
         s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
     res = {}
-    t = threading.Thread(target=slow_reader, args=(slow, size, 3 << 20, res), daemon=True)
+    # Its last quarter waits for the second switch, however long the
+    # successors take to start.
+    switched = threading.Event()
+    t = threading.Thread(target=slow_reader, args=(slow, size, 3 << 20, res, switched), daemon=True)
     t.start()
     time.sleep(1.5)
 
@@ -2880,6 +2896,7 @@ def t_takeover_slow(env):
     c, carried_bc = switch(b, socks[1], socks[2], "tlproxy-c")
     check(carried_bc > 0, "nothing was carried from b to c")
     check(res.get("n", 0) < size, "the slow download was over before the second switch")
+    switched.set()
     t.join(120)
     check(res.get("end") == "eof" and res["n"] == size and res["hash"] == want,
           f"the slow reader got {res.get('n')} of {size} bytes, ended by {res.get('end')}")
