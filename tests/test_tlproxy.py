@@ -3119,6 +3119,41 @@ def t_takeover_lockout(env):
     check(not os.path.exists(sock), "the handover socket stayed after its process exited")
 
 
+def t_takeover_fds(env):
+    """A successor keeps no descriptor of the takeover itself: once the
+    connections it took over have closed, it holds as many descriptors as
+    the process it replaced held at its start (same arguments), and so
+    does the successor of that successor. The conversation with the old
+    process ends when its last record is read, not when the process
+    exits."""
+    up, lp = env.port(), env.port()
+    env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
+    sock = env.path("ho.sock")
+    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"]
+    old = env.proxy(args + ["--handover-socket", sock], name="tlproxy-a")
+    # A round trip first, so that whatever a connection opens lazily is open.
+    s = connect(lp)
+    check(echo_ok(s, b"warm"), "no echo before")
+    s.close()
+    env.wait_stat(old, "conns_open", "0", 0)
+    fd0 = env.fds(old)
+    n = 8
+    for name in ("tlproxy-b", "tlproxy-c"):
+        held = [connect(lp) for _ in range(n)]
+        for i, s in enumerate(held):
+            check(echo_ok(s, b"before %d" % i), f"connection {i} does not echo before {name}")
+        new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name=name)
+        env.wait_for(new, rf"takeover done: {n} connections carried on, 0 cut", 30)
+        check(exit_code(old, 30) == 0, f"{old.name} did not exit 0 after the takeover")
+        for i, s in enumerate(held):
+            check(echo_ok(s, b"after %d" % i), f"connection {i} does not echo after {name} took over")
+            s.close()
+        env.wait_stat(new, "conns_open", "0", 0)
+        env.settle_fds(new, fd0)
+        old = new
+    check(env.stop(old) == 0, "the last process did not exit 0")
+
+
 def t_takeover_silent(env):
     """Clients of the handover socket that never say HELLO hold up no
     takeover: with three of them connected, a successor is answered at

@@ -1383,6 +1383,12 @@ static void *receive(void *arg)
 			lost++;
 		}
 	}
+	/* Nothing more comes from the old process, nor goes to it: the
+	 * conversation's socket is not kept for the life of this process. */
+	pthread_mutex_lock(&ho.mu);
+	close(fd);
+	ho.tfd = -1;
+	pthread_mutex_unlock(&ho.mu);
 	cut = wait_adopted(got - lost) + lost;
 	if (end) {
 		tlp_log("takeover done: %u connection%s carried on, %u cut, %u left to drain in the "
@@ -1422,8 +1428,11 @@ void tlp_takeover_stop(void)
 	atomic_store(&ho.stop, 1);
 	if (ho.srv_started)
 		pthread_join(ho.th_srv, NULL);
+	/* Under mu: the receiver closes it when it is done. */
+	pthread_mutex_lock(&ho.mu);
 	if (ho.rx_started && ho.tfd >= 0)
 		shutdown(ho.tfd, SHUT_RDWR); /* its blocking reads end */
+	pthread_mutex_unlock(&ho.mu);
 	if (ho.rx_started)
 		pthread_join(ho.th_rx, NULL);
 	ho.srv_started = ho.rx_started = 0;
