@@ -442,12 +442,15 @@ def recv_line(s, timeout=5):
 
 
 def recv_all(s, timeout=10):
+    # A bytearray grows in place: appending to bytes copies all of it each
+    # time, which makes a download of tens of MiB cost minutes of copying
+    # on a busy machine, and its sender stall meanwhile.
     s.settimeout(timeout)
-    out = b""
+    out = bytearray()
     while True:
         d = s.recv(65536)
         if not d:
-            return out
+            return bytes(out)
         out += d
 
 
