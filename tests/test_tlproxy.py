@@ -9,6 +9,7 @@ sanitizer builds pass less). TLP_E2E_WRAP runs tlproxy under a wrapper such as
 valgrind (then use a small TLP_E2E_BYTES).
 """
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 
@@ -420,14 +422,22 @@ class Env:
         raise Fail(f"tlproxy has {n} descriptors, {want} at the start: a leak")
 
 
-def connect(port, host="127.0.0.1", timeout=5, source=None):
+def connect(port, host="127.0.0.1", timeout=5, source=None, rcvbuf=None):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.settimeout(timeout)
     if source:
         s.bind((source, 0))
+    if rcvbuf:
+        # Before the handshake, which announces the window it allows.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.connect((host, port))
     return s
+
+
+def unread(s):
+    """How many bytes wait in s's receive queue, unread."""
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
 
 def recv_line(s, timeout=5):
@@ -2872,17 +2882,30 @@ def t_takeover_slow(env):
     socks = [env.path("ho-a.sock"), env.path("ho-b.sock"), env.path("ho-c.sock")]
     args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"]
     a = env.proxy(args + ["--handover-socket", socks[0]], name="tlproxy-a")
-    slow, still = connect(lp, timeout=60), connect(lp, timeout=60)
     # Small receive buffers: the proxy has writes waiting for them.
-    for s_ in (slow, still):
-        s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+    slow, still = connect(lp, timeout=60, rcvbuf=32768), connect(lp, timeout=60, rcvbuf=32768)
     res = {}
     # Its last quarter waits for the second switch, however long the
     # successors take to start.
     switched = threading.Event()
     t = threading.Thread(target=slow_reader, args=(slow, size, 3 << 20, res, switched), daemon=True)
     t.start()
-    time.sleep(1.5)
+    # The switch starts once the download flows to both and the one that
+    # reads nothing is full: the proxy then has a write waiting for it (far
+    # more is owed than the socket buffers hold). The server may take
+    # seconds to start sending on a busy machine; a fixed pause would let
+    # the switch come before there is anything in flight.
+    queued, since, deadline = -1, time.time(), time.time() + 60
+    while time.time() < deadline:
+        n = unread(still)
+        if n != queued:
+            queued, since = n, time.time()
+        elif n > 0 and res.get("n", 0) > 0 and time.time() - since >= 0.3:
+            break
+        time.sleep(0.05)
+    else:
+        raise Fail(f"the download did not fill the client that reads nothing ({queued} bytes "
+                   f"waiting in it, {res.get('n', 0)} read by the slow one)")
 
     def switch(old, frm, to, name):
         new = env.proxy(args + ["--takeover", frm, "--handover-socket", to], name=name)
@@ -2893,7 +2916,7 @@ def t_takeover_slow(env):
         return new, int(m.group(1))
 
     b, carried_ab = switch(a, socks[0], socks[1], "tlproxy-b")
-    check(carried_ab > 0, "nothing was carried from a to b: no write was in flight")
+    check(carried_ab > 0, "nothing was carried from a to b, though a had a write waiting for the client that reads nothing")
     check(res.get("n", 0) < size, "the slow download was over before the first switch")
     time.sleep(1)
     c, carried_bc = switch(b, socks[1], socks[2], "tlproxy-c")
