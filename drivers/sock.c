@@ -217,6 +217,22 @@ void tl__sock_release(int fd, int abort)
 	close(fd);
 }
 
+/*
+ * Linux has no call that only wakes a socket's waiters, but shutdown(2) of
+ * the write side of a listening socket is one in effect: for TCP (IPv4 and
+ * IPv6) inet_shutdown changes nothing on a listener for SHUT_WR and then
+ * calls the socket's state-change callback, which wakes every waiter,
+ * exclusive ones included; a Unix-domain listener records the send
+ * shutdown, which neither its accepts nor its connects ever look at, and
+ * wakes them the same way. Each woken waiter looks again: one with a
+ * connection queued accepts it, the others go back to waiting.
+ */
+void tl__sock_listen_wake(int fd)
+{
+	if (fd >= 0)
+		(void)shutdown(fd, SHUT_WR);
+}
+
 int tl__sock_peer(int fd, int is_unix, tl_addr *out)
 {
 	/* Large enough for any family getpeername may report. */

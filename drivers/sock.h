@@ -26,6 +26,11 @@ int tl__sock_peer(int fd, int is_unix, tl_addr *out);
 /* Close fd (nothing if < 0); abort: SO_LINGER {1, 0} first, so the peer
  * sees a reset. */
 void tl__sock_release(int fd, int abort);
+/* Wake every waiter on listening socket fd (in any loop or process), so
+ * that one of them accepts what is queued: for an accept that leaves the
+ * socket's wait queue after it may have taken the wake-up of a queued
+ * connection (nothing if fd < 0; the socket is left as it was). */
+void tl__sock_listen_wake(int fd);
 
 /* ---- Handing sockets over (tl_adopt, tl_send_fds, tl_recv_fds) ---- */
 

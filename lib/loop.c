@@ -441,6 +441,10 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 		memcpy(o->u.fd.out, o->u.fd.fds, o->u.fd.got * sizeof *o->u.fd.fds);
 		c->aux = o->u.fd.got;
 		o->u.fd.got = 0;
+	} else if (o->kind == TL_K_WRITE) {
+		/* What the drivers counted as sent (u.wv.off, u.fd.done): after a
+		 * cancel the host may need the rest (loop.h, u.write). */
+		c->u.write.written = o->code == TL_OP_SEND_FDS ? o->u.fd.done : o->u.wv.off;
 	} else if (o->code == TL_OP_SPLICE) {
 		/* Before op_retire, which drops what the pipe still holds. */
 		c->u.splice.taken = o->u.sp.taken;

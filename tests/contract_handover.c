@@ -1337,6 +1337,155 @@ out:
 	h_end(l, fds);
 }
 
+/* ---- A listening socket shared by two loops (or processes) ---- */
+
+/* How the first loop's accept ends in test_shared_listener_accept_end. */
+enum accept_end { END_STOP, END_CANCEL, END_CANCEL_ONE, END_CLOSE, END_DETACH, END_COUNT };
+static const char *const accept_end_name[END_COUNT] = {
+	[END_STOP] = "stop", [END_CANCEL] = "cancel", [END_CANCEL_ONE] = "cancel of a one-shot accept",
+	[END_CLOSE] = "close", [END_DETACH] = "detach",
+};
+
+/* Connections op took (accept completions with a result >= 0 that are no
+ * Stopped terminal). */
+static uint32_t accepted_by(const h_log *lg, tl_op op)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < lg->n; i++)
+		if (lg->v[i].op.v == op.v && lg->v[i].kind == TL_K_ACCEPT && lg->v[i].result >= 0 &&
+		    !(lg->v[i].flags & TL_F_STOPPED))
+			n++;
+	return n;
+}
+
+/* One round: loop a listens (TCP, or Unix-domain at path), loop b accepts
+ * on a descriptor of the same socket; a's accept is armed first, so the
+ * kernel offers it each new connection first. A client connects while a
+ * does not turn, a ends its accept as `how` says, and b must take the
+ * connection without any other arriving. */
+static void shared_listener_round(h_ctx *a, h_ctx *b, const char *path, enum accept_end how)
+{
+	tl_loop *la = a->loop, *lb = b->loop;
+	tl_handle lis, lis_b, conn;
+	tl_addr addr;
+	tl_op aop, bop;
+	int cfd;
+	if (path) {
+		H_EQ_FATAL(tl_unix_listen(la, path, NULL, &lis), 0);
+	} else {
+		H_EQ_FATAL(h_listen(a, AF_INET, NULL, &lis, &addr), 0);
+	}
+	int dup = fcntl(tl_handle_fd(la, lis), F_DUPFD_CLOEXEC, 3);
+	H_TRUE_FATAL(dup >= 0, "dup: %s", strerror(errno));
+	H_EQ_FATAL(tl_adopt(lb, dup, &lis_b), 0);
+	if (how == END_CANCEL_ONE)
+		H_EQ_FATAL(tl_accept(la, lis, 1, &aop), 0);
+	else
+		H_EQ_FATAL(tl_accept_start(la, lis, 1, &aop), 0);
+	h_turn(a, 0);
+	H_EQ_FATAL(tl_accept_start(lb, lis_b, 2, &bop), 0);
+	h_turn(b, 0);
+	if (path) {
+		struct sockaddr_un sun = {.sun_family = AF_UNIX};
+		snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+		cfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		H_TRUE_FATAL(cfd >= 0, "socket: %s", strerror(errno));
+		H_EQ_FATAL(connect(cfd, (struct sockaddr *)&sun, sizeof sun), 0);
+	} else {
+		cfd = raw_connect(&addr);
+	}
+	h_sleep_ms(20); /* the connection is queued, a has not turned since */
+	int rc, fd = -1;
+	switch (how) {
+	case END_STOP:
+		H_EQ(tl_stop(la, aop), 0);
+		break;
+	case END_CANCEL:
+	case END_CANCEL_ONE:
+		H_EQ(tl_cancel(la, aop), 0);
+		break;
+	case END_CLOSE:
+		H_EQ(tl_close(la, lis, 3), 0);
+		break;
+	case END_DETACH:
+		rc = tl_detach(la, lis, &fd);
+		H_TRUE(rc == -EAGAIN, "tl_detach with an accept pending: %d%s", rc, h_errname(rc));
+		fd = detach_wait(a, lis);
+		break;
+	default:
+		break;
+	}
+	H_TRUE(h_wait_op(a, aop) >= 0, "%s: the first loop's accept did not end", accept_end_name[how]);
+	if (how == END_CLOSE)
+		H_TRUE(h_wait_closed(a, lis) >= 0, "no Closed for the listener");
+	uint32_t took_a = accepted_by(&a->log, aop);
+	/* The connection is b's now (or a's, had a's accept taken it before
+	 * its end: then there is nothing left to strand, and the round
+	 * proves nothing, so it must not happen here: a never turned). */
+	H_EQ(took_a, 0);
+	int got = 0;
+	uint64_t dl = h_wall_ns() + (uint64_t)H_WAIT_MS * H_MS;
+	while (!got && h_wall_ns() < dl) {
+		h_turn(b, 10 * (int64_t)H_MS);
+		got = (int)accepted_by(&b->log, bop);
+	}
+	H_TRUE(got == 1, "%s %s: the second loop did not get the connection queued when the "
+			 "first loop's accept ended (%d)",
+	       path ? "Unix" : "TCP", accept_end_name[how], got);
+	for (uint32_t i = 0; i < b->log.n; i++)
+		if (b->log.v[i].op.v == bop.v && b->log.v[i].kind == TL_K_ACCEPT &&
+		    b->log.v[i].result >= 0 && !(b->log.v[i].flags & TL_F_TERMINAL)) {
+			conn = b->log.v[i].u.accept.conn;
+			h_close(b, conn, 4);
+		}
+	close(cfd);
+	H_EQ(tl_stop(lb, bop), 0);
+	H_TRUE(h_wait_op(b, bop) >= 0, "the second loop's accept did not stop");
+	h_close(b, lis_b, 5);
+	if (how == END_DETACH)
+		close(fd);
+	else if (how != END_CLOSE)
+		h_close(a, lis, 6);
+	if (path)
+		unlink(path);
+}
+
+/* Rule (DECISIONS, "Streams"): an accept that ends (stopped, cancelled,
+ * its listener closed or detached) strands no connection: one queued on a
+ * listening socket that stays open elsewhere (another loop here, another
+ * process after a handover) goes to an accept waiting there, at once, with
+ * no other connection arriving first. On io_uring the kernel hands each
+ * new connection to the oldest accept on the socket alone, and an end
+ * between that hand-off and the accept itself used to leave it queued
+ * until the next client came. TCP and Unix-domain listeners, one-shot and
+ * multishot accepts. */
+static void test_shared_listener_accept_end(void)
+{
+	int fds = h_begin();
+	h_ctx a, b;
+	h_ctx_init(&a, h_loop());
+	h_ctx_init(&b, h_loop());
+	tl_loop *la = a.loop, *lb = b.loop;
+	char dir[] = "/tmp/tl-shared-XXXXXX", path[96];
+	int made = 0;
+	if (!need_adopt(la))
+		goto out;
+	H_TRUE_FATAL(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+	made = 1;
+	snprintf(path, sizeof path, "%s/l.sock", dir);
+	for (int how = 0; how < END_COUNT; how++) {
+		shared_listener_round(&a, &b, NULL, (enum accept_end)how);
+		shared_listener_round(&a, &b, path, (enum accept_end)how);
+	}
+out:
+	if (made)
+		H_EQ(rmdir(dir), 0);
+	h_drain_close(lb);
+	h_ctx_fini(&b);
+	h_ctx_fini(&a);
+	h_end(la, fds);
+}
+
 const struct test_def tl_contract_handover[] = {
 	T("4.6 adopt", test_adopt_listener),
 	T("4.6 adopt", test_adopt_stream),
@@ -1352,5 +1501,6 @@ const struct test_def tl_contract_handover[] = {
 	T("4.6 pass descriptors", test_recv_fds_cancel_no_leak),
 	T("4.6 pass descriptors", test_pass_stream_to_child),
 	T("4.6 pass descriptors", test_pass_listener_to_child),
+	T("4.1 accept, shared listener", test_shared_listener_accept_end),
 	{ NULL, NULL, NULL },
 };

@@ -428,6 +428,115 @@ out:
 	h_end(l, fds);
 }
 
+/* ---- How much of a write reached the socket (u.write.written) ---- */
+
+enum { WW_N = 4, WW_LEN = 1 << 20 };
+enum ww_end { WW_CANCEL_ALL, WW_CANCEL_FIRST, WW_CLOSE, WW_DETACH };
+
+/* Four 1 MiB writes of the pattern on a stream whose peer reads nothing
+ * (small buffers: the first write is under way, the others wait), then
+ * ended as `how` says. Each write's terminal says how many of its bytes
+ * reached the socket (u.write.written: all of a write that succeeded, a
+ * prefix of one that did not), and the peer, reading to the end, gets
+ * exactly those bytes of each write in order, nothing else. */
+static void write_written(enum ww_end how)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	uint8_t *src = malloc((size_t)WW_N * WW_LEN), *got = malloc((size_t)WW_N * WW_LEN + 1);
+	H_TRUE_FATAL(src && got, "malloc");
+	if (how == WW_DETACH && !h_need_cap(l, TL_CAP_DETACH))
+		goto out;
+	tl_handle srv, cli;
+	H_EQ_FATAL(h_pair(&c, &c, AF_INET, &srv, &cli), 0);
+	H_EQ(tl_sockopt_set(l, srv, TL_SO_SNDBUF, 32768), 0);
+	H_EQ(tl_sockopt_set(l, cli, TL_SO_RCVBUF, 32768), 0);
+	fill_pattern(src, (size_t)WW_N * WW_LEN, 0);
+	tl_op w[WW_N], sh;
+	for (int i = 0; i < WW_N; i++)
+		H_EQ_FATAL(tl_write(l, srv, src + (size_t)i * WW_LEN, WW_LEN, 10 + i, &w[i]), 0);
+	h_idle(&c, 50); /* the socket takes what fits */
+	int fd = -1;
+	switch (how) {
+	case WW_CANCEL_ALL:
+		for (int i = WW_N - 1; i >= 0; i--)
+			H_EQ(tl_cancel(l, w[i]), 0);
+		break;
+	case WW_CANCEL_FIRST:
+		H_EQ(tl_cancel(l, w[0]), 0);
+		break;
+	case WW_CLOSE:
+		H_EQ(tl_close(l, srv, 20), 0);
+		break;
+	case WW_DETACH:
+		for (uint64_t dl = h_wall_ns() + (uint64_t)H_WAIT_MS * H_MS;
+		     tl_detach(l, srv, &fd) == -EAGAIN && h_wall_ns() < dl;)
+			h_turn(&c, 10 * (int64_t)H_MS);
+		H_TRUE(fd >= 0, "no descriptor from tl_detach");
+		break;
+	}
+	/* The peer reads everything that reached the socket, to its end;
+	 * the writes not cancelled complete meanwhile. */
+	if (how == WW_CANCEL_ALL || how == WW_CANCEL_FIRST) {
+		H_EQ(h_wait_op(&c, w[0]) >= 0, 1);
+		H_EQ_FATAL(tl_shutdown(l, srv, 21, &sh), 0);
+	}
+	if (how == WW_DETACH && fd >= 0)
+		close(fd);
+	int eof = 0;
+	int64_t n = h_read_exact(&c, cli, got, (uint32_t)WW_N * WW_LEN + 1, &eof);
+	H_TRUE(eof, "no end of stream after %lld bytes", (long long)n);
+	uint64_t want = 0, off = 0;
+	int partial = 0, cut = 0;
+	for (int i = 0; i < WW_N; i++) {
+		int k = h_wait_op(&c, w[i]);
+		H_TRUE_FATAL(k >= 0, "write %d did not end", i);
+		const tl_completion *x = &c.log.v[k];
+		uint64_t wr = x->u.write.written;
+		int cancelled = how == WW_CLOSE || how == WW_DETACH || how == WW_CANCEL_ALL || i == 0;
+		H_EQ(x->kind, TL_K_WRITE);
+		if (x->result == WW_LEN) {
+			H_EQ(wr, WW_LEN);
+		} else {
+			H_EQ(x->result, -ECANCELED);
+			H_TRUE(cancelled, "write %d ended with %lld", i, (long long)x->result);
+			H_TRUE(wr <= WW_LEN, "write %d: %llu written", i, (unsigned long long)wr);
+			cut++;
+		}
+		if (wr > 0 && wr < WW_LEN)
+			partial++;
+		/* Its bytes are the next ones the peer got. */
+		H_TRUE(n >= 0 && off + wr <= (uint64_t)n &&
+			       !memcmp(got + off, src + (size_t)i * WW_LEN, (size_t)wr),
+		       "write %d: its %llu bytes are not the peer's bytes at %llu", i,
+		       (unsigned long long)wr, (unsigned long long)off);
+		off += wr;
+		want += wr;
+	}
+	H_EQ(n, (int64_t)want);
+	H_TRUE(cut > 0, "no write was cut: the test proves nothing");
+	H_TRUE(partial > 0, "no write was cut part way: the test proves nothing");
+	if (how == WW_CANCEL_ALL || how == WW_CANCEL_FIRST) {
+		H_TRUE(h_wait_op(&c, sh) >= 0, "no shutdown");
+		h_close(&c, srv, 22);
+	} else if (how == WW_CLOSE) {
+		H_TRUE(h_wait_closed(&c, srv) >= 0, "no Closed");
+	}
+	h_close(&c, cli, 23);
+out:
+	free(src);
+	free(got);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+static void test_write_written_cancel_all(void) { write_written(WW_CANCEL_ALL); }
+static void test_write_written_cancel_first(void) { write_written(WW_CANCEL_FIRST); }
+static void test_write_written_close(void) { write_written(WW_CLOSE); }
+static void test_write_written_detach(void) { write_written(WW_DETACH); }
+
 const struct test_def tl_contract_streams[] = {
 	T("4.2 connect", test_unix_connect_queue_full),
 	T("2.5 cancel in flight", test_stop_read_start_in_flight),
@@ -436,6 +545,10 @@ const struct test_def tl_contract_streams[] = {
 	T("2.5 cancel in flight", test_cancel_read_pooled_in_flight),
 	T("2.5 cancel in flight", test_stop_accept_and_timer_in_flight),
 	T("4.2 connect", test_local_addr_while_connecting),
+	T("4.4 bytes written", test_write_written_cancel_all),
+	T("4.4 bytes written", test_write_written_cancel_first),
+	T("4.4 bytes written", test_write_written_close),
+	T("4.4 bytes written", test_write_written_detach),
 	T("4.7 stream end", test_end_with_data_read),
 	T("4.7 stream end", test_end_with_data_read_pooled),
 	T("4.7 stream end", test_end_with_data_read_start),

@@ -159,6 +159,15 @@ static void test_roundtrip_others(void)
 	T_EQ(g.u.end.handed, 100);
 	T_EQ(g.u.end.left, 2);
 
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_ACK;
+	m.u.ack.count = 123456;
+	n = tlp_ho_encode(buf, sizeof buf, &m);
+	T_EQ(n, TLP_HO_HDR + 4);
+	T_EQ(buf[12], 0); /* no descriptors */
+	T_EQ(decode_all(buf, (size_t)n, &g), 0);
+	T_EQ(g.u.ack.count, 123456);
+
 	m.type = 99;
 	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
 	T_EQ(tlp_ho_size(NULL), -EINVAL);
@@ -182,9 +191,12 @@ static void test_bad_header(void)
 	T_EQ(tlp_ho_hdr_decode(b, sizeof b, &h), -EPROTO);
 	/* Another version: refused, and which one is said. */
 	memcpy(b, buf, sizeof b);
-	b[4] = 2;
+	b[4] = TLP_HO_VERSION + 1;
 	T_EQ(tlp_ho_hdr_decode(b, sizeof b, &h), -EPROTONOSUPPORT);
-	T_EQ(h.version, 2);
+	T_EQ(h.version, TLP_HO_VERSION + 1);
+	b[4] = 1; /* version 1 (no ACK, carries no unwritten bytes): refused too */
+	T_EQ(tlp_ho_hdr_decode(b, sizeof b, &h), -EPROTONOSUPPORT);
+	T_EQ(h.version, 1);
 	b[4] = 0;
 	b[5] = 1;
 	T_EQ(tlp_ho_hdr_decode(b, sizeof b, &h), -EPROTONOSUPPORT);
@@ -306,6 +318,12 @@ static void test_bad_others(void)
 	h.type = TLP_HO_READY;
 	h.len = 1;
 	T_EQ(tlp_ho_decode(&h, b, 1, &g), -EPROTO);
+	h.type = TLP_HO_ACK; /* a count, exactly */
+	h.len = 3;
+	T_EQ(tlp_ho_decode(&h, b, 3, &g), -EPROTO);
+	h.len = 8;
+	T_EQ(tlp_ho_decode(&h, b, 8, &g), -EPROTO);
+	T_EQ(tlp_ho_type_fds(TLP_HO_ACK), 0);
 	h.type = 0;
 	h.len = 0;
 	T_EQ(tlp_ho_decode(&h, b, 0, &g), -EPROTO);
@@ -318,7 +336,7 @@ int main(void)
 {
 	static const struct tlp_case cases[] = {
 		{"conn: round trip, sizes", test_roundtrip_conn},
-		{"hello, refuse, listener, ends: round trip", test_roundtrip_others},
+		{"hello, refuse, listener, ends, ack: round trip", test_roundtrip_others},
 		{"header: version refused, malformed", test_bad_header},
 		{"conn: malformed bodies refused", test_bad_conn},
 		{"other bodies: malformed refused", test_bad_others},

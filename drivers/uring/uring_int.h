@@ -321,12 +321,24 @@ static inline void kick(struct tl_drv *d, struct tl_hslot *h)
 	}
 }
 
-/* The op leaves the driver: report its terminal event, start what waited. */
+/* The op leaves the driver: report its terminal event, start what waited.
+ *
+ * An accept ending here took no connection (a one-shot accept that took one
+ * ends in on_accept), and may have taken the wake-up of one: the kernel
+ * arms an accept's poll as an exclusive waiter, so a new connection wakes
+ * only the oldest accept armed on the socket, and a cancel between that
+ * wake-up and the task work that would accept (run at this loop's next
+ * enter, DEFER_TASKRUN) ends the accept and drops the wake-up. The
+ * connection would then wait, unseen by every other accept on the socket
+ * (another loop's, another process's after a handover), until another
+ * connection arrives. So the socket's other waiters are woken. */
 static inline void op_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
 			   int64_t res, uint32_t flags, uint32_t lease)
 {
 	UO(o)->st = ST_IDLE;
 	unqueue(d, h, o);
+	if (tl_unlikely(o->code == TL_OP_ACCEPT))
+		tl__sock_listen_wake(h->fd);
 	tl__drv_event(d->loop, o, res, flags | TL_F_TERMINAL, lease);
 	kick(d, h);
 }

@@ -195,7 +195,7 @@ enum tl_kind {
 	TL_K_ACCEPT,   /* u.accept: the new connection handle and peer */
 	TL_K_CONNECT,  /* result 0 once connected */
 	TL_K_READ,     /* result = bytes (0 = EOF); u.read for pooled reads */
-	TL_K_WRITE,    /* result = bytes written (all of them) */
+	TL_K_WRITE,    /* result = bytes written (all of them); u.write */
 	TL_K_SHUTDOWN, /* result 0 */
 	TL_K_SEND,     /* UDP datagram sent: result = bytes */
 	TL_K_RECV,     /* UDP datagram: result = bytes; u.recv */
@@ -256,6 +256,13 @@ typedef struct tl_completion {
 		 * written to dst. taken > moved only when they were dropped
 		 * (dst closed or failed): see tl_splice(). */
 		struct { uint64_t taken, moved; } splice;
+		/* TL_K_WRITE, whatever the result: how many of the write's bytes
+		 * reached the socket, always a prefix of them. All of them when
+		 * it succeeded; after a cancel, a close or detach of its handle,
+		 * or an error, those that went before it ended, so a host that
+		 * must lose no byte (a proxy handing a connection to another
+		 * process) sends the rest, from that offset, another way. */
+		struct { uint64_t written; } write;
 	} u;
 } tl_completion;
 
@@ -495,7 +502,9 @@ int tl_lease_release(tl_loop *loop, uint32_t id);
 int tl_handle_caps(tl_loop *loop, tl_handle h, uint32_t leases, uint64_t write_bytes);
 
 /* Write all of buf[0..len) in submission order per handle (partial writes are
- * continued inside the loop). Result: len. */
+ * continued inside the loop). Result: len. Whatever the result, the
+ * terminal's u.write.written is how many of the bytes reached the socket
+ * (a prefix; len on success). */
 int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t token,
 	     tl_op *op);
 #define TL_IOV_MAX 8
@@ -617,9 +626,10 @@ int tl_adopt(tl_loop *loop, int fd, tl_handle *out);
  * this way loses nothing (a host that detaches h while it works through a
  * turn's completions finds the rest of h's there, later in the array).
  * Call it again after a turn until it returns 0. Writes
- * cancelled by it may have sent part of their bytes (as with tl_close):
- * let a stream's writes finish before detaching it when its peer must see
- * a whole stream. A splice into h that was cancelled with bytes in its
+ * cancelled by it may have sent part of their bytes (as with tl_close),
+ * as many as each terminal's u.write.written says: let a stream's writes
+ * finish before detaching it when its peer must see a whole stream, or
+ * have the rest sent from there by whoever takes the descriptor. A splice into h that was cancelled with bytes in its
  * pipe writes them first (tl_splice), and a splice reading h (its source)
  * is cancelled and waited for like h's own ops. Leases read from h stay
  * the host's to release; h's idle deadline (tl_idle_deadline) ends with

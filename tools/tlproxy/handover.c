@@ -52,6 +52,7 @@ int tlp_ho_type_fds(uint32_t type)
 	case TLP_HO_LISTENERS_END:
 	case TLP_HO_READY:
 	case TLP_HO_END:
+	case TLP_HO_ACK:
 		return 0;
 	default:
 		return -1;
@@ -69,6 +70,7 @@ static uint32_t body_max(uint32_t type)
 	case TLP_HO_LISTENER:
 		return 4 + sizeof(struct sockaddr_storage);
 	case TLP_HO_LISTENERS_END:
+	case TLP_HO_ACK:
 		return 4;
 	case TLP_HO_READY:
 		return 0;
@@ -156,6 +158,7 @@ static long body_size(const struct tlp_ho_msg *m)
 			return -EINVAL;
 		return 4 + m->u.listener.addr_len;
 	case TLP_HO_LISTENERS_END:
+	case TLP_HO_ACK:
 		return 4;
 	case TLP_HO_READY:
 		return 0;
@@ -224,6 +227,9 @@ int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m)
 		break;
 	case TLP_HO_LISTENERS_END:
 		put32(p, m->u.lend.count);
+		break;
+	case TLP_HO_ACK:
+		put32(p, m->u.ack.count);
 		break;
 	case TLP_HO_READY:
 		break;
@@ -359,6 +365,11 @@ int tlp_ho_decode(const struct tlp_ho_hdr *h, const uint8_t *b, size_t n, struct
 		if (n != 4)
 			return -EPROTO;
 		m->u.lend.count = get32(b);
+		return 0;
+	case TLP_HO_ACK:
+		if (n != 4)
+			return -EPROTO;
+		m->u.ack.count = get32(b);
 		return 0;
 	case TLP_HO_READY:
 		return n == 0 ? 0 : -EPROTO;

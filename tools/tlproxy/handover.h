@@ -26,15 +26,30 @@
  * (same version, same user) or REFUSE and closes; then LISTENER records
  * (one listening socket each) and LISTENERS_END; the new process starts
  * accepting on them and sends READY; the old one stops accepting and sends
- * a CONN record per connection pair it hands over, then END.
+ * a CONN record per connection pair it hands over, then END. The new
+ * process answers every CONN record it read with an ACK (how many it has
+ * read so far) before it touches the connection: those are its own from
+ * then on, and any the old process sent but never saw acknowledged (the
+ * new process died, or stopped reading) go back to forwarding there. The
+ * old process closes its descriptors of a connection only once it is
+ * acknowledged, and when it gives up on the new process it first shuts
+ * its side of the conversation for reading, so an ACK comes either before
+ * that (it counts) or not at all (the new process drops the connection).
+ *
+ * Version 2 added ACK, and the carry of a CONN record may hold what the
+ * writes the handover cut short had not written (a connection moves with
+ * writes in flight to a slow reader).
  */
 
 #define TLP_HO_MAGIC "TLHO"
-#define TLP_HO_VERSION 1
+#define TLP_HO_VERSION 2
 #define TLP_HO_HDR 16
 #define TLP_HO_NAME_MAX 255        /* listener, pool and server names */
 #define TLP_HO_TEXT_MAX 255        /* a refusal's reason */
-#define TLP_HO_CARRY_MAX (1u << 20) /* bytes carried one way of a connection */
+/* Bytes carried one way of a connection: the writes in flight and the
+ * reads of a stream (its lease cap), each time it moves while its reader
+ * reads nothing, on top of a carry it may still be writing. */
+#define TLP_HO_CARRY_MAX (8u << 20)
 #define TLP_HO_CONN_FIXED 48       /* a CONN body before its names and bytes */
 #define TLP_HO_BODY_MAX (TLP_HO_CONN_FIXED + 3 * TLP_HO_NAME_MAX + 128 + 2 * TLP_HO_CARRY_MAX)
 
@@ -44,12 +59,16 @@ enum tlp_ho_type {
 	TLP_HO_LISTENER = 3,      /* 1 fd; u16 shard, u16 address length, sockaddr */
 	TLP_HO_LISTENERS_END = 4, /* u32 count */
 	TLP_HO_READY = 5,         /* empty: the new process accepts */
-	TLP_HO_CONN = 6,          /* 2 fds (client, server); see struct tlp_ho_conn */
+	TLP_HO_CONN = 6,          /* 2 fds (client, server); see struct tlp_ho_conn. A
+				   * side that finished before (EOF and SHUT set) and
+				   * whose socket is gone: an unconnected socket */
 	TLP_HO_END = 7,           /* u32 handed over, u32 left to drain */
+	TLP_HO_ACK = 8,           /* u32 CONN records read so far (new process to old) */
 	TLP_HO_TYPE_COUNT
 };
 
-/* Why a takeover was refused. */
+/* Why a takeover was refused: another format version, another user,
+ * another takeover under way (or done), not a HELLO first. */
 enum { TLP_HO_R_VERSION = 1, TLP_HO_R_USER = 2, TLP_HO_R_BUSY = 3, TLP_HO_R_PROTO = 4 };
 
 /* CONN flags: the half-close state. */
@@ -89,6 +108,7 @@ struct tlp_ho_msg {
 		struct { uint16_t shard, addr_len; struct sockaddr_storage addr; } listener;
 		struct { uint32_t count; } lend;
 		struct { uint32_t handed, left; } end;
+		struct { uint32_t count; } ack;
 		struct tlp_ho_conn conn;
 	} u;
 };

@@ -581,6 +581,7 @@ int main(int argc, char **argv)
 	w->rt = rt;
 	w->nshards = tl_runtime_shards(rt);
 	w->conn_cap = cap;
+	w->nleases = rc.loop.pooled_buffers;
 	w->tick_ns = tlp_tick_for(cfg);
 	w->shard = calloc(w->nshards, sizeof *w->shard);
 	if (!w->shard || declare_stats(rt) < 0) {

@@ -53,7 +53,7 @@
  */
 #define PEEK_CAP (TLP_PP_V2_MAX + TLP_SNI_INPUT_MAX)
 #define PEEK_REC 4096
-#define PEEK_SMALL (PEEK_REC - 16)
+#define PEEK_SMALL (PEEK_REC - 20)
 #define PK_CHUNK 64
 #define PEEK_BIG 64
 #define HB_SIZE 256
@@ -143,6 +143,7 @@ struct tlp_peek {
 	uint32_t off;   /* where the bytes to forward start (past a PROXY header) */
 	uint32_t next;  /* free list */
 	uint32_t big;   /* the big buffer holding the bytes, NONE: small */
+	uint32_t wseq;  /* the number of its write to the server (F_PEEKW), of len - off bytes */
 	uint8_t small[PEEK_SMALL];
 };
 _Static_assert(sizeof(struct tlp_peek) == PEEK_REC, "a record is PEEK_REC bytes");
@@ -196,6 +197,14 @@ struct tlp_shard {
 	uint8_t (*hb)[HB_SIZE];
 	uint16_t *hb_free;
 	uint32_t nhb, nhb_free;
+	/* Every write a connection issues gets the next number, and the
+	 * buffer of each write in flight is known by its token (a lease by
+	 * its id, a header by its buffer, ...): a takeover that cancels
+	 * writes carries their unwritten ends in the order they were issued
+	 * (tlp_ho_out). */
+	uint32_t wseq;
+	struct { const uint8_t *p; uint32_t len, seq; } *lw; /* by lease id */
+	struct { uint32_t len, seq; } *hbw;                  /* by header buffer */
 	/* listeners: [glisten idx][address idx] */
 	tl_handle (*lh)[TLP_MAX_LISTEN];
 	int draining, stopping;
@@ -254,8 +263,10 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 		    uint32_t n);
 static void ho_step(struct tlp_shard *sh, struct tlp_conn *c);
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
-static void ho_drop(struct tlp_conn *c);
-static void carry_written(struct tlp_conn *c);
+static void ho_drop(struct tlp_conn *c, int abort_mask);
+static void ho_cut_write(struct tlp_shard *sh, struct tlp_conn *c, int d, const tl_completion *e,
+			 const uint8_t *p, uint32_t len, uint32_t seq);
+static void carry_written(struct tlp_shard *sh, struct tlp_conn *c);
 static void held_add(struct tlp_shard *sh, struct tlp_conn *c, int first);
 static void held_del(struct tlp_shard *sh, struct tlp_conn *c);
 static void resume(struct tlp_shard *sh);
@@ -1012,8 +1023,28 @@ static void connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 static void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, const void *p,
 		      uint32_t n, int op, uint32_t arg)
 {
+	uint32_t seq = sh->wseq++;
 	tl_op id;
 
+	switch (op) {
+	case OP_WRITE:
+		if (arg < tlp_w.nleases) {
+			sh->lw[arg].p = p;
+			sh->lw[arg].len = n;
+			sh->lw[arg].seq = seq;
+		}
+		break;
+	case OP_WRITE_HDR:
+		sh->hbw[arg].len = n;
+		sh->hbw[arg].seq = seq;
+		break;
+	case OP_WRITE_PEEK:
+		PK(sh, c->peek)->wseq = seq;
+		break;
+	case OP_WRITE_CARRY:
+		((struct tlp_ho_in *)c->ho)->wseq[d] = seq;
+		break;
+	}
 	if (tl_write(sh->loop, c->h[d], p, n, tok(CI(sh, c), d, op, arg), &id) < 0) {
 		if (op == OP_WRITE)
 			tl_lease_release(sh->loop, arg);
@@ -1141,7 +1172,7 @@ static void conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int ab
 		c->cause = (uint8_t)cause;
 	c->state = C_CLOSING;
 	if (c->flags & F_HO)
-		ho_drop(c);
+		ho_drop(c, abort_mask);
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		q_del(sh, c);
@@ -1553,13 +1584,24 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 		on_splice(sh, c, side, e);
 		return;
 	case OP_WRITE:
+		if ((c->flags & F_HO) && TOK_ARG(t) < tlp_w.nleases)
+			ho_cut_write(sh, c, side, e, sh->lw[TOK_ARG(t)].p, sh->lw[TOK_ARG(t)].len,
+				     sh->lw[TOK_ARG(t)].seq);
 		tl_lease_release(sh->loop, TOK_ARG(t));
 		goto written;
 	case OP_WRITE_HDR:
+		if (c->flags & F_HO)
+			ho_cut_write(sh, c, side, e, sh->hb[TOK_ARG(t)], sh->hbw[TOK_ARG(t)].len,
+				     sh->hbw[TOK_ARG(t)].seq);
 		sh->hb_free[sh->nhb_free++] = (uint16_t)TOK_ARG(t);
 		c->hdr = 0xffff;
 		goto written;
 	case OP_WRITE_PEEK:
+		if ((c->flags & F_HO) && c->peek != NONE) {
+			struct tlp_peek *p = PK(sh, c->peek);
+
+			ho_cut_write(sh, c, side, e, peek_buf(sh, p) + p->off, p->len - p->off, p->wseq);
+		}
 		c->flags &= ~F_PEEKW;
 		peek_release(sh, c);
 		goto written;
@@ -1579,13 +1621,21 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 				 1 << (side ^ 1));
 		else if (e->result == 0)
 			c->flags |= F_SHUTOK(side);
+		else if (c->flags & F_HO)
+			c->flags &= ~F_SHUT(side); /* cancelled before its FIN: the new process sends it */
 		if (c->state == C_FWD && (c->flags & F_HO))
 			ho_step(sh, c);
 		else if (c->state == C_FWD)
 			maybe_done(sh, c);
 		return;
 	case OP_WRITE_CARRY:
-		carry_written(c);
+		if (c->flags & F_HO) {
+			struct tlp_ho_in *in = ((struct tlp_ho_out *)c->ho)->in;
+
+			ho_cut_write(sh, c, side, e, in->c.carry[side ^ 1], in->c.carry_len[side ^ 1],
+				     in->wseq[side]);
+		}
+		carry_written(sh, c);
 		goto written;
 	case OP_CLOSE:
 		c->h[side] = TL_HANDLE_NONE;
@@ -2326,9 +2376,12 @@ int tlp_shard_start(tl_shard *s, void *arg)
 	sh->nhb = 1024;
 	sh->hb = malloc((size_t)sh->nhb * HB_SIZE);
 	sh->hb_free = malloc(sh->nhb * sizeof *sh->hb_free);
+	sh->hbw = calloc(sh->nhb, sizeof *sh->hbw);
+	sh->lw = calloc(w->nleases, sizeof *sh->lw);
 	tl_shard_set_data(s, sh);
 	w->shard[sh->id] = sh;
-	if (!sh->c || !sh->wheel || !sh->lh || !sh->pkc || !sh->big || !sh->hb || !sh->hb_free)
+	if (!sh->c || !sh->wheel || !sh->lh || !sh->pkc || !sh->big || !sh->hb || !sh->hb_free ||
+	    !sh->hbw || !sh->lw)
 		goto nomem;
 	/* The first chunk of peek records now: a steady load reuses them. */
 	sh->pk_free = NONE;
@@ -2407,9 +2460,12 @@ void tlp_shard_stop(tl_shard *s, void *arg)
 	sh->stopping = 1;
 	if (sh->id == 0)
 		tlp_ctl_stop(s);
+	/* The drain's time is up (or a second signal came): what is still
+	 * open is cut, and both its peers see a reset, never an end that
+	 * looks like the whole of a transfer. */
 	for (uint32_t i = 0; i < sh->cap; i++)
 		if (sh->c[i].state != C_FREE && sh->c[i].state != C_CLOSING)
-			conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 0);
+			conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 3);
 }
 
 
@@ -2438,17 +2494,27 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->kept);
 	free(sh->hb);
 	free(sh->hb_free);
+	free(sh->hbw);
+	free(sh->lw);
 	free(sh);
 }
 
 /* ---- takeover (takeover.c has the process side) ---- */
 
 /*
- * Handing a forwarding connection over: its reads are cancelled (what they
- * had taken still arrives and is kept in its tlp_ho_out, not written), its
- * writes and any shutdown in flight finish, then both handles are
- * detached and the pair leaves as a CONN record. A FIN read meanwhile is
- * not passed on here: the new process sends it after the carry.
+ * Handing a forwarding connection over: both its handles are detached at
+ * once, which cancels every operation they have. What the reads had taken
+ * still arrives and is kept (ho_keep); each write says how much of it went
+ * (u.write.written) and the rest is kept (ho_cut_write), in the order the
+ * writes were issued; a splice flushes its pipe first; a shutdown that
+ * had not sent its FIN yet is left to the new process. Once every one of
+ * them has ended, the descriptors come out and the pair leaves as a CONN
+ * record whose carry is what each side is still owed, in order. A FIN
+ * read meanwhile is not passed on here: the new process sends it after
+ * the carry. Nothing waits for a slow reader, which may take its bytes
+ * from the new process as it likes; only a splice into it whose pipe
+ * must drain first can hold a connection past the deadline, and then it
+ * carries on here (ho_resume).
  */
 
 void tlp_shard_ho_listeners(tl_shard *s)
@@ -2474,6 +2540,27 @@ void tlp_shard_ho_listeners(tl_shard *s)
 	}
 }
 
+/* Detach side s of c (a first call cancels what it has). 0, or -1 when c
+ * was cut. */
+static int ho_detach(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	struct tlp_ho_out *o = c->ho;
+	int r;
+
+	if (o->fd[s] >= 0 || tl_handle_eq(c->h[s], TL_HANDLE_NONE))
+		return 0;
+	r = tl_detach(sh->loop, c->h[s], &o->fd[s]);
+	if (r == 0) {
+		c->h[s] = TL_HANDLE_NONE;
+		return 0;
+	}
+	o->fd[s] = -1;
+	if (r == -EAGAIN)
+		return 0;
+	conn_end(sh, c, TLP_END_BUSY, 3);
+	return -1;
+}
+
 static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_ho_out *o = calloc(1, sizeof *o);
@@ -2481,12 +2568,12 @@ static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
 	if (!o)
 		return; /* it drains here */
 	o->fd[0] = o->fd[1] = -1;
+	o->in = c->ho; /* a record whose carry is still being written */
 	c->ho = o;
 	c->flags |= F_HO;
-	/* rd[s] is side s's reader: its read, or the splice from it. */
 	for (int s = 0; s < 2; s++)
-		if ((c->flags & F_RD(s)) && !(c->flags & F_EOF(s)))
-			tl_cancel(sh->loop, c->rd[s]);
+		if (ho_detach(sh, c, s) < 0)
+			return;
 	ho_step(sh, c);
 }
 
@@ -2566,13 +2653,14 @@ uint32_t tlp_shard_handover(tl_shard *s)
 		if (c->state == C_FWD && !(c->flags & F_HO)) {
 			n++;
 			ho_begin(sh, c);
-			if (!(c->flags & F_HO) && c->state == C_FWD && !c->ho)
+			if (!(c->flags & F_HO) && c->state == C_FWD)
 				tlp_ho_gone(); /* no memory: it stays */
 		}
 	}
 	return n;
 }
 
+/* Bytes read from side s while handing over: kept, not written. */
 static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8_t *p, uint32_t id,
 		    uint32_t n)
 {
@@ -2581,7 +2669,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 	if (o->len[s] + (uint64_t)n > TLP_HO_CARRY_MAX) {
 		/* More than a stream's leases can hold: not expected; cut. */
 		tl_lease_release(sh->loop, id);
-		conn_end(sh, c, TLP_END_BUSY, 0);
+		conn_end(sh, c, TLP_END_BUSY, 3);
 		return;
 	}
 	if (o->len[s] + n > o->cap[s]) {
@@ -2593,7 +2681,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 		b = realloc(o->b[s], cap);
 		if (!b) {
 			tl_lease_release(sh->loop, id);
-			conn_end(sh, c, TLP_END_BUSY, 0);
+			conn_end(sh, c, TLP_END_BUSY, 3);
 			return;
 		}
 		o->b[s] = b;
@@ -2604,18 +2692,112 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 	tl_lease_release(sh->loop, id);
 }
 
-/* A connection being handed over ends here instead (conn_end). */
-static void ho_drop(struct tlp_conn *c)
+/* A write of p[0..len) to side d, number seq, ended while c is handed
+ * over (completion e): what it did not write is owed to d, after what the
+ * writes issued before it did not write. */
+static void ho_cut_write(struct tlp_shard *sh, struct tlp_conn *c, int d, const tl_completion *e,
+			 const uint8_t *p, uint32_t len, uint32_t seq)
 {
 	struct tlp_ho_out *o = c->ho;
+	uint64_t done = e->u.write.written;
+	struct tlp_ho_piece *w;
+
+	if (c->state != C_FWD || done >= len ||
+	    (e->result < 0 && e->result != -ECANCELED))
+		return; /* written, or the connection ends anyway */
+	if (o->nw[d] == o->capw[d]) {
+		uint32_t cap = o->capw[d] ? 2 * o->capw[d] : 16;
+
+		w = realloc(o->w[d], cap * sizeof *w);
+		if (!w) {
+			conn_end(sh, c, TLP_END_BUSY, 3);
+			return;
+		}
+		o->w[d] = w;
+		o->capw[d] = cap;
+	}
+	w = &o->w[d][o->nw[d]];
+	w->len = len - (uint32_t)done;
+	w->seq = seq;
+	w->p = malloc(w->len);
+	if (!w->p) {
+		conn_end(sh, c, TLP_END_BUSY, 3);
+		return;
+	}
+	memcpy(w->p, p + done, w->len);
+	o->nw[d]++;
+}
+
+/* What side s^1 is still owed of side s's bytes, in order, into one new
+ * buffer: 0 and *out (NULL when none), or -E2BIG / -ENOMEM. */
+static int ho_carry(struct tlp_ho_out *o, int s, uint8_t **out, uint32_t *len)
+{
+	struct tlp_ho_piece *w = o->w[s ^ 1];
+	uint32_t n = o->nw[s ^ 1];
+	uint64_t total = o->len[s];
+	uint8_t *b, *q;
+
+	/* Few pieces (the writes in flight): an insertion sort by number. */
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t j = i; j > 0 && (int32_t)(w[j].seq - w[j - 1].seq) < 0; j--) {
+			struct tlp_ho_piece t = w[j];
+
+			w[j] = w[j - 1];
+			w[j - 1] = t;
+		}
+	for (uint32_t i = 0; i < n; i++)
+		total += w[i].len;
+	*out = NULL;
+	*len = 0;
+	if (!total)
+		return 0;
+	if (total > TLP_HO_CARRY_MAX)
+		return -E2BIG;
+	q = b = malloc(total);
+	if (!b)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(q, w[i].p, w[i].len);
+		q += w[i].len;
+	}
+	if (o->len[s])
+		memcpy(q, o->b[s], o->len[s]);
+	*out = b;
+	*len = (uint32_t)total;
+	return 0;
+}
+
+static void ho_free(struct tlp_ho_out *o)
+{
+	for (int s = 0; s < 2; s++) {
+		for (uint32_t i = 0; i < o->nw[s]; i++)
+			free(o->w[s][i].p);
+		free(o->w[s]);
+		free(o->b[s]);
+	}
+	free(o->in);
+	free(o);
+}
+
+/* A connection being handed over ends here instead (conn_end): sides in
+ * abort_mask are reset, as their handles would be. */
+static void ho_drop(struct tlp_conn *c, int abort_mask)
+{
+	struct tlp_ho_out *o = c->ho;
+	struct tlp_ho_in *in = o->in;
 
 	for (int s = 0; s < 2; s++)
-		if (o->fd[s] >= 0)
-			close(o->fd[s]);
-	free(o->b[0]);
-	free(o->b[1]);
-	free(o);
-	c->ho = NULL;
+		if (o->fd[s] >= 0) {
+			if (abort_mask & (1 << s))
+				tlp_ho_fd_abort(o->fd[s]);
+			else
+				close(o->fd[s]);
+		}
+	o->in = NULL;
+	ho_free(o);
+	/* Carry writes still in flight hold their record until they end
+	 * (carry_written). */
+	c->ho = in;
 	c->flags &= ~F_HO;
 	tlp_ho_gone();
 }
@@ -2632,11 +2814,26 @@ static uint16_t peer_len(const tl_addr *a)
 	}
 }
 
+/* Every operation of c has ended: neither a read, a write, a splice nor a
+ * shutdown is left in flight. */
+static int ho_quiet(const struct tlp_conn *c)
+{
+	uint32_t f = c->flags;
+
+	for (int s = 0; s < 2; s++)
+		if (((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s)))) || c->wq[s] ||
+		    ((f & F_SHUT(s)) && !(f & F_SHUTOK(s))))
+			return 0;
+	return 1;
+}
+
 static void ho_step(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_ho_out *o = c->ho;
 	uint32_t f = c->flags;
+	uint8_t *carry[2] = {NULL, NULL};
 	struct tlp_ho_msg m;
+	int r = 0;
 
 	if (c->state != C_FWD || !(f & F_HO))
 		return;
@@ -2644,40 +2841,51 @@ static void ho_step(struct tlp_shard *sh, struct tlp_conn *c)
 		ho_resume(sh, c);
 		return;
 	}
-	for (int s = 0; s < 2; s++)
-		if (((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s)))) || c->wq[s] ||
-		    ((f & F_SHUT(s)) && !(f & F_SHUTOK(s))))
-			return; /* a read, write or shutdown still in flight */
-	for (int s = 0; s < 2; s++) {
-		int r;
-
-		if (o->fd[s] >= 0)
-			continue;
-		r = tl_detach(sh->loop, c->h[s], &o->fd[s]);
-		if (r == -EAGAIN) {
-			/* Its completions are still queued: after this turn. */
-			o->fd[s] = -1;
-			if (tl_shard_post(sh->s, sh->id, tlp_ctl_token(TLP_MSG_HO_STEP, CI(sh, c)), 0) < 0)
-				conn_end(sh, c, TLP_END_BUSY, 0);
-			return;
-		}
-		if (r < 0) {
-			o->fd[s] = -1;
-			conn_end(sh, c, TLP_END_BUSY, 0);
-			return;
-		}
-		c->h[s] = TL_HANDLE_NONE;
+	if (!ho_quiet(c))
+		return;
+	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !o->len[0] && !o->len[1] && !o->nw[0] && !o->nw[1]) {
+		/* Both FINs came and nothing is owed: closing both ends it
+		 * here, with the FINs still owed. */
+		conn_end(sh, c, TLP_END_DONE, 0);
+		return;
 	}
+	for (int s = 0; s < 2; s++) {
+		if (ho_detach(sh, c, s) < 0)
+			return;
+		if (o->fd[s] < 0 && !tl_handle_eq(c->h[s], TL_HANDLE_NONE)) {
+			/* Its completions are still queued: after this turn. */
+			if (tl_shard_post(sh->s, sh->id, tlp_ctl_token(TLP_MSG_HO_STEP, CI(sh, c)), 0) < 0)
+				conn_end(sh, c, TLP_END_BUSY, 3);
+			return;
+		}
+	}
+	for (int s = 0; s < 2; s++)
+		if (o->fd[s] < 0) {
+			/* A side that had finished before it came here (its socket
+			 * was no longer a connection): an unconnected socket stands
+			 * for it, and the record says it finished (handover.h). */
+			o->fd[s] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			if (o->fd[s] < 0) {
+				conn_end(sh, c, TLP_END_BUSY, 3);
+				return;
+			}
+		}
 	memset(&m, 0, offsetof(struct tlp_ho_msg, u) + sizeof m.u.conn);
 	m.type = TLP_HO_CONN;
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; s < 2 && r == 0; s++) {
 		if (f & F_EOF(s))
 			m.u.conn.flags |= TLP_HO_EOF(s);
 		if (f & F_SHUTOK(s))
 			m.u.conn.flags |= TLP_HO_SHUT(s);
 		m.u.conn.bytes[s] = c->bytes[s];
-		m.u.conn.carry[s] = o->b[s];
-		m.u.conn.carry_len[s] = o->len[s];
+		r = ho_carry(o, s, &carry[s], &m.u.conn.carry_len[s]);
+		m.u.conn.carry[s] = carry[s];
+	}
+	if (r < 0) {
+		free(carry[0]);
+		free(carry[1]);
+		conn_end(sh, c, TLP_END_BUSY, 3);
+		return;
 	}
 	m.u.conn.server = c->vidx;
 	m.u.conn.age_ns = tl_now(sh->loop) - c->t0;
@@ -2688,10 +2896,10 @@ static void ho_step(struct tlp_shard *sh, struct tlp_conn *c)
 	memcpy(&m.u.conn.peer, &c->peer, m.u.conn.peer_len);
 	/* The record takes the descriptors whatever happens. */
 	tlp_ho_push_conn(&m, o->fd);
+	free(carry[0]);
+	free(carry[1]);
 	o->fd[0] = o->fd[1] = -1;
-	free(o->b[0]);
-	free(o->b[1]);
-	free(o);
+	ho_free(o);
 	c->ho = NULL;
 	c->flags &= ~F_HO;
 	/* Gone from here: what conn_end would release, without a close. */
@@ -2714,15 +2922,18 @@ void tlp_shard_ho_step(tl_shard *s, uint32_t ci)
 		ho_step(sh, &sh->c[ci]);
 }
 
-/* A carry write of an adopted connection is done: the record goes with
- * the last. */
-static void carry_written(struct tlp_conn *c)
+/* A carry write of an adopted connection ended: the record goes with the
+ * last (while the connection is handed over again, it is the handover's). */
+static void carry_written(struct tlp_shard *sh, struct tlp_conn *c)
 {
-	struct tlp_ho_in *in = c->ho;
+	struct tlp_ho_in **pin = (c->flags & F_HO) ? &((struct tlp_ho_out *)c->ho)->in
+						   : (struct tlp_ho_in **)&c->ho;
+	struct tlp_ho_in *in = *pin;
 
+	(void)sh;
 	if (in && --in->nwrites == 0) {
 		free(in);
-		c->ho = NULL;
+		*pin = NULL;
 	}
 }
 
@@ -2755,19 +2966,24 @@ static void carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in 
 		in->nwrites = 1; /* held until every write below is issued */
 		for (int k = 0; k < 2 && c->state == C_FWD; k++)
 			if (hc->carry_len[k]) {
+				if (tl_handle_eq(c->h[k ^ 1], TL_HANDLE_NONE)) {
+					/* Owed to a side that is gone: cut. */
+					conn_end(sh, c, TLP_END_BUSY, 3);
+					break;
+				}
 				in->nwrites++;
 				write_buf(sh, c, k ^ 1, hc->carry[k], hc->carry_len[k], OP_WRITE_CARRY, 0);
 				if (c->state != C_FWD)
 					in->nwrites--; /* write_buf ended it: no completion */
 			}
-		carry_written(c);
+		carry_written(sh, c);
 	}
 	for (int k = 0; k < 2 && c->state == C_FWD; k++) {
 		if (c->flags & F_EOF(k))
 			continue;
 		tlp_spl_init(&c->sp[k], c->lr->cfg->splice);
 		if (tl_read_start(sh->loop, c->h[k], tok(ci, k, OP_READ, 0), &c->rd[k]) < 0) {
-			conn_end(sh, c, TLP_END_BUSY, 0);
+			conn_end(sh, c, TLP_END_BUSY, 3);
 			return;
 		}
 		c->flags |= F_RD(k);
@@ -2782,44 +2998,53 @@ static void carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in 
 	}
 }
 
-/* The deadline passed with c still on its way: it carries on here, once
- * its reads have ended (ho_step calls again until they have). */
+/* The deadline passed with c still on its way (or the new process went
+ * away): it carries on here once every operation has ended (ho_step calls
+ * again until then), with what each side is owed written first. */
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	struct tlp_ho_out *o = c->ho;
 	struct tlp_ho_in *in = NULL;
-	uint32_t f = c->flags;
+	uint8_t *carry[2] = {NULL, NULL};
+	uint32_t len[2] = {0, 0};
 
-	for (int s = 0; s < 2; s++)
-		if ((f & F_RD(s)) && !(f & (F_EOF(s) | F_HORD(s))))
-			return;
+	if (!ho_quiet(c))
+		return;
 	for (int s = 0; s < 2; s++)
 		if (o->fd[s] >= 0) {
 			if (tl_adopt(sh->loop, o->fd[s], &c->h[s]) < 0) {
 				c->h[s] = TL_HANDLE_NONE;
-				conn_end(sh, c, TLP_END_BUSY, 0); /* ho_drop closes it */
+				conn_end(sh, c, TLP_END_BUSY, 3); /* ho_drop resets it */
 				return;
 			}
 			o->fd[s] = -1;
 		}
-	if (o->len[0] || o->len[1]) {
-		in = malloc(sizeof *in + o->len[0] + o->len[1]);
+	for (int s = 0; s < 2; s++)
+		if (ho_carry(o, s, &carry[s], &len[s]) < 0) {
+			free(carry[0]);
+			conn_end(sh, c, TLP_END_BUSY, 3);
+			return;
+		}
+	if (len[0] || len[1]) {
+		in = malloc(sizeof *in + len[0] + len[1]);
 		if (!in) {
-			conn_end(sh, c, TLP_END_BUSY, 0);
+			free(carry[0]);
+			free(carry[1]);
+			conn_end(sh, c, TLP_END_BUSY, 3);
 			return;
 		}
 		memset(&in->c, 0, sizeof in->c);
 		for (int s = 0; s < 2; s++) {
-			in->c.carry[s] = in->body + (s ? o->len[0] : 0);
-			in->c.carry_len[s] = o->len[s];
-			if (o->len[s])
-				memcpy(in->body + (s ? o->len[0] : 0), o->b[s], o->len[s]);
+			in->c.carry[s] = in->body + (s ? len[0] : 0);
+			in->c.carry_len[s] = len[s];
+			if (len[s])
+				memcpy(in->body + (s ? len[0] : 0), carry[s], len[s]);
 		}
 		in->fd[0] = in->fd[1] = -1;
 	}
-	free(o->b[0]);
-	free(o->b[1]);
-	free(o);
+	free(carry[0]);
+	free(carry[1]);
+	ho_free(o);
 	c->ho = NULL;
 	c->flags &= ~(F_HO | F_HORD(0) | F_HORD(1) | F_HORES);
 	tlp_ho_gone();
@@ -2844,14 +3069,83 @@ uint32_t tlp_shard_ho_stop(tl_shard *s)
 	return n;
 }
 
+/*
+ * Side k of a connection handed over, whose socket is no longer a
+ * connection (tl_adopt refused it): our FIN had gone to it, its peer's
+ * FIN and last ACK came, and the kernel closed it, with what the peer sent
+ * before its FIN still there to read, unless the record says its FIN was
+ * read already. That is read here and owed to the other side after what
+ * the record carries; the side is then done and its descriptor closed.
+ * 0 (*pin may be a new record), or a negative errno: the socket was reset,
+ * or our FIN had not gone (so it did not end: it failed).
+ */
+static int side_finish(struct tlp_ho_in **pin, int k)
+{
+	struct tlp_ho_in *in = *pin, *n;
+	uint8_t *rest = NULL, *b;
+	uint32_t len = 0, cap = 0, l0, l1;
+
+	if (!(in->c.flags & TLP_HO_SHUT(k)))
+		return -ENOTCONN;
+	while (!(in->c.flags & TLP_HO_EOF(k))) {
+		ssize_t got;
+
+		if (len == cap) {
+			cap = cap ? 2 * cap : 65536;
+			if (in->c.carry_len[k] + (uint64_t)len >= TLP_HO_CARRY_MAX ||
+			    !(b = realloc(rest, cap))) {
+				free(rest);
+				return -E2BIG;
+			}
+			rest = b;
+		}
+		got = recv(in->fd[k], rest + len, cap - len, MSG_DONTWAIT);
+		if (got > 0)
+			len += (uint32_t)got;
+		else if (got == 0)
+			in->c.flags |= TLP_HO_EOF(k);
+		else if (errno != EINTR) {
+			int e = errno == EAGAIN ? -ENOTCONN : -errno;
+
+			free(rest);
+			return e;
+		}
+	}
+	if (len) {
+		l0 = in->c.carry_len[0] + (k == 0 ? len : 0);
+		l1 = in->c.carry_len[1] + (k == 1 ? len : 0);
+		if ((k == 0 ? l0 : l1) > TLP_HO_CARRY_MAX || !(n = malloc(sizeof *n + l0 + l1))) {
+			free(rest);
+			return -E2BIG;
+		}
+		memcpy(n, in, sizeof *n);
+		b = n->body;
+		for (int s = 0; s < 2; s++) {
+			if (in->c.carry_len[s])
+				memcpy(b, in->c.carry[s], in->c.carry_len[s]);
+			if (s == k)
+				memcpy(b + in->c.carry_len[s], rest, len);
+			n->c.carry[s] = b;
+			n->c.carry_len[s] = s ? l1 : l0;
+			b += n->c.carry_len[s];
+		}
+		free(in);
+		*pin = in = n;
+	}
+	free(rest);
+	close(in->fd[k]);
+	in->fd[k] = -1;
+	return 0;
+}
+
 int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 {
 	struct tlp_shard *sh = SH(s);
 	struct tlp_world *w = &tlp_w;
-	const struct tlp_ho_conn *hc = &in->c;
-	struct tlp_glisten *gl = gl_find(hc->listener);
+	const struct tlp_ho_conn *hc;
+	struct tlp_glisten *gl = gl_find(in->c.listener);
 	const struct tlp_lrt *lr = gl ? sh->gen->by_gl[gl->idx] : NULL;
-	struct tlp_gpool *gp = gp_find(hc->pool);
+	struct tlp_gpool *gp = gp_find(in->c.pool);
 	const struct tlp_pool_cfg *pc = gp ? sh->gen->pc_by_gp[gp->idx] : NULL;
 	tl_handle h[2] = {TL_HANDLE_NONE, TL_HANDLE_NONE};
 	struct tlp_conn *c;
@@ -2865,9 +3159,18 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 		r = -ESHUTDOWN;
 		goto fail;
 	}
-	for (int k = 0; k < 2; k++)
-		if ((r = tl_adopt(sh->loop, in->fd[k], &h[k])) < 0)
+	for (int k = 0; k < 2; k++) {
+		if ((r = tl_adopt(sh->loop, in->fd[k], &h[k])) == 0)
+			continue;
+		if (r != -EINVAL || (r = side_finish(&in, k)) < 0)
 			goto fail;
+	}
+	hc = &in->c;
+	if (tl_handle_eq(h[0], TL_HANDLE_NONE) && tl_handle_eq(h[1], TL_HANDLE_NONE)) {
+		/* Both sides ended while it moved: nothing is left to do. */
+		free(in);
+		return 0;
+	}
 	c = conn_new(sh);
 	if (!c) {
 		r = -ENOBUFS;
@@ -2917,13 +3220,13 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 			c->flags |= F_SHUT(k) | F_SHUTOK(k);
 	}
 	carry_on(sh, c, in);
-	return 0;
+	return c->state == C_FWD || c->cause == TLP_END_DONE ? 0 : -ECONNABORTED;
 fail:
 	for (int k = 0; k < 2; k++) {
 		if (!tl_handle_eq(h[k], TL_HANDLE_NONE))
 			tl_close_abort(sh->loop, h[k], tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 		else
-			close(in->fd[k]);
+			tlp_ho_fd_abort(in->fd[k]);
 	}
 	free(in);
 	return r;

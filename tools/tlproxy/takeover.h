@@ -11,36 +11,57 @@
 /*
  * The old process: a thread serves the handover socket. A peer of another
  * user is refused (SO_PEERCRED), as is a HELLO of another format version;
- * either way the process keeps serving. With a peer accepted, every shard
- * sends a descriptor of each of its listening sockets; once the peer says
- * READY (it accepts on them), every shard closes its own descriptors (the
- * sockets stay open in the new process, with their queued connections) and
- * hands over each forwarding connection: its reads are cancelled, what they
- * still bring is kept as carry, its writes and shutdowns finish, both
- * handles are detached and the pair goes as a CONN record. Connections not
- * yet forwarding (peeking, queued, connecting) and any left at the deadline
- * drain here; then the process drains and exits.
+ * either way the process keeps serving. Peers wait for their HELLO side by
+ * side (a silent one holds up none); the first whole HELLO is served and
+ * every other peer is refused as busy while that lasts, and for good once
+ * it succeeded. With a peer accepted, every shard sends a descriptor of
+ * each of its listening sockets; once the peer says READY (it accepts on
+ * them), every shard closes its own descriptors (the sockets stay open in
+ * the new process, with their queued connections) and hands over each
+ * forwarding connection: both handles are detached at once, what the
+ * cancelled reads still bring and what the cancelled writes did not write
+ * is kept as carry, and the pair goes as a CONN record. The thread keeps
+ * the descriptors of each record it sent until the peer acknowledges it;
+ * if the peer goes away, every connection it did not acknowledge goes
+ * back to a shard here. Connections not yet forwarding (peeking, queued,
+ * connecting) and any left at the deadline drain here; then the process
+ * drains and exits.
  *
  * The new process: before its shards start it takes the listening sockets
  * (they become its inherited ones, as with LISTEN_FDS: shard k adopts the
  * k-th socket of an address), once they accept it says READY, and a thread
- * passes each CONN record to shard 0, which spreads them over the shards in
- * turn.
+ * acknowledges each CONN record and passes it to shard 0, which spreads
+ * them over the shards in turn. Its own handover socket takes its name
+ * only once the takeover is done.
  */
 
-/* Bytes read from each side of a connection being handed over, not yet
- * written to the other (old side). */
+/* The unwritten end of a write to one side that the handover cut short:
+ * seq orders it among the others (the shard numbers its writes). */
+struct tlp_ho_piece {
+	uint8_t *p;
+	uint32_t len, seq;
+};
+
+/* What a connection being handed over still owes each side (old side):
+ * the bytes read from side s and not written to side s^1 are, in order,
+ * the unwritten ends of the writes to s^1 that the handover cancelled
+ * (w[s^1], by seq), then b[s], what its reads brought after. */
 struct tlp_ho_out {
 	uint8_t *b[2];
 	uint32_t len[2], cap[2];
+	struct tlp_ho_piece *w[2];
+	uint32_t nw[2], capw[2];
 	int fd[2];                /* detached descriptors, -1 not yet */
+	struct tlp_ho_in *in;     /* the record it came in by, while its carry is written */
 };
 
-/* A connection record received (new side): freed once its carry is out. */
+/* A connection record received (new side), or taken back (old side):
+ * freed once its carry is out. */
 struct tlp_ho_in {
 	struct tlp_ho_conn c;     /* carry[] points into body */
 	int fd[2];
 	uint32_t nwrites;         /* carry writes in flight */
+	uint32_t wseq[2];         /* the carry write to side d: its number */
 	uint8_t body[];
 };
 
@@ -61,8 +82,9 @@ int tlp_takeover_begin(void);
  * connections. 0 or a negative errno. */
 int tlp_takeover_ready(void);
 
-/* Old side, before the shards start: bind the handover socket. 0, or -1
- * with a line on stderr. No socket asked for: 0. */
+/* Before the shards start: bind the handover socket, under a temporary
+ * name (renamed at once, or once this process's own takeover is done). 0,
+ * or -1 with a line on stderr. No socket asked for: 0. */
 int tlp_handover_listen(void);
 /* Old side, once the shards run: serve it. 0 or a negative errno. */
 int tlp_handover_start(void);
@@ -81,6 +103,9 @@ void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload
 void tlp_ho_push_listener(uint32_t shard, int fd);
 int tlp_ho_push_conn(const struct tlp_ho_msg *m, const int fds[2]);
 void tlp_ho_gone(void);
+/* Close a descriptor of a connection that is cut, so that its peer sees a
+ * reset rather than an end that looks complete (nothing if fd < 0). */
+void tlp_ho_fd_abort(int fd);
 
 /* proxy.c: the shard's side. */
 /* Send a descriptor of each of this shard's listening sockets. */
