@@ -1262,6 +1262,96 @@ static void test_key_update(void)
 	tt_fini(&t, fds);
 }
 
+/* A stream that brings records in 7-byte pieces, each read on its own:
+ * a record fills the session's lease cap long before it is whole, and its
+ * bytes move to a spill buffer so that the rest can come (without that the
+ * stream would stay paused for ever). */
+struct relay {
+	tl_handle in, out;  /* raw streams: read in, write out in pieces */
+	tl_op rop, wop;
+	uint8_t *q;
+	size_t head, tail, cap;
+	int writing;
+	uint32_t from;
+};
+
+static void relay_scan(struct tt *t, struct relay *r, uint32_t piece)
+{
+	for (; r->from < t->loop_log.n; r->from++) {
+		tl_completion *c = &t->loop_log.v[r->from];
+		if (c->op.v == r->rop.v && c->result > 0 && (c->flags & TL_F_LEASE)) {
+			if (r->tail + (size_t)c->result > r->cap) {
+				memmove(r->q, r->q + r->head, r->tail - r->head);
+				r->tail -= r->head;
+				r->head = 0;
+			}
+			H_TRUE_FATAL(r->tail + (size_t)c->result <= r->cap, "relay buffer");
+			memcpy(r->q + r->tail, c->u.read.lease.data, (size_t)c->result);
+			r->tail += (size_t)c->result;
+			tl_lease_release(t->loop, c->u.read.lease.id);
+		} else if (r->writing && c->op.v == r->wop.v && (c->flags & TL_F_TERMINAL)) {
+			H_TRUE(c->result > 0, "relay write %lld", (long long)c->result);
+			r->head += (size_t)c->result;
+			r->writing = 0;
+		}
+	}
+	if (!r->writing && r->tail > r->head) {
+		uint32_t n = r->tail - r->head < piece ? (uint32_t)(r->tail - r->head) : piece;
+		H_EQ(tl_write(t->loop, r->out, r->q + r->head, n, 77, &r->wop), 0);
+		r->writing = 1;
+	}
+}
+
+static void test_fragmented(void)
+{
+	int fds = h_begin();
+	struct tt t;
+	tt_init(&t, h_loop());
+	tl_tls_config *sc = server_config(NULL), *cc = client_config(NULL);
+	tl_handle hc, ha, hb, hs;
+	pair(&t, &ha, &hc); /* client hc -> relay ha */
+	pair(&t, &hs, &hb); /* relay hb -> server hs */
+	struct relay up = {.in = ha, .out = hb, .cap = 1 << 20}, down = {.in = hb, .out = ha, .cap = 1 << 20};
+	up.q = malloc(up.cap);
+	down.q = malloc(down.cap);
+	up.from = down.from = t.loop_log.n;
+	H_EQ_FATAL(tl_read_start(t.loop, ha, 78, &up.rop), 0);
+	H_EQ_FATAL(tl_read_start(t.loop, hb, 79, &down.rop), 0);
+	tl_tls_id s, c;
+	tl_op os, oc, w;
+	tl_tls_client_opts co = {.server_name = "localhost"};
+	H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &s), 0);
+	H_EQ_FATAL(tl_tls_client(t.x, cc, hc, &co, 11, &c), 0);
+	H_EQ_FATAL(tl_tls_handshake(t.x, s, 0, 20, &os), 0);
+	H_EQ_FATAL(tl_tls_handshake(t.x, c, 0, 21, &oc), 0);
+	const size_t n = 96 << 10;
+	uint8_t *a = pattern(n, 5);
+	struct rd rs = {0};
+	rd_start(&t, s, &rs);
+	H_EQ(tl_tls_write(t.x, c, a, (uint32_t)n, 40, &w), 0);
+	uint64_t dl = h_wall_ns() + 60000 * H_MS * (uint64_t)h_slow();
+	while (rs.bytes < n && rs.end == 1 && h_wall_ns() < dl) {
+		tt_turn(&t, 2 * (int64_t)H_MS);
+		relay_scan(&t, &up, 7);       /* client to server: 7 bytes a turn */
+		relay_scan(&t, &down, 65536); /* and back: as it comes */
+	}
+	H_EQ(rs.bytes, n);
+	H_TRUE(rs.hash == fnv(FNV0, a, n), "96 KiB in 7-byte pieces, in order");
+	tl_tls_stats st;
+	tl_tls_stats_get(t.x, &st);
+	H_TRUE(st.spills > 0, "records went through spill buffers (%llu)", (unsigned long long)st.spills);
+	close_wait(&t, s, TL_TLS_CLOSE_ABORT);
+	close_wait(&t, c, TL_TLS_CLOSE_ABORT);
+	tl_close(t.loop, ha, 80);
+	tl_close(t.loop, hb, 81);
+	free(up.q);
+	free(down.q);
+	free(a);
+	tl_tls_config_unref(sc);
+	tl_tls_config_unref(cc);
+	tt_fini(&t, fds);
+}
+
 /* Close with a handshake under way: its op ends -ECANCELED, then the
  * session's Closed, last; the id is stale after. */
 static void test_close_during_handshake(void)
@@ -2257,6 +2347,7 @@ static const struct test_def tests[] = {
 	T("own", test_key_update),
 	T("own", test_close_during_handshake),
 	T("own", test_lease_quota),
+	T("own", test_fragmented),
 	T("own", test_read_stop_deadline),
 	T("own", test_config),
 	T("peer", test_sclient_13),

@@ -244,6 +244,10 @@ typedef struct tl_tls_ctx_config {
 	 * a stream's lease cap (docs/TLS.md); a lease beyond this count ends
 	 * its session with -ENOBUFS.                                    32768, <= 32768 */
 	uint32_t loop_leases;
+	/* Buffers of 18.5 KiB a session copies a record into when the stream
+	 * brings it in so many small pieces that it fills the stream's lease
+	 * cap before it is whole; a session that finds none waits for one.  64, <= 2^20 */
+	uint32_t spill_buffers;
 } tl_tls_ctx_config;
 
 void tl_tls_ctx_config_init(tl_tls_ctx_config *cc);
@@ -483,6 +487,7 @@ typedef struct tl_tls_stats {
 	uint64_t resumed;       /* of which resumed from a ticket */
 	uint64_t failed[TL_TLS_R_COUNT_]; /* handshakes that failed, by reason */
 	uint64_t waits;         /* times a session waited for a pool's buffer */
+	uint64_t spills;        /* records copied into a spill buffer (spill_buffers) */
 } tl_tls_stats;
 
 void tl_tls_stats_get(const tl_tls_ctx *ctx, tl_tls_stats *out);

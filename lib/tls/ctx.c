@@ -27,6 +27,7 @@ void tl_tls_ctx_config_init(tl_tls_ctx_config *cc)
 	cc->session_out = 2;
 	cc->close_linger_ns = 1000000000ull;
 	cc->loop_leases = 32768;
+	cc->spill_buffers = 64;
 }
 
 static int valid(const tl_tls_ctx_config *cc)
@@ -39,7 +40,8 @@ static int valid(const tl_tls_ctx_config *cc)
 	       cc->session_leases <= cc->plain_buffers && cc->session_out >= 1 &&
 	       cc->session_out <= cc->out_buffers / 2 && cc->session_out <= TLS_OUTQ / 2 &&
 	       cc->close_linger_ns >= 1 && cc->close_linger_ns <= (1ull << 62) &&
-	       cc->loop_leases >= 1 && cc->loop_leases <= 32768;
+	       cc->loop_leases >= 1 && cc->loop_leases <= 32768 && cc->spill_buffers >= 1 &&
+	       cc->spill_buffers <= (1u << 20);
 }
 
 int tl_tls_ctx_new(tl_loop *loop, const tl_tls_ctx_config *cc, tl_tls_ctx **out)
@@ -76,8 +78,11 @@ int tl_tls_ctx_new(tl_loop *loop, const tl_tls_ctx_config *cc, tl_tls_ctx **out)
 	x->plain_held = calloc(cc->plain_buffers, 1);
 	x->out = malloc((size_t)cc->out_buffers * TLS_OUT_SIZE);
 	x->out_free = malloc(cc->out_buffers * sizeof *x->out_free);
-	x->lents = malloc(cc->loop_leases * sizeof *x->lents);
-	if (!x->lents ||!x->sess || !x->ops || !x->q || !x->plain || !x->plain_free || !x->plain_owner ||
+	uint32_t nodes = cc->loop_leases + cc->spill_buffers;
+	x->lents = malloc(nodes * sizeof *x->lents);
+	x->spill = malloc((size_t)cc->spill_buffers * TLS_SPILL_SIZE);
+	x->spill_free = malloc(cc->spill_buffers * sizeof *x->spill_free);
+	if (!x->lents || !x->spill || !x->spill_free ||!x->sess || !x->ops || !x->q || !x->plain || !x->plain_free || !x->plain_owner ||
 	    !x->plain_owner_gen || !x->plain_held || !x->out || !x->out_free) {
 		tl_tls_ctx_destroy(x);
 		return -ENOMEM;
@@ -96,12 +101,16 @@ int tl_tls_ctx_new(tl_loop *loop, const tl_tls_ctx_config *cc, tl_tls_ctx **out)
 	for (uint32_t i = 0; i < cc->out_buffers; i++)
 		x->out_free[i] = cc->out_buffers - 1 - i;
 	x->out_nfree = cc->out_buffers;
-	for (uint32_t i = 0; i < cc->loop_leases; i++)
-		x->lents[i].next = i + 1 < cc->loop_leases ? i + 1 : NONE;
+	for (uint32_t i = 0; i < nodes; i++)
+		x->lents[i].next = i + 1 < nodes ? i + 1 : NONE;
 	x->lent_free = 0;
+	for (uint32_t i = 0; i < cc->spill_buffers; i++)
+		x->spill_free[i] = cc->spill_buffers - 1 - i;
+	x->spill_nfree = cc->spill_buffers;
 	x->sess_free = 0;
 	x->op_free = 0;
 	x->wp_head = x->wp_tail = x->wo_head = x->wo_tail = x->run_head = x->run_tail = NONE;
+	x->ws_head = x->ws_tail = NONE;
 	*out = x;
 	return 0;
 }
@@ -130,6 +139,8 @@ void tl_tls_ctx_destroy(tl_tls_ctx *x)
 	free(x->out);
 	free(x->out_free);
 	free(x->lents);
+	free(x->spill);
+	free(x->spill_free);
 	free(x);
 }
 
@@ -360,14 +371,37 @@ void tls__out_put(struct tl_tls_ctx *x, uint32_t idx)
 	}
 }
 
+uint32_t tls__spill_get(struct tl_tls_ctx *x, struct tls_sess *s)
+{
+	if (x->spill_nfree == 0) {
+		if (!s->wait_spill) {
+			s->wait_spill = 1;
+			wait_add(x, s, &x->ws_head, &x->ws_tail);
+		}
+		return NONE;
+	}
+	return x->spill_free[--x->spill_nfree];
+}
+
+void tls__spill_put(struct tl_tls_ctx *x, uint32_t idx)
+{
+	x->spill_free[x->spill_nfree++] = idx;
+	struct tls_sess *w = wait_pop(x, &x->ws_head, &x->ws_tail);
+	if (w) {
+		w->wait_spill = 0;
+		tls__kick(x, w);
+	}
+}
+
 /* A closing session leaves the waiting lists it is on. */
 void tls__unwait(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	uint32_t slot = tls_sess_slot(x, s);
-	uint32_t *lists[2][2] = {{&x->wp_head, &x->wp_tail}, {&x->wo_head, &x->wo_tail}};
-	uint8_t *flags[2] = {&s->wait_plain, &s->wait_out};
+	uint32_t *lists[3][2] = {{&x->wp_head, &x->wp_tail}, {&x->wo_head, &x->wo_tail},
+				 {&x->ws_head, &x->ws_tail}};
+	uint8_t *flags[3] = {&s->wait_plain, &s->wait_out, &s->wait_spill};
 
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		if (!*flags[k])
 			continue;
 		uint32_t *head = lists[k][0], *tail = lists[k][1], prev = NONE;

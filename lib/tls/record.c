@@ -1,5 +1,6 @@
 /* lib/tls/record.c: record I/O: the library's transport callbacks over the session's leases and ciphertext buffers, the read pump (whole records in, plaintext leases out) and the write pump (host writes in, ciphertext buffers out). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tls_int.h"
 
@@ -30,7 +31,12 @@ static void lq_pop(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	struct tls_lent *e = &x->lents[s->lq_head];
 	uint32_t idx = s->lq_head;
-	tl_lease_release(x->loop, e->id);
+	if (e->id & TLS_SPILL_BIT) {
+		tls__spill_put(x, e->id & ~TLS_SPILL_BIT);
+	} else {
+		tl_lease_release(x->loop, e->id);
+		s->lq_leases--;
+	}
 	s->lq_head = e->next;
 	if (s->lq_head == NONE)
 		s->lq_tail = NONE;
@@ -87,12 +93,60 @@ int tls__input(struct tl_tls_ctx *x, struct tls_sess *s, const tl_lease *l, uint
 		x->lents[s->lq_tail].next = idx;
 	s->lq_tail = idx;
 	s->lq_n++;
+	s->lq_leases++;
 	int64_t w = tls_frame_feed(&s->fr, l->data, n);
 	if (w < 0)
 		s->frame_bad = 1; /* failed once the whole records before it are read */
 	else
 		s->whole += (uint32_t)w;
+	if (s->lq_leases >= TLS_LQ_CAP && s->whole == 0)
+		tls__compact(x, s);
 	return 0;
+}
+
+void tls__compact(struct tl_tls_ctx *x, struct tls_sess *s)
+{
+	/* No whole record is queued, so the library holds no part of one
+	 * (window 0) and every queued byte belongs to the record under way:
+	 * at most TLS_REC_HDR + TLS_REC_BODY_MAX, what a spill buffer holds. */
+	struct tls_lent *h = &x->lents[s->lq_head];
+	uint32_t node, used = 0;
+	uint8_t *buf;
+
+	if (s->whole || s->window || !s->lq_n || s->wait_spill)
+		return;
+	if (h->id & TLS_SPILL_BIT) {
+		node = s->lq_head;
+		buf = h->data;
+		used = h->len - h->off;
+		memmove(buf, buf + h->off, used);
+		s->lq_head = h->next;
+	} else {
+		uint32_t sp = tls__spill_get(x, s);
+		if (sp == NONE)
+			return; /* runs again when one comes back */
+		x->st.spills++;
+		node = x->lent_free; /* there is one: a spill buffer's */
+		x->lent_free = x->lents[node].next;
+		s->lq_n++;
+		buf = tls_spill(x, sp);
+		x->lents[node].id = TLS_SPILL_BIT | sp;
+		x->lents[node].data = buf;
+	}
+	while (s->lq_head != NONE) {
+		struct tls_lent *e = &x->lents[s->lq_head];
+		uint32_t n = e->len - e->off;
+		if (used + n > TLS_SPILL_SIZE)
+			abort(); /* cannot happen: see above */
+		memcpy(buf + used, e->data + e->off, n);
+		used += n;
+		lq_pop(x, s);
+	}
+	x->lents[node].len = used;
+	x->lents[node].off = 0;
+	x->lents[node].next = NONE;
+	s->lq_head = s->lq_tail = node;
+	s->lq_n = 1;
 }
 
 void tls__input_drop(struct tl_tls_ctx *x, struct tls_sess *s)

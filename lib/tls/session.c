@@ -133,6 +133,8 @@ void tls__run(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	if (s->state != S_OPEN)
 		return;
+	if (s->lq_leases >= TLS_LQ_CAP && s->whole == 0)
+		tls__compact(x, s); /* waited for a spill buffer */
 	if (s->hs_started && !s->hs_done && !s->fatal)
 		tls__handshake_pump(x, s);
 	if (!s->hs_done || s->state != S_OPEN)

@@ -102,6 +102,13 @@ enum { S_FREE = 0, S_OPEN, S_CLOSING, S_CLOSED };
  * so a session's leases queue on nodes of a ctx-wide pool with one node
  * per lease the loop can have (tl_tls_ctx_config.loop_leases). */
 #define TLS_LQ_CAP 4
+/* A record the stream brings in small pieces can fill TLS_LQ_CAP leases
+ * before it is whole, and the loop pauses the stream there: its bytes are
+ * then copied into a spill buffer of the ctx (room for the largest record)
+ * and the leases given back, so the rest of it can come. Spill buffers sit
+ * in the lease queue like leases; their ids carry this bit. */
+#define TLS_SPILL_BIT 0x40000000u
+#define TLS_SPILL_SIZE (TLS_REC_HDR + TLS_REC_BODY_MAX + 64)
 /* Ciphertext buffers a session may have in the loop's write queue at once
  * (session_out for records of host writes, the rest for the handshake's
  * flights, alerts and tickets). */
@@ -124,7 +131,7 @@ struct tls_sess {
 	uint8_t peer_cert;
 	uint8_t in_budget;      /* records the library may start reading in this call */
 	uint8_t out_starved;    /* a push found no buffer (the handshake retries) */
-	uint8_t wait_plain, wait_out; /* on the ctx's waiting lists */
+	uint8_t wait_plain, wait_out, wait_spill; /* on the ctx's waiting lists */
 	uint8_t queued_run;     /* on the ctx's list of sessions to run */
 	uint8_t frame_bad;      /* a record header was refused (after the whole records before it) */
 	uint8_t cur_app;        /* the buffer being filled holds records of host writes */
@@ -147,6 +154,7 @@ struct tls_sess {
 	 * at their front form whole records; window: bytes left of the record
 	 * the library is reading */
 	uint32_t lq_head, lq_tail, lq_n;
+	uint32_t lq_leases;     /* of the lq_n, the loop's leases (not spill buffers) */
 	struct tls_frame fr;
 	uint32_t whole, window;
 	/* plaintext being filled for the host, and the host's leases */
@@ -203,6 +211,10 @@ struct tl_tls_ctx {
 	/* nodes of the sessions' lease queues */
 	struct tls_lent *lents;
 	uint32_t lent_free;
+	/* spill buffers */
+	uint8_t *spill;
+	uint32_t *spill_free, spill_nfree;
+	uint32_t ws_head, ws_tail;
 	/* ciphertext pool */
 	uint8_t *out;
 	uint32_t *out_free, out_nfree;
@@ -271,6 +283,13 @@ static inline uint8_t *tls_plain(struct tl_tls_ctx *x, uint32_t idx)
 uint32_t tls__out_get(struct tl_tls_ctx *x, struct tls_sess *s);
 /* Give a ciphertext buffer back and run a session waiting for one. */
 void tls__out_put(struct tl_tls_ctx *x, uint32_t idx);
+/* A spill buffer, or NONE (s then waits); giving one back runs a waiter. */
+uint32_t tls__spill_get(struct tl_tls_ctx *x, struct tls_sess *s);
+void tls__spill_put(struct tl_tls_ctx *x, uint32_t idx);
+static inline uint8_t *tls_spill(struct tl_tls_ctx *x, uint32_t idx)
+{
+	return x->spill + (size_t)idx * TLS_SPILL_SIZE;
+}
 static inline uint8_t *tls_out(struct tl_tls_ctx *x, uint32_t idx)
 {
 	return x->out + (size_t)idx * TLS_OUT_SIZE;
@@ -309,6 +328,9 @@ void tls__transport(struct tls_sess *s);
 int tls__input(struct tl_tls_ctx *x, struct tls_sess *s, const tl_lease *l, uint32_t n);
 /* Drop every held ciphertext lease (closing). */
 void tls__input_drop(struct tl_tls_ctx *x, struct tls_sess *s);
+/* Held at the lease cap with no whole record: move the bytes into a spill
+ * buffer and give the leases back (or wait for a spill buffer). */
+void tls__compact(struct tl_tls_ctx *x, struct tls_sess *s);
 /* The read pump: whole records into plaintext leases, for the host's read. */
 void tls__read_pump(struct tl_tls_ctx *x, struct tls_sess *s);
 /* The write pump: host writes into records, out to the stream. */
