@@ -1216,6 +1216,29 @@ static void test_not_tls(void)
 	H_EQ(in.reason, TL_TLS_R_PROTOCOL);
 	tl_close(t.loop, hc, 73);
 	close_wait(&t, s, 0);
+
+	/* after the handshake: records, then a header that is no TLS, in one
+	 * read: the records' plaintext comes first, then the refusal */
+	tl_tls_config *cc = client_config(NULL);
+	tl_tls_client_opts co = {.server_name = "localhost"};
+	struct duo d;
+	duo_start(&t, &t, sc, cc, &co, &d);
+	H_EQ_FATAL(d.hs_s, 0);
+	tl_handle raw;
+	H_EQ(tl_tls_stream(t.x, d.c, &raw), 0);
+	tl_op w;
+	H_EQ(tl_tls_write(t.x, d.c, "good", 4, 40, &w), 0);
+	wait_tls(&t, w, H_WAIT_MS);
+	H_EQ(tl_tls_write(t.x, d.c, "data", 4, 41, &w), 0);
+	H_EQ(tl_write(t.loop, raw, "\x05junk", 5, 74, &wop), 0); /* behind the session's back */
+	struct rd rs = {0};
+	rd_start(&t, d.s, &rs);
+	rd_wait(&t, &rs, 0, H_WAIT_MS);
+	H_EQ(rs.bytes, 8);
+	H_EQ(rs.end, -EBADMSG);
+	close_wait(&t, d.s, 0);
+	close_wait(&t, d.c, 0);
+	tl_tls_config_unref(cc);
 	tl_tls_config_unref(sc);
 	tt_fini(&t, fds);
 }

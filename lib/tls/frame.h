@@ -67,16 +67,16 @@ static inline int tls_frame_check(const uint8_t h[TLS_REC_HDR])
  * Account for the next n bytes of the stream, p[0..n). Returns how many
  * bytes became part of whole records with them (bytes of the records that
  * completed inside p, counted from each record's first byte, which may
- * have come in earlier calls), or -1 when a header was refused (f->error
- * says why; the bytes from that header on are not counted, and every later
- * call returns -1).
+ * have come in earlier calls). When a header is refused, f->error says why
+ * and the count stops before that record: the records before it in p are
+ * still counted, nothing from it on is, and every later call returns 0.
  */
-static inline int64_t tls_frame_feed(struct tls_frame *f, const uint8_t *p, uint32_t n)
+static inline uint32_t tls_frame_feed(struct tls_frame *f, const uint8_t *p, uint32_t n)
 {
-	int64_t whole = 0;
+	uint32_t whole = 0;
 
 	if (f->error)
-		return -1;
+		return 0;
 	while (n) {
 		if (f->hn < TLS_REC_HDR) {
 			uint32_t take = TLS_REC_HDR - f->hn;
@@ -91,7 +91,7 @@ static inline int64_t tls_frame_feed(struct tls_frame *f, const uint8_t *p, uint
 			if (f->hn < TLS_REC_HDR)
 				break;
 			if ((f->error = (uint8_t)tls_frame_check(f->hdr)) != TLS_FRAME_OK)
-				return -1;
+				return whole;
 			f->body_left = (uint32_t)f->hdr[3] << 8 | f->hdr[4];
 		}
 		uint32_t take = f->body_left < n ? f->body_left : n;

@@ -94,11 +94,9 @@ int tls__input(struct tl_tls_ctx *x, struct tls_sess *s, const tl_lease *l, uint
 	s->lq_tail = idx;
 	s->lq_n++;
 	s->lq_leases++;
-	int64_t w = tls_frame_feed(&s->fr, l->data, n);
-	if (w < 0)
+	s->whole += tls_frame_feed(&s->fr, l->data, n);
+	if (s->fr.error)
 		s->frame_bad = 1; /* failed once the whole records before it are read */
-	else
-		s->whole += (uint32_t)w;
 	if (s->lq_leases >= TLS_LQ_CAP && s->whole == 0)
 		tls__compact(x, s);
 	return 0;

@@ -68,7 +68,9 @@ static int push(struct tls_sni_entry **v, uint32_t *n, uint32_t *cap, struct tls
 
 int tls_sni_add(struct tls_sni_map *m, const char *list, size_t len, uint32_t cert, char *bad)
 {
-	size_t i = 0;
+	size_t i = 0, used0 = m->used;
+	uint32_t nexact0 = m->nexact, nwild0 = m->nwild;
+	int r = 0;
 
 	while (i <= len) {
 		size_t a = i, b;
@@ -87,27 +89,35 @@ int tls_sni_add(struct tls_sni_map *m, const char *list, size_t len, uint32_t ce
 				memcpy(bad, list + a, bl);
 				bad[bl] = '\0';
 			}
-			return -EINVAL;
+			r = -EINVAL;
+			break;
 		}
 		if (m->used + (size_t)nl > m->size) {
 			size_t ns = m->size ? m->size * 2 : 1024;
 			while (ns < m->used + (size_t)nl)
 				ns *= 2;
 			char *nn = realloc(m->names, ns);
-			if (!nn)
-				return -ENOMEM;
+			if (!nn) {
+				r = -ENOMEM;
+				break;
+			}
 			m->names = nn;
 			m->size = ns;
 		}
 		memcpy(m->names + m->used, norm, (size_t)nl);
 		struct tls_sni_entry e = {.off = (uint32_t)m->used, .len = (uint32_t)nl, .cert = cert};
 		m->used += (size_t)nl;
-		int r = wild ? push(&m->wild, &m->nwild, &m->cap_wild, e)
-			     : push(&m->exact, &m->nexact, &m->cap_exact, e);
+		r = wild ? push(&m->wild, &m->nwild, &m->cap_wild, e)
+			 : push(&m->exact, &m->nexact, &m->cap_exact, e);
 		if (r < 0)
-			return r;
+			break;
 	}
-	return 0;
+	if (r < 0) { /* all of the list or none of it */
+		m->used = used0;
+		m->nexact = nexact0;
+		m->nwild = nwild0;
+	}
+	return r;
 }
 
 /* qsort has no context argument: the names being sorted, for cmp_entry (per

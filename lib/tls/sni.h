@@ -37,7 +37,8 @@ struct tls_sni_map {
  * TLS_SNI_NAME_MAX, has a character other than letters, digits, '-', '_'
  * and the dots between labels, an empty label, or a '*' anywhere but as a
  * whole first label; bad (may be NULL, room for TLS_SNI_NAME_MAX + 1
- * bytes) then receives the offending name, cut to fit. -ENOMEM.
+ * bytes) then receives the offending name, cut to fit. -ENOMEM. A list
+ * that fails adds none of its names.
  */
 int tls_sni_add(struct tls_sni_map *m, const char *list, size_t len, uint32_t cert, char *bad);
 
