@@ -267,6 +267,18 @@ static int load_cert(tl_tls_config *c, const tl_tls_settings *s, uint32_t i, con
 		return r;
 	if (t->key_file && (r = read_file(t->key_file, &key, err, errlen)) < 0)
 		goto out;
+	/* Name the file that is not PEM: the library's own words for it
+	 * ("Base64 decoding error", "The requested data were not available")
+	 * name neither the file nor what is missing. */
+	if (!memmem(crt.data, crt.size, "-----BEGIN CERTIFICATE-----", 27)) {
+		r = fail(err, errlen, -EBADMSG, "%s: no PEM certificate in it", t->cert_file);
+		goto out;
+	}
+	if (!memmem(t->key_file ? key.data : crt.data, t->key_file ? key.size : crt.size, "PRIVATE KEY-----", 16)) {
+		r = fail(err, errlen, -EBADMSG, "%s: no PEM private key in it",
+			 t->key_file ? t->key_file : t->cert_file);
+		goto out;
+	}
 	g = gnutls_certificate_set_x509_key_mem2(cred, &crt, t->key_file ? &key : &crt,
 						 GNUTLS_X509_FMT_PEM, NULL, 0);
 	if (g < 0) {

@@ -10,9 +10,8 @@
  * call (so that a call never reads ahead into bytes the layer may still
  * hand out or account for), it knows at every moment how many bytes of
  * complete records it holds (a read that can make progress) and where a
- * partial record starts (the state a connection's export must carry, docs
- * TLS.md), and a peer that announces an oversized or malformed record is
- * refused before its bytes are buffered anywhere.
+ * partial record starts, and a peer that announces an oversized or
+ * malformed record is refused before its bytes are buffered anywhere.
  *
  * A record header is 5 bytes: content type, protocol version (2 bytes),
  * length (2 bytes, big-endian). What this checks is what any record of TLS
