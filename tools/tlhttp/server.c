@@ -363,7 +363,10 @@ static void conn_close(struct tlhttp_shard *sh, struct conn *c)
 		return;
 	lq_drop(sh, c);
 	c->state = C_CLOSING;
-	if (c->fs_pending)
+	/* A TLS body write is the session's op, which the session's close
+	 * ends; given to the loop, its id could name a loop op (the two
+	 * number their ids alike). */
+	if (c->fs_pending && !sh->tls)
 		tl_cancel(sh->loop, c->fs_op);
 	if (io_close(sh, c) < 0) {
 		c->closed = 1; /* not ours to close any more: nothing will come */
