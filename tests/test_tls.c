@@ -2204,7 +2204,8 @@ static void test_peer_large(void)
 	H_EQ(tl_tls_write(t.x, id, "GET /down.bin HTTP/1.0\r\n\r\n", 27, 40, &op), 0);
 	rd_wait(&t, &r, 0, H_WAIT_MS * 30);
 	uint8_t *body = r.bytes <= n + 4096 ? memmem(all, r.bytes, "\r\n\r\n", 4) : NULL;
-	H_TRUE_FATAL(body != NULL, "an HTTP answer (%llu bytes)", (unsigned long long)r.bytes);
+	H_TRUE_FATAL(body != NULL, "an HTTP answer (%llu bytes, the read's end %lld)", (unsigned long long)r.bytes,
+		     (long long)r.end);
 	body += 4;
 	H_EQ((size_t)(all + r.bytes - body), n);
 	H_TRUE(fnv(FNV0, body, n) == hdown, "our client got s_server's 16 MiB");
