@@ -13,5 +13,6 @@
 #include "turnloop/tty.h"
 #include "turnloop/watch.h"
 #include "turnloop/dns.h"
+#include "turnloop/tls.h"
 
 #endif

@@ -135,6 +135,10 @@ static void check_result(int tool, int r, int argc, char **argv, const void *res
 				   tl_cpulist_parse(o->cpus, mask, 16) == 0),
 		      "tlecho cpus", tool, r);
 		check(tl_addr_len(&o->addr) != 0, "tlecho address", tool, r);
+		check(!o->tls_cert == !o->tls_key, "tlecho: --tls-cert and --tls-key go together", tool, r);
+		check((!o->tls_cert || from_argv(o->tls_cert, argc, argv, NULL)) &&
+			      (!o->tls_key || from_argv(o->tls_key, argc, argv, NULL)),
+		      "tlecho tls files", tool, r);
 	} else if (tool == 1) {
 		const struct tlload_opts *o = res;
 

@@ -16,7 +16,8 @@
 #include "tlhttp/date.h"
 
 /*
- * Usage: test_tlhttp TLHTTP TLSHARD. Every test starts its own tlhttp (one
+ * Usage: test_tlhttp TLHTTP TLSHARD [CERTS]: CERTS is tests/tls-certs.sh,
+ * given by builds with TLS (the https case runs then). Every test starts its own tlhttp (one
  * shard, on a port nothing listens on) and stops it with SIGTERM, checking
  * that it exits 0 and that its descriptor count is back to what it was
  * once it listened. TLHTTP_TEST_WRAP, if set, is a command put in front of
@@ -1856,17 +1857,210 @@ static void test_access_log(void)
 	st_end(fds);
 }
 
+
+/* ---- HTTPS (--tls-cert, --tls-key) ---- */
+
+static const char *certs_script; /* tests/tls-certs.sh, or NULL */
+static char certs_dir[300];
+
+static void make_certs(void)
+{
+	char cmd[800];
+
+	snprintf(certs_dir, sizeof certs_dir, "/tmp/tlhttp-test-%d/certs", (int)getpid());
+	snprintf(cmd, sizeof cmd, "sh '%s' '%s' >/dev/null 2>&1", certs_script, certs_dir);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+}
+
+/* One line and exit status want, naming what: tlhttp refusing a TLS
+ * option before it listens. */
+static void tls_refused(const char *cert, const char *key, int want, const char *what)
+{
+	const char *argv[10] = {tlhttp_path, "--listen", "127.0.0.1:1", "--body", "x"};
+	char out[4096];
+	size_t n;
+	int k = 5, lines = 0;
+
+	if (cert) {
+		argv[k++] = "--tls-cert";
+		argv[k++] = cert;
+	}
+	if (key) {
+		argv[k++] = "--tls-key";
+		argv[k++] = key;
+	}
+	argv[k] = NULL;
+	int rc = run(argv, out, sizeof out, &n, 1, 10);
+	for (size_t j = 0; j < n; j++)
+		lines += out[j] == '\n';
+	if (rc != want || lines != 1 || strncmp(out, "tlhttp: ", 8) || !strstr(out, what))
+		fprintf(stderr, "  --tls-cert %s --tls-key %s: status %d (want %d), output: %s", cert ? cert : "-",
+			key ? key : "-", rc, want, out);
+	CU_ASSERT_EQUAL(rc, want);
+	CU_ASSERT_EQUAL(lines, 1);
+	CU_ASSERT_TRUE(strncmp(out, "tlhttp: ", 8) == 0 && strstr(out, what) != NULL);
+}
+
+/* The certificate options refused with one line: one without the other
+ * (usage, 2), and files that cannot serve (1, naming the file). */
+static void test_https_refusals(const char *crt, const char *key)
+{
+	char bad[400], other[400], dir[400];
+	FILE *f;
+
+	tls_refused(crt, NULL, 2, "--tls-key");
+	tls_refused(NULL, key, 2, "--tls-cert");
+	snprintf(bad, sizeof bad, "%s/missing.pem", certs_dir);
+	tls_refused(bad, key, 1, "missing.pem: No such file");
+	tls_refused(crt, bad, 1, "missing.pem: No such file");
+	snprintf(other, sizeof other, "%s/other.key", certs_dir);
+	tls_refused(crt, other, 1, "the key does not match the certificate");
+	snprintf(bad, sizeof bad, "%s/garbage.pem", certs_dir);
+	f = fopen(bad, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs("not a certificate\n", f);
+	fclose(f);
+	tls_refused(bad, key, 1, "garbage.pem: no PEM certificate");
+	tls_refused(crt, bad, 1, "garbage.pem: no PEM private key");
+	tls_refused(key, key, 1, "server.key: no PEM certificate");
+	snprintf(dir, sizeof dir, "%s", certs_dir);
+	tls_refused(dir, key, 1, "not a regular file");
+}
+
+/* openssl s_client: TLS 1.3 and 1.2, the certificate verified, ALPN
+ * http/1.1, two pipelined requests answered, the second with
+ * Connection: close, and then the session's close. */
+static void test_https_s_client(uint16_t port, const char *ca)
+{
+	char cmd[1200], out[1 << 16];
+	size_t n;
+
+	for (int v12 = 0; v12 < 2; v12++) {
+		/* s_client's own time, from its start to its exit: the
+		 * pipeline itself lasts as long as the sleep that keeps
+		 * s_client's input open */
+		snprintf(cmd, sizeof cmd,
+			 "(printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+			 "GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 3) | "
+			 "{ t0=$(date +%%s%%N); openssl s_client -connect 127.0.0.1:%u -servername localhost "
+			 "-CAfile '%s' -verify_return_error -alpn http/1.1 %s 2>&1; rc=$?; "
+			 "echo \"s_client rc=$rc ms=$(( ($(date +%%s%%N) - t0) / 1000000 ))\"; }",
+			 port, ca, v12 ? "-tls1_2" : "-tls1_3");
+		const char *sh[] = {"sh", "-c", cmd, NULL};
+		int rc = run(sh, out, sizeof out, &n, 1, 20);
+		const char *tail = strstr(out, "s_client rc=");
+		int src = -1;
+		long ms = -1;
+		if (tail && sscanf(tail, "s_client rc=%d ms=%ld", &src, &ms) != 2)
+			src = -1;
+		int answers = 0;
+		for (const char *p = out; (p = strstr(p, "HTTP/1.1 200 OK\r\n")) != NULL; p++)
+			answers++;
+		int ok = rc == 0 && src == 0 && answers == 2 && strstr(out, "hello over tls") &&
+			 strstr(out, "Verify return code: 0 (ok)") && strstr(out, "ALPN protocol: http/1.1") &&
+			 strstr(out, v12 ? "Protocol  : TLSv1.2" : "TLSv1.3") && ms >= 0 && ms < 2500;
+		if (!ok)
+			fprintf(stderr, "  s_client %s: status %d, %d answers: %.2000s\n",
+				v12 ? "-tls1_2" : "-tls1_3", rc, answers, out);
+		CU_ASSERT_EQUAL(src, 0);
+		CU_ASSERT_EQUAL(answers, 2);
+		CU_ASSERT_TRUE(strstr(out, "hello over tls") != NULL);
+		CU_ASSERT_TRUE(strstr(out, "Verify return code: 0 (ok)") != NULL);
+		CU_ASSERT_TRUE(strstr(out, "ALPN protocol: http/1.1") != NULL);
+		CU_ASSERT_TRUE(strstr(out, v12 ? "Protocol  : TLSv1.2" : "TLSv1.3") != NULL);
+		/* the server closed after the second answer: s_client left
+		 * before its input's end (the sleep) */
+		CU_ASSERT_TRUE(ms >= 0 && ms < 2500);
+	}
+}
+
+/* curl --cacert over HTTPS: bodies, files byte for byte, a range,
+ * keep-alive, plain HTTP refused, a client that does not trust the
+ * certificate counted as a failed handshake; openssl s_client; wrk over
+ * HTTPS; the certificate options' refusals. */
+static void test_https(void)
+{
+	int fds = st_begin("tlhttp/https");
+	struct srv s;
+	char url[128], url2[128], ca[400], crt[400], key[400], out[1 << 19], fmt[64];
+	size_t n;
+
+	if (!certs_script) {
+		CU_FAIL("test_tlhttp was given no certificate script (its third argument)");
+		st_end(fds);
+		return;
+	}
+	make_certs();
+	snprintf(ca, sizeof ca, "%s/ca.pem", certs_dir);
+	snprintf(crt, sizeof crt, "%s/server.pem", certs_dir);
+	snprintf(key, sizeof key, "%s/server.key", certs_dir);
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--body", "hello over tls", "--tls-cert", crt, "--tls-key", key, NULL), 0);
+	snprintf(url, sizeof url, "https://localhost:%u/", s.port);
+	const char *get[] = {"curl", "-sS", "--cacert", ca, url, NULL};
+	CU_ASSERT_EQUAL(run(get, out, sizeof out, &n, 1, 20), 0);
+	CU_ASSERT_TRUE(n == 14 && !memcmp(out, "hello over tls", 14));
+	/* two requests on one connection (curl reuses it: one connect) */
+	snprintf(fmt, sizeof fmt, "%%{num_connects}\\n");
+	const char *two[] = {"curl", "-sS", "--cacert", ca, "-o", "/dev/null", "-o", "/dev/null", "-w", fmt,
+			     url, url, NULL};
+	CU_ASSERT_EQUAL(run(two, out, sizeof out, &n, 1, 20), 0);
+	CU_ASSERT_TRUE(strstr(out, "1\n0\n") != NULL);
+	/* plain HTTP to it is no TLS: refused */
+	snprintf(url2, sizeof url2, "http://localhost:%u/", s.port);
+	const char *plain[] = {"curl", "-sS", url2, NULL};
+	CU_ASSERT_NOT_EQUAL(run(plain, out, sizeof out, &n, 1, 20), 0);
+	/* a client that does not trust the certificate ends the handshake */
+	const char *untrusting[] = {"curl", "-sS", url, NULL};
+	CU_ASSERT_NOT_EQUAL(run(untrusting, out, sizeof out, &n, 1, 20), 0);
+	CU_ASSERT_TRUE(strstr(out, "certificate") != NULL);
+	cJSON *j = stats_json(s.pid);
+	CU_ASSERT_PTR_NOT_NULL(j);
+	if (j) {
+		/* srv_start's probe (a connection closed before any byte),
+		 * the plain request and the untrusting client */
+		double tf = prog_total(j, "tls_failed", 0);
+		if (tf != 3)
+			fprintf(stderr, "  tls_failed %g, want 3\n", tf);
+		CU_ASSERT_EQUAL(tf, 3);
+		cJSON_Delete(j);
+	}
+	test_https_s_client(s.port, ca);
+	CU_ASSERT_TRUE(wrk_ok(url, "a body over HTTPS"));
+	srv_stop(&s);
+	test_https_refusals(crt, key);
+
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, "--tls-cert", crt, "--tls-key", key, NULL), 0);
+	/* 300 KiB: read and written through TLS in records, not spliced */
+	snprintf(url, sizeof url, "https://localhost:%u/big.bin", s.port);
+	const char *gb[] = {"curl", "-sS", "--cacert", ca, url, NULL};
+	CU_ASSERT_EQUAL(run(gb, out, sizeof out, &n, 0, 20), 0);
+	CU_ASSERT_TRUE(n == BIG_SIZE && !memcmp(out, big, BIG_SIZE));
+	const char *rg[] = {"curl", "-sS", "--cacert", ca, "-r", "65000-200000", url, NULL};
+	CU_ASSERT_EQUAL(run(rg, out, sizeof out, &n, 0, 20), 0);
+	CU_ASSERT_TRUE(n == 135001 && !memcmp(out, big + 65000, 135001));
+	snprintf(url2, sizeof url2, "https://localhost:%u/a.txt", s.port);
+	const char *ga[] = {"curl", "-sS", "--cacert", ca, url2, NULL};
+	CU_ASSERT_EQUAL(run(ga, out, sizeof out, &n, 0, 20), 0);
+	CU_ASSERT_TRUE(n == sizeof a_txt - 1 && !memcmp(out, a_txt, n));
+	CU_ASSERT_TRUE(wrk_ok(url2, "a file over HTTPS"));
+	CU_ASSERT_TRUE(wrk_ok(url, "a 300 KiB file over HTTPS"));
+	printf("\n");
+	srv_stop(&s);
+	st_end(fds);
+}
+
 int main(int argc, char **argv)
 {
 	CU_pSuite s;
 	int rc;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: test_tlhttp PATH-TO-TLHTTP PATH-TO-TLSHARD\n");
+		fprintf(stderr, "usage: test_tlhttp PATH-TO-TLHTTP PATH-TO-TLSHARD [TLS-CERTS-SCRIPT]\n");
 		return 2;
 	}
 	tlhttp_path = argv[1];
 	tlshard_path = argv[2];
+	certs_script = argc > 3 ? argv[3] : NULL;
 	signal(SIGPIPE, SIG_IGN);
 	make_tree();
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -1890,6 +2084,8 @@ int main(int argc, char **argv)
 	st_add(s, "load", test_load);
 	st_add(s, "stats", test_stats);
 	st_add(s, "access_log", test_access_log);
+	if (certs_script)
+		st_add(s, "https", test_https);
 	rc = st_run();
 	remove_tree();
 	return rc;

@@ -122,12 +122,19 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 		} else if (!strcmp(a, "--buffer-size")) {
 			if (parse_u32(v, 64, 1u << 20, &o->buffer_size))
 				return fail(err, errlen, "bad buffer size '%s' (64-1048576)", v);
+		} else if (!strcmp(a, "--tls-cert")) {
+			o->tls_cert = v;
+		} else if (!strcmp(a, "--tls-key")) {
+			o->tls_key = v;
 		} else {
 			return fail(err, errlen, "unknown option '%s'", a);
 		}
 	}
 	if (!o->port)
 		return fail(err, errlen, "-p PORT is required");
+	if (!o->tls_cert != !o->tls_key)
+		return fail(err, errlen, "%s needs %s too", o->tls_cert ? "--tls-cert" : "--tls-key",
+			    o->tls_cert ? "--tls-key" : "--tls-cert");
 	if (tl_addr_parse(&o->addr, o->host, (uint16_t)o->port) < 0)
 		return fail(err, errlen, "bad address '%s'", o->host);
 	return 0;

@@ -20,7 +20,8 @@
  */
 
 /* tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N]
- * [--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport] */
+ * [--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport]
+ * [--tls-cert FILE --tls-key FILE] */
 struct tlecho_opts {
 	uint32_t port;        /* 1..65535, required */
 	const char *host;     /* default "127.0.0.1" */
@@ -31,6 +32,8 @@ struct tlecho_opts {
 	uint32_t shards;      /* 1..1024, 0 = not given */
 	const char *cpus;     /* a CPU list below 1024, NULL = not given */
 	int reuseport;        /* --reuseport: share the port with other processes */
+	const char *tls_cert; /* --tls-cert: echo over TLS with this PEM certificate... */
+	const char *tls_key;  /* ... and --tls-key: its key (both or neither) */
 };
 int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t errlen);
 

@@ -1,4 +1,4 @@
-/* tools/tlecho.c: a TCP echo server on one turnloop loop, or on one loop per shard with --shards/--cpus (the echo benchmark's subject). */
+/* tools/tlecho.c: a TCP echo server on one turnloop loop, or on one loop per shard with --shards/--cpus (the echo benchmark's subject); over TLS with --tls-cert/--tls-key. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,8 +21,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N] "
 		   "[--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport]\n"
+		   "              [--tls-cert FILE --tls-key FILE]\n"
 		   "  --reuseport  share the port with another process already listening on it\n"
-		   "               (without it, tlecho refuses to start on a port in use)\n");
+		   "               (without it, tlecho refuses to start on a port in use)\n"
+		   "  --tls-cert, --tls-key  echo over TLS (1.2 and 1.3) with this PEM certificate\n"
+		   "               (its chain after it) and key\n");
 }
 
 /* What one completion asks of an echo server; shared by the single loop and
@@ -62,6 +65,85 @@ static inline int echo_one(tl_loop *loop, const tl_completion *c, uint64_t *byte
 	}
 }
 
+/* ---- over TLS (--tls-cert, --tls-key): the TLS layer's simplest user ---- */
+
+/* The layer's tokens on the loop carry this top byte (with the sharded
+ * runtime, the index of the handler that hands them to the layer). */
+#define TLS_TAG 1
+#define HANDSHAKE_NS (10 * 1000000000ull)
+
+/* One loop's TLS: its context and the config every loop shares. */
+struct echo_tls {
+	tl_tls_ctx *x;
+	tl_tls_config *cfg;
+};
+
+static int tls_ctx(tl_loop *loop, struct echo_tls *t)
+{
+	tl_tls_ctx_config cc;
+	tl_tls_ctx_config_init(&cc);
+	cc.token_tag = TLS_TAG;
+	return tl_tls_ctx_new(loop, &cc, &t->x);
+}
+
+/* A new connection: its TLS session and handshake; a failure closes it. */
+static void tls_accept(tl_loop *loop, struct echo_tls *t, tl_handle conn)
+{
+	tl_tls_id id;
+	tl_op op;
+	if (tl_tls_server(t->x, t->cfg, conn, 0, &id) < 0) {
+		tl_close(loop, conn, 0);
+		return;
+	}
+	if (tl_tls_handshake(t->x, id, tl_now(loop) + HANDSHAKE_NS, 0, &op) < 0)
+		tl_tls_close(t->x, id, 0, 0);
+}
+
+/* What one TLS completion asks of the echo: start reading after the
+ * handshake, write back each plaintext lease (given back once written),
+ * close at the end of the input or on any error. */
+static void tls_one(struct echo_tls *t, const tl_completion *c, uint64_t *bytes)
+{
+	tl_tls_id id = {c->handle.v};
+	tl_op op;
+
+	switch (c->kind) {
+	case TL_K_TLS_HANDSHAKE:
+		if (c->result < 0 || tl_tls_read_start(t->x, id, 0, &op) < 0)
+			tl_tls_close(t->x, id, 0, 0);
+		break;
+	case TL_K_READ:
+		if (c->result > 0) {
+			*bytes += (uint64_t)c->result;
+			if (tl_tls_write(t->x, id, c->u.read.lease.data, (uint32_t)c->result,
+					 c->u.read.lease.id, &op) < 0) {
+				tl_tls_lease_release(t->x, c->u.read.lease.id);
+				tl_tls_close(t->x, id, 0, 0);
+			}
+		} else if (c->flags & TL_F_TERMINAL) {
+			tl_tls_close(t->x, id, 0, 0); /* -EINVAL if an error closed it already */
+		}
+		break;
+	case TL_K_WRITE:
+		tl_tls_lease_release(t->x, (uint32_t)c->token);
+		if (c->result < 0)
+			tl_tls_close(t->x, id, 0, 0);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Everything the layer has for the host, handed to tls_one. */
+static void tls_drain(struct echo_tls *t, uint64_t *bytes)
+{
+	tl_completion out[64];
+	int n;
+	while ((n = tl_tls_poll(t->x, out, 64)) > 0)
+		for (int i = 0; i < n; i++)
+			tls_one(t, &out[i], bytes);
+}
+
 /* ---- one loop per shard (--shards, --cpus) ---- */
 
 struct echo_shards {
@@ -70,6 +152,8 @@ struct echo_shards {
 	uint32_t port;
 	int idx_conns, idx_bytes;
 	struct echo_count { uint64_t conns, bytes; char pad[48]; } *count;
+	tl_tls_config *tls_cfg;      /* NULL without --tls-cert */
+	struct echo_tls *tls;        /* one per shard */
 };
 
 static int shard_start(tl_shard *s, void *arg)
@@ -86,7 +170,44 @@ static int shard_start(tl_shard *s, void *arg)
 	if ((r = tl_tcp_listen(loop, &e->addr, &lo, &lh)) < 0 ||
 	    (r = tl_accept_start(loop, lh, 0, &op)) < 0)
 		return r;
+	if (e->tls_cfg) {
+		e->tls[tl_shard_id(s)].cfg = e->tls_cfg;
+		if ((r = tls_ctx(loop, &e->tls[tl_shard_id(s)])) < 0)
+			return r;
+	}
 	return 0;
+}
+
+/* Counts what a completion did for the stats: a connection, bytes. */
+static void shard_count(tl_shard *s, struct echo_shards *e, int conn, uint64_t before)
+{
+	struct echo_count *n = &e->count[tl_shard_id(s)];
+	if (conn) {
+		n->conns++;
+		tl_shard_counter_add(s, e->idx_conns, 1);
+	}
+	if (n->bytes != before)
+		tl_shard_counter_add(s, e->idx_bytes, n->bytes - before);
+}
+
+/* The layer's own loop completions (tokens tl_token(TLS_TAG, ...)). */
+static void shard_tls_completion(tl_shard *s, const tl_completion *c)
+{
+	struct echo_shards *e = tl_shard_arg(s);
+	tl_tls_complete(e->tls[tl_shard_id(s)].x, c);
+}
+
+/* After each pass's completions: the TLS completions they made. */
+static int shard_tls_pass(tl_shard *s, void *arg)
+{
+	struct echo_shards *e = arg;
+	struct echo_tls *t = &e->tls[tl_shard_id(s)];
+	uint64_t before = e->count[tl_shard_id(s)].bytes;
+	if (!t->x)
+		return 0;
+	tls_drain(t, &e->count[tl_shard_id(s)].bytes);
+	shard_count(s, e, 0, before);
+	return tl_tls_pending(t->x) != 0;
 }
 
 static void shard_completion(tl_shard *s, const tl_completion *c)
@@ -96,6 +217,13 @@ static void shard_completion(tl_shard *s, const tl_completion *c)
 	uint64_t before;
 
 	before = n->bytes;
+	if (e->tls_cfg) {
+		if (c->kind == TL_K_ACCEPT && c->result == 0) {
+			tls_accept(tl_shard_loop(s), &e->tls[tl_shard_id(s)], c->u.accept.conn);
+			shard_count(s, e, 1, before);
+		}
+		return;
+	}
 	if (echo_one(tl_shard_loop(s), c, &n->bytes)) {
 		n->conns++;
 		tl_shard_counter_add(s, e->idx_conns, 1);
@@ -105,9 +233,9 @@ static void shard_completion(tl_shard *s, const tl_completion *c)
 }
 
 static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uint32_t shards,
-		      const char *cpus)
+		      const char *cpus, tl_tls_config *tls_cfg)
 {
-	struct echo_shards e = {.host = host, .port = port};
+	struct echo_shards e = {.host = host, .port = port, .tls_cfg = tls_cfg};
 	tl_runtime_config rc;
 	tl_runtime *rt;
 	int r;
@@ -122,6 +250,10 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	rc.loop = *cfg;
 	rc.on_start = shard_start;
 	rc.on_completion = shard_completion;
+	if (tls_cfg) {
+		rc.handlers[TLS_TAG] = shard_tls_completion;
+		rc.on_pass = shard_tls_pass;
+	}
 	rc.arg = &e;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
@@ -144,9 +276,10 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		return r == -EINVAL ? 2 : 1;
 	}
 	e.count = calloc(tl_runtime_shards(rt), sizeof *e.count);
+	e.tls = calloc(tl_runtime_shards(rt), sizeof *e.tls);
 	e.idx_conns = tl_runtime_counter(rt, "conns");
 	e.idx_bytes = tl_runtime_counter(rt, "bytes");
-	if (!e.count || e.idx_conns < 0 || e.idx_bytes < 0) {
+	if (!e.count || !e.tls || e.idx_conns < 0 || e.idx_bytes < 0) {
 		fprintf(stderr, "tlecho: out of memory\n");
 		tl_runtime_destroy(rt);
 		return 1;
@@ -157,12 +290,13 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		fprintf(stderr, "tlecho: cannot start: %s\n", tl_runtime_strerror(rt));
 		tl_runtime_destroy(rt);
 		free(e.count);
+		free(e.tls);
 		return 1;
 	}
 	tl_driver_info di;
 	tl_driver_info_get(&di);
-	fprintf(stderr, "tlecho: listening on %s:%u with %u shards, driver %s\n", host, port,
-		tl_runtime_shards(rt), di.reason);
+	fprintf(stderr, "tlecho: listening on %s:%u%s with %u shards, driver %s\n", host, port,
+		tls_cfg ? " (TLS)" : "", tl_runtime_shards(rt), di.reason);
 	r = tl_runtime_run(rt);
 	if (r < 0)
 		fprintf(stderr, "tlecho: %s\n", tl_runtime_strerror(rt));
@@ -170,8 +304,13 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		fprintf(stderr, "tlecho: shard %u (cpu %d): %llu connections, %llu bytes echoed\n", i,
 			tl_runtime_plan(rt)->shards[i].pu_os_index,
 			(unsigned long long)e.count[i].conns, (unsigned long long)e.count[i].bytes);
+	uint32_t nshards = tl_runtime_shards(rt);
 	tl_runtime_destroy(rt);
+	/* the loops are gone: nothing writes from the contexts' buffers now */
+	for (uint32_t i = 0; i < nshards; i++)
+		tl_tls_ctx_destroy(e.tls[i].x);
 	free(e.count);
+	free(e.tls);
 	return r < 0 ? 1 : 0;
 }
 
@@ -212,8 +351,23 @@ int main(int argc, char **argv)
 	cfg.pooled_buffer_size = o.buffer_size;
 	cfg.max_handles = 16384;
 	cfg.max_ops = 65536;
-	if (shards || cpus)
-		return run_shards(&cfg, host, port, shards, cpus);
+	struct echo_tls tls = {0};
+	if (o.tls_cert) {
+		/* read once at start (setup: the loops do not run yet) and
+		 * shared by every shard */
+		tl_tls_cert c = {.cert_file = o.tls_cert, .key_file = o.tls_key};
+		tl_tls_settings ts = {.role = TL_TLS_SERVER, .certs = &c, .ncerts = 1};
+		int r = tl_tls_config_new(&ts, &tls.cfg, err, sizeof err);
+		if (r < 0) {
+			fprintf(stderr, "tlecho: %s\n", err);
+			return 1;
+		}
+	}
+	if (shards || cpus) {
+		int r = run_shards(&cfg, host, port, shards, cpus, tls.cfg);
+		tl_tls_config_unref(tls.cfg);
+		return r;
+	}
 	tl_loop *loop;
 	int r = tl_loop_new(&loop, &cfg);
 	if (r < 0) {
@@ -226,6 +380,11 @@ int main(int argc, char **argv)
 	if (!(tl_loop_caps(loop) & TL_CAP_OS)) {
 		fprintf(stderr, "tlecho: the %s driver has no operating-system sockets "
 				"(it runs tests, not servers)\n", tl_loop_driver(loop));
+		tl_loop_destroy(loop);
+		return 1;
+	}
+	if (tls.cfg && (r = tls_ctx(loop, &tls)) < 0) {
+		fprintf(stderr, "tlecho: no TLS context: %s\n", tl_strerror(r));
 		tl_loop_destroy(loop);
 		return 1;
 	}
@@ -243,21 +402,33 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tl_driver_info di;
 	tl_driver_info_get(&di);
-	fprintf(stderr, "tlecho: listening on %s:%u, driver %s\n", host, port,
+	fprintf(stderr, "tlecho: listening on %s:%u%s, driver %s\n", host, port, tls.x ? " (TLS)" : "",
 		cfg.driver ? tl_loop_driver(loop) : di.reason);
 	static tl_completion out[512];
 	uint64_t conns = 0, bytes = 0;
 	while (!stop_flag) {
-		int n = tl_turn(loop, 100 * 1000000, out, 512, NULL);
+		int64_t wait = tls.x && tl_tls_pending(tls.x) ? 0 : 100 * 1000000;
+		int n = tl_turn(loop, wait, out, 512, NULL);
 		if (n < 0 && n != -EINTR) {
 			fprintf(stderr, "tlecho: turn failed: %s\n", tl_strerror(n));
 			break;
 		}
-		for (int i = 0; i < n; i++)
-			conns += (uint64_t)echo_one(loop, &out[i], &bytes);
+		for (int i = 0; i < n; i++) {
+			if (!tls.x) {
+				conns += (uint64_t)echo_one(loop, &out[i], &bytes);
+			} else if (!tl_tls_complete(tls.x, &out[i]) && out[i].kind == TL_K_ACCEPT &&
+				   out[i].result == 0) {
+				tls_accept(loop, &tls, out[i].u.accept.conn);
+				conns++;
+			}
+		}
+		if (tls.x)
+			tls_drain(&tls, &bytes);
 	}
 	fprintf(stderr, "tlecho: %llu connections, %llu bytes echoed\n", (unsigned long long)conns,
 		(unsigned long long)bytes);
 	tl_loop_destroy(loop);
+	tl_tls_ctx_destroy(tls.x);
+	tl_tls_config_unref(tls.cfg);
 	return 0;
 }

@@ -151,6 +151,10 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 				o->header_timeout_ns = ns;
 			else
 				o->idle_timeout_ns = ns;
+		} else if (!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key")) {
+			if (!*v)
+				return fail(err, errlen, "%s needs a file name", a);
+			*(a[6] == 'c' ? &o->tls_cert : &o->tls_key) = v;
 		} else if (!strcmp(a, "--max-conns")) {
 			if (parse_u32(v, 1, 1u << 20, &o->max_conns))
 				return fail(err, errlen, "bad --max-conns '%s' (1-1048576)", v);
@@ -160,6 +164,9 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 	}
 	if (!have_listen)
 		return fail(err, errlen, "--listen HOST:PORT is required");
+	if (!o->tls_cert != !o->tls_key)
+		return fail(err, errlen, "%s needs %s too", o->tls_cert ? "--tls-cert" : "--tls-key",
+			    o->tls_cert ? "--tls-key" : "--tls-cert");
 	if (!o->body == !o->root)
 		return fail(err, errlen, o->body ? "--body and --root do not go together"
 						 : "one of --body TEXT or --root DIR is required");

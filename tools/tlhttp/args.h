@@ -10,13 +10,13 @@
 /*
  * tlhttp --listen HOST:PORT [--shards N] [--cpus LIST] (--body TEXT | --root DIR)
  *        [--reuseport] [--access-log FILE] [--header-timeout D] [--idle-timeout D]
- *        [--max-conns N] [-h | --help]
+ *        [--max-conns N] [--tls-cert FILE --tls-key FILE] [-h | --help]
  *
  * HOST is a numeric IPv4 address or an IPv6 address in brackets
  * ("[::1]:8080"); PORT is 1..65535. A duration D is whole digits with an
  * optional unit, ms, s or m (no unit: seconds), from 10 ms to 24 h.
  * Exactly one of --body and --root is required. --body's text is at most
- * TLHTTP_BODY_MAX bytes.
+ * TLHTTP_BODY_MAX bytes. --tls-cert and --tls-key go together (HTTPS).
  */
 #define TLHTTP_BODY_MAX (1u << 20)
 
@@ -34,6 +34,8 @@ struct tlhttp_opts {
 	uint64_t header_timeout_ns; /* --header-timeout, default 10 s */
 	uint64_t idle_timeout_ns;   /* --idle-timeout, default 60 s */
 	uint32_t max_conns;         /* --max-conns per shard, 1..1048576, default 4096 */
+	const char *tls_cert;       /* --tls-cert FILE (PEM, chain after it), or NULL */
+	const char *tls_key;        /* --tls-key FILE, or NULL */
 };
 
 /*

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: tlhttp --listen HOST:PORT (--body TEXT | --root DIR) [--shards N] [--cpus LIST]\n"
 		"              [--reuseport] [--access-log FILE] [--header-timeout D] [--idle-timeout D]\n"
-		"              [--max-conns N]\n"
+		"              [--max-conns N] [--tls-cert FILE --tls-key FILE]\n"
 		"Serves GET and HEAD over HTTP/1.1 (and 1.0), keep-alive and pipelined, on one shard per\n"
 		"core (or --shards N, --cpus LIST), each with its own listener on HOST:PORT.\n"
 		"  --listen HOST:PORT    a numeric IPv4 address, or [IPv6], and a port\n"
@@ -36,6 +36,8 @@ static void usage(FILE *f)
 		"  --header-timeout D    a request head must arrive within D (default 10s)\n"
 		"  --idle-timeout D      close a connection idle for D (default 60s)\n"
 		"  --max-conns N         connections per shard (default 4096); more are closed at once\n"
+		"  --tls-cert FILE       serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate (its\n"
+		"                        chain after it); --tls-key FILE is its key\n"
 		"Durations: digits with ms, s or m (10ms to 24h). Stats: tlshard stats PID.\n");
 }
 
@@ -47,7 +49,10 @@ static int declare_stats(tl_runtime *rt, struct tlhttp_server *srv)
 	srv->st_conns = tl_runtime_gauge(rt, "conns");
 	srv->st_refused = tl_runtime_counter(rt, "conns_refused");
 	srv->st_dropped = tl_runtime_counter(rt, "log_dropped");
-	if (srv->st_resp < 0 || srv->st_conns < 0 || srv->st_refused < 0 || srv->st_dropped < 0)
+	/* only with HTTPS: a plain server's stats have no TLS row */
+	srv->st_tls_failed = srv->tls ? tl_runtime_counter(rt, "tls_failed") : 0;
+	if (srv->st_resp < 0 || srv->st_conns < 0 || srv->st_refused < 0 || srv->st_dropped < 0 ||
+	    srv->st_tls_failed < 0)
 		return -ENOMEM;
 	for (int i = 0; i < 4; i++)
 		if (tl_runtime_stat_label(rt, srv->st_resp + i, classes[i]) < 0)
@@ -119,6 +124,19 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (o.tls_cert) {
+		/* read once, before the shards start, and shared by all of them */
+		tl_tls_cert c = {.cert_file = o.tls_cert, .key_file = o.tls_key};
+		tl_tls_settings ts = {.role = TL_TLS_SERVER, .certs = &c, .ncerts = 1, .alpn = "http/1.1"};
+		r = tl_tls_config_new(&ts, &srv.tls, err, sizeof err);
+		if (r < 0) {
+			fprintf(stderr, "tlhttp: %s\n", err);
+			if (srv.root >= 0)
+				close(srv.root);
+			return 1;
+		}
+	}
+
 	tl_runtime_config_init(&rc);
 	rc.plan.shards = o.shards;
 	rc.plan.cpus = o.cpus;
@@ -128,11 +146,14 @@ int main(int argc, char **argv)
 	rc.on_stop = tlhttp_shard_stop;
 	rc.on_pass = tlhttp_shard_pass;
 	rc.on_completion = tlhttp_shard_completion;
+	if (srv.tls)
+		rc.handlers[TLHTTP_TLS_TAG] = tlhttp_shard_tls;
 	rc.arg = &srv;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
 		if (srv.root >= 0)
 			close(srv.root);
+		tl_tls_config_unref(srv.tls);
 		return plan_failed(r, &rc, &o);
 	}
 	srv.nshards = tl_runtime_shards(rt);
@@ -170,9 +191,9 @@ int main(int argc, char **argv)
 		snprintf(what, sizeof what, "files beneath %s", o.root);
 	else
 		snprintf(what, sizeof what, "a body of %u bytes", o.body_len);
-	fprintf(stderr, "tlhttp: listening on %s%s%s:%u with %u shard%s, serving %s, driver %s\n",
+	fprintf(stderr, "tlhttp: listening on %s%s%s:%u%s with %u shard%s, serving %s, driver %s\n",
 		o.addr.sa.sa_family == AF_INET6 ? "[" : "", o.host,
-		o.addr.sa.sa_family == AF_INET6 ? "]" : "", o.port, srv.nshards,
+		o.addr.sa.sa_family == AF_INET6 ? "]" : "", o.port, srv.tls ? " (HTTPS)" : "", srv.nshards,
 		srv.nshards == 1 ? "" : "s", what, di.reason);
 	r = tl_runtime_run(rt);
 	if (r < 0) {
@@ -190,6 +211,9 @@ int main(int argc, char **argv)
 			srv.alog ? "" : "\n");
 		if (srv.alog)
 			fprintf(stderr, ", %llu log lines dropped\n", (unsigned long long)t->log_dropped);
+		if (srv.tls)
+			fprintf(stderr, "tlhttp: shard %u: %llu TLS handshakes failed\n", i,
+				(unsigned long long)t->tls_failed);
 	}
 out:
 	tl_runtime_destroy(rt);
@@ -205,5 +229,6 @@ out:
 		close(srv.root);
 	free(srv.shards);
 	free(srv.totals);
+	tl_tls_config_unref(srv.tls);
 	return status;
 }

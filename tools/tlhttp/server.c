@@ -50,6 +50,16 @@
  * cache (fcache.h): see docs/TLHTTP.md for why, and for what the cache
  * saves.
  *
+ * TLS (--tls-cert, --tls-key). The same connection code over the TLS
+ * layer (turnloop/tls.h): the io_* functions below are the one place that
+ * chooses between the stream's calls and the session's. A connection's
+ * handshake runs first, under the header deadline; the layer's loop
+ * completions reach it through the runtime handler TLHTTP_TLS_TAG, and its
+ * own completions, which carry this file's tokens, come back through the
+ * same handler as the loop's (tlhttp_shard_pass polls them). A file body
+ * over TLS cannot be spliced: it is read (pread, PIECE_TLS at a time) into
+ * the connection's body buffer and written through the session.
+ *
  * Timeouts. The runtime's deadlines, with no timer per connection
  * (docs/DEADLINES.md): an idle deadline on every stream (no progress for
  * --idle-timeout ends its ops), and a deadline on its read while a request
@@ -76,11 +86,12 @@
 #define LQ 8          /* leases a connection can hold while it waits */
 #define LEASE_CAP 2   /* the stream's lease cap: reads pause past it */
 #define PIECE (256u * 1024) /* bytes of a file per tl_sendfile */
+#define PIECE_TLS (16u * 1024) /* bytes of a file per write over TLS: one record */
 #define LINGER_NS (5 * 1000000000ull)
 #define FCACHE_SETS 128 /* times TLHTTP_FCACHE_WAYS open files per shard */
 #define NONE UINT32_MAX
 
-enum { TK_ACCEPT = 1, TK_READ, TK_WRITE, TK_SHUT, TK_CLOSE, TK_FS, TK_SWEEP, TK_OTHER };
+enum { TK_ACCEPT = 1, TK_READ, TK_WRITE, TK_SHUT, TK_CLOSE, TK_FS, TK_SWEEP, TK_OTHER, TK_HS };
 enum { C_FREE = 0, C_OPEN, C_LINGER, C_CLOSING };
 enum { B_NONE = 0, B_OUT, B_BODY };
 /* Fixed-body answers by their Connection line (enum tlhttp_conn). */
@@ -103,6 +114,7 @@ struct conn {
 	uint8_t shut_done;  /* the shutdown completed (linger) */
 	uint8_t fs_pending; /* a tl_sendfile is in flight */
 	uint8_t closed;     /* Closed was delivered */
+	uint8_t handshake;  /* TLS: the handshake runs */
 	uint8_t lq_first, lq_n;
 	uint32_t next;         /* free list */
 	tl_op rop;             /* the read */
@@ -118,6 +130,8 @@ struct conn {
 	uint32_t piece;        /* bytes of the tl_sendfile in flight */
 	uint64_t boff, bleft;
 	tl_op fs_op;
+	tl_tls_id tid;         /* TLS: the session, 0 before it exists */
+	uint8_t *body;         /* TLS with --root: PIECE_TLS bytes for file bodies */
 	struct lent lq[LQ];
 	struct iovec iov[TL_IOV_MAX];
 	struct tlhttp_req req;
@@ -138,6 +152,8 @@ struct tlhttp_shard {
 	uint32_t id, nconns, free_first, head_cap, out_cap;
 	struct conn *conns;
 	char *heads, *outs;
+	tl_tls_ctx *tls;              /* with --tls-cert: this shard's TLS context */
+	uint8_t *bodies;
 	struct tlhttp_fcache *fc;
 	tl_handle listener, sweep;
 	int stopping, stale;
@@ -153,6 +169,53 @@ static const char server_name[] = "tlhttp";
 static inline uint64_t tok(unsigned kind, uint32_t idx)
 {
 	return tl_token(0, ((uint64_t)kind << 32) | idx);
+}
+
+/* ---- the stream's calls, or the TLS session's ---- */
+
+static int io_read_start(struct tlhttp_shard *sh, struct conn *c)
+{
+	return sh->tls ? tl_tls_read_start(sh->tls, c->tid, tok(TK_READ, c->idx), &c->rop)
+		       : tl_read_start(sh->loop, c->h, tok(TK_READ, c->idx), &c->rop);
+}
+
+static void io_read_deadline(struct tlhttp_shard *sh, struct conn *c, uint64_t at)
+{
+	if (sh->tls)
+		tl_tls_read_deadline(sh->tls, c->rop, at);
+	else
+		tl_read_deadline(sh->loop, c->rop, at);
+}
+
+static void io_release(struct tlhttp_shard *sh, uint32_t lease)
+{
+	if (sh->tls)
+		tl_tls_lease_release(sh->tls, lease);
+	else
+		tl_lease_release(sh->loop, lease);
+}
+
+static int io_writev(struct tlhttp_shard *sh, struct conn *c, const struct iovec *iov, int n,
+		     uint64_t token, tl_op *op)
+{
+	if (sh->tls)
+		return tl_tls_writev(sh->tls, c->tid, iov, n, token, op);
+	return n == 1 ? tl_write(sh->loop, c->h, iov[0].iov_base, (uint32_t)iov[0].iov_len, token, op)
+		      : tl_writev(sh->loop, c->h, iov, n, token, op);
+}
+
+static int io_shutdown(struct tlhttp_shard *sh, struct conn *c, tl_op *op)
+{
+	return sh->tls ? tl_tls_shutdown(sh->tls, c->tid, tok(TK_SHUT, c->idx), op)
+		       : tl_shutdown(sh->loop, c->h, tok(TK_SHUT, c->idx), op);
+}
+
+/* A session's close sends close_notify and ends with the session's
+ * Closed; a connection without one closes its stream. */
+static int io_close(struct tlhttp_shard *sh, struct conn *c)
+{
+	return sh->tls && c->tid.v ? tl_tls_close(sh->tls, c->tid, 0, tok(TK_CLOSE, c->idx))
+				   : tl_close(sh->loop, c->h, tok(TK_CLOSE, c->idx));
 }
 
 /* ---- time, Date and the fixed answers ---- */
@@ -260,14 +323,14 @@ static void conn_deadline(struct tlhttp_shard *sh, struct conn *c)
 	if (want == (c->rd_at != 0))
 		return;
 	c->rd_at = want ? sh->now + sh->srv->o->header_timeout_ns : 0;
-	tl_read_deadline(sh->loop, c->rop, c->rd_at);
+	io_read_deadline(sh, c, c->rd_at);
 }
 
 /* ---- leases ---- */
 
 static void lq_pop(struct tlhttp_shard *sh, struct conn *c)
 {
-	tl_lease_release(sh->loop, c->lq[c->lq_first].id);
+	io_release(sh, c->lq[c->lq_first].id);
 	c->lq_first = (uint8_t)((c->lq_first + 1) % LQ);
 	c->lq_n--;
 }
@@ -300,9 +363,12 @@ static void conn_close(struct tlhttp_shard *sh, struct conn *c)
 		return;
 	lq_drop(sh, c);
 	c->state = C_CLOSING;
-	if (c->fs_pending)
+	/* A TLS body write is the session's op, which the session's close
+	 * ends; given to the loop, its id could name a loop op (the two
+	 * number their ids alike). */
+	if (c->fs_pending && !sh->tls)
 		tl_cancel(sh->loop, c->fs_op);
-	if (tl_close(sh->loop, c->h, tok(TK_CLOSE, c->idx)) < 0) {
+	if (io_close(sh, c) < 0) {
 		c->closed = 1; /* not ours to close any more: nothing will come */
 		if (!c->fs_pending)
 			conn_free(sh, c);
@@ -314,9 +380,7 @@ static void conn_close(struct tlhttp_shard *sh, struct conn *c)
 static void submit(struct tlhttp_shard *sh, struct conn *c)
 {
 	tl_op op;
-	int r = c->niov == 1 ? tl_write(sh->loop, c->h, c->iov[0].iov_base,
-					(uint32_t)c->iov[0].iov_len, tok(TK_WRITE, c->idx), &op)
-			     : tl_writev(sh->loop, c->h, c->iov, c->niov, tok(TK_WRITE, c->idx), &op);
+	int r = io_writev(sh, c, c->iov, c->niov, tok(TK_WRITE, c->idx), &op);
 	c->niov = 0;
 	if (r < 0) {
 		conn_close(sh, c);
@@ -371,7 +435,7 @@ static void linger(struct tlhttp_shard *sh, struct conn *c)
 	if (c->state != C_OPEN)
 		return;
 	c->state = C_LINGER;
-	if (tl_shutdown(sh->loop, c->h, tok(TK_SHUT, c->idx), &op) < 0) {
+	if (io_shutdown(sh, c, &op) < 0) {
 		conn_close(sh, c);
 		return;
 	}
@@ -379,14 +443,14 @@ static void linger(struct tlhttp_shard *sh, struct conn *c)
 		return; /* closed once the shutdown is done */
 	if (!c->reading) {
 		/* A deadline ended the read: one more, to see the close. */
-		if (tl_read_start(sh->loop, c->h, tok(TK_READ, c->idx), &c->rop) < 0) {
+		if (io_read_start(sh, c) < 0) {
 			conn_close(sh, c);
 			return;
 		}
 		c->reading = 1;
 	}
 	c->rd_at = sh->now + LINGER_NS;
-	tl_read_deadline(sh->loop, c->rop, c->rd_at);
+	io_read_deadline(sh, c, c->rd_at);
 }
 
 /* ---- answers ---- */
@@ -426,6 +490,17 @@ static void answer_status(struct tlhttp_shard *sh, struct conn *c, const struct 
 
 static void body_send(struct tlhttp_shard *sh, struct conn *c)
 {
+	if (sh->tls) {
+		/* no splice through TLS: read a piece, write it as one record */
+		c->piece = c->bleft < PIECE_TLS ? (uint32_t)c->bleft : PIECE_TLS;
+		if (pread(c->fd, c->body, c->piece, (off_t)c->boff) != (ssize_t)c->piece ||
+		    tl_tls_write(sh->tls, c->tid, c->body, c->piece, tok(TK_FS, c->idx), &c->fs_op) < 0) {
+			conn_close(sh, c);
+			return;
+		}
+		c->fs_pending = 1;
+		return;
+	}
 	c->piece = c->bleft < PIECE ? (uint32_t)c->bleft : PIECE;
 	if (tl_sendfile(sh->loop, c->fd, c->boff, c->piece, c->h, tok(TK_FS, c->idx), &c->fs_op) < 0) {
 		conn_close(sh, c);
@@ -741,7 +816,7 @@ static void on_read(struct tlhttp_shard *sh, struct conn *c, const tl_completion
 {
 	if (cp->result > 0 && (cp->flags & TL_F_LEASE)) {
 		if (c->state != C_OPEN || c->lq_n == LQ) {
-			tl_lease_release(sh->loop, cp->u.read.lease.id);
+			io_release(sh, cp->u.read.lease.id);
 			/* More than LQ while waiting: past the lease cap by
 			 * more than a read in flight can be; not a client to
 			 * keep. */
@@ -805,6 +880,31 @@ static void on_write(struct tlhttp_shard *sh, struct conn *c, const tl_completio
 	conn_deadline(sh, c);
 }
 
+/* The connection is ready for requests: read them. */
+static void conn_reading(struct tlhttp_shard *sh, struct conn *c)
+{
+	if (io_read_start(sh, c) < 0) {
+		conn_close(sh, c);
+		return;
+	}
+	c->reading = 1;
+	conn_deadline(sh, c);
+}
+
+static void on_handshake(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
+{
+	c->handshake = 0;
+	if (c->state != C_OPEN)
+		return;
+	if (cp->result < 0) {
+		sh->tot->tls_failed++;
+		tl_shard_counter_add(sh->s, sh->srv->st_tls_failed, 1);
+		conn_close(sh, c);
+		return;
+	}
+	conn_reading(sh, c);
+}
+
 static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
 {
 	tl_handle h = cp->u.accept.conn;
@@ -843,13 +943,28 @@ static void on_accept(struct tlhttp_shard *sh, const tl_completion *cp)
 	}
 	sh->tot->conns++;
 	tl_shard_gauge_add(sh->s, sh->srv->st_conns, 1);
-	if (tl_read_start(sh->loop, h, tok(TK_READ, c->idx), &c->rop) < 0 ||
-	    tl_idle_deadline(sh->loop, h, sh->srv->o->idle_timeout_ns) < 0) {
+	c->tid.v = 0;
+	c->handshake = 0;
+	if (tl_idle_deadline(sh->loop, h, sh->srv->o->idle_timeout_ns) < 0) {
 		conn_close(sh, c);
 		return;
 	}
-	c->reading = 1;
-	conn_deadline(sh, c);
+	if (sh->tls) {
+		/* the handshake first, under the header deadline */
+		tl_op op;
+		if (tl_tls_server(sh->tls, sh->srv->tls, h, tok(TK_CLOSE, c->idx), &c->tid) < 0) {
+			conn_close(sh, c);
+			return;
+		}
+		if (tl_tls_handshake(sh->tls, c->tid, sh->now + sh->srv->o->header_timeout_ns,
+				     tok(TK_HS, c->idx), &op) < 0) {
+			conn_close(sh, c);
+			return;
+		}
+		c->handshake = 1;
+		return;
+	}
+	conn_reading(sh, c);
 }
 
 static void on_sendfile(struct tlhttp_shard *sh, struct conn *c, const tl_completion *cp)
@@ -924,8 +1039,12 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 		}
 		break;
 	case TK_FS:
-		if (c && cp->kind == TL_K_SPLICE)
+		if (c && (cp->kind == TL_K_SPLICE || (cp->kind == TL_K_WRITE && sh->tls)))
 			on_sendfile(sh, c, cp);
+		break;
+	case TK_HS:
+		if (c && cp->kind == TL_K_TLS_HANDSHAKE)
+			on_handshake(sh, c, cp);
 		break;
 	case TK_SWEEP:
 		if (cp->kind == TL_K_TIMER && cp->result == 0 && sh->fc)
@@ -939,11 +1058,28 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 int tlhttp_shard_pass(tl_shard *s, void *arg)
 {
 	struct tlhttp_shard *sh = tl_shard_data(s);
+	tl_completion out[64];
+	int n;
 
 	(void)arg;
-	if (sh)
-		sh->stale = 1;
-	return 0;
+	if (!sh)
+		return 0;
+	sh->stale = 1;
+	if (!sh->tls)
+		return 0;
+	/* the TLS completions of this pass: they carry this file's tokens */
+	while ((n = tl_tls_poll(sh->tls, out, 64)) > 0)
+		for (int i = 0; i < n; i++)
+			tlhttp_shard_completion(s, &out[i]);
+	return tl_tls_pending(sh->tls) != 0;
+}
+
+void tlhttp_shard_tls(tl_shard *s, const tl_completion *c)
+{
+	struct tlhttp_shard *sh = tl_shard_data(s);
+
+	if (sh && sh->tls)
+		tl_tls_complete(sh->tls, c);
 }
 
 /* ---- setup ---- */
@@ -957,6 +1093,14 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
+/* Pooled read buffers per loop: what a connection holds only while it
+ * waits is LEASE_CAP; the rest are parsed and given back in the same pass. */
+static uint32_t loop_buffers(const struct tlhttp_opts *o)
+{
+	uint64_t conns = o->max_conns;
+	return pow2_at_least(conns < 256 ? 256 : conns > 32768 ? 32768 : (uint32_t)conns);
+}
+
 void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg)
 {
 	uint64_t conns = o->max_conns;
@@ -966,9 +1110,7 @@ void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg)
 	 * in flight at most; the timer and the listener need a few more. */
 	cfg->max_handles = (uint32_t)(conns + 64 < (1u << 24) ? conns + 64 : (1u << 24));
 	cfg->max_ops = (uint32_t)(conns * 6 + 256 < (1u << 24) ? conns * 6 + 256 : (1u << 24));
-	/* Leases are held only by connections that wait (LEASE_CAP each);
-	 * the rest are parsed and given back in the same pass. */
-	cfg->pooled_buffers = pow2_at_least(conns < 256 ? 256 : conns > 32768 ? 32768 : (uint32_t)conns);
+	cfg->pooled_buffers = loop_buffers(o);
 	cfg->pooled_buffer_size = 4096;
 }
 
@@ -999,8 +1141,20 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 	sh->outs = malloc((size_t)sh->nconns * sh->out_cap);
 	if (!sh->conns || !sh->heads || !sh->outs)
 		return -ENOMEM;
+	if (srv->tls) {
+		tl_tls_ctx_config cc;
+		tl_tls_ctx_config_init(&cc);
+		cc.token_tag = TLHTTP_TLS_TAG;
+		cc.max_sessions = sh->nconns;
+		cc.max_ops = sh->nconns * 4 < (1u << 24) ? sh->nconns * 4 : (1u << 24);
+		cc.loop_leases = loop_buffers(o);
+		if ((r = tl_tls_ctx_new(sh->loop, &cc, &sh->tls)) < 0)
+			return r;
+		if (srv->root >= 0 && !(sh->bodies = malloc((size_t)sh->nconns * PIECE_TLS)))
+			return -ENOMEM;
+	}
 	if (srv->root >= 0) {
-		if (!(tl_loop_caps(sh->loop) & TL_CAP_SPLICE))
+		if (!srv->tls && !(tl_loop_caps(sh->loop) & TL_CAP_SPLICE))
 			return -ENOTSUP; /* files are sent with tl_sendfile */
 		if ((r = tlhttp_fcache_new(&sh->fc, srv->root, FCACHE_SETS)) < 0)
 			return r;
@@ -1011,6 +1165,7 @@ int tlhttp_shard_start(tl_shard *s, void *arg)
 		c->next = i + 1 < sh->nconns ? i + 1 : NONE;
 		c->head = sh->heads + (size_t)i * sh->head_cap;
 		c->out = sh->outs + (size_t)i * sh->out_cap;
+		c->body = sh->bodies ? sh->bodies + (size_t)i * PIECE_TLS : NULL;
 		c->fd = -1;
 	}
 	sh->free_first = 0;
@@ -1063,6 +1218,8 @@ void tlhttp_shards_free(struct tlhttp_server *srv)
 				if (sh->conns[k].fd >= 0)
 					tlhttp_fcache_put(sh->fc, sh->conns[k].fref, sh->conns[k].fd);
 		tlhttp_fcache_free(sh->fc);
+		tl_tls_ctx_destroy(sh->tls); /* the loops are gone: nothing reads its buffers */
+		free(sh->bodies);
 		free(sh->conns);
 		free(sh->heads);
 		free(sh->outs);

@@ -14,7 +14,12 @@
 struct tlhttp_totals {
 	uint64_t conns, refused, requests, status[6]; /* status[k]: kxx answers */
 	uint64_t log_dropped;
+	uint64_t tls_failed;        /* TLS handshakes that failed */
 };
+
+/* The top byte of the TLS layer's tokens, and the runtime handler that
+ * hands them to the shard's TLS context (with --tls-cert). */
+#define TLHTTP_TLS_TAG 1
 
 /* Shared by every shard, read-only once the runtime starts. */
 struct tlhttp_server {
@@ -26,6 +31,8 @@ struct tlhttp_server {
 	int st_conns;              /* gauge "conns": open connections */
 	int st_refused;            /* counter "conns_refused": accepted over --max-conns */
 	int st_dropped;            /* counter "log_dropped": access-log lines dropped */
+	int st_tls_failed;         /* counter "tls_failed": handshakes that failed */
+	tl_tls_config *tls;        /* with --tls-cert: the certificate, shared by every shard */
 	uint32_t nshards;
 	struct tlhttp_shard **shards;   /* nshards, set by each shard's start */
 	struct tlhttp_totals *totals;   /* nshards */
@@ -48,6 +55,8 @@ void tlhttp_shard_drain(tl_shard *s, void *arg);
 void tlhttp_shard_stop(tl_shard *s, void *arg);
 int tlhttp_shard_pass(tl_shard *s, void *arg);
 void tlhttp_shard_completion(tl_shard *s, const tl_completion *c);
+/* The handler of tokens tl_token(TLHTTP_TLS_TAG, ...): the TLS layer's. */
+void tlhttp_shard_tls(tl_shard *s, const tl_completion *c);
 
 /* Frees what shard start allocated, once the runtime is destroyed (its
  * loops are gone, so nothing writes into the buffers any more). */

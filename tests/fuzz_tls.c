@@ -1,0 +1,184 @@
+/* tests/fuzz_tls.c: libFuzzer target for the TLS layer's own readers of outside input: the record framer (lib/tls/frame.h) and the SNI map with its name lists (lib/tls/sni.c), each against a plain reference. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "sni.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(int ok, const char *what)
+{
+	if (ok)
+		return;
+	fprintf(stderr, "fuzz_tls: %s\n", what);
+	abort();
+}
+
+/*
+ * The framer: the stream is data[1..), cut into pieces whose sizes come
+ * from a generator seeded by data[0]. The reference walks the whole
+ * buffer at once: whole records up to the first bad header.
+ */
+static void framing(const uint8_t *data, size_t size)
+{
+	const uint8_t *p = data + 1;
+	size_t n = size - 1, i = 0, ref_whole = 0;
+	int ref_bad = 0;
+
+	while (i + TLS_REC_HDR <= n) {
+		if (tls_frame_check(p + i) != TLS_FRAME_OK) {
+			ref_bad = 1;
+			break;
+		}
+		size_t rec = tls_frame_size(p + i);
+		if (i + rec > n)
+			break;
+		ref_whole += rec;
+		i += rec;
+	}
+
+	struct tls_frame f;
+	memset(&f, 0, sizeof f);
+	uint32_t seed = data[0] * 2654435761u + 1;
+	size_t off = 0, whole = 0;
+	int bad = 0;
+	while (off < n) {
+		seed = seed * 1103515245u + 12345u;
+		size_t piece = 1 + (seed >> 16) % 97;
+		if (piece > n - off)
+			piece = n - off;
+		uint32_t w = tls_frame_feed(&f, p + off, (uint32_t)piece);
+		check((uint64_t)w <= piece + TLS_REC_HDR + TLS_REC_BODY_MAX, "more whole than seen");
+		whole += w;
+		off += piece;
+		if (f.error) {
+			bad = 1;
+			/* nothing more is taken once a header was refused */
+			check(tls_frame_feed(&f, p, n) == 0, "taken after a refusal");
+			break;
+		}
+	}
+	check(bad == ref_bad, "refusal differs from the reference");
+	check(whole == ref_whole, "whole bytes differ from the reference");
+	if (!bad)
+		check(f.partial == n - ref_whole, "partial bytes differ");
+}
+
+/* The map's rules, written plainly: lowercase, no trailing dot, exact
+ * first, then "*." + the name's parent; the first certificate wins. */
+struct ref_name {
+	char name[TLS_SNI_NAME_MAX + 1];
+	int wild;
+	uint32_t cert;
+};
+
+static int lower(int c)
+{
+	return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+static int ref_lookup(const struct ref_name *v, size_t nv, const char *q, size_t ql)
+{
+	char k[TLS_SNI_NAME_MAX + 2];
+	if (ql && q[ql - 1] == '.')
+		ql--;
+	if (ql == 0 || ql > TLS_SNI_NAME_MAX)
+		return -1;
+	for (size_t i = 0; i < ql; i++)
+		k[i] = (char)lower((unsigned char)q[i]);
+	k[ql] = '\0';
+	int best = -1;
+	for (size_t i = 0; i < nv; i++)
+		if (!v[i].wild && !strcmp(v[i].name, k) && (best < 0 || v[i].cert < (uint32_t)best))
+			best = (int)v[i].cert;
+	if (best >= 0)
+		return best;
+	const char *dot = strchr(k, '.');
+	if (!dot)
+		return -1;
+	for (size_t i = 0; i < nv; i++)
+		if (v[i].wild && !strcmp(v[i].name, dot + 1) && (best < 0 || v[i].cert < (uint32_t)best))
+			best = (int)v[i].cert;
+	return best;
+}
+
+/* data: "list0 \n list1 \n query" (a missing part is empty). */
+static void sni(const uint8_t *data, size_t size)
+{
+	const char *s = (const char *)data + 1;
+	size_t n = size - 1;
+	const char *part[3] = {s, s, s};
+	size_t len[3] = {0, 0, 0};
+	int k = 0;
+	size_t start = 0;
+	for (size_t i = 0; i <= n && k < 3; i++) {
+		if (i == n || (s[i] == '\n' && k < 2)) {
+			part[k] = s + start;
+			len[k++] = i - start;
+			start = i + 1;
+		}
+	}
+	struct tls_sni_map m;
+	memset(&m, 0, sizeof m);
+	static struct ref_name ref[4096];
+	size_t nref = 0;
+	for (uint32_t c = 0; c < 2; c++) {
+		char bad[TLS_SNI_NAME_MAX + 1];
+		int r = tls_sni_add(&m, part[c], len[c], c, bad);
+		check(r == 0 || r == -EINVAL, "tls_sni_add: unexpected error");
+		if (r < 0)
+			continue; /* a list that fails adds nothing */
+		/* the reference of this list: the names tls_sni_add took */
+		size_t a = 0;
+		for (size_t i = 0; i <= len[c] && nref < 4096; i++) {
+			if (i < len[c] && part[c][i] != ',')
+				continue;
+			size_t b = i, x = a;
+			while (x < b && (part[c][x] == ' ' || part[c][x] == '\t'))
+				x++;
+			while (b > x && (part[c][b - 1] == ' ' || part[c][b - 1] == '\t'))
+				b--;
+			if (b > x && part[c][b - 1] == '.')
+				b--;
+			struct ref_name *e = &ref[nref];
+			e->wild = b - x >= 2 && part[c][x] == '*' && part[c][x + 1] == '.';
+			if (e->wild)
+				x += 2;
+			check(b - x <= TLS_SNI_NAME_MAX, "a name longer than allowed was taken");
+			for (size_t j = x; j < b; j++)
+				e->name[j - x] = (char)lower((unsigned char)part[c][j]);
+			e->name[b - x] = '\0';
+			e->cert = c;
+			nref++;
+			a = i + 1;
+		}
+	}
+	tls_sni_seal(&m);
+	int64_t got = tls_sni_lookup(&m, part[2], len[2]);
+	/* a query with characters no name can have matches nothing */
+	int valid = 1;
+	for (size_t i = 0; i < len[2]; i++) {
+		int c = lower((unsigned char)part[2][i]);
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+			valid = 0;
+	}
+	if (valid)
+		check(got == ref_lookup(ref, nref, part[2], len[2]), "lookup differs from the reference");
+	else
+		check(got == -1, "a malformed name matched");
+	tls_sni_free(&m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1)
+		return 0;
+	if (data[0] & 1)
+		framing(data, size);
+	else
+		sni(data, size);
+	return 0;
+}
