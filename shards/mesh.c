@@ -137,8 +137,8 @@ static int can_call(tl_shard *s, uint32_t t)
 	return can_send(s, t);
 }
 
-int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t payload,
-		     uint64_t token)
+int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t token,
+		     uint64_t payload)
 {
 	int fd, rc = can_call(s, target);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "detail.h"
 #include "runtime_int.h"
 #include "turnloop/signal.h"
 
@@ -50,13 +51,28 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	c->signals = 1;
 }
 
-static int valid_config(const tl_runtime_config *c)
+/* The first field of c out of its range (the detail of -EINVAL), or NULL. */
+static const char *bad_field(const tl_runtime_config *c)
 {
-	return c->mesh_capacity && c->mesh_capacity <= TL__SPSC_MAX_CAP && c->mesh_budget &&
-	       c->mesh_budget <= 65536 && c->mesh_inflight && c->mesh_inflight <= 65536 &&
-	       c->batch && c->batch <= 65536 && c->drain_ns && c->grace_ns && c->stats_period_ns &&
-	       c->stats_period_ns <= 1000000000ull && c->stats_values &&
-	       c->stats_values <= TL_STATS_VALUES_MAX && !c->handlers[0];
+	if (!c->mesh_capacity || c->mesh_capacity > TL__SPSC_MAX_CAP)
+		return "mesh_capacity must be 1..2^20";
+	if (!c->mesh_budget || c->mesh_budget > 65536)
+		return "mesh_budget must be 1..65536";
+	if (!c->mesh_inflight || c->mesh_inflight > 65536)
+		return "mesh_inflight must be 1..65536";
+	if (!c->batch || c->batch > 65536)
+		return "batch must be 1..65536";
+	if (!c->drain_ns)
+		return "drain_ns must not be 0";
+	if (!c->grace_ns)
+		return "grace_ns must not be 0";
+	if (!c->stats_period_ns || c->stats_period_ns > 1000000000ull)
+		return "stats_period_ns must be 1 ns..1 s";
+	if (!c->stats_values || c->stats_values > TL_STATS_VALUES_MAX)
+		return "stats_values must be 1..TL_STATS_VALUES_MAX";
+	if (c->handlers[0])
+		return "handlers[0] must be NULL (token handler 0 is on_completion)";
+	return NULL;
 }
 
 static void join_all(tl_runtime *rt)
@@ -105,8 +121,10 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 	tl_runtime_config defaults;
 	tl_plan_request req;
 	tl_runtime *rt;
+	const char *bad;
 	int rc;
 
+	tl__detail_clear();
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
@@ -114,11 +132,14 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 		tl_runtime_config_init(&defaults);
 		cfg = &defaults;
 	}
-	if (!valid_config(cfg))
+	bad = bad_field(cfg);
+	if (bad) {
+		tl__detail_set("runtime config: %s", bad);
 		return -EINVAL;
+	}
 	req = cfg->plan;
 	if (!cfg->no_env && tl_plan_from_env(&req) < 0)
-		return -EINVAL;
+		return -EINVAL; /* its detail names the variable */
 	rt = calloc(1, sizeof *rt);
 	if (!rt)
 		return -ENOMEM;
@@ -131,9 +152,11 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 	rt->arenas_why = tl__rt_arenas_build_why();
 	rc = tl_plan_compute(&rt->plan, &req, NULL);
 	if (rc < 0)
-		goto fail;
+		goto fail; /* its detail says why */
 	rt->n = rt->plan.count;
 	if (rt->n > TL_RT_MAX_SHARDS) {
+		tl__detail_set("%u shards planned, a runtime runs at most %u", rt->n,
+			       TL_RT_MAX_SHARDS);
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -164,6 +187,9 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 			atomic_init(&rt->pairs[(size_t)i * rt->n + j].want_room, 0);
 	}
 	rc = tl__rt_region_create(rt);
+	if (rc == -EBUSY)
+		tl__detail_set("this process already publishes a stats region (one runtime "
+			       "with stats at a time; set cfg.stats = 0 for the others)");
 	if (rc < 0)
 		goto fail;
 	*out = rt;
@@ -211,17 +237,19 @@ static void signals_restore(tl_runtime *rt)
 	rt->sig_installed = 0;
 }
 
-int tl_runtime_start(tl_runtime *rt)
+int tl_runtime_launch(tl_runtime *rt)
 {
 	sigset_t block, old;
 	int rc = 0;
 
+	tl__detail_clear();
 	if (!rt || rt->started)
 		return -EINVAL;
 	rt->started = 1;
 	if (pthread_barrier_init(&rt->barrier, NULL, rt->n)) {
 		tl__rt_fail(rt, -ENOMEM, "cannot create the stop barrier");
 		rt->joined = 1;
+		tl__detail_set("%s", rt->why);
 		return rt->result;
 	}
 	rt->barrier_ok = 1;
@@ -256,6 +284,7 @@ int tl_runtime_start(tl_runtime *rt)
 	if (rc) {
 		join_all(rt);
 		tl__rt_set_state(rt, TL_STATS_STOPPED);
+		tl__detail_set("%s", rt->why);
 		return rc;
 	}
 	if (rt->hdr && atomic_load(&rt->arenas))
@@ -269,10 +298,11 @@ int tl_runtime_run(tl_runtime *rt)
 {
 	int rc;
 
+	tl__detail_clear();
 	if (!rt)
 		return -EINVAL;
 	if (!rt->started) {
-		rc = tl_runtime_start(rt);
+		rc = tl_runtime_launch(rt);
 		if (rc < 0)
 			return rc;
 	}
@@ -282,6 +312,8 @@ int tl_runtime_run(tl_runtime *rt)
 	}
 	pthread_mutex_lock(&rt->mu);
 	rc = rt->result;
+	if (rc < 0)
+		tl__detail_set("%s", rt->why);
 	pthread_mutex_unlock(&rt->mu);
 	return rc;
 }
@@ -311,12 +343,6 @@ void tl_runtime_destroy(tl_runtime *rt)
 uint32_t tl_runtime_shards(const tl_runtime *rt) { return rt ? rt->n : 0; }
 const tl_plan *tl_runtime_plan(const tl_runtime *rt) { return rt ? &rt->plan : NULL; }
 
-const char *tl_runtime_strerror(const tl_runtime *rt)
-{
-	return rt ? rt->why : "";
-}
-
-
 int tl_runtime_arenas(const tl_runtime *rt, const char **why)
 {
 	int on = rt && atomic_load(&((tl_runtime *)rt)->arenas);
@@ -330,7 +356,31 @@ tl_loop *tl_shard_loop(tl_shard *s) { return s->loop; }
 uint32_t tl_shard_id(const tl_shard *s) { return s->id; }
 uint32_t tl_shard_count(const tl_shard *s) { return s->n; }
 tl_runtime *tl_shard_runtime(tl_shard *s) { return s->rt; }
-const tl_shard_place *tl_shard_place_of(const tl_shard *s) { return &s->rt->plan.shards[s->id]; }
+int tl_shard_place_get(const tl_shard *s, tl_shard_place *out)
+{
+	if (!s || !out)
+		return -EINVAL;
+	*out = s->rt->plan.shards[s->id];
+	return 0;
+}
+
 void *tl_shard_arg(const tl_shard *s) { return s->rt->cfg.arg; }
 void tl_shard_set_data(tl_shard *s, void *data) { s->data = data; }
 void *tl_shard_data(const tl_shard *s) { return s->data; }
+
+/* ---- deprecated names, kept for one release (turnloop.h lists them) ---- */
+
+int tl_runtime_start(tl_runtime *rt)
+{
+	return tl_runtime_launch(rt);
+}
+
+const char *tl_runtime_strerror(const tl_runtime *rt)
+{
+	return rt ? rt->why : "";
+}
+
+const tl_shard_place *tl_shard_place_of(const tl_shard *s)
+{
+	return &s->rt->plan.shards[s->id];
+}

@@ -11,7 +11,9 @@
 #include "tl_config.h"
 #include "spsc.h"
 #include "stats_region.h"
-#include "turnloop/shard.h"
+#include "turnloop/plan.h"
+#include "turnloop/runtime.h"
+#include "turnloop/stats.h"
 
 /*
  * The runtime in five files, each one part of a shard's life:
@@ -133,6 +135,7 @@ struct tl_runtime {
 	char stats_dir[TL__STATS_DIR_MAX];
 	char region_name[16];
 	char stats_why[320];
+	int stats_rc;  /* why cfg.stats asked for a region and got none, or 0 */
 	struct tl__stats_hdr *hdr;
 	struct tl__stats_fam *fams; /* the region's family table */
 	char (*labels)[TL_STATS_LABEL_MAX];

@@ -148,10 +148,10 @@ static void shard_run(tl_shard *s)
 	tl_runtime *rt = s->rt;
 	int rc;
 
-	if (rt->cfg.on_start) {
-		rc = rt->cfg.on_start(s, rt->cfg.arg);
+	if (rt->cfg.on_launch) {
+		rc = rt->cfg.on_launch(s, rt->cfg.arg);
 		if (rc < 0) {
-			tl__rt_fail(rt, rc, "shard %u (cpu %d) failed to start: on_start returned %s",
+			tl__rt_fail(rt, rc, "shard %u (cpu %d) failed to launch: on_launch returned %s",
 				    s->id, rt->plan.shards[s->id].pu_os_index, tl_strerror(rc));
 			tl_runtime_stop(rt);
 		}

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "detail.h"
 #include "runtime_int.h"
 #include "turnloop/pool.h"
 
@@ -62,13 +63,14 @@ static int stats_dir(tl_runtime *rt)
 	dfd = open(rt->stats_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0) {
 		rc = -errno;
-		if ((rc == -ELOOP || rc == -ENOTDIR) && lstat(rt->stats_dir, &st) == 0)
+		if ((rc == -ELOOP || rc == -ENOTDIR) && lstat(rt->stats_dir, &st) == 0) {
 			stats_off(rt, "%s is not a directory but a %s of uid %u; it was not "
 				      "made by turnloop (remove it as root or as its owner)",
 				  rt->stats_dir, S_ISLNK(st.st_mode) ? "symbolic link" : "file",
 				  (unsigned)st.st_uid);
-		else
-			stats_off(rt, "cannot open %s: %s", rt->stats_dir, strerror(-rc));
+			return -EPERM;
+		}
+		stats_off(rt, "cannot open %s: %s", rt->stats_dir, strerror(-rc));
 		return rc;
 	}
 	if (fstat(dfd, &st) < 0) {
@@ -192,8 +194,10 @@ static int region_create(tl_runtime *rt)
 	if (atomic_exchange(&region_owned, 1))
 		return -EBUSY;
 	dfd = stats_dir(rt);
-	if (dfd < 0)
+	if (dfd < 0) {
+		rc = dfd;
 		goto private;
+	}
 	sweep_stale(dfd);
 	snprintf(rt->region_name, sizeof rt->region_name, "%d", (int)getpid());
 	for (int tries = 0; tries < 2; tries++) {
@@ -246,6 +250,7 @@ unlink:
 private_dir:
 	close(dfd);
 private:
+	rt->stats_rc = rc;
 	rt->region_name[0] = '\0';
 	atomic_store(&region_owned, 0);
 	return region_private(rt, size);
@@ -581,6 +586,19 @@ int tl_shard_gauge_add(tl_shard *s, int id, int64_t delta)
 	return 0;
 }
 
+int tl_runtime_stats_published(const tl_runtime *rt)
+{
+	tl__detail_clear();
+	if (!rt)
+		return -EINVAL;
+	if (rt->stats_rc < 0) {
+		tl__detail_set("%s", rt->stats_why);
+		return rt->stats_rc;
+	}
+	return rt->region_shm;
+}
+
+/* Deprecated (turnloop.h): tl_runtime_stats_published and its detail. */
 const char *tl_runtime_stats_error(const tl_runtime *rt)
 {
 	return rt ? rt->stats_why : "";

@@ -13,7 +13,6 @@
 #include <hwloc.h>
 
 #include "turnloop.h"
-#include "turnloop/shard.h"
 #include "cli.h"
 
 /* ---- manuals ---- */
@@ -442,14 +441,14 @@ static void draw(hwloc_topology_t t, const struct allowed *a, const tl_plan *p)
 static int plan_for(struct tlshard_plan_opts *o, tl_plan *plan)
 {
 	int r = tl_plan_from_env(&o->req);
-	char why[256];
+	const char *why;
 
 	if (r < 0)
-		return bad("bad TL_CPUS, TL_SHARDS or TL_SMT in the environment");
+		return bad("%s", tl_error_detail());
 	r = tl_plan_compute(plan, &o->req, o->topology);
 	if (r == 0)
 		return 0;
-	tl_plan_explain(&o->req, o->topology, why, sizeof why);
+	why = tl_error_detail();
 	if (r == -EINVAL)
 		return bad("no such plan: %s", why[0] ? why : "the request cannot be met");
 	fprintf(stderr, "tlshard: %s\n", why[0] ? why : tl_strerror(r));
@@ -797,7 +796,7 @@ static int sample_read(tl_stats_reader *r, int pid, struct sample *s)
 		clean(raw, s->labels[v], LABEL_OUT);
 	}
 	for (uint32_t i = 0; i < in->shards; i++) {
-		rc = tl_stats_read(r, i, &s->sh[i], s->vals + (size_t)i * in->values, in->values);
+		rc = tl_stats_shard_get(r, i, &s->sh[i], s->vals + (size_t)i * in->values, in->values);
 		if (rc < 0) {
 			fprintf(stderr, "tlshard: process %d: cannot read shard %u: %s\n", pid, i,
 				tl_strerror(rc));
@@ -1594,9 +1593,9 @@ static int cmd_stats(int argc, char **argv)
 	}
 	if (rc < 0)
 		return bad("%s", err);
-	rc = tl_stats_open(&r, o.pid, err, sizeof err);
+	rc = tl_stats_open(&r, o.pid);
 	if (rc < 0) {
-		fprintf(stderr, "tlshard: %s\n", err);
+		fprintf(stderr, "tlshard: %s\n", tl_error_detail());
 		return 1;
 	}
 	rc = 1;
