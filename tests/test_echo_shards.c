@@ -118,6 +118,10 @@ static void test_both_shards_serve(void)
 			       (unsigned long long)st[i].completions[TL_K_ACCEPT],
 			       (unsigned long long)st[i].turns);
 			CU_ASSERT_TRUE(vals[i][idx] > 0);
+			/* Per shard, not only in sum: the counter in shard i's
+			 * slots is the connections shard i accepted, as its own
+			 * record counts them (published together). */
+			CU_ASSERT_EQUAL(vals[i][idx], st[i].completions[TL_K_ACCEPT]);
 		}
 		if (idx >= 0)
 			CU_ASSERT_EQUAL(vals[0][idx] + vals[1][idx], 201);
