@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "turnloop.h"
-#include "turnloop/shard.h"
 
 /*
  *   mesh_bench [-n MESSAGES] [-r ROUNDTRIPS] [-a CPU_A] [-b CPU_B]
@@ -92,7 +91,7 @@ static void on_completion(tl_shard *s, const tl_completion *c)
 		exit(1);
 }
 
-static int on_start(tl_shard *s, void *arg)
+static int shard_launch(tl_shard *s, void *arg)
 {
 	(void)arg;
 	if (B.mode == PINGPONG && tl_shard_id(s) == 0) {
@@ -119,7 +118,7 @@ static double run(const char *cpus, int mode, int busy, uint64_t total, uint32_t
 	cfg.signals = 0;
 	cfg.mesh_capacity = cap;
 	cfg.mesh_budget = budget;
-	cfg.on_start = on_start;
+	cfg.on_launch = shard_launch;
 	cfg.on_pass = on_pass;
 	cfg.on_completion = on_completion;
 	rc = tl_runtime_new(&rt, &cfg);
@@ -135,7 +134,7 @@ static double run(const char *cpus, int mode, int busy, uint64_t total, uint32_t
 	}
 	rc = tl_runtime_run(rt);
 	if (rc < 0) {
-		fprintf(stderr, "mesh_bench: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "mesh_bench: %s\n", tl_error_detail());
 		exit(1);
 	}
 	tl_runtime_destroy(rt);

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 				"[-m both|tput|rtt]\n");
 		return 2;
 	}
-	int r = tl_pool_start(&pc);
+	int r = tl_pool_launch(&pc);
 	tl_config cfg;
 	tl_config_init(&cfg);
 	cfg.max_undelivered = 4096;

@@ -1,9 +1,35 @@
-/* lib/error.c: tl_strerror and address helpers. */
+/* lib/error.c: tl_strerror, the per-thread error detail, and address helpers. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+#include "detail.h"
 #include "turnloop/error.h"
 #include "turnloop/loop.h"
+
+/* One line per thread: the details are about calls of that thread, and a
+ * thread-local buffer needs no lock and no allocation. */
+static _Thread_local char detail[320];
+
+const char *tl_error_detail(void)
+{
+	return detail;
+}
+
+void tl__detail_clear(void)
+{
+	detail[0] = '\0';
+}
+
+void tl__detail_set(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof detail, fmt, ap);
+	va_end(ap);
+}
 
 /* The codes turnloop gives a meaning of its own (turnloop/error.h): the OS's
  * meaning first, since the same code also comes straight from the OS (a

@@ -344,6 +344,11 @@ int tl_udp_send(tl_loop *l, tl_handle hid, const void *buf, uint32_t len, const 
 	return submit(l, h, o, oid);
 }
 
+int tl_udp_recv_pooled(tl_loop *l, tl_handle hid, uint64_t token, tl_op *oid)
+{
+	return tl_udp_recv(l, hid, NULL, 0, token, oid);
+}
+
 int tl_udp_recv(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint64_t token, tl_op *oid)
 {
 	int err;

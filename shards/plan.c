@@ -8,7 +8,8 @@
 
 #include <hwloc.h>
 
-#include "turnloop/shard.h"
+#include "detail.h"
+#include "turnloop/plan.h"
 
 /* ---- CPU lists ---- */
 
@@ -388,14 +389,13 @@ out:
 	return rc;
 }
 
-int tl_plan_compute(tl_plan *out, const tl_plan_request *req, const char *synthetic)
+/* tl_plan_compute without its detail (which explain() computes with this). */
+static int compute(tl_plan *out, const tl_plan_request *req, const char *synthetic)
 {
 	static const tl_plan_request defaults;
 	hwloc_topology_t topo;
 	int rc;
 
-	if (!out)
-		return -EINVAL;
 	memset(out, 0, sizeof *out);
 	if (!req)
 		req = &defaults;
@@ -449,31 +449,53 @@ static int parse_count(const char *s, uint32_t max, uint32_t *out)
 	return 0;
 }
 
+/* At most 40 bytes of an environment value for a detail line, anything
+ * but printable ASCII shown as '?' (the line must stay one line). */
+static const char *shown(const char *v, char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; v[i] && i < 40 && i + 1 < len; i++)
+		buf[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
+	buf[i] = '\0';
+	return buf;
+}
+
 int tl_plan_from_env(tl_plan_request *req)
 {
 	tl_plan_request r;
 	const char *v;
+	char b[48];
 
+	tl__detail_clear();
 	if (!req)
 		return -EINVAL;
 	/* Work on a copy so that a bad variable leaves *req untouched. */
 	r = *req;
 	if (!r.cpus && (v = getenv("TL_CPUS")) && *v) {
-		if (walk_cpulist(v, TL_PLAN_MAX_CPU, no_add, NULL))
+		if (walk_cpulist(v, TL_PLAN_MAX_CPU, no_add, NULL)) {
+			tl__detail_set("TL_CPUS='%s' is not a CPU list (like 0-3,6; CPUs below %u)",
+				       shown(v, b, sizeof b), TL_PLAN_MAX_CPU);
 			return -EINVAL;
+		}
 		r.cpus = v;
 	}
 	if (!r.shards && (v = getenv("TL_SHARDS")) && *v) {
-		if (parse_count(v, TL_PLAN_MAX_SHARDS, &r.shards))
+		if (parse_count(v, TL_PLAN_MAX_SHARDS, &r.shards)) {
+			tl__detail_set("TL_SHARDS='%s' is not a shard count (0..%u)",
+				       shown(v, b, sizeof b), TL_PLAN_MAX_SHARDS);
 			return -EINVAL;
+		}
 	}
 	if (!r.smt && (v = getenv("TL_SMT")) && *v) {
-		if (strcmp(v, "0") == 0)
+		if (strcmp(v, "0") == 0) {
 			r.smt = 0;
-		else if (strcmp(v, "1") == 0)
+		} else if (strcmp(v, "1") == 0) {
 			r.smt = 1;
-		else
+		} else {
+			tl__detail_set("TL_SMT='%s' is neither 0 nor 1", shown(v, b, sizeof b));
 			return -EINVAL;
+		}
 	}
 	*req = r;
 	return 0;
@@ -566,7 +588,10 @@ out:
 	return rc;
 }
 
-int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf, size_t len)
+/* Why compute(req, synthetic) failed with rc, into buf (len > 0): the
+ * reason's length. */
+static int explain(const tl_plan_request *req, const char *synthetic, int rc, char *buf,
+		   size_t len)
 {
 	static const tl_plan_request defaults;
 	struct why w = {buf, len};
@@ -574,18 +599,10 @@ int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf
 	hwloc_topology_t topo;
 	tl_plan_request r;
 	tl_plan p;
-	int rc;
 
-	if (!buf || !len)
-		return -EINVAL;
 	buf[0] = '\0';
 	if (!req)
 		req = &defaults;
-	rc = tl_plan_compute(&p, req, synthetic);
-	if (rc == 0) {
-		tl_plan_free(&p);
-		return 0;
-	}
 	if (req->shards > TL_PLAN_MAX_SHARDS)
 		return why_say(&w, "%u shards is more than a plan takes (%u)", req->shards,
 			       TL_PLAN_MAX_SHARDS);
@@ -619,7 +636,7 @@ int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf
 	 * many shards the request can have. */
 	r = *req;
 	r.shards = 0;
-	if (tl_plan_compute(&p, &r, synthetic) == 0) {
+	if (compute(&p, &r, synthetic) == 0) {
 		rc = why_say(&w, "%u shards asked, but %s %u usable %s%s%s", req->shards,
 			     req->cpus ? "the listed CPUs hold" : "this process has", p.count,
 			     req->smt ? "PU" : "core", p.count == 1 ? "" : "s",
@@ -628,6 +645,41 @@ int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf
 		return rc;
 	}
 	return why_say(&w, "no usable CPU: the allowed set and the CPU list do not meet");
+}
+
+int tl_plan_compute(tl_plan *out, const tl_plan_request *req, const char *synthetic)
+{
+	char why[256];
+	int rc;
+
+	tl__detail_clear();
+	if (!out) {
+		tl__detail_set("no plan to fill (out is NULL)");
+		return -EINVAL;
+	}
+	rc = compute(out, req, synthetic);
+	if (rc < 0) {
+		explain(req, synthetic, rc, why, sizeof why);
+		tl__detail_set("%s", why[0] ? why : strerror(-rc));
+	}
+	return rc;
+}
+
+/* Deprecated (turnloop.h): the reason is tl_plan_compute's detail. */
+int tl_plan_explain(const tl_plan_request *req, const char *synthetic, char *buf, size_t len)
+{
+	tl_plan p;
+	int rc;
+
+	if (!buf || !len)
+		return -EINVAL;
+	buf[0] = '\0';
+	rc = compute(&p, req, synthetic);
+	if (rc == 0) {
+		tl_plan_free(&p);
+		return 0;
+	}
+	return explain(req, synthetic, rc, buf, len);
 }
 
 /* ---- Output and binding ---- */

@@ -1,4 +1,4 @@
-/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): it checks whose region it is before trusting it, and never writes it. */
+/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): it checks whose region it is before trusting it, and never writes it. Its writer is stats_writer.c; their shared layout is stats_region.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
+#include "detail.h"
 #include "stats_region.h"
 
 /* Retries of a sequence-locked copy before -EAGAIN: a shard holds its lock
@@ -272,7 +273,9 @@ static tl_stats_reader *reader_new(void)
 	return r;
 }
 
-int tl_stats_open_path(tl_stats_reader **out, const char *path, char *err, size_t errlen)
+/* The reader's checks say what failed into err; the public calls pass it
+ * on as the thread's detail (tl_error_detail). */
+static int open_path(tl_stats_reader **out, const char *path, char *err, size_t errlen)
 {
 	struct tl__stats_hdr h;
 	struct stat st;
@@ -280,8 +283,6 @@ int tl_stats_open_path(tl_stats_reader **out, const char *path, char *err, size_
 	const char *base;
 	int rc;
 
-	if (err && errlen)
-		err[0] = '\0';
 	if (out)
 		*out = NULL;
 	if (!out || !path || !*path) {
@@ -462,13 +463,23 @@ static int open_pid(tl_stats_reader *r, int pid, char *err, size_t errlen)
 	return 0;
 }
 
-int tl_stats_open(tl_stats_reader **out, int pid, char *err, size_t errlen)
+int tl_stats_open_path(tl_stats_reader **out, const char *path)
+{
+	char err[320] = "";
+	int rc;
+
+	tl__detail_clear();
+	rc = open_path(out, path, err, sizeof err);
+	if (rc < 0)
+		tl__detail_set("%s", err);
+	return rc;
+}
+
+static int open_by_pid(tl_stats_reader **out, int pid, char *err, size_t errlen)
 {
 	tl_stats_reader *r;
 	int rc;
 
-	if (err && errlen)
-		err[0] = '\0';
 	if (out)
 		*out = NULL;
 	if (!out || pid <= 0) {
@@ -489,21 +500,39 @@ int tl_stats_open(tl_stats_reader **out, int pid, char *err, size_t errlen)
 	return 0;
 }
 
+int tl_stats_open(tl_stats_reader **out, int pid)
+{
+	char err[320] = "";
+	int rc;
+
+	tl__detail_clear();
+	rc = open_by_pid(out, pid, err, sizeof err);
+	if (rc < 0)
+		tl__detail_set("%s", err);
+	return rc;
+}
+
 int tl_stats_info_get(tl_stats_reader *r, tl_stats_info *out)
 {
 	struct tl__stats_hdr h;
 	struct stat st;
+	char err[320];
 	int rc;
 
+	tl__detail_clear();
 	if (!r || !out)
 		return -EINVAL;
 	rc = still_alive(r);
+	if (rc == -ESRCH)
+		tl__detail_set("%s: the process has exited", r->name);
 	if (rc < 0)
 		return rc;
 	for (int tries = 0;; tries++) {
-		rc = load(r, &h, &st, NULL, 0);
-		if (rc < 0)
+		rc = load(r, &h, &st, err, sizeof err);
+		if (rc < 0) {
+			tl__detail_set("%s", err);
 			return rc;
+		}
 		if (!(atomic_load_explicit(&h.meta_seq, memory_order_relaxed) & 1))
 			break;
 		if (tries == SEQ_TRIES)
@@ -512,8 +541,11 @@ int tl_stats_info_get(tl_stats_reader *r, tl_stats_info *out)
 			usleep(10);
 	}
 	/* tl_runtime_destroy unlinks the region before it goes. */
-	if (r->pid && st.st_nlink == 0)
+	if (r->pid && st.st_nlink == 0) {
+		tl__detail_set("%s: the process removed its stats region (its runtime stopped)",
+			       r->name);
 		return -ENOENT;
+	}
 	memset(out, 0, sizeof *out);
 	out->version = h.version;
 	out->shards = h.shards;
@@ -625,8 +657,8 @@ int tl_stats_label_get(tl_stats_reader *r, uint32_t value, char *buf, size_t len
 	return (int)n;
 }
 
-int tl_stats_read(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out, uint64_t *values,
-		  uint32_t nvalues)
+int tl_stats_shard_get(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out,
+		       uint64_t *values, uint32_t nvalues)
 {
 	struct tl__stats_rec rec;
 	off_t off;
@@ -662,6 +694,13 @@ int tl_stats_read(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out, uint6
 		}
 	}
 	return -EAGAIN;
+}
+
+/* Deprecated (turnloop.h): the old name of tl_stats_shard_get. */
+int tl_stats_read(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out, uint64_t *values,
+		  uint32_t nvalues)
+{
+	return tl_stats_shard_get(r, shard, out, values, nvalues);
 }
 
 void tl_stats_close(tl_stats_reader *r)

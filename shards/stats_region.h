@@ -6,7 +6,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "turnloop/shard.h"
+#include "turnloop/plan.h"
+#include "turnloop/stats.h"
 
 /*
  * Layout version 2 of /dev/shm/turnloop-<uid>/<pid>:

@@ -263,6 +263,7 @@ static void expect_handle_enoent(tl_loop *l, tl_handle h, const char *what)
 		{ "tl_local_addr", tl_local_addr(l, h, &a) },
 		{ "tl_udp_send", tl_udp_send(l, h, buf, sizeof buf, &a, 1, &op) },
 		{ "tl_udp_recv", tl_udp_recv(l, h, buf, sizeof buf, 1, &op) },
+		{ "tl_udp_recv_pooled", tl_udp_recv_pooled(l, h, 1, &op) },
 		{ "tl_splice", tl_splice(l, h, h, sizeof buf, 1, &op) },
 		{ "tl_sendfile", tl_sendfile(l, 0, 0, sizeof buf, h, 1, &op) },
 	};
@@ -505,6 +506,7 @@ static void test_refused_wrong_kind(void)
 	H_EQ(tl_writev(l, t, &iov, 1, 1, &op), -EINVAL);
 	H_EQ(tl_shutdown(l, t, 1, &op), -EINVAL);
 	H_EQ(tl_udp_recv(l, t, buf, sizeof buf, 1, &op), -EINVAL);
+	H_EQ(tl_udp_recv_pooled(l, t, 1, &op), -EINVAL);
 	if (tcp) {
 		H_EQ(tl_udp_send(l, t, buf, sizeof buf, &la, 1, &op), -EINVAL);
 		/* Stream and timer operations on a listener. */
@@ -517,6 +519,7 @@ static void test_refused_wrong_kind(void)
 		H_EQ(tl_timer_reset(l, lis, tl_now(l)), -EINVAL);
 		H_EQ(tl_udp_send(l, lis, buf, sizeof buf, &la, 1, &op), -EINVAL);
 		H_EQ(tl_udp_recv(l, lis, buf, sizeof buf, 1, &op), -EINVAL);
+		H_EQ(tl_udp_recv_pooled(l, lis, 1, &op), -EINVAL);
 	}
 	H_EQ(tl_alive(l), 0);
 	tl_loop_stats s1 = stats(l);
@@ -3174,7 +3177,7 @@ static void udp_round_trip(int family)
 		       addr_port(&ba));
 	}
 	/* Reply to `from`, received into a pooled lease. */
-	H_EQ(tl_udp_recv(l, b, NULL, 0, 3, &rb), 0);
+	H_EQ(tl_udp_recv_pooled(l, b, 3, &rb), 0);
 	H_EQ(tl_udp_send(l, a, "pong!", 5, from.sa.sa_family ? &from : &ba, 4, &sa), 0);
 	i = h_wait_op(&c, rb);
 	if (i >= 0) {
@@ -3187,6 +3190,19 @@ static void udp_round_trip(int family)
 		       addr_port(&x.u.recv.from), addr_port(&aa));
 		H_EQ(tl_lease_release(l, x.u.recv.lease.id), 0);
 		H_EQ(tl_lease_release(l, x.u.recv.lease.id), -ENOENT);
+		c.log.v[i].flags &= (uint16_t)~TL_F_LEASE;
+	}
+	h_wait_op(&c, sa);
+	/* The deprecated form of a pooled receive (a NULL buffer) still
+	 * works for one release (turnloop.h, rule 8). */
+	H_EQ(tl_udp_recv(l, b, NULL, 0, 7, &rb), 0);
+	H_EQ(tl_udp_send(l, a, "old", 3, from.sa.sa_family ? &from : &ba, 8, &sa), 0);
+	i = h_wait_op(&c, rb);
+	if (i >= 0) {
+		tl_completion x = c.log.v[i];
+		H_EQ(x.result, 3);
+		H_TRUE_FATAL(x.flags & TL_F_LEASE, "no lease (flags %#x)", x.flags);
+		H_EQ(tl_lease_release(l, x.u.recv.lease.id), 0);
 		c.log.v[i].flags &= (uint16_t)~TL_F_LEASE;
 	}
 	h_wait_op(&c, sa);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <turnloop/ewait.h>
-#include <turnloop/shard.h>
+#include <turnloop/runtime.h>
 #include <turnloop/signal.h>
 #include <CUnit/CUnit.h>
 
@@ -288,7 +288,7 @@ static void test_signal_beside_runtime(void)
 	 * driver's run of this test puts the runtime on epoll. */
 	if (!(tl_loop_caps(l) & TL_CAP_OS))
 		cfg.loop.driver = TL_DRIVER_EPOLL;
-	cfg.on_start = shard_start;
+	cfg.on_launch = shard_start;
 	cfg.on_completion = shard_completion;
 	cfg.on_drain = shard_drain;
 	atomic_store(&shard_sigs, 0);
@@ -296,7 +296,7 @@ static void test_signal_beside_runtime(void)
 	atomic_store(&shard_ready, 0);
 	tl_runtime *rt;
 	H_EQ_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	H_EQ_FATAL(tl_runtime_start(rt), 0);
+	H_EQ_FATAL(tl_runtime_launch(rt), 0);
 	while (!atomic_load(&shard_ready))
 		h_sleep_ms(1);
 	H_EQ(kill(getpid(), SIGTERM), 0);

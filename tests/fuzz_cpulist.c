@@ -6,7 +6,7 @@
 
 #include <hwloc.h>
 
-#include "turnloop/shard.h"
+#include "turnloop/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

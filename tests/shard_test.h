@@ -14,7 +14,6 @@
 #include <CUnit/Basic.h>
 
 #include "turnloop.h"
-#include "turnloop/shard.h"
 
 /* Checks made on shard threads: CUnit is not thread-safe, so they count
  * here and the test's own thread asserts the count is 0 (st_end does). */

@@ -756,7 +756,7 @@ static void test_pool_saturation(void)
 	int fds = h_begin();
 	/* The pool runs with this program's configuration: asking again for
 	 * the same one is accepted, another one would be -EINVAL. */
-	H_EQ(tl_pool_start(&pool_cfg), 0);
+	H_EQ(tl_pool_launch(&pool_cfg), 0);
 	h_ctx c;
 	h_ctx_init(&c, h_loop());
 	atomic_store(&gate_open, 0);
@@ -1145,9 +1145,9 @@ int main(int argc, char **argv)
 	pool_cfg.workers_per_node = 1;
 	pool_cfg.queue_per_node = 4;
 	pool_cfg.long_max = 2;
-	rc = tl_pool_start(&pool_cfg);
+	rc = tl_pool_launch(&pool_cfg);
 	if (rc != 0) {
-		fprintf(stderr, "tl_pool_start failed: %d%s\n", rc, h_errname(rc));
+		fprintf(stderr, "tl_pool_launch failed: %d%s\n", rc, h_errname(rc));
 		return 1;
 	}
 

@@ -190,7 +190,7 @@ static void test_full_ring(void)
 	F.total = 5000;
 	st_config(&cfg, 2);
 	cfg.mesh_capacity = 8;
-	cfg.on_start = full_start;
+	cfg.on_launch = full_start;
 	cfg.on_completion = full_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -281,7 +281,7 @@ static void test_submit_to(void)
 
 	memset(&C, 0, sizeof C);
 	st_config(&cfg, 2);
-	cfg.on_start = call_start;
+	cfg.on_launch = call_start;
 	cfg.on_pass = call_pass;
 	cfg.on_completion = call_handler;
 	CU_ASSERT_EQUAL(cfg.mesh_inflight, 64);
@@ -344,7 +344,7 @@ static void test_result_backlog(void)
 	memset(&B, 0, sizeof B);
 	st_config(&cfg, 2);
 	cfg.mesh_capacity = 8;
-	cfg.on_start = bl_start;
+	cfg.on_launch = bl_start;
 	cfg.on_completion = bl_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -420,7 +420,7 @@ static void test_broadcast(void)
 	memset(&BC, 0, sizeof BC);
 	BC.n = 3;
 	st_config(&cfg, BC.n);
-	cfg.on_start = bc_start;
+	cfg.on_launch = bc_start;
 	cfg.on_stop = bc_stop;
 	cfg.on_completion = bc_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
@@ -473,7 +473,7 @@ static void test_named_handler(void)
 	atomic_store(&named_hits, 0);
 	atomic_store(&default_hits, 0);
 	st_config(&cfg, 2);
-	cfg.on_start = named_start;
+	cfg.on_launch = named_start;
 	cfg.on_completion = default_handler;
 	cfg.handlers[3] = named_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);

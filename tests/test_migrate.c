@@ -89,7 +89,7 @@ static void try_move(tl_shard *s, struct side *d)
 {
 	if (!d->moving || d->writes)
 		return;
-	int rc = tl_shard_migrate(s, d->h, other(s), PAYLOAD(d->moved + 1, d->off), TOK_MIGRATE);
+	int rc = tl_shard_migrate(s, d->h, other(s), TOK_MIGRATE, PAYLOAD(d->moved + 1, d->off));
 	if (rc == -EAGAIN) {
 		atomic_fetch_add(&M.eagains, 1);
 		ST_CHECK(d->reading); /* nothing else may hold it */
@@ -160,7 +160,7 @@ static void handler(tl_shard *s, const tl_completion *c)
 		ST_CHECK(tl_close(l, c->handle, TOK_CLOSE) == 0); /* the listener */
 		if (M.refuse) {
 			/* Shard 1's table is full: its adoption fails. */
-			ST_CHECK(tl_shard_migrate(s, c->u.accept.conn, 1, 77, TOK_MIGRATE) == 0);
+			ST_CHECK(tl_shard_migrate(s, c->u.accept.conn, 1, TOK_MIGRATE, 77) == 0);
 			return;
 		}
 		begin(s, c->u.accept.conn, 0);
@@ -327,10 +327,10 @@ static void run(int refuse, struct client *k, tl_runtime_config *cfg)
 	memset(&M, 0, sizeof M);
 	M.refuse = refuse;
 	memset(k, 0, sizeof *k);
-	cfg->on_start = on_start;
+	cfg->on_launch = on_start;
 	cfg->on_completion = handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	k->port = wait_port();
 	CU_ASSERT_TRUE(k->port > 0);
 	if (k->port > 0 && pthread_create(&t, NULL, client_main, k) == 0)

@@ -20,7 +20,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-#include "turnloop/shard.h"
+#include "turnloop/plan.h"
 
 /* 2 packages x 2 NUMA nodes x 4 cores x 2 PUs: 32 PUs, 16 cores, 4 nodes.
  * hwloc numbers the PUs 0..31 in order, so core c holds PUs 2c and 2c+1,
@@ -625,56 +625,57 @@ static void test_real_affinity(void)
 	CU_ASSERT_TRUE(plan_is_zero(&p));
 }
 
-/* tl_plan_explain says which part of a request is wrong, and why. */
+/* The detail of a plan that cannot be met ("" and 0 when it can). */
+static const char *why_not(const tl_plan_request *req, const char *topo, int *rc)
+{
+	tl_plan p;
+
+	*rc = tl_plan_compute(&p, req, topo);
+	if (*rc == 0)
+		tl_plan_free(&p);
+	return tl_error_detail();
+}
+
+/* tl_plan_compute's detail says which part of a request is wrong, and why. */
 static void test_explain(void)
 {
 	tl_plan_request req = {0};
-	char why[256], tiny[8];
 	cpu_set_t mine, one;
 	int last = -1, rc;
 
-	/* A plan that can be met has nothing to explain. */
-	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, sizeof why), 0);
-	CU_ASSERT_STRING_EQUAL(why, "");
-	CU_ASSERT_EQUAL(tl_plan_explain(NULL, TOPO, why, sizeof why), 0);
+	/* A plan that can be met leaves no detail, even after one that
+	 * could not. */
 	req.cpus = "40";
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_STRING_EQUAL(why, "cpu 40 does not exist (this machine has cpus 0-31)");
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "cpu 40 does not exist (this machine has cpus 0-31)");
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	req.cpus = NULL;
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "");
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_STRING_EQUAL(why_not(NULL, TOPO, &rc), "");
 	req.cpus = "0-3";
 	req.allowed = "0-1";
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_STRING_EQUAL(why, "cpu 2 is outside the allowed set 0-1");
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "cpu 2 is outside the allowed set 0-1");
 	req.allowed = NULL;
 	req.cpus = NULL;
 	req.shards = 17;
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_STRING_EQUAL(why, "17 shards asked, but this process has 16 usable cores "
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "17 shards asked, but this process has 16 usable cores "
 				    "(--smt uses every PU of a core)");
 	req.smt = 1;
 	req.shards = 33;
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_STRING_EQUAL(why, "33 shards asked, but this process has 32 usable PUs");
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "33 shards asked, but this process has 32 usable PUs");
 	req.smt = 0;
 	req.cpus = "0-3";
 	req.shards = 3;
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_STRING_EQUAL(why, "3 shards asked, but the listed CPUs hold 2 usable cores "
+	CU_ASSERT_STRING_EQUAL(why_not(&req, TOPO, &rc), "3 shards asked, but the listed CPUs hold 2 usable cores "
 				    "(--smt uses every PU of a core)");
 	req.cpus = "3-1";
-	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(why, "'3-1' is not a CPU list"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, TOPO, &rc), "'3-1' is not a CPU list"));
 	req.cpus = NULL;
 	req.shards = 0;
-	CU_ASSERT_TRUE(tl_plan_explain(&req, "pack:zero", why, sizeof why) > 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(why, "'pack:zero' is not a topology hwloc can read"));
-	CU_ASSERT_TRUE(tl_plan_explain(&req, "/nonexistent/topo.xml", why, sizeof why) > 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(why, "cannot load the topology /nonexistent/topo.xml"));
-	/* Cut to fit, still terminated. */
-	req.cpus = "40";
-	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, tiny, sizeof tiny), (int)sizeof tiny - 1);
-	CU_ASSERT_STRING_EQUAL(tiny, "cpu 40 ");
-	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, NULL, 8), -EINVAL);
-	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, 0), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, "pack:zero", &rc), "'pack:zero' is not a topology hwloc can read"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, "/nonexistent/topo.xml", &rc), "cannot load the topology /nonexistent/topo.xml"));
+	CU_ASSERT_EQUAL(tl_plan_compute(NULL, &req, TOPO), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "no plan to fill (out is NULL)");
 
 	/* On the real machine: a CPU outside this thread's affinity. */
 	CU_ASSERT_EQUAL_FATAL(sched_getaffinity(0, sizeof mine, &mine), 0);
@@ -687,7 +688,7 @@ static void test_explain(void)
 	CPU_ZERO(&one);
 	CPU_SET(last, &one);
 	CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
-	char list[16], want[160];
+	char list[16], want[160], got[200];
 	int first = -1;
 
 	for (int c = 0; c < last && first < 0; c++)
@@ -695,13 +696,55 @@ static void test_explain(void)
 			first = c;
 	snprintf(list, sizeof list, "%d", first);
 	req = (tl_plan_request){.cpus = list};
-	rc = tl_plan_explain(&req, NULL, why, sizeof why);
+	snprintf(got, sizeof got, "%s", why_not(&req, NULL, &rc));
 	CU_ASSERT_EQUAL(sched_setaffinity(0, sizeof mine, &mine), 0);
 	snprintf(want, sizeof want, "cpu %d is outside this process's CPU affinity (it allows %d; "
 				    "see taskset -p)", first, last);
-	CU_ASSERT_TRUE(rc > 0);
-	CU_ASSERT_STRING_EQUAL(why, want);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_STRING_EQUAL(got, want);
 }
+
+/* The variables' detail names the variable and shows its value, one line. */
+static void test_env_detail(void)
+{
+	tl_plan_request req = {0};
+
+	setenv("TL_SHARDS", "many", 1);
+	CU_ASSERT_EQUAL(tl_plan_from_env(&req), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "TL_SHARDS='many' is not a shard count (0..65536)");
+	unsetenv("TL_SHARDS");
+	setenv("TL_CPUS", "0-\n1", 1);
+	CU_ASSERT_EQUAL(tl_plan_from_env(&req), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "TL_CPUS='0-?1' is not a CPU list (like 0-3,6; CPUs below 65536)");
+	unsetenv("TL_CPUS");
+	setenv("TL_SMT", "yes", 1);
+	CU_ASSERT_EQUAL(tl_plan_from_env(&req), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "TL_SMT='yes' is neither 0 nor 1");
+	unsetenv("TL_SMT");
+	CU_ASSERT_EQUAL(tl_plan_from_env(&req), 0);
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "");
+}
+
+/* The deprecated tl_plan_explain still works for one release: the same
+ * line into a buffer, cut to fit. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void test_explain_deprecated(void)
+{
+	tl_plan_request req = {0};
+	char why[256], tiny[8];
+
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, sizeof why), 0);
+	CU_ASSERT_STRING_EQUAL(why, "");
+	req.cpus = "40";
+	CU_ASSERT_TRUE(tl_plan_explain(&req, TOPO, why, sizeof why) > 0);
+	CU_ASSERT_STRING_EQUAL(why, "cpu 40 does not exist (this machine has cpus 0-31)");
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, tiny, sizeof tiny), (int)sizeof tiny - 1);
+	CU_ASSERT_STRING_EQUAL(tiny, "cpu 40 ");
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, NULL, 8), -EINVAL);
+	CU_ASSERT_EQUAL(tl_plan_explain(&req, TOPO, why, 0), -EINVAL);
+}
+#pragma GCC diagnostic pop
 
 int main(void)
 {
@@ -726,6 +769,8 @@ int main(void)
 		{ "real machine", test_real_machine },
 		{ "real machine affinity", test_real_affinity },
 		{ "explain", test_explain },
+		{ "environment detail", test_env_detail },
+		{ "explain (deprecated)", test_explain_deprecated },
 	};
 	CU_pSuite suite;
 	unsigned failures;

@@ -256,7 +256,7 @@ static int pool_shutdown_retry(void)
 static void use_pool(const tl_pool_config *cfg)
 {
 	EQ_FATAL(pool_shutdown_retry(), 0);
-	EQ_FATAL(tl_pool_start(cfg), 0);
+	EQ_FATAL(tl_pool_launch(cfg), 0);
 }
 
 static void small_pool(uint32_t workers, uint32_t queue, uint32_t long_max, uint32_t idle_ms)
@@ -476,35 +476,35 @@ static void test_config_and_start(void)
 	TRUE(cfg.topology == NULL);
 	tl_pool_config bad = cfg;
 	bad.workers_per_node = 0;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.queue_per_node = 0;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.queue_per_node = (1u << 20) + 1;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.long_max = 0;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.long_idle_ms = 0;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.spin_us = 10001;
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "";
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "this is not:a topology";
-	EQ(tl_pool_start(&bad), -EINVAL);
+	EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "/nonexistent/topology.xml";
-	TRUE(tl_pool_start(&bad) < 0);
+	TRUE(tl_pool_launch(&bad) < 0);
 	EQ(tl_pool_stats_get(&t, NULL, 0), 0); /* nothing started by the failures */
 
-	EQ(tl_pool_start(NULL), 0);
-	EQ(tl_pool_start(&cfg), 0); /* equal configuration */
+	EQ(tl_pool_launch(NULL), 0);
+	EQ(tl_pool_launch(&cfg), 0); /* equal configuration */
 	int n = tl_pool_stats_get(&t, per, 4);
 	TRUE(n >= 1);
 	EQ(t.threads, 4u * (unsigned)n);
@@ -512,10 +512,10 @@ static void test_config_and_start(void)
 	EQ(t.long_threads, 0);
 	tl_pool_config other = cfg;
 	other.queue_per_node = 8;
-	EQ(tl_pool_start(&other), -EINVAL);
+	EQ(tl_pool_launch(&other), -EINVAL);
 	other = cfg;
 	other.topology = "pack:2 numa:1 core:1 pu:1";
-	EQ(tl_pool_start(&other), -EINVAL);
+	EQ(tl_pool_launch(&other), -EINVAL);
 
 	/* A loop that used the pool keeps it: shutdown is -EBUSY. */
 	ctx *c = ctx_new();
@@ -528,7 +528,7 @@ static void test_config_and_start(void)
 	EQ(pool_shutdown_retry(), 0);
 	EQ(tl_pool_stats_get(&t, NULL, 0), 0);
 	EQ(tl_pool_shutdown(), 0); /* not running: nothing to do */
-	EQ(tl_pool_start(&other), 0); /* another configuration after a shutdown */
+	EQ(tl_pool_launch(&other), 0); /* another configuration after a shutdown */
 	t_end(fds, NULL, 0);
 }
 

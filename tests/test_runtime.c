@@ -1,4 +1,4 @@
-/* tests/test_runtime.c: CUnit tests of the runtime's lifecycle: start/stop, pinning, drain, SIGTERM, failed starts, TL_* variables, the stall detector. */
+/* tests/test_runtime.c: CUnit tests of the runtime's lifecycle: launch/stop, pinning, drain, SIGTERM, failed launches, TL_* variables, the stall detector. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -34,6 +34,7 @@ static int rt_start(tl_shard *s, void *arg)
 {
 	struct seen *v = &V[tl_shard_id(s)];
 	tl_loop *l = tl_shard_loop(s);
+	tl_shard_place place;
 	tl_handle h;
 	tl_op op;
 
@@ -41,7 +42,8 @@ static int rt_start(tl_shard *s, void *arg)
 	atomic_fetch_add(&start_calls, 1);
 	v->thread = pthread_self();
 	v->cpu = sched_getcpu();
-	v->want_cpu = tl_shard_place_of(s)->pu_os_index;
+	ST_CHECK(tl_shard_place_get(s, &place) == 0);
+	v->want_cpu = place.pu_os_index;
 	v->starts++;
 	ST_CHECK(tl_shard_count(s) == tl_runtime_shards(tl_shard_runtime(s)));
 	if ((int)tl_shard_id(s) == fail_shard)
@@ -92,7 +94,7 @@ static void reset(void)
 static void base(tl_runtime_config *cfg, uint32_t n)
 {
 	st_config(cfg, n);
-	cfg->on_start = rt_start;
+	cfg->on_launch = rt_start;
 	cfg->on_stop = rt_stop;
 	cfg->on_completion = rt_handler;
 }
@@ -110,14 +112,14 @@ static void test_start_stop(void)
 	base(&cfg, 2);
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_shards(rt), 2);
-	CU_ASSERT_EQUAL(tl_runtime_start(rt), 0);
-	CU_ASSERT_EQUAL(tl_runtime_start(rt), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_launch(rt), 0);
+	CU_ASSERT_EQUAL(tl_runtime_launch(rt), -EINVAL);
 	usleep(20000);
 	tl_runtime_stop(rt);
 	tl_runtime_stop(rt); /* idempotent */
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
-	CU_ASSERT_STRING_EQUAL(tl_runtime_strerror(rt), "");
+	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "");
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(atomic_load(&start_calls), 2);
 	CU_ASSERT_FALSE(pthread_equal(V[0].thread, V[1].thread));
@@ -158,7 +160,7 @@ static void test_stop_before_run(void)
 	CU_ASSERT_EQUAL(atomic_load(&start_calls), 3);
 	/* Destroying a running runtime stops and drains it. */
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL(tl_runtime_launch(rt), 0);
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(atomic_load(&start_calls), 6);
 	st_end(fds);
@@ -209,7 +211,7 @@ static void test_sigterm_drain(void)
 	cfg.signals = 1;
 	sigaction(SIGTERM, NULL, &before);
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	usleep(20000);
 	CU_ASSERT_EQUAL(kill(getpid(), SIGTERM), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -329,7 +331,7 @@ static int x_connect(void)
 	return fd;
 }
 
-/* Connect once the shards listen (on_start runs after tl_runtime_start). */
+/* Connect once the shards listen (on_launch runs after tl_runtime_launch). */
 static int x_connect_started(void)
 {
 	int fd = -1;
@@ -375,7 +377,7 @@ static void x_config(tl_runtime_config *cfg)
 		xbuf[i] = (uint8_t)(i * 7 + 3);
 	xport = free_port();
 	st_config(cfg, 2);
-	cfg->on_start = x_start;
+	cfg->on_launch = x_start;
 	cfg->on_drain = x_drain;
 	cfg->on_completion = x_handler;
 }
@@ -404,7 +406,7 @@ static void test_drain_finishes_transfer(void)
 
 	x_config(&cfg);
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	int fd = x_connect_started(), intact;
 	CU_ASSERT_TRUE_FATAL(fd >= 0);
 	uint64_t t0 = st_now_ns();
@@ -445,7 +447,7 @@ static void test_second_signal_stops(void)
 	x_config(&cfg);
 	cfg.signals = 1;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	int fd = x_connect_started(), intact;
 	CU_ASSERT_TRUE_FATAL(fd >= 0);
 	uint64_t got = x_read(fd, do_two_signals, rt, &intact);
@@ -476,8 +478,8 @@ static void test_start_fails(void)
 	base(&cfg, 3);
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), -EADDRINUSE);
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "shard 1"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "on_start"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "shard 1"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "on_launch"));
 	tl_runtime_destroy(rt);
 	/* The others started, then drained cleanly. */
 	CU_ASSERT_EQUAL(V[0].closed, 1);
@@ -497,8 +499,8 @@ static void test_setup_fails(void)
 	base(&cfg, 2);
 	cfg.loop.max_handles = 0; /* every shard's loop is refused */
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL(tl_runtime_start(rt), -EINVAL);
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_runtime_strerror(rt), "cannot create its loop"));
+	CU_ASSERT_EQUAL(tl_runtime_launch(rt), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "cannot create its loop"));
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), -EINVAL);
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(atomic_load(&start_calls), 0); /* no user code ran */
@@ -584,7 +586,7 @@ static void test_stall(void)
 	tl_runtime *rt;
 	tl_stats_reader *r;
 	tl_stats_shard st0, st1;
-	char err[160], buf[4096] = "";
+	char buf[4096] = "";
 	int fds = st_begin("runtime/stall");
 	FILE *tmp = tmpfile();
 	int saved = dup(2);
@@ -593,7 +595,7 @@ static void test_stall(void)
 	st_config(&cfg, 2);
 	cfg.stats = 1;
 	cfg.stall_ns = 10 * 1000000ull;
-	cfg.on_start = slow_start;
+	cfg.on_launch = slow_start;
 	cfg.on_completion = slow_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	fflush(stderr);
@@ -603,9 +605,9 @@ static void test_stall(void)
 	dup2(saved, 2);
 	close(saved);
 	/* The counters outlive the run until destroy. */
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &st0, NULL, 0), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &st1, NULL, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 0, &st0, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &st1, NULL, 0), 0);
 	tl_stats_close(r);
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(st0.stalls, 1);

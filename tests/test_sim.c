@@ -778,7 +778,7 @@ static void test_udp(void)
 	CU_ASSERT(memcmp(buf, "datagram", 8) == 0);
 	EQ(ntohs(x->u.recv.from.in.sin_port), ntohs(ba.in.sin_port));
 	/* Pooled receive. */
-	EQ(tl_udp_recv(c.loop, hb, NULL, 0, 3, &r), 0);
+	EQ(tl_udp_recv_pooled(c.loop, hb, 3, &r), 0);
 	EQ(tl_udp_send(c.loop, ha, "two", 3, &to, 4, &s), 0);
 	x = wait_op(&c, r);
 	EQ(x->result, 3);

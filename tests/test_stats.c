@@ -37,7 +37,7 @@ static void test_region_mode(void)
 	cfg.stats = 1;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	umask(old);
-	CU_ASSERT_STRING_EQUAL(tl_runtime_stats_error(rt), "");
+	CU_ASSERT_EQUAL(tl_runtime_stats_published(rt), 1);
 	CU_ASSERT_EQUAL_FATAL(lstat(region_path, &st), 0);
 	CU_ASSERT_TRUE(S_ISREG(st.st_mode));
 	CU_ASSERT_EQUAL(st.st_mode & 07777, 0600);
@@ -50,7 +50,7 @@ static void test_region_mode(void)
 	CU_ASSERT_EQUAL(tl_runtime_new(&rt2, &cfg), -EBUSY);
 	cfg.stats = 0;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt2, &cfg), 0);
-	CU_ASSERT_STRING_EQUAL(tl_runtime_stats_error(rt2), "");
+	CU_ASSERT_EQUAL(tl_runtime_stats_published(rt2), 0);
 	tl_runtime_destroy(rt2);
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(stat(region_path, &st), -1);
@@ -76,7 +76,7 @@ static void test_region_stale_own(void)
 	CU_ASSERT_EQUAL(write(fd, "stale", 5), 5);
 	close(fd);
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_STRING_EQUAL(tl_runtime_stats_error(rt), "");
+	CU_ASSERT_EQUAL(tl_runtime_stats_published(rt), 1);
 	CU_ASSERT_EQUAL_FATAL(stat(region_path, &st), 0);
 	CU_ASSERT_EQUAL(st.st_mode & 07777, 0600);
 	CU_ASSERT_TRUE(st.st_size > 5);
@@ -136,7 +136,7 @@ static struct tl__stats_hdr *good_region(uint8_t *buf, uint32_t shards)
 
 static void test_reader_checks(void)
 {
-	char path[] = "/tmp/tl-stats-test-XXXXXX", err[256], label[TL_STATS_LABEL_MAX];
+	char path[] = "/tmp/tl-stats-test-XXXXXX", label[TL_STATS_LABEL_MAX];
 	size_t full = region_size(2);
 	uint8_t *buf = calloc(1, full + 64);
 	struct tl__stats_hdr *h;
@@ -159,7 +159,7 @@ static void test_reader_checks(void)
 	memset(buf + h->labels_off + TL_STATS_LABEL_MAX, 'y', TL_STATS_LABEL_MAX);
 	((uint64_t *)(buf + h->header_size + h->stride + sizeof(struct tl__stats_rec)))[2] = 77;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path, err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path), 0);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
 	CU_ASSERT_EQUAL(info.shards, 2);
 	CU_ASSERT_EQUAL(info.families, 2);
@@ -179,15 +179,15 @@ static void test_reader_checks(void)
 	CU_ASSERT_EQUAL(tl_stats_label_get(r, 1, label, 8), -ENOBUFS);
 	CU_ASSERT_STRING_EQUAL(label, "");
 	CU_ASSERT_EQUAL(tl_stats_label_get(r, 3, label, sizeof label), -EINVAL);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &sh, vals, 3), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &sh, vals, 3), 0);
 	CU_ASSERT_EQUAL(vals[2], 77);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &sh, NULL, 0), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &sh, NULL, 1), -EINVAL);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &sh, vals, CAP + 1), -EINVAL);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 2, &sh, NULL, 0), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &sh, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &sh, NULL, 1), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &sh, vals, CAP + 1), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 2, &sh, NULL, 0), -EINVAL);
 	/* The region shrinks under the reader: an error, not a crash. */
 	CU_ASSERT_EQUAL(truncate(path, h->header_size + 8), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &sh, NULL, 0), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &sh, NULL, 0), -EPROTO);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), -EPROTO);
 	tl_stats_close(r);
 
@@ -196,14 +196,14 @@ static void test_reader_checks(void)
 	f = (void *)(buf + tl__stats_families_off());
 	f[1].rows = 3;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path, err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path), 0);
 	CU_ASSERT_EQUAL(tl_stats_family_get(r, 0, &fam), 0);
 	CU_ASSERT_EQUAL(tl_stats_family_get(r, 1, &fam), -EPROTO);
 	tl_stats_close(r);
 	f[1].rows = 2;
 	f[1].kind = 9;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path, err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open_path(&r, path), 0);
 	CU_ASSERT_EQUAL(tl_stats_family_get(r, 1, &fam), -EPROTO);
 	tl_stats_close(r);
 
@@ -211,72 +211,72 @@ static void test_reader_checks(void)
 	h = good_region(buf, 2);
 	h->version = 7;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	CU_ASSERT_PTR_NULL(r);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "version 7"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "knows 2"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 7"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 2"));
 	/* Version 1, the layout before this one, too. */
 	h->version = 1;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "version 1 is not known"));
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 1 is not known"));
 
 	h = good_region(buf, 2);
 	h->magic ^= 1;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "magic"));
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "magic"));
 
 	/* Shapes that do not add up. */
 	h = good_region(buf, 2);
 	h->shards = 3;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "describes"));
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "describes"));
 	h = good_region(buf, 2);
 	h->stride = 8;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 2);
 	h->header_size += 64;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 2);
 	h->labels_off -= 64;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 2);
 	h->capacity = TL_STATS_VALUES_MAX + 1;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 2);
 	h->families = CAP + 1;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 0xffffffffu);
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	h = good_region(buf, 2);
 	h->record_size = 8;
 	write_region(path, buf, full);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	good_region(buf, 2);
 	write_region(path, buf, 16);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	unlink(path);
 
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -ENOENT);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no such stats region"));
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -ENOENT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "no such stats region"));
 
 	/* A FIFO must be refused at once, not block the reader waiting for a
 	 * writer. */
 	CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
-	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path, err, sizeof err), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a regular file"));
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "not a regular file"));
 	unlink(path);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, 0, err, sizeof err), -EINVAL);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, -5, NULL, 0), -EINVAL);
-	CU_ASSERT_EQUAL(tl_stats_open_path(NULL, path, NULL, 0), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, 0), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, -5), -EINVAL);
+	CU_ASSERT_EQUAL(tl_stats_open_path(NULL, path), -EINVAL);
 	CU_ASSERT_EQUAL(tl_stats_info_get(NULL, &info), -EINVAL);
 	CU_ASSERT_EQUAL(tl_stats_family_get(NULL, 0, &fam), -EINVAL);
 	CU_ASSERT_EQUAL(tl_stats_label_get(NULL, 0, label, sizeof label), -EINVAL);
@@ -354,14 +354,14 @@ static void test_live_values(void)
 	tl_stats_family fam;
 	tl_stats_shard a[2], b[2];
 	uint64_t va[2][8], vb[2][8];
-	char err[200], label[TL_STATS_LABEL_MAX];
+	char label[TL_STATS_LABEL_MAX];
 	const char *why;
 	int fds = st_begin("stats/live_values");
 
 	st_config(&cfg, 2);
 	cfg.stats = 1;
 	cfg.stats_values = 8;
-	cfg.on_start = live_start;
+	cfg.on_launch = live_start;
 	cfg.on_stop = live_stop;
 	cfg.on_pass = live_pass;
 	cfg.on_completion = live_handler;
@@ -406,11 +406,11 @@ static void test_live_values(void)
 	CU_ASSERT_EQUAL(tl_runtime_stat_label(rt, idx_up,
 					      "a-label-that-is-far-too-long-for-the-slot-it-has-x"),
 			-EINVAL);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	CU_ASSERT_EQUAL(tl_runtime_counter(rt, "late"), -EINVAL);
 	CU_ASSERT_EQUAL(tl_runtime_stat_label(rt, idx_up + 1, "[2001:db8::1]:53"), 0);
 
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
 	CU_ASSERT_EQUAL(info.version, TL_STATS_VERSION);
 	CU_ASSERT_EQUAL(info.shards, 2);
@@ -442,13 +442,13 @@ static void test_live_values(void)
 	CU_ASSERT_EQUAL(!!(info.flags & TL_STATS_F_ARENAS), tl_runtime_arenas(rt, &why));
 	usleep(30000);
 	for (uint32_t i = 0; i < 2; i++)
-		CU_ASSERT_EQUAL(tl_stats_read(r, i, &a[i], va[i], 8), 0);
+		CU_ASSERT_EQUAL(tl_stats_shard_get(r, i, &a[i], va[i], 8), 0);
 	/* Until both shards published again, and shard 1 took messages and
 	 * parked (a loaded machine may keep a shard off its CPU for a while). */
 	for (int w = 0; w < 200; w++) {
 		usleep(w ? 10000 : 50000);
 		for (uint32_t i = 0; i < 2; i++)
-			CU_ASSERT_EQUAL(tl_stats_read(r, i, &b[i], vb[i], 8), 0);
+			CU_ASSERT_EQUAL(tl_stats_shard_get(r, i, &b[i], vb[i], 8), 0);
 		if (b[0].turns > a[0].turns && b[1].turns > a[1].turns &&
 		    b[1].os_waits > a[1].os_waits && b[1].mesh_in > a[1].mesh_in &&
 		    vb[1][idx_bytes] > va[1][idx_bytes] && vb[0][idx_msgs] > va[0][idx_msgs])
@@ -537,7 +537,6 @@ static void test_cpu_share(void)
 	tl_stats_reader *r;
 	tl_stats_shard a[2], b[2];
 	uint64_t t0, t1, k0, k1;
-	char err[200];
 	double idle, spin, kspin;
 	int fds = st_begin("stats/cpu_share");
 
@@ -545,17 +544,17 @@ static void test_cpu_share(void)
 	cfg.stats = 1;
 	cfg.on_pass = spin_pass;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	usleep(50000);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
 	t0 = st_now_ns();
 	for (uint32_t i = 0; i < 2; i++)
-		CU_ASSERT_EQUAL(tl_stats_read(r, i, &a[i], NULL, 0), 0);
+		CU_ASSERT_EQUAL(tl_stats_shard_get(r, i, &a[i], NULL, 0), 0);
 	k0 = task_cpu_ns(a[1].tid);
 	usleep(300000);
 	t1 = st_now_ns();
 	for (uint32_t i = 0; i < 2; i++)
-		CU_ASSERT_EQUAL(tl_stats_read(r, i, &b[i], NULL, 0), 0);
+		CU_ASSERT_EQUAL(tl_stats_shard_get(r, i, &b[i], NULL, 0), 0);
 	k1 = task_cpu_ns(b[1].tid);
 	idle = (double)(b[0].cpu_ns - a[0].cpu_ns) / (double)(t1 - t0);
 	spin = (double)(b[1].cpu_ns - a[1].cpu_ns) / (double)(t1 - t0);
@@ -595,7 +594,7 @@ static int lease_start(tl_shard *s, void *arg)
 	ST_CHECK(tl_addr_parse(&a, "127.0.0.1", 0) == 0);
 	ST_CHECK(tl_udp_bind(l, &a, &h) == 0);
 	ST_CHECK(tl_local_addr(l, h, &a) == 0);
-	ST_CHECK(tl_udp_recv(l, h, NULL, 0, 1, &op) == 0);
+	ST_CHECK(tl_udp_recv_pooled(l, h, 1, &op) == 0);
 	ST_CHECK(tl_udp_send(l, h, "x", 1, &a, 2, &op) == 0);
 	return 0;
 }
@@ -615,23 +614,22 @@ static void test_leases_out(void)
 	tl_runtime *rt;
 	tl_stats_reader *r;
 	tl_stats_shard a, b;
-	char err[200];
 	int fds = st_begin("stats/leases_out");
 
 	atomic_store(&lease_got, 0);
 	st_config(&cfg, 2);
 	cfg.stats = 1;
-	cfg.on_start = lease_start;
+	cfg.on_launch = lease_start;
 	cfg.on_completion = lease_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	for (int i = 0; i < 500 && !atomic_load(&lease_got); i++)
 		usleep(2000);
 	CU_ASSERT_TRUE(atomic_load(&lease_got));
 	usleep(20000);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &a, NULL, 0), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &b, NULL, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 0, &a, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &b, NULL, 0), 0);
 	CU_ASSERT_EQUAL(a.leases_out, 1);
 	CU_ASSERT_EQUAL(b.leases_out, 0);
 	tl_stats_close(r);
@@ -684,27 +682,26 @@ static void test_pool_stats(void)
 	tl_stats_reader *r;
 	tl_stats_info info;
 	tl_stats_shard a, b;
-	char err[200];
 	int fds = st_begin("stats/pool_stats");
 
 	atomic_store(&pool_done, 0);
 	atomic_store(&pool_woke, 0);
 	st_config(&cfg, 2);
 	cfg.stats = 1;
-	cfg.on_start = pool_start;
+	cfg.on_launch = pool_start;
 	cfg.on_completion = pool_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_runtime_start(rt), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	for (int i = 0; i < 500 && !atomic_load(&pool_woke); i++)
 		usleep(2000);
 	CU_ASSERT_EQUAL(atomic_load(&pool_done), 4);
 	CU_ASSERT_EQUAL(atomic_load(&pool_woke), 1);
 	usleep(20000);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
 	CU_ASSERT_TRUE(info.flags & TL_STATS_F_POOL);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 0, &a, NULL, 0), 0);
-	CU_ASSERT_EQUAL(tl_stats_read(r, 1, &b, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 0, &a, NULL, 0), 0);
+	CU_ASSERT_EQUAL(tl_stats_shard_get(r, 1, &b, NULL, 0), 0);
 	CU_ASSERT_EQUAL(a.pool_submitted, 4);
 	CU_ASSERT_EQUAL(a.pool_completed, 4);
 	CU_ASSERT_EQUAL(a.pool_refused, 0);
@@ -799,7 +796,7 @@ static void test_region_other_pidns(void)
 	cfg.stats = 1;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL_FATAL(stat(region_path, &st), 0);
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid(), NULL, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
 	CU_ASSERT_TRUE(info.flags & TL_STATS_F_LOCKED);
 	CU_ASSERT_EQUAL_FATAL(pipe2(why, O_CLOEXEC), 0);
@@ -886,7 +883,7 @@ static int one_runtime(void)
 
 	st_config(&cfg, 1);
 	cfg.stats = 1;
-	if (tl_runtime_new(&rt, &cfg) < 0 || tl_runtime_stats_error(rt)[0])
+	if (tl_runtime_new(&rt, &cfg) < 0 || tl_runtime_stats_published(rt) != 1)
 		return 1;
 	tl_runtime_destroy(rt);
 	return 0;

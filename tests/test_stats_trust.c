@@ -64,8 +64,8 @@ static int as_child(uint32_t uid, int (*fn)(void *), void *arg)
 /* ---- a server: a runtime with stats in a child process of user uid ---- */
 
 struct status {
-	int rc;          /* tl_runtime_new, then tl_runtime_start */
-	char why[320];   /* tl_runtime_stats_error */
+	int rc;          /* tl_runtime_new, then tl_runtime_launch */
+	char why[320];   /* tl_runtime_stats_published's detail */
 };
 
 struct server {
@@ -90,9 +90,10 @@ static void server_child(uint32_t uid, int go, int st)
 	cfg.loop.driver = TL_DRIVER_EPOLL;
 	s.rc = tl_runtime_new(&rt, &cfg);
 	if (s.rc == 0) {
-		snprintf(s.why, sizeof s.why, "%s", tl_runtime_stats_error(rt));
+		if (tl_runtime_stats_published(rt) < 0)
+			snprintf(s.why, sizeof s.why, "%s", tl_error_detail());
 		tl_runtime_counter(rt, "conns");
-		s.rc = tl_runtime_start(rt);
+		s.rc = tl_runtime_launch(rt);
 	}
 	if (write(st, &s, sizeof s) != (ssize_t)sizeof s)
 		_exit(122);
@@ -352,7 +353,7 @@ static void squat_case(const char *name, int kind, int uidn, const char *expect)
 	struct squat q = {.kind = kind, .victim = test_uid(uidn)};
 	struct server sv;
 	tl_stats_reader *r = NULL;
-	char err[512], dir[64];
+	char dir[64];
 	struct stat st;
 	int fds = st_begin(name), rc;
 
@@ -364,21 +365,21 @@ static void squat_case(const char *name, int kind, int uidn, const char *expect)
 	/* The server starts whatever was planted. */
 	rc = server_go(&sv);
 	CU_ASSERT_EQUAL(rc, 0);
-	rc = tl_stats_open(&r, sv.pid, err, sizeof err);
+	rc = tl_stats_open(&r, sv.pid);
 	if (kind == SQ_OLD_NAME) {
 		/* The old name is not used any more: stats are on. */
 		CU_ASSERT_STRING_EQUAL(sv.s.why, "");
 		CU_ASSERT_EQUAL(rc, 0);
 		if (rc)
-			printf("\n  reader: %s\n", err);
+			printf("\n  reader: %s\n", tl_error_detail());
 	} else {
 		/* Stats are off, and the runtime said why; the reader refuses
 		 * what sits at the directory's name. */
-		printf("\n  runtime: %s\n  reader: %s\n", sv.s.why, err);
+		printf("\n  runtime: %s\n  reader: %s\n", sv.s.why, tl_error_detail());
 		CU_ASSERT_PTR_NOT_NULL(strstr(sv.s.why, expect));
 		CU_ASSERT_PTR_NOT_NULL(strstr(sv.s.why, attacker_id));
 		CU_ASSERT_EQUAL(rc, -EPERM);
-		CU_ASSERT_PTR_NOT_NULL(strstr(err, "not trusted"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "not trusted"));
 	}
 	tl_stats_close(r);
 	dir_of(q.victim, dir, sizeof dir);
@@ -460,11 +461,10 @@ static void test_own_dir_mode(void)
 static int open_as_other(void *arg)
 {
 	tl_stats_reader *r;
-	char err[256];
-	int rc = tl_stats_open(&r, *(int *)arg, err, sizeof err);
+	int rc = tl_stats_open(&r, *(int *)arg);
 
 	tl_stats_close(r);
-	return rc == -EACCES && strstr(err, "permission denied") ? 0 : 1;
+	return rc == -EACCES && strstr(tl_error_detail(), "permission denied") ? 0 : 1;
 }
 
 static void test_foreign_region(void)
@@ -472,7 +472,7 @@ static void test_foreign_region(void)
 	uint32_t uid = test_uid(5);
 	struct server sv;
 	tl_stats_reader *r = NULL;
-	char err[512], dir[64], path[96], moved[112], belongs[48];
+	char dir[64], path[96], moved[112], belongs[48];
 	int fds = st_begin("trust/foreign_region"), pid;
 
 	snprintf(belongs, sizeof belongs, "belongs to uid %u", (unsigned)attacker);
@@ -486,38 +486,38 @@ static void test_foreign_region(void)
 	snprintf(path, sizeof path, "%s/%d", dir, pid);
 	snprintf(moved, sizeof moved, "%s/moved", dir);
 	/* As it is: it opens. */
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), 0);
 	tl_stats_close(r);
 	/* Another user (not root) may not look at all. */
 	CU_ASSERT_EQUAL(as_child(attacker, open_as_other, &pid), 0);
 	/* The region given to someone else. */
 	CU_ASSERT_EQUAL(chown(path, attacker, attacker), 0);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, belongs));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), belongs));
 	CU_ASSERT_EQUAL(chown(path, uid, uid), 0);
 	/* Readable or writable by others. */
 	CU_ASSERT_EQUAL(chmod(path, 0644), 0);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "mode 0644"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "mode 0644"));
 	CU_ASSERT_EQUAL(chmod(path, 0600), 0);
 	/* A symbolic link in its place. */
 	CU_ASSERT_EQUAL(rename(path, moved), 0);
 	CU_ASSERT_EQUAL(symlink(moved, path), 0);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "symbolic link"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "symbolic link"));
 	CU_ASSERT_EQUAL(unlink(path), 0);
 	CU_ASSERT_EQUAL(rename(moved, path), 0);
 	/* The directory given away, or opened up. */
 	CU_ASSERT_EQUAL(chown(dir, attacker, attacker), 0);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, belongs));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), belongs));
 	CU_ASSERT_EQUAL(chown(dir, uid, uid), 0);
 	CU_ASSERT_EQUAL(chmod(dir, 0711), 0);
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "mode 0711"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "mode 0711"));
 	CU_ASSERT_EQUAL(chmod(dir, 0700), 0);
 	/* Put back as the runtime made it: it opens again. */
-	CU_ASSERT_EQUAL(tl_stats_open(&r, pid, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, pid), 0);
 	tl_stats_close(r);
 	CU_ASSERT_EQUAL(server_end(&sv, 0), 0);
 	clean_dir(uid);
@@ -530,7 +530,6 @@ static void test_forged_header(void)
 	uint32_t uid = test_uid(6);
 	struct sleeper sl;
 	tl_stats_reader *r = NULL;
-	char err[512];
 	int fds = st_begin("trust/forged_header");
 
 	clean_dir(uid);
@@ -545,12 +544,12 @@ static void test_forged_header(void)
 		snprintf(to, sizeof to, "%s/%d", dir, (int)sl.pid);
 		CU_ASSERT_EQUAL(rename(from, to), 0);
 	}
-	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid, err, sizeof err), -EPERM);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "names pid"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "names pid"));
 	/* The same, naming the right pid: it opens (the test's region is
 	 * good but for what it spoils). */
 	plant_region(uid, (int)sl.pid, sl.start, "x", "epoll", "");
-	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid), 0);
 	tl_stats_close(r);
 	sleeper_end(&sl);
 	clean_dir(uid);
@@ -565,14 +564,13 @@ static void test_dead_target(void)
 	struct server sv, sv2;
 	tl_stats_reader *r = NULL, *r2 = NULL;
 	tl_stats_info info;
-	char err[512];
 	int fds = st_begin("trust/dead_target"), pid, st;
 
 	clean_dir(uid);
 	CU_ASSERT_EQUAL_FATAL(server_fork(&sv, uid), 0);
 	CU_ASSERT_EQUAL_FATAL(server_go(&sv), 0);
 	pid = sv.pid;
-	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, pid, err, sizeof err), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, pid), 0);
 	CU_ASSERT_EQUAL(tl_stats_info_get(r, &info), 0);
 	CU_ASSERT_EQUAL(info.state, TL_STATS_RUNNING);
 	kill(pid, SIGKILL);
@@ -589,15 +587,15 @@ static void test_dead_target(void)
 	if (st != -ESRCH)
 		printf("\n  info_get of a zombie: %d\n", st);
 	CU_ASSERT_EQUAL(st, -ESRCH);
-	CU_ASSERT_EQUAL(tl_stats_open(&r2, pid, err, sizeof err), -ESRCH);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "exited"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r2, pid), -ESRCH);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "exited"));
 	tl_stats_close(r);
 	st = server_end(&sv, 1);
 	CU_ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	/* It left its region behind, which says "running" and is refused. */
 	CU_ASSERT_TRUE(region_exists(uid, pid));
-	CU_ASSERT_EQUAL(tl_stats_open(&r2, pid, err, sizeof err), -ESRCH);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no such process"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r2, pid), -ESRCH);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "no such process"));
 	/* The user's next runtime clears it away. */
 	CU_ASSERT_EQUAL_FATAL(server_fork(&sv2, uid), 0);
 	CU_ASSERT_EQUAL(server_go(&sv2), 0);
@@ -615,17 +613,16 @@ static void test_reused_pid(void)
 	uint32_t uid = test_uid(8);
 	struct sleeper sl;
 	tl_stats_reader *r = NULL;
-	char err[512];
 	int fds = st_begin("trust/reused_pid");
 
 	clean_dir(uid);
 	CU_ASSERT_EQUAL_FATAL(sleeper_fork(&sl, uid), 0);
 	CU_ASSERT_TRUE(sl.start > 0);
 	plant_region(uid, sl.pid, sl.start - 1, "x", "epoll", "");
-	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid, err, sizeof err), -ESRCH);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "earlier process with this pid"));
+	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid), -ESRCH);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "earlier process with this pid"));
 	plant_region(uid, sl.pid, sl.start, "x", "epoll", "");
-	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid, err, sizeof err), 0);
+	CU_ASSERT_EQUAL(tl_stats_open(&r, sl.pid), 0);
 	tl_stats_close(r);
 	sleeper_end(&sl);
 	clean_dir(uid);

@@ -1674,9 +1674,9 @@ static uint64_t alloc_bytes(pid_t pid, int *arenas)
 	tl_stats_shard st;
 
 	usleep(30000);
-	if (tl_stats_open(&r, (int)pid, NULL, 0) < 0)
+	if (tl_stats_open(&r, (int)pid) < 0)
 		return 0;
-	if (tl_stats_info_get(r, &info) < 0 || tl_stats_read(r, 0, &st, NULL, 0) < 0)
+	if (tl_stats_info_get(r, &info) < 0 || tl_stats_shard_get(r, 0, &st, NULL, 0) < 0)
 		st.alloc_bytes = 0;
 	*arenas = (info.flags & TL_STATS_F_ARENAS) != 0;
 	tl_stats_close(r);

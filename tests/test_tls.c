@@ -2435,7 +2435,7 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	tl_tls_ctx_destroy(x);
-	tl_pool_start(NULL);
+	tl_pool_launch(NULL);
 	printf("tls suite: driver %s (TL_DRIVER=%s)\n", tl_loop_driver(l), env ? env : "unset");
 	tl_loop_close(l);
 

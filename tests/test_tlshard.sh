@@ -137,7 +137,12 @@ json "$tmp/j" "j['pus'] == $ncpu and j['plan']['shards'] >= 1" && ok "topo of th
 cpu=$((ncpu - 1))
 "$tlshard" run --cpus $cpu -- sleep 5 &
 p=$!
-sleep 0.3
+# Until tlshard has made its plan and become sleep (loading the topology
+# alone takes 0.3 s on a loaded machine, more under ASan).
+for _ in $(seq 100); do
+	[ "$(cat /proc/$p/comm 2>/dev/null)" = sleep ] && break
+	sleep 0.1
+done
 got=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/$p/status)
 env=$(tr '\0' '\n' </proc/$p/environ | grep -E '^TL_(CPUS|SHARDS)=' | sort | tr '\n' ' ')
 [ "$got" = "$cpu" ] && [ "$env" = "TL_CPUS=$cpu TL_SHARDS=1 " ] && ok "run --cpus $cpu pins sleep ($got; $env)" ||

@@ -1162,7 +1162,7 @@ static void test_udp_pooled_exhaustion(void)
 	getsockname(peer, (struct sockaddr *)&pa, &plen);
 	tl_op r[3];
 	for (int k = 0; k < 3; k++)
-		H_EQ(tl_udp_recv(l, u, NULL, 0, (uint64_t)k, &r[k]), 0);
+		H_EQ(tl_udp_recv_pooled(l, u, (uint64_t)k, &r[k]), 0);
 	h_turn(&c, 0);
 	const char *msgs[3] = {"first", "second", "third"};
 	for (int k = 0; k < 3; k++)

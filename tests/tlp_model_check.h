@@ -5,7 +5,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "turnloop/shard.h"
+#include "turnloop.h"
 
 #include "config.h"
 

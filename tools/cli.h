@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "turnloop.h"
-#include "turnloop/shard.h"
 
 /*
  * Every parser below reads argv[0..argc-1] (argv[argc] need not be NULL),

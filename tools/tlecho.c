@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "turnloop.h"
-#include "turnloop/shard.h"
 #include "cli.h"
 #include "util.h"
 
@@ -156,7 +155,7 @@ struct echo_shards {
 	struct echo_tls *tls;        /* one per shard */
 };
 
-static int shard_start(tl_shard *s, void *arg)
+static int shard_launch(tl_shard *s, void *arg)
 {
 	struct echo_shards *e = arg;
 	tl_loop *loop = tl_shard_loop(s);
@@ -248,7 +247,7 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	rc.plan.shards = shards;
 	rc.plan.cpus = cpus;
 	rc.loop = *cfg;
-	rc.on_start = shard_start;
+	rc.on_launch = shard_launch;
 	rc.on_completion = shard_completion;
 	if (tls_cfg) {
 		rc.handlers[TLS_TAG] = shard_tls_completion;
@@ -257,15 +256,10 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	rc.arg = &e;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
-		char why[256] = "";
-		tl_plan_request req = rc.plan;
-
 		/* Which part of the plan (the options or TL_CPUS, TL_SHARDS,
 		 * TL_SMT) cannot be met, and why. */
-		if (r == -EINVAL && tl_plan_from_env(&req) < 0)
-			snprintf(why, sizeof why, "bad TL_CPUS, TL_SHARDS or TL_SMT in the environment");
-		else if (r == -EINVAL)
-			tl_plan_explain(&req, NULL, why, sizeof why);
+		const char *why = tl_error_detail();
+
 		if (shards)
 			fprintf(stderr, "tlecho: cannot plan %u shard%s%s%s: %s\n", shards,
 				shards == 1 ? "" : "s", cpus ? " on cpus " : "", cpus ? cpus : "",
@@ -285,9 +279,9 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	r = tl_runtime_start(rt);
+	r = tl_runtime_launch(rt);
 	if (r < 0) {
-		fprintf(stderr, "tlecho: cannot start: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlecho: cannot start: %s\n", tl_error_detail());
 		tl_runtime_destroy(rt);
 		free(e.count);
 		free(e.tls);
@@ -299,7 +293,7 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		tls_cfg ? " (TLS)" : "", tl_runtime_shards(rt), di.reason);
 	r = tl_runtime_run(rt);
 	if (r < 0)
-		fprintf(stderr, "tlecho: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlecho: %s\n", tl_error_detail());
 	for (uint32_t i = 0; i < tl_runtime_shards(rt); i++)
 		fprintf(stderr, "tlecho: shard %u (cpu %d): %llu connections, %llu bytes echoed\n", i,
 			tl_runtime_plan(rt)->shards[i].pu_os_index,

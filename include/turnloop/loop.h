@@ -7,8 +7,19 @@
 #include <sys/uio.h>
 #include <netinet/in.h>
 
+#include "turnloop/error.h"
+
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks a name kept for one release after it was replaced (turnloop.h lists
+ * them): using it still works and draws a compiler warning naming the new
+ * one. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TL_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define TL_DEPRECATED(msg)
 #endif
 
 /*
@@ -21,8 +32,9 @@ extern "C" {
  * the caller's and must stay valid and untouched until that operation's
  * terminal completion has been returned by tl_turn().
  *
- * Every function returns 0 (or a count) on success and a negative errno on
- * failure; see turnloop/error.h for the table.
+ * Every function keeps the rules at the top of turnloop.h: 0 (or a value
+ * the declaration names) on success, a negative errno on failure
+ * (turnloop/error.h has the table).
  */
 
 typedef struct tl_loop tl_loop;
@@ -30,12 +42,23 @@ typedef struct tl_poster tl_poster;
 
 /* A handle (socket, listener, timer) or an operation id. The 64 bits hold the
  * owning loop's identity, a generation and a slot; 0 is never issued. Treat
- * them as opaque values: compare with ==, copy freely. */
+ * them as opaque values: compare with tl_handle_eq / tl_op_eq, copy freely. */
 typedef struct tl_handle { uint64_t v; } tl_handle;
 typedef struct tl_op { uint64_t v; } tl_op;
 
 #define TL_HANDLE_NONE ((tl_handle){0})
 #define TL_OP_NONE ((tl_op){0})
+
+/* 1 when a and b name the same handle (or are both TL_HANDLE_NONE), else 0. */
+static inline int tl_handle_eq(tl_handle a, tl_handle b)
+{
+	return a.v == b.v;
+}
+/* 1 when a and b name the same operation (or are both TL_OP_NONE), else 0. */
+static inline int tl_op_eq(tl_op a, tl_op b)
+{
+	return a.v == b.v;
+}
 
 /* An IPv4 or IPv6 socket address (sa.sa_family tells which); AF_UNIX peers
  * are reported with sa_family == AF_UNIX and no path. */
@@ -152,10 +175,12 @@ int tl_loop_close(tl_loop *loop);
  * completions are dropped. Posters see -EPIPE from then on. */
 void tl_loop_destroy(tl_loop *loop);
 
-/* The driver's monotonic clock, in nanoseconds. Deadlines use this clock. */
+/* The driver's monotonic clock, in nanoseconds (virtual time on the
+ * simulation driver). Deadlines use this clock. */
 uint64_t tl_now(const tl_loop *loop);
 
-/* The name of the loop's driver ("epoll", "uring", "sim"). */
+/* The name of the loop's driver ("epoll", "uring", "sim"): a string of the
+ * library's, valid for the life of the process. */
 const char *tl_loop_driver(const tl_loop *loop);
 
 /* Capability flags of the loop's driver (TL_CAP_*). */
@@ -178,10 +203,11 @@ const char *tl_loop_driver(const tl_loop *loop);
  * watch.h, dns.h). Without it those calls are -ENOTSUP. Signals and
  * external waits need no driver and work everywhere. */
 #define TL_CAP_POLL      (1u << 7)
+/* The capability flags (TL_CAP_*) of the loop's driver. */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
-/* True while a referenced handle, a pending operation of a referenced handle,
- * or an undelivered terminal completion exists. */
+/* 1 while a referenced handle, a pending operation of a referenced handle,
+ * or an undelivered terminal completion exists; else 0. */
 int tl_alive(const tl_loop *loop);
 
 /* Take a handle and its operations out of (ref=0) or back into (ref=1) the
@@ -206,7 +232,7 @@ enum tl_kind {
 	TL_K_POOL,     /* a blocking-pool job's result (turnloop/pool.h) */
 	TL_K_FS,       /* a filesystem request (turnloop/pool.h) */
 	TL_K_RESOLVE,  /* a name lookup (turnloop/pool.h) */
-	TL_K_MESH,     /* a cross-shard message (turnloop/shard.h) */
+	TL_K_MESH,     /* a cross-shard message (turnloop/runtime.h) */
 	TL_K_POLL,     /* a foreign descriptor is ready: result = revents (turnloop/poll.h) */
 	TL_K_SIGNAL,   /* a signal arrived: result = its number, aux = how many (turnloop/signal.h) */
 	TL_K_EXIT,     /* a child was reaped: u.exit (turnloop/proc.h) */
@@ -238,14 +264,14 @@ typedef struct tl_completion {
 	uint16_t kind;    /* enum tl_kind */
 	uint16_t flags;   /* TL_F_* */
 	uint32_t aux;     /* kind-specific small value (pool: job class; tl_recv_fds:
-			   * descriptors received; mesh: turnloop/shard.h) */
+			   * descriptors received; mesh: turnloop/runtime.h) */
 	union {
 		struct { tl_handle conn; tl_addr peer; } accept;
 		struct { tl_lease lease; } read;
 		struct { tl_lease lease; tl_addr from; } recv;
 		struct { uint64_t payload; } post;
 		struct { uint64_t value; void *ptr; } pool;
-		struct { uint64_t payload; void *arg; tl_handle conn; } mesh; /* turnloop/shard.h */
+		struct { uint64_t payload; void *arg; tl_handle conn; } mesh; /* turnloop/runtime.h */
 		/* turnloop/watch.h: the batch is lease.data[0..result) */
 		struct { tl_lease lease; uint32_t events; uint32_t overflow; } watch;
 		/* turnloop/proc.h: exit status, or the terminating signal */
@@ -316,13 +342,25 @@ uint32_t tl_close_all(tl_loop *loop, uint64_t token);
  * that stops accepting). Returns how many it started closing. */
 uint32_t tl_close_listeners(tl_loop *loop, uint64_t token);
 
+/* ---- Submitting an operation ----
+ *
+ * Every call below that sets *op submits one operation: it is refused
+ * (a negative return: nothing happened and no completion follows) or
+ * accepted (0 and *op set: exactly one terminal completion follows, after
+ * any nonterminal ones). A refusal is -EINVAL (op or another out-parameter
+ * NULL, a bad argument, a handle of the wrong kind or one already closing),
+ * -ENOENT (a stale or foreign handle), -ENOBUFS (the op table is full, or
+ * the handle table for a call that makes a handle), or the driver's OS
+ * error; each declaration adds what is particular to it. Buffers handed in
+ * stay the caller's, and untouched, until the terminal. */
+
 /* ---- Timers (contract section 3) ---- */
 
 /* Create a timer that first expires at the absolute time at_ns (tl_now()
  * clock) and then every repeat_ns if repeat_ns > 0 (missed intervals are
  * coalesced). Sets *h and *op. Each expiry is a TL_K_TIMER completion; a
- * one-shot timer's single expiry is terminal. -ENOBUFS when the handle or op
- * table is full. */
+ * one-shot timer's single expiry is terminal. Returns as any submission:
+ * 0, -EINVAL (h or op NULL), -ENOBUFS (the handle or op table is full). */
 int tl_timer_start(tl_loop *loop, uint64_t at_ns, uint64_t repeat_ns, uint64_t token,
 		   tl_handle *h, tl_op *op);
 
@@ -409,17 +447,22 @@ int tl_unix_listen(tl_loop *loop, const char *path, const tl_listen_opts *opts,
  * moments; ask again once TL_K_CONNECT arrived), or the OS error. */
 int tl_local_addr(tl_loop *loop, tl_handle h, tl_addr *out);
 
-/* Accept one connection (TL_K_ACCEPT, terminal). */
+/* Accept one connection: a terminal TL_K_ACCEPT with u.accept.conn (a new
+ * stream handle, the host's to close) and u.accept.peer. Returns as any
+ * submission (-EINVAL: listener is not a listener). */
 int tl_accept(tl_loop *loop, tl_handle listener, uint64_t token, tl_op *op);
 /* Accept until stopped: each connection is a nonterminal TL_K_ACCEPT; errors
  * that leave the listener usable (-EMFILE, -ENOBUFS: handle table full, ...)
- * are nonterminal too and accepting resumes. */
+ * are nonterminal too and accepting resumes. Returns as tl_accept. */
 int tl_accept_start(tl_loop *loop, tl_handle listener, uint64_t token, tl_op *op);
 
-/* Connect a new TCP socket to addr. deadline_ns (absolute, tl_now() clock,
- * 0 = none) ends a connect still pending with -ETIMEDOUT, reported only after
- * the native connect was acknowledged cancelled. Sets *h (usable for reads
- * and writes submitted right away) and *op. */
+/* Connect a new TCP socket to addr (*addr is copied). deadline_ns
+ * (absolute, tl_now() clock, 0 = none) ends a connect still pending with
+ * -ETIMEDOUT, reported only after the native connect was acknowledged
+ * cancelled. Sets *h (a stream handle, the host's to close; usable for
+ * reads and writes submitted right away) and *op, whose terminal
+ * TL_K_CONNECT has result 0 once connected. Returns as any submission
+ * (-EINVAL: addr not IPv4/IPv6). */
 int tl_tcp_connect(tl_loop *loop, const tl_addr *addr, uint64_t deadline_ns, uint64_t token,
 		   tl_handle *h, tl_op *op);
 
@@ -460,20 +503,29 @@ typedef struct tl_connect_opts {
  * nothing needs a capability. */
 int tl_tcp_connect_opts(tl_loop *loop, const tl_addr *addr, const tl_connect_opts *opts,
 			uint64_t deadline_ns, uint64_t token, tl_handle *h, tl_op *op);
+/* Connect a new Unix-domain stream socket to path (copied), as
+ * tl_tcp_connect; a full listen queue or nobody listening is the
+ * terminal's error (-EAGAIN, -ECONNREFUSED). Returns as any submission
+ * (-EINVAL: path NULL, empty or too long for a socket address). */
 int tl_unix_connect(tl_loop *loop, const char *path, uint64_t deadline_ns, uint64_t token,
 		    tl_handle *h, tl_op *op);
 
-/* Read once into buf[0..len) (len > 0). Result: bytes, 0 with TL_F_EOF at
- * end of stream. */
+/* Read once into buf[0..len) (buf not NULL, len > 0): a terminal TL_K_READ
+ * with result = bytes, 0 with TL_F_EOF at end of stream. The three reads
+ * below return as any submission, -EINVAL also while a splice is reading
+ * h (tl_splice). */
 int tl_read(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token, tl_op *op);
-/* Read once into a pooled buffer lease (TL_F_LEASE when result > 0). */
+/* Read once into a pooled buffer lease: result = bytes, TL_F_LEASE and
+ * u.read.lease when result > 0 (the host's until tl_lease_release). */
 int tl_read_pooled(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 /* Read repeatedly into pooled leases until EOF (terminal, result 0), stop,
- * cancel or an error. A shortage of leases pauses the read until some are
- * released; it is never reported. The three reads are -EINVAL while a
- * splice is reading h (tl_splice). */
+ * cancel or an error: each read is a nonterminal TL_K_READ as for
+ * tl_read_pooled. A shortage of leases pauses the read until some are
+ * released; it is never reported. */
 int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
-/* Give a lease back. -ENOENT if id is not an outstanding lease. */
+/* Give lease id (u.read.lease.id, ...) back to the loop; its bytes are not
+ * the host's any more. Returns 0, or -ENOENT if id is not an outstanding
+ * lease (never issued, or given back already). */
 int tl_lease_release(tl_loop *loop, uint32_t id);
 
 /* Change the caps of one stream (or of a listener: the streams it accepts
@@ -502,17 +554,21 @@ int tl_lease_release(tl_loop *loop, uint32_t id);
 int tl_handle_caps(tl_loop *loop, tl_handle h, uint32_t leases, uint64_t write_bytes);
 
 /* Write all of buf[0..len) in submission order per handle (partial writes are
- * continued inside the loop). Result: len. Whatever the result, the
- * terminal's u.write.written is how many of the bytes reached the socket
- * (a prefix; len on success). */
+ * continued inside the loop): a terminal TL_K_WRITE with result = len.
+ * Whatever the result, the terminal's u.write.written is how many of the
+ * bytes reached the socket (a prefix; len on success). Returns as any
+ * submission (-EINVAL: buf NULL with len > 0). */
 int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t token,
 	     tl_op *op);
 #define TL_IOV_MAX 8
 /* Write every segment of iov[0..n) (1 <= n <= TL_IOV_MAX; the iovec array
- * is copied, the buffers are not). */
+ * is copied, the buffers are not), as tl_write: result = the bytes of all
+ * segments. Returns as any submission (-EINVAL: iov NULL, n out of range,
+ * a segment with a length and no base). */
 int tl_writev(tl_loop *loop, tl_handle h, const struct iovec *iov, int n, uint64_t token,
 	      tl_op *op);
-/* Half-close the write side after all earlier writes. */
+/* Half-close the write side once all earlier writes are out: a terminal
+ * TL_K_SHUTDOWN with result 0. Returns as any submission. */
 int tl_shutdown(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 
 /* ---- Socket control (contract 4.8; docs/SOCKETS.md) ---- */
@@ -703,15 +759,28 @@ int tl_send_fds(tl_loop *loop, tl_handle h, const int *fds, uint32_t nfds, const
 int tl_recv_fds(tl_loop *loop, tl_handle h, int *fds, uint32_t cap, void *buf, uint32_t len,
 		uint64_t token, tl_op *op);
 
-/* UDP: bind a datagram socket (port 0 picks one). */
+/* UDP: bind a datagram socket to addr (IPv4 or IPv6; port 0 picks one).
+ * Returns 0 and sets *out; -EINVAL (addr not IPv4/IPv6, out NULL),
+ * -ENOBUFS (handle table full), or the OS error (-EADDRINUSE, ...). */
 int tl_udp_bind(tl_loop *loop, const tl_addr *addr, tl_handle *out);
-/* Send one datagram buf[0..len) to addr. */
+/* Send one datagram buf[0..len) to addr (len 0: an empty datagram; buf
+ * stays the caller's until the terminal, *to is copied). The terminal is
+ * TL_K_SEND with result = len. The submission returns (see "Submitting an
+ * operation"); -EINVAL also for buf NULL with len > 0 or to not IPv4/IPv6. */
 int tl_udp_send(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, const tl_addr *to,
 		uint64_t token, tl_op *op);
-/* Receive one datagram into buf (or a pooled lease when buf is NULL);
- * u.recv.from is its source. */
+/* Receive one datagram into buf[0..len) (len > 0; buf stays the caller's
+ * until the terminal): TL_K_RECV, result = its bytes (a longer datagram is
+ * cut), u.recv.from its source. The submission returns (see "Submitting an
+ * operation"); -EINVAL also for len 0 with a buffer. buf NULL asks for a
+ * pooled lease as tl_udp_recv_pooled does: deprecated (turnloop.h,
+ * rule 8), kept for one release. */
 int tl_udp_recv(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token,
 		tl_op *op);
+/* Receive one datagram into a pooled buffer lease: TL_K_RECV, result = its
+ * bytes, TL_F_LEASE and u.recv.lease when result > 0 (the host's until
+ * tl_lease_release), u.recv.from its source. Returns as tl_udp_recv. */
+int tl_udp_recv_pooled(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 
 /* ---- Deadlines without a timer per connection (contract 4.9) ----
  *
@@ -835,8 +904,10 @@ int tl_sendfile(tl_loop *loop, int file_fd, uint64_t off, uint32_t len, tl_handl
 /* The loop's poster: a bounded multi-producer queue into the loop that any
  * thread may use; it also carries the notifier. The returned reference stays
  * valid after the loop is destroyed (posts then fail with -EPIPE) until
- * tl_poster_put(). tl_poster_get() never fails. */
+ * tl_poster_put(). tl_poster_get() never fails (the loop's thread). */
 tl_poster *tl_poster_get(tl_loop *loop);
+/* Drop a reference tl_poster_get() gave; the last one frees the poster.
+ * Any thread; NULL is a no-op. */
 void tl_poster_put(tl_poster *p);
 
 /* Post (token, payload) into the loop: delivered as TL_K_POST, in order per
@@ -850,14 +921,16 @@ int tl_post(tl_poster *p, uint64_t token, uint64_t payload);
 int tl_poster_wake(tl_poster *p);
 
 /* From a loop whose post to p failed with -ENOBUFS: ask for one TL_K_ROOM
- * completion on `loop` once p's loop has drained it. Sets *op. -ENOBUFS when
- * p's waiter table is full, -EPIPE if p's loop is gone. */
+ * completion on `loop` once p's loop has drained it. Returns 0 and sets
+ * *op, or -EINVAL (p or op NULL, p the loop's own poster), -ENOBUFS (a
+ * waiter table, loop's cfg.room_waiters or p's, or loop's op table is
+ * full), -EPIPE (p's loop is gone). */
 int tl_post_wait_room(tl_loop *loop, tl_poster *p, uint64_t token, tl_op *op);
 
 /* A descriptor that polls readable whenever the loop has work (for embedding
  * the loop in another event loop): call tl_turn(loop, 0, ...) when it does.
- * Needs cfg.embed = 1; -ENOTSUP otherwise or when the driver lacks
- * TL_CAP_EMBED. The loop owns the descriptor. */
+ * The loop owns the descriptor (never close it). Returns it (>= 0), or
+ * -ENOTSUP without cfg.embed = 1 or when the driver lacks TL_CAP_EMBED. */
 int tl_loop_fd(tl_loop *loop);
 
 /* Per-loop counters, read from the loop's thread in constant time (no walk
@@ -881,6 +954,7 @@ typedef struct tl_loop_stats {
 	uint32_t pipes, pipes_busy;
 	uint64_t pipe_refusals, pipes_small, splice_dropped;
 } tl_loop_stats;
+/* Copy the loop's counters into *out (the loop's thread; out not NULL). */
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
 
 #ifdef __cplusplus

@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /*
- * One pool serves the whole process. It is started by tl_pool_start() or, with
+ * One pool serves the whole process. It is launched by tl_pool_launch() or, with
  * the defaults, by the first submission of any loop, and it runs two classes
  * of work that share no thread, no queue and no reservation:
  *
@@ -49,7 +49,7 @@ extern "C" {
  * be writing into that memory; tl_blocking() jobs are not waited for.
  *
  * Functions that take a loop must be called on that loop's thread. The
- * others (tl_pool_start, tl_pool_shutdown, tl_pool_stats_get, and the
+ * others (tl_pool_launch, tl_pool_shutdown, tl_pool_stats_get, and the
  * tl_pool_cancelled / tl_pool_set_ptr pair inside a job) may be called from
  * any thread.
  */
@@ -61,8 +61,8 @@ enum tl_pool_class {
 };
 
 /*
- * Process-wide configuration, fixed when the pool starts. tl_pool_config_init()
- * fills the defaults shown; tl_pool_start() validates every field (-EINVAL
+ * Process-wide configuration, fixed when the pool launches. tl_pool_config_init()
+ * fills the defaults shown; tl_pool_launch() validates every field (-EINVAL
  * for zero or out-of-range values). Bounded sizes apply per NUMA node.
  */
 typedef struct tl_pool_config {
@@ -86,17 +86,23 @@ typedef struct tl_pool_config {
 void tl_pool_config_init(tl_pool_config *cfg);
 
 /*
- * Start the pool with *cfg (NULL: the defaults): loads the topology, starts
- * every bounded worker and returns once all of them run (long workers start
- * on demand). Returns 0 when started, or when the pool already runs with an
- * equal configuration; -EINVAL for an invalid configuration, a topology
+ * Launch the pool with *cfg (NULL: the defaults; *cfg and its topology
+ * string are copied): loads the topology, starts every bounded worker and
+ * returns once all of them run (long workers start on demand). Any thread.
+ * Returns 0 when launched, or when the pool already runs with an equal
+ * configuration; -EINVAL for an invalid configuration, a topology
  * description hwloc rejects, or one that differs from the running pool's;
  * -ENOMEM; or the negated error of hwloc or pthread_create.
  */
+int tl_pool_launch(const tl_pool_config *cfg);
+
+/* The old name of tl_pool_launch(): "start" names operations that run
+ * until stopped (turnloop.h, rule 2). Deprecated, kept for one release. */
+TL_DEPRECATED("renamed tl_pool_launch")
 int tl_pool_start(const tl_pool_config *cfg);
 
 /*
- * Stop the pool and join all its threads, so that a later start may use
+ * Stop the pool and join all its threads, so that a later launch may use
  * another configuration (tests) and a process can end cleanly. Returns 0 (or
  * 0 when not running), or -EBUSY, and nothing changes, while a loop that
  * submitted to the pool is still alive, or any job (including one of a
@@ -133,11 +139,11 @@ void tl_pool_set_ptr(tl_cancel_flag *c, void *ptr);
  *
  * arg stays the caller's; fn may run until its terminal completion is
  * delivered, or after tl_loop_destroy() returns if the loop is destroyed
- * while fn runs. Starts the pool with the defaults if it is not running.
+ * while fn runs. Launches the pool with the defaults if it is not running.
  * Returns 0 and sets *op; -EINVAL (fn or op NULL, bad cls); -ENOBUFS (the
  * node's queue is full, the long ceiling is reached, the loop's
  * max_undelivered or op table is full); -ENOMEM (first use); or the error of
- * starting the pool or a long worker's thread.
+ * launching the pool or a long worker's thread.
  */
 int tl_blocking(tl_loop *loop, tl_job_fn fn, void *arg, int cls, uint64_t token, tl_op *op);
 
@@ -147,7 +153,7 @@ int tl_blocking(tl_loop *loop, tl_job_fn fn, void *arg, int cls, uint64_t token,
  * automatic choice, which is the node of the CPU the loop's thread runs on
  * at its first pool use. Jobs already accepted stay where they are. Starts
  * the pool with the defaults if it is not running. Returns 0, -EINVAL (no
- * set for that node), -ENOMEM, or the error of starting the pool.
+ * set for that node), -ENOMEM, or the error of launching the pool.
  */
 int tl_pool_loop_node(tl_loop *loop, int node);
 
@@ -156,7 +162,7 @@ int tl_pool_loop_node(tl_loop *loop, int node);
 /*
  * A snapshot read without any lock: each field is read separately, so they
  * may belong to slightly different instants. For shedding load, not for
- * invariants. All zero before the pool starts.
+ * invariants. All zero before the pool launches.
  */
 typedef struct tl_pool_stats {
 	int node;              /* NUMA node (OS number); -1 in the total */
@@ -171,7 +177,7 @@ typedef struct tl_pool_stats {
 /*
  * Fill *total (may be NULL) with the sums and per_node[0..cap) with the
  * first cap nodes, in hwloc order. Returns the number of nodes (0 before the
- * pool starts, when *total is zeroed and total->node = -1). Any thread.
+ * pool launches, when *total is zeroed and total->node = -1). Any thread.
  */
 int tl_pool_stats_get(tl_pool_stats *total, tl_pool_stats *per_node, uint32_t cap);
 
@@ -217,7 +223,7 @@ void tl_pool_loop_stats_get(const tl_loop *loop, tl_pool_loop_stats *out);
  * included) are copied at submission; longer ones, and every buffer, stay the
  * caller's and must stay valid until the terminal completion (loop.h's rule).
  * Submission returns 0 and sets *op; -EINVAL (NULL or empty path, NULL
- * buffer, NULL op); -ENOBUFS (as tl_blocking); or the error of starting the
+ * buffer, NULL op); -ENOBUFS (as tl_blocking); or the error of launching the
  * pool. Errors of the call itself come in the completion.
  */
 #define TL_FS_INLINE_PATH 256

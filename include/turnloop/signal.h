@@ -32,7 +32,7 @@ extern "C" {
  * tl_stop(op) delivers Stopped and then the handle's Closed (token: the
  * op's token); tl_close(h, token) delivers Cancelled, then Closed.
  *
- * With a sharded runtime (turnloop/shard.h, cfg.signals): its SIGINT and
+ * With a sharded runtime (turnloop/runtime.h, cfg.signals): its SIGINT and
  * SIGTERM handling is a hook on this same handler (tl_signal_hook), so
  * both are told: a subscription to SIGTERM gets its completion and the
  * runtime drains, and neither replaces the other. A shard's subscription

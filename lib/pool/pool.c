@@ -191,7 +191,7 @@ fail:
 	return r;
 }
 
-int tl_pool_start(const tl_pool_config *cfg)
+int tl_pool_launch(const tl_pool_config *cfg)
 {
 	tl_pool_config def;
 	if (!cfg) {
@@ -209,6 +209,12 @@ int tl_pool_start(const tl_pool_config *cfg)
 		atomic_store(&g_pool, p);
 	pthread_mutex_unlock(&g_mu);
 	return r;
+}
+
+/* Deprecated (turnloop.h): the old name of tl_pool_launch. */
+int tl_pool_start(const tl_pool_config *cfg)
+{
+	return tl_pool_launch(cfg);
 }
 
 int tl_pool_shutdown(void)

@@ -60,15 +60,12 @@ static int declare_stats(tl_runtime *rt, struct tlhttp_server *srv)
 	return 0;
 }
 
-static int plan_failed(int r, const tl_runtime_config *rc, const struct tlhttp_opts *o)
+/* tl_runtime_new failed with r: which part of the plan (the options or
+ * TL_CPUS, TL_SHARDS, TL_SMT) cannot be met, and why. */
+static int plan_failed(int r, const struct tlhttp_opts *o)
 {
-	char why[256] = "";
-	tl_plan_request req = rc->plan;
+	const char *why = tl_error_detail();
 
-	if (r == -EINVAL && tl_plan_from_env(&req) < 0)
-		snprintf(why, sizeof why, "bad TL_CPUS, TL_SHARDS or TL_SMT in the environment");
-	else if (r == -EINVAL)
-		tl_plan_explain(&req, NULL, why, sizeof why);
 	fprintf(stderr, "tlhttp: cannot plan the shards%s%s: %s\n", o->cpus ? " on cpus " : "",
 		o->cpus ? o->cpus : "", why[0] ? why : tl_strerror(r));
 	return r == -EINVAL ? 2 : 1;
@@ -141,7 +138,7 @@ int main(int argc, char **argv)
 	rc.plan.shards = o.shards;
 	rc.plan.cpus = o.cpus;
 	tlhttp_loop_config(&o, &rc.loop);
-	rc.on_start = tlhttp_shard_start;
+	rc.on_launch = tlhttp_shard_launch;
 	rc.on_drain = tlhttp_shard_drain;
 	rc.on_stop = tlhttp_shard_stop;
 	rc.on_pass = tlhttp_shard_pass;
@@ -154,7 +151,7 @@ int main(int argc, char **argv)
 		if (srv.root >= 0)
 			close(srv.root);
 		tl_tls_config_unref(srv.tls);
-		return plan_failed(r, &rc, &o);
+		return plan_failed(r, &o);
 	}
 	srv.nshards = tl_runtime_shards(rt);
 	srv.shards = calloc(srv.nshards, sizeof *srv.shards);
@@ -178,9 +175,9 @@ int main(int argc, char **argv)
 		}
 	}
 	signal(SIGPIPE, SIG_IGN);
-	r = tl_runtime_start(rt);
+	r = tl_runtime_launch(rt);
 	if (r < 0) {
-		fprintf(stderr, "tlhttp: cannot start: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlhttp: cannot start: %s\n", tl_error_detail());
 		status = 1;
 		goto out;
 	}
@@ -197,7 +194,7 @@ int main(int argc, char **argv)
 		srv.nshards == 1 ? "" : "s", what, di.reason);
 	r = tl_runtime_run(rt);
 	if (r < 0) {
-		fprintf(stderr, "tlhttp: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlhttp: %s\n", tl_error_detail());
 		status = 1;
 	}
 	for (uint32_t i = 0; i < srv.nshards; i++) {

@@ -1114,7 +1114,7 @@ void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg)
 	cfg->pooled_buffer_size = 4096;
 }
 
-int tlhttp_shard_start(tl_shard *s, void *arg)
+int tlhttp_shard_launch(tl_shard *s, void *arg)
 {
 	struct tlhttp_server *srv = arg;
 	const struct tlhttp_opts *o = srv->o;

@@ -42,15 +42,15 @@ struct tlhttp_server {
 void tlhttp_loop_config(const struct tlhttp_opts *o, tl_config *cfg);
 
 /*
- * The runtime's callbacks (tl_runtime_config: on_start, on_drain, on_stop,
- * on_pass, on_completion), with arg the struct tlhttp_server. Start
+ * The runtime's callbacks (tl_runtime_config: on_launch, on_drain, on_stop,
+ * on_pass, on_completion), with arg the struct tlhttp_server. Launch
  * allocates the shard's whole state (connection slots, buffers) and
  * listens; a negative return stops the runtime (-ENOTSUP: --root on a
  * driver without tl_sendfile). Drain (the first SIGTERM or SIGINT) ends the
  * connections with nothing under way and lets the others finish their
  * request. Stop closes the listener, the timer and every connection.
  */
-int tlhttp_shard_start(tl_shard *s, void *arg);
+int tlhttp_shard_launch(tl_shard *s, void *arg);
 void tlhttp_shard_drain(tl_shard *s, void *arg);
 void tlhttp_shard_stop(tl_shard *s, void *arg);
 int tlhttp_shard_pass(tl_shard *s, void *arg);

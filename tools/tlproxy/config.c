@@ -11,7 +11,7 @@
 
 #include <yaml.h>
 
-#include "turnloop/shard.h"
+#include "turnloop/plan.h"
 
 #include "config.h"
 #include "../reason.h"

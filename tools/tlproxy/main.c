@@ -49,6 +49,7 @@ static uint32_t pool_for(uint32_t cap)
 static pthread_t main_thread;
 static _Atomic int rt_done;
 static int rt_result;
+static char rt_why[320]; /* the joiner's tl_error_detail() of rt_result */
 
 void tlp_sd_notify(const char *state)
 {
@@ -243,6 +244,7 @@ static int declare_stats(tl_runtime *rt)
 static void *joiner(void *arg)
 {
 	rt_result = tl_runtime_run(arg);
+	snprintf(rt_why, sizeof rt_why, "%s", tl_error_detail());
 	atomic_store(&rt_done, 1);
 	pthread_kill(main_thread, SIGUSR2);
 	return NULL;
@@ -275,17 +277,15 @@ static int plan_shards(const struct tlp_config *cfg, uint32_t *n)
 {
 	tl_plan_request req = {.cpus = cfg->cpus, .shards = cfg->shards};
 	tl_plan plan;
-	char why[256] = "";
 	int r;
 
 	if ((r = tl_plan_from_env(&req)) < 0) {
-		fprintf(stderr, "tlproxy: bad TL_CPUS, TL_SHARDS or TL_SMT in the environment\n");
+		fprintf(stderr, "tlproxy: %s\n", tl_error_detail());
 		return r;
 	}
 	r = tl_plan_compute(&plan, &req, NULL);
 	if (r < 0) {
-		tl_plan_explain(&req, NULL, why, sizeof why);
-		fprintf(stderr, "tlproxy: cannot plan the shards: %s\n", why[0] ? why : tl_strerror(r));
+		fprintf(stderr, "tlproxy: cannot plan the shards: %s\n", tl_error_detail());
 		return r;
 	}
 	*n = plan.count;
@@ -560,7 +560,7 @@ int main(int argc, char **argv)
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
 	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows;
-	rc.on_start = tlp_shard_start;
+	rc.on_launch = tlp_shard_launch;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;
 	rc.on_pass = tlp_shard_pass;
@@ -573,7 +573,8 @@ int main(int argc, char **argv)
 	rc.handlers[TLP_H_DNS] = tlp_on_dns;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
-		fprintf(stderr, "tlproxy: cannot set the shards up: %s\n", tl_strerror(r));
+		fprintf(stderr, "tlproxy: cannot set the shards up: %s\n",
+			tl_error_detail()[0] ? tl_error_detail() : tl_strerror(r));
 		tlp_alog_free(w->alog);
 		tlp_config_free(cfg);
 		return 1;
@@ -598,16 +599,16 @@ int main(int argc, char **argv)
 		w->host[i]->used = 1;
 	resolve_all();
 	tlp_gen_apply(gen);
-	/* One reference for each shard (on_start takes them). */
+	/* One reference for each shard (on_launch takes them). */
 	atomic_fetch_add(&gen->refs, w->nshards);
 	for (uint32_t i = 0; i < w->ngp; i++)
 		if (w->gp[i]->view)
 			atomic_fetch_add(&w->gp[i]->view->refs, w->nshards);
 	atomic_store(&w->gen, gen);
 
-	r = tl_runtime_start(rt);
+	r = tl_runtime_launch(rt);
 	if (r < 0) {
-		fprintf(stderr, "tlproxy: cannot start: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlproxy: cannot start: %s\n", tl_error_detail());
 		goto fail_started;
 	}
 	if (w->alog && (r = tlp_alog_start(w->alog)) < 0)
@@ -670,7 +671,7 @@ int main(int argc, char **argv)
 	tlp_takeover_stop();
 	r = rt_result;
 	if (r < 0)
-		fprintf(stderr, "tlproxy: %s\n", tl_runtime_strerror(rt));
+		fprintf(stderr, "tlproxy: %s\n", rt_why);
 	else
 		tlp_log("stopped");
 	tl_runtime_destroy(rt);

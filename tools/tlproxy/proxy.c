@@ -2350,7 +2350,7 @@ int tlp_shard_listen(tl_shard *s, struct tlp_gen *g)
 
 /* ---- start and stop ---- */
 
-int tlp_shard_start(tl_shard *s, void *arg)
+int tlp_shard_launch(tl_shard *s, void *arg)
 {
 	struct tlp_world *w = &tlp_w;
 	struct tlp_shard *sh;

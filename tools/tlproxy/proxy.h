@@ -287,7 +287,7 @@ struct tlp_world {
 	uint32_t ninh;
 	uint8_t row_used[TLP_SRV_ROWS];
 	uint32_t srv_rows;          /* rows the per-server families have */
-	_Atomic int started;        /* shards done with on_start */
+	_Atomic int started;        /* shards done with on_launch */
 	_Atomic int start_failed;
 	int user_dropped;
 	struct tlp_alog *alog;      /* NULL: no access log */
@@ -327,14 +327,8 @@ struct tlp_host {
 struct tlp_conn;
 struct tlp_shard;
 
-static inline int tlp_heq(tl_handle a, tl_handle b)
-{
-	return a.v == b.v;
-}
-#define tl_handle_eq tlp_heq
-
 /* proxy.c: the data path of one shard. */
-int tlp_shard_start(tl_shard *s, void *arg);
+int tlp_shard_launch(tl_shard *s, void *arg);
 void tlp_shard_stop(tl_shard *s, void *arg);
 void tlp_shard_drain(tl_shard *s, void *arg);
 int tlp_shard_pass(tl_shard *s, void *arg);

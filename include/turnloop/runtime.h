@@ -1,0 +1,369 @@
+/* turnloop/runtime.h: the sharded runtime: a pinned thread and loop per shard of a plan, its lifecycle, and the mesh between shards (contract 9.2-9.6). */
+#ifndef TURNLOOP_RUNTIME_H
+#define TURNLOOP_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "turnloop/loop.h"
+#include "turnloop/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The sharded runtime (contract 9.2-9.7): one thread per shard of a plan,
+ * pinned to its PU with its memory bound to its NUMA node and its own
+ * jemalloc arena, each running one loop that the runtime drives:
+ *
+ *     for (;;) {
+ *         tl_turn(loop, ...);              // no user code inside
+ *         handler(s, c) for each completion;
+ *         run mesh messages that arrived;   // posts, submit_to functions, results
+ *         on_pass(s, arg) if set;           // "pollers": busy user work
+ *         publish staged mesh messages, wake parked targets once each;
+ *         publish live stats (at most every stats_period_ns).
+ *     }
+ *
+ * User code runs only in the callbacks, between turns, on the shard's thread.
+ * Everything tl_shard_* below is called from the shard's own thread (from
+ * inside a callback) unless it says otherwise; tl_shard_loop(s) is an ordinary
+ * loop that the callbacks use for sockets and timers.
+ *
+ * Lifecycle: tl_runtime_new (nothing runs yet), tl_runtime_launch (the
+ * threads start), tl_runtime_run (wait for the end), tl_runtime_drain or
+ * tl_runtime_stop (ask for the end), tl_runtime_destroy. new, launch, run
+ * and destroy from one controlling thread; drain and stop from anywhere,
+ * including a signal handler. The program's own stats and the live stats
+ * region are in turnloop/stats.h.
+ */
+
+typedef struct tl_runtime tl_runtime;
+typedef struct tl_shard tl_shard;
+
+/* Handles every completion of a shard whose token names no handler. */
+typedef void (*tl_shard_handler)(tl_shard *s, const tl_completion *c);
+/* What runs on each shard as the runtime launches (cfg.on_launch): 0 or a
+ * negative errno, which stops the runtime. */
+typedef int (*tl_shard_launch_fn)(tl_shard *s, void *arg);
+/* A function that runs on another shard (tl_shard_submit_to): its return
+ * value comes back to the caller as a mesh completion's result. */
+typedef int64_t (*tl_mesh_fn)(tl_shard *s, void *arg);
+
+/* Named handlers: up to TL_RT_HANDLERS - 1 extra handlers, numbered 1..15. */
+#define TL_RT_HANDLERS 16u
+
+/*
+ * A token that names handler h (1..15 of tl_runtime_config.handlers) and
+ * carries 56 bits of data (enough for a user-space pointer on x86-64 and
+ * arm64). The runtime hands a completion whose token's top byte is h, with
+ * handlers[h] set, to that handler instead of on_completion. Tokens whose top
+ * byte is 0, or names an unset handler, go to on_completion. Returns the
+ * token (no failure: h is cut to 8 bits, data to 56).
+ */
+static inline uint64_t tl_token(unsigned h, uint64_t data)
+{
+	return ((uint64_t)(h & 0xffu) << 56) | (data & UINT64_C(0x00ffffffffffffff));
+}
+/* The 56 data bits of a tl_token(). */
+static inline uint64_t tl_token_data(uint64_t token)
+{
+	return token & UINT64_C(0x00ffffffffffffff);
+}
+/* The handler number of a token (0: none). */
+static inline unsigned tl_token_handler(uint64_t token)
+{
+	return (unsigned)(token >> 56);
+}
+
+/*
+ * Mesh completions (kind TL_K_MESH), delivered to the target's handler:
+ *  - a tl_shard_post() message: token and u.mesh.payload as posted, result 0,
+ *    u.mesh.arg NULL, aux = the sending shard's id;
+ *  - the result of a tl_shard_submit_to() on the caller: token as submitted,
+ *    result = what fn returned, u.mesh.arg = fn's arg (u.mesh.payload 0),
+ *    aux = the shard fn ran on | TL_MESH_RESULT.
+ *  - a connection tl_shard_migrate() moved here: token and u.mesh.payload
+ *    as given, result 0, u.mesh.conn = its new handle on this shard's loop,
+ *    aux = the sending shard's id | TL_MESH_MIGRATED;
+ *  - the result of a tl_shard_migrate() on the caller: token and
+ *    u.mesh.payload as given, result 0 (adopted there) or the target's
+ *    tl_adopt error, aux = the target shard | TL_MESH_RESULT |
+ *    TL_MESH_MIGRATED.
+ * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
+ * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
+ * are TL_OP_NONE / TL_HANDLE_NONE, u.mesh.conn is TL_HANDLE_NONE unless
+ * said otherwise.
+ */
+#define TL_MESH_RESULT 0x80000000u
+#define TL_MESH_MIGRATED 0x40000000u
+#define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
+
+/*
+ * Runtime configuration; tl_runtime_config_init() fills the defaults in the
+ * right-hand column. tl_runtime_new() validates every field (-EINVAL).
+ */
+typedef struct tl_runtime_config {
+	/* Which shards. Fields left 0/NULL are filled from TL_CPUS, TL_SHARDS
+	 * and TL_SMT (tl_plan_from_env) unless no_env.          all 0 */
+	tl_plan_request plan;
+	int no_env;                   /* 1: ignore the environment         0 */
+	int bind;                     /* pin threads, bind memory            1 */
+	tl_config loop;               /* template of every shard's loop  tl_config_init */
+	uint32_t mesh_capacity;       /* messages per ring (2^k, <= 2^20)    1024 */
+	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
+	uint32_t mesh_inflight;       /* submit_to in flight per pair        64, <= 65536 */
+	uint32_t batch;               /* completions per turn                256, <= 65536 */
+	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
+	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
+	uint64_t grace_ns;            /* a graceful drain (tl_runtime_drain, SIGTERM)
+	                               * lets connections finish this long    30 s */
+	uint64_t stats_period_ns;     /* a busy shard publishes its stats once per
+	                               * period, a shard about to park first   1 ms, <= 1 s */
+	int stats;                    /* publish the live stats region
+	                               * (turnloop/stats.h)                   1 */
+	uint32_t stats_values;        /* value slots per shard for the program's
+	                               * own counters and gauges   64, 1..TL_STATS_VALUES_MAX */
+	int signals;                  /* SIGINT/SIGTERM drain the runtime (a second
+	                               * one stops it at once)                 1 */
+	tl_shard_handler on_completion;            /* NULL: completions are dropped */
+	tl_shard_handler handlers[TL_RT_HANDLERS]; /* [0] unused; see tl_token() */
+	/* On each shard as the runtime launches, after its loop exists, before
+	 * any completion: a negative return stops the whole runtime with that
+	 * error. on_start is its old name (deprecated, the same field). */
+	union {
+		tl_shard_launch_fn on_launch;
+		tl_shard_launch_fn on_start TL_DEPRECATED("renamed on_launch");
+	};
+	/* On each shard when a stop begins, before the runtime closes the
+	 * handles still open (so a program can close its own with its own
+	 * tokens and say goodbye to peers). */
+	void (*on_stop)(tl_shard *s, void *arg);
+	/* On each shard when a graceful drain begins, after the runtime closed
+	 * the shard's listeners: the program lets its connections finish (or
+	 * ends idle ones). The shard leaves the grace period when its loop is
+	 * no longer alive (tl_alive: no referenced socket or pending op; the
+	 * program can tl_set_ref(h, 0) what it does not want waited for) or
+	 * after grace_ns; then the stop of tl_runtime_stop follows. May be
+	 * NULL. */
+	void (*on_drain)(tl_shard *s, void *arg);
+	/* On each shard once per pass; return nonzero while it has more work
+	 * (the next turn then does not block). */
+	int (*on_pass)(tl_shard *s, void *arg);
+	void *arg;                    /* passed to on_launch/on_stop/on_drain/on_pass */
+} tl_runtime_config;
+
+/* Fill *cfg with the defaults above. */
+void tl_runtime_config_init(tl_runtime_config *cfg);
+
+/*
+ * Create a runtime: computes the plan (from cfg->plan and, unless no_env, the
+ * environment; cfg NULL: the defaults), allocates every shard's mesh rings
+ * and, with cfg->stats, the live stats region (turnloop/stats.h). No thread
+ * starts. A region that cannot be published does not stop the runtime: it
+ * runs without one, one line on stderr says why (for instance a per-user
+ * directory that another user planted), and tl_runtime_stats_published()
+ * tells.
+ * Ownership: *out is the caller's until tl_runtime_destroy(); the runtime
+ * keeps a copy of *cfg. Returns 0 and sets *out (NULL on failure); -EINVAL
+ * (out NULL, a bad config field, plan request, TL_CPUS, TL_SHARDS or
+ * TL_SMT), -EBUSY (this process already publishes a stats region), -ENOMEM,
+ * or the plan's error (tl_plan_compute). Detail (tl_error_detail) on
+ * failure: the field, variable or CPU at fault.
+ */
+int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg);
+
+/*
+ * Launch the runtime: start every shard thread and wait until each is set
+ * up (bound, arena, loop). If any shard fails to set up, the others are
+ * torn down without running any user code and the error is returned.
+ * Otherwise each shard runs cfg.on_launch and starts turning; with
+ * cfg.signals, SIGINT and SIGTERM now stop the runtime (the shard threads
+ * block them; the previous actions come back at destroy; only one runtime
+ * of a process at a time takes the signals, a second one runs without
+ * them).
+ * Returns 0, -EINVAL (rt NULL, or launched before), or the first shard's
+ * error. Detail (tl_error_detail) on failure: which shard failed and why.
+ */
+int tl_runtime_launch(tl_runtime *rt);
+
+/*
+ * Block until every shard has stopped and drained (launching the runtime
+ * first if needed). Returns 0 after a requested stop; -EINVAL (rt NULL); or
+ * the first error that stopped it (an on_launch failure, a turn error, a
+ * launch that failed). A second call returns the same value at once.
+ * Detail (tl_error_detail) on failure: which shard stopped it and why.
+ */
+int tl_runtime_run(tl_runtime *rt);
+
+/*
+ * Stop at once (the hard stop): each shard calls on_stop, closes its remaining
+ * handles (their Closed completions carry TL_RT_CLOSE_TOKEN),
+ * delivers their completions and the mesh messages already sent, then its
+ * thread exits (bounded by drain_ns, after which leftover operations are
+ * cancelled by tl_loop_destroy). Any thread; async-signal-safe (atomic
+ * stores and at most one eventfd write per shard). Idempotent; rt NULL is a
+ * no-op.
+ */
+void tl_runtime_stop(tl_runtime *rt);
+
+/*
+ * Drain gracefully (contract 9.6): every shard closes its listeners (new
+ * connections are refused: another process or shard takes them), calls
+ * on_drain, and lets its connections finish for up to grace_ns, until its
+ * loop is no longer alive; then it stops as tl_runtime_stop says. A
+ * tl_runtime_stop() during the grace period cuts it short. Any thread;
+ * async-signal-safe; idempotent; rt NULL is a no-op. With cfg.signals the
+ * first SIGINT or SIGTERM drains and a second one stops.
+ */
+void tl_runtime_drain(tl_runtime *rt);
+
+/* The token of the Closed completions of handles the runtime closes when a
+ * shard stops (those the program had not closed itself); its handler byte
+ * is 0, so they go to on_completion. */
+#define TL_RT_CLOSE_TOKEN UINT64_C(0x00c105edc105ed00)
+
+/*
+ * Stop (if running), join the threads, free the rings and the plan, unlink the
+ * stats region and restore the signal actions. NULL is a no-op.
+ */
+void tl_runtime_destroy(tl_runtime *rt);
+
+/* Number of shards in the runtime's plan (0 for rt NULL). */
+uint32_t tl_runtime_shards(const tl_runtime *rt);
+/* The plan the runtime runs (owned by the runtime; NULL for rt NULL). */
+const tl_plan *tl_runtime_plan(const tl_runtime *rt);
+/* 1 when shard threads use their own jemalloc arenas; 0 when that is off
+ * (build option, sanitizer build, or jemalloc is not the process allocator:
+ * then *why, if why is not NULL, says which, in a string of the library's).
+ * Arenas are best effort, never an error: this is a state with its reason.
+ * Meaningful after launch. */
+int tl_runtime_arenas(const tl_runtime *rt, const char **why);
+
+/* The shard's loop (use it from the shard's thread only). */
+tl_loop *tl_shard_loop(tl_shard *s);
+/* The shard's id, 0..count-1 (its index in the plan). */
+uint32_t tl_shard_id(const tl_shard *s);
+/* The number of shards. */
+uint32_t tl_shard_count(const tl_shard *s);
+/* The runtime the shard belongs to. */
+tl_runtime *tl_shard_runtime(tl_shard *s);
+/* The runtime config's arg (what on_launch/on_stop/on_pass receive), for
+ * handlers. */
+void *tl_shard_arg(const tl_shard *s);
+/* Set a pointer of the program's own per shard; any use, the runtime never
+ * looks at it. */
+void tl_shard_set_data(tl_shard *s, void *data);
+/* The pointer tl_shard_set_data() set (NULL until then). */
+void *tl_shard_data(const tl_shard *s);
+/* Copy the shard's place in the plan (cpu, core, NUMA node) into *out.
+ * Returns 0, or -EINVAL (s or out NULL). */
+int tl_shard_place_get(const tl_shard *s, tl_shard_place *out);
+
+/*
+ * Send (token, payload) to shard target (itself included): delivered there as
+ * a TL_K_MESH completion (see above), in order per pair of shards, exactly
+ * once. The message is published and a parked target woken when the current
+ * pass ends (or earlier, every 32 messages), never from inside this call.
+ * Returns 0; -EINVAL (target out of range); -ENOBUFS (the ring to target is
+ * full, or replies to target are backed up: nothing was queued, see
+ * tl_shard_wait_room); -EPIPE (the mesh closed: the runtime is stopping).
+ * Allocates nothing.
+ */
+int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload);
+
+/*
+ * Run fn(target_shard, arg) on shard target between its turns, and deliver
+ * fn's return value to this shard as a TL_K_MESH completion with token and
+ * aux = target | TL_MESH_RESULT. At most mesh_inflight calls per pair are in
+ * flight. Same returns as tl_shard_post, -EINVAL also for fn NULL, and
+ * -ENOBUFS also when mesh_inflight calls to target await their result. If
+ * the runtime stops before the result comes back, fn still runs but its
+ * result may be dropped (the stats count it). arg stays the caller's: it
+ * must live until the result comes back.
+ */
+int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * Move the connection h of this shard's loop to shard target (contract 4.6;
+ * docs/SOCKETS.md, "Handing sockets over"): h is detached (tl_detach), its
+ * descriptor travels over the mesh, and target adopts it (tl_adopt) between
+ * its turns and hands its program a TL_K_MESH completion naming the new
+ * handle (see "Mesh completions" above: u.mesh.conn, aux |
+ * TL_MESH_MIGRATED) with token and payload; token names the handler on
+ * target as for tl_shard_post, and on this shard for the result. This
+ * shard then gets the result (0, or the error of tl_adopt there, in which
+ * case target has closed the descriptor: it is never leaked, but the
+ * connection is gone). Bytes not read yet stay in the kernel's socket and
+ * are read by the new owner, and it succeeds only once the program has
+ * been handed every completion of h, so a stream moves without losing a
+ * byte.
+ *
+ * Returns 0 (h is stale from now on); -EAGAIN while completions of h are
+ * still to reach the program: later in the batch of this pass that it is
+ * being handed (nothing is done then: call again from the handler of the
+ * last of them), or queued in the loop, or owed by operations still
+ * pending (as tl_detach: those operations are cancelled now). Stop h's
+ * reads, let its writes finish, and call again from the handler of their
+ * terminals. -ENOENT, -EINVAL (target out of range, h a timer or
+ * closing), -ENOTSUP as tl_detach; -ENOBUFS and -EPIPE as
+ * tl_shard_submit_to (it takes one of the mesh_inflight credits to target
+ * until the result is back). On any error h stays where it is, nothing was
+ * sent. If the runtime stops before target ran it, target still adopts and
+ * then closes the connection with its other handles; the result may be
+ * dropped (as for tl_shard_submit_to). Allocates nothing.
+ *
+ * Token before payload, as in tl_shard_post and tl_post (turnloop.h, rule
+ * 6). This call used to take payload first: both are uint64_t, so code
+ * written for that order still compiles and must be changed by hand.
+ */
+int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t token,
+		     uint64_t payload);
+
+/*
+ * tl_shard_post() to every shard, this one included, all or nothing.
+ * Returns the number of shards posted to, or -ENOBUFS (some ring is full:
+ * nothing was sent), -EPIPE.
+ */
+int tl_shard_broadcast(tl_shard *s, uint64_t token, uint64_t payload);
+
+/*
+ * tl_shard_submit_to() on every shard, this one included, all or nothing:
+ * one result completion per shard. Returns the count, -EINVAL (fn NULL) or
+ * the first refusal's code (then nothing was sent).
+ */
+int tl_shard_submit_all(tl_shard *s, tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * After a refusal with -ENOBUFS: ask for one TL_K_ROOM completion (token,
+ * aux = target) once the ring to target can take a message again (it may
+ * come at the next pass if it already can). One request per target at a
+ * time. Returns 0, -EINVAL (target out of range), -ENOBUFS (a request for
+ * target is already pending), -EPIPE (mesh closed).
+ */
+int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token);
+
+/* ---- Deprecated names (kept for one release; turnloop.h lists them) ---- */
+
+/* The old name of tl_shard_launch_fn. */
+typedef tl_shard_launch_fn tl_shard_start_fn TL_DEPRECATED("renamed tl_shard_launch_fn");
+/* The old name of tl_runtime_launch(): "start" names operations that run
+ * until stopped (tl_read_start, tl_timer_start, ...). */
+TL_DEPRECATED("renamed tl_runtime_launch")
+int tl_runtime_start(tl_runtime *rt);
+/* The runtime's failure reason ("" when it did not fail; owned by the
+ * runtime): tl_runtime_launch and tl_runtime_run leave it as their detail
+ * (tl_error_detail). */
+TL_DEPRECATED("the reason is tl_error_detail() after tl_runtime_launch or tl_runtime_run")
+const char *tl_runtime_strerror(const tl_runtime *rt);
+/* The shard's place in the plan, owned by the runtime: tl_shard_place_get
+ * copies it. */
+TL_DEPRECATED("use tl_shard_place_get")
+const tl_shard_place *tl_shard_place_of(const tl_shard *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TURNLOOP_RUNTIME_H */

@@ -1,0 +1,520 @@
+/* shards/mesh.c: the mesh between shards (contract 9.4-9.5): one single-producer ring per ordered pair, messages staged during a pass and published at its end with one wake per parked target; posts, calls and their results (with a backlog the credits bound), room waits, and connections migrated between shards. */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+/* Publish staged messages every this many, so a busy consumer can start
+ * before the producer's pass ends; the wake still waits for the pass end. */
+#define PUBLISH_EVERY 32u
+
+/* What a ring slot carries: the low 32 bits of tl_mesh_msg.b. A migration
+ * (tl_shard_migrate) carries the payload in a and, in the high 32 bits of
+ * b, the descriptor (MSG_MIGRATE) or the target's result (MSG_MIGRATED). */
+enum { MSG_POST = 0, MSG_CALL = 1, MSG_RESULT = 2, MSG_MIGRATE = 3, MSG_MIGRATED = 4 };
+#define MSG_TYPE(b) ((uint32_t)(b))
+#define MSG_WORD(b) ((int32_t)((b) >> 32))
+#define MSG_MAKE(type, word) ((uint64_t)(type) | (uint64_t)(uint32_t)(word) << 32)
+
+/* ---- setup and teardown (on the shard's thread) ---- */
+
+int tl__mesh_setup(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+
+	s->out = calloc(s->n, sizeof *s->out);
+	s->dirty = malloc((size_t)s->n * sizeof *s->dirty);
+	if (!s->out || !s->dirty)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < s->n; t++) {
+		s->out[t].backlog = malloc((size_t)rt->cfg.mesh_inflight * sizeof(struct tl_mesh_msg));
+		if (!s->out[t].backlog)
+			return -ENOMEM;
+	}
+	/* The consumer allocates its inbound rings, on its own node. */
+	for (uint32_t src = 0; src < s->n; src++)
+		if (tl__spsc_init(&s->in[(size_t)src * s->n].ring, rt->cfg.mesh_capacity) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+/* The inbound rings outlive the thread (a producer may still look at
+ * them): the runtime frees them at destroy. */
+void tl__mesh_teardown(tl_shard *s)
+{
+	if (s->out)
+		for (uint32_t t = 0; t < s->n; t++)
+			free(s->out[t].backlog);
+	free(s->out);
+	free(s->dirty);
+	s->out = NULL;
+	s->dirty = NULL;
+}
+
+void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		*inbound += tl__spsc_size_approx(&s->in[(size_t)i * s->n].ring);
+		*backlog += s->out[i].bl_len;
+	}
+}
+
+/* ---- the mesh: producer side ---- */
+
+/* Free slots toward t as this producer knows them; rereads the consumer's
+ * index only when the cached one says full. */
+static inline size_t ring_room(tl_shard *s, struct out *o, struct tl__spsc *r)
+{
+	size_t cap = r->mask + 1;
+	size_t room = cap - (o->head - r->tail_cache);
+
+	if (!room) {
+		r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+		room = cap - (o->head - r->tail_cache);
+	}
+	(void)s;
+	return room;
+}
+
+static inline void ring_publish(struct out *o, struct tl__spsc *r)
+{
+	atomic_store_explicit(&r->head, o->head, memory_order_release);
+	o->published = o->head;
+}
+
+/* Write one message into the next free slot (room already checked). */
+static inline void stage(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
+{
+	struct out *o = &s->out[t];
+	struct tl__spsc *r = &s->outp[t].ring;
+
+	r->slots[o->head & r->mask] = *m;
+	o->head++;
+	s->st.mesh_out++;
+	if (!o->dirty) {
+		o->dirty = 1;
+		s->dirty[s->ndirty++] = t;
+	}
+	if (o->head - o->published >= PUBLISH_EVERY)
+		ring_publish(o, r);
+}
+
+/* Can a new message (not a result) go to t now? 0, or the refusal code. */
+static inline int can_send(tl_shard *s, uint32_t t)
+{
+	struct out *o;
+
+	if (tl_unlikely(t >= s->n))
+		return -EINVAL;
+	if (tl_unlikely(s->mesh_closed))
+		return -EPIPE;
+	o = &s->out[t];
+	if (tl_unlikely(o->bl_len || !ring_room(s, o, &s->outp[t].ring))) {
+		s->st.mesh_refused++;
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
+int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload)
+{
+	int rc = can_send(s, target);
+
+	if (tl_unlikely(rc))
+		return rc;
+	stage(s, target, &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_POST});
+	return 0;
+}
+
+/* Can a call (it holds a credit until its result) go to t now? */
+static int can_call(tl_shard *s, uint32_t t)
+{
+	if (t < s->n && s->out[t].inflight >= s->rt->cfg.mesh_inflight && !s->mesh_closed) {
+		s->st.mesh_refused++;
+		return -ENOBUFS;
+	}
+	return can_send(s, t);
+}
+
+int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t token,
+		     uint64_t payload)
+{
+	int fd, rc = can_call(s, target);
+
+	if (rc)
+		return rc;
+	/* Completions of h that the loop handed out this pass but the program
+	 * has not seen yet (later in the batch) hold it as the loop's queued
+	 * ones hold tl_detach: their bytes are the program's to handle first. */
+	for (uint32_t k = s->bat_i + 1; k < s->bat_n; k++)
+		if (s->batch[k].handle.v == h.v)
+			return -EAGAIN;
+	/* The ring has room and a credit is free: once detached, the
+	 * descriptor is sure to go. */
+	rc = tl_detach(s->loop, h, &fd);
+	if (rc)
+		return rc;
+	stage(s, target,
+	      &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_MAKE(MSG_MIGRATE, fd)});
+	s->out[target].inflight++;
+	s->inflight_total++;
+	return 0;
+}
+
+int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	int rc;
+
+	if (!fn)
+		return -EINVAL;
+	if (target < s->n && s->out[target].inflight >= s->rt->cfg.mesh_inflight &&
+	    !s->mesh_closed) {
+		s->st.mesh_refused++;
+		return -ENOBUFS;
+	}
+	rc = can_send(s, target);
+	if (rc)
+		return rc;
+	stage(s, target,
+	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg, .b = MSG_CALL,
+				    .fn = (void *)fn});
+	s->out[target].inflight++;
+	s->inflight_total++;
+	return 0;
+}
+
+/* All-or-nothing check for a message to every shard. */
+static int can_send_all(tl_shard *s, int call)
+{
+	for (uint32_t t = 0; t < s->n; t++) {
+		int rc;
+
+		if (call && s->out[t].inflight >= s->rt->cfg.mesh_inflight && !s->mesh_closed) {
+			s->st.mesh_refused++;
+			return -ENOBUFS;
+		}
+		rc = can_send(s, t);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int tl_shard_broadcast(tl_shard *s, uint64_t token, uint64_t payload)
+{
+	int rc = can_send_all(s, 0);
+
+	if (rc)
+		return rc;
+	for (uint32_t t = 0; t < s->n; t++)
+		stage(s, t, &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_POST});
+	return (int)s->n;
+}
+
+int tl_shard_submit_all(tl_shard *s, tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	int rc;
+
+	if (!fn)
+		return -EINVAL;
+	rc = can_send_all(s, 1);
+	if (rc)
+		return rc;
+	for (uint32_t t = 0; t < s->n; t++) {
+		stage(s, t,
+		      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+					    .b = MSG_CALL, .fn = (void *)fn});
+		s->out[t].inflight++;
+		s->inflight_total++;
+	}
+	return (int)s->n;
+}
+
+int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token)
+{
+	struct out *o;
+
+	if (target >= s->n)
+		return -EINVAL;
+	if (s->mesh_closed)
+		return -EPIPE;
+	o = &s->out[target];
+	if (o->room_wait)
+		return -ENOBUFS;
+	o->room_wait = 1;
+	o->room_token = token;
+	s->nroom_wait++;
+	return 0;
+}
+
+/* A function's result for shard t: into the ring if it has room and nothing
+ * waits before it, else into the backlog (never refused: the caller's credit
+ * reserved its place). */
+static void send_result(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
+{
+	struct out *o = &s->out[t];
+	uint32_t cap = s->rt->cfg.mesh_inflight;
+
+	if (s->mesh_closed) {
+		s->st.mesh_dropped++;
+		return;
+	}
+	if (!o->bl_len && ring_room(s, o, &s->outp[t].ring)) {
+		stage(s, t, m);
+		return;
+	}
+	if (o->bl_len == cap) { /* only a broken credit count gets here */
+		s->st.mesh_dropped++;
+		return;
+	}
+	if (!o->bl_len)
+		s->nbacklog++;
+	o->backlog[(o->bl_head + o->bl_len) % cap] = *m;
+	o->bl_len++;
+}
+
+/* Move backlogged results into their rings while there is room. */
+static void push_backlogs(tl_shard *s)
+{
+	uint32_t cap = s->rt->cfg.mesh_inflight;
+
+	for (uint32_t t = 0; t < s->n && s->nbacklog; t++) {
+		struct out *o = &s->out[t];
+
+		while (o->bl_len && ring_room(s, o, &s->outp[t].ring)) {
+			stage(s, t, &o->backlog[o->bl_head]);
+			o->bl_head = (o->bl_head + 1) % cap;
+			if (!--o->bl_len)
+				s->nbacklog--;
+		}
+	}
+}
+
+/* Publish what was staged this pass and wake each target once. The wake
+ * costs a system call only if that target is parked (tl_poster_wake). */
+void tl__mesh_flush(tl_shard *s)
+{
+	for (uint32_t i = 0; i < s->ndirty; i++) {
+		uint32_t t = s->dirty[i];
+		struct out *o = &s->out[t];
+
+		if (o->head != o->published)
+			ring_publish(o, &s->outp[t].ring);
+		o->dirty = 0;
+		if (t != s->id)
+			tl_poster_wake(s->rt->shards[t].poster);
+	}
+	s->ndirty = 0;
+}
+
+static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
+			 uint64_t value, void *ptr, uint16_t kind)
+{
+	tl_completion c;
+
+	c.token = token;
+	c.op = TL_OP_NONE;
+	c.handle = TL_HANDLE_NONE;
+	c.result = result;
+	c.kind = kind;
+	c.flags = TL_F_TERMINAL;
+	c.aux = aux;
+	c.u.mesh.payload = value;
+	c.u.mesh.arg = ptr;
+	c.u.mesh.conn = TL_HANDLE_NONE;
+	s->mesh_comp[kind]++;
+	tl__rt_dispatch(s, &c);
+}
+
+/* A connection migrated from src: adopt it and tell the program, or close
+ * it; either way src hears how it went. */
+static void run_migrate(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
+{
+	tl_completion c;
+	int fd = MSG_WORD(m->b);
+	int rc = tl_adopt(s->loop, fd, &c.u.mesh.conn);
+
+	if (rc < 0) {
+		close(fd);
+	} else {
+		c.token = m->token;
+		c.op = TL_OP_NONE;
+		c.handle = TL_HANDLE_NONE;
+		c.result = 0;
+		c.kind = TL_K_MESH;
+		c.flags = TL_F_TERMINAL;
+		c.aux = src | TL_MESH_MIGRATED;
+		c.u.mesh.payload = m->a;
+		c.u.mesh.arg = NULL;
+		s->mesh_comp[TL_K_MESH]++;
+		tl__rt_dispatch(s, &c);
+	}
+	send_result(s, src,
+		    &(struct tl_mesh_msg){.token = m->token, .a = m->a,
+					  .b = MSG_MAKE(MSG_MIGRATED, rc)});
+}
+
+/* ---- the mesh: consumer side ---- */
+
+static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
+{
+	switch (MSG_TYPE(m->b)) {
+	case MSG_POST:
+		deliver_mesh(s, m->token, 0, src, m->a, NULL, TL_K_MESH);
+		break;
+	case MSG_CALL: {
+		tl_mesh_fn fn = (tl_mesh_fn)m->fn;
+		int64_t res = fn(s, (void *)(uintptr_t)m->a);
+
+		send_result(s, src,
+			    &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
+						  .b = MSG_RESULT, .fn = (void *)(uintptr_t)m->a});
+		break;
+	}
+	case MSG_MIGRATE:
+		run_migrate(s, src, m);
+		break;
+	case MSG_MIGRATED:
+		s->out[src].inflight--;
+		s->inflight_total--;
+		deliver_mesh(s, m->token, MSG_WORD(m->b), src | TL_MESH_RESULT | TL_MESH_MIGRATED,
+			     m->a, NULL, TL_K_MESH);
+		break;
+	default: /* MSG_RESULT */
+		s->out[src].inflight--;
+		s->inflight_total--;
+		deliver_mesh(s, m->token, (int64_t)m->a, src | TL_MESH_RESULT, 0, m->fn, TL_K_MESH);
+		break;
+	}
+}
+
+/* Take up to budget messages from each inbound ring, running them in place.
+ * Returns 1 if some ring still holds messages. */
+int tl__mesh_receive(tl_shard *s, uint32_t budget)
+{
+	tl_completion c;
+	uint64_t posts = 0;
+	int more = 0;
+
+	c.op = TL_OP_NONE;
+	c.handle = TL_HANDLE_NONE;
+	c.u.mesh.conn = TL_HANDLE_NONE;
+	for (uint32_t src = 0; src < s->n; src++) {
+		struct pair *p = &s->in[(size_t)src * s->n];
+		struct tl__spsc *r = &p->ring;
+		size_t left = budget;
+
+		/* Chunk by chunk: a producer that keeps publishing keeps this
+		 * loop going (up to the budget) instead of paying a whole pass
+		 * per chunk, and each chunk's slots go back to it at once. */
+		while (left) {
+			size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+			size_t avail, take;
+
+			r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
+			avail = r->head_cache - tail;
+			if (!avail)
+				break;
+			take = avail < left ? avail : left;
+			left -= take;
+			more |= avail > take;
+			/* The slots stay ours until tail moves below, so posts
+			 * are read in place; the record handed out is reused. */
+			for (size_t k = 0; k < take; k++) {
+				const struct tl_mesh_msg *m = &r->slots[(tail + k) & r->mask];
+
+				if (tl_likely(m->b == MSG_POST)) {
+					c.token = m->token;
+					c.result = 0;
+					c.kind = TL_K_MESH;
+					c.flags = TL_F_TERMINAL;
+					c.aux = src;
+					c.u.mesh.payload = m->a;
+					c.u.mesh.arg = NULL;
+					posts++;
+					tl__rt_dispatch(s, &c);
+				} else {
+					struct tl_mesh_msg copy = *m;
+
+					run_msg(s, src, &copy);
+				}
+			}
+			s->st.mesh_in += take;
+			/* Release the slots. Sequentially consistent, like the
+			 * load of want_room after it and the producer's store of
+			 * want_room before its reload of tail (Dekker): one of
+			 * the two sides sees the other, so a producer waiting
+			 * for room is never missed. */
+			atomic_exchange_explicit(&r->tail, tail + take, memory_order_seq_cst);
+			if (atomic_load_explicit(&p->want_room, memory_order_seq_cst) &&
+			    atomic_exchange_explicit(&p->want_room, 0, memory_order_relaxed))
+				tl_poster_wake(s->rt->shards[src].poster);
+		}
+	}
+	s->mesh_comp[TL_K_MESH] += posts;
+	return more;
+}
+
+/* Something in an inbound ring? Exact for this (the consuming) thread. */
+int tl__mesh_inbound_ready(tl_shard *s)
+{
+	for (uint32_t src = 0; src < s->n; src++) {
+		struct tl__spsc *r = &s->in[(size_t)src * s->n].ring;
+
+		if (atomic_load_explicit(&r->head, memory_order_acquire) !=
+		    atomic_load_explicit(&r->tail, memory_order_relaxed))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Without arm (inside a pass): move backlogged results into their rings and
+ * deliver the room completions that are due. With arm (before parking, after
+ * the pass's flush, so nothing may be staged or delivered here): ask the
+ * consumers of still-waiting pairs for a wake, and say whether room turned
+ * up meanwhile (then the shard must not park).
+ */
+int tl__mesh_room_check(tl_shard *s, int arm)
+{
+	int ready = 0;
+
+	if (!arm && s->nbacklog)
+		push_backlogs(s);
+	if (!s->nroom_wait && !s->nbacklog)
+		return 0;
+	for (uint32_t t = 0; t < s->n; t++) {
+		struct out *o = &s->out[t];
+		struct tl__spsc *r = &s->outp[t].ring;
+
+		if (!o->room_wait && !o->bl_len)
+			continue;
+		if (!arm) {
+			if (o->room_wait && !o->bl_len && !s->mesh_closed && ring_room(s, o, r)) {
+				o->room_wait = 0;
+				s->nroom_wait--;
+				deliver_mesh(s, o->room_token, 0, t, 0, NULL, TL_K_ROOM);
+			}
+			continue;
+		}
+		atomic_exchange_explicit(&s->outp[t].want_room, 1, memory_order_seq_cst);
+		r->tail_cache = atomic_load_explicit(&r->tail, memory_order_seq_cst);
+		if (r->mask + 1 - (o->head - r->tail_cache))
+			ready = 1;
+	}
+	return ready;
+}
+
+
+void tl__mesh_close(tl_shard *s)
+{
+	s->mesh_closed = 1;
+	push_backlogs(s);
+	for (uint32_t t = 0; t < s->n; t++) {
+		s->st.mesh_dropped += s->out[t].bl_len;
+		s->out[t].bl_len = 0;
+	}
+	s->nbacklog = 0;
+	tl__mesh_flush(s);
+}

@@ -1,0 +1,233 @@
+/* shards/runtime_int.h: what the runtime's files share: the runtime and shard structs and the calls between the arena, stats writer, mesh, shard-thread and lifecycle files (internal). */
+#ifndef TL_SHARDS_RUNTIME_INT_H
+#define TL_SHARDS_RUNTIME_INT_H
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "tl_config.h"
+#include "spsc.h"
+#include "stats_region.h"
+#include "turnloop/plan.h"
+#include "turnloop/runtime.h"
+#include "turnloop/stats.h"
+
+/*
+ * The runtime in five files, each one part of a shard's life:
+ *
+ *   arena.c         a shard thread's own jemalloc arena
+ *   stats_writer.c  the live stats region: made, swept, published into,
+ *                   removed; the program's own stats (stats.c reads it)
+ *   mesh.c          the rings between shards: staging, publishing,
+ *                   receiving, results, room, migration
+ *   shard.c         a shard's thread: setup, the pass, the phases of a
+ *                   stop (run, grace, drain, wait, finish), teardown
+ *   runtime.c       the runtime object: config, new, launch, run, stop,
+ *                   drain, signals, destroy (its one teardown), getters
+ *
+ * The structs below are the only state; each file touches the fields of
+ * its own part and calls the others through the tl__rt_* and tl__mesh_*
+ * functions declared here.
+ */
+
+#define tl_likely(x) __builtin_expect(!!(x), 1)
+#define tl_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Sanitizers replace malloc; jemalloc's arenas would then hold nothing. */
+#if TL_HAVE_JEMALLOC && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define TL_ARENAS 1
+#else
+#define TL_ARENAS 0
+#endif
+
+#define TL_RT_MAX_SHARDS 1024u
+
+/* A shard's life: running, letting connections finish (tl_runtime_drain),
+ * closing what is left (bounded by drain_ns), waiting for the others
+ * (shard.c). */
+enum { PH_RUN = 0, PH_GRACE, PH_DRAIN, PH_WAIT };
+
+/* The ring from one shard to another, shared by its producer and consumer:
+ * rt->pairs[src * n + dst]. */
+struct pair {
+	struct tl__spsc ring;
+	/* The producer wants a wake when the consumer frees room. */
+	alignas(TL__CACHE_LINE) _Atomic int want_room;
+};
+
+/* The producer's private state for one target: on the producer's node, in
+ * the producer's cache. */
+struct out {
+	size_t head;      /* next slot to fill: published head + staged */
+	size_t published; /* the head value last stored in the ring */
+	uint32_t inflight;/* submit_to calls waiting for their result */
+	uint32_t room_wait;
+	uint64_t room_token;
+	int dirty;        /* listed in shard.dirty */
+	/* Results that found the ring full wait here, in order; the credit
+	 * rule (inflight <= mesh_inflight) bounds them. */
+	struct tl_mesh_msg *backlog;
+	uint32_t bl_head, bl_len;
+};
+
+struct tl_shard {
+	/* Read-mostly, set up before the shard runs. */
+	tl_runtime *rt;
+	uint32_t id, n;
+	pthread_t thread;
+	tl_loop *loop;
+	tl_poster *poster;
+	void *data;        /* tl_shard_set_data */
+	struct pair *in;   /* column of rt->pairs: in[src * n] is src's ring to us */
+	struct pair *outp; /* row: outp[t] is our ring to t */
+	struct tl__stats_rec *rec;
+	uint64_t *rec_values; /* the record's program values */
+	volatile uint64_t *je_alloc, *je_freed;
+
+	/* The shard thread's own. */
+	alignas(TL__CACHE_LINE) struct out *out;
+	uint32_t *dirty;
+	uint32_t ndirty, nroom_wait, nbacklog;
+	uint64_t inflight_total;
+	tl_completion *batch;
+	uint32_t bat_i, bat_n; /* the batch entry being handled, and how many (0: none) */
+	int phase, mesh_closed, pass_busy;
+	uint32_t last_nhandles;
+	uint64_t drain_deadline, last_pub, pass_end;
+	uint64_t mesh_comp[TL_STATS_KINDS];
+	uint64_t cpu_read;  /* when cpu_ns was last read */
+	uint64_t *vals;     /* the program's values (tl_shard_counter_add, ...) */
+	uint32_t nvals;
+	tl_stats_shard st;
+	int setup_rc;
+};
+
+struct tl_runtime {
+	tl_runtime_config cfg;
+	tl_plan plan;
+	uint32_t n;
+	struct pair *pairs;
+	tl_shard *shards;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t nready, ncreated;
+	int go, started, joined, barrier_ok;
+	pthread_barrier_t barrier;
+	_Atomic int stop;
+	_Atomic int drain;          /* tl_runtime_drain asked */
+	_Atomic int signals_seen;   /* SIGINT/SIGTERM so far: the first drains */
+	_Atomic uint32_t ndone;
+	int result;
+	char why[256];
+
+	/* Live stats: the region (shared memory, or plain memory when stats
+	 * are off or cannot be published, so that the code path is the
+	 * same), its directory and name in it. */
+	void *region;
+	size_t region_size;
+	int region_shm;
+	int stats_dfd;
+	int region_fd; /* the region's descriptor, holding its flock */
+	char stats_dir[TL__STATS_DIR_MAX];
+	char region_name[16];
+	char stats_why[320];
+	int stats_rc;  /* why cfg.stats asked for a region and got none, or 0 */
+	struct tl__stats_hdr *hdr;
+	struct tl__stats_fam *fams; /* the region's family table */
+	char (*labels)[TL_STATS_LABEL_MAX];
+	uint8_t *vkind;             /* TL_STAT_* of each value slot in use */
+	uint32_t nfams, nvals;
+	pthread_mutex_t meta_mu;    /* label changes from any thread */
+
+	int sig_installed;
+	_Atomic int arenas;
+	const char *arenas_why;
+};
+
+static inline uint64_t tl__rt_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Hand a completion to the handler its token names, else on_completion:
+ * the one place a shard runs the program's handlers (turn batches in
+ * shard.c, mesh messages in mesh.c). */
+static inline void tl__rt_dispatch(tl_shard *s, const tl_completion *c)
+{
+	const tl_runtime_config *cfg = &s->rt->cfg;
+	unsigned h = tl_token_handler(c->token);
+	tl_shard_handler fn = h < TL_RT_HANDLERS ? cfg->handlers[h] : NULL;
+
+	if (!fn)
+		fn = cfg->on_completion;
+	if (fn)
+		fn(s, c);
+}
+
+/* ---- runtime.c ---- */
+
+/* Record the runtime's first failure: its code and a one-line reason. */
+void tl__rt_fail(tl_runtime *rt, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Wake every shard that has a poster (any thread). */
+void tl__rt_wake_all(tl_runtime *rt);
+
+/* ---- arena.c ---- */
+
+/* Bind the calling shard thread to its own arena (or record why not in
+ * rt->arenas / rt->arenas_why): never a reason to refuse to run. */
+void tl__rt_arena_setup(tl_shard *s);
+/* Why arenas are off in this build ("" when they are built in). */
+const char *tl__rt_arenas_build_why(void);
+
+/* ---- stats_writer.c ---- */
+
+/* Make the region (shared memory, or plain memory when stats are off or
+ * cannot be published: rt->stats_why says why), then fill its header and
+ * point each shard at its record. 0, -EBUSY (this process already
+ * publishes one) or -ENOMEM. */
+int tl__rt_region_create(tl_runtime *rt);
+/* Unmap and unlink it (or free it); safe when there is none. */
+void tl__rt_region_destroy(tl_runtime *rt);
+/* The runtime's state in the header (TL_STATS_*). */
+void tl__rt_set_state(tl_runtime *rt, uint32_t state);
+/* Copy the shard's counters into its record (shard thread). */
+void tl__rt_publish(tl_shard *s, uint64_t now);
+/* Account one pass of busy ns: histogram, longest, stalls. */
+void tl__rt_account_pass(tl_shard *s, uint64_t busy);
+
+/* ---- mesh.c ---- */
+
+/* The shard's private mesh state and its inbound rings (on its node);
+ * freed by tl__mesh_teardown (also after a failed setup). 0 or -ENOMEM. */
+int tl__mesh_setup(tl_shard *s);
+void tl__mesh_teardown(tl_shard *s);
+/* Take up to budget messages from each inbound ring, running them in
+ * place. Returns 1 if some ring still holds messages. */
+int tl__mesh_receive(tl_shard *s, uint32_t budget);
+/* Something in an inbound ring? Exact for the consuming thread. */
+int tl__mesh_inbound_ready(tl_shard *s);
+/* Without arm: push backlogged results, deliver due room completions.
+ * With arm (before parking): ask for room wakes; 1 if room turned up. */
+int tl__mesh_room_check(tl_shard *s, int arm);
+/* Publish what was staged this pass and wake each target once. */
+void tl__mesh_flush(tl_shard *s);
+/* Close the shard's side of the mesh for good: results still waiting are
+ * dropped (counted), staged messages published. */
+void tl__mesh_close(tl_shard *s);
+/* Messages waiting in this shard's inbound rings, results in its backlogs. */
+void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);
+
+/* ---- shard.c ---- */
+
+/* A shard thread: set up, wait for the go, run, tear down. */
+void *tl__shard_main(void *arg);
+
+#endif /* TL_SHARDS_RUNTIME_INT_H */

@@ -1,0 +1,300 @@
+/* shards/shard.c: a shard's thread (contract 9.2-9.6): setup (binding, arena, loop), the pass (turn, handlers, mesh, on_pass, publish, stall check), the phases of a stop (run, grace, drain, wait), the last mesh delivery and teardown. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+#include "turnloop/error.h"
+
+static uint32_t nhandles(tl_shard *s)
+{
+	tl_loop_stats st;
+	tl_loop_stats_get(s->loop, &st);
+	return st.handles;
+}
+
+static void close_all(tl_shard *s)
+{
+	tl_close_all(s->loop, TL_RT_CLOSE_TOKEN);
+	s->last_nhandles = nhandles(s);
+}
+
+/* One pass: turn, hand out completions, run arrived messages, let the
+ * program poll, publish the mesh, account. Returns the turn's error. */
+static int pass(tl_shard *s, int64_t timeout)
+{
+	tl_runtime *rt = s->rt;
+	tl_loop *l = s->loop;
+	/* A pass starts where the previous one ended (what happens between
+	 * two passes is the runtime's own work): one clock read per pass. */
+	uint64_t t0 = s->pass_end, t1, busy;
+	tl_turn_info ti;
+	int n, rc = 0, more;
+
+	ti.idle_ns = 0;
+	n = tl_turn(l, timeout, s->batch, rt->cfg.batch, &ti);
+	if (n < 0) {
+		if (n != -EINTR)
+			rc = n;
+		n = 0;
+	}
+	s->bat_n = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		s->bat_i = (uint32_t)i;
+		tl__rt_dispatch(s, &s->batch[i]);
+	}
+	s->bat_n = 0;
+	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
+	if (s->nroom_wait || s->nbacklog)
+		tl__mesh_room_check(s, 0);
+	if (rt->cfg.on_pass)
+		more |= rt->cfg.on_pass(s, rt->cfg.arg) != 0;
+	tl__mesh_flush(s);
+	s->pass_busy = more;
+
+	t1 = tl__rt_mono_ns();
+	s->pass_end = t1;
+	busy = t1 - t0;
+	busy = busy > ti.idle_ns ? busy - ti.idle_ns : 0;
+	tl__rt_account_pass(s, busy);
+	if (rt->cfg.stall_ns && busy > rt->cfg.stall_ns) {
+		s->st.stalls++;
+		s->st.last_stall_ns = busy;
+		fprintf(stderr, "turnloop: stall on shard %u (cpu %d): a pass took %.3f ms (threshold %.3f ms)\n",
+			s->id, rt->plan.shards[s->id].pu_os_index, (double)busy / 1e6,
+			(double)rt->cfg.stall_ns / 1e6);
+	}
+	if (t1 - s->last_pub >= rt->cfg.stats_period_ns)
+		tl__rt_publish(s, t1);
+	return rc;
+}
+
+/* Work is waiting that must not wait for an OS event. Also arms the
+ * room wakes, so that it is safe to park when it says 0. */
+static int has_work(tl_shard *s)
+{
+	return s->pass_busy || tl__mesh_inbound_ready(s) || tl__mesh_room_check(s, 1);
+}
+
+/* Nothing left in the loop: no live handle, op or queued completion. */
+static int loop_empty(tl_shard *s)
+{
+	tl_loop_stats st;
+	tl_loop_stats_get(s->loop, &st);
+	return !tl_alive(s->loop) && !st.handles && !st.queued;
+}
+
+static int drained(tl_shard *s)
+{
+	return loop_empty(s) && !s->ndirty && !s->nbacklog && !s->inflight_total;
+}
+
+/* A graceful drain begins: listeners go, the program is told, its
+ * connections may finish until the loop is no longer alive or grace_ns. */
+static void begin_grace(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+
+	s->phase = PH_GRACE;
+	tl__rt_set_state(rt, TL_STATS_STOPPING);
+	tl_close_listeners(s->loop, TL_RT_CLOSE_TOKEN);
+	if (rt->cfg.on_drain)
+		rt->cfg.on_drain(s, rt->cfg.arg);
+	s->drain_deadline = tl__rt_mono_ns() + rt->cfg.grace_ns;
+}
+
+/* The stop begins (a hard stop, or the end of the grace period): the
+ * program is told, the runtime closes what is still open. */
+static void begin_drain(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+
+	s->phase = PH_DRAIN;
+	tl__rt_set_state(rt, TL_STATS_STOPPING);
+	if (rt->cfg.on_stop)
+		rt->cfg.on_stop(s, rt->cfg.arg);
+	close_all(s);
+	s->drain_deadline = tl__rt_mono_ns() + rt->cfg.drain_ns;
+}
+
+/* The last phase, once every shard has drained: close the mesh, wait until
+ * no shard can send any more, deliver what is still in the inbound rings,
+ * finish the loop. */
+static void finish(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+	uint64_t dl;
+
+	tl__mesh_close(s);
+	pthread_barrier_wait(&rt->barrier);
+	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
+	while (tl__mesh_receive(s, UINT32_MAX))
+		;
+	close_all(s);
+	dl = tl__rt_mono_ns() + rt->cfg.drain_ns;
+	while (!loop_empty(s) && tl__rt_mono_ns() < dl) {
+		if (pass(s, 10 * 1000000) < 0)
+			break;
+		if (nhandles(s) > s->last_nhandles)
+			close_all(s);
+		s->last_nhandles = nhandles(s);
+	}
+	tl__rt_publish(s, tl__rt_mono_ns());
+}
+
+static void shard_run(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+	int rc;
+
+	if (rt->cfg.on_launch) {
+		rc = rt->cfg.on_launch(s, rt->cfg.arg);
+		if (rc < 0) {
+			tl__rt_fail(rt, rc, "shard %u (cpu %d) failed to launch: on_launch returned %s",
+				    s->id, rt->plan.shards[s->id].pu_os_index, tl_strerror(rc));
+			tl_runtime_stop(rt);
+		}
+	}
+	tl__mesh_flush(s);
+	tl__rt_publish(s, tl__rt_mono_ns());
+	/* The first turn must not park: on_pass has not run yet. */
+	s->pass_busy = 1;
+	s->pass_end = tl__rt_mono_ns();
+	for (;;) {
+		int64_t timeout = -1;
+
+		if (s->phase == PH_RUN && atomic_load_explicit(&rt->drain, memory_order_acquire) &&
+		    !atomic_load_explicit(&rt->stop, memory_order_acquire))
+			begin_grace(s);
+		if (s->phase == PH_GRACE) {
+			uint64_t now = tl__rt_mono_ns();
+
+			if (atomic_load_explicit(&rt->stop, memory_order_acquire) ||
+			    (!tl_alive(s->loop) && !has_work(s)) || now >= s->drain_deadline)
+				begin_drain(s);
+			else
+				timeout = (int64_t)(s->drain_deadline - now);
+		}
+		if (s->phase == PH_RUN && atomic_load_explicit(&rt->stop, memory_order_acquire))
+			begin_drain(s);
+		if (s->phase == PH_DRAIN) {
+			uint64_t now = tl__rt_mono_ns();
+
+			if (nhandles(s) > s->last_nhandles)
+				close_all(s);
+			s->last_nhandles = nhandles(s);
+			if (drained(s) || now >= s->drain_deadline) {
+				s->phase = PH_WAIT;
+				if (atomic_fetch_add(&rt->ndone, 1) + 1 == rt->n)
+					tl__rt_wake_all(rt);
+			} else {
+				timeout = (int64_t)(s->drain_deadline - now);
+			}
+		}
+		if (s->phase == PH_WAIT && atomic_load(&rt->ndone) == rt->n)
+			break;
+		if (has_work(s))
+			timeout = 0;
+		else if (timeout != 0)
+			tl__rt_publish(s, s->pass_end); /* about to park: leave fresh numbers */
+		rc = pass(s, timeout);
+		if (rc < 0) {
+			tl__rt_fail(rt, rc, "shard %u (cpu %d): turn failed: %s", s->id,
+				    rt->plan.shards[s->id].pu_os_index, tl_strerror(rc));
+			tl_runtime_stop(rt);
+			if (s->phase == PH_DRAIN)
+				s->drain_deadline = 0;
+		}
+	}
+	finish(s);
+}
+
+static int shard_setup(tl_shard *s)
+{
+	tl_runtime *rt = s->rt;
+	const tl_shard_place *p = &rt->plan.shards[s->id];
+	char name[16];
+	int rc;
+
+	snprintf(name, sizeof name, "tl-shard-%u", s->id);
+	pthread_setname_np(pthread_self(), name);
+	if (rt->cfg.bind) {
+		rc = tl_plan_bind_thread(&rt->plan, s->id);
+		if (rc < 0) {
+			tl__rt_fail(rt, rc, "shard %u cannot bind to cpu %d (numa %d): %s", s->id,
+				    p->pu_os_index, p->numa_node, tl_strerror(rc));
+			return rc;
+		}
+	}
+	/* After the binding, so that the arena's first pages are touched
+	 * on the shard's node. */
+	tl__rt_arena_setup(s);
+	s->st.tid = (int32_t)gettid();
+	s->batch = malloc((size_t)rt->cfg.batch * sizeof *s->batch);
+	/* The families are final now (declared before start); the values are
+	 * this thread's own, on its node. */
+	s->nvals = rt->nvals;
+	s->vals = calloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
+	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0)
+		goto nomem;
+	rc = tl_loop_new(&s->loop, &rt->cfg.loop);
+	if (rc < 0) {
+		tl_driver_info di;
+		tl_driver_info_get(&di);
+		tl__rt_fail(rt, rc, "shard %u (cpu %d) cannot create its loop: %s%s%s", s->id,
+			    p->pu_os_index, tl_strerror(rc), di.last_error[0] ? ": " : "",
+			    di.last_error);
+		return rc;
+	}
+	if (!(tl_loop_caps(s->loop) & TL_CAP_OS)) {
+		/* A server on the simulation driver would listen where nobody
+		 * can reach it. */
+		tl__rt_fail(rt, -ENOTSUP,
+			    "shard %u: the %s driver has no operating-system sockets "
+			    "(it runs tests, not servers)", s->id, tl_loop_driver(s->loop));
+		return -ENOTSUP;
+	}
+	s->poster = tl_poster_get(s->loop);
+	if (s->id == 0 && rt->hdr)
+		snprintf(rt->hdr->driver, sizeof rt->hdr->driver, "%s", tl_loop_driver(s->loop));
+	return 0;
+nomem:
+	tl__rt_fail(rt, -ENOMEM, "shard %u (cpu %d): out of memory at setup", s->id,
+		    p->pu_os_index);
+	return -ENOMEM;
+}
+
+static void shard_teardown(tl_shard *s)
+{
+	if (s->loop) {
+		if (tl_loop_close(s->loop) < 0)
+			tl_loop_destroy(s->loop);
+		s->loop = NULL;
+	}
+	tl__mesh_teardown(s);
+	free(s->batch);
+	free(s->vals);
+	s->batch = NULL;
+	s->vals = NULL;
+}
+
+void *tl__shard_main(void *arg)
+{
+	tl_shard *s = arg;
+	tl_runtime *rt = s->rt;
+	int rc = shard_setup(s), go;
+
+	pthread_mutex_lock(&rt->mu);
+	s->setup_rc = rc;
+	rt->nready++;
+	pthread_cond_broadcast(&rt->cv);
+	while (!rt->go)
+		pthread_cond_wait(&rt->cv, &rt->mu);
+	go = rt->go;
+	pthread_mutex_unlock(&rt->mu);
+	if (rc == 0 && go > 0)
+		shard_run(s);
+	shard_teardown(s);
+	return NULL;
+}
