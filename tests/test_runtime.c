@@ -233,8 +233,13 @@ static void test_sigterm_drain(void)
 
 /* Each shard listens on one port (SO_REUSEPORT) and sends every connection
  * XFER bytes of the test pattern, one 64 KiB write at a time, then closes
- * it. */
-#define XFER (8u << 20)
+ * it. XFER is far more than the socket buffers between the shard and the
+ * client can hold (the client's receive buffer is kept small, the shard's
+ * send buffer grows to 4 MiB here): a stop in the middle of it must find
+ * bytes not yet written. With 8 MiB and the receive buffer left to grow
+ * (to 32 MiB here), a quiet machine had written it all before the second
+ * signal, and second_signal_stops read the whole transfer. */
+#define XFER (32u << 20)
 #define CHUNK 65536u
 #define TOK_XW 0x3e17
 
@@ -322,7 +327,11 @@ static int x_connect(void)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(xport)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int rcv = 64 << 10;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
 	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
 		int e = errno;
 		close(fd);
