@@ -270,6 +270,60 @@ out:
 	h_end(l, fds);
 }
 
+/* Rule 4.6: closing a listener whose socket lives on in another
+ * descriptor (a copy kept by the program, or sent to another process)
+ * leaves nothing of it in the loop: the copy, even under the closed
+ * descriptor's own number, is adopted again and accepts. (epoll keeps a
+ * registration while any descriptor of the file is open, so without taking
+ * it out at the close, adopting the copy under that number was -EEXIST:
+ * tlproxy lost its listeners after a third failed takeover.) */
+static void test_adopt_after_close_of_copy(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!need_adopt(l))
+		goto out;
+	for (int round = 0; round < 2; round++) {
+		tl_addr a;
+		int lfd = raw_listener(&a);
+		tl_handle lis, conn;
+		tl_op aop;
+		H_EQ_FATAL(tl_adopt(l, lfd, &lis), 0);
+		/* Registered with the loop's poller once an accept waits. */
+		H_EQ_FATAL(tl_accept(l, lis, 1, &aop), 0);
+		h_turn(&c, 0);
+		int copy = fcntl(lfd, F_DUPFD_CLOEXEC, 3);
+		H_TRUE_FATAL(copy >= 0, "dup: %s", strerror(errno));
+		h_close(&c, lis, 2);
+		H_TRUE_FATAL(fd_closed(lfd), "the loop did not close the listener");
+		/* Round 0: the copy under a number of its own; round 1: under the
+		 * number the closed descriptor had. */
+		int fd = copy;
+		if (round == 1) {
+			H_EQ_FATAL(dup3(copy, lfd, O_CLOEXEC), lfd);
+			close(copy);
+			fd = lfd;
+		}
+		int r = tl_adopt(l, fd, &lis);
+		H_TRUE_FATAL(r == 0, "round %d: the copy of a closed listener: tl_adopt %d%s", round, r,
+			     h_errname(r));
+		H_EQ_FATAL(tl_accept(l, lis, 3, &aop), 0);
+		int cfd = raw_connect(&a);
+		int i = wait_ok(&c, aop);
+		H_TRUE_FATAL(i >= 0, "round %d: no accept on the copy", round);
+		conn = c.log.v[i].u.accept.conn;
+		close(cfd);
+		h_close(&c, conn, 4);
+		h_close(&c, lis, 5);
+		H_TRUE(fd_closed(fd), "the loop did not close the adopted copy");
+	}
+out:
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* Rule 4.6: connected streams made outside the loop (TCP, and a Unix-domain
  * socketpair end) are adopted as streams: bytes the peer sent before the
  * adoption are what the first read gets, writes reach the plain peer, the
@@ -1488,6 +1542,7 @@ out:
 
 const struct test_def tl_contract_handover[] = {
 	T("4.6 adopt", test_adopt_listener),
+	T("4.6 adopt", test_adopt_after_close_of_copy),
 	T("4.6 adopt", test_adopt_stream),
 	T("4.6 adopt", test_adopt_udp),
 	T("4.6 adopt", test_adopt_refused),

@@ -188,6 +188,15 @@ static void retry_emfile(struct tl_drv *d)
 
 static void ep_release(struct tl_drv *d, struct tl_hslot *h)
 {
+	/* A registration lives as long as the file, not the descriptor: a
+	 * listener or datagram socket is often open elsewhere too (a copy the
+	 * program kept, another process it was handed to), and its entry
+	 * would stay behind, so that adopting that copy again under this
+	 * number is -EEXIST. Streams are left to close(): the loop made their
+	 * only descriptor, and one handed on goes by tl_detach (ep_detach). */
+	if (EH(h)->registered && h->type != TL_H_STREAM)
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+	EH(h)->registered = 0;
 	tl__sock_release(h->fd, h->flags & TL_HF_ABORT);
 	h->fd = -1;
 	EH(h)->queued = 0; /* a stale ring entry is skipped */
