@@ -90,6 +90,10 @@ static int ref_lookup(const struct ref_name *v, size_t nv, const char *q, size_t
 	for (size_t i = 0; i < ql; i++)
 		k[i] = (char)lower((unsigned char)q[i]);
 	k[ql] = '\0';
+	/* A query with an empty label (".x", "a..b") is no host name: it
+	 * matches nothing, not even a wildcard through its empty first label. */
+	if (k[0] == '.' || strstr(k, ".."))
+		return -1;
 	int best = -1;
 	for (size_t i = 0; i < nv; i++)
 		if (!v[i].wild && !strcmp(v[i].name, k) && (best < 0 || v[i].cert < (uint32_t)best))
