@@ -1526,6 +1526,20 @@ static void test_config(void)
 	s.certs = &missing;
 	H_EQ(tl_tls_config_new(&s, &cfg, err, sizeof err), -ENOENT);
 	H_TRUE(strstr(err, "/nonexistent/cert.pem") != NULL, "err names the file: %s", err);
+	tl_tls_cert dir = {.cert_file = "/", .key_file = k1};
+	s.certs = &dir;
+	H_EQ(tl_tls_config_new(&s, &cfg, err, sizeof err), -EINVAL);
+	H_TRUE(strstr(err, "not a regular file") != NULL, "err says why: %s", err);
+	char big[] = "/tmp/tl-tls-big-XXXXXX";
+	int bfd = mkstemp(big);
+	H_TRUE(bfd >= 0, "mkstemp");
+	H_EQ(ftruncate(bfd, 5 << 20), 0); /* sparse: past the 4 MiB a PEM file may have */
+	close(bfd);
+	tl_tls_cert huge = {.cert_file = big, .key_file = k1};
+	s.certs = &huge;
+	H_EQ(tl_tls_config_new(&s, &cfg, err, sizeof err), -EINVAL);
+	H_TRUE(strstr(err, "larger than") != NULL, "err says why: %s", err);
+	unlink(big);
 	tl_tls_cert mismatch = {.cert_file = c1, .key_file = k2};
 	s.certs = &mismatch;
 	H_EQ(tl_tls_config_new(&s, &cfg, err, sizeof err), -EBADMSG);

@@ -39,14 +39,16 @@ static int read_file(const char *path, gnutls_datum_t *d, char *err, size_t errl
 
 	if (fd < 0)
 		return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > FILE_MAX) {
+	if (fstat(fd, &st) < 0) {
 		int e = errno;
+		close(fd);
+		return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > FILE_MAX) {
 		close(fd);
 		if (!S_ISREG(st.st_mode))
 			return fail(err, errlen, -EINVAL, "%s: not a regular file", path);
-		if (st.st_size > FILE_MAX)
-			return fail(err, errlen, -EINVAL, "%s: larger than %u bytes", path, FILE_MAX);
-		return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+		return fail(err, errlen, -EINVAL, "%s: larger than %u bytes", path, FILE_MAX);
 	}
 	d->size = (unsigned)st.st_size;
 	d->data = gnutls_malloc(d->size + 1);
