@@ -80,6 +80,38 @@ static int lower(int c)
 	return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
+/* The map's name rules as sni.h states them, checked label by label: after
+ * one trailing dot is dropped, 1 to TLS_SNI_NAME_MAX bytes (a wildcard's
+ * "*." counted), an optional whole first label "*" where wildcards are
+ * allowed, then labels of 1 to 63 letters, digits, '-' or '_'. */
+static int ref_valid(const char *n, size_t len, int allow_wild)
+{
+	if (len && n[len - 1] == '.')
+		len--;
+	if (len == 0 || len > TLS_SNI_NAME_MAX)
+		return 0;
+	if (allow_wild && len >= 2 && n[0] == '*' && n[1] == '.') {
+		n += 2;
+		len -= 2;
+	}
+	size_t a = 0;
+	for (;;) {
+		size_t b = a;
+		while (b < len && n[b] != '.')
+			b++;
+		if (b == a || b - a > 63)
+			return 0;
+		for (size_t i = a; i < b; i++) {
+			int c = lower((unsigned char)n[i]);
+			if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+				return 0;
+		}
+		if (b == len)
+			return 1;
+		a = b + 1;
+	}
+}
+
 static int ref_lookup(const struct ref_name *v, size_t nv, const char *q, size_t ql)
 {
 	char k[TLS_SNI_NAME_MAX + 2];
@@ -133,6 +165,20 @@ static void sni(const uint8_t *data, size_t size)
 		char bad[TLS_SNI_NAME_MAX + 1];
 		int r = tls_sni_add(&m, part[c], len[c], c, bad);
 		check(r == 0 || r == -EINVAL, "tls_sni_add: unexpected error");
+		int list_ok = 1;
+		for (size_t i = 0, a = 0; i <= len[c]; i++) {
+			if (i < len[c] && part[c][i] != ',')
+				continue;
+			size_t b = i, x = a;
+			while (x < b && (part[c][x] == ' ' || part[c][x] == '\t'))
+				x++;
+			while (b > x && (part[c][b - 1] == ' ' || part[c][b - 1] == '\t'))
+				b--;
+			if (!ref_valid(part[c] + x, b - x, 1))
+				list_ok = 0;
+			a = i + 1;
+		}
+		check((r == 0) == list_ok, "list taken or refused unlike the reference");
 		if (r < 0)
 			continue; /* a list that fails adds nothing */
 		/* the reference of this list: the names tls_sni_add took */
@@ -162,14 +208,8 @@ static void sni(const uint8_t *data, size_t size)
 	}
 	tls_sni_seal(&m);
 	int64_t got = tls_sni_lookup(&m, part[2], len[2]);
-	/* a query with characters no name can have matches nothing */
-	int valid = 1;
-	for (size_t i = 0; i < len[2]; i++) {
-		int c = lower((unsigned char)part[2][i]);
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
-			valid = 0;
-	}
-	if (valid)
+	/* a query that is no valid name matches nothing */
+	if (ref_valid(part[2], len[2], 0))
 		check(got == ref_lookup(ref, nref, part[2], len[2]), "lookup differs from the reference");
 	else
 		check(got == -1, "a malformed name matched");

@@ -35,7 +35,8 @@ struct tls_sni_map {
  * Add the names of list (comma separated, spaces around names ignored) for
  * certificate cert. Returns 0, or -EINVAL when a name is empty, longer than
  * TLS_SNI_NAME_MAX, has a character other than letters, digits, '-', '_'
- * and the dots between labels, an empty label, or a '*' anywhere but as a
+ * and the dots between labels, an empty label or one over 63 bytes, or a
+ * '*' anywhere but as a
  * whole first label; bad (may be NULL, room for TLS_SNI_NAME_MAX + 1
  * bytes) then receives the offending name, cut to fit. -ENOMEM. A list
  * that fails adds none of its names.
