@@ -25,6 +25,24 @@ static int connect_to(uint16_t port)
 	return fd;
 }
 
+/* A loopback port that is free now (0 if none could be had). */
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	uint16_t port = 0;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0)
+		return 0;
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
 /* One connection: send a message, read the echo, close. 0 or -1. */
 static int echo_once(uint16_t port, int i)
 {
@@ -63,34 +81,61 @@ static int find_counter(tl_stats_reader *r, const tl_stats_info *info, const cha
 static void test_both_shards_serve(void)
 {
 	int fds = st_begin("echo_shards/both_shards_serve");
-	uint16_t port = (uint16_t)(20000 + getpid() % 20000);
+	uint16_t port = 0;
 	char portstr[16], err[200];
 	tl_stats_reader *r = NULL;
 	tl_stats_info info;
 	tl_stats_shard st[2];
 	uint64_t vals[2][TL_STATS_VALUES_MAX];
 	int status, ok = 0, idx, rc = -1;
-	pid_t pid;
+	pid_t pid = -1;
 
-	snprintf(portstr, sizeof portstr, "%u", port);
-	pid = fork();
-	CU_ASSERT_TRUE_FATAL(pid >= 0);
-	if (pid == 0) {
-		execl(tlecho_path, tlecho_path, "-p", portstr, "--shards", "2", (char *)NULL);
-		_exit(127);
-	}
-	/* Wait until it listens. */
-	for (int i = 0; i < 200 && !ok; i++) {
-		int fd = connect_to(port);
-
-		if (fd >= 0) {
-			close(fd);
-			ok = 1;
-		} else {
-			usleep(10000);
+	/* A port the kernel just found free; if another process takes it
+	 * before tlecho binds it, tlecho exits and the next port is tried
+	 * (a fixed port collided with other programs' connections). */
+	for (int attempt = 0; attempt < 5 && !ok; attempt++) {
+		port = free_port();
+		CU_ASSERT_TRUE_FATAL(port != 0);
+		snprintf(portstr, sizeof portstr, "%u", port);
+		pid = fork();
+		CU_ASSERT_TRUE_FATAL(pid >= 0);
+		if (pid == 0) {
+			execl(tlecho_path, tlecho_path, "-p", portstr, "--shards", "2", (char *)NULL);
+			_exit(127);
+		}
+		/* Wait until it listens (or has exited). */
+		for (int i = 0; i < 500 && !ok; i++) {
+			if (waitpid(pid, &status, WNOHANG) == pid)
+				break;
+			int fd = connect_to(port);
+			if (fd >= 0) {
+				close(fd);
+				ok = 1;
+			} else {
+				usleep(10000);
+			}
+		}
+		if (!ok) { /* exited (reaped above) or never listened */
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
 		}
 	}
 	CU_ASSERT_TRUE(ok);
+	/* One shard listening is not both: the runtime says RUNNING once every
+	 * shard has set up (its listener made); connections made before that
+	 * all go to the first shard (seen on a loaded machine). */
+	int running = 0;
+	for (int i = 0; ok && i < 500 && !running; i++) {
+		if (tl_stats_open(&r, pid) == 0) {
+			running = tl_stats_info_get(r, &info) == 0 && info.state == TL_STATS_RUNNING;
+			tl_stats_close(r);
+			r = NULL;
+		}
+		if (!running)
+			usleep(10000);
+	}
+	CU_ASSERT_TRUE(running);
+	ok = ok && running;
 	/* The kernel picks a listener by a hash of the connection's
 	 * addresses: 200 connections leave each shard out with odds 2^-199. */
 	for (int i = 0; ok && i < 200; i++)

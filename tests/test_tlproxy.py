@@ -1307,9 +1307,12 @@ pools:
 """)
     px = env.proxy(["--config", cfg])
     fd0 = env.fds(px)
-    # The client sends from its first byte received until three idle
+    # The client sends from the moment it connects until three idle
     # periods after the download ended, while it reads the download: the
-    # connection is never quiet both ways. (Sending only after reading it
+    # connection is never quiet both ways. (Waiting for the server's first
+    # byte before sending left the connection quiet until then: on a loaded
+    # machine the python server took over 2 s to send it, and the proxy
+    # rightly ended the connection at its idle timeout.) (Sending only after reading it
     # all left a gap: the proxy's idle period starts when it wrote its last
     # byte, and its socket buffers can hold seconds of a slow client's
     # reading; the connection then ended, rightly, before the first byte
@@ -1331,9 +1334,9 @@ pools:
             sent[0] += len(block)
             time.sleep(0.1)
 
-    got = bytearray(s.recv(1 << 20))
     th = threading.Thread(target=sender)
     th.start()
+    got = bytearray()
     try:
         while len(got) < n:
             d = s.recv(1 << 20)
