@@ -1312,8 +1312,8 @@ pools:
     # connection is never quiet both ways. (Waiting for the server's first
     # byte before sending left the connection quiet until then: on a loaded
     # machine the python server took over 2 s to send it, and the proxy
-    # rightly ended the connection at its idle timeout.) (Sending only after reading it
-    # all left a gap: the proxy's idle period starts when it wrote its last
+    # rightly ended the connection at its idle timeout. Sending only after
+    # reading it all left a gap too: the proxy's idle period starts when it wrote its last
     # byte, and its socket buffers can hold seconds of a slow client's
     # reading; the connection then ended, rightly, before the first byte
     # sent.) That the download spliced is read from the counters afterwards.
@@ -1371,7 +1371,8 @@ pools:
     got = bytearray()
     while len(got) < n:
         d = s.recv(1 << 20)
-        check(d, "the server's bytes ended early")
+        check(d, f"the server's bytes ended early: {len(got)} of {n}, "
+              f"{time.time() - t_conn:.2f} s after the connect (idle is 2 s)")
         got += d
     t0 = time.time()
     check(is_closed(s, 10), "a quiet connection was not closed")
