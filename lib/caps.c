@@ -54,7 +54,10 @@
  * recv takes one only when data comes, the other drivers at the read. The
  * datagram receives and the core's own reads (a terminal's, a watch's)
  * draw on the pool without a reservation; a loop that has them sizes the
- * pool for them too.
+ * pool for them too. A datagram handle's leases count against its cap all
+ * the same, and its receives pause over it: a driver takes at most what
+ * the cap leaves (tl__drv_dgram_room) for a batch of datagrams, so a
+ * multishot receive cannot drain the pool past the cap either.
  *
  * Limits come from the config (handle_leases, handle_write_bytes); a stream
  * accepted from a listener takes the listener's, and tl_handle_caps()
@@ -97,7 +100,7 @@ static int over(const struct tl_hslot *h)
 static void check(tl_loop *l, struct tl_hslot *h)
 {
 	int now = over(h), was = !!(h->flags & TL_HF_PAUSED);
-	if (now == was || h->type != TL_H_STREAM)
+	if (now == was || (h->type != TL_H_STREAM && h->type != TL_H_UDP))
 		return;
 	if (now) {
 		h->flags |= TL_HF_PAUSED;
