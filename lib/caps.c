@@ -187,7 +187,8 @@ int tl_handle_caps(tl_loop *l, tl_handle id, uint32_t leases, uint64_t write_byt
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h)
 		return -ENOENT;
-	if ((h->type != TL_H_STREAM && h->type != TL_H_LISTEN) || (h->flags & TL_HF_CLOSING))
+	if ((h->type != TL_H_STREAM && h->type != TL_H_LISTEN && h->type != TL_H_UDP) ||
+	    (h->flags & TL_HF_CLOSING))
 		return -EINVAL;
 	if (leases > l->lease_count || write_bytes > TL_MAX_WRITE_CAP)
 		return -EINVAL;

@@ -539,9 +539,11 @@ int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 int tl_lease_release(tl_loop *loop, uint32_t id);
 
 /* Change the caps of one stream (or of a listener: the streams it accepts
- * from then on inherit them; contract 4.10, see tl_config.handle_leases):
- * leases 0 or write_bytes 0 keep that cap. 0, -ENOENT (stale or foreign),
- * -EINVAL (not a stream or listener, closing, leases above the loop's
+ * from then on inherit them; or of a datagram handle, whose lease cap
+ * bounds its pooled receives and whose sends count no write bytes;
+ * contract 4.10, see tl_config.handle_leases): leases 0 or write_bytes 0
+ * keep that cap. 0, -ENOENT (stale or foreign), -EINVAL (not a stream,
+ * listener or datagram handle, closing, leases above the loop's
  * pooled buffers, write_bytes above 2^40). A stream already over a new cap
  * pauses at once; one under both resumes.
  *
