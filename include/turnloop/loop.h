@@ -932,8 +932,8 @@ typedef struct tl_loop_stats {
 	uint64_t completions[TL_K_COUNT_];
 	uint64_t wakes_sent, wakes_coalesced;
 	uint32_t handles, ops, queued, timers, leases_out;
-	uint32_t paused;          /* streams whose reads are paused by a cap now */
-	uint64_t pauses;          /* times a stream went over a cap (contract 4.10) */
+	uint32_t paused;          /* streams and datagram handles whose reads are paused by a cap now */
+	uint64_t pauses;          /* times one went over a cap (contract 4.10) */
 	uint64_t busy_ns, idle_ns;
 	/* The splice pipe pool (tl_splice): pipes open now and how many of
 	 * them splices hold; splices refused for want of a pipe (-ENOBUFS);
