@@ -55,6 +55,9 @@ enum tl_htype {
 #define TL_HF_CONNECTING 0x20   /* its connect op has not finished yet */
 #define TL_HF_PAUSED 0x40       /* over a cap: its reads take nothing from the socket */
 #define TL_HF_ABORT 0x80        /* tl_close_abort: release() resets the peer */
+/* (TL_H_UDP reuses TL_HF_CONNECTING, which only streams use, as
+ * TL_HF_PKTINFO: its receives report the local address.) */
+#define TL_HF_PKTINFO TL_HF_CONNECTING
 
 struct tl_hslot {
 	uint16_t gen;
@@ -113,7 +116,22 @@ struct tl_opslot {
 	union {
 		struct { uint8_t *buf; uint32_t len; } rw;
 		struct { struct iovec iov[TL_IOV_MAX]; uint32_t n, cur; size_t off, total; } wv;
-		struct { uint8_t *buf; uint32_t len; uint32_t alen; tl_addr addr; } dg;
+		/* Datagrams (turnloop/dgram.h). Send: addr (family 0: the
+		 * connected peer), local (family 0: the kernel's choice), seg
+		 * (UDP_SEGMENT, 0: none). Receive: the driver fills addr (the
+		 * source), local (the destination, with TL_HF_PKTINFO, else
+		 * family 0), full (the datagram's length: more than the buffer
+		 * means truncated) and seg (UDP_GRO's segment size, 0: none)
+		 * before each event. */
+		struct {
+			uint8_t *buf;
+			uint32_t len;
+			uint32_t alen;
+			tl_addr addr;
+			tl_addr local;
+			uint32_t full;
+			uint32_t seg;
+		} dg;
 		struct { tl_addr addr; uint64_t deadline; const char *path; } conn;
 		struct { uint32_t bit; struct tl_poster *target; } room;
 		struct { void *job; } pool;
@@ -237,7 +255,12 @@ enum tl_opcode {
 	TL_OP_WRITE,       /* u.wv: iovecs, progress kept in u.wv.cur/off */
 	TL_OP_SHUTDOWN,
 	TL_OP_SEND,        /* u.dg: one datagram to u.dg.addr */
-	TL_OP_RECV,        /* u.dg: one datagram, source into u.dg.addr; pooled if buf NULL */
+	/* u.dg: one datagram, source into u.dg.addr; pooled if buf NULL. With
+	 * TL_OPF_MULTI (always pooled): one nonterminal event per datagram
+	 * until cancelled, within tl__drv_room(), taking buffers only while h
+	 * is not TL_HF_PAUSED and never more at once than h's lease cap leaves
+	 * (tl__drv_dgram_room), so the cap holds by construction. */
+	TL_OP_RECV,
 	/* Unix-domain streams (TL_CAP_DETACH): SEND_FDS joins the write queue
 	 * and sends all of u.fd.buf, with u.fd.fds[0..nfds) as SCM_RIGHTS on
 	 * the first sendmsg that moves bytes (u.fd.done says how far it got;
@@ -285,6 +308,8 @@ struct tl_open_spec {
 	 * then freebind / transparent / bind_no_port, then bind to source if
 	 * its family is set; the core checked all of it. */
 	const tl_connect_opts *conn;
+	/* TL_OPEN_UDP: TL_UDP_* of turnloop/dgram.h (checked by the core). */
+	uint32_t udp_flags;
 	/* Options to apply before listen(2) (listeners: opts->sockopts, and
 	 * defer_accept / fastopen of opts after them) or connect(2) (TCP
 	 * streams: conn->sockopts), valid during open() only. */
@@ -339,6 +364,12 @@ struct tl_driver {
 	 * TL_CAP_DETACH. */
 	void (*detach)(struct tl_drv *d, struct tl_hslot *h);
 	int (*local_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
+	/* Connect datagram handle h to peer (tl_udp_connect): 0 or a negative
+	 * errno. NULL: -ENOTSUP. */
+	int (*dgram_connect)(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer);
+	/* Capability flags found when the instance was set up (TL_CAP_UDP_GSO,
+	 * TL_CAP_UDP_GRO), added to caps. May be NULL. */
+	uint32_t (*probed_caps)(struct tl_drv *d);
 	/* The peer of a connected stream (the core has ruled out a pending
 	 * connect); a Unix-domain peer as sa_family AF_UNIX only. 0, or
 	 * -ENOTCONN (the connect failed, the connection was reset) or another
@@ -516,6 +547,19 @@ static inline void tl__drv_read_disarmed(tl_loop *loop, struct tl_lease_pool *p,
 	p->owed += h->reader && h->leases + h->armed == 0;
 	if (!took && __builtin_expect(p->starved, 0))
 		tl__caps_room(loop);
+}
+
+/* How many pooled datagrams a receive of h may take now, at most max: what
+ * h's lease cap leaves (0 while TL_HF_PAUSED), counting those its requests
+ * in the kernel may take (armed). A driver takes no more at once, so a
+ * datagram handle never holds more leases than its cap. */
+static inline uint32_t tl__drv_dgram_room(const struct tl_hslot *h, uint32_t max)
+{
+	if (h->flags & TL_HF_PAUSED)
+		return 0;
+	uint32_t used = h->leases + h->armed;
+	uint32_t left = h->lim_leases > used ? h->lim_leases - used : 0;
+	return left < max ? left : max;
 }
 
 /* Slot lookup for drivers that carry an op index in kernel user data. Each

@@ -67,6 +67,11 @@ enum tl_sim_knob {
 	 * its events, except a read's bytes, which it delivers before the
 	 * terminal: contract 2.5). */
 	TL_SIM_ASYNC_CANCEL,
+	/* each datagram sent that is not lost: it arrives twice. */
+	TL_SIM_UDP_DUP,
+	/* each datagram sent that is not lost: it overtakes every datagram
+	 * already waiting at the receiver. */
+	TL_SIM_UDP_REORDER,
 	TL_SIM_NKNOBS
 };
 

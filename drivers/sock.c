@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include "sock.h"
+#include "dgram_io.h"
 
 int tl__sock_unix_addr(const char *path, void *p, unsigned *len)
 {
@@ -186,6 +187,8 @@ int tl__sock_open(const struct tl_open_spec *s)
 			int v6 = 0;
 			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6, sizeof v6);
 		}
+		if ((r = tl__dg_opts(fd, family == AF_INET6, s->udp_flags)) < 0)
+			goto fail_r;
 		if (bind(fd, &s->addr->sa, tl_addr_len(s->addr)) < 0)
 			goto fail;
 		return fd;

@@ -54,7 +54,10 @@
  * recv takes one only when data comes, the other drivers at the read. The
  * datagram receives and the core's own reads (a terminal's, a watch's)
  * draw on the pool without a reservation; a loop that has them sizes the
- * pool for them too.
+ * pool for them too. A datagram handle's leases count against its cap all
+ * the same, and its receives pause over it: a driver takes at most what
+ * the cap leaves (tl__drv_dgram_room) for a batch of datagrams, so a
+ * multishot receive cannot drain the pool past the cap either.
  *
  * Limits come from the config (handle_leases, handle_write_bytes); a stream
  * accepted from a listener takes the listener's, and tl_handle_caps()
@@ -97,7 +100,7 @@ static int over(const struct tl_hslot *h)
 static void check(tl_loop *l, struct tl_hslot *h)
 {
 	int now = over(h), was = !!(h->flags & TL_HF_PAUSED);
-	if (now == was || h->type != TL_H_STREAM)
+	if (now == was || (h->type != TL_H_STREAM && h->type != TL_H_UDP))
 		return;
 	if (now) {
 		h->flags |= TL_HF_PAUSED;
@@ -184,7 +187,8 @@ int tl_handle_caps(tl_loop *l, tl_handle id, uint32_t leases, uint64_t write_byt
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h)
 		return -ENOENT;
-	if ((h->type != TL_H_STREAM && h->type != TL_H_LISTEN) || (h->flags & TL_HF_CLOSING))
+	if ((h->type != TL_H_STREAM && h->type != TL_H_LISTEN && h->type != TL_H_UDP) ||
+	    (h->flags & TL_HF_CLOSING))
 		return -EINVAL;
 	if (leases > l->lease_count || write_bytes > TL_MAX_WRITE_CAP)
 		return -EINVAL;

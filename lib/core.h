@@ -113,6 +113,18 @@ void tl__pipes_free(tl_loop *loop);
  * write bytes and its hold on the source. */
 void tl__splice_retire(tl_loop *loop, struct tl_opslot *op);
 
+/* Shared by streams (stream.c) and datagrams (dgram.c). */
+/* h if id is a live handle of type that is not closing; else NULL and
+ * *err -ENOENT (stale, foreign) or -EINVAL. */
+struct tl_hslot *tl__stream_get(tl_loop *loop, tl_handle id, int type, int *err);
+/* Hand a prepared op to the driver, undoing it if refused: 0 and *oid, or
+ * the driver's error. */
+int tl__stream_submit(tl_loop *loop, struct tl_hslot *h, struct tl_opslot *o, tl_op *oid);
+/* Open a handle that needs no operation to exist (listener, UDP socket). */
+int tl__open_bound(tl_loop *loop, uint8_t type, const struct tl_open_spec *s, tl_handle *out);
+/* 1 if a is an IPv4 or IPv6 address. */
+int tl__valid_addr(const tl_addr *a);
+
 /* Per-stream caps (caps.c, contract 4.10). */
 #define TL_MAX_WRITE_CAP (1ull << 40)
 /* Set a new handle's caps: the config's, or those of from (its listener). */

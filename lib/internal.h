@@ -76,6 +76,7 @@ struct tl_deadlines {
 struct tl_loop {
 	const struct tl_driver *dv;
 	struct tl_drv *d;
+	uint32_t probed;     /* capability flags the driver found at init (probed_caps) */
 	struct tl_poster *poster;
 	uint32_t owner;
 	pthread_t thread;

@@ -180,6 +180,8 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	if (r < 0)
 		goto fail;
 	r = tl__driver_start(l, cfg, l->poster->efd, &l->dv, &l->d);
+	if (r == 0 && l->dv->probed_caps)
+		l->probed = l->dv->probed_caps(l->d);
 	if (r < 0)
 		goto fail_poster;
 	/* After the driver: whether pipes are OS pipes depends on it. */
@@ -199,7 +201,7 @@ fail:
 
 uint64_t tl_now(const tl_loop *l) { return l->dv->now(l->d); }
 const char *tl_loop_driver(const tl_loop *l) { return l->dv->name; }
-uint32_t tl_loop_caps(const tl_loop *l) { return l->dv->caps & 0xffffu; }
+uint32_t tl_loop_caps(const tl_loop *l) { return (l->dv->caps | l->probed) & 0xffffu; }
 int tl_alive(const tl_loop *l) { return l->refs != 0; }
 
 /* ---- handles and ops ---- */
@@ -402,6 +404,29 @@ static inline void lease_fill(tl_loop *l, tl_lease *ls, uint32_t id)
 /* Queue one event of an op, applying the cancellation rules: after a cancel
  * request, nonterminal events are dropped and the terminal one reports the
  * cancellation instead of what the driver saw. */
+/* A datagram's record: its lease (counted against h's cap like a
+ * stream's, lib/caps.c), source, destination, segment size, and
+ * truncation (the driver's u.dg.full beyond the bytes delivered). */
+static void recv_fill(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_completion *c,
+		      int64_t res, uint32_t lease)
+{
+	if (lease != TL_NO_LEASE) {
+		c->flags |= TL_F_LEASE;
+		lease_fill(l, &c->u.recv.lease, lease);
+		tl__caps_lease(l, h, lease);
+	} else {
+		c->u.recv.lease = (tl_lease){0};
+	}
+	c->u.recv.from = o->u.dg.addr;
+	c->u.recv.to = o->u.dg.local;
+	c->u.recv.segment = o->u.dg.seg;
+	if (res >= 0 && o->u.dg.full > (uint64_t)res) {
+		c->flags |= TL_F_TRUNC;
+		c->aux = o->u.dg.full;
+	}
+	o->u.dg.full = o->u.dg.seg = 0;
+}
+
 /* Queue one record of op as given (no cancellation rules). */
 static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
 			     uint32_t lease)
@@ -423,18 +448,12 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 	c->result = res;
 	c->kind = o->kind;
 	c->flags = (uint16_t)(flags & (TL_F_TERMINAL | TL_F_STOPPED | TL_F_EOF));
-	if (lease != TL_NO_LEASE) {
+	if (o->code == TL_OP_RECV) {
+		recv_fill(l, h, o, c, res, lease);
+	} else if (lease != TL_NO_LEASE) {
 		c->flags |= TL_F_LEASE;
-		if (o->code == TL_OP_RECV) {
-			lease_fill(l, &c->u.recv.lease, lease);
-			c->u.recv.from = o->u.dg.addr;
-		} else {
-			lease_fill(l, &c->u.read.lease, lease);
-			tl__caps_lease(l, h, lease);
-		}
-	} else if (o->code == TL_OP_RECV) {
-		c->u.recv.lease = (tl_lease){0};
-		c->u.recv.from = o->u.dg.addr;
+		lease_fill(l, &c->u.read.lease, lease);
+		tl__caps_lease(l, h, lease);
 	} else if (tl_unlikely(o->code == TL_OP_RECV_FDS) && o->u.fd.got) {
 		/* The descriptors go out with the record that carries their
 		 * bytes (the terminal after a cancel carries none). */

@@ -1,4 +1,4 @@
-/* lib/stream.c: streams and datagrams: listen, accept, connect, read, write, shutdown, UDP. */
+/* lib/stream.c: streams: listen, accept, connect, read, write, shutdown (datagrams: lib/dgram.c). */
 #include <errno.h>
 #include <string.h>
 #include <sys/un.h>
@@ -6,7 +6,7 @@
 
 /* ---- sockets ---- */
 
-static struct tl_hslot *stream_get(tl_loop *l, tl_handle id, int type, int *err)
+struct tl_hslot *tl__stream_get(tl_loop *l, tl_handle id, int type, int *err)
 {
 	struct tl_hslot *h = tl__handle_get(l, id);
 	if (!h) {
@@ -21,7 +21,7 @@ static struct tl_hslot *stream_get(tl_loop *l, tl_handle id, int type, int *err)
 }
 
 /* Hand a prepared op to the driver; undo it if refused. */
-static int submit(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_op *oid)
+int tl__stream_submit(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_op *oid)
 {
 	o->flags |= TL_OPF_NATIVE;
 	l->native_pending++;
@@ -54,14 +54,14 @@ static int open_handle(tl_loop *l, uint8_t type, const struct tl_open_spec *spec
 	return 0;
 }
 
-static int valid_addr(const tl_addr *a)
+int tl__valid_addr(const tl_addr *a)
 {
 	return a && (a->sa.sa_family == AF_INET || a->sa.sa_family == AF_INET6);
 }
 
 /* Open a handle that needs no operation to exist (listener, UDP socket):
  * its family flag set, its id returned. */
-static int open_bound(tl_loop *l, uint8_t type, const struct tl_open_spec *s, tl_handle *out)
+int tl__open_bound(tl_loop *l, uint8_t type, const struct tl_open_spec *s, tl_handle *out)
 {
 	struct tl_hslot *h;
 	int r = open_handle(l, type, s, &h);
@@ -78,14 +78,14 @@ static int open_bound(tl_loop *l, uint8_t type, const struct tl_open_spec *s, tl
 int tl_tcp_listen(tl_loop *l, const tl_addr *addr, const tl_listen_opts *opts, tl_handle *out)
 {
 	tl_listen_opts def = {0};
-	if (!valid_addr(addr) || !out)
+	if (!tl__valid_addr(addr) || !out)
 		return -EINVAL;
 	struct tl_open_spec s = {.kind = TL_OPEN_TCP_LISTEN, .addr = addr,
 				 .opts = opts ? opts : &def};
 	int r = tl__listen_opts_check(l, s.opts, 0, &s);
 	if (r < 0)
 		return r;
-	return open_bound(l, TL_H_LISTEN, &s, out);
+	return tl__open_bound(l, TL_H_LISTEN, &s, out);
 }
 
 static int valid_path(const char *path)
@@ -103,7 +103,7 @@ int tl_unix_listen(tl_loop *l, const char *path, const tl_listen_opts *opts, tl_
 	int r = tl__listen_opts_check(l, s.opts, 1, &s);
 	if (r < 0)
 		return r;
-	return open_bound(l, TL_H_LISTEN, &s, out);
+	return tl__open_bound(l, TL_H_LISTEN, &s, out);
 }
 
 int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
@@ -116,7 +116,7 @@ int tl_local_addr(tl_loop *l, tl_handle id, tl_addr *out)
 		return -EINVAL;
 	/* Drivers bind a connecting socket at different moments (epoll at
 	 * submit, io_uring when the SQE runs): say "not yet" on every one. */
-	if (h->flags & TL_HF_CONNECTING)
+	if (h->type == TL_H_STREAM && (h->flags & TL_HF_CONNECTING))
 		return -EAGAIN;
 	return l->dv->local_addr(l->d, h, out);
 }
@@ -126,7 +126,7 @@ static int accept_common(tl_loop *l, tl_handle lid, uint64_t token, tl_op *oid, 
 	int err;
 	if (!oid)
 		return -EINVAL;
-	struct tl_hslot *h = stream_get(l, lid, TL_H_LISTEN, &err);
+	struct tl_hslot *h = tl__stream_get(l, lid, TL_H_LISTEN, &err);
 	if (!h)
 		return err;
 	struct tl_opslot *o;
@@ -135,7 +135,7 @@ static int accept_common(tl_loop *l, tl_handle lid, uint64_t token, tl_op *oid, 
 		return r;
 	if (multi)
 		o->flags |= TL_OPF_MULTI;
-	return submit(l, h, o, oid);
+	return tl__stream_submit(l, h, o, oid);
 }
 
 int tl_accept(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
@@ -175,7 +175,7 @@ static int connect_common(tl_loop *l, const struct tl_open_spec *s, uint64_t dea
 	o->u.conn.path = s->path; /* valid during submit() only */
 	tl_handle id = tl__h_id(l, h);
 	h->flags |= TL_HF_CONNECTING;
-	r = submit(l, h, o, oid);
+	r = tl__stream_submit(l, h, o, oid);
 	if (r < 0)
 		goto undo;
 	if (deadline && (o->flags & TL_OPF_LIVE) && o->gen == tl__id_gen(oid->v))
@@ -193,7 +193,7 @@ int tl_tcp_connect_opts(tl_loop *l, const tl_addr *addr, const tl_connect_opts *
 {
 	tl_listen_opts def = {0};
 	tl_connect_opts cdef = {0};
-	if (!valid_addr(addr))
+	if (!tl__valid_addr(addr))
 		return -EINVAL;
 	struct tl_open_spec s = {.kind = TL_OPEN_TCP_STREAM, .addr = addr, .opts = &def};
 	int r = tl__connect_opts_check(l, addr, opts ? opts : &cdef, &s);
@@ -227,7 +227,7 @@ static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint1
 	struct tl_hslot *sh = tl__handle_get(l, hid);
 	if (sh && sh->type == TL_H_STDIO)
 		return tl__stdio_read(l, sh, buf, len, flags, token, oid);
-	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	struct tl_hslot *h = tl__stream_get(l, hid, TL_H_STREAM, &err);
 	if (!h)
 		return err;
 	if (h->spl_head != TL_NIL)
@@ -241,7 +241,7 @@ static int read_common(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint1
 	o->u.rw.len = len;
 	if (flags & TL_OPF_POOLED)
 		tl__caps_reader(l, h);
-	return submit(l, h, o, oid);
+	return tl__stream_submit(l, h, o, oid);
 }
 
 int tl_read(tl_loop *l, tl_handle h, void *buf, uint32_t len, uint64_t token, tl_op *op)
@@ -290,7 +290,7 @@ int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_
 	o->u.wv.off = 0;
 	o->u.wv.total = total;
 	tl__caps_write(l, h, (int64_t)total); /* op_retire takes it back */
-	return submit(l, h, o, oid);
+	return tl__stream_submit(l, h, o, oid);
 }
 
 int tl_write(tl_loop *l, tl_handle h, const void *buf, uint32_t len, uint64_t token, tl_op *op)
@@ -306,66 +306,12 @@ int tl_shutdown(tl_loop *l, tl_handle hid, uint64_t token, tl_op *oid)
 	int err;
 	if (!oid)
 		return -EINVAL;
-	struct tl_hslot *h = stream_get(l, hid, TL_H_STREAM, &err);
+	struct tl_hslot *h = tl__stream_get(l, hid, TL_H_STREAM, &err);
 	if (!h)
 		return err;
 	struct tl_opslot *o;
 	int r = tl__op_new(l, h, TL_OP_SHUTDOWN, TL_K_SHUTDOWN, token, &o);
 	if (r < 0)
 		return r;
-	return submit(l, h, o, oid);
+	return tl__stream_submit(l, h, o, oid);
 }
-
-int tl_udp_bind(tl_loop *l, const tl_addr *addr, tl_handle *out)
-{
-	tl_listen_opts def = {0};
-	if (!valid_addr(addr) || !out)
-		return -EINVAL;
-	struct tl_open_spec s = {.kind = TL_OPEN_UDP, .addr = addr, .opts = &def};
-	return open_bound(l, TL_H_UDP, &s, out);
-}
-
-int tl_udp_send(tl_loop *l, tl_handle hid, const void *buf, uint32_t len, const tl_addr *to,
-		uint64_t token, tl_op *oid)
-{
-	int err;
-	if ((!buf && len) || !valid_addr(to) || !oid)
-		return -EINVAL;
-	struct tl_hslot *h = stream_get(l, hid, TL_H_UDP, &err);
-	if (!h)
-		return err;
-	struct tl_opslot *o;
-	int r = tl__op_new(l, h, TL_OP_SEND, TL_K_SEND, token, &o);
-	if (r < 0)
-		return r;
-	o->u.dg.buf = (uint8_t *)(uintptr_t)buf;
-	o->u.dg.len = len;
-	o->u.dg.addr = *to;
-	return submit(l, h, o, oid);
-}
-
-int tl_udp_recv_pooled(tl_loop *l, tl_handle hid, uint64_t token, tl_op *oid)
-{
-	return tl_udp_recv(l, hid, NULL, 0, token, oid);
-}
-
-int tl_udp_recv(tl_loop *l, tl_handle hid, void *buf, uint32_t len, uint64_t token, tl_op *oid)
-{
-	int err;
-	if ((buf && !len) || !oid)
-		return -EINVAL;
-	struct tl_hslot *h = stream_get(l, hid, TL_H_UDP, &err);
-	if (!h)
-		return err;
-	struct tl_opslot *o;
-	int r = tl__op_new(l, h, TL_OP_RECV, TL_K_RECV, token, &o);
-	if (r < 0)
-		return r;
-	if (!buf)
-		o->flags |= TL_OPF_POOLED;
-	o->u.dg.buf = buf;
-	o->u.dg.len = len;
-	memset(&o->u.dg.addr, 0, sizeof o->u.dg.addr);
-	return submit(l, h, o, oid);
-}
-

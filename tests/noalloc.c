@@ -22,6 +22,7 @@
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <turnloop/loop.h>
+#include <turnloop/dgram.h>
 #include <turnloop/signal.h>
 #include <turnloop/watch.h>
 
@@ -47,6 +48,9 @@
  * reads back on another, the loop splicing it across (a splice always
  * pending), and every tenth a small static file the loop sends with
  * tl_sendfile on request.
+ *
+ * Then, on drivers with UDP, a measured phase of datagrams: 4,000 echoed
+ * through two multishot receives, eight sends queued per turn (udp_phase).
  *
  * Then, on drivers that pass descriptors (TL_CAP_DETACH), a second measured
  * phase: 2,000 descriptors sent with tl_send_fds and received with
@@ -872,6 +876,95 @@ static int pass_fds_phase(unsigned long *allocs)
 	return rc < 0 ? rc : FD_ROUNDS;
 }
 
+/* ---- Datagrams (turnloop/dgram.h) ---- */
+
+/* Two datagram handles of the loop: the client sends UDP_BATCH datagrams a
+ * round (queued in one turn: one sendmmsg on epoll), the server receives
+ * them with a multishot receive and echoes each from its lease, released
+ * when its send completes; the client's multishot receive takes the
+ * echoes. */
+enum { UDP_ROUNDS = 500, UDP_WARM = 50, UDP_BATCH = 8, UDP_LEN = 200 };
+enum { TOK_UDP_RA = 950, TOK_UDP_RB, TOK_UDP_SEND, TOK_UDP_ECHO = 1u << 20 };
+
+static int udp_round(tl_handle a, tl_handle b, const tl_addr *aa, int i)
+{
+	static unsigned char out[UDP_BATCH][UDP_LEN];
+	int sent = 0, echoed = 0, back = 0;
+	tl_op op;
+	for (int k = 0; k < UDP_BATCH; k++) {
+		memset(out[k], (unsigned char)(i + k), UDP_LEN);
+		tl_udp_msg m = {.buf = out[k], .len = UDP_LEN, .to = aa};
+		if (tl_udp_sendmsg(loop, b, &m, TOK_UDP_SEND, &op) != 0)
+			return -1;
+	}
+	tl_completion c[32];
+	for (int t = 0; t < 4000 && (sent < UDP_BATCH || echoed < UDP_BATCH || back < UDP_BATCH);
+	     t++) {
+		int n = tl_turn(loop, 10 * 1000000ll, c, 32, NULL);
+		if (n < 0)
+			return -2;
+		for (int j = 0; j < n; j++) {
+			const tl_completion *x = &c[j];
+			if (x->kind == TL_K_SEND && x->token == TOK_UDP_SEND) {
+				if (x->result != UDP_LEN)
+					return -3;
+				sent++;
+			} else if (x->kind == TL_K_SEND && x->token >= TOK_UDP_ECHO) {
+				if (x->result != UDP_LEN)
+					return -4;
+				if (tl_lease_release(loop, (uint32_t)(x->token - TOK_UDP_ECHO)) != 0)
+					return -5;
+				echoed++;
+			} else if (x->kind == TL_K_RECV && (x->flags & TL_F_LEASE)) {
+				if (x->token == TOK_UDP_RA) {
+					tl_udp_msg m = {.buf = x->u.recv.lease.data,
+							.len = (uint32_t)x->result, .to = &x->u.recv.from};
+					if (tl_udp_sendmsg(loop, a, &m, TOK_UDP_ECHO + x->u.recv.lease.id,
+							   &op) != 0)
+						return -6;
+				} else {
+					if (x->result != UDP_LEN)
+						return -7;
+					if (tl_lease_release(loop, x->u.recv.lease.id) != 0)
+						return -8;
+					back++;
+				}
+			} else if (x->kind == TL_K_RECV && (x->flags & TL_F_TERMINAL)) {
+				return -9;
+			}
+		}
+	}
+	return sent == UDP_BATCH && echoed == UDP_BATCH && back == UDP_BATCH ? 0 : -10;
+}
+
+static int udp_phase(unsigned long *allocs)
+{
+	tl_addr lo, aa;
+	memset(&lo, 0, sizeof lo);
+	lo.in.sin_family = AF_INET;
+	lo.in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	tl_handle a, b;
+	tl_op ra, rb;
+	if (tl_udp_bind(loop, &lo, &a) != 0 || tl_udp_bind(loop, &lo, &b) != 0 ||
+	    tl_local_addr(loop, a, &aa) != 0)
+		return -20;
+	if (tl_udp_recv_start(loop, a, TOK_UDP_RA, &ra) != 0 ||
+	    tl_udp_recv_start(loop, b, TOK_UDP_RB, &rb) != 0)
+		return -21;
+	int rc = 0;
+	for (int i = 0; i < UDP_WARM && rc == 0; i++)
+		rc = udp_round(a, b, &aa, i);
+	unsigned long a0 = atomic_load(&calls_alloc) + atomic_load(&calls_free);
+	atomic_store(&counting, 1);
+	for (int i = 0; i < UDP_ROUNDS && rc == 0; i++)
+		rc = udp_round(a, b, &aa, i);
+	atomic_store(&counting, 0);
+	*allocs = atomic_load(&calls_alloc) + atomic_load(&calls_free) - a0;
+	tl_close(loop, a, 0);
+	tl_close(loop, b, 0);
+	return rc < 0 ? rc : UDP_ROUNDS * UDP_BATCH;
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -999,6 +1092,10 @@ int main(void)
 	int fd_rounds = 0;
 	if (tl_loop_caps(loop) & TL_CAP_DETACH)
 		fd_rounds = pass_fds_phase(&fd_allocs);
+	unsigned long udp_allocs = 0;
+	int udp_echoed = 0;
+	if (tl_loop_caps(loop) & TL_CAP_UDP)
+		udp_echoed = udp_phase(&udp_allocs);
 
 	/* Tear down (not measured). */
 	tearing_down = 1;
@@ -1065,6 +1162,18 @@ int main(void)
 		if (fd_allocs) {
 			fprintf(stderr, "noalloc: passing descriptors made %lu allocator calls (want 0)\n",
 				fd_allocs);
+			fail = 1;
+		}
+	}
+	if (udp_echoed < 0) {
+		fprintf(stderr, "noalloc: the datagram phase failed at step %d\n", -udp_echoed);
+		fail = 1;
+	} else if (udp_echoed) {
+		printf("noalloc: %d datagrams echoed, %lu allocator calls during that phase\n",
+		       udp_echoed, udp_allocs);
+		if (udp_allocs) {
+			fprintf(stderr, "noalloc: datagrams made %lu allocator calls (want 0)\n",
+				udp_allocs);
 			fail = 1;
 		}
 	}

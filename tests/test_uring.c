@@ -1138,9 +1138,10 @@ static void test_shutdown_inline(void)
 
 /* ---- datagrams with the buffer ring empty ---- */
 
-/* Two pooled buffers and three pooled receives: the third finds the ring
- * empty, waits without an error, and gets its datagram (and its source)
- * once a lease comes back. */
+/* Two pooled buffers and three pooled receives: the third finds no buffer
+ * it may take (the ring is empty, and the handle is at its lease cap),
+ * waits without an error, and gets its datagram (and its source) once a
+ * lease comes back. */
 static void test_udp_pooled_exhaustion(void)
 {
 	int fds = h_begin();
@@ -1196,7 +1197,12 @@ static void test_udp_pooled_exhaustion(void)
 		if (done == 2 && nheld == 2) {
 			h_idle(&c, 20);
 			H_EQ(c.log.n, from); /* the third waits, silently */
-			H_TRUE(stats(l).enobufs > 0, "the third receive never parked");
+			/* The handle's lease cap is the pool here (2): the third
+			 * parks at the cap (docs/DATAGRAMS.md), or on the empty
+			 * ring should the cap be larger. */
+			tl_loop_stats ls;
+			tl_loop_stats_get(l, &ls);
+			H_TRUE(stats(l).enobufs > 0 || ls.pauses > 0, "the third receive never parked");
 			H_EQ(tl_lease_release(l, held[0]), 0);
 			nheld = 3; /* hold no more */
 		}

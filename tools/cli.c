@@ -94,6 +94,10 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 			o->reuseport = 1;
 			continue;
 		}
+		if (!strcmp(a, "--udp")) {
+			o->udp = 1;
+			continue;
+		}
 		if (!v)
 			return fail(err, errlen, "%s needs a value", a);
 		i++;
@@ -135,6 +139,9 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 	if (!o->tls_cert != !o->tls_key)
 		return fail(err, errlen, "%s needs %s too", o->tls_cert ? "--tls-cert" : "--tls-key",
 			    o->tls_cert ? "--tls-key" : "--tls-cert");
+	if (o->udp && (o->tls_cert || o->shards || o->cpus))
+		return fail(err, errlen, "--udp takes no %s", o->tls_cert ? "--tls-cert"
+							       : "--shards or --cpus");
 	if (tl_addr_parse(&o->addr, o->host, (uint16_t)o->port) < 0)
 		return fail(err, errlen, "bad address '%s'", o->host);
 	return 0;

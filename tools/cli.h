@@ -20,7 +20,7 @@
 
 /* tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N]
  * [--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport]
- * [--tls-cert FILE --tls-key FILE] */
+ * [--tls-cert FILE --tls-key FILE] [--udp] */
 struct tlecho_opts {
 	uint32_t port;        /* 1..65535, required */
 	const char *host;     /* default "127.0.0.1" */
@@ -33,6 +33,7 @@ struct tlecho_opts {
 	int reuseport;        /* --reuseport: share the port with other processes */
 	const char *tls_cert; /* --tls-cert: echo over TLS with this PEM certificate... */
 	const char *tls_key;  /* ... and --tls-key: its key (both or neither) */
+	int udp;              /* --udp: echo datagrams (one loop; not with TLS or shards) */
 };
 int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t errlen);
 

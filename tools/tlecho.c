@@ -1,4 +1,4 @@
-/* tools/tlecho.c: a TCP echo server on one turnloop loop, or on one loop per shard with --shards/--cpus (the echo benchmark's subject); over TLS with --tls-cert/--tls-key. */
+/* tools/tlecho.c: a TCP echo server on one turnloop loop, or on one loop per shard with --shards/--cpus (the echo benchmark's subject); over TLS with --tls-cert/--tls-key; datagrams with --udp. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,11 +20,13 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: tlecho -p PORT [--host IP] [--driver epoll|uring] [--buffers N] "
 		   "[--buffer-size BYTES] [--shards N] [--cpus LIST] [--reuseport]\n"
-		   "              [--tls-cert FILE --tls-key FILE]\n"
+		   "              [--tls-cert FILE --tls-key FILE] [--udp]\n"
 		   "  --reuseport  share the port with another process already listening on it\n"
 		   "               (without it, tlecho refuses to start on a port in use)\n"
 		   "  --tls-cert, --tls-key  echo over TLS (1.2 and 1.3) with this PEM certificate\n"
-		   "               (its chain after it) and key\n");
+		   "               (its chain after it) and key\n"
+		   "  --udp        echo UDP datagrams instead, each back to its sender from the\n"
+		   "               address it was sent to (one loop; longer than --buffer-size: cut)\n");
 }
 
 /* What one completion asks of an echo server; shared by the single loop and
@@ -62,6 +64,83 @@ static inline int echo_one(tl_loop *loop, const tl_completion *c, uint64_t *byte
 	default:
 		return 0;
 	}
+}
+
+/* ---- datagrams (--udp) ---- */
+
+/* A send's token: the lease it echoes, or none (an empty datagram). */
+#define UDP_NO_LEASE 0xffffffffu
+
+/* Echo every datagram of h from its lease, back to its sender from the
+ * address it was sent to; the lease goes back when its send completes.
+ * Returns the datagrams echoed. */
+static uint64_t udp_one(tl_loop *loop, tl_handle h, const tl_completion *c, uint64_t *bytes)
+{
+	tl_op op;
+	if (c->kind == TL_K_SEND) {
+		if (c->token != UDP_NO_LEASE)
+			tl_lease_release(loop, (uint32_t)c->token);
+		return 0;
+	}
+	if (c->kind != TL_K_RECV)
+		return 0;
+	if (c->flags & TL_F_TERMINAL) {
+		/* An error ended the receive (not a stop: tlecho never stops it). */
+		if (!stop_flag && tl_udp_recv_start(loop, h, 0, &op) < 0)
+			stop_flag = 1;
+		return 0;
+	}
+	int leased = !!(c->flags & TL_F_LEASE);
+	tl_udp_msg m = {.buf = leased ? c->u.recv.lease.data : (const uint8_t *)"",
+			.len = (uint32_t)c->result, .to = &c->u.recv.from,
+			.from = c->u.recv.to.sa.sa_family ? &c->u.recv.to : NULL};
+	uint64_t tok = leased ? c->u.recv.lease.id : UDP_NO_LEASE;
+	if (tl_udp_sendmsg(loop, h, &m, tok, &op) < 0) {
+		if (leased)
+			tl_lease_release(loop, c->u.recv.lease.id);
+		return 0;
+	}
+	*bytes += (uint64_t)c->result;
+	return 1;
+}
+
+static int run_udp(const tl_config *cfg, const struct tlecho_opts *o)
+{
+	tl_loop *loop;
+	int r = tl_loop_new(&loop, cfg);
+	if (r < 0) {
+		fprintf(stderr, "tlecho: cannot create the loop: %s\n", tl_strerror(r));
+		return 1;
+	}
+	tl_handle h;
+	tl_op op;
+	tl_udp_opts uo = {.flags = TL_UDP_PKTINFO | (o->reuseport ? TL_UDP_REUSEPORT : 0)};
+	if ((r = tl_udp_bind_opts(loop, &o->addr, &uo, &h)) < 0 ||
+	    (r = tl_udp_recv_start(loop, h, 0, &op)) < 0) {
+		fprintf(stderr, "tlecho: cannot bind %s:%u (UDP): %s\n", o->host, o->port,
+			tl_strerror(r));
+		tl_loop_destroy(loop);
+		return 1;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	fprintf(stderr, "tlecho: listening on %s:%u (UDP), driver %s\n", o->host, o->port,
+		tl_loop_driver(loop));
+	static tl_completion out[512];
+	uint64_t dgrams = 0, bytes = 0;
+	while (!stop_flag) {
+		int n = tl_turn(loop, 100 * 1000000, out, 512, NULL);
+		if (n < 0 && n != -EINTR) {
+			fprintf(stderr, "tlecho: turn failed: %s\n", tl_strerror(n));
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			dgrams += udp_one(loop, h, &out[i], &bytes);
+	}
+	fprintf(stderr, "tlecho: %llu datagrams, %llu bytes echoed\n", (unsigned long long)dgrams,
+		(unsigned long long)bytes);
+	tl_loop_destroy(loop);
+	return 0;
 }
 
 /* ---- over TLS (--tls-cert, --tls-key): the TLS layer's simplest user ---- */
@@ -327,7 +406,7 @@ int main(int argc, char **argv)
 	const char *host = o.host, *cpus = o.cpus;
 	uint32_t port = o.port, shards = o.shards;
 	tl_addr addr = o.addr;
-	if (!o.reuseport) {
+	if (!o.reuseport && !o.udp) {
 		int taken = tl_tool_port_taken(&addr);
 		if (taken != 0) {
 			if (taken > 0)
@@ -345,6 +424,8 @@ int main(int argc, char **argv)
 	cfg.pooled_buffer_size = o.buffer_size;
 	cfg.max_handles = 16384;
 	cfg.max_ops = 65536;
+	if (o.udp)
+		return run_udp(&cfg, &o);
 	struct echo_tls tls = {0};
 	if (o.tls_cert) {
 		/* read once at start (setup: the loops do not run yet) and

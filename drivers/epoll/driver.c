@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include "epoll_int.h"
+#include "../dgram_io.h"
 
 uint64_t tl__ep_now(struct tl_drv *d)
 {
@@ -238,13 +239,29 @@ static int ep_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	/* Try a write at once when nothing is queued ahead of it: most writes
 	 * finish here, never queued and never waiting for an edge; one that
 	 * must wait joins the queue now (nothing runs in between). */
-	if (e->whead == TL_NIL && e->writable && !e->connecting) {
+	if (e->whead == TL_NIL && e->writable && !e->connecting && o->code != TL_OP_SEND) {
 		if (!tl__ep_run_wop(d, h, o))
 			tl__ep_q_push(l, &e->whead, &e->wtail, o);
 		return 0;
 	}
 	tl__ep_q_push(l, &e->whead, &e->wtail, o);
+	/* A datagram waits for the poll, so that every send the host queues
+	 * in one turn goes out in one sendmmsg (dgram.c). */
+	if (o->code == TL_OP_SEND && e->writable && e->whead == o->idx)
+		tl__ep_mark_ready(d, h);
 	return 0;
+}
+
+static int ep_dgram_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer)
+{
+	(void)d;
+	return tl__dg_connect(h->fd, peer);
+}
+
+static uint32_t ep_probed_caps(struct tl_drv *d)
+{
+	(void)d;
+	return tl__dg_probe();
 }
 
 static int ep_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
@@ -437,6 +454,8 @@ const struct tl_driver tl__driver_epoll = {
 	.local_addr = ep_local,
 	.peer_addr = ep_peer,
 	.sockopt = ep_sockopt,
+	.dgram_connect = ep_dgram_connect,
+	.probed_caps = ep_probed_caps,
 	.submit = ep_submit,
 	.cancel = ep_cancel,
 	.poll = ep_poll,

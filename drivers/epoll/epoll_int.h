@@ -103,6 +103,13 @@ struct tl_hslot *tl__ep_splice_waiter(struct tl_drv *d, struct tl_hslot *h);
 int tl__ep_splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ep_run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__ep_run_handle(struct tl_drv *d, struct tl_hslot *h);
+/* A pooled buffer for a read or receive of h, or TL_NO_LEASE with h parked
+ * until one comes back (ops.c). */
+uint32_t tl__ep_take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len);
+/* Datagrams (dgram.c): run h's receive o, or the sends at the head of h's
+ * write queue from o on; 1: o finished, 0: it waits. */
+int tl__ep_run_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ep_run_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ep_start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ep_poll_submit(struct tl_drv *d, struct tl_opslot *o);
 int tl__ep_poll_cancel(struct tl_drv *d, struct tl_opslot *o);

@@ -105,7 +105,7 @@ static int run_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
  * stream may take now (its share of the pool, lib/caps.c): park h on the
  * lease-wait list (lease_returned resumes it; a shortage is never an error
  * to the host) and return TL_NO_LEASE. */
-static uint32_t take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len)
+uint32_t tl__ep_take_lease(struct tl_drv *d, struct tl_hslot *h, uint8_t **buf, uint32_t *len)
 {
 	uint32_t cnt, lease = TL_NO_LEASE;
 	if (h->type != TL_H_STREAM || tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
@@ -137,7 +137,7 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		uint32_t lease = TL_NO_LEASE, len;
 		uint8_t *buf;
 		if (o->flags & TL_OPF_POOLED) {
-			lease = take_lease(d, h, &buf, &len);
+			lease = tl__ep_take_lease(d, h, &buf, &len);
 			if (lease == TL_NO_LEASE)
 				return 0;
 		} else {
@@ -169,38 +169,6 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return 1;
 	}
 	return 0;
-}
-
-static int run_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
-{
-	tl_loop *l = d->loop;
-	uint32_t lease = TL_NO_LEASE, len = o->u.dg.len;
-	uint8_t *buf = o->u.dg.buf;
-	if (o->flags & TL_OPF_POOLED) {
-		lease = take_lease(d, h, &buf, &len);
-		if (lease == TL_NO_LEASE)
-			return 0;
-	}
-	socklen_t alen = sizeof o->u.dg.addr;
-	ssize_t n;
-	do
-		n = recvfrom(h->fd, buf, len, 0, &o->u.dg.addr.sa, &alen);
-	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		int e = errno;
-		if (lease != TL_NO_LEASE)
-			tl__drv_lease_drop(l, lease);
-		if (e == EAGAIN || e == EWOULDBLOCK) {
-			EH(h)->readable = 0;
-			return 0;
-		}
-		tl__drv_event(l, o, -e, TL_F_TERMINAL, TL_NO_LEASE);
-		return 1;
-	}
-	tl__drv_event(l, o, n, TL_F_TERMINAL, n > 0 ? lease : TL_NO_LEASE);
-	if (n == 0 && lease != TL_NO_LEASE)
-		tl__drv_lease_drop(l, lease);
-	return 1;
 }
 
 static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
@@ -251,21 +219,6 @@ static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		EH(h)->writable = 0;
 		return 0;
 	}
-}
-
-static int run_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
-{
-	ssize_t n;
-	do
-		n = sendto(h->fd, o->u.dg.buf, o->u.dg.len, MSG_NOSIGNAL, &o->u.dg.addr.sa,
-			   tl_addr_len(&o->u.dg.addr));
-	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		EH(h)->writable = 0;
-		return 0;
-	}
-	tl__drv_event(d->loop, o, n < 0 ? -errno : n, TL_F_TERMINAL, TL_NO_LEASE);
-	return 1;
 }
 
 /* Descriptors go with the first sendmsg that moves bytes; the rest of the
@@ -471,7 +424,7 @@ int tl__ep_run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	case TL_OP_WRITE:
 		return run_write(d, h, o);
 	case TL_OP_SEND:
-		return run_send(d, h, o);
+		return tl__ep_run_send(d, h, o);
 	case TL_OP_SEND_FDS:
 		return run_send_fds(d, h, o);
 	case TL_OP_SPLICE:
@@ -492,7 +445,7 @@ static int run_rop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	case TL_OP_READ:
 		return run_read(d, h, o);
 	case TL_OP_RECV:
-		return run_recv(d, h, o);
+		return tl__ep_run_recv(d, h, o);
 	case TL_OP_RECV_FDS:
 		return run_recv_fds(d, h, o);
 	}

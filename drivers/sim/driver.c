@@ -209,7 +209,7 @@ static int sim_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_s
 	case TL_OPEN_UDP:
 		r = tl__sim_ring_init(s);
 		if (r == 0)
-			r = tl__sim_bind_ip(s, sp->addr, 0, 0);
+			r = tl__sim_bind_ip(s, sp->addr, !!(sp->udp_flags & TL_UDP_REUSEPORT), 0);
 		break;
 	}
 	if (r < 0) {
@@ -532,7 +532,24 @@ static void sim_lease_returned(struct tl_drv *d, uint32_t id)
 	unlock();
 }
 
-/* A stream back under its caps: run its reads again. */
+/* Connect a datagram socket: its sends' default destination, and the only
+ * source it takes datagrams from (checked as they are sent, run_send). */
+static int sim_dgram_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer)
+{
+	lock();
+	struct sim_sock *s = sock_of(d, h);
+	int r = s ? 0 : -EBADF;
+	if (s && peer->sa.sa_family == AF_INET6 && s->local.sa.sa_family == AF_INET)
+		r = -EAFNOSUPPORT;
+	if (r == 0) {
+		s->remote = *peer;
+		s->dg_conn = 1;
+	}
+	unlock();
+	return r;
+}
+
+/* A stream or datagram socket back under its caps: run its reads again. */
 static void sim_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 {
 	if (paused)
@@ -561,6 +578,7 @@ const struct tl_driver tl__driver_sim = {
 	.poll = sim_poll,
 	.lease_returned = sim_lease_returned,
 	.pause = sim_pause,
+	.dgram_connect = sim_dgram_connect,
 	.embed_fd = NULL,
 };
 

@@ -33,6 +33,8 @@ static const char *const knob_names[TL_SIM_NKNOBS] = {
 	[TL_SIM_CANCEL_FAIL] = "cancel_fail",
 	[TL_SIM_SYNC_WRITE] = "sync_write",
 	[TL_SIM_ASYNC_CANCEL] = "async_cancel",
+	[TL_SIM_UDP_DUP] = "udp_dup",
+	[TL_SIM_UDP_REORDER] = "udp_reorder",
 };
 _Static_assert(sizeof knob_names / sizeof knob_names[0] == TL_SIM_NKNOBS, "a name per knob");
 
@@ -321,6 +323,18 @@ void tl__sim_ring_put(struct sim_sock *s, const void *src, uint32_t n)
 	uint32_t tail = (uint32_t)(((uint64_t)s->head + s->len) % s->cap);
 	uint32_t k = s->cap - tail < n ? s->cap - tail : n;
 	memcpy(s->buf + tail, src, k);
+	if (n > k)
+		memcpy(s->buf, (const uint8_t *)src + k, n - k);
+	s->len += n;
+}
+
+void tl__sim_ring_put_front(struct sim_sock *s, const void *src, uint32_t n)
+{
+	if (!n)
+		return;
+	s->head = (uint32_t)(((uint64_t)s->head + s->cap - n) % s->cap);
+	uint32_t k = s->cap - s->head < n ? s->cap - s->head : n;
+	memcpy(s->buf + s->head, src, k);
 	if (n > k)
 		memcpy(s->buf, (const uint8_t *)src + k, n - k);
 	s->len += n;

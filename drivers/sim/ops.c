@@ -181,31 +181,48 @@ static int run_read(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 	}
 }
 
+/* Datagrams: one per event; a multishot receive (tl_udp_recv_start) goes
+ * on while the turn has room and the handle's lease cap leaves some
+ * (tl__drv_dgram_room), one lease at a time, as the kernel drivers. */
 static int run_recv(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
-	if (!s->ndgram)
-		return 0;
-	if ((o->flags & TL_OPF_CANCEL) && !tl__drv_room(d->loop)) {
-		tl__sim_sched_at(d, s, now_ns());
-		return 0;
+	int multi = o->flags & TL_OPF_MULTI;
+	const struct tl_hslot *hs = tl__drv_handle(d->loop, o->hidx);
+	for (;;) {
+		if (!s->ndgram)
+			return 0;
+		if ((multi || (o->flags & TL_OPF_CANCEL)) && !tl__drv_room(d->loop)) {
+			tl__sim_sched_at(d, s, now_ns());
+			return 0;
+		}
+		if ((o->flags & TL_OPF_POOLED) && !tl__drv_dgram_room(hs, 1))
+			return 0; /* at its cap: sim_pause(0) runs it again */
+		uint8_t *buf;
+		uint32_t len, lease;
+		if (!read_buf(d, s, o, o->u.dg.buf, o->u.dg.len, &buf, &len, &lease))
+			return 0;
+		struct dg_hdr h;
+		tl__sim_ring_get(s, &h, sizeof h);
+		uint32_t n = h.len < len ? h.len : len; /* the rest is cut, as with UDP */
+		tl__sim_ring_get(s, buf, n);
+		tl__sim_ring_get(s, NULL, h.len - n);
+		s->ndgram--;
+		o->u.dg.addr = h.from;
+		o->u.dg.full = h.len;
+		o->u.dg.seg = 0;
+		memset(&o->u.dg.local, 0, sizeof o->u.dg.local);
+		if (hs->flags & TL_HF_PKTINFO) {
+			o->u.dg.local = h.to;
+			tl__sim_set_port(&o->u.dg.local, 0);
+		}
+		if (!n && lease != TL_NO_LEASE) {
+			tl__drv_lease_drop(d->loop, lease);
+			lease = TL_NO_LEASE;
+		}
+		tl__sim_report(d, o, n, multi ? 0 : TL_F_TERMINAL, lease);
+		if (!multi || !(o->flags & TL_OPF_LIVE))
+			return 1;
 	}
-	uint8_t *buf;
-	uint32_t len, lease;
-	if (!read_buf(d, s, o, o->u.dg.buf, o->u.dg.len, &buf, &len, &lease))
-		return 0;
-	struct dg_hdr h;
-	tl__sim_ring_get(s, &h, sizeof h);
-	uint32_t n = h.len < len ? h.len : len; /* the rest is truncated, as with UDP */
-	tl__sim_ring_get(s, buf, n);
-	tl__sim_ring_get(s, NULL, h.len - n);
-	s->ndgram--;
-	o->u.dg.addr = h.from;
-	if (!n && lease != TL_NO_LEASE) {
-		tl__drv_lease_drop(d->loop, lease);
-		lease = TL_NO_LEASE;
-	}
-	tl__sim_report(d, o, n, TL_F_TERMINAL, lease);
-	return 1;
 }
 
 /* Copy n bytes of a write's remaining iovecs into p's ring; the iovecs are
@@ -306,32 +323,65 @@ static int run_shutdown(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *
 	return 1;
 }
 
+/* Whether a datagram from src may reach t: a connected socket takes only
+ * its peer's (the port, and the address unless the peer is a wildcard). */
+static int dg_accepts(const struct sim_sock *t, const tl_addr *src)
+{
+	if (!t->dg_conn)
+		return 1;
+	if (tl__sim_port_of(src) != tl__sim_port_of(&t->remote))
+		return 0;
+	tl_addr a = tl__sim_as_family(src, t->remote.sa.sa_family);
+	tl_addr r = tl__sim_dest_of(&t->remote);
+	tl__sim_set_port(&a, 0);
+	tl__sim_set_port(&r, 0);
+	return tl__sim_ip_any(&t->remote) || memcmp(&a, &r, tl_addr_len(&r)) == 0;
+}
+
+static void dg_put(struct sim_sock *t, const struct dg_hdr *h, const void *buf, int front)
+{
+	if (front && t->ndgram) {
+		tl__sim_ring_put_front(t, buf, h->len);
+		tl__sim_ring_put_front(t, h, sizeof *h);
+	} else {
+		tl__sim_ring_put(t, h, sizeof *h);
+		tl__sim_ring_put(t, buf, h->len);
+	}
+	t->ndgram++;
+}
+
 static int run_send(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
-	const tl_addr *to = &o->u.dg.addr;
+	const tl_addr *to = o->u.dg.addr.sa.sa_family ? &o->u.dg.addr : &s->remote;
 	int64_t res = o->u.dg.len;
-	if (o->u.dg.len > UDP_MAX)
+	if (!o->u.dg.addr.sa.sa_family && !s->dg_conn)
+		res = -EDESTADDRREQ;
+	else if (o->u.dg.len > UDP_MAX)
 		res = -EMSGSIZE;
 	else if (to->sa.sa_family == AF_INET6 && s->local.sa.sa_family == AF_INET)
 		res = -EAFNOSUPPORT;
 	else {
 		tl_addr dst = tl__sim_dest_of(to);
 		struct sim_sock *t = tl__sim_find_udp(&dst);
-		struct dg_hdr h = {.len = o->u.dg.len};
+		struct dg_hdr h = {.len = o->u.dg.len, .to = dst};
 		/* The source: our port, and the address the datagram went to when
 		 * we are bound to a wildcard or send IPv4 from a dual-stack socket
-		 * (every address is this host). */
-		if (tl__sim_ip_any(&s->local) || dst.sa.sa_family != s->local.sa.sa_family)
+		 * (every address is this host), unless the host chose one. */
+		if (o->u.dg.local.sa.sa_family)
+			h.from = o->u.dg.local;
+		else if (tl__sim_ip_any(&s->local) || dst.sa.sa_family != s->local.sa.sa_family)
 			h.from = dst;
 		else
 			h.from = s->local;
 		tl__sim_set_port(&h.from, tl__sim_port_of(&s->local));
 		h.from = tl__sim_as_family(&h.from, t ? t->local.sa.sa_family : AF_INET);
 		/* Datagrams are lost when the receiver's ring is full, as UDP. */
-		if (t && !tl__sim_draw(d, TL_SIM_UDP_DROP) && t->cap - t->len >= sizeof h + o->u.dg.len) {
-			tl__sim_ring_put(t, &h, sizeof h);
-			tl__sim_ring_put(t, o->u.dg.buf, o->u.dg.len);
-			t->ndgram++;
+		if (t && dg_accepts(t, &h.from) && !tl__sim_draw(d, TL_SIM_UDP_DROP)) {
+			int copies = 1 + tl__sim_draw(d, TL_SIM_UDP_DUP);
+			int front = tl__sim_draw(d, TL_SIM_UDP_REORDER);
+			for (int i = 0; i < copies; i++)
+				if (t->cap - t->len >= sizeof h + o->u.dg.len)
+					dg_put(t, &h, o->u.dg.buf, front);
 			tl__sim_sched(d, t);
 		}
 	}

@@ -70,6 +70,7 @@ struct sim_sock {
 	uint8_t in_accq;   /* a server socket on its listener's accept queue */
 	uint8_t src_bound; /* a stream to connect: local holds the source it was bound to */
 	uint8_t aborting;  /* released by tl_close_abort: the peer is reset */
+	uint8_t dg_conn;   /* a datagram socket connected to remote (tl_udp_connect) */
 	int err;           /* a pending error, reported once by the next read or write */
 	int conn_res;      /* the connect's outcome: CONN_PENDING, 0 or -errno */
 	struct tl_drv *d;  /* owner */
@@ -103,6 +104,7 @@ struct sim_sock {
 struct dg_hdr {
 	uint32_t len;
 	tl_addr from;
+	tl_addr to; /* the address it was sent to (packet info) */
 };
 
 struct sim_o {
@@ -201,6 +203,9 @@ void tl__sim_reg_add(struct sim_sock *s);
 int tl__sim_bind_ip(struct sim_sock *s, const tl_addr *addr, int reuseport, int v6only);
 struct sim_sock *tl__sim_find_listener(struct tl_drv *a, const tl_addr *dst, const char *path);
 struct sim_sock *tl__sim_find_udp(const tl_addr *dst);
+/* Put n bytes before what the ring holds (a datagram record that
+ * overtakes the others); the room is the caller's to check. */
+void tl__sim_ring_put_front(struct sim_sock *s, const void *src, uint32_t n);
 void tl__sim_q_push(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o);
 int tl__sim_q_remove(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot *o);
 int tl__sim_q_has(tl_loop *l, uint32_t head, const struct tl_opslot *o);

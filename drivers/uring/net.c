@@ -54,15 +54,8 @@ int tl__ur_cancel_kernel(struct tl_drv *d, struct tl_opslot *o)
 
 /* ---- issuing ---- */
 
-/* o, taken off the start list, is in the kernel once its SQE s goes. */
-static inline void issued(struct tl_drv *d, struct tl_opslot *o, struct io_uring_sqe *s)
-{
-	io_uring_sqe_set_data64(s, ud_op(o));
-	list_del(d, o);
-	UO(o)->st = ST_KERNEL;
-}
 
-static void prep_pooled(struct io_uring_sqe *s)
+void tl__ur_prep_pooled(struct io_uring_sqe *s)
 {
 	s->flags |= IOSQE_BUFFER_SELECT;
 	s->buf_group = 0;
@@ -207,49 +200,10 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		io_uring_prep_recv(s, h->fd, NULL, d->lease_size, 0);
 		if (UO(o)->rp.pf)
 			s->ioprio |= IORING_RECVSEND_POLL_FIRST;
-		prep_pooled(s);
+		tl__ur_prep_pooled(s);
 	}
 	if (pooled)
 		tl__drv_read_armed(d->lpool, h);
-	issued(d, o, s);
-	return 1;
-}
-
-static int issue_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
-{
-	struct io_uring_sqe *s = sqe_get(d);
-	if (!s)
-		return 0;
-	union ur_scratch *sc = scratch_of(d, s);
-	memset(&sc->w.mh, 0, sizeof sc->w.mh);
-	sc->w.iov[0].iov_base = o->u.dg.buf;
-	sc->w.iov[0].iov_len = o->u.dg.len;
-	sc->w.mh.msg_name = &o->u.dg.addr;
-	sc->w.mh.msg_namelen = tl_addr_len(&o->u.dg.addr);
-	sc->w.mh.msg_iov = sc->w.iov;
-	sc->w.mh.msg_iovlen = 1;
-	io_uring_prep_sendmsg(s, h->fd, &sc->w.mh, MSG_NOSIGNAL);
-	issued(d, o, s);
-	return 1;
-}
-
-static int issue_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
-{
-	struct io_uring_sqe *s = sqe_get(d);
-	if (!s)
-		return 0;
-	int pooled = o->flags & TL_OPF_POOLED;
-	struct ur_msg *m = &d->msg[o->idx];
-	memset(m, 0, sizeof *m);
-	m->iov.iov_base = pooled ? NULL : o->u.dg.buf;
-	m->iov.iov_len = pooled ? d->lease_size : o->u.dg.len;
-	m->mh.msg_name = &o->u.dg.addr;
-	m->mh.msg_namelen = sizeof o->u.dg.addr;
-	m->mh.msg_iov = &m->iov;
-	m->mh.msg_iovlen = 1;
-	io_uring_prep_recvmsg(s, h->fd, &m->mh, 0);
-	if (pooled)
-		prep_pooled(s);
 	issued(d, o, s);
 	return 1;
 }
@@ -393,6 +347,10 @@ void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 		tl__ur_splice_unpaused(d, h);
 	/* Paused: a request in the kernel completes (with one buffer at most,
 	 * read_policy.h); the next one parks at issue. */
+	if (!paused && h->type == TL_H_UDP) {
+		tl__ur_dg_unpaused(d, h);
+		return;
+	}
 	if (paused || e->rhead == TL_NIL)
 		return;
 	struct tl_opslot *o = OP(d, e->rhead);
@@ -482,50 +440,10 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 	op_done(d, h, o, res, res == 0 ? TL_F_EOF : 0, TL_NO_LEASE);
 }
 
-static void on_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
-		    unsigned cf)
-{
-	uint32_t lease = (cf & IORING_CQE_F_BUFFER) ? cf >> IORING_CQE_BUFFER_SHIFT : TL_NO_LEASE;
-	if (lease != TL_NO_LEASE)
-		d->br_avail--;
-	UO(o)->st = ST_IDLE;
-	if (res >= 0) {
-		struct ur_msg *m = &d->msg[o->idx];
-		kernel_wrote(d, &m->mh, sizeof m->mh);
-		socklen_t alen = m->mh.msg_namelen;
-		kernel_wrote(d, &o->u.dg.addr, alen < sizeof o->u.dg.addr ? alen : sizeof o->u.dg.addr);
-		if (lease != TL_NO_LEASE && res == 0) {
-			recycle(d, lease);
-			lease = TL_NO_LEASE;
-		}
-		if (lease != TL_NO_LEASE) {
-			tl__drv_lease_mark(d->loop, lease);
-			kernel_wrote(d, d->lease_base + (size_t)lease * d->lease_size, (size_t)res);
-		} else if (o->u.dg.buf) {
-			kernel_wrote(d, o->u.dg.buf, (size_t)res);
-		}
-		op_done(d, h, o, res, 0, lease);
-		return;
-	}
-	if (lease != TL_NO_LEASE)
-		recycle(d, lease);
-	if (res == -ENOBUFS && (o->flags & TL_OPF_POOLED) && !(o->flags & TL_OPF_CANCEL)) {
-		tl__ur_park_for_buffer(d, o);
-		return;
-	}
-	op_done(d, h, o, res, 0, TL_NO_LEASE);
-}
-
 static void on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		       unsigned cf)
 {
 	UH(h)->connecting = 0;
-	op_done(d, h, o, res, 0, TL_NO_LEASE);
-}
-
-static void on_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
-		    unsigned cf)
-{
 	op_done(d, h, o, res, 0, TL_NO_LEASE);
 }
 
@@ -676,8 +594,8 @@ const struct ur_opdef tl__ur_ops[] = {
 	[TL_OP_READ] = {.issue = issue_read, .complete = on_read},
 	[TL_OP_WRITE] = {.issue = issue_write, .complete = on_write},
 	[TL_OP_SHUTDOWN] = {.issue = issue_write, .complete = on_write},
-	[TL_OP_SEND] = {.issue = issue_send, .complete = on_send},
-	[TL_OP_RECV] = {.issue = issue_recv, .complete = on_recv},
+	[TL_OP_SEND] = {.issue = tl__ur_dg_issue_send, .complete = tl__ur_dg_on_send}, /* dgram.c */
+	[TL_OP_RECV] = {.issue = tl__ur_dg_issue_recv, .complete = tl__ur_dg_on_recv},
 	[TL_OP_SEND_FDS] = {.issue = issue_send_fds, .complete = on_send_fds},
 	[TL_OP_RECV_FDS] = {.issue = issue_recv_fds, .complete = on_recv_fds},
 	[TL_OP_POLL] = {.issue = tl__ur_issue_poll, .complete = tl__ur_on_poll}, /* poll.c */

@@ -31,6 +31,18 @@ int tl__uring_stats(const tl_loop *loop, struct tl_uring_stats *out)
 	return 0;
 }
 
+static int ur_dgram_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer)
+{
+	(void)d;
+	return tl__dg_connect(h->fd, peer);
+}
+
+static uint32_t ur_probed_caps(struct tl_drv *d)
+{
+	(void)d;
+	return tl__dg_probe();
+}
+
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
@@ -47,6 +59,8 @@ const struct tl_driver tl__driver_uring = {
 	.local_addr = tl__ur_local,
 	.peer_addr = tl__ur_peer,
 	.sockopt = tl__ur_sockopt,
+	.dgram_connect = ur_dgram_connect,
+	.probed_caps = ur_probed_caps,
 	.submit = tl__ur_submit,
 	.cancel = tl__ur_cancel,
 	.poll = tl__ur_poll,

@@ -12,6 +12,7 @@
 #include "uring.h"
 #include "read_policy.h"
 #include "sock.h"
+#include "dgram_io.h"
 
 /*
  * How the pieces fit; each file explains its own part.
@@ -111,12 +112,13 @@ union ur_scratch {
 	struct __kernel_timespec ts;
 };
 
-/* Per op slot, for datagram receives only: recvmsg writes the source length
+/* Per op slot, for datagrams: recvmsg writes the source length
  * and flags back into the msghdr when it completes, so it must outlive the
  * SQE. The array is calloc'ed, so pages of unused slots are never touched. */
 struct ur_msg {
 	struct msghdr mh;
 	struct iovec iov;
+	union tl__dg_ctl ctl; /* packet info, GSO and GRO (drivers/dgram_io.h) */
 };
 
 /* Per op slot, for descriptor passing (TL_OP_SEND_FDS, TL_OP_RECV_FDS):
@@ -358,6 +360,14 @@ static inline struct io_uring_sqe *sqe_get(struct tl_drv *d)
 	return s;
 }
 
+/* o, taken off the start list, is in the kernel once its SQE s goes. */
+static inline void issued(struct tl_drv *d, struct tl_opslot *o, struct io_uring_sqe *s)
+{
+	io_uring_sqe_set_data64(s, ud_op(o));
+	list_del(d, o);
+	UO(o)->st = ST_KERNEL;
+}
+
 static inline uint32_t pow2_at_least(uint32_t v)
 {
 	uint32_t p = 1;
@@ -422,6 +432,18 @@ void tl__ur_lease_returned(struct tl_drv *d, uint32_t id);
 uint32_t tl__ur_lease_take(struct tl_drv *d);
 /* The core paused h (over a cap) or resumed it (lib/caps.c, driver.h). */
 void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused);
+
+/* dgram.c: datagram sends and receives (tl__ur_ops' entries), and h (a
+ * datagram handle) back under its lease cap: its parked receives go on. */
+int tl__ur_dg_issue_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_dg_on_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		       unsigned cf);
+int tl__ur_dg_issue_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_dg_on_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		       unsigned cf);
+void tl__ur_dg_unpaused(struct tl_drv *d, struct tl_hslot *h);
+/* net.c: mark SQE s as taking a buffer from the provided-buffer ring. */
+void tl__ur_prep_pooled(struct io_uring_sqe *s);
 
 /* queue.c */
 /* Multishot accepts parked on EMFILE/ENFILE go again. */

@@ -203,6 +203,11 @@ const char *tl_loop_driver(const tl_loop *loop);
  * watch.h, dns.h). Without it those calls are -ENOTSUP. Signals and
  * external waits need no driver and work everywhere. */
 #define TL_CAP_POLL      (1u << 7)
+/* UDP generic segmentation and receive offload (turnloop/dgram.h): probed
+ * when the loop is made; without them tl_udp_sendmsg with a segment size
+ * and tl_udp_bind_opts with TL_UDP_GRO are -EOPNOTSUPP. */
+#define TL_CAP_UDP_GSO   (1u << 8)
+#define TL_CAP_UDP_GRO   (1u << 9)
 /* The capability flags (TL_CAP_*) of the loop's driver. */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
@@ -247,6 +252,7 @@ enum tl_kind {
 #define TL_F_STOPPED  (1u << 1) /* terminal after tl_stop(): result 0 */
 #define TL_F_EOF      (1u << 2) /* a read found the peer's EOF: result 0 */
 #define TL_F_LEASE    (1u << 3) /* u.read.lease / u.recv.lease / u.watch.lease is valid */
+#define TL_F_TRUNC    (1u << 4) /* a datagram longer than its buffer: aux = its full length */
 
 /* A pooled buffer lease: data[0..result) is the caller's until it calls
  * tl_lease_release(loop, id). */
@@ -264,11 +270,15 @@ typedef struct tl_completion {
 	uint16_t kind;    /* enum tl_kind */
 	uint16_t flags;   /* TL_F_* */
 	uint32_t aux;     /* kind-specific small value (pool: job class; tl_recv_fds:
-			   * descriptors received; mesh: turnloop/runtime.h) */
+			   * descriptors received; mesh: turnloop/runtime.h;
+			   * TL_K_RECV with TL_F_TRUNC: the datagram's length) */
 	union {
 		struct { tl_handle conn; tl_addr peer; } accept;
 		struct { tl_lease lease; } read;
-		struct { tl_lease lease; tl_addr from; } recv;
+		/* TL_K_RECV (turnloop/dgram.h): the source; the local address it
+		 * was sent to (with TL_UDP_PKTINFO, else family 0); the segment
+		 * size of a coalesced receive (TL_UDP_GRO; 0: one datagram). */
+		struct { tl_lease lease; tl_addr from; tl_addr to; uint32_t segment; } recv;
 		struct { uint64_t payload; } post;
 		struct { uint64_t value; void *ptr; } pool;
 		struct { uint64_t payload; void *arg; tl_handle conn; } mesh; /* turnloop/runtime.h */
@@ -529,9 +539,11 @@ int tl_read_start(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
 int tl_lease_release(tl_loop *loop, uint32_t id);
 
 /* Change the caps of one stream (or of a listener: the streams it accepts
- * from then on inherit them; contract 4.10, see tl_config.handle_leases):
- * leases 0 or write_bytes 0 keep that cap. 0, -ENOENT (stale or foreign),
- * -EINVAL (not a stream or listener, closing, leases above the loop's
+ * from then on inherit them; or of a datagram handle, whose lease cap
+ * bounds its pooled receives and whose sends count no write bytes;
+ * contract 4.10, see tl_config.handle_leases): leases 0 or write_bytes 0
+ * keep that cap. 0, -ENOENT (stale or foreign), -EINVAL (not a stream,
+ * listener or datagram handle, closing, leases above the loop's
  * pooled buffers, write_bytes above 2^40). A stream already over a new cap
  * pauses at once; one under both resumes.
  *
@@ -759,29 +771,6 @@ int tl_send_fds(tl_loop *loop, tl_handle h, const int *fds, uint32_t nfds, const
 int tl_recv_fds(tl_loop *loop, tl_handle h, int *fds, uint32_t cap, void *buf, uint32_t len,
 		uint64_t token, tl_op *op);
 
-/* UDP: bind a datagram socket to addr (IPv4 or IPv6; port 0 picks one).
- * Returns 0 and sets *out; -EINVAL (addr not IPv4/IPv6, out NULL),
- * -ENOBUFS (handle table full), or the OS error (-EADDRINUSE, ...). */
-int tl_udp_bind(tl_loop *loop, const tl_addr *addr, tl_handle *out);
-/* Send one datagram buf[0..len) to addr (len 0: an empty datagram; buf
- * stays the caller's until the terminal, *to is copied). The terminal is
- * TL_K_SEND with result = len. The submission returns (see "Submitting an
- * operation"); -EINVAL also for buf NULL with len > 0 or to not IPv4/IPv6. */
-int tl_udp_send(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, const tl_addr *to,
-		uint64_t token, tl_op *op);
-/* Receive one datagram into buf[0..len) (len > 0; buf stays the caller's
- * until the terminal): TL_K_RECV, result = its bytes (a longer datagram is
- * cut), u.recv.from its source. The submission returns (see "Submitting an
- * operation"); -EINVAL also for len 0 with a buffer. buf NULL asks for a
- * pooled lease as tl_udp_recv_pooled does: deprecated (turnloop.h,
- * rule 8), kept for one release. */
-int tl_udp_recv(tl_loop *loop, tl_handle h, void *buf, uint32_t len, uint64_t token,
-		tl_op *op);
-/* Receive one datagram into a pooled buffer lease: TL_K_RECV, result = its
- * bytes, TL_F_LEASE and u.recv.lease when result > 0 (the host's until
- * tl_lease_release), u.recv.from its source. Returns as tl_udp_recv. */
-int tl_udp_recv_pooled(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
-
 /* ---- Deadlines without a timer per connection (contract 4.9) ----
  *
  * Both kinds live in one heap per loop, sized by tl_loop_new (no allocation,
@@ -943,8 +932,8 @@ typedef struct tl_loop_stats {
 	uint64_t completions[TL_K_COUNT_];
 	uint64_t wakes_sent, wakes_coalesced;
 	uint32_t handles, ops, queued, timers, leases_out;
-	uint32_t paused;          /* streams whose reads are paused by a cap now */
-	uint64_t pauses;          /* times a stream went over a cap (contract 4.10) */
+	uint32_t paused;          /* streams and datagram handles whose reads are paused by a cap now */
+	uint64_t pauses;          /* times one went over a cap (contract 4.10) */
 	uint64_t busy_ns, idle_ns;
 	/* The splice pipe pool (tl_splice): pipes open now and how many of
 	 * them splices hold; splices refused for want of a pipe (-ENOBUFS);
@@ -960,4 +949,8 @@ void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
 #ifdef __cplusplus
 }
 #endif
+
+/* The datagram calls (tl_udp_*) moved to turnloop/dgram.h; loop.h still
+ * brings them in for one release (turnloop.h, "Deprecated names"). */
+#include "turnloop/dgram.h"
 #endif
