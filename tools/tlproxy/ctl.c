@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proxy.h"
+#include "ctl.h"
 #include "proxyproto.h"
+#include "sdnotify.h"
+#include "world.h"
 
 /*
  * Everything here but tlp_ctl_msg and tlp_passive runs on shard 0, the only
@@ -73,31 +75,18 @@ static struct ctl {
 	uint8_t shown[TLP_REG_SERVERS]; /* server_state last published, +1 */
 } ctl;
 
-/* ---- passive failure detection (any shard) ---- */
-
-void tlp_passive(struct tlp_srv *srv, const struct tlp_pool_cfg *pc, int ok, uint64_t now)
-{
-	uint32_t f;
-
-	if (!srv || !pc || !pc->passive.enabled)
-		return;
-	if (ok) {
-		if (atomic_load_explicit(&srv->fails, memory_order_relaxed))
-			atomic_store_explicit(&srv->fails, 0, memory_order_relaxed);
-		return;
-	}
-	f = atomic_fetch_add(&srv->fails, 1) + 1;
-	if (f < pc->passive.failures)
-		return;
-	atomic_store(&srv->fails, 0);
-	if (atomic_exchange(&srv->down_until, now + pc->passive.down_for_ns) == 0)
-		tlp_log("server %s is down for %llu ms: %u failed connects or resets in a row "
-			"(passive)",
-			srv->name, (unsigned long long)(pc->passive.down_for_ns / 1000000), f);
-	atomic_fetch_add(&srv->pool->state_ver, 1);
-}
-
 /* ---- publishing ---- */
+
+/* A server of gp may take clients again: the shard whose queued client
+ * waited longest is told (a message, even to shard 0 itself: the control
+ * plane calls no shard code). */
+static void room(struct tlp_gpool *gp)
+{
+	uint32_t who = tlp_oldest_shard(gp);
+
+	if (who != UINT32_MAX)
+		tl_shard_post(ctl.s, who, tlp_ctl_token(TLP_MSG_ROOM, gp->idx), 0);
+}
 
 int tlp_publish_gen(tl_shard *s, struct tlp_gen *g)
 {
@@ -213,7 +202,7 @@ static void check_result(struct tlp_srv *s, int ok, const char *why)
 			tl_shard_counter_add(ctl.s, tlp_w.st_changes, 1);
 			tlp_log("server %s is up (%u health checks passed in a row)", s->name,
 				s->h_ok);
-			tlp_room(tl_shard_data(ctl.s), s->pool);
+			room(s->pool);
 		}
 	} else {
 		s->h_ok = 0;
@@ -625,7 +614,7 @@ static void cmd(struct admin_conn *a, char *line)
 			tlp_log("admin: server %s %s", s->name,
 				st == TLP_ADM_ENABLED ? "enabled" : st == TLP_ADM_DRAIN ? "draining" : "disabled");
 			if (st == TLP_ADM_ENABLED)
-				tlp_room(tl_shard_data(ctl.s), s->pool);
+				room(s->pool);
 		}
 		out_add(a, "ok\n");
 	} else if (!strcmp(verb, "quit")) {
@@ -889,21 +878,10 @@ static void reload(struct tlp_config *cfg)
 
 void tlp_ctl_msg(tl_shard *s, uint64_t t, uint64_t payload)
 {
-	uint32_t type = (uint32_t)(t & 0xff), arg = (uint32_t)(t >> 8);
+	uint32_t type = (uint32_t)(t & 0xff);
 	uint64_t now;
 
 	switch (type) {
-	case TLP_MSG_GEN: {
-		struct tlp_gen *g = (struct tlp_gen *)(uintptr_t)payload;
-
-		tlp_shard_use_gen(s, g);
-		tlp_shard_listen(s, g);
-		return;
-	}
-	case TLP_MSG_VIEW:
-		if (arg < TLP_REG_POOLS)
-			tlp_shard_use_view(s, arg, (struct tlp_view *)(uintptr_t)payload);
-		return;
 	case TLP_MSG_RELOAD:
 		if (tl_shard_id(s) == 0 && payload)
 			reload((struct tlp_config *)(uintptr_t)payload);

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#include "proxy.h"
 #include "takeover.h"
+#include "world.h"
 
 /* A record waiting for the old side's thread to send it, or sent and not
  * yet acknowledged (its descriptors stay open until then). */
@@ -77,11 +77,6 @@ static struct {
  * answer newcomers of the handover socket (refuse_newcomers). */
 static _Thread_local int in_session;
 static void refuse_newcomers(void);
-
-/* Token arg bits of TLP_MSG_HO_*: from a thread to shard 0, which passes
- * the message on to every shard (or spreads the connections). */
-#define FROM_THREAD 1u
-#define HO_FAILED 2u /* TLP_MSG_HO_FIN: the successor went away */
 
 static uint64_t now_ns(void)
 {
@@ -351,7 +346,7 @@ static int post_in(struct tlp_ho_in *in)
 	int r;
 
 	for (;;) {
-		r = tl_post(tlp_w.post0, tlp_ctl_token(TLP_MSG_HO_CONN, FROM_THREAD),
+		r = tl_post(tlp_w.post0, tlp_ctl_token(TLP_MSG_HO_CONN, TLP_HO_FROM_THREAD),
 			    (uint64_t)(uintptr_t)in);
 		if (r != -ENOBUFS || atomic_load(&ho.stop))
 			return r;
@@ -460,55 +455,28 @@ static void ack(uint32_t *count)
 	pthread_mutex_unlock(&ho.mu);
 }
 
-void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload)
+void tlp_ho_answer(uint32_t type, int64_t n)
 {
-	uint32_t me = tl_shard_id(s), n = tlp_w.nshards;
-
-	if (type == TLP_MSG_HO_STEP) {
-		tlp_shard_ho_step(s, (uint32_t)arg);
-		return;
-	}
-	if (type == TLP_MSG_HO_CONN) {
-		struct tlp_ho_in *in = (struct tlp_ho_in *)(uintptr_t)payload;
-		int r;
-
-		if (!in)
-			return;
-		if (arg & FROM_THREAD) {
-			/* Shard 0 spreads them over every shard in turn. */
-			static uint32_t rr;
-			uint32_t to = rr++ % n;
-
-			if (to != me &&
-			    tl_shard_post(s, to, tlp_ctl_token(TLP_MSG_HO_CONN, 0), payload) == 0)
-				return;
-		}
-		r = tlp_shard_adopt(s, in);
-		if (r < 0)
-			tlp_log("takeover: shard %u cannot carry on a connection: %s", me, tl_strerror(r));
-		atomic_fetch_add(r < 0 ? &ho.cut : &ho.adopted, 1);
-		return;
-	}
-	if (arg & FROM_THREAD) {
-		/* A shard that cannot be told does not answer: the thread's
-		 * wait ends at its deadline. */
-		for (uint32_t t = 0; t < n; t++)
-			if (tl_shard_post(s, t, tlp_ctl_token(type, arg & ~(uint64_t)FROM_THREAD), 0) < 0)
-				tlp_log("takeover: shard %u cannot be told", t);
-		return;
-	}
-	if (type == TLP_MSG_HO_LISTEN) {
-		tlp_shard_ho_listeners(s);
+	switch (type) {
+	case TLP_MSG_HO_LISTEN:
 		ack(&ho.listen_acks);
-	} else if (type == TLP_MSG_HO_GO) {
-		atomic_fetch_add(&ho.pending, (int64_t)tlp_shard_handover(s));
+		return;
+	case TLP_MSG_HO_GO:
+		atomic_fetch_add(&ho.pending, n);
 		ack(&ho.go_acks);
-	} else if (type == TLP_MSG_HO_STOP) {
-		atomic_fetch_add(&ho.left, tlp_shard_ho_stop(s));
+		return;
+	case TLP_MSG_HO_STOP:
+		atomic_fetch_add(&ho.left, (uint32_t)n);
 		ack(&ho.stop_acks);
-	} else if (type == TLP_MSG_HO_FIN) {
-		tlp_shard_ho_end(s, !(arg & HO_FAILED));
+		return;
+	case TLP_MSG_HO_FIN:
 		ack(&ho.fin_acks);
+		return;
+	case TLP_MSG_HO_CONN:
+		atomic_fetch_add(n ? &ho.adopted : &ho.cut, 1);
+		return;
+	default:
+		return;
 	}
 }
 
@@ -567,7 +535,8 @@ static int ask_all(uint32_t type, uint32_t flags, uint32_t *acks, uint64_t deadl
 	pthread_mutex_lock(&ho.mu);
 	*acks = 0;
 	pthread_mutex_unlock(&ho.mu);
-	for (int k = 0; (r = tl_post(tlp_w.post0, tlp_ctl_token(type, FROM_THREAD | flags), 0)) < 0;
+	for (int k = 0;
+	     (r = tl_post(tlp_w.post0, tlp_ctl_token(type, TLP_HO_FROM_THREAD | flags), 0)) < 0;
 	     k++) {
 		struct timespec t = {0, 1000000};
 
@@ -970,7 +939,7 @@ static int session(int fd, pid_t pid)
 	if (failed)
 		back = take_back(fd, &cut);
 	/* Gone: this process takes its listening sockets back. */
-	ask_all(TLP_MSG_HO_FIN, failed ? HO_FAILED : 0, &ho.fin_acks, now_ns() + 5000000000ull);
+	ask_all(TLP_MSG_HO_FIN, failed ? TLP_HO_FAILED : 0, &ho.fin_acks, now_ns() + 5000000000ull);
 	if (failed) {
 		tlp_log("takeover by pid %d failed (%s): %u connection%s it had taken go%s with it, "
 			"%u taken back and carried on here (%u of them cut); still serving",
