@@ -3,7 +3,7 @@
 #define TLP_CTL_H
 
 /*
- * Calls: shard, main -> ctl -> world, sdnotify. The control plane touches
+ * Calls: shard, main -> ctl -> reload, admin, health, resolve, plane, world. The control plane touches
  * the data plane only through the world (registries, generations, views)
  * and messages (TLP_MSG_GEN, TLP_MSG_VIEW, TLP_MSG_ROOM).
  */
@@ -16,14 +16,6 @@ int tlp_ctl_start(tl_shard *s);
 void tlp_ctl_stop(tl_shard *s);
 /* Free what the control plane kept (main thread, at the end). */
 void tlp_ctl_free(void);
-/* Handlers TLP_H_HEALTH, TLP_H_ADMIN, TLP_H_DNS (shard 0). */
-void tlp_on_health(tl_shard *s, const tl_completion *c);
-void tlp_on_admin(tl_shard *s, const tl_completion *c);
-void tlp_on_dns(tl_shard *s, const tl_completion *c);
-/* A new generation or view for every shard, shard 0 included (mesh
- * broadcast; each shard gets a reference). 0 or a negative errno. */
-int tlp_publish_gen(tl_shard *s, struct tlp_gen *g);
-int tlp_publish_view(tl_shard *s, struct tlp_gpool *gp);
 /* The control plane's messages, from the shard's switch: TLP_MSG_RELOAD
  * (payload: struct tlp_config *) and TLP_MSG_CTLTICK; others are ignored. */
 void tlp_ctl_msg(tl_shard *s, uint64_t type, uint64_t payload);

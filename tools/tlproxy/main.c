@@ -18,8 +18,11 @@
 #include <linux/capability.h>
 
 #include "accept.h"
+#include "admin.h"
 #include "alog.h"
 #include "ctl.h"
+#include "health.h"
+#include "resolve.h"
 #include "sdnotify.h"
 #include "shard.h"
 #include "splice.h"
