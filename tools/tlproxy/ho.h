@@ -17,4 +17,11 @@ void tlp_ho_step(struct tlp_shard *sh, struct tlp_conn *c);
 /* A write of the carry c came with completed. */
 void tlp_carry_written(struct tlp_shard *sh, struct tlp_conn *c);
 
+/* Between ho.c and ho_adopt.c. Carry on forwarding a connection handed
+ * in (takes in); 0 or a negative errno (in freed, its descriptors
+ * closed). */
+int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in);
+/* Forward c again: the bytes of in (or none) first, then reads on the
+ * sides still open, and the FINs read but not passed on (ho.c). */
+void tlp_ho_carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in *in);
 #endif /* TLP_HO_H */
