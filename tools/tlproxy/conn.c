@@ -13,7 +13,7 @@
 static void notify_room(struct tlp_shard *sh);
 
 void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
-		     const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause)
+		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause)
 {
 	struct tlp_alog_rec *r;
 

@@ -17,7 +17,7 @@ void tlp_fwd_eof(struct tlp_shard *sh, struct tlp_conn *c, int s);
 void tlp_on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_completion *e);
 
 static inline void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, const void *p,
-		      uint32_t n, int op, uint32_t arg)
+			     uint32_t n, int op, uint32_t arg)
 {
 	uint32_t seq = sh->wseq++;
 	tl_op id;

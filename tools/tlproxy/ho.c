@@ -226,7 +226,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
  * over (completion e): what it did not write is owed to d, after what the
  * writes issued before it did not write. */
 void tlp_ho_cut_write(struct tlp_shard *sh, struct tlp_conn *c, int d, const tl_completion *e,
-			 const uint8_t *p, uint32_t len, uint32_t seq)
+		      const uint8_t *p, uint32_t len, uint32_t seq)
 {
 	struct tlp_ho_out *o = c->ho;
 	uint64_t done = e->u.write.written;

@@ -1,4 +1,6 @@
 /* tools/tlproxy/main.c: tlproxy's process: the command line and --check, setting the process up (descriptor limit, privileges, first lookups, the access log), starting the shards and waiting for signals (SIGHUP reload, SIGUSR1 log reopen, SIGTERM drain). */
+/* Calls: main -> shard, accept (its handler), ctl, admin, health, resolve,
+ * takeover, world, alog, splice, sdnotify: the top; nothing calls in. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>

@@ -1,4 +1,5 @@
 /* tools/tlproxy/sdnotify.c: telling systemd the process's state (sd_notify's protocol, without libsystemd). */
+/* Calls: none (a leaf). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>

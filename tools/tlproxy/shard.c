@@ -172,13 +172,13 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	case OP_WRITE:
 		if ((c->flags & F_HO) && TOK_ARG(t) < tlp_w.nleases)
 			tlp_ho_cut_write(sh, c, side, e, sh->lw[TOK_ARG(t)].p, sh->lw[TOK_ARG(t)].len,
-				     sh->lw[TOK_ARG(t)].seq);
+					 sh->lw[TOK_ARG(t)].seq);
 		tl_lease_release(sh->loop, TOK_ARG(t));
 		goto written;
 	case OP_WRITE_HDR:
 		if (c->flags & F_HO)
 			tlp_ho_cut_write(sh, c, side, e, sh->hb[TOK_ARG(t)], sh->hbw[TOK_ARG(t)].len,
-				     sh->hbw[TOK_ARG(t)].seq);
+					 sh->hbw[TOK_ARG(t)].seq);
 		sh->hb_free[sh->nhb_free++] = (uint16_t)TOK_ARG(t);
 		c->hdr = 0xffff;
 		goto written;
@@ -204,7 +204,7 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 			tlp_conn_end(sh, c, idle_cause(c), 0);
 		else if (e->result < 0 && e->result != -ECANCELED)
 			tlp_conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
-				 1 << (side ^ 1));
+				     1 << (side ^ 1));
 		else if (e->result == 0)
 			c->flags |= F_SHUTOK(side);
 		else if (c->flags & F_HO)
@@ -219,7 +219,7 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 			struct tlp_ho_in *in = ((struct tlp_ho_out *)c->ho)->in;
 
 			tlp_ho_cut_write(sh, c, side, e, in->c.carry[side ^ 1], in->c.carry_len[side ^ 1],
-				     in->wseq[side]);
+					 in->wseq[side]);
 		}
 		tlp_carry_written(sh, c);
 		goto written;
@@ -242,7 +242,7 @@ written:
 	if (e->result < 0 && e->result != -ECANCELED) {
 		/* The destination is gone: its source is reset. */
 		tlp_conn_end(sh, c, side == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR,
-			 1 << (side ^ 1));
+			     1 << (side ^ 1));
 		return;
 	}
 	if (c->state == C_FWD && (c->flags & F_HO))

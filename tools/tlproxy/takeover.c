@@ -1,4 +1,6 @@
 /* tools/tlproxy/takeover.c: the process side of a live takeover: the old process's handover socket and its thread, the new process's receiving of the listening sockets and of the connections, and the messages between those threads and the shards. */
+/* Calls: takeover -> world (the process side calls no shard code: the
+ * shards answer its messages through tlp_ho_answer). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -8,6 +8,9 @@
 #include "handover.h"
 #include "turnloop.h"
 
+/* Calls: takeover -> world. The shards (ho.c) call in; the process side
+ * calls no shard code. */
+
 /*
  * The old process: a thread serves the handover socket. A peer of another
  * user is refused (SO_PEERCRED), as is a HELLO of another format version;

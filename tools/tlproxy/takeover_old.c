@@ -1,4 +1,5 @@
 /* tools/tlproxy/takeover_old.c: the old process's side of a live takeover: the thread that serves the handover socket, refuses the peers it must, and runs a session (listeners, READY, the connections, the deadline). */
+/* Calls: takeover -> world, as takeover.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,6 @@
 /* tools/tlproxy/world.c: what the shards share: the registries of listeners, pools, servers and host names, configuration generations and the views of a pool's servers, and how they are made and freed. */
+/* Calls: world -> the pure modules (config, balance, netlist, sni): the
+ * bottom of the stages (tests/check_layers.py). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
