@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "alog.h"
-#include "proxy.h"
+#include "world.h"
 
 /*
  * Each ring has one producer (its shard) and one consumer (the writer):

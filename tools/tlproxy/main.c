@@ -1,4 +1,6 @@
 /* tools/tlproxy/main.c: tlproxy's process: the command line and --check, setting the process up (descriptor limit, privileges, first lookups, the access log), starting the shards and waiting for signals (SIGHUP reload, SIGUSR1 log reopen, SIGTERM drain). */
+/* Calls: main -> shard, accept (its handler), ctl, admin, health, resolve,
+ * takeover, world, alog, splice, sdnotify: the top; nothing calls in. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -17,11 +19,18 @@
 #include <unistd.h>
 #include <linux/capability.h>
 
+#include "accept.h"
+#include "admin.h"
 #include "alog.h"
-#include "proxy.h"
+#include "ctl.h"
+#include "health.h"
+#include "resolve.h"
+#include "sdnotify.h"
+#include "shard.h"
 #include "splice.h"
 #include "takeover.h"
 #include "util.h"
+#include "world.h"
 
 /*
  * Shard loop sizes. A shard's pooled buffers are sized from the connections
@@ -50,28 +59,6 @@ static pthread_t main_thread;
 static _Atomic int rt_done;
 static int rt_result;
 static char rt_why[320]; /* the joiner's tl_error_detail() of rt_result */
-
-void tlp_sd_notify(const char *state)
-{
-	const char *p = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un su;
-	socklen_t len;
-	int fd;
-
-	if (!p || !*p || strlen(p) >= sizeof su.sun_path)
-		return;
-	memset(&su, 0, sizeof su);
-	su.sun_family = AF_UNIX;
-	memcpy(su.sun_path, p, strlen(p));
-	if (p[0] == '@')
-		su.sun_path[0] = '\0'; /* the abstract namespace */
-	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(p));
-	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return;
-	sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&su, len);
-	close(fd);
-}
 
 static void print_diag(const struct tlp_diag *d)
 {

@@ -8,6 +8,9 @@
 #include "handover.h"
 #include "turnloop.h"
 
+/* Calls: takeover -> world. The shards (ho.c) call in; the process side
+ * calls no shard code. */
+
 /*
  * The old process: a thread serves the handover socket. A peer of another
  * user is refused (SO_PEERCRED), as is a HELLO of another format version;
@@ -93,10 +96,18 @@ int tlp_handover_start(void);
  * the runtime stopped running). */
 void tlp_takeover_stop(void);
 
-/* A takeover message on a shard (tlp_on_ctl): TLP_MSG_HO_*. */
-void tlp_takeover_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload);
+/* The arg bits of a TLP_MSG_HO_* message: FROM_THREAD, sent by the thread
+ * to shard 0, which passes it on to every shard (or, for HO_CONN, spreads
+ * the connections); HO_FAILED, on HO_FIN: the successor went away. */
+#define TLP_HO_FROM_THREAD 1u
+#define TLP_HO_FAILED 2u
 
-/* From the shards (proxy.c), old side: a descriptor of a listening socket
+/* A shard's answer to a TLP_MSG_HO_* message from the thread (ho.c): for
+ * HO_GO n is how many connections it marked, for HO_STOP how many carry on
+ * here, for HO_CONN 1 (carried on) or 0 (cut); the others ignore n. */
+void tlp_ho_answer(uint32_t type, int64_t n);
+
+/* From the shards (ho.c), old side: a descriptor of a listening socket
  * of shard `shard` (the callee owns fd from then on); the connection pair m
  * with descriptors fds (owned likewise), ready to go; a connection marked
  * for handover ended here instead. */
@@ -106,23 +117,5 @@ void tlp_ho_gone(void);
 /* Close a descriptor of a connection that is cut, so that its peer sees a
  * reset rather than an end that looks complete (nothing if fd < 0). */
 void tlp_ho_fd_abort(int fd);
-
-/* proxy.c: the shard's side. */
-/* Send a descriptor of each of this shard's listening sockets. */
-void tlp_shard_ho_listeners(tl_shard *s);
-/* Stop accepting and hand over every forwarding connection; returns how
- * many were marked. */
-uint32_t tlp_shard_handover(tl_shard *s);
-/* The deadline: connections still being handed over carry on here;
- * returns how many. */
-uint32_t tlp_shard_ho_stop(tl_shard *s);
-/* The end of a takeover: the successor has the listening sockets (ok),
- * or it went away and this shard accepts on them again. */
-void tlp_shard_ho_end(tl_shard *s, int ok);
-/* Retry the detach of connection ci. */
-void tlp_shard_ho_step(tl_shard *s, uint32_t ci);
-/* Carry on forwarding a connection handed over (takes in); 0 or a negative
- * errno (in freed, its descriptors closed). */
-int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in);
 
 #endif /* TLP_TAKEOVER_H */

@@ -1,4 +1,6 @@
 /* tools/tlproxy/world.c: what the shards share: the registries of listeners, pools, servers and host names, configuration generations and the views of a pool's servers, and how they are made and freed. */
+/* Calls: world -> the pure modules (config, balance, netlist, sni): the
+ * bottom of the stages (tests/check_layers.py). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "proxy.h"
+#include "world.h"
 
 struct tlp_world tlp_w;
 
@@ -614,4 +616,55 @@ void tlp_world_free(void)
 		free(w->host[i]);
 	tlp_gen_put(atomic_load(&w->gen));
 	memset(w, 0, sizeof *w);
+}
+
+/* ---- causes ---- */
+
+const char *const tlp_cause_names[TLP_END_COUNT] = {
+	[TLP_END_DONE] = "done",
+	[TLP_END_CLIENT_RESET] = "client_reset",
+	[TLP_END_SERVER_RESET] = "server_reset",
+	[TLP_END_CLIENT_ERROR] = "client_error",
+	[TLP_END_SERVER_ERROR] = "server_error",
+	[TLP_END_IDLE] = "idle_timeout",
+	[TLP_END_CLIENT_FIN] = "client_fin_timeout",
+	[TLP_END_SERVER_FIN] = "server_fin_timeout",
+	[TLP_END_CONNECT] = "connect_failed",
+	[TLP_END_NO_SERVER] = "no_server",
+	[TLP_END_QUEUE_FULL] = "queue_full",
+	[TLP_END_QUEUE_TIMEOUT] = "queue_timeout",
+	[TLP_END_DENIED] = "denied",
+	[TLP_END_LIMIT] = "limit",
+	[TLP_END_PROXY_BAD] = "proxy_header_bad",
+	[TLP_END_SNI_BAD] = "sni_bad",
+	[TLP_END_PEEK_TIMEOUT] = "peek_timeout",
+	[TLP_END_NO_ROUTE] = "no_route",
+	[TLP_END_BUSY] = "busy",
+	[TLP_END_SHUTDOWN] = "shutdown",
+};
+_Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COUNT,
+	       "a name per cause");
+
+/* ---- passive failure detection (any shard) ---- */
+
+void tlp_passive(struct tlp_srv *srv, const struct tlp_pool_cfg *pc, int ok, uint64_t now)
+{
+	uint32_t f;
+
+	if (!srv || !pc || !pc->passive.enabled)
+		return;
+	if (ok) {
+		if (atomic_load_explicit(&srv->fails, memory_order_relaxed))
+			atomic_store_explicit(&srv->fails, 0, memory_order_relaxed);
+		return;
+	}
+	f = atomic_fetch_add(&srv->fails, 1) + 1;
+	if (f < pc->passive.failures)
+		return;
+	atomic_store(&srv->fails, 0);
+	if (atomic_exchange(&srv->down_until, now + pc->passive.down_for_ns) == 0)
+		tlp_log("server %s is down for %llu ms: %u failed connects or resets in a row "
+			"(passive)",
+			srv->name, (unsigned long long)(pc->passive.down_for_ns / 1000000), f);
+	atomic_fetch_add(&srv->pool->state_ver, 1);
 }

@@ -1,6 +1,13 @@
-/* tools/tlproxy/proxy.h: the running proxy's state: what every shard shares (servers, pools, listeners, configuration generations, views of a pool's servers) and what each shard keeps to itself (its connection table, timeout wheel, balancer state). */
-#ifndef TLP_PROXY_H
-#define TLP_PROXY_H
+/* tools/tlproxy/world.h: what every shard shares (servers, pools, listeners, configuration generations, views of a pool's servers), the messages between shards, and the functions of world.c that build and free it. */
+#ifndef TLP_WORLD_H
+#define TLP_WORLD_H
+
+/*
+ * Calls: the bottom of tlproxy's stages: world.c includes only the pure
+ * modules (config, balance, netlist, sni); every stage and the control plane
+ * include this. The control plane touches the data plane only through
+ * what is here (registries, generations, views) and the messages below.
+ */
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -135,7 +142,7 @@ struct tlp_srv {
  *  - TLP_BLAME_FDS: the proxy is out of descriptors or kernel memory
  *    (EMFILE, ENFILE, ENOBUFS, ENOMEM): no server would do better, so the
  *    client waits for a descriptor, and the shard stops accepting until one
- *    is free (proxy.c, "holding clients").
+ *    is free (accept.c, "holding clients").
  *  - TLP_BLAME_LOCAL: anything else is the proxy's own trouble with this
  *    attempt (EADDRNOTAVAIL, EADDRINUSE: no local port for the pair;
  *    EAGAIN: a Unix server's queue is full, as HAProxy counts it; EACCES,
@@ -298,7 +305,7 @@ struct tlp_world {
 	int st_dns;
 	int st_splice;              /* family "splice" (splice.h's rows) */
 	int st_spl_pipes;           /* gauges "splice_pipes": open, busy (splices holding one) */
-	/* Room for held clients (proxy.c, "holding clients"): each shard's
+	/* Room for held clients (accept.c, "holding clients"): each shard's
 	 * flag says it holds clients or stopped accepts and wants a
 	 * TLP_MSG_RESUME when a connection ends elsewhere; npaused counts the
 	 * flags set, so that shards skip the look when none is. */
@@ -323,32 +330,7 @@ struct tlp_host {
 	tl_addr tmp[TL_RESOLVE_MAX]; /* where the lookup in flight writes */
 };
 
-/* Per-shard state (its own thread only). */
-struct tlp_conn;
-struct tlp_shard;
-
-/* proxy.c: the data path of one shard. */
-int tlp_shard_launch(tl_shard *s, void *arg);
-void tlp_shard_stop(tl_shard *s, void *arg);
-void tlp_shard_drain(tl_shard *s, void *arg);
-int tlp_shard_pass(tl_shard *s, void *arg);
-void tlp_on_conn(tl_shard *s, const tl_completion *c);
-void tlp_on_listen(tl_shard *s, const tl_completion *c);
-void tlp_on_ctl(tl_shard *s, const tl_completion *c);
-void tlp_on_other(tl_shard *s, const tl_completion *c);
-/* Switch this shard to generation g (one reference is the shard's). */
-void tlp_shard_use_gen(tl_shard *s, struct tlp_gen *g);
-/* Switch this shard's balancer of pool `pool` to view v (likewise). */
-int tlp_shard_use_view(tl_shard *s, uint32_t pool, struct tlp_view *v);
-/* Listen on what g lists and this shard does not yet; stop what it drops. */
-int tlp_shard_listen(tl_shard *s, struct tlp_gen *g);
-/* Free a shard's state once the runtime is gone. */
-void tlp_shard_free(struct tlp_shard *sh);
-/* A server slot of pool gp came free on this shard: give it to a queued
- * client here, or tell the other shards. */
-void tlp_room(struct tlp_shard *sh, struct tlp_gpool *gp);
-
-/* world.c: registries, views and generations. */
+/* world.c: registries, views, generations and server states. */
 /* Build a generation from cfg (which it then owns) on the thread that owns
  * the registries; servers of host names take their addresses from the last
  * lookup (or none yet). Returns it with one reference, or NULL. */
@@ -374,26 +356,11 @@ uint64_t tlp_tick_for(const struct tlp_config *cfg);
 void tlp_world_free(void);
 /* Log a line to stderr with a timestamp. */
 void tlp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* ctl.c: shard 0's control plane and every shard's messages. */
-int tlp_ctl_start(tl_shard *s);
-void tlp_ctl_stop(tl_shard *s);
-/* Free what the control plane kept (main thread, at the end). */
-void tlp_ctl_free(void);
-/* Tell systemd (NOTIFY_SOCKET) a state line such as "READY=1"; nothing
- * when not run under it. */
-void tlp_sd_notify(const char *state);
-void tlp_on_health(tl_shard *s, const tl_completion *c);
-void tlp_on_admin(tl_shard *s, const tl_completion *c);
-void tlp_on_dns(tl_shard *s, const tl_completion *c);
-/* A server's passive state: a failure the server is blamed for
- * (tlp_blame) or a success (connected). */
+/* A server's passive state (any shard): a failure the server is blamed for
+ * (tlp_blame) at now, or a success (ok). After pc's passive.failures in a
+ * row it is down for passive.down_for; nothing when pc has passive checks
+ * off or srv is NULL. */
 void tlp_passive(struct tlp_srv *srv, const struct tlp_pool_cfg *pc, int ok, uint64_t now);
-/* A new generation or view for every shard (shard 0). */
-int tlp_publish_gen(tl_shard *s, struct tlp_gen *g);
-int tlp_publish_view(tl_shard *s, struct tlp_gpool *gp);
-/* Handle a control message on any shard (mesh or post). */
-void tlp_ctl_msg(tl_shard *s, uint64_t type, uint64_t payload);
 
 /* Control message types (token data low byte). */
 enum {
@@ -420,6 +387,24 @@ static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)
 	return tl_token(TLP_H_CTL, (arg << 8) | type);
 }
 
+/* The shard whose first queued client of gp has waited longest (the
+ * TLP_MSG_ROOM goes there), or UINT32_MAX when none waits. */
+static inline uint32_t tlp_oldest_shard(struct tlp_gpool *gp)
+{
+	uint64_t best = UINT64_MAX;
+	uint32_t who = UINT32_MAX;
+
+	for (uint32_t t = 0; t < tlp_w.nshards; t++) {
+		uint64_t h = atomic_load_explicit(&gp->head[t], memory_order_relaxed);
+
+		if (h < best) {
+			best = h;
+			who = t;
+		}
+	}
+	return who;
+}
+
 /* The descriptor handed over for listen address ep, or -1 (any thread,
  * during the start only: the table is not changed then). */
 int tlp_inherited(const struct tlp_endpoint *ep);
@@ -430,4 +415,4 @@ int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k);
 /* Process-wide time (CLOCK_MONOTONIC, the drivers' clock). */
 uint64_t tlp_mono_ns(void);
 
-#endif /* TLP_PROXY_H */
+#endif /* TLP_WORLD_H */

@@ -1,0 +1,23 @@
+/* tools/tlproxy/backend.h: the backend choice's interface: pick a server, connect with retries, hand free server slots to queued clients. */
+#ifndef TLP_BACKEND_H
+#define TLP_BACKEND_H
+
+/* Calls: backend -> fwd, conn, queue, wheel, state, world. */
+#include "state.h"
+
+/* Pick a server for c (or queue it, or end it) and connect to it. */
+void tlp_assign(struct tlp_shard *sh, struct tlp_conn *c);
+/* c's connect failed with err (a negative errno): blame, retry on
+ * another server, hold it for a descriptor, or end it. */
+void tlp_connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err);
+/* c's connect succeeded: the PROXY header and the peeked bytes go first,
+ * then both sides are read. */
+void tlp_connected(struct tlp_shard *sh, struct tlp_conn *c);
+/* Give queued clients of gp the servers that have room, oldest first
+ * across the process (the other shards are told by TLP_MSG_ROOM). */
+void tlp_dispatch_queue(struct tlp_shard *sh, struct tlp_gpool *gp);
+/* A server slot of pool gp came free on this shard: give it to a queued
+ * client here, or tell the shard whose client waited longest. */
+void tlp_room(struct tlp_shard *sh, struct tlp_gpool *gp);
+
+#endif /* TLP_BACKEND_H */

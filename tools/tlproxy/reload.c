@@ -1,0 +1,57 @@
+/* tools/tlproxy/reload.c: applying a reload (shard 0): the new generation built, the registries moved to it, published to every shard. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plane.h"
+#include "reload.h"
+#include "resolve.h"
+#include "sdnotify.h"
+
+/* Calls: reload -> resolve, plane, world, sdnotify. */
+
+void tlp_reload(struct tlp_config *cfg)
+{
+	struct tlp_world *w = &tlp_w;
+	struct tlp_gen *old = atomic_load(&w->gen), *g;
+	char err[256];
+	int n;
+
+	if (tlp_tick_for(cfg) < w->tick_ns)
+		tlp_log("reload: queue timeouts below %llu ms are enforced to within %llu ms until a "
+			"restart",
+			(unsigned long long)(w->tick_ns * 8 / 1000000),
+			(unsigned long long)(w->tick_ns / 1000000));
+	if ((cfg->admin || old->cfg->admin) &&
+	    (!cfg->admin || !old->cfg->admin || strcmp(cfg->admin, old->cfg->admin)))
+		tlp_log("reload: the admin socket stays where it is until a restart");
+	if ((cfg->access_log || old->cfg->access_log) &&
+	    (!cfg->access_log || !old->cfg->access_log ||
+	     strcmp(cfg->access_log, old->cfg->access_log)))
+		tlp_log("reload: the access log stays where it is until a restart");
+	if (cfg->shards != old->cfg->shards || (cfg->cpus || old->cfg->cpus))
+		if (cfg->shards != old->cfg->shards ||
+		    !cfg->cpus != !old->cfg->cpus || (cfg->cpus && strcmp(cfg->cpus, old->cfg->cpus)))
+			tlp_log("reload: shards and cpus change only with a restart");
+	g = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
+	if (!g) {
+		tlp_log("reload failed: %s; the running configuration stays", err);
+		return;
+	}
+	g->ver = old->ver + 1;
+	n = tlp_gen_apply(g);
+	atomic_store(&w->gen, g);
+	tlp_cp.pending_gen = g;
+	for (uint32_t i = 0; i < w->ngp; i++)
+		tlp_cp.pending_view[i] = 1;
+	tlp_publish_pending();
+	tlp_gen_put(old);
+	for (uint32_t i = 0; i < w->nhost; i++)
+		if (w->host[i]->used && !w->host[i]->known && !w->host[i]->busy)
+			tlp_resolve_start(i, tlp_mono_ns());
+	tlp_log("reloaded: %u listeners, %u pools (%d with new servers)", g->cfg->nlisteners,
+		g->cfg->npools, n);
+	tlp_sd_notify("READY=1");
+}
+

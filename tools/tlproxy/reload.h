@@ -1,0 +1,13 @@
+/* tools/tlproxy/reload.h: applying a reload (shard 0). */
+#ifndef TLP_RELOAD_H
+#define TLP_RELOAD_H
+
+/* Calls: reload -> resolve, plane, world, sdnotify. */
+#include "world.h"
+
+/* Apply cfg (which it then owns): build its generation, move the
+ * registries to it and publish it; on an error the running configuration
+ * stays and the reason is logged. Tells systemd READY=1 when done. */
+void tlp_reload(struct tlp_config *cfg);
+
+#endif /* TLP_RELOAD_H */
