@@ -8,6 +8,7 @@ include path meson really uses, not a copy of it. A second check reads the
 sources: a quoted include that climbs out of its layer with "../" would get
 past any include path, so none may.
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -82,7 +83,7 @@ def probe_args(entry, probe):
 
 
 def compiles(entry, header, tmp):
-    probe = os.path.join(tmp, 'probe.c')
+    probe = tempfile.mkstemp(suffix='.c', dir=tmp)[1]
     with open(probe, 'w') as f:
         f.write('#include "%s"\nint tl__probe(void);\nint tl__probe(void) { return 0; }\n' % header)
     r = subprocess.run(probe_args(entry, probe), cwd=entry['directory'],
@@ -124,33 +125,38 @@ def main():
     with open(db) as f:
         entries = json.load(f)
     failed = checked = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = []
         for layer, src, marker, allowed, forbidden in LAYERS:
-            src_path = os.path.join(root, src)
-            if not os.path.exists(src_path):
-                # lib/tls/ctx.c is absent from a build without GnuTLS
-                # (-Dtls=disabled builds the stub): use the stub's flags.
-                src_path = os.path.join(root, 'lib/tls/stub.c')
-            entry = find_entry(entries, build, src_path, marker)
+            entry = find_entry(entries, build, os.path.join(root, src), marker)
+            if entry is None and layer == 'lib/tls':
+                # A build without GnuTLS (-Dtls=disabled) compiles only the
+                # stub, with the same flags.
+                entry = find_entry(entries, build, os.path.join(root, 'lib/tls/stub.c'), marker)
             if entry is None:
                 print('FAIL %s: no compile command for %s in %s' % (layer, src, marker))
                 failed += 1
                 continue
             for h in allowed:
-                ok, out = compiles(entry, h, tmp)
-                checked += 1
+                jobs.append((layer, h, True, pool.submit(compiles, entry, h, tmp)))
+            for h in forbidden:
+                jobs.append((layer, h, False, pool.submit(compiles, entry, h, tmp)))
+        for layer, h, own, job in jobs:
+            ok, out = job.result()
+            checked += 1
+            if own:
                 if not ok:
                     failed += 1
                     print('FAIL %s: its own header %s does not compile:\n%s' % (layer, h, out))
-            for h in forbidden:
-                ok, out = compiles(entry, h, tmp)
-                checked += 1
+            else:
                 if ok:
                     failed += 1
                     print('FAIL %s: %s compiles, but it belongs to another layer' % (layer, h))
                 elif 'No such file' not in out:
                     failed += 1
-                    print('FAIL %s: %s failed for another reason than the path:\n%s' % (layer, h, out))
+                    print('FAIL %s: %s failed for another reason than the path:\n%s' %
+                          (layer, h, out))
     for b in check_climbs(root):
         failed += 1
         print('FAIL ' + b + ' (another layer, reached with ../)')
