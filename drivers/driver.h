@@ -337,6 +337,11 @@ struct tl_driver {
 	 * becomes readable. Returns 0 or a negative errno (then the core may fall
 	 * back to another driver). */
 	int (*init)(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
+	/* Why init failed with err, in words the core appends to the reason
+	 * it records (tl_proc_info.last_error): "; ..." written to buf (len
+	 * bytes, NUL-terminated), or "" when there is nothing to add. May be
+	 * NULL: nothing is added. */
+	void (*init_hint)(int err, char *buf, size_t len);
 	/* Free the instance. Called after every handle was released and every
 	 * submitted op reported its terminal event. */
 	void (*destroy)(struct tl_drv *d);
@@ -424,7 +429,15 @@ struct tl_driver {
 	 * or deadline; UINT64_MAX: none), since nobody waits in poll(). */
 	void (*embed_deadline)(struct tl_drv *d, uint64_t at_ns);
 
-	/* Run a typed file request (lib/pool/fs.c) natively. op is a core op with
+	/* Where a typed file request (lib/pool/fs.c) runs: 1 natively
+	 * (fs_submit), 0 on the blocking pool. The driver alone decides, from
+	 * req (which it does not keep). For 1, *redo is 0, or the negative
+	 * errno of a native result that must not reach the caller: the core
+	 * then keeps room on the pool from the start and runs the request
+	 * there again when the driver reports that result. May be NULL (with
+	 * fs_submit): every request runs on the pool. */
+	int (*fs_route)(struct tl_drv *d, const struct tl_fs_native_req *req, int *redo);
+	/* Run a typed file request natively (fs_route said 1). op is a core op with
 	 * no handle (code TL_OP_POOL, TL_OPF_NATIVE already set); req points at
 	 * memory that stays valid until op's terminal (the job record), except
 	 * req itself, which the driver copies what it needs from. Returns 0 when
@@ -432,7 +445,7 @@ struct tl_driver {
 	 * result: the core's pool_native hook turns it into the TL_K_FS
 	 * payload), -ENOTSUP to let fs.c run it on the blocking pool (nothing
 	 * happened), or another negative errno (refused). cancel() is then
-	 * called with h == NULL. May be NULL: every request runs on the pool. */
+	 * called with h == NULL. NULL exactly when fs_route is. */
 	int (*fs_submit)(struct tl_drv *d, struct tl_opslot *op, const struct tl_fs_native_req *req);
 };
 

@@ -62,31 +62,6 @@ static int env_kind(void)
 	return -EINVAL;
 }
 
-/* A hint on why io_uring setup failed with err, "" when there is none. */
-static void uring_hint(int err, char *buf, size_t len)
-{
-	int disabled = -1;
-	FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "re");
-	if (f) {
-		if (fscanf(f, "%d", &disabled) != 1)
-			disabled = -1;
-		fclose(f);
-	}
-	if (disabled > 0)
-		snprintf(buf, len, "; kernel.io_uring_disabled=%d%s", disabled,
-			 disabled == 1 ? " and not in kernel.io_uring_group" : "");
-	else if (err == -EPERM)
-		snprintf(buf, len, "; refused by seccomp or a security policy");
-	else if (err == -ENOSYS)
-		snprintf(buf, len, "; kernel built without io_uring");
-	else if (err == -ENOMEM)
-		snprintf(buf, len, "; out of memory or RLIMIT_MEMLOCK too low");
-	else if (err == -ENOTSUP)
-		snprintf(buf, len, "; needs Linux 6.0 or later");
-	else
-		buf[0] = 0;
-}
-
 static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, int wake_fd,
 		 struct tl_drv **d)
 {
@@ -99,8 +74,8 @@ static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, i
 static void failed(const char *fmt, const struct tl_driver *dv, const char *by, int r)
 {
 	char hint[96] = "";
-	if (dv == &tl__driver_uring)
-		uring_hint(r, hint, sizeof hint);
+	if (dv->init_hint)
+		dv->init_hint(r, hint, sizeof hint);
 	snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, dv->name, by,
 		 strerror(-r), hint);
 }
@@ -155,7 +130,8 @@ static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl
 				failed("no driver could start: %s%s %s%s", *dv, "", r);
 				return r;
 			}
-			uring_hint(uerr, hint, sizeof hint);
+			if (tl__driver_uring.init_hint)
+				tl__driver_uring.init_hint(uerr, hint, sizeof hint);
 			proc.info.how = TL_HOW_FALLBACK;
 			proc.info.uring_error = uerr;
 			snprintf(proc.info.reason, sizeof proc.info.reason,

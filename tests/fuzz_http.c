@@ -27,15 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * so that ASan sees a read one byte too far.
  */
 
-#define CHECK(cond, ...)                                              \
-	do {                                                          \
-		if (!(cond)) {                                        \
-			fprintf(stderr, "fuzz_http: %s: ", #cond);    \
-			fprintf(stderr, __VA_ARGS__);                 \
-			fputc('\n', stderr);                          \
-			abort();                                      \
-		}                                                     \
-	} while (0)
+#include "check.h" /* CHECK: a failure prints its line and aborts */
 
 static const struct tlhttp_limits dflt = TLHTTP_LIMITS_DEFAULT;
 static const struct tlhttp_limits tiny = { .max_line = 24, .max_header_bytes = 48, .max_headers = 3 };

@@ -22,13 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_ARGS 64
 static const size_t err_sizes[4] = {256, 0, 1, 7};
 
-#define CHECK(cond)                                                          \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "fuzz_tlhttp_args: %s\n", #cond);    \
-			abort();                                             \
-		}                                                            \
-	} while (0)
+#include "check.h" /* CHECK: a failure prints its line and aborts */
 
 static int in_argv(const char *s, int argc, char **argv)
 {

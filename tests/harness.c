@@ -26,25 +26,6 @@ static volatile sig_atomic_t sigpipes;
 
 /* ---- Messages ---- */
 
-const char *h_errname(long long v)
-{
-	static char buf[4][64];
-	static int k;
-	if (v >= 0 || v < -4095)
-		return "";
-	char *b = buf[k++ & 3];
-	const char *name = strerrorname_np((int)-v);
-	snprintf(b, sizeof buf[0], " (-%s)", name ? name : "?");
-	return b;
-}
-
-void h_report_eq(const char *file, int line, const char *expr, long long got, long long want,
-		 const char *wexpr)
-{
-	fprintf(stderr, "  %s:%d: [%s] %s = %lld%s, want %s = %lld%s\n", file, line, cur_name,
-		expr, got, h_errname(got), wexpr, want, h_errname(want));
-}
-
 /* ---- Frame ---- */
 
 static void on_alarm(int sig)

@@ -32,42 +32,16 @@ int h_slow(void);
 /* ---- Assertions that print what they saw ---- */
 
 /* Formats a negative errno as its name for messages ("" otherwise). */
-const char *h_errname(long long v);
-void h_report_eq(const char *file, int line, const char *expr, long long got, long long want,
-		 const char *wexpr);
+#define h_errname check_errname
 
-#define H_EQ_(got, want, fatal)                                                            \
-	do {                                                                               \
-		long long g_ = (long long)(got), w_ = (long long)(want);                   \
-		if (g_ != w_)                                                              \
-			h_report_eq(__FILE__, __LINE__, #got, g_, w_, #want);              \
-		CU_assertImplementation(g_ == w_, __LINE__, "H_EQ(" #got ", " #want ")",   \
-					__FILE__, "", fatal);                              \
-	} while (0)
-/* got == want, printing both (and errno names) when not. */
-#define H_EQ(got, want) H_EQ_(got, want, CU_FALSE)
-#define H_EQ_FATAL(got, want) H_EQ_(got, want, CU_TRUE)
-/* A plain condition with a message printed when it fails. */
-#define H_TRUE(cond, ...)                                                                  \
-	do {                                                                               \
-		int c_ = !!(cond);                                                         \
-		if (!c_) {                                                                 \
-			fprintf(stderr, "  %s:%d: not (%s): ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                      \
-			fputc('\n', stderr);                                               \
-		}                                                                          \
-		CU_assertImplementation(c_, __LINE__, #cond, __FILE__, "", CU_FALSE);      \
-	} while (0)
-#define H_TRUE_FATAL(cond, ...)                                                            \
-	do {                                                                               \
-		int c_ = !!(cond);                                                         \
-		if (!c_) {                                                                 \
-			fprintf(stderr, "  %s:%d: not (%s): ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                      \
-			fputc('\n', stderr);                                               \
-		}                                                                          \
-		CU_assertImplementation(c_, __LINE__, #cond, __FILE__, "", CU_TRUE);       \
-	} while (0)
+/* The test running, in every failure's line; then the assertions,
+ * under this frame's names (tests/check.h). */
+#define CHECK_CONTEXT h_test_name()
+#include "check.h"
+#define H_EQ CHECK_EQ
+#define H_EQ_FATAL CHECK_EQ_FATAL
+#define H_TRUE CHECK_TRUE
+#define H_TRUE_FATAL CHECK_TRUE_FATAL
 
 /* ---- Test frame: leak check, watchdog, skips ---- */
 

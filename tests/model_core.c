@@ -200,11 +200,9 @@ __attribute__((format(printf, 2, 3), noreturn)) static void failf(struct model *
 	longjmp(m->jb, 1);
 }
 
-#define CHECK(cond, ...)                                                                    \
-	do {                                                                                \
-		if (!(cond))                                                                \
-			failf(m, __VA_ARGS__);                                              \
-	} while (0)
+/* A failed CHECK ends the run (failf): its message is the run's verdict. */
+#define CHECK_FAILED(...) failf(m, __VA_ARGS__)
+#include "check.h"
 
 __attribute__((format(printf, 2, 3))) static void say(struct model *m, const char *fmt, ...)
 {

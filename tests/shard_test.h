@@ -18,14 +18,10 @@
 /* Checks made on shard threads: CUnit is not thread-safe, so they count
  * here and the test's own thread asserts the count is 0 (st_end does). */
 static atomic_uint st_shard_failures;
-#define ST_CHECK(cond)                                                                    \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "  %s:%d: [%s] not (%s)\n", __FILE__, __LINE__,     \
-				st_current, #cond);                                        \
-			atomic_fetch_add(&st_shard_failures, 1);                           \
-		}                                                                          \
-	} while (0)
+#define CHECK_CONTEXT st_current
+#define CHECK_FAILED(...) atomic_fetch_add(&st_shard_failures, 1)
+#include "check.h"
+#define ST_CHECK(cond) CHECK(cond)
 
 /* Per-test watchdog: a hung shard must fail the program, not the CI run. */
 #define ST_TIMEOUT_S 60

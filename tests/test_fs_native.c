@@ -12,6 +12,7 @@
 #include "turnloop/loop.h"
 #include "turnloop/pool.h"
 #include "uring.h" /* tl__uring_stats (fs_native), tl__uring_debug (pool twin) */
+#include "check.h"
 
 /*
  * Each scenario runs on two io_uring loops: one that takes file requests
@@ -24,15 +25,6 @@
 #define WAIT_MS 5000
 #define MS 1000000ll
 
-#define EQ(got, want)                                                                      \
-	do {                                                                               \
-		long long g_ = (long long)(got), w_ = (long long)(want);                   \
-		if (g_ != w_)                                                              \
-			fprintf(stderr, "  %s:%d: %s = %lld, want %s = %lld\n", __FILE__,  \
-				__LINE__, #got, g_, #want, w_);                            \
-		CU_assertImplementation(g_ == w_, __LINE__, #got " == " #want, __FILE__,   \
-					"", CU_FALSE);                                     \
-	} while (0)
 
 static char tmpdir[256];
 
@@ -92,9 +84,9 @@ static tl_completion fs_wait(tl_loop *l, int r, tl_op op)
 	tl_completion c;
 	memset(&c, 0, sizeof c);
 	c.result = -1000;
-	EQ(r, 0);
+	CHECK_EQ(r, 0);
 	if (r == 0 && wait_term(l, op, &c))
-		EQ(c.kind, TL_K_FS);
+		CHECK_EQ(c.kind, TL_K_FS);
 	return c;
 }
 
@@ -152,8 +144,8 @@ static void round_trip(tl_loop *l, const char *tag, struct trace *t)
 	c = fs_wait(l, tl_fs_open(l, f, O_CREAT | O_EXCL | O_RDWR, 0600, 1, &op), op);
 	int fd = (int)c.result;
 	CU_ASSERT_TRUE(fd >= 0);
-	EQ(c.u.pool.value, (uint64_t)c.result);
-	EQ(fcntl(fd, F_GETFD), FD_CLOEXEC);
+	CHECK_EQ(c.u.pool.value, (uint64_t)c.result);
+	CHECK_EQ(fcntl(fd, F_GETFD), FD_CLOEXEC);
 	t->res[t->n] = c.result >= 0; /* descriptor numbers differ */
 	t->aux[t->n++] = c.aux;
 	/* Two writes at the current position append; pread then reads it back
@@ -187,43 +179,43 @@ static void test_round_trip_matches_pool(void)
 	round_trip(nat, "n", &a);
 	round_trip(pool, "p", &b);
 	/* Every request but readdir ran natively on one loop, none on the other. */
-	EQ(fs_native(nat), (uint64_t)a.n);
-	EQ(fs_native(pool), 0);
-	EQ(a.n, b.n);
+	CHECK_EQ(fs_native(nat), (uint64_t)a.n);
+	CHECK_EQ(fs_native(pool), 0);
+	CHECK_EQ(a.n, b.n);
 	for (int i = 0; i < a.n && i < b.n; i++) {
 		if (a.res[i] != b.res[i] || a.val[i] != b.val[i] || a.aux[i] != b.aux[i])
 			fprintf(stderr, "  step %d: native %lld/%llu/%u, pool %lld/%llu/%u\n", i,
 				(long long)a.res[i], (unsigned long long)a.val[i], a.aux[i],
 				(long long)b.res[i], (unsigned long long)b.val[i], b.aux[i]);
-		EQ(a.res[i], b.res[i]);
-		EQ(a.val[i], b.val[i]);
-		EQ(a.aux[i], b.aux[i]);
+		CHECK_EQ(a.res[i], b.res[i]);
+		CHECK_EQ(a.val[i], b.val[i]);
+		CHECK_EQ(a.aux[i], b.aux[i]);
 	}
 	/* The expected values themselves (the pool's are those of the libc calls). */
-	EQ(a.res[1], 11);
-	EQ(a.res[3], 13);
-	EQ(a.res[4], 0);
-	EQ(a.res[10], -ENOENT);
-	EQ(a.res[12], -ENOENT);
-	EQ(a.res[14], -EEXIST);
-	EQ(a.res[16], -ENOENT);
-	EQ(a.res[17], -ENOENT);
+	CHECK_EQ(a.res[1], 11);
+	CHECK_EQ(a.res[3], 13);
+	CHECK_EQ(a.res[4], 0);
+	CHECK_EQ(a.res[10], -ENOENT);
+	CHECK_EQ(a.res[12], -ENOENT);
+	CHECK_EQ(a.res[14], -EEXIST);
+	CHECK_EQ(a.res[16], -ENOENT);
+	CHECK_EQ(a.res[17], -ENOENT);
 	CU_ASSERT_TRUE(!memcmp(a.data, "hello world!!", 13));
 	CU_ASSERT_TRUE(!memcmp(b.data, "hello world!!", 13));
 	/* fstat through statx converted as fstat(2) fills it. */
-	EQ(a.st.st_size, 13);
-	EQ(a.st.st_mode, S_IFREG | 0600);
-	EQ(a.st.st_nlink, 1);
-	EQ(a.st.st_uid, getuid());
-	EQ(a.st.st_ino, a.st2.st_ino);
-	EQ(a.st.st_dev, a.st2.st_dev);
-	EQ(a.st.st_dev, b.st.st_dev);
-	EQ(a.st.st_blksize, b.st.st_blksize);
-	EQ(a.st.st_blocks, b.st.st_blocks);
+	CHECK_EQ(a.st.st_size, 13);
+	CHECK_EQ(a.st.st_mode, S_IFREG | 0600);
+	CHECK_EQ(a.st.st_nlink, 1);
+	CHECK_EQ(a.st.st_uid, getuid());
+	CHECK_EQ(a.st.st_ino, a.st2.st_ino);
+	CHECK_EQ(a.st.st_dev, a.st2.st_dev);
+	CHECK_EQ(a.st.st_dev, b.st.st_dev);
+	CHECK_EQ(a.st.st_blksize, b.st.st_blksize);
+	CHECK_EQ(a.st.st_blocks, b.st.st_blocks);
 	CU_ASSERT_TRUE(a.st.st_mtim.tv_sec > 0);
 	tl_loop_destroy(nat);
 	tl_loop_destroy(pool);
-	EQ(fd_settle(fds), fds);
+	CHECK_EQ(fd_settle(fds), fds);
 }
 
 /* Cancelled opens never hand out a descriptor: whether ASYNC_CANCEL caught
@@ -245,33 +237,33 @@ static void test_cancelled_open_exposes_no_fd(void)
 		/* Alternate an open the kernel finishes inline with one that
 		 * goes to its worker threads (O_CREAT never completes inline). */
 		int flags = i & 1 ? O_RDONLY : O_RDWR | O_CREAT;
-		EQ(tl_fs_open(l, f, flags, 0600, (uint64_t)i, &op), 0);
+		CHECK_EQ(tl_fs_open(l, f, flags, 0600, (uint64_t)i, &op), 0);
 		if (i & 2) /* let the SQE reach the kernel first, sometimes */
 			tl_turn(l, 0, NULL, 0, NULL);
 		tl_cancel(l, op);
 		tl_completion c;
 		if (wait_term(l, op, &c)) {
-			EQ(c.result, -ECANCELED);
+			CHECK_EQ(c.result, -ECANCELED);
 			CU_ASSERT_TRUE((int64_t)c.u.pool.value < 0);
-			EQ(c.aux, TL_FS_OPEN);
+			CHECK_EQ(c.aux, TL_FS_OPEN);
 		}
 	}
-	EQ(fs_native(l) - n0, 64);
-	EQ(fd_count(), before);
+	CHECK_EQ(fs_native(l) - n0, 64);
+	CHECK_EQ(fd_count(), before);
 	/* Opens the kernel finished inline, ahead of the ASYNC_CANCEL behind
 	 * them, took the driver's close path. */
 	struct tl_uring_stats st;
-	EQ(tl__uring_stats(l, &st), 0);
+	CHECK_EQ(tl__uring_stats(l, &st), 0);
 	CU_ASSERT_TRUE(st.fs_open_closed > 0);
 	/* Destroyed with opens in flight: destroy waits for them and closes
 	 * what they opened. */
 	for (int i = 0; i < 8; i++) {
 		tl_op op;
-		EQ(tl_fs_open(l, f, O_RDONLY, 0, 100, &op), 0);
+		CHECK_EQ(tl_fs_open(l, f, O_RDONLY, 0, 100, &op), 0);
 	}
 	tl_turn(l, 0, NULL, 0, NULL);
 	tl_loop_destroy(l);
-	EQ(fd_settle(base), base);
+	CHECK_EQ(fd_settle(base), base);
 	unlink(f);
 }
 
@@ -288,8 +280,8 @@ static void test_fifo_open_waits(void)
 	CU_ASSERT_EQUAL_FATAL(mkfifo(ff, 0600), 0);
 	tl_op op;
 	tl_completion c = fs_wait(l, tl_fs_open(l, ff, O_WRONLY | O_NONBLOCK, 0, 1, &op), op);
-	EQ(c.result, -ENXIO);
-	EQ(tl_fs_open(l, ff, O_WRONLY, 0, 2, &op), 0);
+	CHECK_EQ(c.result, -ENXIO);
+	CHECK_EQ(tl_fs_open(l, ff, O_WRONLY, 0, 2, &op), 0);
 	uint64_t end = wall_ms() + 100;
 	int early = 0;
 	while (wall_ms() < end) {
@@ -298,28 +290,28 @@ static void test_fifo_open_waits(void)
 		for (int i = 0; i < n; i++)
 			early |= v[i].op.v == op.v;
 	}
-	EQ(early, 0); /* still waiting for a reader */
+	CHECK_EQ(early, 0); /* still waiting for a reader */
 	int r = open(ff, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	CU_ASSERT_TRUE(r >= 0);
 	if (wait_term(l, op, &c)) {
 		CU_ASSERT_TRUE(c.result >= 0);
-		EQ(c.aux, TL_FS_OPEN);
+		CHECK_EQ(c.aux, TL_FS_OPEN);
 		if (c.result >= 0)
 			close((int)c.result);
 	}
 	close(r);
 	/* Cancelled while it waits on the pool: no descriptor either. */
-	EQ(tl_fs_open(l, ff, O_WRONLY, 0, 3, &op), 0);
+	CHECK_EQ(tl_fs_open(l, ff, O_WRONLY, 0, 3, &op), 0);
 	for (int i = 0; i < 5; i++)
 		tl_turn(l, 10 * MS, NULL, 0, NULL);
-	EQ(tl_cancel(l, op), 0);
+	CHECK_EQ(tl_cancel(l, op), 0);
 	r = open(ff, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (wait_term(l, op, &c))
-		EQ(c.result, -ECANCELED);
+		CHECK_EQ(c.result, -ECANCELED);
 	close(r);
 	tl_loop_destroy(l);
 	unlink(ff);
-	EQ(fd_settle(base), base);
+	CHECK_EQ(fd_settle(base), base);
 }
 
 /* readdir has no opcode: it stays on the pool, and works. */
@@ -331,7 +323,7 @@ static void test_readdir_on_pool(void)
 	tl_op op;
 	tl_completion c = fs_wait(l, tl_fs_readdir(l, tmpdir, ents, 4, 1, &op), op);
 	CU_ASSERT_TRUE(c.result >= 0);
-	EQ(fs_native(l), n0);
+	CHECK_EQ(fs_native(l), n0);
 	tl_loop_destroy(l);
 }
 

@@ -33,6 +33,8 @@
 #include "turnloop/pool.h"
 #include "pool/job.h" /* tl__pool_reserve and friends (the io_uring fallback's API) */
 #include "uring.h"    /* tl__uring_debug: keep file requests on the pool */
+#define CHECK_CONTEXT cur_test
+#include "check.h"
 
 /*
  * Every test has the same frame: t_begin() (descriptor count, watchdog),
@@ -127,25 +129,6 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
-#define EQ(got, want)                                                                      \
-	do {                                                                               \
-		long long g_ = (long long)(got), w_ = (long long)(want);                   \
-		if (g_ != w_)                                                              \
-			fprintf(stderr, "  %s:%d [%s]: %s = %lld, want %s = %lld\n",       \
-				__FILE__, __LINE__, cur_test, #got, g_, #want, w_);        \
-		CU_assertImplementation(g_ == w_, __LINE__, #got " == " #want, __FILE__,   \
-					"", CU_FALSE);                                     \
-	} while (0)
-#define EQ_FATAL(got, want)                                                                \
-	do {                                                                               \
-		long long g_ = (long long)(got), w_ = (long long)(want);                   \
-		if (g_ != w_)                                                              \
-			fprintf(stderr, "  %s:%d [%s]: %s = %lld, want %s = %lld\n",       \
-				__FILE__, __LINE__, cur_test, #got, g_, #want, w_);        \
-		CU_assertImplementation(g_ == w_, __LINE__, #got " == " #want, __FILE__,   \
-					"", CU_TRUE);                                      \
-	} while (0)
-#define TRUE(cond) CU_ASSERT_TRUE(cond)
 
 /* ---- loops under test and their completion logs ---- */
 
@@ -159,7 +142,7 @@ static ctx *ctx_new_cfg(const tl_config *cfg)
 {
 	ctx *c = calloc(1, sizeof *c);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-	EQ_FATAL(tl_loop_new(&c->l, cfg), 0);
+	CHECK_EQ_FATAL(tl_loop_new(&c->l, cfg), 0);
 	return c;
 }
 
@@ -255,8 +238,8 @@ static int pool_shutdown_retry(void)
 /* Restart the pool with cfg (NULL: defaults). */
 static void use_pool(const tl_pool_config *cfg)
 {
-	EQ_FATAL(pool_shutdown_retry(), 0);
-	EQ_FATAL(tl_pool_launch(cfg), 0);
+	CHECK_EQ_FATAL(pool_shutdown_retry(), 0);
+	CHECK_EQ_FATAL(tl_pool_launch(cfg), 0);
 }
 
 static void small_pool(uint32_t workers, uint32_t queue, uint32_t long_max, uint32_t idle_ms)
@@ -293,16 +276,16 @@ static void t_end(int fds0, ctx **cs, int n)
 		uint64_t end = wall_ms() + WAIT_MS;
 		while (tl_alive(c->l) && wall_ms() < end)
 			turn(c, 10 * MS);
-		TRUE(!tl_alive(c->l));
+		CHECK_TRUE(!tl_alive(c->l));
 		int r = tl_loop_close(c->l);
-		EQ(r, 0);
+		CHECK_EQ(r, 0);
 		if (r)
 			tl_loop_destroy(c->l);
 		free(c);
 	}
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	if (!until(fds_back, &fds0, 1000))
-		EQ(fd_count(), fds0);
+		CHECK_EQ(fd_count(), fds0);
 	alarm(0);
 }
 
@@ -453,7 +436,7 @@ static int64_t job_affinity(void *arg, tl_cancel_flag *c)
 static tl_op submit(ctx *c, tl_job_fn fn, void *arg, int cls, uint64_t token)
 {
 	tl_op op = TL_OP_NONE;
-	EQ(tl_blocking(c->l, fn, arg, cls, token, &op), 0);
+	CHECK_EQ(tl_blocking(c->l, fn, arg, cls, token, &op), 0);
 	return op;
 }
 
@@ -462,118 +445,118 @@ static tl_op submit(ctx *c, tl_job_fn fn, void *arg, int cls, uint64_t token)
 static void test_config_and_start(void)
 {
 	int fds = t_begin("config_and_start");
-	EQ_FATAL(pool_shutdown_retry(), 0);
+	CHECK_EQ_FATAL(pool_shutdown_retry(), 0);
 	tl_pool_stats t, per[4];
-	EQ(tl_pool_stats_get(&t, per, 4), 0);
-	EQ(t.node, -1);
-	EQ(t.threads + t.busy + t.queued + t.reserved + t.long_threads + t.long_busy, 0);
+	CHECK_EQ(tl_pool_stats_get(&t, per, 4), 0);
+	CHECK_EQ(t.node, -1);
+	CHECK_EQ(t.threads + t.busy + t.queued + t.reserved + t.long_threads + t.long_busy, 0);
 	tl_pool_config cfg;
 	tl_pool_config_init(&cfg);
-	EQ(cfg.workers_per_node, 4);
-	EQ(cfg.queue_per_node, 1024);
-	EQ(cfg.long_max, 64);
-	EQ(cfg.long_idle_ms, 10000);
-	TRUE(cfg.topology == NULL);
+	CHECK_EQ(cfg.workers_per_node, 4);
+	CHECK_EQ(cfg.queue_per_node, 1024);
+	CHECK_EQ(cfg.long_max, 64);
+	CHECK_EQ(cfg.long_idle_ms, 10000);
+	CHECK_TRUE(cfg.topology == NULL);
 	tl_pool_config bad = cfg;
 	bad.workers_per_node = 0;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.queue_per_node = 0;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.queue_per_node = (1u << 20) + 1;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.long_max = 0;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.long_idle_ms = 0;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.spin_us = 10001;
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "";
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "this is not:a topology";
-	EQ(tl_pool_launch(&bad), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&bad), -EINVAL);
 	bad = cfg;
 	bad.topology = "/nonexistent/topology.xml";
-	TRUE(tl_pool_launch(&bad) < 0);
-	EQ(tl_pool_stats_get(&t, NULL, 0), 0); /* nothing started by the failures */
+	CHECK_TRUE(tl_pool_launch(&bad) < 0);
+	CHECK_EQ(tl_pool_stats_get(&t, NULL, 0), 0); /* nothing started by the failures */
 
-	EQ(tl_pool_launch(NULL), 0);
-	EQ(tl_pool_launch(&cfg), 0); /* equal configuration */
+	CHECK_EQ(tl_pool_launch(NULL), 0);
+	CHECK_EQ(tl_pool_launch(&cfg), 0); /* equal configuration */
 	int n = tl_pool_stats_get(&t, per, 4);
-	TRUE(n >= 1);
-	EQ(t.threads, 4u * (unsigned)n);
-	EQ(per[0].threads, 4);
-	EQ(t.long_threads, 0);
+	CHECK_TRUE(n >= 1);
+	CHECK_EQ(t.threads, 4u * (unsigned)n);
+	CHECK_EQ(per[0].threads, 4);
+	CHECK_EQ(t.long_threads, 0);
 	tl_pool_config other = cfg;
 	other.queue_per_node = 8;
-	EQ(tl_pool_launch(&other), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&other), -EINVAL);
 	other = cfg;
 	other.topology = "pack:2 numa:1 core:1 pu:1";
-	EQ(tl_pool_launch(&other), -EINVAL);
+	CHECK_EQ(tl_pool_launch(&other), -EINVAL);
 
 	/* A loop that used the pool keeps it: shutdown is -EBUSY. */
 	ctx *c = ctx_new();
 	tl_op op = submit(c, job_value, (void *)(intptr_t)3, TL_POOL_BOUNDED, 1);
-	EQ(tl_pool_shutdown(), -EBUSY);
-	TRUE(wait_op(c, op) != NULL);
-	EQ(tl_pool_shutdown(), -EBUSY);
-	EQ(tl_loop_close(c->l), 0);
+	CHECK_EQ(tl_pool_shutdown(), -EBUSY);
+	CHECK_TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(tl_pool_shutdown(), -EBUSY);
+	CHECK_EQ(tl_loop_close(c->l), 0);
 	free(c);
-	EQ(pool_shutdown_retry(), 0);
-	EQ(tl_pool_stats_get(&t, NULL, 0), 0);
-	EQ(tl_pool_shutdown(), 0); /* not running: nothing to do */
-	EQ(tl_pool_launch(&other), 0); /* another configuration after a shutdown */
+	CHECK_EQ(pool_shutdown_retry(), 0);
+	CHECK_EQ(tl_pool_stats_get(&t, NULL, 0), 0);
+	CHECK_EQ(tl_pool_shutdown(), 0); /* not running: nothing to do */
+	CHECK_EQ(tl_pool_launch(&other), 0); /* another configuration after a shutdown */
 	t_end(fds, NULL, 0);
 }
 
 static void test_blocking_basic(void)
 {
 	int fds = t_begin("blocking_basic");
-	EQ_FATAL(pool_shutdown_retry(), 0); /* the first submission starts it */
+	CHECK_EQ_FATAL(pool_shutdown_retry(), 0); /* the first submission starts it */
 	ctx *c = ctx_new();
 	tl_op op, dummy;
-	EQ(tl_blocking(c->l, NULL, NULL, TL_POOL_BOUNDED, 0, &op), -EINVAL);
-	EQ(tl_blocking(c->l, job_value, NULL, 2, 0, &op), -EINVAL);
-	EQ(tl_blocking(c->l, job_value, NULL, -1, 0, &op), -EINVAL);
-	EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 0, NULL), -EINVAL);
-	TRUE(!tl_alive(c->l));
+	CHECK_EQ(tl_blocking(c->l, NULL, NULL, TL_POOL_BOUNDED, 0, &op), -EINVAL);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, 2, 0, &op), -EINVAL);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, -1, 0, &op), -EINVAL);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 0, NULL), -EINVAL);
+	CHECK_TRUE(!tl_alive(c->l));
 
 	op = submit(c, job_value, (void *)(intptr_t)1234, TL_POOL_BOUNDED, 77);
-	TRUE(op.v != 0);
-	TRUE(tl_alive(c->l));
+	CHECK_TRUE(op.v != 0);
+	CHECK_TRUE(tl_alive(c->l));
 	tl_pool_stats t;
-	TRUE(tl_pool_stats_get(&t, NULL, 0) >= 1); /* started by the submission */
+	CHECK_TRUE(tl_pool_stats_get(&t, NULL, 0) >= 1); /* started by the submission */
 	tl_completion *r = wait_op(c, op);
 	if (r) {
-		EQ(r->kind, TL_K_POOL);
-		EQ(r->aux, TL_POOL_BOUNDED);
-		EQ(r->token, 77);
-		EQ(r->result, 1234);
-		EQ(r->u.pool.value, 1234);
-		TRUE(r->u.pool.ptr == NULL);
-		TRUE(r->handle.v == 0);
+		CHECK_EQ(r->kind, TL_K_POOL);
+		CHECK_EQ(r->aux, TL_POOL_BOUNDED);
+		CHECK_EQ(r->token, 77);
+		CHECK_EQ(r->result, 1234);
+		CHECK_EQ(r->u.pool.value, 1234);
+		CHECK_TRUE(r->u.pool.ptr == NULL);
+		CHECK_TRUE(r->handle.v == 0);
 	}
-	EQ(count_op(c, op), 1);
-	EQ(tl_cancel(c->l, op), -ENOENT); /* delivered: stale */
+	CHECK_EQ(count_op(c, op), 1);
+	CHECK_EQ(tl_cancel(c->l, op), -ENOENT); /* delivered: stale */
 
 	/* Negative results pass through; the pointer result. */
 	op = submit(c, job_value, (void *)(intptr_t)-EIO, TL_POOL_BOUNDED, 2);
 	r = wait_op(c, op);
 	if (r)
-		EQ(r->result, -EIO);
+		CHECK_EQ(r->result, -EIO);
 	int x;
 	op = submit(c, job_ptr, &x, TL_POOL_LONG, 3);
 	r = wait_op(c, op);
 	if (r) {
-		EQ(r->aux, TL_POOL_LONG);
-		EQ(r->result, 5);
-		TRUE(r->u.pool.ptr == &x);
+		CHECK_EQ(r->aux, TL_POOL_LONG);
+		CHECK_EQ(r->result, 5);
+		CHECK_TRUE(r->u.pool.ptr == &x);
 	}
 
 	/* Many jobs: exactly one terminal each. */
@@ -585,13 +568,13 @@ static void test_blocking_basic(void)
 	for (int i = 0; i < 200; i++) {
 		r = wait_op(c, ops[i]);
 		if (r) {
-			EQ(r->result, i);
-			EQ(r->token, (uint64_t)i);
+			CHECK_EQ(r->result, i);
+			CHECK_EQ(r->token, (uint64_t)i);
 		}
-		EQ(count_op(c, ops[i]), 1);
+		CHECK_EQ(count_op(c, ops[i]), 1);
 	}
 	idle_turns(c, 20);
-	EQ(c->n, 203);
+	CHECK_EQ(c->n, 203);
 	(void)dummy;
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
@@ -607,35 +590,35 @@ static void test_bounded_queue_full(void)
 	atomic_int ran;
 	atomic_init(&ran, 0);
 	tl_op run = submit(c, job_gate, &g, TL_POOL_BOUNDED, 1);
-	TRUE(wait_entered(&g, 1));
+	CHECK_TRUE(wait_entered(&g, 1));
 	tl_op q1 = submit(c, job_count, &ran, TL_POOL_BOUNDED, 2);
 	tl_op q2 = submit(c, job_count, &ran, TL_POOL_BOUNDED, 3);
 	tl_pool_stats t = total();
-	EQ(t.busy, 1);
-	EQ(t.queued, 2);
+	CHECK_EQ(t.busy, 1);
+	CHECK_EQ(t.queued, 2);
 	/* Full: refused before the job exists. */
 	int alive = tl_alive(c->l);
 	tl_op op = TL_OP_NONE;
-	EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_BOUNDED, 4, &op), -ENOBUFS);
-	EQ(op.v, 0);
-	EQ(tl_alive(c->l), alive);
+	CHECK_EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_BOUNDED, 4, &op), -ENOBUFS);
+	CHECK_EQ(op.v, 0);
+	CHECK_EQ(tl_alive(c->l), alive);
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(c->l, &ls);
-	EQ(ls.refused, 1);
-	EQ(ls.submitted, 3);
-	EQ(ls.in_flight, 3);
+	CHECK_EQ(ls.refused, 1);
+	CHECK_EQ(ls.submitted, 3);
+	CHECK_EQ(ls.in_flight, 3);
 	idle_turns(c, 20);
-	EQ(c->n, 0); /* no completion for the refused one, nothing else done */
-	EQ(total().queued, 2);
+	CHECK_EQ(c->n, 0); /* no completion for the refused one, nothing else done */
+	CHECK_EQ(total().queued, 2);
 	gate_open(&g);
-	TRUE(wait_op(c, run) != NULL);
-	TRUE(wait_op(c, q1) != NULL);
-	TRUE(wait_op(c, q2) != NULL);
-	EQ(atomic_load(&ran), 2);
+	CHECK_TRUE(wait_op(c, run) != NULL);
+	CHECK_TRUE(wait_op(c, q1) != NULL);
+	CHECK_TRUE(wait_op(c, q2) != NULL);
+	CHECK_EQ(atomic_load(&ran), 2);
 	/* The capacity is back. */
 	op = submit(c, job_count, &ran, TL_POOL_BOUNDED, 5);
-	TRUE(wait_op(c, op) != NULL);
-	EQ(atomic_load(&ran), 3);
+	CHECK_TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(atomic_load(&ran), 3);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -665,34 +648,34 @@ static void test_max_undelivered(void)
 	ops[3] = submit(c, job_gate, &g, TL_POOL_BOUNDED, 3);
 	tl_op op;
 	/* Four undelivered: the fifth is refused, whatever its class or kind. */
-	EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 9, &op), -ENOBUFS);
-	EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_LONG, 9, &op), -ENOBUFS);
-	EQ(tl_fs_fsync(c->l, 0, 9, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 9, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_LONG, 9, &op), -ENOBUFS);
+	CHECK_EQ(tl_fs_fsync(c->l, 0, 9, &op), -ENOBUFS);
 	tl_addr a[1];
-	EQ(tl_resolve(c->l, "127.0.0.1", NULL, NULL, a, 1, 9, &op), -ENOBUFS);
+	CHECK_EQ(tl_resolve(c->l, "127.0.0.1", NULL, NULL, a, 1, 9, &op), -ENOBUFS);
 	/* Let every job finish without turning: the results wait in the ring,
 	 * which holds all of them. */
 	gate_open(&g);
-	TRUE(until(pool_has_no_busy, NULL, WAIT_MS));
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_has_no_busy, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	/* Still undelivered: still refused. */
-	EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 9, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 9, &op), -ENOBUFS);
 	idle_turns(c, 10);
-	EQ(c->n, 4);
+	CHECK_EQ(c->n, 4);
 	for (int i = 0; i < 4; i++) {
 		tl_completion *r = wait_op(c, ops[i]);
 		if (r)
-			EQ(r->result, 42);
+			CHECK_EQ(r->result, 42);
 	}
 	/* Delivered: the credit is back. */
 	for (int i = 0; i < 4; i++)
 		ops[i] = submit(c, job_value, (void *)(intptr_t)i, TL_POOL_BOUNDED, 0);
 	for (int i = 0; i < 4; i++)
-		TRUE(wait_op(c, ops[i]) != NULL);
+		CHECK_TRUE(wait_op(c, ops[i]) != NULL);
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(c->l, &ls);
-	EQ(ls.refused, 5);
-	EQ(ls.in_flight, 0);
+	CHECK_EQ(ls.refused, 5);
+	CHECK_EQ(ls.in_flight, 0);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -726,28 +709,28 @@ static void test_long_reuse_and_retire(void)
 	tl_op op = submit(c, job_tid, NULL, TL_POOL_LONG, 1);
 	tl_completion *r = wait_op(c, op);
 	int64_t tid1 = r ? r->result : -1;
-	TRUE(tid1 > 0);
-	TRUE(tid1 != (int64_t)syscall(SYS_gettid));
-	EQ(total().long_threads, 1);
-	EQ(task_count(), tasks0 + 1);
+	CHECK_TRUE(tid1 > 0);
+	CHECK_TRUE(tid1 != (int64_t)syscall(SYS_gettid));
+	CHECK_EQ(total().long_threads, 1);
+	CHECK_EQ(task_count(), tasks0 + 1);
 	/* Parked (busy 0 and threads 1 change under the same lock as the
 	 * worker's parking): the next long job goes to that same thread. */
-	TRUE(until(long_parked, NULL, WAIT_MS));
+	CHECK_TRUE(until(long_parked, NULL, WAIT_MS));
 	op = submit(c, job_tid, NULL, TL_POOL_LONG, 2);
 	r = wait_op(c, op);
 	if (r)
-		EQ(r->result, tid1);
-	EQ(total().long_threads, 1);
+		CHECK_EQ(r->result, tid1);
+	CHECK_EQ(total().long_threads, 1);
 	/* Idle past the timeout: it retires, and its thread is gone. */
 	uint64_t t0 = wall_ms();
-	TRUE(until(long_gone, NULL, WAIT_MS));
-	TRUE(wall_ms() - t0 >= 100);
-	TRUE(until(tasks_are, &tasks0, WAIT_MS));
+	CHECK_TRUE(until(long_gone, NULL, WAIT_MS));
+	CHECK_TRUE(wall_ms() - t0 >= 100);
+	CHECK_TRUE(until(tasks_are, &tasks0, WAIT_MS));
 	/* And a new one starts on demand. */
 	op = submit(c, job_tid, NULL, TL_POOL_LONG, 3);
 	r = wait_op(c, op);
 	if (r)
-		TRUE(r->result > 0 && r->result != tid1);
+		CHECK_TRUE(r->result > 0 && r->result != tid1);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 }
@@ -763,30 +746,30 @@ static void test_long_ceiling(void)
 	atomic_init(&ran, 0);
 	tl_op a = submit(c, job_gate, &g, TL_POOL_LONG, 1);
 	tl_op b = submit(c, job_gate, &g, TL_POOL_LONG, 2);
-	TRUE(wait_entered(&g, 2));
+	CHECK_TRUE(wait_entered(&g, 2));
 	tl_pool_stats t = total();
-	EQ(t.long_threads, 2);
-	EQ(t.long_busy, 2);
+	CHECK_EQ(t.long_threads, 2);
+	CHECK_EQ(t.long_busy, 2);
 	int alive = tl_alive(c->l);
 	tl_op op = TL_OP_NONE;
-	EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_LONG, 3, &op), -ENOBUFS);
-	EQ(op.v, 0);
-	EQ(tl_alive(c->l), alive);
-	EQ(total().queued, 0); /* not queued anywhere */
+	CHECK_EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_LONG, 3, &op), -ENOBUFS);
+	CHECK_EQ(op.v, 0);
+	CHECK_EQ(tl_alive(c->l), alive);
+	CHECK_EQ(total().queued, 0); /* not queued anywhere */
 	idle_turns(c, 20);
-	EQ(c->n, 0);
+	CHECK_EQ(c->n, 0);
 	gate_open(&g);
-	TRUE(wait_op(c, a) != NULL);
-	TRUE(wait_op(c, b) != NULL);
+	CHECK_TRUE(wait_op(c, a) != NULL);
+	CHECK_TRUE(wait_op(c, b) != NULL);
 	idle_turns(c, 20);
-	EQ(atomic_load(&ran), 0); /* the refused job never ran */
-	EQ(c->n, 2);
+	CHECK_EQ(atomic_load(&ran), 0); /* the refused job never ran */
+	CHECK_EQ(c->n, 2);
 	/* The ceiling bounds what runs at once, not what may ever run. */
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	op = submit(c, job_count, &ran, TL_POOL_LONG, 4);
-	TRUE(wait_op(c, op) != NULL);
-	EQ(atomic_load(&ran), 1);
-	EQ(total().long_threads, 2);
+	CHECK_TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(atomic_load(&ran), 1);
+	CHECK_EQ(total().long_threads, 2);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -804,31 +787,31 @@ static void test_classes_do_not_starve(void)
 	atomic_init(&ran, 0);
 	/* Bounded class full: one running, one queued, the next refused. */
 	tl_op b1 = submit(c, job_gate, &gb, TL_POOL_BOUNDED, 1);
-	TRUE(wait_entered(&gb, 1));
+	CHECK_TRUE(wait_entered(&gb, 1));
 	tl_op b2 = submit(c, job_count, &ran, TL_POOL_BOUNDED, 2);
 	tl_op op;
-	EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_BOUNDED, 3, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_BOUNDED, 3, &op), -ENOBUFS);
 	/* ... a long job is accepted and finishes meanwhile. */
 	op = submit(c, job_value, (void *)(intptr_t)11, TL_POOL_LONG, 4);
 	tl_completion *r = wait_op(c, op);
 	if (r)
-		EQ(r->result, 11);
-	EQ(atomic_load(&ran), 0);
+		CHECK_EQ(r->result, 11);
+	CHECK_EQ(atomic_load(&ran), 0);
 	/* Long class at its ceiling (1): refused ... */
-	TRUE(until(pool_has_no_busy, NULL, 1) || 1);
+	CHECK_TRUE(until(pool_has_no_busy, NULL, 1) || 1);
 	tl_op l1 = submit(c, job_gate, &gl, TL_POOL_LONG, 5);
-	TRUE(wait_entered(&gl, 1));
-	EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_LONG, 6, &op), -ENOBUFS);
+	CHECK_TRUE(wait_entered(&gl, 1));
+	CHECK_EQ(tl_blocking(c->l, job_count, &ran, TL_POOL_LONG, 6, &op), -ENOBUFS);
 	/* ... while bounded work drains and new bounded work is accepted. */
 	gate_open(&gb);
-	TRUE(wait_op(c, b1) != NULL);
-	TRUE(wait_op(c, b2) != NULL);
+	CHECK_TRUE(wait_op(c, b1) != NULL);
+	CHECK_TRUE(wait_op(c, b2) != NULL);
 	op = submit(c, job_count, &ran, TL_POOL_BOUNDED, 7);
-	TRUE(wait_op(c, op) != NULL);
-	EQ(atomic_load(&ran), 2);
-	EQ(find_term(c, l1), -1); /* the long job still holds its thread */
+	CHECK_TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(atomic_load(&ran), 2);
+	CHECK_EQ(find_term(c, l1), -1); /* the long job still holds its thread */
 	gate_open(&gl);
-	TRUE(wait_op(c, l1) != NULL);
+	CHECK_TRUE(wait_op(c, l1) != NULL);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&gb);
@@ -845,34 +828,34 @@ static void test_cancel_before_start(void)
 	atomic_int ran;
 	atomic_init(&ran, 0);
 	tl_op blocker = submit(c, job_stubborn, &g, TL_POOL_BOUNDED, 1);
-	TRUE(wait_entered(&g, 1));
+	CHECK_TRUE(wait_entered(&g, 1));
 	tl_op q = submit(c, job_count, &ran, TL_POOL_BOUNDED, 2);
 	tl_op keep = submit(c, job_count, &ran, TL_POOL_BOUNDED, 3);
-	EQ(tl_cancel(c->l, q), 0);
+	CHECK_EQ(tl_cancel(c->l, q), 0);
 	/* The terminal comes at once, while the worker is still held. */
 	tl_completion *r = wait_op(c, q);
 	if (r) {
-		EQ(r->result, -ECANCELED);
-		EQ(r->kind, TL_K_POOL);
-		EQ(r->token, 2);
-		EQ(r->u.pool.value, (uint64_t)(int64_t)-ECANCELED);
+		CHECK_EQ(r->result, -ECANCELED);
+		CHECK_EQ(r->kind, TL_K_POOL);
+		CHECK_EQ(r->token, 2);
+		CHECK_EQ(r->u.pool.value, (uint64_t)(int64_t)-ECANCELED);
 	}
-	EQ(find_term(c, blocker), -1);
-	EQ(tl_cancel(c->l, q), -ENOENT);
+	CHECK_EQ(find_term(c, blocker), -1);
+	CHECK_EQ(tl_cancel(c->l, q), -ENOENT);
 	gate_open(&g);
-	TRUE(wait_op(c, blocker) != NULL);
+	CHECK_TRUE(wait_op(c, blocker) != NULL);
 	r = wait_op(c, keep);
 	if (r)
-		EQ(r->result, 1);
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+		CHECK_EQ(r->result, 1);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	idle_turns(c, 10);
-	EQ(atomic_load(&ran), 1); /* the cancelled job never ran */
-	EQ(count_op(c, q), 1);
+	CHECK_EQ(atomic_load(&ran), 1); /* the cancelled job never ran */
+	CHECK_EQ(count_op(c, q), 1);
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(c->l, &ls);
-	EQ(ls.cancelled, 1);
-	EQ(ls.completed, 3);
-	EQ(ls.in_flight, 0);
+	CHECK_EQ(ls.cancelled, 1);
+	CHECK_EQ(ls.completed, 3);
+	CHECK_EQ(ls.in_flight, 0);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -887,28 +870,28 @@ static void test_cancel_during(void)
 		gate g;
 		gate_init(&g);
 		tl_op op = submit(c, job_gate, &g, cls, 1);
-		TRUE(wait_entered(&g, 1));
-		EQ(tl_cancel(c->l, op), 0);
-		EQ(tl_cancel(c->l, op), -EALREADY);
+		CHECK_TRUE(wait_entered(&g, 1));
+		CHECK_EQ(tl_cancel(c->l, op), 0);
+		CHECK_EQ(tl_cancel(c->l, op), -EALREADY);
 		tl_completion *r = wait_op(c, op);
 		if (r) {
-			EQ(r->result, -ECANCELED);
-			EQ(r->u.pool.value, 7); /* what the job returned */
-			EQ(r->aux, cls);
+			CHECK_EQ(r->result, -ECANCELED);
+			CHECK_EQ(r->u.pool.value, 7); /* what the job returned */
+			CHECK_EQ(r->aux, cls);
 		}
-		EQ(atomic_load(&g.saw_cancel), 1);
-		EQ(count_op(c, op), 1);
+		CHECK_EQ(atomic_load(&g.saw_cancel), 1);
+		CHECK_EQ(count_op(c, op), 1);
 		gate_fini(&g);
 	}
 	/* Cancelled after it finished but before delivery: still -ECANCELED,
 	 * with the job's own result in value. */
 	tl_op op = submit(c, job_value, (void *)(intptr_t)9, TL_POOL_BOUNDED, 2);
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(tl_cancel(c->l, op), 0);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(tl_cancel(c->l, op), 0);
 	tl_completion *r = wait_op(c, op);
 	if (r) {
-		EQ(r->result, -ECANCELED);
-		EQ(r->u.pool.value, 9);
+		CHECK_EQ(r->result, -ECANCELED);
+		CHECK_EQ(r->u.pool.value, 9);
 	}
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
@@ -933,29 +916,29 @@ static void test_loop_destroyed_with_jobs(void)
 	atomic_init(&ran, 0);
 	submit(c, job_gate, &g, TL_POOL_BOUNDED, 1); /* running */
 	submit(c, job_gate, &g, TL_POOL_LONG, 2);    /* running */
-	TRUE(wait_entered(&g, 2));
+	CHECK_TRUE(wait_entered(&g, 2));
 	for (int i = 0; i < 5; i++)
 		submit(c, job_count, &ran, TL_POOL_BOUNDED, 3); /* queued */
 	struct tl_poster *p = tl_poster_get(c->l);
 	uint64_t t0 = wall_ms();
 	tl_loop_destroy(c->l);
 	free(c);
-	TRUE(wall_ms() - t0 < 1000); /* blocking jobs are not waited for */
+	CHECK_TRUE(wall_ms() - t0 < 1000); /* blocking jobs are not waited for */
 	/* Both running jobs see the flag although nobody cancelled them. */
 	struct entered_arg a = {&g, 2};
-	TRUE(until(saw_n, &a, WAIT_MS));
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(atomic_load(&ran), 0); /* queued jobs of a dead loop never run */
+	CHECK_TRUE(until(saw_n, &a, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(atomic_load(&ran), 0); /* queued jobs of a dead loop never run */
 	/* The poster (and the port it owns) outlive the loop. */
-	EQ(tl_post(p, 1, 2), -EPIPE);
+	CHECK_EQ(tl_post(p, 1, 2), -EPIPE);
 	tl_poster_put(p);
 	/* Pool still serves other loops. */
 	ctx *d = ctx_new();
 	tl_op op = submit(d, job_value, (void *)(intptr_t)5, TL_POOL_BOUNDED, 4);
-	TRUE(wait_op(d, op) != NULL);
+	CHECK_TRUE(wait_op(d, op) != NULL);
 	ctx *cs[] = {d};
 	t_end(fds, cs, 1);
-	TRUE(task_count() >= tasks0);
+	CHECK_TRUE(task_count() >= tasks0);
 	gate_fini(&g);
 	gate_fini(&never);
 }
@@ -972,12 +955,12 @@ static void mk_tmpdir(void)
 
 static tl_completion *fs_wait(ctx *c, int r, tl_op op)
 {
-	EQ(r, 0);
+	CHECK_EQ(r, 0);
 	if (r)
 		return NULL;
 	tl_completion *x = wait_op(c, op);
 	if (x)
-		EQ(x->kind, TL_K_FS);
+		CHECK_EQ(x->kind, TL_K_FS);
 	return x;
 }
 
@@ -994,71 +977,71 @@ static void test_fs_roundtrip(void)
 	snprintf(path2, sizeof path2, "%s/g", tmpdir);
 	snprintf(sub, sizeof sub, "%s/sub", tmpdir);
 
-	EQ(tl_fs_open(c->l, NULL, O_RDONLY, 0, 0, &op), -EINVAL);
-	EQ(tl_fs_open(c->l, "", O_RDONLY, 0, 0, &op), -EINVAL);
-	EQ(tl_fs_read(c->l, 0, NULL, 1, 0, &op), -EINVAL);
-	EQ(tl_fs_rename(c->l, path, NULL, 0, &op), -EINVAL);
-	EQ(tl_fs_readdir(c->l, tmpdir, NULL, 1, 0, &op), -EINVAL);
+	CHECK_EQ(tl_fs_open(c->l, NULL, O_RDONLY, 0, 0, &op), -EINVAL);
+	CHECK_EQ(tl_fs_open(c->l, "", O_RDONLY, 0, 0, &op), -EINVAL);
+	CHECK_EQ(tl_fs_read(c->l, 0, NULL, 1, 0, &op), -EINVAL);
+	CHECK_EQ(tl_fs_rename(c->l, path, NULL, 0, &op), -EINVAL);
+	CHECK_EQ(tl_fs_readdir(c->l, tmpdir, NULL, 1, 0, &op), -EINVAL);
 
 	r = fs_wait(c, tl_fs_mkdir(c->l, sub, 0755, 1, &op), op);
 	if (r) {
-		EQ(r->result, 0);
-		EQ(r->aux, TL_FS_MKDIR);
+		CHECK_EQ(r->result, 0);
+		CHECK_EQ(r->aux, TL_FS_MKDIR);
 	}
 	r = fs_wait(c, tl_fs_mkdir(c->l, sub, 0755, 1, &op), op);
 	if (r)
-		EQ(r->result, -EEXIST);
+		CHECK_EQ(r->result, -EEXIST);
 	r = fs_wait(c, tl_fs_open(c->l, path, O_CREAT | O_RDWR | O_TRUNC, 0644, 2, &op), op);
 	int fd = r ? (int)r->result : -1;
-	TRUE(fd >= 0);
+	CHECK_TRUE(fd >= 0);
 	if (r) {
-		EQ(r->aux, TL_FS_OPEN);
-		EQ(r->u.pool.value, (uint64_t)fd);
-		EQ(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+		CHECK_EQ(r->aux, TL_FS_OPEN);
+		CHECK_EQ(r->u.pool.value, (uint64_t)fd);
+		CHECK_EQ(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 	}
 	r = fs_wait(c, tl_fs_write(c->l, fd, "hello", 5, 3, &op), op);
 	if (r) {
-		EQ(r->result, 5);
-		EQ(r->aux, TL_FS_WRITE);
+		CHECK_EQ(r->result, 5);
+		CHECK_EQ(r->aux, TL_FS_WRITE);
 	}
 	r = fs_wait(c, tl_fs_pwrite(c->l, fd, "world", 5, 10, 4, &op), op);
 	if (r)
-		EQ(r->result, 5);
+		CHECK_EQ(r->result, 5);
 	r = fs_wait(c, tl_fs_fsync(c->l, fd, 5, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	struct stat st;
 	memset(&st, 0, sizeof st);
 	r = fs_wait(c, tl_fs_fstat(c->l, fd, &st, 6, &op), op);
 	if (r) {
-		EQ(r->result, 0);
-		EQ(st.st_size, 15);
-		TRUE(S_ISREG(st.st_mode));
+		CHECK_EQ(r->result, 0);
+		CHECK_EQ(st.st_size, 15);
+		CHECK_TRUE(S_ISREG(st.st_mode));
 	}
 	memset(&st, 0, sizeof st);
 	r = fs_wait(c, tl_fs_stat(c->l, path, &st, 7, &op), op);
 	if (r) {
-		EQ(r->result, 0);
-		EQ(st.st_size, 15);
+		CHECK_EQ(r->result, 0);
+		CHECK_EQ(st.st_size, 15);
 	}
 	char buf[32];
 	memset(buf, 'x', sizeof buf);
 	r = fs_wait(c, tl_fs_pread(c->l, fd, buf, 5, 10, 8, &op), op);
 	if (r) {
-		EQ(r->result, 5);
-		TRUE(!memcmp(buf, "world", 5));
+		CHECK_EQ(r->result, 5);
+		CHECK_TRUE(!memcmp(buf, "world", 5));
 	}
 	r = fs_wait(c, tl_fs_read(c->l, fd, buf, sizeof buf, 9, &op), op);
 	if (r) {
-		EQ(r->result, 10); /* from offset 5: a hole, then "world" */
-		TRUE(!memcmp(buf + 5, "world", 5));
-		EQ(buf[0], 0);
+		CHECK_EQ(r->result, 10); /* from offset 5: a hole, then "world" */
+		CHECK_TRUE(!memcmp(buf + 5, "world", 5));
+		CHECK_EQ(buf[0], 0);
 	}
 	tl_dirent ents[8];
 	r = fs_wait(c, tl_fs_readdir(c->l, tmpdir, ents, 8, 10, &op), op);
 	if (r) {
-		EQ(r->result, 2);
-		EQ(r->u.pool.value, 2);
+		CHECK_EQ(r->result, 2);
+		CHECK_EQ(r->u.pool.value, 2);
 		int seen_f = 0, seen_sub = 0;
 		for (int i = 0; i < 2; i++) {
 			if (!strcmp(ents[i].name, "f") && ents[i].type == DT_REG)
@@ -1066,54 +1049,54 @@ static void test_fs_roundtrip(void)
 			if (!strcmp(ents[i].name, "sub") && ents[i].type == DT_DIR)
 				seen_sub = 1;
 		}
-		TRUE(seen_f && seen_sub);
+		CHECK_TRUE(seen_f && seen_sub);
 	}
 	r = fs_wait(c, tl_fs_readdir(c->l, tmpdir, ents, 1, 11, &op), op);
 	if (r) {
-		EQ(r->result, 1);
-		EQ(r->u.pool.value, 2); /* cut: the directory has two */
+		CHECK_EQ(r->result, 1);
+		CHECK_EQ(r->u.pool.value, 2); /* cut: the directory has two */
 	}
 	r = fs_wait(c, tl_fs_readdir(c->l, path, ents, 1, 11, &op), op);
 	if (r)
-		EQ(r->result, -ENOTDIR);
+		CHECK_EQ(r->result, -ENOTDIR);
 	r = fs_wait(c, tl_fs_rename(c->l, path, path2, 12, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	r = fs_wait(c, tl_fs_stat(c->l, path, &st, 13, &op), op);
 	if (r)
-		EQ(r->result, -ENOENT);
+		CHECK_EQ(r->result, -ENOENT);
 	r = fs_wait(c, tl_fs_open(c->l, path, O_RDONLY, 0, 14, &op), op);
 	if (r) {
-		EQ(r->result, -ENOENT);
-		EQ(r->u.pool.value, (uint64_t)(int64_t)-ENOENT);
+		CHECK_EQ(r->result, -ENOENT);
+		CHECK_EQ(r->u.pool.value, (uint64_t)(int64_t)-ENOENT);
 	}
 	r = fs_wait(c, tl_fs_close(c->l, fd, 15, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	r = fs_wait(c, tl_fs_close(c->l, fd, 16, &op), op);
 	if (r)
-		EQ(r->result, -EBADF);
+		CHECK_EQ(r->result, -EBADF);
 	r = fs_wait(c, tl_fs_unlink(c->l, path2, 17, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	/* A path too long to be copied: the caller's memory is used. */
 	char longdir[600];
 	int k = snprintf(longdir, sizeof longdir, "%s/", tmpdir);
 	memset(longdir + k, 'd', 250);
 	longdir[k + 250] = 0;
-	TRUE(strlen(longdir) + 1 > TL_FS_INLINE_PATH);
+	CHECK_TRUE(strlen(longdir) + 1 > TL_FS_INLINE_PATH);
 	r = fs_wait(c, tl_fs_mkdir(c->l, longdir, 0700, 18, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	r = fs_wait(c, tl_fs_rmdir(c->l, longdir, 19, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	r = fs_wait(c, tl_fs_rmdir(c->l, sub, 20, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	r = fs_wait(c, tl_fs_rmdir(c->l, tmpdir, 21, &op), op);
 	if (r)
-		EQ(r->result, 0);
+		CHECK_EQ(r->result, 0);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 }
@@ -1130,7 +1113,7 @@ static int one_running(void *arg)
  * it (microseconds) and entered the call. */
 static void wait_in_syscall(void)
 {
-	TRUE(until(one_running, NULL, WAIT_MS));
+	CHECK_TRUE(until(one_running, NULL, WAIT_MS));
 	sleep_ms(50);
 }
 
@@ -1148,75 +1131,75 @@ static void test_fs_open_invisible(void)
 	char fifo[512], file[512];
 	snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
 	snprintf(file, sizeof file, "%s/never", tmpdir);
-	EQ_FATAL(mkfifo(fifo, 0600), 0);
+	CHECK_EQ_FATAL(mkfifo(fifo, 0600), 0);
 	ctx *c = ctx_new();
 	tl_op op;
 
 	/* 1. Opened: the descriptor is the caller's from the completion on. */
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(tl_fs_open(c->l, fifo, O_RDONLY, 0, 1, &op), 0);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(tl_fs_open(c->l, fifo, O_RDONLY, 0, 1, &op), 0);
 	wait_in_syscall();
 	idle_turns(c, 20);
-	EQ(count_op(c, op), 0);
+	CHECK_EQ(count_op(c, op), 0);
 	int w = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	TRUE(w >= 0);
+	CHECK_TRUE(w >= 0);
 	tl_completion *r = wait_op(c, op);
 	if (r) {
-		TRUE(r->result >= 0);
-		EQ(fcntl((int)r->result, F_GETFD), FD_CLOEXEC);
+		CHECK_TRUE(r->result >= 0);
+		CHECK_EQ(fcntl((int)r->result, F_GETFD), FD_CLOEXEC);
 		r = fs_wait(c, tl_fs_close(c->l, (int)r->result, 2, &op), op);
 		if (r)
-			EQ(r->result, 0);
+			CHECK_EQ(r->result, 0);
 	}
 	close(w);
 
 	/* 2. Cancelled while open(2) runs: the descriptor it then returns is
 	 * closed by the pool and never reported. */
 	int before = fd_count();
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(tl_fs_open(c->l, fifo, O_RDONLY, 0, 3, &op), 0);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(tl_fs_open(c->l, fifo, O_RDONLY, 0, 3, &op), 0);
 	wait_in_syscall();
-	EQ(tl_cancel(c->l, op), 0);
+	CHECK_EQ(tl_cancel(c->l, op), 0);
 	idle_turns(c, 20);
-	EQ(count_op(c, op), 0); /* still inside open(2) */
+	CHECK_EQ(count_op(c, op), 0); /* still inside open(2) */
 	w = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	TRUE(w >= 0);
+	CHECK_TRUE(w >= 0);
 	r = wait_op(c, op);
 	if (r) {
-		EQ(r->result, -ECANCELED);
-		EQ(r->u.pool.value, (uint64_t)(int64_t)-ECANCELED);
+		CHECK_EQ(r->result, -ECANCELED);
+		CHECK_EQ(r->u.pool.value, (uint64_t)(int64_t)-ECANCELED);
 	}
 	close(w);
-	EQ(fd_count(), before);
+	CHECK_EQ(fd_count(), before);
 
 	/* 3. Cancelled before it started: the file is never created. */
 	gate g;
 	gate_init(&g);
 	tl_op blocker = submit(c, job_stubborn, &g, TL_POOL_BOUNDED, 4);
-	TRUE(wait_entered(&g, 1));
-	EQ(tl_fs_open(c->l, file, O_CREAT | O_EXCL | O_WRONLY, 0600, 5, &op), 0);
-	EQ(tl_cancel(c->l, op), 0);
+	CHECK_TRUE(wait_entered(&g, 1));
+	CHECK_EQ(tl_fs_open(c->l, file, O_CREAT | O_EXCL | O_WRONLY, 0600, 5, &op), 0);
+	CHECK_EQ(tl_cancel(c->l, op), 0);
 	r = wait_op(c, op);
 	if (r)
-		EQ(r->result, -ECANCELED);
+		CHECK_EQ(r->result, -ECANCELED);
 	gate_open(&g);
-	TRUE(wait_op(c, blocker) != NULL);
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(access(file, F_OK), -1);
-	EQ(fd_count(), before);
+	CHECK_TRUE(wait_op(c, blocker) != NULL);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(access(file, F_OK), -1);
+	CHECK_EQ(fd_count(), before);
 
 	/* 4. Loop destroyed while open(2) runs: the pool closes it. */
 	ctx *d = ctx_new();
-	TRUE(until(pool_idle, NULL, WAIT_MS));
-	EQ(tl_fs_open(d->l, fifo, O_RDONLY, 0, 6, &op), 0);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_EQ(tl_fs_open(d->l, fifo, O_RDONLY, 0, 6, &op), 0);
 	wait_in_syscall();
 	tl_loop_destroy(d->l);
 	free(d);
 	w = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	TRUE(w >= 0);
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(w >= 0);
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	close(w);
-	EQ(fd_count(), before);
+	CHECK_EQ(fd_count(), before);
 
 	unlink(fifo);
 	rmdir(tmpdir);
@@ -1250,21 +1233,21 @@ static void test_fs_destroy_waits_for_caller_memory(void)
 	tl__uring_debug(&(struct tl_uring_debug){.no_fs_native = 1});
 	small_pool(1, 8, 4, 10000);
 	int p[2];
-	EQ_FATAL(pipe2(p, O_CLOEXEC), 0);
+	CHECK_EQ_FATAL(pipe2(p, O_CLOEXEC), 0);
 	ctx *c = ctx_new();
 	char buf[16];
 	memset(buf, 0, sizeof buf);
 	tl_op op;
-	EQ(tl_fs_read(c->l, p[0], buf, sizeof buf, 1, &op), 0);
+	CHECK_EQ(tl_fs_read(c->l, p[0], buf, sizeof buf, 1, &op), 0);
 	wait_in_syscall();
 	struct delayed_write dw = {p[1], 150};
 	pthread_t th;
-	EQ(pthread_create(&th, NULL, delayed_writer, &dw), 0);
+	CHECK_EQ(pthread_create(&th, NULL, delayed_writer, &dw), 0);
 	uint64_t t0 = wall_ms();
 	tl_loop_destroy(c->l);
 	free(c);
-	TRUE(wall_ms() - t0 >= 100);
-	TRUE(!memcmp(buf, "late", 4));
+	CHECK_TRUE(wall_ms() - t0 >= 100);
+	CHECK_TRUE(!memcmp(buf, "late", 4));
 	pthread_join(th, NULL);
 	close(p[0]);
 	close(p[1]);
@@ -1285,70 +1268,70 @@ static void test_resolve(void)
 	memset(&h, 0, sizeof h);
 	h.ai_family = AF_INET;
 	h.ai_socktype = SOCK_STREAM;
-	EQ(tl_resolve(c->l, NULL, NULL, NULL, out, 4, 0, &op), -EINVAL);
-	EQ(tl_resolve(c->l, "localhost", NULL, NULL, NULL, 4, 0, &op), -EINVAL);
-	EQ(tl_resolve(c->l, "localhost", NULL, NULL, out, 0, 0, &op), -EINVAL);
+	CHECK_EQ(tl_resolve(c->l, NULL, NULL, NULL, out, 4, 0, &op), -EINVAL);
+	CHECK_EQ(tl_resolve(c->l, "localhost", NULL, NULL, NULL, 4, 0, &op), -EINVAL);
+	CHECK_EQ(tl_resolve(c->l, "localhost", NULL, NULL, out, 0, 0, &op), -EINVAL);
 	char big[300];
 	memset(big, 'a', sizeof big - 1);
 	big[sizeof big - 1] = 0;
-	EQ(tl_resolve(c->l, big, NULL, NULL, out, 4, 0, &op), -EINVAL);
-	EQ(tl_resolve(c->l, "localhost", "0123456789012345678901234567890123", NULL, out, 4, 0,
+	CHECK_EQ(tl_resolve(c->l, big, NULL, NULL, out, 4, 0, &op), -EINVAL);
+	CHECK_EQ(tl_resolve(c->l, "localhost", "0123456789012345678901234567890123", NULL, out, 4, 0,
 		      &op),
 	   -EINVAL);
 
 	memset(out, 0, sizeof out);
-	EQ(tl_resolve(c->l, "localhost", "80", &h, out, 4, 1, &op), 0);
+	CHECK_EQ(tl_resolve(c->l, "localhost", "80", &h, out, 4, 1, &op), 0);
 	tl_completion *r = wait_op(c, op);
 	if (r) {
-		EQ(r->kind, TL_K_RESOLVE);
-		TRUE(r->result >= 1);
-		TRUE(r->u.pool.ptr == out);
-		EQ(out[0].sa.sa_family, AF_INET);
-		EQ(ntohs(out[0].in.sin_port), 80);
-		EQ(ntohl(out[0].in.sin_addr.s_addr), INADDR_LOOPBACK);
+		CHECK_EQ(r->kind, TL_K_RESOLVE);
+		CHECK_TRUE(r->result >= 1);
+		CHECK_TRUE(r->u.pool.ptr == out);
+		CHECK_EQ(out[0].sa.sa_family, AF_INET);
+		CHECK_EQ(ntohs(out[0].in.sin_port), 80);
+		CHECK_EQ(ntohl(out[0].in.sin_addr.s_addr), INADDR_LOOPBACK);
 	}
 	h.ai_family = AF_INET6;
 	h.ai_flags = AI_NUMERICHOST;
-	EQ(tl_resolve(c->l, "::1", "443", &h, out, 4, 2, &op), 0);
+	CHECK_EQ(tl_resolve(c->l, "::1", "443", &h, out, 4, 2, &op), 0);
 	r = wait_op(c, op);
 	if (r) {
-		EQ(r->result, 1);
-		EQ(r->u.pool.value, 1);
-		EQ(out[0].sa.sa_family, AF_INET6);
-		EQ(ntohs(out[0].in6.sin6_port), 443);
-		TRUE(IN6_IS_ADDR_LOOPBACK(&out[0].in6.sin6_addr));
+		CHECK_EQ(r->result, 1);
+		CHECK_EQ(r->u.pool.value, 1);
+		CHECK_EQ(out[0].sa.sa_family, AF_INET6);
+		CHECK_EQ(ntohs(out[0].in6.sin6_port), 443);
+		CHECK_TRUE(IN6_IS_ADDR_LOOPBACK(&out[0].in6.sin6_addr));
 	}
 	/* No match is -ENOENT: deterministic with a numeric-only lookup ... */
 	h.ai_family = AF_UNSPEC;
 	h.ai_flags = AI_NUMERICHOST;
 	memset(out, 0x5a, sizeof out);
-	EQ(tl_resolve(c->l, "no-such-host", NULL, &h, out, 4, 3, &op), 0);
+	CHECK_EQ(tl_resolve(c->l, "no-such-host", NULL, &h, out, 4, 3, &op), 0);
 	r = wait_op(c, op);
 	if (r)
-		EQ(r->result, -ENOENT);
-	EQ(((unsigned char *)out)[0], 0x5a); /* untouched on failure */
+		CHECK_EQ(r->result, -ENOENT);
+	CHECK_EQ(((unsigned char *)out)[0], 0x5a); /* untouched on failure */
 	/* ... and through the resolver for a name that does not exist
 	 * (.invalid is reserved, RFC 2606). Without a reachable resolver the
 	 * answer can only be -EAGAIN, which is reported, not failed. */
-	EQ(tl_resolve(c->l, "nonexistent-host.invalid", NULL, NULL, out, 4, 4, &op), 0);
+	CHECK_EQ(tl_resolve(c->l, "nonexistent-host.invalid", NULL, NULL, out, 4, 4, &op), 0);
 	r = wait_op(c, op);
 	if (r) {
 		if (r->result == -EAGAIN)
 			fprintf(stderr, "  NOTE resolve: no resolver reachable (-EAGAIN)\n");
 		else
-			EQ(r->result, -ENOENT);
+			CHECK_EQ(r->result, -ENOENT);
 	}
 	/* cap limits what is written; value says what was found. */
 	h.ai_family = AF_INET;
 	h.ai_flags = AI_NUMERICHOST;
 	h.ai_socktype = 0; /* one address per socket type: stream, dgram, raw */
 	memset(out, 0, sizeof out);
-	EQ(tl_resolve(c->l, "127.0.0.1", NULL, &h, out, 1, 5, &op), 0);
+	CHECK_EQ(tl_resolve(c->l, "127.0.0.1", NULL, &h, out, 1, 5, &op), 0);
 	r = wait_op(c, op);
 	if (r) {
-		EQ(r->result, 1);
-		TRUE(r->u.pool.value >= 2);
-		EQ(out[1].sa.sa_family, 0);
+		CHECK_EQ(r->result, 1);
+		CHECK_TRUE(r->u.pool.value >= 2);
+		CHECK_EQ(out[1].sa.sa_family, 0);
 	}
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
@@ -1362,20 +1345,20 @@ static void test_resolve_cancel_before_start(void)
 	gate g;
 	gate_init(&g);
 	tl_op blocker = submit(c, job_stubborn, &g, TL_POOL_BOUNDED, 1);
-	TRUE(wait_entered(&g, 1));
+	CHECK_TRUE(wait_entered(&g, 1));
 	tl_addr out[2];
 	memset(out, 0x5a, sizeof out);
 	tl_op op;
-	EQ(tl_resolve(c->l, "127.0.0.1", "1", NULL, out, 2, 2, &op), 0);
-	EQ(tl_cancel(c->l, op), 0);
+	CHECK_EQ(tl_resolve(c->l, "127.0.0.1", "1", NULL, out, 2, 2, &op), 0);
+	CHECK_EQ(tl_cancel(c->l, op), 0);
 	tl_completion *r = wait_op(c, op);
 	if (r) {
-		EQ(r->result, -ECANCELED);
-		EQ(r->kind, TL_K_RESOLVE);
+		CHECK_EQ(r->result, -ECANCELED);
+		CHECK_EQ(r->kind, TL_K_RESOLVE);
 	}
 	gate_open(&g);
-	TRUE(wait_op(c, blocker) != NULL);
-	EQ(((unsigned char *)out)[0], 0x5a);
+	CHECK_TRUE(wait_op(c, blocker) != NULL);
+	CHECK_EQ(((unsigned char *)out)[0], 0x5a);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -1402,98 +1385,98 @@ static void test_numa_synthetic(void)
 	cfg.long_max = 4;
 	use_pool(&cfg);
 	tl_pool_stats t, per[4];
-	EQ_FATAL(tl_pool_stats_get(&t, per, 4), 2);
-	EQ(per[0].node, 0);
-	EQ(per[1].node, 1);
-	EQ(per[0].threads, 1);
-	EQ(per[1].threads, 1);
-	EQ(t.threads, 2);
+	CHECK_EQ_FATAL(tl_pool_stats_get(&t, per, 4), 2);
+	CHECK_EQ(per[0].node, 0);
+	CHECK_EQ(per[1].node, 1);
+	CHECK_EQ(per[0].threads, 1);
+	CHECK_EQ(per[1].threads, 1);
+	CHECK_EQ(t.threads, 2);
 	ctx *a = ctx_new(), *b = ctx_new();
-	EQ(tl_pool_loop_node(a->l, 0), 0);
-	EQ(tl_pool_loop_node(b->l, 1), 0);
-	EQ(tl_pool_loop_node(b->l, 7), -EINVAL);
+	CHECK_EQ(tl_pool_loop_node(a->l, 0), 0);
+	CHECK_EQ(tl_pool_loop_node(b->l, 1), 0);
+	CHECK_EQ(tl_pool_loop_node(b->l, 7), -EINVAL);
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(b->l, &ls);
-	EQ(ls.node, 1);
+	CHECK_EQ(ls.node, 1);
 
 	/* Each loop's jobs run on its node's workers. */
 	struct name_arg na, nb;
 	tl_op op = submit(a, job_name, &na, TL_POOL_BOUNDED, 1);
-	TRUE(wait_op(a, op) != NULL);
-	EQ(set_of_thread(na.name), 0);
+	CHECK_TRUE(wait_op(a, op) != NULL);
+	CHECK_EQ(set_of_thread(na.name), 0);
 	op = submit(b, job_name, &nb, TL_POOL_BOUNDED, 2);
-	TRUE(wait_op(b, op) != NULL);
-	EQ(set_of_thread(nb.name), 1);
+	CHECK_TRUE(wait_op(b, op) != NULL);
+	CHECK_EQ(set_of_thread(nb.name), 1);
 	/* Synthetic CPUs are not ours: nothing is bound. */
 	cpu_set_t mine, theirs;
-	EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+	CHECK_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
 	op = submit(b, job_affinity, &theirs, TL_POOL_BOUNDED, 3);
-	TRUE(wait_op(b, op) != NULL);
-	TRUE(CPU_EQUAL(&mine, &theirs));
+	CHECK_TRUE(wait_op(b, op) != NULL);
+	CHECK_TRUE(CPU_EQUAL(&mine, &theirs));
 
 	/* Separate capacity: node 0 full, node 1 still accepts. */
 	gate g;
 	gate_init(&g);
 	tl_op a1 = submit(a, job_gate, &g, TL_POOL_BOUNDED, 10);
-	TRUE(wait_entered(&g, 1));
+	CHECK_TRUE(wait_entered(&g, 1));
 	tl_op a2 = submit(a, job_gate, &g, TL_POOL_BOUNDED, 11);
 	tl_op a3 = submit(a, job_gate, &g, TL_POOL_BOUNDED, 12);
-	EQ(tl_blocking(a->l, job_value, NULL, TL_POOL_BOUNDED, 13, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(a->l, job_value, NULL, TL_POOL_BOUNDED, 13, &op), -ENOBUFS);
 	tl_pool_stats_get(&t, per, 4);
-	EQ(per[0].busy, 1);
-	EQ(per[0].queued, 2);
-	EQ(per[1].queued, 0);
+	CHECK_EQ(per[0].busy, 1);
+	CHECK_EQ(per[0].queued, 2);
+	CHECK_EQ(per[1].queued, 0);
 	op = submit(b, job_value, (void *)(intptr_t)8, TL_POOL_BOUNDED, 14);
 	tl_completion *r = wait_op(b, op);
 	if (r)
-		EQ(r->result, 8);
+		CHECK_EQ(r->result, 8);
 
 	/* Separate reservations: two on node 1 fill its queue ... */
 	tl_op b1 = submit(b, job_gate, &g, TL_POOL_BOUNDED, 20);
-	TRUE(wait_entered(&g, 2));
+	CHECK_TRUE(wait_entered(&g, 2));
 	int s1 = tl__pool_reserve(b->l), s2 = tl__pool_reserve(b->l);
-	EQ(s1, 1);
-	EQ(s2, 1);
-	EQ(tl__pool_reserve(b->l), -ENOBUFS);
-	EQ(tl_blocking(b->l, job_value, NULL, TL_POOL_BOUNDED, 21, &op), -ENOBUFS);
+	CHECK_EQ(s1, 1);
+	CHECK_EQ(s2, 1);
+	CHECK_EQ(tl__pool_reserve(b->l), -ENOBUFS);
+	CHECK_EQ(tl_blocking(b->l, job_value, NULL, TL_POOL_BOUNDED, 21, &op), -ENOBUFS);
 	tl_pool_stats_get(&t, per, 4);
-	EQ(per[1].reserved, 2);
-	EQ(per[1].queued, 0);
-	EQ(per[0].reserved, 0);
-	EQ(t.reserved, 2);
+	CHECK_EQ(per[1].reserved, 2);
+	CHECK_EQ(per[1].queued, 0);
+	CHECK_EQ(per[0].reserved, 0);
+	CHECK_EQ(t.reserved, 2);
 	/* ... a reserved request is queued even so ... */
 	struct tl_pool_loop *pl;
-	EQ(tl__pool_loop_setup(b->l, &pl), 0);
+	CHECK_EQ(tl__pool_loop_setup(b->l, &pl), 0);
 	struct tl_job *j = tl__pool_job_new(b->l, pl);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	tl__pool_job_blocking(j, job_value, (void *)(intptr_t)55, TL_POOL_BOUNDED);
 	tl_op rop;
-	EQ(tl__pool_submit(b->l, pl, j, TL_POOL_BOUNDED, TL_K_POOL, 22, s1, &rop), 0);
+	CHECK_EQ(tl__pool_submit(b->l, pl, j, TL_POOL_BOUNDED, TL_K_POOL, 22, s1, &rop), 0);
 	tl_pool_stats_get(&t, per, 4);
-	EQ(per[1].reserved, 1);
-	EQ(per[1].queued, 1);
+	CHECK_EQ(per[1].reserved, 1);
+	CHECK_EQ(per[1].queued, 1);
 	/* ... and an unused one is given back. */
 	tl__pool_unreserve(s2);
-	EQ(tl_pool_stats_get(&t, per, 4), 2);
-	EQ(per[1].reserved, 0);
+	CHECK_EQ(tl_pool_stats_get(&t, per, 4), 2);
+	CHECK_EQ(per[1].reserved, 0);
 
 	/* Long workers are placed on the submitting loop's node. */
 	struct name_arg nl;
 	op = submit(b, job_name, &nl, TL_POOL_LONG, 30);
-	TRUE(wait_op(b, op) != NULL);
-	TRUE(!strncmp(nl.name, "tllong-", 7));
+	CHECK_TRUE(wait_op(b, op) != NULL);
+	CHECK_TRUE(!strncmp(nl.name, "tllong-", 7));
 	tl_pool_stats_get(&t, per, 4);
-	EQ(per[1].long_threads, 1);
-	EQ(per[0].long_threads, 0);
+	CHECK_EQ(per[1].long_threads, 1);
+	CHECK_EQ(per[0].long_threads, 0);
 
 	gate_open(&g);
-	TRUE(wait_op(a, a1) != NULL);
-	TRUE(wait_op(a, a2) != NULL);
-	TRUE(wait_op(a, a3) != NULL);
-	TRUE(wait_op(b, b1) != NULL);
+	CHECK_TRUE(wait_op(a, a1) != NULL);
+	CHECK_TRUE(wait_op(a, a2) != NULL);
+	CHECK_TRUE(wait_op(a, a3) != NULL);
+	CHECK_TRUE(wait_op(b, b1) != NULL);
 	r = wait_op(b, rop);
 	if (r)
-		EQ(r->result, 55);
+		CHECK_EQ(r->result, 55);
 	ctx *cs[] = {a, b};
 	t_end(fds, cs, 2);
 	gate_fini(&g);
@@ -1505,10 +1488,10 @@ static void test_numa_xml(void)
 	char xml[64];
 	snprintf(xml, sizeof xml, "/tmp/tl_pool_%d.xml", (int)getpid());
 	hwloc_topology_t topo;
-	EQ_FATAL(hwloc_topology_init(&topo), 0);
-	EQ_FATAL(hwloc_topology_set_synthetic(topo, "pack:1 numa:3 core:1 pu:2"), 0);
-	EQ_FATAL(hwloc_topology_load(topo), 0);
-	EQ_FATAL(hwloc_topology_export_xml(topo, xml, 0), 0);
+	CHECK_EQ_FATAL(hwloc_topology_init(&topo), 0);
+	CHECK_EQ_FATAL(hwloc_topology_set_synthetic(topo, "pack:1 numa:3 core:1 pu:2"), 0);
+	CHECK_EQ_FATAL(hwloc_topology_load(topo), 0);
+	CHECK_EQ_FATAL(hwloc_topology_export_xml(topo, xml, 0), 0);
 	hwloc_topology_destroy(topo);
 	tl_pool_config cfg;
 	tl_pool_config_init(&cfg);
@@ -1516,15 +1499,15 @@ static void test_numa_xml(void)
 	cfg.workers_per_node = 2;
 	use_pool(&cfg);
 	tl_pool_stats t, per[4];
-	EQ(tl_pool_stats_get(&t, per, 4), 3);
-	EQ(t.threads, 6);
-	EQ(per[2].node, 2);
+	CHECK_EQ(tl_pool_stats_get(&t, per, 4), 3);
+	CHECK_EQ(t.threads, 6);
+	CHECK_EQ(per[2].node, 2);
 	ctx *c = ctx_new();
-	EQ(tl_pool_loop_node(c->l, 2), 0);
+	CHECK_EQ(tl_pool_loop_node(c->l, 2), 0);
 	struct name_arg na;
 	tl_op op = submit(c, job_name, &na, TL_POOL_BOUNDED, 1);
-	TRUE(wait_op(c, op) != NULL);
-	EQ(set_of_thread(na.name), 2);
+	CHECK_TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(set_of_thread(na.name), 2);
 	unlink(xml);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
@@ -1537,12 +1520,12 @@ static void test_numa_this_machine(void)
 	int fds = t_begin("numa_this_machine");
 	use_pool(NULL);
 	hwloc_topology_t topo;
-	EQ_FATAL(hwloc_topology_init(&topo), 0);
-	EQ_FATAL(hwloc_topology_load(topo), 0);
+	CHECK_EQ_FATAL(hwloc_topology_init(&topo), 0);
+	CHECK_EQ_FATAL(hwloc_topology_load(topo), 0);
 	ctx *c = ctx_new();
 	int cpu = sched_getcpu();
 	tl_op op = submit(c, job_value, NULL, TL_POOL_BOUNDED, 1);
-	TRUE(wait_op(c, op) != NULL);
+	CHECK_TRUE(wait_op(c, op) != NULL);
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(c->l, &ls);
 	hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)cpu);
@@ -1557,16 +1540,16 @@ static void test_numa_this_machine(void)
 	}
 	CU_ASSERT_PTR_NOT_NULL(node);
 	if (node)
-		EQ(ls.node, (int)node->os_index);
+		CHECK_EQ(ls.node, (int)node->os_index);
 	cpu_set_t theirs;
 	CPU_ZERO(&theirs);
 	op = submit(c, job_affinity, &theirs, TL_POOL_BOUNDED, 2);
-	TRUE(wait_op(c, op) != NULL);
+	CHECK_TRUE(wait_op(c, op) != NULL);
 	if (node) {
 		for (int i = 0; i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &theirs))
-				TRUE(hwloc_bitmap_isset(node->cpuset, (unsigned)i));
-		TRUE(CPU_COUNT(&theirs) >= 1);
+				CHECK_TRUE(hwloc_bitmap_isset(node->cpuset, (unsigned)i));
+		CHECK_TRUE(CPU_COUNT(&theirs) >= 1);
 	}
 	hwloc_topology_destroy(topo);
 	ctx *cs[] = {c};
@@ -1582,35 +1565,35 @@ static void test_loop_stats(void)
 	ctx *c = ctx_new();
 	tl_pool_loop_stats ls;
 	tl_pool_loop_stats_get(c->l, &ls);
-	EQ(ls.node, -1);
-	EQ(ls.submitted, 0);
+	CHECK_EQ(ls.node, -1);
+	CHECK_EQ(ls.submitted, 0);
 	gate g;
 	gate_init(&g);
 	tl_op run = submit(c, job_stubborn, &g, TL_POOL_BOUNDED, 1);
-	TRUE(wait_entered(&g, 1));
+	CHECK_TRUE(wait_entered(&g, 1));
 	tl_op q = submit(c, job_sleep, (void *)(intptr_t)1, TL_POOL_BOUNDED, 2);
 	tl_op op;
-	EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 3, &op), -ENOBUFS);
+	CHECK_EQ(tl_blocking(c->l, job_value, NULL, TL_POOL_BOUNDED, 3, &op), -ENOBUFS);
 	sleep_ms(20);
 	gate_open(&g);
-	TRUE(wait_op(c, run) != NULL);
-	TRUE(wait_op(c, q) != NULL);
+	CHECK_TRUE(wait_op(c, run) != NULL);
+	CHECK_TRUE(wait_op(c, q) != NULL);
 	op = submit(c, job_sleep, (void *)(intptr_t)5, TL_POOL_LONG, 4);
-	EQ(tl_cancel(c->l, op), 0);
-	TRUE(wait_op(c, op) != NULL);
+	CHECK_EQ(tl_cancel(c->l, op), 0);
+	CHECK_TRUE(wait_op(c, op) != NULL);
 	/* A job cancelled before it started holds its record (and its
 	 * max_undelivered credit) until a worker has discarded it. */
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	idle_turns(c, 5);
 	tl_pool_loop_stats_get(c->l, &ls);
-	TRUE(ls.node >= 0);
-	EQ(ls.submitted, 3);
-	EQ(ls.refused, 1);
-	EQ(ls.completed, 3);
-	EQ(ls.cancelled, 1);
-	EQ(ls.in_flight, 0);
-	TRUE(ls.queue_wait_ns >= 15 * 1000000ull); /* q waited behind run */
-	TRUE(ls.run_ns >= 20 * 1000000ull);
+	CHECK_TRUE(ls.node >= 0);
+	CHECK_EQ(ls.submitted, 3);
+	CHECK_EQ(ls.refused, 1);
+	CHECK_EQ(ls.completed, 3);
+	CHECK_EQ(ls.cancelled, 1);
+	CHECK_EQ(ls.in_flight, 0);
+	CHECK_TRUE(ls.queue_wait_ns >= 15 * 1000000ull); /* q waited behind run */
+	CHECK_TRUE(ls.run_ns >= 20 * 1000000ull);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);
 	gate_fini(&g);
@@ -1722,18 +1705,18 @@ static void test_stress_exactly_once(void)
 	for (int i = 0; i < T; i++) {
 		/* Valgrind runs one thread at a time: fewer jobs. */
 		s[i].total = RUNNING_ON_VALGRIND ? STRESS_JOBS / 6 : STRESS_JOBS;
-		EQ(pthread_create(&th[i], NULL, stress_thread, &s[i]), 0);
+		CHECK_EQ(pthread_create(&th[i], NULL, stress_thread, &s[i]), 0);
 	}
 	for (int i = 0; i < T; i++) {
 		pthread_join(th[i], NULL);
-		EQ(s[i].failures, 0);
+		CHECK_EQ(s[i].failures, 0);
 	}
-	TRUE(until(pool_idle, NULL, WAIT_MS));
+	CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
 	free(s);
 	/* Loops destroyed in the middle of a storm of jobs. */
 	for (int round = 0; round < 20; round++) {
 		tl_loop *l;
-		EQ_FATAL(tl_loop_new(&l, NULL), 0);
+		CHECK_EQ_FATAL(tl_loop_new(&l, NULL), 0);
 		atomic_int ran;
 		atomic_init(&ran, 0);
 		tl_op op;
@@ -1743,8 +1726,8 @@ static void test_stress_exactly_once(void)
 		tl_completion out[8];
 		tl_turn(l, 0, out, 8, NULL);
 		tl_loop_destroy(l);
-		TRUE(until(pool_idle, NULL, WAIT_MS));
-		TRUE(atomic_load(&ran) <= 40);
+		CHECK_TRUE(until(pool_idle, NULL, WAIT_MS));
+		CHECK_TRUE(atomic_load(&ran) <= 40);
 	}
 	t_end(fds, NULL, 0);
 }
@@ -1808,7 +1791,7 @@ static void test_no_allocation_steady_state(void)
 			before = thread_allocated();
 		tl_op ops[64];
 		for (int i = 0; i < 64; i++) {
-			EQ(tl_blocking(c->l, job_alloc_probe, &p, TL_POOL_BOUNDED, 0, &ops[i]),
+			CHECK_EQ(tl_blocking(c->l, job_alloc_probe, &p, TL_POOL_BOUNDED, 0, &ops[i]),
 			   0);
 			if (i % 8 == 0)
 				tl_cancel(c->l, ops[i]);
@@ -1820,10 +1803,10 @@ static void test_no_allocation_steady_state(void)
 			int n = tl_turn(c->l, 10 * MS, out, 64, NULL);
 			got += n > 0 ? n : 0;
 		}
-		EQ(got, 64);
+		CHECK_EQ(got, 64);
 	}
-	EQ(thread_allocated() - before, 0); /* the loop's thread */
-	EQ(atomic_load(&p.max_delta), 0);   /* the workers */
+	CHECK_EQ(thread_allocated() - before, 0); /* the loop's thread */
+	CHECK_EQ(atomic_load(&p.max_delta), 0);   /* the workers */
 	pthread_key_delete(p.key);
 	ctx *cs[] = {c};
 	t_end(fds, cs, 1);

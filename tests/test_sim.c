@@ -13,6 +13,7 @@
 #include <CUnit/Basic.h>
 #include <turnloop/loop.h>
 #include "sim.h"
+#include "check.h"
 
 /*
  * Each test builds its loops with cfg.driver = TL_DRIVER_SIM and ends by
@@ -23,35 +24,6 @@
 
 #define MS 1000000ull
 #define MAX_TURNS 200000
-
-static const char *errname(long long v)
-{
-	static char b[4][48];
-	static int k;
-	if (v >= 0)
-		return "";
-	char *s = b[k++ & 3];
-	const char *n = strerrorname_np((int)-v);
-	snprintf(s, sizeof b[0], " (-%s)", n ? n : "?");
-	return s;
-}
-
-#define EQ(got, want)                                                                       \
-	do {                                                                                \
-		long long g_ = (long long)(got), w_ = (long long)(want);                    \
-		if (g_ != w_)                                                               \
-			fprintf(stderr, "  %s:%d: %s = %lld%s, want %s = %lld%s\n", __FILE__, \
-				__LINE__, #got, g_, errname(g_), #want, w_, errname(w_));  \
-		CU_ASSERT(g_ == w_);                                                        \
-	} while (0)
-#define EQ_FATAL(got, want)                                                                 \
-	do {                                                                                \
-		long long g_ = (long long)(got), w_ = (long long)(want);                    \
-		if (g_ != w_)                                                               \
-			fprintf(stderr, "  %s:%d: %s = %lld%s, want %s = %lld%s\n", __FILE__, \
-				__LINE__, #got, g_, errname(g_), #want, w_, errname(w_));  \
-		CU_ASSERT_FATAL(g_ == w_);                                                  \
-	} while (0)
 
 /* ---- a loop under test and the completions it returned ---- */
 
@@ -121,10 +93,10 @@ static tl_loop *sim_loop(uint64_t seed, const struct tl_sim_faults *f)
 	cfg.driver = TL_DRIVER_SIM;
 	cfg.sim_seed = seed;
 	tl_loop *l = NULL;
-	EQ_FATAL(tl_loop_new(&l, &cfg), 0);
-	EQ_FATAL(strcmp(tl_loop_driver(l), "sim"), 0);
+	CHECK_EQ_FATAL(tl_loop_new(&l, &cfg), 0);
+	CHECK_EQ_FATAL(strcmp(tl_loop_driver(l), "sim"), 0);
 	if (f)
-		EQ_FATAL(tl__sim_set_faults(l, f), 0);
+		CHECK_EQ_FATAL(tl__sim_set_faults(l, f), 0);
 	return l;
 }
 
@@ -169,7 +141,7 @@ static tl_completion *wait_op(struct ctx *c, tl_op op)
 
 static void close_wait(struct ctx *c, tl_handle h)
 {
-	EQ(tl_close(c->loop, h, 0xc105e), 0);
+	CHECK_EQ(tl_close(c->loop, h, 0xc105e), 0);
 	for (int t = 0; t < MAX_TURNS && find_closed(c, h) < 0; t++)
 		turn(c, (int64_t)MS);
 	CU_ASSERT(find_closed(c, h) >= 0);
@@ -183,7 +155,7 @@ static void release_leases(struct ctx *c, uint32_t from)
 		if (!(x->flags & TL_F_LEASE))
 			continue;
 		uint32_t id = x->kind == TL_K_RECV ? x->u.recv.lease.id : x->u.read.lease.id;
-		EQ(tl_lease_release(c->loop, id), 0);
+		CHECK_EQ(tl_lease_release(c->loop, id), 0);
 		x->flags &= (uint16_t)~TL_F_LEASE;
 	}
 }
@@ -199,17 +171,17 @@ static void finish(struct ctx *c)
 	CU_ASSERT(!tl_alive(c->loop));
 	tl_loop_stats st;
 	tl_loop_stats_get(c->loop, &st);
-	EQ(st.leases_out, 0);
-	EQ(st.handles, 0);
-	EQ(st.ops, 0);
-	EQ(tl_loop_close(c->loop), 0);
+	CHECK_EQ(st.leases_out, 0);
+	CHECK_EQ(st.handles, 0);
+	CHECK_EQ(st.ops, 0);
+	CHECK_EQ(tl_loop_close(c->loop), 0);
 	c->loop = NULL;
 	ctx_fini(c);
 }
 
 static void addr4(tl_addr *a, uint16_t port)
 {
-	EQ_FATAL(tl_addr_parse(a, "127.0.0.1", port), 0);
+	CHECK_EQ_FATAL(tl_addr_parse(a, "127.0.0.1", port), 0);
 }
 
 static tl_handle listen4(struct ctx *c, const tl_listen_opts *o, tl_addr *bound)
@@ -217,8 +189,8 @@ static tl_handle listen4(struct ctx *c, const tl_listen_opts *o, tl_addr *bound)
 	tl_addr a;
 	tl_handle h;
 	addr4(&a, 0);
-	EQ_FATAL(tl_tcp_listen(c->loop, &a, o, &h), 0);
-	EQ_FATAL(tl_local_addr(c->loop, h, bound), 0);
+	CHECK_EQ_FATAL(tl_tcp_listen(c->loop, &a, o, &h), 0);
+	CHECK_EQ_FATAL(tl_local_addr(c->loop, h, bound), 0);
 	CU_ASSERT(ntohs(bound->in.sin_port) != 0);
 	return h;
 }
@@ -229,12 +201,12 @@ static void pair(struct ctx *sc, struct ctx *cc, tl_handle *srv, tl_handle *cli)
 	tl_addr a;
 	tl_handle l = listen4(sc, NULL, &a);
 	tl_op aop, cop;
-	EQ_FATAL(tl_accept(sc->loop, l, 1, &aop), 0);
-	EQ_FATAL(tl_tcp_connect(cc->loop, &a, 0, 2, cli, &cop), 0);
+	CHECK_EQ_FATAL(tl_accept(sc->loop, l, 1, &aop), 0);
+	CHECK_EQ_FATAL(tl_tcp_connect(cc->loop, &a, 0, 2, cli, &cop), 0);
 	tl_completion *x = wait_op(sc, aop);
-	EQ_FATAL(x->result, 0);
+	CHECK_EQ_FATAL(x->result, 0);
 	*srv = x->u.accept.conn;
-	EQ_FATAL(wait_op(cc, cop)->result, 0);
+	CHECK_EQ_FATAL(wait_op(cc, cop)->result, 0);
 	close_wait(sc, l);
 }
 
@@ -278,7 +250,7 @@ static uint64_t echo_run(uint64_t seed, uint64_t *chash, uint64_t *vtime)
 	tl_addr a;
 	tl_handle l = listen4(&c, NULL, &a);
 	tl_op aop;
-	EQ_FATAL(tl_accept_start(c.loop, l, 0xacc, &aop), 0);
+	CHECK_EQ_FATAL(tl_accept_start(c.loop, l, 0xacc, &aop), 0);
 	struct echo_conn conn[ECHO_CONNS];
 	memset(conn, 0, sizeof conn);
 	for (int i = 0; i < ECHO_CONNS; i++) {
@@ -287,7 +259,7 @@ static uint64_t echo_run(uint64_t seed, uint64_t *chash, uint64_t *vtime)
 		conn[i].in = malloc(ECHO_BYTES);
 		for (uint32_t k = 0; k < ECHO_BYTES; k++)
 			conn[i].out[k] = pat(k + 977u * (unsigned)i);
-		EQ_FATAL(tl_tcp_connect(c.loop, &a, 0, 0x100 + (unsigned)i, &conn[i].cli, &op), 0);
+		CHECK_EQ_FATAL(tl_tcp_connect(c.loop, &a, 0, 0x100 + (unsigned)i, &conn[i].cli, &op), 0);
 		/* Uneven chunks: 1, 7, 49, ... bytes per iovec. */
 		uint32_t off = 0, k = 1;
 		while (off < ECHO_BYTES) {
@@ -302,9 +274,9 @@ static uint64_t echo_run(uint64_t seed, uint64_t *chash, uint64_t *vtime)
 				v[nv].iov_len = len;
 				off += len;
 			}
-			EQ_FATAL(tl_writev(c.loop, conn[i].cli, v, nv, 0x200 + (unsigned)i, &op), 0);
+			CHECK_EQ_FATAL(tl_writev(c.loop, conn[i].cli, v, nv, 0x200 + (unsigned)i, &op), 0);
 		}
-		EQ_FATAL(tl_shutdown(c.loop, conn[i].cli, 0x300 + (unsigned)i, &op), 0);
+		CHECK_EQ_FATAL(tl_shutdown(c.loop, conn[i].cli, 0x300 + (unsigned)i, &op), 0);
 	}
 	/* Server side state, by accepted handle. */
 	tl_handle srv[ECHO_CONNS];
@@ -316,41 +288,41 @@ static uint64_t echo_run(uint64_t seed, uint64_t *chash, uint64_t *vtime)
 		for (uint32_t i = from; i < c.n; i++) {
 			tl_completion *x = &c.log[i];
 			if (x->kind == TL_K_ACCEPT && x->op.v == aop.v) {
-				EQ_FATAL(x->result, 0);
+				CHECK_EQ_FATAL(x->result, 0);
 				CU_ASSERT_FATAL(nsrv < ECHO_CONNS);
 				srv[nsrv] = x->u.accept.conn;
 				tl_op rop;
-				EQ_FATAL(tl_read_start(c.loop, srv[nsrv], 0x400 + (unsigned)nsrv, &rop), 0);
+				CHECK_EQ_FATAL(tl_read_start(c.loop, srv[nsrv], 0x400 + (unsigned)nsrv, &rop), 0);
 				nsrv++;
 			} else if (x->kind == TL_K_READ && x->token >= 0x400 && x->token < 0x500) {
 				tl_handle h = x->handle;
 				tl_op op;
 				if (x->result > 0) {
 					/* Echo the lease; its id rides in the token. */
-					EQ_FATAL(tl_write(c.loop, h, x->u.read.lease.data,
+					CHECK_EQ_FATAL(tl_write(c.loop, h, x->u.read.lease.data,
 							  (uint32_t)x->result,
 							  0x10000 + x->u.read.lease.id, &op), 0);
 				} else {
-					EQ(x->result, 0);
+					CHECK_EQ(x->result, 0);
 					CU_ASSERT(x->flags & TL_F_EOF);
-					EQ_FATAL(tl_shutdown(c.loop, h, 0x600, &op), 0);
+					CHECK_EQ_FATAL(tl_shutdown(c.loop, h, 0x600, &op), 0);
 				}
 			} else if (x->kind == TL_K_WRITE && x->token >= 0x10000) {
 				CU_ASSERT(x->result > 0);
-				EQ(tl_lease_release(c.loop, (uint32_t)(x->token - 0x10000)), 0);
+				CHECK_EQ(tl_lease_release(c.loop, (uint32_t)(x->token - 0x10000)), 0);
 			} else if (x->kind == TL_K_READ && x->token >= 0x700 && x->token < 0x800) {
 				struct echo_conn *e = &conn[x->token - 0x700];
 				e->reading = 0;
 				if (x->result > 0) {
 					e->got += (uint32_t)x->result;
 				} else {
-					EQ(x->result, 0);
+					CHECK_EQ(x->result, 0);
 					e->done = 1;
 					finished++;
 				}
 			} else if (x->kind == TL_K_WRITE || x->kind == TL_K_SHUTDOWN ||
 				   x->kind == TL_K_CONNECT) {
-				EQ(x->result < 0 ? x->result : 0, 0);
+				CHECK_EQ(x->result < 0 ? x->result : 0, 0);
 			}
 		}
 		for (int i = 0; i < ECHO_CONNS; i++) {
@@ -358,26 +330,26 @@ static uint64_t echo_run(uint64_t seed, uint64_t *chash, uint64_t *vtime)
 			if (e->reading || e->done)
 				continue;
 			uint32_t want = ECHO_BYTES - e->got;
-			EQ_FATAL(tl_read(c.loop, e->cli, e->in + e->got, want ? want : 1,
+			CHECK_EQ_FATAL(tl_read(c.loop, e->cli, e->in + e->got, want ? want : 1,
 					 0x700 + (unsigned)i, &e->rop), 0);
 			e->reading = 1;
 		}
 	}
-	EQ(finished, ECHO_CONNS);
+	CHECK_EQ(finished, ECHO_CONNS);
 	for (int i = 0; i < ECHO_CONNS; i++) {
-		EQ(conn[i].got, ECHO_BYTES);
+		CHECK_EQ(conn[i].got, ECHO_BYTES);
 		CU_ASSERT(memcmp(conn[i].in, conn[i].out, ECHO_BYTES) == 0);
 		free(conn[i].in);
 		free(conn[i].out);
-		EQ(tl_close(c.loop, conn[i].cli, 0), 0);
+		CHECK_EQ(tl_close(c.loop, conn[i].cli, 0), 0);
 	}
 	for (int i = 0; i < nsrv; i++)
-		EQ(tl_close(c.loop, srv[i], 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
+		CHECK_EQ(tl_close(c.loop, srv[i], 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
 	for (int t = 0; t < MAX_TURNS && tl_alive(c.loop); t++)
 		turn(&c, (int64_t)MS);
 	struct tl_sim_stats st;
-	EQ(tl__sim_stats(c.loop, &st), 0);
+	CHECK_EQ(tl__sim_stats(c.loop, &st), 0);
 	CU_ASSERT(st.injected[TL_SIM_SHORT_IO] > 0); /* partial I/O did happen */
 	uint64_t trace = tl__sim_trace(c.loop);
 	*chash = c.hash;
@@ -393,9 +365,9 @@ static void test_determinism(void)
 	uint64_t t1 = echo_run(42, &h1, &v1);
 	uint64_t t2 = echo_run(42, &h2, &v2);
 	uint64_t t3 = echo_run(43, &h3, &v3);
-	EQ(t1 == t2, 1);
-	EQ(h1 == h2, 1);
-	EQ(v1, v2);
+	CHECK_EQ(t1 == t2, 1);
+	CHECK_EQ(h1 == h2, 1);
+	CHECK_EQ(v1, v2);
 	CU_ASSERT(t1 != t3);
 	CU_ASSERT(h1 != h3);
 	/* $TL_SIM_SEED overrides the config's seed. */
@@ -403,7 +375,7 @@ static void test_determinism(void)
 	uint64_t h4, v4;
 	uint64_t t4 = echo_run(42, &h4, &v4);
 	unsetenv("TL_SIM_SEED");
-	EQ(t4 == t3, 1);
+	CHECK_EQ(t4 == t3, 1);
 }
 
 /* ---- virtual time ---- */
@@ -415,28 +387,28 @@ static void test_virtual_time(void)
 	uint64_t w0 = wall_ns(), t0 = tl_now(c.loop);
 	tl_handle th;
 	tl_op top;
-	EQ(tl_timer_start(c.loop, t0 + 10000 * MS, 0, 0x71, &th, &top), 0);
+	CHECK_EQ(tl_timer_start(c.loop, t0 + 10000 * MS, 0, 0x71, &th, &top), 0);
 	tl_completion out[4];
 	tl_turn_info info;
 	int n = tl_turn(c.loop, -1, out, 4, &info);
-	EQ(n, 1);
-	EQ(out[0].kind, TL_K_TIMER);
-	EQ(out[0].op.v == top.v, 1);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(out[0].kind, TL_K_TIMER);
+	CHECK_EQ(out[0].op.v == top.v, 1);
 	CU_ASSERT(tl_now(c.loop) >= t0 + 10000 * MS);
-	EQ(info.waited_ns, 10000 * MS);
+	CHECK_EQ(info.waited_ns, 10000 * MS);
 	CU_ASSERT(wall_ns() - w0 < 100 * MS);
 	/* A bounded turn with nothing to do moves the clock by its timeout. */
 	uint64_t t1 = tl_now(c.loop);
-	EQ(tl_turn(c.loop, 5 * (int64_t)MS, out, 4, &info), 0);
-	EQ(tl_now(c.loop) - t1, 5 * MS);
-	EQ(info.os_waits, 1);
+	CHECK_EQ(tl_turn(c.loop, 5 * (int64_t)MS, out, 4, &info), 0);
+	CHECK_EQ(tl_now(c.loop) - t1, 5 * MS);
+	CHECK_EQ(info.os_waits, 1);
 	/* A zero-timeout turn does not wait; it costs poll_ns, as a real poll
 	 * takes a little time (so that spinning on turn(0) makes progress). */
 	t1 = tl_now(c.loop);
-	EQ(tl_turn(c.loop, 0, out, 4, &info), 0);
-	EQ(tl_now(c.loop) - t1, quiet().poll_ns);
-	EQ(info.os_waits, 0);
-	EQ(tl_close(c.loop, th, 0), 0);
+	CHECK_EQ(tl_turn(c.loop, 0, out, 4, &info), 0);
+	CHECK_EQ(tl_now(c.loop) - t1, quiet().poll_ns);
+	CHECK_EQ(info.os_waits, 0);
+	CHECK_EQ(tl_close(c.loop, th, 0), 0);
 	finish(&c);
 }
 
@@ -447,11 +419,11 @@ static void test_time_restarts(void)
 	uint64_t t = tl_now(a);
 	tl_completion out[1];
 	tl_turn(a, 1000 * (int64_t)MS, out, 1, NULL);
-	EQ(tl_now(a), t + 1000 * MS);
-	EQ(tl_loop_close(a), 0);
+	CHECK_EQ(tl_now(a), t + 1000 * MS);
+	CHECK_EQ(tl_loop_close(a), 0);
 	a = sim_loop(1, NULL);
-	EQ(tl_now(a), t);
-	EQ(tl_loop_close(a), 0);
+	CHECK_EQ(tl_now(a), t);
+	CHECK_EQ(tl_loop_close(a), 0);
 }
 
 /* turn(-1) with nothing scheduled really blocks, and a post from another
@@ -473,15 +445,15 @@ static void test_real_block(void)
 	pthread_create(&t, NULL, post_later, p);
 	tl_completion out[2];
 	int n = tl_turn(c.loop, -1, out, 2, NULL);
-	EQ(n, 1);
-	EQ(out[0].kind, TL_K_POST);
-	EQ(out[0].u.post.payload, 77);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(out[0].kind, TL_K_POST);
+	CHECK_EQ(out[0].u.post.payload, 77);
 	CU_ASSERT(wall_ns() - w0 >= 10 * MS);
 	pthread_join(t, NULL);
 	tl_poster_put(p);
 	struct tl_sim_stats st;
-	EQ(tl__sim_stats(c.loop, &st), 0);
-	EQ(st.real_waits, 1);
+	CHECK_EQ(tl__sim_stats(c.loop, &st), 0);
+	CHECK_EQ(st.real_waits, 1);
 	finish(&c);
 }
 
@@ -500,23 +472,23 @@ static void test_echo_two_loops(void)
 	for (uint32_t i = 0; i < sizeof msg; i++)
 		msg[i] = pat(i);
 	tl_op w, r;
-	EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
+	CHECK_EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
 	uint32_t got = 0;
 	while (got < sizeof back) {
-		EQ_FATAL(tl_read(s.loop, srv, back + got, (uint32_t)sizeof back - got, 2, &r), 0);
+		CHECK_EQ_FATAL(tl_read(s.loop, srv, back + got, (uint32_t)sizeof back - got, 2, &r), 0);
 		tl_completion *x = wait_op(&s, r);
 		CU_ASSERT_FATAL(x->result > 0);
 		got += (uint32_t)x->result;
 	}
-	EQ(wait_op(&c, w)->result, sizeof msg);
+	CHECK_EQ(wait_op(&c, w)->result, sizeof msg);
 	CU_ASSERT(memcmp(msg, back, sizeof msg) == 0);
 	/* Peer address of the accepted side = the client's local address. */
 	tl_addr la;
-	EQ(tl_local_addr(c.loop, cli, &la), 0);
-	EQ(la.sa.sa_family, AF_INET);
+	CHECK_EQ(tl_local_addr(c.loop, cli, &la), 0);
+	CHECK_EQ(la.sa.sa_family, AF_INET);
 	s.peer = c.peer = NULL;
-	EQ(tl_close(s.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(s.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&s);
 	finish(&c);
 }
@@ -529,16 +501,16 @@ static void test_refused(void)
 	addr4(&a, 9);
 	tl_handle h;
 	tl_op op;
-	EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), 0);
-	EQ(wait_op(&c, op)->result, -ECONNREFUSED);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -ECONNREFUSED);
 	/* Reads behind a refused connect fail too, and nothing leaks. */
 	uint8_t b[4];
 	tl_op r;
-	EQ(tl_read(c.loop, h, b, 4, 2, &r), 0);
-	EQ(wait_op(&c, r)->result, -ENOTCONN);
-	EQ(tl_close(c.loop, h, 0), 0);
+	CHECK_EQ(tl_read(c.loop, h, b, 4, 2, &r), 0);
+	CHECK_EQ(wait_op(&c, r)->result, -ENOTCONN);
+	CHECK_EQ(tl_close(c.loop, h, 0), 0);
 	/* A Unix path nobody listens on does not exist: refused at once. */
-	EQ(tl_unix_connect(c.loop, "/sim/nobody", 0, 3, &h, &op), -ENOENT);
+	CHECK_EQ(tl_unix_connect(c.loop, "/sim/nobody", 0, 3, &h, &op), -ENOENT);
 	finish(&c);
 }
 
@@ -551,12 +523,12 @@ static void test_eof_and_reset(void)
 	tl_op op;
 	uint8_t b[64];
 	/* Shutdown: the peer reads the bytes, then EOF. */
-	EQ(tl_write(c.loop, cli, "hello", 5, 1, &op), 0);
-	EQ(tl_shutdown(c.loop, cli, 2, &op), 0);
-	EQ(wait_op(&c, op)->result, 0);
+	CHECK_EQ(tl_write(c.loop, cli, "hello", 5, 1, &op), 0);
+	CHECK_EQ(tl_shutdown(c.loop, cli, 2, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 0);
 	uint32_t got = 0;
 	for (;;) {
-		EQ_FATAL(tl_read(c.loop, srv, b + got, sizeof b - got, 3, &op), 0);
+		CHECK_EQ_FATAL(tl_read(c.loop, srv, b + got, sizeof b - got, 3, &op), 0);
 		tl_completion *x = wait_op(&c, op);
 		if (x->result == 0) {
 			CU_ASSERT(x->flags & TL_F_EOF);
@@ -565,51 +537,51 @@ static void test_eof_and_reset(void)
 		CU_ASSERT_FATAL(x->result > 0);
 		got += (uint32_t)x->result;
 	}
-	EQ(got, 5);
+	CHECK_EQ(got, 5);
 	CU_ASSERT(memcmp(b, "hello", 5) == 0);
 	/* Writes after shutdown fail with EPIPE; the other direction works. */
-	EQ(tl_write(c.loop, cli, "x", 1, 4, &op), 0);
-	EQ(wait_op(&c, op)->result, -EPIPE);
-	EQ(tl_write(c.loop, srv, "y", 1, 5, &op), 0);
-	EQ(wait_op(&c, op)->result, 1);
+	CHECK_EQ(tl_write(c.loop, cli, "x", 1, 4, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -EPIPE);
+	CHECK_EQ(tl_write(c.loop, srv, "y", 1, 5, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 1);
 	/* Closing the client with that byte unread resets the server. */
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	for (int t = 0; t < 100 && find_closed(&c, cli) < 0; t++)
 		turn(&c, (int64_t)MS);
-	EQ(tl_read(c.loop, srv, b, sizeof b, 6, &op), 0);
-	EQ(wait_op(&c, op)->result, -ECONNRESET);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 6, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -ECONNRESET);
 	/* After the reset: EOF for reads, EPIPE for writes. */
-	EQ(tl_read(c.loop, srv, b, sizeof b, 7, &op), 0);
-	EQ(wait_op(&c, op)->result, 0);
-	EQ(tl_write(c.loop, srv, "z", 1, 8, &op), 0);
-	EQ(wait_op(&c, op)->result, -EPIPE);
-	EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 7, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 0);
+	CHECK_EQ(tl_write(c.loop, srv, "z", 1, 8, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -EPIPE);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
 
 	/* A clean close gives the peer EOF after the data. */
 	pair(&c, &c, &srv, &cli);
-	EQ(tl_write(c.loop, srv, "bye", 3, 9, &op), 0);
-	EQ(wait_op(&c, op)->result, 3);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_read(c.loop, cli, b, sizeof b, 10, &op), 0);
+	CHECK_EQ(tl_write(c.loop, srv, "bye", 3, 9, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 3);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_read(c.loop, cli, b, sizeof b, 10, &op), 0);
 	tl_completion *x = wait_op(&c, op);
 	CU_ASSERT(x->result >= 1 && x->result <= 3);
 	got = (uint32_t)x->result;
 	while (got < 3) {
-		EQ_FATAL(tl_read(c.loop, cli, b + got, sizeof b - got, 11, &op), 0);
+		CHECK_EQ_FATAL(tl_read(c.loop, cli, b + got, sizeof b - got, 11, &op), 0);
 		x = wait_op(&c, op);
 		CU_ASSERT_FATAL(x->result > 0);
 		got += (uint32_t)x->result;
 	}
-	EQ(tl_read(c.loop, cli, b, sizeof b, 12, &op), 0);
+	CHECK_EQ(tl_read(c.loop, cli, b, sizeof b, 12, &op), 0);
 	x = wait_op(&c, op);
-	EQ(x->result, 0);
+	CHECK_EQ(x->result, 0);
 	CU_ASSERT(x->flags & TL_F_EOF);
 	/* The first write to a closed TCP peer goes out; the reset follows. */
-	EQ(tl_write(c.loop, cli, "a", 1, 13, &op), 0);
-	EQ(wait_op(&c, op)->result, 1);
-	EQ(tl_write(c.loop, cli, "b", 1, 14, &op), 0);
-	EQ(wait_op(&c, op)->result, -ECONNRESET);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_write(c.loop, cli, "a", 1, 13, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 1);
+	CHECK_EQ(tl_write(c.loop, cli, "b", 1, 14, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -ECONNRESET);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -624,27 +596,27 @@ static void test_backlog_deadline(void)
 	tl_handle cli[4];
 	tl_op cop[4];
 	for (int i = 0; i < 2; i++) {
-		EQ(tl_tcp_connect(c.loop, &a, 0, 0x10 + (unsigned)i, &cli[i], &cop[i]), 0);
-		EQ(wait_op(&c, cop[i])->result, 0);
+		CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 0x10 + (unsigned)i, &cli[i], &cop[i]), 0);
+		CHECK_EQ(wait_op(&c, cop[i])->result, 0);
 	}
 	uint64_t t0 = tl_now(c.loop), dl = t0 + 50 * MS;
-	EQ(tl_tcp_connect(c.loop, &a, dl, 0x12, &cli[2], &cop[2]), 0);
-	EQ(tl_tcp_connect(c.loop, &a, 0, 0x13, &cli[3], &cop[3]), 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, dl, 0x12, &cli[2], &cop[2]), 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 0x13, &cli[3], &cop[3]), 0);
 	tl_completion *x = wait_op(&c, cop[2]);
-	EQ(x->result, -ETIMEDOUT);
+	CHECK_EQ(x->result, -ETIMEDOUT);
 	CU_ASSERT(tl_now(c.loop) >= dl);
 	/* The one without a deadline still waits; an accept lets it in. */
 	CU_ASSERT(find_term(&c, cop[3]) < 0);
 	tl_op aop;
-	EQ(tl_accept(c.loop, l, 0x20, &aop), 0);
+	CHECK_EQ(tl_accept(c.loop, l, 0x20, &aop), 0);
 	x = wait_op(&c, aop);
-	EQ(x->result, 0);
+	CHECK_EQ(x->result, 0);
 	tl_handle s1 = x->u.accept.conn;
-	EQ(wait_op(&c, cop[3])->result, 0);
-	EQ(tl_close(c.loop, s1, 0), 0);
+	CHECK_EQ(wait_op(&c, cop[3])->result, 0);
+	CHECK_EQ(tl_close(c.loop, s1, 0), 0);
 	for (int i = 0; i < 4; i++)
-		EQ(tl_close(c.loop, cli[i], 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
+		CHECK_EQ(tl_close(c.loop, cli[i], 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
 	finish(&c);
 }
 
@@ -655,19 +627,19 @@ static void test_reuseport_and_ports(void)
 	tl_addr a, b;
 	tl_listen_opts ro = {.reuseport = 1};
 	tl_handle l1 = listen4(&c, &ro, &a), l2, l3;
-	EQ(tl_tcp_listen(c.loop, &a, &ro, &l2), 0);
-	EQ(tl_tcp_listen(c.loop, &a, NULL, &l3), -EADDRINUSE);
+	CHECK_EQ(tl_tcp_listen(c.loop, &a, &ro, &l2), 0);
+	CHECK_EQ(tl_tcp_listen(c.loop, &a, NULL, &l3), -EADDRINUSE);
 	tl_addr any;
-	EQ(tl_addr_parse(&any, "0.0.0.0", ntohs(a.in.sin_port)), 0);
-	EQ(tl_tcp_listen(c.loop, &any, NULL, &l3), -EADDRINUSE);
+	CHECK_EQ(tl_addr_parse(&any, "0.0.0.0", ntohs(a.in.sin_port)), 0);
+	CHECK_EQ(tl_tcp_listen(c.loop, &any, NULL, &l3), -EADDRINUSE);
 	/* Connections spread over both listeners. */
 	tl_op a1, a2;
-	EQ(tl_accept_start(c.loop, l1, 1, &a1), 0);
-	EQ(tl_accept_start(c.loop, l2, 2, &a2), 0);
+	CHECK_EQ(tl_accept_start(c.loop, l1, 1, &a1), 0);
+	CHECK_EQ(tl_accept_start(c.loop, l2, 2, &a2), 0);
 	tl_handle cli[16];
 	for (int i = 0; i < 16; i++) {
 		tl_op op;
-		EQ(tl_tcp_connect(c.loop, &a, 0, 3, &cli[i], &op), 0);
+		CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 3, &cli[i], &op), 0);
 		wait_op(&c, op);
 	}
 	for (int t = 0; t < 100; t++)
@@ -676,39 +648,39 @@ static void test_reuseport_and_ports(void)
 	for (uint32_t i = 0; i < c.n; i++) {
 		if (c.log[i].kind != TL_K_ACCEPT)
 			continue;
-		EQ(c.log[i].result, 0);
+		CHECK_EQ(c.log[i].result, 0);
 		n1 += c.log[i].op.v == a1.v;
 		n2 += c.log[i].op.v == a2.v;
-		EQ(tl_close(c.loop, c.log[i].u.accept.conn, 0), 0);
+		CHECK_EQ(tl_close(c.loop, c.log[i].u.accept.conn, 0), 0);
 	}
-	EQ(n1 + n2, 16);
+	CHECK_EQ(n1 + n2, 16);
 	CU_ASSERT(n1 > 0 && n2 > 0);
 	for (int i = 0; i < 16; i++)
-		EQ(tl_close(c.loop, cli[i], 0), 0);
+		CHECK_EQ(tl_close(c.loop, cli[i], 0), 0);
 	/* IPv6, port 0 and tl_local_addr. */
 	tl_addr v6;
 	tl_handle l6;
-	EQ(tl_addr_parse(&v6, "::1", 0), 0);
-	EQ(tl_tcp_listen(c.loop, &v6, NULL, &l6), 0);
-	EQ(tl_local_addr(c.loop, l6, &b), 0);
-	EQ(b.sa.sa_family, AF_INET6);
+	CHECK_EQ(tl_addr_parse(&v6, "::1", 0), 0);
+	CHECK_EQ(tl_tcp_listen(c.loop, &v6, NULL, &l6), 0);
+	CHECK_EQ(tl_local_addr(c.loop, l6, &b), 0);
+	CHECK_EQ(b.sa.sa_family, AF_INET6);
 	CU_ASSERT(ntohs(b.in6.sin6_port) != 0);
 	tl_handle c6;
 	tl_op op6, acc6;
-	EQ(tl_accept(c.loop, l6, 4, &acc6), 0);
-	EQ(tl_tcp_connect(c.loop, &b, 0, 5, &c6, &op6), 0);
-	EQ(wait_op(&c, op6)->result, 0);
+	CHECK_EQ(tl_accept(c.loop, l6, 4, &acc6), 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &b, 0, 5, &c6, &op6), 0);
+	CHECK_EQ(wait_op(&c, op6)->result, 0);
 	tl_completion *x = wait_op(&c, acc6);
-	EQ(x->result, 0);
-	EQ(x->u.accept.peer.sa.sa_family, AF_INET6);
+	CHECK_EQ(x->result, 0);
+	CHECK_EQ(x->u.accept.peer.sa.sa_family, AF_INET6);
 	tl_addr cl;
-	EQ(tl_local_addr(c.loop, c6, &cl), 0);
-	EQ(ntohs(cl.in6.sin6_port), ntohs(x->u.accept.peer.in6.sin6_port));
-	EQ(tl_close(c.loop, x->u.accept.conn, 0), 0);
-	EQ(tl_close(c.loop, c6, 0), 0);
-	EQ(tl_close(c.loop, l6, 0), 0);
-	EQ(tl_close(c.loop, l1, 0), 0);
-	EQ(tl_close(c.loop, l2, 0), 0);
+	CHECK_EQ(tl_local_addr(c.loop, c6, &cl), 0);
+	CHECK_EQ(ntohs(cl.in6.sin6_port), ntohs(x->u.accept.peer.in6.sin6_port));
+	CHECK_EQ(tl_close(c.loop, x->u.accept.conn, 0), 0);
+	CHECK_EQ(tl_close(c.loop, c6, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l6, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l1, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l2, 0), 0);
 	finish(&c);
 }
 
@@ -717,38 +689,38 @@ static void test_unix(void)
 	struct ctx c;
 	ctx_init(&c, sim_loop(10, NULL));
 	tl_handle l, l2, cli;
-	EQ(tl_unix_listen(c.loop, "/sim/u", NULL, &l), 0);
-	EQ(tl_unix_listen(c.loop, "/sim/u", NULL, &l2), -EADDRINUSE);
+	CHECK_EQ(tl_unix_listen(c.loop, "/sim/u", NULL, &l), 0);
+	CHECK_EQ(tl_unix_listen(c.loop, "/sim/u", NULL, &l2), -EADDRINUSE);
 	tl_op aop, cop, op;
-	EQ(tl_accept(c.loop, l, 1, &aop), 0);
-	EQ(tl_unix_connect(c.loop, "/sim/u", 0, 2, &cli, &cop), 0);
+	CHECK_EQ(tl_accept(c.loop, l, 1, &aop), 0);
+	CHECK_EQ(tl_unix_connect(c.loop, "/sim/u", 0, 2, &cli, &cop), 0);
 	tl_completion *x = wait_op(&c, aop);
-	EQ(x->result, 0);
-	EQ(x->u.accept.peer.sa.sa_family, AF_UNIX);
+	CHECK_EQ(x->result, 0);
+	CHECK_EQ(x->u.accept.peer.sa.sa_family, AF_UNIX);
 	tl_handle srv = x->u.accept.conn;
-	EQ(wait_op(&c, cop)->result, 0);
+	CHECK_EQ(wait_op(&c, cop)->result, 0);
 	tl_addr la;
-	EQ(tl_local_addr(c.loop, cli, &la), -EINVAL);
-	EQ(tl_write(c.loop, srv, "unix", 4, 3, &op), 0);
-	EQ(wait_op(&c, op)->result, 4);
+	CHECK_EQ(tl_local_addr(c.loop, cli, &la), -EINVAL);
+	CHECK_EQ(tl_write(c.loop, srv, "unix", 4, 3, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 4);
 	/* Read it all first: closing with unread bytes would reset the peer
 	 * (as Linux does for Unix sockets too). */
 	uint8_t b[4];
 	uint32_t got = 0;
 	while (got < 4) {
-		EQ_FATAL(tl_read(c.loop, cli, b + got, 4 - got, 5, &op), 0);
+		CHECK_EQ_FATAL(tl_read(c.loop, cli, b + got, 4 - got, 5, &op), 0);
 		tl_completion *y = wait_op(&c, op);
 		CU_ASSERT_FATAL(y->result > 0);
 		got += (uint32_t)y->result;
 	}
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	for (int t = 0; t < 100 && find_closed(&c, cli) < 0; t++)
 		turn(&c, (int64_t)MS);
 	/* Unix: writing to a closed peer is EPIPE at once. */
-	EQ(tl_write(c.loop, srv, "x", 1, 4, &op), 0);
-	EQ(wait_op(&c, op)->result, -EPIPE);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
+	CHECK_EQ(tl_write(c.loop, srv, "x", 1, 4, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -EPIPE);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
 	finish(&c);
 }
 
@@ -759,44 +731,44 @@ static void test_udp(void)
 	tl_addr a, b, ba, bb;
 	tl_handle ha, hb;
 	addr4(&a, 0);
-	EQ(tl_udp_bind(c.loop, &a, &ha), 0);
-	EQ(tl_addr_parse(&b, "0.0.0.0", 0), 0);
-	EQ(tl_udp_bind(c.loop, &b, &hb), 0);
-	EQ(tl_local_addr(c.loop, ha, &ba), 0);
-	EQ(tl_local_addr(c.loop, hb, &bb), 0);
+	CHECK_EQ(tl_udp_bind(c.loop, &a, &ha), 0);
+	CHECK_EQ(tl_addr_parse(&b, "0.0.0.0", 0), 0);
+	CHECK_EQ(tl_udp_bind(c.loop, &b, &hb), 0);
+	CHECK_EQ(tl_local_addr(c.loop, ha, &ba), 0);
+	CHECK_EQ(tl_local_addr(c.loop, hb, &bb), 0);
 	tl_handle dup;
-	EQ(tl_udp_bind(c.loop, &ba, &dup), -EADDRINUSE);
+	CHECK_EQ(tl_udp_bind(c.loop, &ba, &dup), -EADDRINUSE);
 	tl_addr to;
 	addr4(&to, ntohs(bb.in.sin_port));
 	tl_op s, r;
 	uint8_t buf[8];
-	EQ(tl_udp_recv(c.loop, hb, buf, sizeof buf, 1, &r), 0);
-	EQ(tl_udp_send(c.loop, ha, "datagram!", 9, &to, 2, &s), 0);
-	EQ(wait_op(&c, s)->result, 9);
+	CHECK_EQ(tl_udp_recv(c.loop, hb, buf, sizeof buf, 1, &r), 0);
+	CHECK_EQ(tl_udp_send(c.loop, ha, "datagram!", 9, &to, 2, &s), 0);
+	CHECK_EQ(wait_op(&c, s)->result, 9);
 	tl_completion *x = wait_op(&c, r);
-	EQ(x->result, 8); /* truncated to the buffer, as UDP */
+	CHECK_EQ(x->result, 8); /* truncated to the buffer, as UDP */
 	CU_ASSERT(memcmp(buf, "datagram", 8) == 0);
-	EQ(ntohs(x->u.recv.from.in.sin_port), ntohs(ba.in.sin_port));
+	CHECK_EQ(ntohs(x->u.recv.from.in.sin_port), ntohs(ba.in.sin_port));
 	/* Pooled receive. */
-	EQ(tl_udp_recv_pooled(c.loop, hb, 3, &r), 0);
-	EQ(tl_udp_send(c.loop, ha, "two", 3, &to, 4, &s), 0);
+	CHECK_EQ(tl_udp_recv_pooled(c.loop, hb, 3, &r), 0);
+	CHECK_EQ(tl_udp_send(c.loop, ha, "two", 3, &to, 4, &s), 0);
 	x = wait_op(&c, r);
-	EQ(x->result, 3);
+	CHECK_EQ(x->result, 3);
 	CU_ASSERT(x->flags & TL_F_LEASE);
 	CU_ASSERT(memcmp(x->u.recv.lease.data, "two", 3) == 0);
-	EQ(tl_lease_release(c.loop, x->u.recv.lease.id), 0);
+	CHECK_EQ(tl_lease_release(c.loop, x->u.recv.lease.id), 0);
 	/* To a port nobody bound: sent, and lost. */
 	tl_addr nowhere;
 	addr4(&nowhere, 9);
-	EQ(tl_udp_send(c.loop, ha, "x", 1, &nowhere, 5, &s), 0);
-	EQ(wait_op(&c, s)->result, 1);
+	CHECK_EQ(tl_udp_send(c.loop, ha, "x", 1, &nowhere, 5, &s), 0);
+	CHECK_EQ(wait_op(&c, s)->result, 1);
 	/* IPv6 to IPv4 from an IPv4 socket. */
 	tl_addr v6;
-	EQ(tl_addr_parse(&v6, "::1", 9), 0);
-	EQ(tl_udp_send(c.loop, ha, "x", 1, &v6, 6, &s), 0);
-	EQ(wait_op(&c, s)->result, -EAFNOSUPPORT);
-	EQ(tl_close(c.loop, ha, 0), 0);
-	EQ(tl_close(c.loop, hb, 0), 0);
+	CHECK_EQ(tl_addr_parse(&v6, "::1", 9), 0);
+	CHECK_EQ(tl_udp_send(c.loop, ha, "x", 1, &v6, 6, &s), 0);
+	CHECK_EQ(wait_op(&c, s)->result, -EAFNOSUPPORT);
+	CHECK_EQ(tl_close(c.loop, ha, 0), 0);
+	CHECK_EQ(tl_close(c.loop, hb, 0), 0);
 	finish(&c);
 }
 
@@ -809,7 +781,7 @@ static void test_lease_wait(void)
 	cfg.pooled_buffers = 2;
 	cfg.pooled_buffer_size = 64;
 	tl_loop *l;
-	EQ_FATAL(tl_loop_new(&l, &cfg), 0);
+	CHECK_EQ_FATAL(tl_loop_new(&l, &cfg), 0);
 	struct ctx c;
 	ctx_init(&c, l);
 	tl_handle srv, cli;
@@ -818,9 +790,9 @@ static void test_lease_wait(void)
 	for (uint32_t i = 0; i < sizeof msg; i++)
 		msg[i] = pat(i);
 	tl_op w, r;
-	EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
-	EQ(tl_shutdown(c.loop, cli, 2, &w), 0);
-	EQ(tl_read_start(c.loop, srv, 3, &r), 0);
+	CHECK_EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
+	CHECK_EQ(tl_shutdown(c.loop, cli, 2, &w), 0);
+	CHECK_EQ(tl_read_start(c.loop, srv, 3, &r), 0);
 	uint8_t back[sizeof msg];
 	uint32_t got = 0;
 	int eof = 0;
@@ -832,7 +804,7 @@ static void test_lease_wait(void)
 			if (x->op.v != r.v)
 				continue;
 			if (x->flags & TL_F_TERMINAL) {
-				EQ(x->result, 0);
+				CHECK_EQ(x->result, 0);
 				eof = 1;
 				continue;
 			}
@@ -848,10 +820,10 @@ static void test_lease_wait(void)
 	}
 	release_leases(&c, 0);
 	CU_ASSERT(eof);
-	EQ(got, sizeof msg);
+	CHECK_EQ(got, sizeof msg);
 	CU_ASSERT(memcmp(back, msg, sizeof msg) == 0);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -901,7 +873,7 @@ static void test_cross_thread(void)
 	struct xthread x = {.ok = 0};
 	tl_handle l = listen4(&s, NULL, &x.addr);
 	tl_op aop;
-	EQ(tl_accept(s.loop, l, 1, &aop), 0);
+	CHECK_EQ(tl_accept(s.loop, l, 1, &aop), 0);
 	pthread_t t;
 	pthread_create(&t, NULL, client_thread, &x);
 	tl_completion out[4];
@@ -910,7 +882,7 @@ static void test_cross_thread(void)
 		int n = tl_turn(s.loop, -1, out, 4, NULL);
 		for (int k = 0; k < n; k++)
 			if (out[k].op.v == aop.v) {
-				EQ(out[k].result, 0);
+				CHECK_EQ(out[k].result, 0);
 				srv = out[k].u.accept.conn;
 			}
 	}
@@ -919,17 +891,17 @@ static void test_cross_thread(void)
 	uint32_t got = 0;
 	while (got < 4) {
 		tl_op r;
-		EQ_FATAL(tl_read(s.loop, srv, b + got, 4 - got, 2, &r), 0);
+		CHECK_EQ_FATAL(tl_read(s.loop, srv, b + got, 4 - got, 2, &r), 0);
 		int n = tl_turn(s.loop, -1, out, 4, NULL);
-		EQ_FATAL(n, 1);
+		CHECK_EQ_FATAL(n, 1);
 		CU_ASSERT_FATAL(out[0].result > 0);
 		got += (uint32_t)out[0].result;
 	}
 	CU_ASSERT(memcmp(b, "ping", 4) == 0);
 	pthread_join(t, NULL);
 	CU_ASSERT(x.ok);
-	EQ(tl_close(s.loop, srv, 0), 0);
-	EQ(tl_close(s.loop, l, 0), 0);
+	CHECK_EQ(tl_close(s.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(s.loop, l, 0), 0);
 	finish(&s);
 }
 
@@ -949,12 +921,12 @@ static void test_fault_connect_refused(void)
 	tl_addr a;
 	tl_handle l = listen4(&c, NULL, &a), h;
 	struct tl_sim_faults f = with(TL_SIM_CONNECT_REFUSED, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op op;
-	EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), 0);
-	EQ(wait_op(&c, op)->result, -ECONNREFUSED);
-	EQ(tl_close(c.loop, h, 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -ECONNREFUSED);
+	CHECK_EQ(tl_close(c.loop, h, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
 	finish(&c);
 }
 
@@ -965,15 +937,15 @@ static void test_fault_reset(void)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(TL_SIM_RESET, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op w, r;
 	uint8_t b[16];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_write(c.loop, cli, "data", 4, 2, &w), 0);
-	EQ(wait_op(&c, w)->result, -ECONNRESET);
-	EQ(wait_op(&c, r)->result, -ECONNRESET);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_write(c.loop, cli, "data", 4, 2, &w), 0);
+	CHECK_EQ(wait_op(&c, w)->result, -ECONNRESET);
+	CHECK_EQ(wait_op(&c, r)->result, -ECONNRESET);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -984,13 +956,13 @@ static void test_fault_close_reset(void)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(TL_SIM_CLOSE_RESET, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op r;
 	uint8_t b[16];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
-	EQ(wait_op(&c, r)->result, -ECONNRESET);
-	EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(wait_op(&c, r)->result, -ECONNRESET);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
 	finish(&c);
 }
 
@@ -1001,15 +973,15 @@ static void test_fault_short_io(void)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(TL_SIM_SHORT_IO, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	static uint8_t msg[65536], back[65536];
 	for (uint32_t i = 0; i < sizeof msg; i++)
 		msg[i] = pat(i);
 	tl_op w, r;
-	EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
+	CHECK_EQ(tl_write(c.loop, cli, msg, sizeof msg, 1, &w), 0);
 	uint32_t got = 0, reads = 0;
 	while (got < sizeof back) {
-		EQ_FATAL(tl_read(c.loop, srv, back + got, (uint32_t)sizeof back - got, 2, &r), 0);
+		CHECK_EQ_FATAL(tl_read(c.loop, srv, back + got, (uint32_t)sizeof back - got, 2, &r), 0);
 		tl_completion *x = wait_op(&c, r);
 		CU_ASSERT_FATAL(x->result > 0);
 		got += (uint32_t)x->result;
@@ -1017,10 +989,10 @@ static void test_fault_short_io(void)
 	}
 	/* Every read was short, and the write still wrote every byte. */
 	CU_ASSERT(reads > 3);
-	EQ(wait_op(&c, w)->result, sizeof msg);
+	CHECK_EQ(wait_op(&c, w)->result, sizeof msg);
 	CU_ASSERT(memcmp(msg, back, sizeof msg) == 0);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1031,27 +1003,27 @@ static void accept_fault(enum tl_sim_knob k, int err)
 	tl_addr a;
 	tl_handle l = listen4(&c, NULL, &a), cli;
 	tl_op cop, aop;
-	EQ(tl_tcp_connect(c.loop, &a, 0, 1, &cli, &cop), 0);
-	EQ(wait_op(&c, cop)->result, 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 1, &cli, &cop), 0);
+	CHECK_EQ(wait_op(&c, cop)->result, 0);
 	struct tl_sim_faults f = with(k, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	/* One accept: the error is its terminal result. */
-	EQ(tl_accept(c.loop, l, 2, &aop), 0);
-	EQ(wait_op(&c, aop)->result, -err);
+	CHECK_EQ(tl_accept(c.loop, l, 2, &aop), 0);
+	CHECK_EQ(wait_op(&c, aop)->result, -err);
 	/* Multishot: nonterminal errors, and accepting resumes. */
-	EQ(tl_accept_start(c.loop, l, 3, &aop), 0);
+	CHECK_EQ(tl_accept_start(c.loop, l, 3, &aop), 0);
 	for (int t = 0; t < 20; t++)
 		turn(&c, (int64_t)MS);
 	uint32_t errs = 0;
 	for (uint32_t i = 0; i < c.n; i++)
 		if (c.log[i].op.v == aop.v) {
-			EQ(c.log[i].result, -err);
-			EQ(c.log[i].flags & TL_F_TERMINAL, 0);
+			CHECK_EQ(c.log[i].result, -err);
+			CHECK_EQ(c.log[i].flags & TL_F_TERMINAL, 0);
 			errs++;
 		}
 	CU_ASSERT(errs > 0);
 	f = quiet();
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_handle srv = TL_HANDLE_NONE;
 	for (int t = 0; t < 100 && !srv.v; t++) {
 		uint32_t from = c.n;
@@ -1061,13 +1033,13 @@ static void accept_fault(enum tl_sim_knob k, int err)
 				srv = c.log[i].u.accept.conn;
 	}
 	CU_ASSERT(srv.v != 0);
-	EQ(tl_stop(c.loop, aop), 0);
+	CHECK_EQ(tl_stop(c.loop, aop), 0);
 	tl_completion *x = wait_op(&c, aop);
 	CU_ASSERT(x->flags & TL_F_STOPPED);
 	if (srv.v)
-		EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
+		CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
 	finish(&c);
 }
 
@@ -1082,7 +1054,7 @@ static void submit_fault(enum tl_sim_knob k, int err)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(k, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_loop_stats st0, st1;
 	tl_loop_stats_get(c.loop, &st0);
 	int alive = tl_alive(c.loop);
@@ -1092,25 +1064,25 @@ static void submit_fault(enum tl_sim_knob k, int err)
 	tl_handle h;
 	addr4(&a, 9);
 	/* Refused: nothing happened, nothing is owed, nothing leaked. */
-	EQ(tl_read(c.loop, srv, b, 4, 1, &op), -err);
-	EQ(tl_read_start(c.loop, srv, 2, &op), -err);
-	EQ(tl_write(c.loop, cli, "x", 1, 3, &op), -err);
-	EQ(tl_shutdown(c.loop, cli, 4, &op), -err);
-	EQ(tl_tcp_connect(c.loop, &a, 0, 5, &h, &op), -err);
+	CHECK_EQ(tl_read(c.loop, srv, b, 4, 1, &op), -err);
+	CHECK_EQ(tl_read_start(c.loop, srv, 2, &op), -err);
+	CHECK_EQ(tl_write(c.loop, cli, "x", 1, 3, &op), -err);
+	CHECK_EQ(tl_shutdown(c.loop, cli, 4, &op), -err);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 5, &h, &op), -err);
 	tl_loop_stats_get(c.loop, &st1);
-	EQ(st1.ops, st0.ops);
-	EQ(st1.handles, st0.handles);
-	EQ(tl_alive(c.loop), alive);
+	CHECK_EQ(st1.ops, st0.ops);
+	CHECK_EQ(st1.handles, st0.handles);
+	CHECK_EQ(tl_alive(c.loop), alive);
 	uint32_t from = c.n;
 	for (int t = 0; t < 10; t++)
 		turn(&c, (int64_t)MS);
-	EQ(c.n, from); /* no completion is owed for a refused submission */
+	CHECK_EQ(c.n, from); /* no completion is owed for a refused submission */
 	f = quiet();
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
-	EQ(tl_write(c.loop, cli, "x", 1, 6, &op), 0);
-	EQ(wait_op(&c, op)->result, 1);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl_write(c.loop, cli, "x", 1, 6, &op), 0);
+	CHECK_EQ(wait_op(&c, op)->result, 1);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1122,20 +1094,20 @@ static void test_fault_open_emfile(void)
 	struct ctx c;
 	ctx_init(&c, sim_loop(50, NULL));
 	struct tl_sim_faults f = with(TL_SIM_OPEN_EMFILE, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_addr a;
 	tl_handle h;
 	tl_op op;
 	addr4(&a, 0);
-	EQ(tl_tcp_listen(c.loop, &a, NULL, &h), -EMFILE);
-	EQ(tl_udp_bind(c.loop, &a, &h), -EMFILE);
-	EQ(tl_unix_listen(c.loop, "/sim/x", NULL, &h), -EMFILE);
+	CHECK_EQ(tl_tcp_listen(c.loop, &a, NULL, &h), -EMFILE);
+	CHECK_EQ(tl_udp_bind(c.loop, &a, &h), -EMFILE);
+	CHECK_EQ(tl_unix_listen(c.loop, "/sim/x", NULL, &h), -EMFILE);
 	addr4(&a, 80);
-	EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), -EMFILE);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 1, &h, &op), -EMFILE);
 	tl_loop_stats st;
 	tl_loop_stats_get(c.loop, &st);
-	EQ(st.handles, 0);
-	EQ(tl_alive(c.loop), 0);
+	CHECK_EQ(st.handles, 0);
+	CHECK_EQ(tl_alive(c.loop), 0);
 	finish(&c);
 }
 
@@ -1148,17 +1120,17 @@ static void test_fault_slow(void)
 	struct tl_sim_faults f = with(TL_SIM_SLOW, 1);
 	f.slow_us = 200000;
 	f.p[TL_SIM_SYNC_WRITE] = 1;
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	uint64_t t0 = tl_now(c.loop);
 	tl_op w, r;
 	uint8_t b[4];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_write(c.loop, cli, "slow", 4, 2, &w), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_write(c.loop, cli, "slow", 4, 2, &w), 0);
 	wait_op(&c, r);
 	/* The bytes took at least slow_us of virtual time to be noticed. */
 	CU_ASSERT(tl_now(c.loop) - t0 >= 200 * MS);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1169,21 +1141,21 @@ static void test_fault_udp_drop(void)
 	tl_addr a, ba;
 	tl_handle h;
 	addr4(&a, 0);
-	EQ(tl_udp_bind(c.loop, &a, &h), 0);
-	EQ(tl_local_addr(c.loop, h, &ba), 0);
+	CHECK_EQ(tl_udp_bind(c.loop, &a, &h), 0);
+	CHECK_EQ(tl_local_addr(c.loop, h, &ba), 0);
 	struct tl_sim_faults f = with(TL_SIM_UDP_DROP, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op s, r;
 	uint8_t b[4];
-	EQ(tl_udp_recv(c.loop, h, b, sizeof b, 1, &r), 0);
-	EQ(tl_udp_send(c.loop, h, "lost", 4, &ba, 2, &s), 0);
-	EQ(wait_op(&c, s)->result, 4);
+	CHECK_EQ(tl_udp_recv(c.loop, h, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_udp_send(c.loop, h, "lost", 4, &ba, 2, &s), 0);
+	CHECK_EQ(wait_op(&c, s)->result, 4);
 	for (int t = 0; t < 50; t++)
 		turn(&c, (int64_t)MS);
 	CU_ASSERT(find_term(&c, r) < 0);
-	EQ(tl_cancel(c.loop, r), 0);
-	EQ(wait_op(&c, r)->result, -ECANCELED);
-	EQ(tl_close(c.loop, h, 0), 0);
+	CHECK_EQ(tl_cancel(c.loop, r), 0);
+	CHECK_EQ(wait_op(&c, r)->result, -ECANCELED);
+	CHECK_EQ(tl_close(c.loop, h, 0), 0);
 	finish(&c);
 }
 
@@ -1196,12 +1168,12 @@ static void test_fault_cancel_fail(void)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(TL_SIM_CANCEL_FAIL, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op r, w, op;
 	uint8_t b[4];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_cancel(c.loop, r), -EAGAIN);
-	EQ(tl_write(c.loop, cli, "ok", 2, 2, &w), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_cancel(c.loop, r), -EAGAIN);
+	CHECK_EQ(tl_write(c.loop, cli, "ok", 2, 2, &w), 0);
 	tl_completion *x = wait_op(&c, r);
 	CU_ASSERT(x->result == 1 || x->result == 2); /* a short read is allowed */
 	/* Deadline: a full backlog, a connect whose cancellation fails. */
@@ -1209,15 +1181,15 @@ static void test_fault_cancel_fail(void)
 	tl_addr a;
 	tl_handle l = listen4(&c, &o, &a), h[3];
 	f = quiet();
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	for (int i = 0; i < 2; i++) {
-		EQ(tl_tcp_connect(c.loop, &a, 0, 3, &h[i], &op), 0);
-		EQ(wait_op(&c, op)->result, 0);
+		CHECK_EQ(tl_tcp_connect(c.loop, &a, 0, 3, &h[i], &op), 0);
+		CHECK_EQ(wait_op(&c, op)->result, 0);
 	}
 	f = with(TL_SIM_CANCEL_FAIL, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	uint64_t dl = tl_now(c.loop) + 10 * MS;
-	EQ(tl_tcp_connect(c.loop, &a, dl, 4, &h[2], &op), 0);
+	CHECK_EQ(tl_tcp_connect(c.loop, &a, dl, 4, &h[2], &op), 0);
 	tl_completion out[4];
 	int errs = 0;
 	for (int t = 0; t < 50; t++)
@@ -1225,13 +1197,13 @@ static void test_fault_cancel_fail(void)
 	CU_ASSERT(errs > 0);
 	CU_ASSERT(find_term(&c, op) < 0);
 	f = quiet();
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
-	EQ(wait_op(&c, op)->result, -ETIMEDOUT);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(wait_op(&c, op)->result, -ETIMEDOUT);
 	for (int i = 0; i < 3; i++)
-		EQ(tl_close(c.loop, h[i], 0), 0);
-	EQ(tl_close(c.loop, l, 0), 0);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+		CHECK_EQ(tl_close(c.loop, h[i], 0), 0);
+	CHECK_EQ(tl_close(c.loop, l, 0), 0);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1244,20 +1216,20 @@ static void test_async_cancel(void)
 	tl_handle srv, cli;
 	pair(&c, &c, &srv, &cli);
 	struct tl_sim_faults f = with(TL_SIM_ASYNC_CANCEL, 1);
-	EQ(tl__sim_set_faults(c.loop, &f), 0);
+	CHECK_EQ(tl__sim_set_faults(c.loop, &f), 0);
 	tl_op r;
 	uint8_t b[4];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_cancel(c.loop, r), 0);
-	EQ(tl_cancel(c.loop, r), -EALREADY);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_cancel(c.loop, r), 0);
+	CHECK_EQ(tl_cancel(c.loop, r), -EALREADY);
 	CU_ASSERT(find_term(&c, r) < 0);
 	tl_loop_stats st;
 	tl_loop_stats_get(c.loop, &st);
-	EQ(st.queued, 0); /* not acknowledged yet */
-	EQ(wait_op(&c, r)->result, -ECANCELED);
-	EQ(tl_cancel(c.loop, r), -ENOENT);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(st.queued, 0); /* not acknowledged yet */
+	CHECK_EQ(wait_op(&c, r)->result, -ECANCELED);
+	CHECK_EQ(tl_cancel(c.loop, r), -ENOENT);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1273,15 +1245,15 @@ static void test_spin_progress(void)
 	pair(&c, &c, &srv, &cli);
 	tl_op w, r;
 	uint8_t b[8];
-	EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
-	EQ(tl_write(c.loop, cli, "spin", 4, 2, &w), 0);
+	CHECK_EQ(tl_read(c.loop, srv, b, sizeof b, 1, &r), 0);
+	CHECK_EQ(tl_write(c.loop, cli, "spin", 4, 2, &w), 0);
 	int t;
 	for (t = 0; t < 100000 && find_term(&c, r) < 0; t++)
 		turn1(&c, 0);
 	CU_ASSERT(find_term(&c, r) >= 0);
 	CU_ASSERT(t > 1);
-	EQ(tl_close(c.loop, srv, 0), 0);
-	EQ(tl_close(c.loop, cli, 0), 0);
+	CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+	CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 	finish(&c);
 }
 
@@ -1298,21 +1270,21 @@ static void test_cancel_race(void)
 		pair(&c, &c, &srv, &cli);
 		static uint8_t msg[32768];
 		tl_op w, r;
-		EQ(tl_read_start(c.loop, srv, 1, &r), 0);
-		EQ(tl_write(c.loop, cli, msg, sizeof msg, 2, &w), 0);
+		CHECK_EQ(tl_read_start(c.loop, srv, 1, &r), 0);
+		CHECK_EQ(tl_write(c.loop, cli, msg, sizeof msg, 2, &w), 0);
 		for (uint64_t k = 0; k < seed % 5; k++)
 			turn(&c, 0);
-		EQ(tl_cancel(c.loop, r), 0);
+		CHECK_EQ(tl_cancel(c.loop, r), 0);
 		uint32_t from = c.n;
 		tl_completion *x = wait_op(&c, r);
-		EQ(x->result, -ECANCELED);
+		CHECK_EQ(x->result, -ECANCELED);
 		/* Only events queued before the cancel may come after it. */
 		CU_ASSERT((uint32_t)(x - c.log) - from <= 64);
 		for (uint32_t i = (uint32_t)(x - c.log) + 1; i < c.n; i++)
 			CU_ASSERT(c.log[i].op.v != r.v);
 		release_leases(&c, 0);
-		EQ(tl_close(c.loop, srv, 0), 0);
-		EQ(tl_close(c.loop, cli, 0), 0);
+		CHECK_EQ(tl_close(c.loop, srv, 0), 0);
+		CHECK_EQ(tl_close(c.loop, cli, 0), 0);
 		finish(&c);
 	}
 }
@@ -1320,30 +1292,30 @@ static void test_cancel_race(void)
 static void test_fault_spec(void)
 {
 	struct tl_sim_faults f = quiet();
-	EQ(tl__sim_faults_parse(&f, "accept_emfile=0.01,short_io=0.3, latency_us=100"), 0);
+	CHECK_EQ(tl__sim_faults_parse(&f, "accept_emfile=0.01,short_io=0.3, latency_us=100"), 0);
 	CU_ASSERT(f.p[TL_SIM_ACCEPT_EMFILE] == 0.01);
 	CU_ASSERT(f.p[TL_SIM_SHORT_IO] == 0.3);
-	EQ(f.latency_us, 100);
+	CHECK_EQ(f.latency_us, 100);
 	fprintf(stderr, "\n  (two messages about bad specs expected here)\n");
-	EQ(tl__sim_faults_parse(&f, "nonsense=1"), -EINVAL);
-	EQ(tl__sim_faults_parse(&f, "reset=2"), -EINVAL);
+	CHECK_EQ(tl__sim_faults_parse(&f, "nonsense=1"), -EINVAL);
+	CHECK_EQ(tl__sim_faults_parse(&f, "reset=2"), -EINVAL);
 	CU_ASSERT(f.p[TL_SIM_RESET] == 0);
 	/* $TL_SIM_FAULTS reaches new loops. */
 	setenv("TL_SIM_FAULTS", "udp_drop=1", 1);
 	tl_loop *l = sim_loop(1, NULL);
 	unsetenv("TL_SIM_FAULTS");
 	struct tl_sim_faults g;
-	EQ(tl__sim_get_faults(l, &g), 0);
+	CHECK_EQ(tl__sim_get_faults(l, &g), 0);
 	CU_ASSERT(g.p[TL_SIM_UDP_DROP] == 1);
-	EQ(tl_loop_close(l), 0);
+	CHECK_EQ(tl_loop_close(l), 0);
 	/* Not a sim loop: -ENOTSUP, trace 0. */
 	tl_config cfg;
 	tl_config_init(&cfg);
 	cfg.driver = TL_DRIVER_EPOLL;
-	EQ_FATAL(tl_loop_new(&l, &cfg), 0);
-	EQ(tl__sim_set_faults(l, &f), -ENOTSUP);
-	EQ(tl__sim_trace(l), 0);
-	EQ(tl_loop_close(l), 0);
+	CHECK_EQ_FATAL(tl_loop_new(&l, &cfg), 0);
+	CHECK_EQ(tl__sim_set_faults(l, &f), -ENOTSUP);
+	CHECK_EQ(tl__sim_trace(l), 0);
+	CHECK_EQ(tl_loop_close(l), 0);
 }
 
 int main(void)

@@ -9,40 +9,12 @@
 
 #include <CUnit/Basic.h>
 
-/* got == want (as long long), printing both when not. */
-#define T_EQ(got, want)                                                                     \
-	do {                                                                                \
-		long long g_ = (long long)(got), w_ = (long long)(want);                    \
-		if (g_ != w_)                                                               \
-			fprintf(stderr, "  %s:%d: %s = %lld, want %s = %lld\n", __FILE__,   \
-				__LINE__, #got, g_, #want, w_);                             \
-		CU_assertImplementation(g_ == w_, __LINE__, "T_EQ(" #got ", " #want ")",    \
-					__FILE__, "", CU_FALSE);                            \
-	} while (0)
+#include "check.h"
 
-/* Strings equal (either may be NULL), printing both when not. */
-#define T_STR(got, want)                                                                    \
-	do {                                                                                \
-		const char *g_ = (got), *w_ = (want);                                       \
-		int ok_ = (!g_ && !w_) || (g_ && w_ && !strcmp(g_, w_));                    \
-		if (!ok_)                                                                   \
-			fprintf(stderr, "  %s:%d: %s = \"%s\", want \"%s\"\n", __FILE__,    \
-				__LINE__, #got, g_ ? g_ : "(null)", w_ ? w_ : "(null)");    \
-		CU_assertImplementation(ok_, __LINE__, "T_STR(" #got ", " #want ")",        \
-					__FILE__, "", CU_FALSE);                            \
-	} while (0)
-
-/* A condition, with a printf-style message when it fails. */
-#define T_TRUE(cond, ...)                                                                   \
-	do {                                                                                \
-		int c_ = !!(cond);                                                          \
-		if (!c_) {                                                                  \
-			fprintf(stderr, "  %s:%d: not (%s): ", __FILE__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                       \
-			fputc('\n', stderr);                                                \
-		}                                                                           \
-		CU_assertImplementation(c_, __LINE__, #cond, __FILE__, "", CU_FALSE);       \
-	} while (0)
+/* The assertions, under this frame's names (tests/check.h). */
+#define T_EQ CHECK_EQ
+#define T_STR CHECK_STR
+#define T_TRUE CHECK_TRUE
 
 static inline int tlp_has(const char *s, const char *sub)
 {

@@ -10,43 +10,15 @@
  * Typed file requests (lib/pool/fs.c) come through fs_submit as handle-less ops
  * (TL_OP_POOL) whose paths and statx buffer live in the pool's job record;
  * their SQE is prepared at once, like a connect's, and submitted by the
- * turn's enter. Which of them the kernel has is probed once per ring; the
- * rest stay on the pool.
+ * turn's enter. Which of them run here rather than on the pool is
+ * decided in opdef.c (tl__ur_fs_route), with their opcodes.
  */
-
-/* Opcodes for the native file requests (0: none, stays on the pool). */
-static const uint8_t fs_opcode[TL_FS_REQ_COUNT_] = {
-	[TL_FS_OPEN] = IORING_OP_OPENAT,   [TL_FS_CLOSE] = IORING_OP_CLOSE,
-	[TL_FS_READ] = IORING_OP_READ,     [TL_FS_WRITE] = IORING_OP_WRITE,
-	[TL_FS_PREAD] = IORING_OP_READ,    [TL_FS_PWRITE] = IORING_OP_WRITE,
-	[TL_FS_STAT] = IORING_OP_STATX,    [TL_FS_FSTAT] = IORING_OP_STATX,
-	[TL_FS_FSYNC] = IORING_OP_FSYNC,   [TL_FS_UNLINK] = IORING_OP_UNLINKAT,
-	[TL_FS_RENAME] = IORING_OP_RENAMEAT, [TL_FS_MKDIR] = IORING_OP_MKDIRAT,
-	[TL_FS_RMDIR] = IORING_OP_UNLINKAT,
-};
-
-/* Once per ring, at init: a kernel without an opcode leaves that request
- * on the pool rather than failing it with -EINVAL. */
-uint32_t tl__ur_probe_fs(struct io_uring *r)
-{
-	struct io_uring_probe *p = io_uring_get_probe_ring(r);
-	uint32_t ok = 0;
-	if (!p)
-		return 0;
-	for (unsigned c = 1; c < TL_FS_REQ_COUNT_; c++)
-		if (fs_opcode[c] && io_uring_opcode_supported(p, fs_opcode[c]))
-			ok |= 1u << c;
-	io_uring_free_probe(p);
-	return ok;
-}
 
 /* Prepare the request's SQE now (like a connect): everything it points at
  * lives in the op's job record or the caller's buffer until the terminal,
  * and the turn's single enter submits it with the rest. */
 int tl__ur_fs_submit(struct tl_drv *d, struct tl_opslot *o, const struct tl_fs_native_req *q)
 {
-	if (q->code >= TL_FS_REQ_COUNT_ || !(d->fs_ok & (1u << q->code)))
-		return -ENOTSUP;
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
 		return -ENOBUFS;
@@ -96,7 +68,7 @@ int tl__ur_fs_submit(struct tl_drv *d, struct tl_opslot *o, const struct tl_fs_n
 	case TL_FS_RENAME:
 		io_uring_prep_renameat(s, AT_FDCWD, q->path, AT_FDCWD, q->path2, 0);
 		break;
-	default: /* TL_FS_MKDIR: the probe let nothing else through */
+	default: /* TL_FS_MKDIR: tl__ur_fs_route let nothing else through */
 		io_uring_prep_mkdirat(s, AT_FDCWD, q->path, (mode_t)q->mode);
 		break;
 	}
@@ -125,4 +97,22 @@ void tl__ur_fs_done(struct tl_drv *d, struct tl_opslot *o, int64_t res)
 		d->st.fs_open_closed++;
 	}
 	tl__drv_event(d->loop, o, res, TL_F_TERMINAL, TL_NO_LEASE);
+}
+
+/* The row's CQE: no handle. */
+void tl__ur_fs_complete(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf)
+{
+	tl__ur_fs_done(d, o, res);
+}
+
+int tl__ur_fs_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	if (UO(o)->st != ST_KERNEL) {
+		/* Not reached today (fs_submit prepares the SQE at once), but a
+		 * request the kernel does not hold is acknowledged at once. */
+		tl__ur_fs_done(d, o, -ECANCELED);
+		return 0;
+	}
+	return tl__ur_cancel_sqe(d, o);
 }

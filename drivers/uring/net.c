@@ -21,7 +21,7 @@
  * makes it 1.25x to 8x dearer), so zero copy is not used.
  *
  * Stream reads are one request at a time, a try or an armed recv, each
- * taking one buffer at most, as read_policy.h decides; on_read tells it
+ * taking one buffer at most, as read_policy.h decides; tl__ur_on_read tells it
  * what each CQE was and does what it answers.
  *
  * Connect gets its SQE at submit: a Unix path is only valid during submit
@@ -89,7 +89,7 @@ static int wv_done(struct tl_opslot *o)
 
 /* The write queue's head (a write or a shutdown) gets an SQE that also
  * carries the writes queued behind it. */
-static int issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ur_h *e = UH(h);
 	if (o->code == TL_OP_WRITE && wv_done(o)) {
@@ -152,7 +152,7 @@ static int issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 	return 1;
 }
 
-static int issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
@@ -165,7 +165,7 @@ static int issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 	return 1;
 }
 
-static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	int pooled = o->flags & TL_OPF_POOLED;
 	if (tl_unlikely(h->flags & TL_HF_PAUSED)) {
@@ -210,7 +210,7 @@ static int issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 
 /* Not reached: a connect's SQE is prepared at submit, and it never joins
  * the start list. Should it, a nop keeps the one-terminal rule. */
-static int issue_nop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_nop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
@@ -257,7 +257,7 @@ static void rearm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	list_add(d, o, ST_START);
 }
 
-static void on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+void tl__ur_on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		      unsigned cf)
 {
 	int more = cf & IORING_CQE_F_MORE, multi = o->flags & TL_OPF_MULTI;
@@ -387,7 +387,7 @@ int tl__ur_sort_reads(struct tl_drv *d)
 /* A stream read's CQE: the leases, tries and the stream's share of the pool
  * are kept here, and what comes next is the policy's answer. Every request
  * is one-shot (read_policy.h): this is its end. */
-static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+void tl__ur_on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		    unsigned cf)
 {
 	struct ur_o *u = UO(o);
@@ -440,7 +440,7 @@ static void on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 	op_done(d, h, o, res, res == 0 ? TL_F_EOF : 0, TL_NO_LEASE);
 }
 
-static void on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+void tl__ur_on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		       unsigned cf)
 {
 	UH(h)->connecting = 0;
@@ -449,7 +449,7 @@ static void on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 
 /* The write SQE of h's queue head came back: spread its bytes over the ops
  * it covered, in order; finish those fully sent, keep the rest queued. */
-static void on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *head, int res,
+void tl__ur_on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *head, int res,
 		     unsigned cf)
 {
 	struct ur_h *e = UH(h);
@@ -500,7 +500,7 @@ static void on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *hea
  * first sendmsg; what a short send left goes on as plain bytes. No
  * MSG_WAITALL: the kernel's own retry of a short send would be ours to
  * follow, and the control data must go once. */
-static int issue_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
@@ -521,7 +521,7 @@ static int issue_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot
 	return 1;
 }
 
-static void on_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+void tl__ur_on_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 			unsigned cf)
 {
 	UO(o)->st = ST_IDLE;
@@ -542,7 +542,7 @@ static void on_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 	kick(d, h); /* the rest of the payload */
 }
 
-static int issue_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+int tl__ur_issue_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
@@ -563,7 +563,7 @@ static int issue_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot
 /* The kernel installed the descriptors when it ran the recvmsg: they are
  * reported with the bytes, cancelled or not (the core hands them out or
  * closes them), never dropped here. */
-static void on_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+void tl__ur_on_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 			unsigned cf)
 {
 	UO(o)->st = ST_IDLE;
@@ -585,21 +585,3 @@ static void on_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 	o->u.fd.got = (uint32_t)got;
 	op_done(d, h, o, res, res == 0 ? TL_F_EOF : 0, TL_NO_LEASE);
 }
-
-/* ---- the table of operations (indexed by enum tl_opcode) ---- */
-
-const struct ur_opdef tl__ur_ops[] = {
-	[TL_OP_ACCEPT] = {.issue = issue_accept, .complete = on_accept},
-	[TL_OP_CONNECT] = {.issue = issue_nop, .complete = on_connect},
-	[TL_OP_READ] = {.issue = issue_read, .complete = on_read},
-	[TL_OP_WRITE] = {.issue = issue_write, .complete = on_write},
-	[TL_OP_SHUTDOWN] = {.issue = issue_write, .complete = on_write},
-	[TL_OP_SEND] = {.issue = tl__ur_dg_issue_send, .complete = tl__ur_dg_on_send}, /* dgram.c */
-	[TL_OP_RECV] = {.issue = tl__ur_dg_issue_recv, .complete = tl__ur_dg_on_recv},
-	[TL_OP_SEND_FDS] = {.issue = issue_send_fds, .complete = on_send_fds},
-	[TL_OP_RECV_FDS] = {.issue = issue_recv_fds, .complete = on_recv_fds},
-	[TL_OP_POLL] = {.issue = tl__ur_issue_poll, .complete = tl__ur_on_poll}, /* poll.c */
-	[TL_OP_SPLICE] = {.issue = tl__ur_splice_issue, .complete = tl__ur_splice_complete},
-};
-_Static_assert(sizeof tl__ur_ops / sizeof tl__ur_ops[0] == TL_OP_CODES_,
-	       "one entry per enum tl_opcode");

@@ -17,7 +17,7 @@
  * no handle queue: the handle may be one no driver opened.
  */
 
-int tl__ur_poll_submit(struct tl_drv *d, struct tl_opslot *o)
+int tl__ur_poll_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ur_o *u = UO(o);
 	memset(u, 0, sizeof *u);
@@ -52,7 +52,7 @@ void tl__ur_on_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, i
 	list_add(d, o, ST_START);
 }
 
-int tl__ur_poll_cancel(struct tl_drv *d, struct tl_opslot *o)
+int tl__ur_poll_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	if (UO(o)->st != ST_KERNEL) {
 		/* Waiting for its next arming: nothing in the kernel. */

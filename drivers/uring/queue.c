@@ -91,8 +91,9 @@ int tl__ur_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64
 
 int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
-	if (o->code == TL_OP_POLL) /* in no handle queue (poll.c) */
-		return tl__ur_poll_submit(d, o);
+	const struct ur_opdef *def = opdef(o);
+	if (def->submit) /* its own way in (polls: no handle queue) */
+		return def->submit(d, h, o);
 	struct ur_o *u = UO(o);
 	struct ur_h *e = UH(h);
 	memset(u, 0, sizeof *u);
@@ -125,17 +126,10 @@ int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
  * issued yet) is acknowledged at once, as epoll does. */
 int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
-	if (o->code == TL_OP_POLL)
-		return tl__ur_poll_cancel(d, o);
+	const struct ur_opdef *def = opdef(o);
+	if (def->cancel) /* polls, splices, file requests */
+		return def->cancel(d, h, o);
 	struct ur_o *u = UO(o);
-	if (o->code == TL_OP_SPLICE) /* a pipe with bytes in it is flushed first */
-		return tl__ur_splice_cancel(d, h, o);
-	if (o->code == TL_OP_POOL && u->st != ST_KERNEL) {
-		/* Not reached today (fs_submit prepares the SQE at once), but a
-		 * request the kernel does not hold is acknowledged at once. */
-		tl__ur_fs_done(d, o, -ECANCELED);
-		return 0;
-	}
 	if (u->st != ST_KERNEL) {
 		list_del(d, o);
 		op_done(d, h, o, -ECANCELED, 0, TL_NO_LEASE);
@@ -145,7 +139,12 @@ int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	struct tl_opslot *owner = o;
 	if (h && is_queued(h) && !is_rside(o) && UH(h)->whead != TL_NIL)
 		owner = OP(d, UH(h)->whead);
-	int r = tl__ur_cancel_kernel(d, owner);
+	return tl__ur_cancel_sqe(d, owner);
+}
+
+int tl__ur_cancel_sqe(struct tl_drv *d, struct tl_opslot *o)
+{
+	int r = tl__ur_cancel_kernel(d, o);
 	if (r < 0)
 		return r;
 	if (r == 0 && d->embed)

@@ -116,7 +116,7 @@ static void run_starts(struct tl_drv *d)
 		return;
 	while (d->start.head != TL_NIL) {
 		struct tl_opslot *o = OP(d, d->start.head);
-		if (!tl__ur_ops[o->code].issue(d, HS(d, o->hidx), o))
+		if (!opdef(o)->issue(d, HS(d, o->hidx), o))
 			break;
 	}
 }
@@ -149,8 +149,7 @@ static int wants_room(const struct tl_opslot *o, int res)
 	/* After a cancel, a read's bytes still become a nonterminal record
 	 * (contract 2.5, tl__op_event); nothing else of the op does. */
 	if (o->flags & TL_OPF_CANCEL)
-		return res > 0 && (o->code == TL_OP_READ || o->code == TL_OP_RECV ||
-				   o->code == TL_OP_RECV_FDS);
+		return res > 0 && opdef(o)->reads;
 	if (o->code == TL_OP_POLL)
 		return o->poll.multi && res >= 0;
 	if (!(o->flags & TL_OPF_MULTI))
@@ -195,11 +194,8 @@ static void on_op(struct tl_drv *d, struct tl_opslot *o, const struct io_uring_c
 		UO(o)->cancel_sent = 0;
 		d->st.kernel_acks++;
 	}
-	if (o->code == TL_OP_POOL) { /* no handle */
-		tl__ur_fs_done(d, o, c->res);
-		return;
-	}
-	tl__ur_ops[o->code].complete(d, HS(d, o->hidx), o, c->res, c->flags);
+	const struct ur_opdef *def = opdef(o);
+	def->complete(d, def->nohandle ? NULL : HS(d, o->hidx), o, c->res, c->flags);
 }
 
 /* Take CQEs in order until the CQ is empty or a nonterminal event finds no

@@ -1,4 +1,5 @@
 /* drivers/uring/uring.c: the io_uring driver's table of operations for the core, and its diagnostic hooks (drivers/uring.h). */
+#include <stdio.h>
 #include <string.h>
 #include "uring_int.h"
 
@@ -43,6 +44,32 @@ static uint32_t ur_probed_caps(struct tl_drv *d)
 	return tl__dg_probe();
 }
 
+/* The usual reasons io_uring cannot be set up, named for the one who reads
+ * why the process fell back to epoll (or refused a loop that named uring). */
+void tl__ur_init_hint(int err, char *buf, size_t len)
+{
+	int disabled = -1;
+	FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "re");
+	if (f) {
+		if (fscanf(f, "%d", &disabled) != 1)
+			disabled = -1;
+		fclose(f);
+	}
+	if (disabled > 0)
+		snprintf(buf, len, "; kernel.io_uring_disabled=%d%s", disabled,
+			 disabled == 1 ? " and not in kernel.io_uring_group" : "");
+	else if (err == -EPERM)
+		snprintf(buf, len, "; refused by seccomp or a security policy");
+	else if (err == -ENOSYS)
+		snprintf(buf, len, "; kernel built without io_uring");
+	else if (err == -ENOMEM)
+		snprintf(buf, len, "; out of memory or RLIMIT_MEMLOCK too low");
+	else if (err == -ENOTSUP)
+		snprintf(buf, len, "; needs Linux 6.0 or later");
+	else
+		buf[0] = 0;
+}
+
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
@@ -69,5 +96,7 @@ const struct tl_driver tl__driver_uring = {
 	.pause = tl__ur_pause,
 	.embed_fd = tl__ur_embed_fd,
 	.embed_deadline = tl__ur_embed_deadline,
+	.init_hint = tl__ur_init_hint,
+	.fs_route = tl__ur_fs_route, /* opdef.c */
 	.fs_submit = tl__ur_fs_submit,
 };

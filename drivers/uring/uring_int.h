@@ -20,8 +20,10 @@
  * queue.c        handles, and the per-handle queues the core's ops join
  * ring.c         the ring's setup, and the turn: the start list becomes SQEs
  *                right before the turn's one io_uring_enter, then the CQEs
- * net.c          the network operations, in one table indexed by opcode, and
- *                asking the kernel to cancel
+ * opdef.c        the opcode table: one row per operation family (its hooks and
+ *                flags), the file requests' io_uring opcodes and which of
+ *                them run natively rather than on the pool
+ * net.c          the network operations, and asking the kernel to cancel
  * read_policy.h  how a stream read picks its next request: a try or an armed recv
  * kbuf.c         the provided-buffer ring pooled reads receive into
  * poll.c         readiness polls of descriptors the loop does not own
@@ -164,16 +166,36 @@ struct tl_drv {
 /* Overrides for rings set up from now on (tl__uring_debug, uring.c). */
 extern struct tl_uring_debug tl__ur_debug;
 
-/* What the driver does per opcode of the core (the table is in net.c). */
+/* What the driver does per operation family: one row of tl__ur_opdefs
+ * (opdef.c) each, indexed by the core's opcode; the typed file requests
+ * (the core's TL_OP_POOL, no handle) take the row after the network ones. */
 struct ur_opdef {
+	const char *name;
+	uint8_t rside;    /* joins its handle's read queue (else the write queue) */
+	uint8_t reads;    /* bytes it read after a cancel still make a nonterminal
+			   * event (contract 2.5) */
+	uint8_t nohandle; /* its ops have no handle: the hooks get h == NULL */
+	/* Take o from the core (driver submit); NULL: the handle queues of
+	 * queue.c. 0 or a negative errno. */
+	int (*submit)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 	/* Give o, on the start list, its SQE: 1 done with this start entry,
-	 * 0 no SQE (it stays on the list for the next poll). */
+	 * 0 no SQE (it stays on the list for the next poll). NULL: the SQE
+	 * is prepared at submission and o is never on the start list. */
 	int (*issue)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 	/* o's CQE (result res, CQE flags cf). */
 	void (*complete)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 			 unsigned cf);
+	/* Cancel o (driver cancel); NULL: the common cancel of queue.c. */
+	int (*cancel)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 };
-extern const struct ur_opdef tl__ur_ops[TL_OP_CODES_];
+enum { UR_ROW_FS = TL_OP_CODES_, UR_ROWS_ };
+extern const struct ur_opdef tl__ur_opdefs[UR_ROWS_];
+
+/* o's row of the opcode table. */
+static inline const struct ur_opdef *opdef(const struct tl_opslot *o)
+{
+	return &tl__ur_opdefs[tl_unlikely(o->code == TL_OP_POOL) ? UR_ROW_FS : o->code];
+}
 
 static inline struct ur_h *UH(struct tl_hslot *h) { return (struct ur_h *)h->u.drv; }
 static inline struct ur_o *UO(struct tl_opslot *o) { return (struct ur_o *)o->drv; }
@@ -252,7 +274,7 @@ static inline void list_restart(struct tl_drv *d, struct ur_list *L)
 
 static inline int is_rside(const struct tl_opslot *o)
 {
-	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV_FDS;
+	return opdef(o)->rside;
 }
 
 /* Datagram ops are not ordered: they are never queued. */
@@ -326,7 +348,7 @@ static inline void kick(struct tl_drv *d, struct tl_hslot *h)
 /* The op leaves the driver: report its terminal event, start what waited.
  *
  * An accept ending here took no connection (a one-shot accept that took one
- * ends in on_accept), and may have taken the wake-up of one: the kernel
+ * ends in tl__ur_on_accept), and may have taken the wake-up of one: the kernel
  * arms an accept's poll as an exclusive waiter, so a new connection wakes
  * only the oldest accept armed on the socket, and a cancel between that
  * wake-up and the task work that would accept (run at this loop's next
@@ -408,6 +430,9 @@ static inline void recycle(struct tl_drv *d, uint32_t id)
 
 /* ---- across the files ---- */
 
+/* uring.c: why setup failed, in words (driver.h init_hint) */
+void tl__ur_init_hint(int err, char *buf, size_t len);
+
 /* ring.c: the driver table's init, destroy, now, poll and embed entries */
 int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
 void tl__ur_destroy(struct tl_drv *d);
@@ -433,7 +458,7 @@ uint32_t tl__ur_lease_take(struct tl_drv *d);
 /* The core paused h (over a cap) or resumed it (lib/caps.c, driver.h). */
 void tl__ur_pause(struct tl_drv *d, struct tl_hslot *h, int paused);
 
-/* dgram.c: datagram sends and receives (tl__ur_ops' entries), and h (a
+/* dgram.c: datagram sends and receives (their rows of opdef.c), and h (a
  * datagram handle) back under its lease cap: its parked receives go on. */
 int tl__ur_dg_issue_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__ur_dg_on_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
@@ -458,6 +483,9 @@ int tl__ur_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
 int tl__ur_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value);
 int tl__ur_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ur_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+/* Ask the kernel to cancel o's SQE (flushed at once on an embedded loop):
+ * 0, or -ENOBUFS when no SQE could be had. */
+int tl__ur_cancel_sqe(struct tl_drv *d, struct tl_opslot *o);
 
 /* net.c */
 /* An accept error that leaves the listener usable, reported as a
@@ -466,6 +494,26 @@ static inline int accept_soft(int e)
 {
 	return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
 }
+/* The network rows of the opcode table (opdef.c). */
+int tl__ur_issue_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_issue_nop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_issue_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_issue_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_issue_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_issue_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__ur_on_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		      unsigned cf);
+void tl__ur_on_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		       unsigned cf);
+void tl__ur_on_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+		    unsigned cf);
+/* Writes and shutdowns: head is the op whose SQE completed. */
+void tl__ur_on_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *head, int res,
+		     unsigned cf);
+void tl__ur_on_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf);
+void tl__ur_on_recv_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf);
 /* Prepare o's SQE now (its Unix path is only valid during submit). */
 int tl__ur_issue_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 /* Ask the kernel to cancel o's request: 0 asked, 1 a cancel of it is in
@@ -478,9 +526,9 @@ int tl__ur_sort_reads(struct tl_drv *d);
 /* A new op's stream-read fields. */
 void tl__ur_read_init(struct tl_drv *d, struct tl_opslot *o);
 
-/* poll.c: TL_OP_POLL (its table entry is in net.c's table) */
-int tl__ur_poll_submit(struct tl_drv *d, struct tl_opslot *o);
-int tl__ur_poll_cancel(struct tl_drv *d, struct tl_opslot *o);
+/* poll.c: the TL_OP_POLL row (in no handle queue) */
+int tl__ur_poll_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__ur_poll_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ur_issue_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__ur_on_poll(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		    unsigned cf);
@@ -493,12 +541,19 @@ void tl__ur_splice_complete(struct tl_drv *d, struct tl_hslot *h, struct tl_opsl
 int tl__ur_splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__ur_splice_unpaused(struct tl_drv *d, struct tl_hslot *src);
 
-/* fs.c */
+/* opdef.c: the file requests' opcodes */
 /* Which typed file requests the ring runs, one bit per enum tl_fs_req. */
 uint32_t tl__ur_probe_fs(struct io_uring *r);
+/* The driver's fs_route (driver.h): native or pool, decided here only. */
+int tl__ur_fs_route(struct tl_drv *d, const struct tl_fs_native_req *q, int *redo);
+
+/* fs.c: the file requests' row (TL_OP_POOL) */
 int tl__ur_fs_submit(struct tl_drv *d, struct tl_opslot *o, const struct tl_fs_native_req *q);
 /* A native file request's terminal (its CQE, or a cancel of one never
  * submitted). */
 void tl__ur_fs_done(struct tl_drv *d, struct tl_opslot *o, int64_t res);
+void tl__ur_fs_complete(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
+			unsigned cf);
+int tl__ur_fs_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 
 #endif

@@ -15,8 +15,8 @@
  * directory listings, long paths) do, and only those make tl_loop_destroy
  * wait.
  *
- * A driver with a native path (fs_submit: io_uring, for the opcodes its
- * kernel has) gets every request but readdir first (fs_native.c), using the
+ * A driver with a native path (fs_route and fs_submit: io_uring, for the
+ * opcodes its kernel has) is asked first (fs_native.c), using the
  * same job record for its paths and statx buffer so that nothing it points
  * at lives on the caller's stack; its result goes through the same
  * fs_deliver. A request the driver does not take (-ENOTSUP) runs here as
@@ -230,13 +230,11 @@ static int fs_submit(tl_loop *l, uint8_t code, const struct fs_args *a, uint64_t
 	f->user_out = a->out;
 	if (a->buf)
 		j->user_mem = 1;
-	/* The driver's native path first, where it has one: not for readdir,
-	 * which has no opcode. */
-	if (code != TL_FS_READDIR) {
-		r = tl__fs_native_submit(l, pl, j, token, op);
-		if (r != -ENOTSUP)
-			return r;
-	}
+	/* The driver's native path first, where it has one (its fs_route
+	 * decides). */
+	r = tl__fs_native_submit(l, pl, j, token, op);
+	if (r != -ENOTSUP)
+		return r;
 	return tl__pool_submit(l, pl, j, TL_POOL_BOUNDED, TL_K_FS, token, -1, op);
 }
 

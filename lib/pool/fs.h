@@ -17,6 +17,7 @@ struct tl_fs_job {
 	int flags;
 	unsigned mode;
 	uint8_t code;             /* enum tl_fs_req */
+	int16_t redo;             /* native: the result the pool runs again (driver fs_route), or 0 */
 	char inl[TL_FS_INLINE_PATH];
 	union {
 		struct stat st;    /* pool: what stat/fstat wrote */

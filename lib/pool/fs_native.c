@@ -6,29 +6,14 @@
 #include "core.h"
 #include "fs.h"
 
-/* A blocking open(2) never fails with ENXIO on a FIFO that has no reader
- * yet (it waits for one), but io_uring's OPENAT tries the open with
- * O_NONBLOCK first and passes that ENXIO on. Such an open goes to the pool
- * through a reservation taken at submission, keeping its op (and id). */
-static int open_needs_pool(const struct tl_fs_job *f)
-{
-	return f->code == TL_FS_OPEN && !(f->flags & O_NONBLOCK);
-}
-
 int tl__fs_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
 			 uint64_t token, tl_op *op)
 {
 	struct tl_fs_job *f = tl__fs_job(j);
-	if (!l->dv->fs_submit)
+	if (!l->dv->fs_route)
 		return -ENOTSUP;
 	j->rsv = -1;
-	if (open_needs_pool(f)) {
-		/* No room for the fallback: the pool path now (and its refusal). */
-		int set = tl__pool_reserve(l);
-		if (set < 0)
-			return -ENOTSUP;
-		j->rsv = set;
-	}
+	f->redo = 0;
 	struct tl_fs_native_req q = {
 		.code = f->code,
 		.fd = f->fd,
@@ -41,6 +26,20 @@ int tl__fs_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
 		.off = f->off,
 		.stx = &f->stx,
 	};
+	/* The driver decides (io_uring: the opcodes its kernel has). A result
+	 * it cannot give the caller goes to the pool through a reservation
+	 * taken now, keeping its op (and id). */
+	int redo;
+	if (!l->dv->fs_route(l->d, &q, &redo))
+		return -ENOTSUP;
+	if (redo) {
+		/* No room for the fallback: the pool path now (and its refusal). */
+		int set = tl__pool_reserve(l);
+		if (set < 0)
+			return -ENOTSUP;
+		j->rsv = set;
+		f->redo = (int16_t)redo;
+	}
 	struct tl_opslot *o;
 	int r = tl__pool_native_begin(l, pl, j, TL_K_FS, token, &o);
 	if (r < 0)
@@ -54,7 +53,8 @@ int tl__fs_native_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
 
 int tl__fs_native_retry(tl_loop *l, struct tl_opslot *o, struct tl_job *j, int64_t res)
 {
-	if (res != -ENXIO || j->rsv < 0 || (o->flags & TL_OPF_CANCEL))
+	if (!tl__fs_job(j)->redo || res != tl__fs_job(j)->redo || j->rsv < 0 ||
+	    (o->flags & TL_OPF_CANCEL))
 		return 0;
 	/* Out of the kernel: no longer native. */
 	tl__op_native_end(l, o);

@@ -1,4 +1,4 @@
-/* lib/heap.h: a binary min-heap of (deadline, sequence, slot) with O(log n) removal. */
+/* lib/shared/heap.h: a binary min-heap of (deadline, sequence, slot) with O(log n) removal; shared with the simulation driver's clock. */
 #ifndef TL_HEAP_H
 #define TL_HEAP_H
 

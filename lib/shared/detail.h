@@ -1,4 +1,4 @@
-/* lib/detail.h: set the calling thread's error detail (tl_error_detail, turnloop/error.h); the core's one interface below the public API that the runtime (shards/) also uses. */
+/* lib/shared/detail.h: set the calling thread's error detail (tl_error_detail, turnloop/error.h); the core's one interface below the public API that the runtime (shards/) also uses, so it sits in the folder other layers may see. */
 #ifndef TL_LIB_DETAIL_H
 #define TL_LIB_DETAIL_H
 

@@ -1,0 +1,391 @@
+/* tools/tlproxy/config_args.c: tlproxy's command line: its usage text and the argument parser, which builds the same model as a config file (config.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "turnloop/plan.h"
+
+#include "config_int.h"
+#include "../reason.h"
+
+/* ---- the command line ---- */
+
+const char *tlp_args_usage(void)
+{
+	/* The methods' names come from the balancer table; written once. */
+	static char text[1024];
+	char names[160];
+
+	if (!text[0]) {
+		tlp_bal_list(names, sizeof names, "|", "|");
+		snprintf(text, sizeof text,
+			 "usage: tlproxy --listen HOST:PORT --upstream HOST:PORT[,HOST:PORT...]\n"
+			 "               [--shards N | --cpus LIST] [--balance %s]\n"
+			 "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
+			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
+			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
+			 "       tlproxy --config FILE\n"
+			 "       tlproxy --check FILE\n"
+			 "durations D take a unit: 500ms, 2s, 1m, 1h\n",
+			 names);
+	}
+	return text;
+}
+
+static int args_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v > hi)
+			return -1;
+	}
+	if (v < lo)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int args_dur(const char *opt, const char *s, struct dur_range r, uint64_t *out, char *err,
+		    size_t errlen)
+{
+	char why[160], a[32], b[32];
+
+	if (tlp_duration_parse(s, strlen(s), out, why, sizeof why) < 0)
+		return fail(err, errlen, "%s: %s", opt, why);
+	if (*out < r.lo || *out > r.hi)
+		return fail(err, errlen, "%s: out of range (%s to %s)", opt,
+			    tlp__fmt_dur(r.lo, a, sizeof a), tlp__fmt_dur(r.hi, b, sizeof b));
+	return 0;
+}
+
+int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t errlen)
+{
+	struct tlp_endpoint listen[TLP_MAX_LISTEN], *up = NULL;
+	const char *listen_text[TLP_MAX_LISTEN];
+	const char *path = NULL, *path_opt = NULL, *cpus = NULL;
+	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0, spipes = 0, spsize = 0;
+	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
+	int half_close = 1;
+	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
+	struct {
+		const char *s;
+		size_t len;
+	} *up_text = NULL;
+	char why[200], shown[SHOW + 4];
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!a || (argc > 0 && !argv))
+		return fail(err, errlen, "no arguments");
+	memset(a, 0, sizeof *a);
+	up = calloc(TLP_MAX_SERVERS, sizeof *up);
+	up_text = calloc(TLP_MAX_SERVERS, sizeof *up_text);
+	if (!up || !up_text) {
+		free(up);
+		free(up_text);
+		if (err && errlen)
+			snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r = -EINVAL;
+	for (int i = 1; i < argc; i++) {
+		const char *o = argv[i], *v;
+
+		if (!o) {
+			fail(err, errlen, "missing argument %d", i);
+			goto out;
+		}
+		if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+			r = 1;
+			goto out;
+		}
+		if (!strcmp(o, "--splice")) {
+			splice = 1;
+			other = 1;
+			continue;
+		}
+		v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!v) {
+			fail(err, errlen, "%s needs a value",
+			     tlp__clip(o, strlen(o), shown, sizeof shown));
+			goto out;
+		}
+		i++;
+		if (!strcmp(o, "--config") || !strcmp(o, "--check")) {
+			if (path) {
+				fail(err, errlen, "%s: only one of --config and --check, once", o);
+				goto out;
+			}
+			if (!*v) {
+				fail(err, errlen, "%s needs a file name", o);
+				goto out;
+			}
+			path = v;
+			path_opt = o;
+			a->check = !strcmp(o, "--check");
+			continue;
+		}
+		other = 1;
+		if (!strcmp(o, "--listen")) {
+			if (nlisten == TLP_MAX_LISTEN) {
+				fail(err, errlen, "--listen: more than %d addresses",
+				     TLP_MAX_LISTEN);
+				goto out;
+			}
+			if (tlp_endpoint_parse(v, strlen(v), 0, &listen[nlisten], why,
+					       sizeof why) < 0) {
+				fail(err, errlen, "--listen: %s", why);
+				goto out;
+			}
+			for (uint32_t j = 0; j < nlisten; j++)
+				if (tlp_endpoint_same(&listen[j], &listen[nlisten])) {
+					fail(err, errlen, "--listen: %s given twice",
+					     tlp__clip(v, strlen(v), shown, sizeof shown));
+					goto out;
+				}
+			listen_text[nlisten++] = v;
+		} else if (!strcmp(o, "--upstream")) {
+			const char *s = v;
+
+			for (;;) {
+				const char *comma = strchr(s, ',');
+				size_t l = comma ? (size_t)(comma - s) : strlen(s);
+
+				if (nup == TLP_MAX_SERVERS) {
+					fail(err, errlen, "--upstream: more than %d servers",
+					     TLP_MAX_SERVERS);
+					goto out;
+				}
+				if (tlp_endpoint_parse(s, l, 1, &up[nup], why, sizeof why) < 0) {
+					fail(err, errlen, "--upstream: %s", why);
+					goto out;
+				}
+				up_text[nup].s = s;
+				up_text[nup].len = l;
+				/* Hosts compare lowercased, as the model keeps them. */
+				if (up[nup].kind == TLP_EP_HOST) {
+					for (uint32_t j = 0; j < nup; j++) {
+						if (up[j].kind != TLP_EP_HOST ||
+						    up[j].port != up[nup].port ||
+						    up_text[j].len != l)
+							continue;
+						size_t k = 0;
+
+						while (k < l &&
+						       (up_text[j].s[k] | 0x20) == (s[k] | 0x20))
+							k++;
+						if (k == l) {
+							fail(err, errlen,
+							     "--upstream: %s given twice",
+							     tlp__clip(s, l, shown, sizeof shown));
+							goto out;
+						}
+					}
+				} else {
+					for (uint32_t j = 0; j < nup; j++)
+						if (tlp_endpoint_same(&up[j], &up[nup])) {
+							fail(err, errlen,
+							     "--upstream: %s given twice",
+							     tlp__clip(s, l, shown, sizeof shown));
+							goto out;
+						}
+				}
+				nup++;
+				if (!comma)
+					break;
+				s = comma + 1;
+			}
+		} else if (!strcmp(o, "--shards")) {
+			if (args_u32(v, 1, 1024, &shards)) {
+				fail(err, errlen, "--shards: '%s' is not 1 to 1024",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+		} else if (!strcmp(o, "--cpus")) {
+			uint64_t mask[16];
+
+			if (tl_cpulist_parse(v, mask, 16) < 0) {
+				fail(err, errlen,
+				     "--cpus: '%s' is not a CPU list below 1024 (like 0-3,6)",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			cpus = v;
+		} else if (!strcmp(o, "--balance")) {
+			int k = tlp_bal_by_name(v, strlen(v));
+			char names[160];
+
+			if (k < 0) {
+				tlp_bal_list(names, sizeof names, ", ", " or ");
+				fail(err, errlen, "--balance: '%s' is not %s",
+				     tlp__clip(v, strlen(v), shown, sizeof shown), names);
+				goto out;
+			}
+			balance = k;
+		} else if (!strcmp(o, "--proxy-protocol")) {
+			int k;
+
+			for (k = 0; k < 3 && strcmp(v, tlp__pp_names[k]); k++)
+				;
+			if (k == 3) {
+				fail(err, errlen, "--proxy-protocol: '%s' is not none, v1 or v2",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			pp = k;
+		} else if (!strcmp(o, "--max-conns")) {
+			if (args_u32(v, 1, TLP_MAX_CONNS_LIMIT, &max_conns)) {
+				fail(err, errlen, "--max-conns: '%s' is not 1 to %u",
+				     tlp__clip(v, strlen(v), shown, sizeof shown),
+				     TLP_MAX_CONNS_LIMIT);
+				goto out;
+			}
+		} else if (!strcmp(o, "--splice-pipes")) {
+			if (args_u32(v, 1, 4096, &spipes)) {
+				fail(err, errlen, "--splice-pipes: '%s' is not 1 to 4096",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+		} else if (!strcmp(o, "--splice-pipe-size")) {
+			uint64_t b;
+
+			if (tlp_size_parse(v, strlen(v), &b, why, sizeof why) < 0 || b < (4u << 10) ||
+			    b > (1u << 20) || (b & (b - 1))) {
+				fail(err, errlen,
+				     "--splice-pipe-size: '%s' is not a power of two from 4k to 1m",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			spsize = (uint32_t)b;
+		} else if (!strcmp(o, "--connect-timeout")) {
+			if (args_dur(o, v, R_CONNECT, &connect, err, errlen))
+				goto out;
+		} else if (!strcmp(o, "--idle-timeout")) {
+			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
+				goto out;
+		} else if (!strcmp(o, "--half-close")) {
+			if (strcmp(v, "on") && strcmp(v, "off")) {
+				fail(err, errlen, "--half-close: '%s' is not on or off",
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
+			half_close = !strcmp(v, "on");
+		} else {
+			fail(err, errlen, "unknown option '%s'",
+			     tlp__clip(o, strlen(o), shown, sizeof shown));
+			goto out;
+		}
+	}
+	if (path) {
+		if (other) {
+			fail(err, errlen, "%s takes no other options (put them in the file)",
+			     path_opt);
+			goto out;
+		}
+		a->config_path = path;
+		r = 0;
+		goto out;
+	}
+	if (shards && cpus) {
+		fail(err, errlen, "--shards and --cpus: give one (--cpus sets the count too)");
+		goto out;
+	}
+	if (!nlisten) {
+		fail(err, errlen, "--listen HOST:PORT is required (or --config FILE)");
+		goto out;
+	}
+	if (!nup) {
+		fail(err, errlen, "--upstream HOST:PORT is required (or --config FILE)");
+		goto out;
+	}
+
+	/* Build the model as the YAML path would. */
+	{
+		struct tlp_arena *arena;
+		struct tlp_config *cfg = tlp__new_config(&arena);
+		struct ctx c = {.name = "args"};
+		struct tlp_listener_cfg *l;
+		struct tlp_pool_cfg *pool;
+
+		if (!cfg)
+			goto nomem;
+		c.model = arena;
+		cfg->shards = shards;
+		cfg->max_conns = max_conns;
+		cfg->splice_pipes = spipes;
+		cfg->splice_pipe_size = spsize;
+		cfg->nlisteners = 1;
+		cfg->npools = 1;
+		cfg->listeners = l = tlp__zalloc(&c, arena, sizeof *l);
+		cfg->pools = pool = tlp__zalloc(&c, arena, sizeof *pool);
+		if (cpus && (cfg->cpus = tlp__zalloc(&c, arena, strlen(cpus) + 1)))
+			memcpy((char *)cfg->cpus, cpus, strlen(cpus));
+		if (c.nomem)
+			goto nomem_cfg;
+		tlp__listener_defaults(l);
+		tlp__pool_defaults(pool);
+		l->name = "default";
+		pool->name = "default";
+		l->pool = 0;
+		l->connect_timeout_ns = connect;
+		l->idle_timeout_ns = idle;
+		l->splice = splice;
+		l->half_close = half_close;
+		pool->balance = balance;
+		pool->proxy_protocol = pp;
+		l->listen = tlp__zalloc(&c, arena, nlisten * sizeof *l->listen);
+		pool->servers = tlp__zalloc(&c, arena, nup * sizeof *pool->servers);
+		if (c.nomem)
+			goto nomem_cfg;
+		for (uint32_t k = 0; k < nlisten; k++) {
+			l->listen[k] = listen[k];
+			if (tlp__ep_own(&c, &l->listen[k], listen_text[k], strlen(listen_text[k])))
+				goto nomem_cfg;
+		}
+		l->nlisten = nlisten;
+		for (uint32_t k = 0; k < nup; k++) {
+			struct tlp_server_cfg *s = &pool->servers[k];
+
+			s->ep = up[k];
+			if (tlp__ep_own(&c, &s->ep, up_text[k].s, up_text[k].len))
+				goto nomem_cfg;
+			s->weight = 1;
+			s->id = tlp__ep_id(&s->ep);
+		}
+		pool->nservers = nup;
+		a->cfg = cfg;
+		r = 0;
+		goto out;
+nomem_cfg:
+		tlp_config_free(cfg);
+	}
+nomem:
+	if (err && errlen)
+		snprintf(err, errlen, "out of memory");
+	r = -ENOMEM;
+out:
+	free(up);
+	free(up_text);
+	if (r != 0) {
+		a->cfg = NULL;
+		a->config_path = NULL;
+		a->check = 0;
+		if (r == 1 && err && errlen)
+			err[0] = '\0';
+	}
+	return r;
+}
