@@ -1498,7 +1498,9 @@ def t_retry_wide(env):
     env.serve("ident=W", "0.0.0.0", b)
     alive = [f'{{address: "127.0.0.{k}:{b}"}}' for k in range(1, 65)]
     dead = [f'{{address: "127.0.0.{k}:{d}"}}' for k in range(65, 81)]
+    log = env.path("rw.log")
     cfg = write_cfg(env, "rw.yaml", f"""
+access_log: {log}
 listeners:
   - {{name: web, listen: "127.0.0.1:{lp}", pool: p}}
 pools:
@@ -1513,11 +1515,20 @@ pools:
         n = recv_line(s)
         s.close()
         if n != "W":
+            st = env.stats(px)
+            env.stop(px)
             check(False, f"the client from 127.0.1.{k} got {n!r}: its retries did not leave out "
-                  f"the dead servers they tried (errors {env.stats(px)['errors']})")
+                  f"the dead servers they tried (errors {st['errors']}; servers down: "
+                  f"{[r for r, v in st.get('server_state', {}).items() if r != '_per_shard' and v == 0]}; "
+                  f"access log: {open(log).read()[-2000:] if os.path.exists(log) else 'none'})")
     st = env.stats(px)["errors"]
     check(st.get("connect_failed", 0) == 0, f"clients closed after their retries: {st}")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
+    # A client whose server was dead says so in its line: retries spent.
+    text = open(log).read()
+    check(re.search(r" web 127\.0\.1\.\d+:\d+ 127\.0\.0\.\d+:%d in=0 out=2 ms=[\d.]+ end=done "
+                    r"retries=[1-9]" % b, text),
+          f"no line of a client served after a retry: {text[-1000:]}")
 
 
 def t_health_expect(env):
@@ -2561,9 +2572,9 @@ pools:
         if text.count("\n") >= 2:
             break
         time.sleep(0.05)
-    check(re.search(rf" web 127\.0\.0\.1:{port} 127\.0\.0\.1:{up} in=5 out=7 ms=[\d.]+ end=done", text),
+    check(re.search(rf" web 127\.0\.0\.1:{port} 127\.0\.0\.1:{up} in=5 out=7 ms=[\d.]+ end=done retries=0\n", text),
           f"no line for the served connection: {text!r}")
-    check(re.search(r" web 127\.0\.0\.9:\d+ - in=0 out=0 ms=[\d.]+ end=denied", text),
+    check(re.search(r" web 127\.0\.0\.9:\d+ - in=0 out=0 ms=[\d.]+ end=denied retries=0\n", text),
           f"no line for the denied one: {text!r}")
     os.rename(log, log + ".1")
     px.p.send_signal(signal.SIGUSR1)

@@ -225,7 +225,7 @@ static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, 
 {
 	tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 	count_err(sh, cause);
-	tlp_log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause);
+	tlp_log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause, 0, 0);
 }
 
 /* A client counted in the limits: read its header or hello, or route it. */

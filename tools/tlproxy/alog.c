@@ -159,7 +159,7 @@ static void fmt_peer(const tl_addr *p, char *buf, size_t cap)
 
 static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)
 {
-	char ts[40], peer[64];
+	char ts[40], peer[64], err[40];
 	struct tm tm;
 	int n;
 
@@ -168,12 +168,22 @@ static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)
 	gmtime_r(&r->end.tv_sec, &tm);
 	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 	fmt_peer(&r->peer, peer, sizeof peer);
+	if (r->cerr) {
+		const char *name = strerrorname_np(-r->cerr);
+
+		if (name)
+			snprintf(err, sizeof err, " err=%s", name);
+		else
+			snprintf(err, sizeof err, " err=%d", -r->cerr);
+	} else {
+		err[0] = '\0';
+	}
 	n = snprintf(a->out + a->outlen, OUT_CAP - a->outlen,
-		     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s\n", ts,
+		     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s retries=%u%s\n", ts,
 		     r->end.tv_nsec / 1000000, r->listener ? r->listener->name : "-", peer,
 		     r->server[0] ? r->server : "-", (unsigned long long)r->bytes[0],
 		     (unsigned long long)r->bytes[1], (double)r->dur_ns / 1e6,
-		     r->cause < TLP_END_COUNT ? tlp_cause_names[r->cause] : "?");
+		     r->cause < TLP_END_COUNT ? tlp_cause_names[r->cause] : "?", r->retries, err);
 	if (n > 0 && (size_t)n < OUT_CAP - a->outlen)
 		a->outlen += (size_t)n;
 }

@@ -18,6 +18,8 @@ struct tlp_alog_rec {
 	const struct tlp_glisten *listener; /* lives as long as the process */
 	char server[TL_STATS_LABEL_MAX];    /* the server's label, "" if none */
 	uint8_t cause;         /* enum tlp_cause */
+	uint8_t retries;       /* connects retried on another server */
+	int16_t cerr;          /* the last failed connect's error (negative errno), 0 none */
 };
 
 struct tlp_alog;

@@ -196,6 +196,7 @@ void tlp_connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 {
 	int blame = tlp_blame(err);
 
+	c->cerr = (int16_t)err; /* for the access log */
 	/* Only what the server did counts against it (tlp_blame). */
 	if (blame == TLP_BLAME_SERVER)
 		tlp_passive(c->srv, c->pc, 0, tlp_mono_ns());

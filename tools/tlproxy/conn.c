@@ -13,7 +13,8 @@
 static void notify_room(struct tlp_shard *sh);
 
 void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
-		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause)
+		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause,
+		  unsigned retries, int cerr)
 {
 	struct tlp_alog_rec *r;
 
@@ -28,6 +29,8 @@ void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr 
 	r->bytes[1] = bytes ? bytes[1] : 0;
 	r->peer = *peer;
 	r->cause = (uint8_t)cause;
+	r->retries = (uint8_t)retries;
+	r->cerr = (int16_t)cerr;
 	r->listener = lr ? lr->gl : NULL;
 	if (srv)
 		memcpy(r->server, srv->label, sizeof r->server);
@@ -69,7 +72,7 @@ void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 	int cause = c->cause == 0xff ? TLP_END_DONE : c->cause;
 
 	tlp_peek_release(sh, c); /* every op of c has ended */
-	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause);
+	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause, c->tries, c->cerr);
 	gen_unuse(sh, c->gen);
 	c->state = C_FREE;
 	c->wnext = sh->free_head;

@@ -15,9 +15,12 @@ struct tlp_conn *tlp_conn_new(struct tlp_shard *sh);
 void tlp_conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort_mask);
 /* Free c's slot once its last operation ended (logs it). */
 void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c);
-/* Log a connection that ended (nothing without an access log). */
+/* Log a connection that ended (nothing without an access log): retries is
+ * how many connects it retried, cerr the last failed connect's error (0
+ * none). */
 void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
-		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause);
+		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause,
+		  unsigned retries, int cerr);
 
 /* Peek records (the rule is at PEEK_CAP, state.h). Another chunk of
  * records while the pool is smaller than the table: 0, or -1 (full, or no

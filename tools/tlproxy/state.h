@@ -110,6 +110,7 @@ struct tlp_conn {
 	void *ho;                /* takeover: struct tlp_ho_out (F_HO) or tlp_ho_in */
 	uint16_t tried[TLP_RETRIES_MAX]; /* view indexes tried, ntried of them */
 	uint8_t ntried;
+	int16_t cerr;            /* the last failed connect's error (negative errno), 0 none */
 	struct tlp_gen *gen;
 	const struct tlp_lrt *lr;
 	struct tlp_gpool *gp;
