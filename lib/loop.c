@@ -652,6 +652,12 @@ uint32_t tl__drain(tl_loop *l, tl_completion *out, uint32_t cap)
 			tl__handle_free(l, h);
 		}
 	}
+	/* Empty: start again at the front. The queue is sized for every op and
+	 * handle at once, but a loop in steady state holds a few records at a
+	 * time; left to walk round, each record would land on a line (and now
+	 * and then a page) nothing touched for a whole lap of many megabytes. */
+	if (!l->qlen)
+		l->qhead = 0;
 	return n;
 }
 
