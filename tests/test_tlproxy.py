@@ -533,9 +533,13 @@ class Env:
         self.ports_taken = set()
 
     def port(self):
+        # Free on every address: servers here bind the wildcard, and a port
+        # free on 127.0.0.1 may still be held on another address (a client
+        # of an earlier case, bound to 127.0.1.k, left in TIME-WAIT), which
+        # makes a wildcard bind fail with EADDRINUSE.
         while True:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            s.bind(("0.0.0.0", 0))
             p = s.getsockname()[1]
             s.close()
             if p not in self.ports_taken:
@@ -568,9 +572,12 @@ class Env:
     def serve(self, mode, host, port, name=None):
         return self.start(name or f"serve-{mode}-{port}",
                           [sys.executable, os.path.abspath(__file__), "--serve", mode, host, str(port)],
-                          wait_line="ready")
+                          wait_line=r"^ready$")
 
     def wait_for(self, pr, pattern, timeout=10):
+        # pattern is a regular expression over the whole output (re.M): a
+        # bare word also matches inside others ("ready" in a traceback's
+        # "Address already in use"), so anchor what must be a line.
         t = time.time() + timeout
         while time.time() < t:
             if re.search(pattern, pr.text(), re.M):
@@ -1815,7 +1822,7 @@ def t_dns(env):
     with open(answers, "w") as f:
         f.write("127.0.0.2\n")
     resolv = write_cfg(env, "resolv.conf", f"nameserver {ns_ip}\noptions timeout:1 attempts:2\n")
-    env.start("dns", [sys.executable, os.path.abspath(__file__), "--dns", ns_ip, answers], wait_line="ready")
+    env.start("dns", [sys.executable, os.path.abspath(__file__), "--dns", ns_ip, answers], wait_line=r"^ready$")
     port, lp = env.port(), env.port()
     env.serve("ident=A", "127.0.0.2", port)
     env.serve("ident=B", "127.0.0.3", port)
