@@ -457,7 +457,7 @@ int main(int argc, char **argv)
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &l->listen[k].addr,
 			       l->listen[k].addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
-			t = tl_tool_port_taken(&a);
+			t = l->proto == TLP_PROTO_UDP ? tlp_udp_port_taken(&a) : tl_tool_port_taken(&a);
 			if (t) {
 				fprintf(stderr, "tlproxy: listener %s: %s %s\n", l->name,
 					l->listen[k].text,

@@ -1,9 +1,12 @@
 /* tools/tlproxy/udp.c: UDP listeners: a socket per address and shard (SO_REUSEPORT), sessions keyed by client address in a fixed table, each with a connected socket to one server, ended by replies, idleness, errors or the stop. */
 /* Calls: udp -> backend (tlp_pick), alog, state, world. Only shard.c and
  * main.c call in. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
 
 #include "udp.h"
 #include "backend.h"
@@ -95,6 +98,7 @@ int tlp_udp_declare(tl_runtime *rt)
 		[TLP_UDP_ST_DROP_NO_SERVER] = "drop_no_server",
 		[TLP_UDP_ST_DROP_ERROR] = "drop_error",
 		[TLP_UDP_ST_DROP_LATE] = "drop_late",
+		[TLP_UDP_ST_DROP_TRUNC] = "drop_trunc",
 	};
 	_Static_assert(sizeof rows / sizeof rows[0] == TLP_UDP_ST_ROWS, "a name per row");
 	int r = tl_runtime_stat(rt, "udp", TL_STAT_COUNTER, TLP_UDP_ST_ROWS);
@@ -422,10 +426,12 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 
 	switch (UT_K(c->token)) {
 	case K_LRECV:
-		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0) {
+		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
+		    !(c->flags & TL_F_TRUNC)) {
 			from_client(sh, i, c);
 			return;
 		}
+		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
 		if (c->flags & TL_F_LEASE)
 			tl_lease_release(sh->loop, c->u.recv.lease.id);
 		if ((c->flags & TL_F_TERMINAL) && u->sock[i].open && c->result != -ECANCELED &&
@@ -441,10 +447,12 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 		}
 		return;
 	case K_URECV:
-		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0) {
+		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
+		    !(c->flags & TL_F_TRUNC)) {
 			from_server(sh, i, c);
 			return;
 		}
+		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
 		if (c->flags & TL_F_LEASE)
 			tl_lease_release(sh->loop, c->u.recv.lease.id);
 		if ((c->flags & TL_F_TERMINAL) && c->result < 0 && c->result != -ECANCELED &&
@@ -600,6 +608,19 @@ void tlp_udp_stop(struct tlp_shard *sh)
 		if (u->s[i].state == U_OPEN)
 			end(sh, i, TLP_END_SHUTDOWN, 0);
 	close_sockets(sh);
+}
+
+int tlp_udp_port_taken(const tl_addr *a)
+{
+	/* Without SO_REUSEPORT: a bind fails on a port any socket holds. */
+	int fd = socket(a->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, &a->sa, tl_addr_len(a)) < 0)
+		r = errno == EADDRINUSE ? 1 : -errno;
+	close(fd);
+	return r;
 }
 
 void tlp_udp_free(struct tlp_shard *sh)

@@ -16,6 +16,7 @@ enum {
 	TLP_UDP_ST_DROP_NO_SERVER, /* no server up in the pool (or full) */
 	TLP_UDP_ST_DROP_ERROR,    /* a socket for the session, or a send, failed */
 	TLP_UDP_ST_DROP_LATE,     /* a reply past the responses expected */
+	TLP_UDP_ST_DROP_TRUNC,    /* longer than a pooled buffer (16 KiB): never sent cut */
 	TLP_UDP_ST_ROWS
 };
 
@@ -37,6 +38,9 @@ void tlp_udp_pass(struct tlp_shard *sh);
 void tlp_udp_drain(struct tlp_shard *sh);
 /* Stop: every session ends (shutdown), the sockets close. */
 void tlp_udp_stop(struct tlp_shard *sh);
+/* Is UDP address a bound by another socket (main, before the start)? 1
+ * yes, 0 no, or a negative errno of the probe. */
+int tlp_udp_port_taken(const tl_addr *a);
 /* Free the shard's UDP state (main thread, the loop gone). */
 void tlp_udp_free(struct tlp_shard *sh);
 
