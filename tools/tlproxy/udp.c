@@ -82,6 +82,7 @@ struct tlp_udp {
 	int open_dirty;
 	int draining;
 	struct tlp_shard *sh;
+	struct tlp_gen *gen;    /* the generation the sockets were set up from: held */
 };
 
 static int st_udp = -1, st_udp_open = -1;
@@ -366,6 +367,8 @@ static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *
 		release(sh, lease);
 		return;
 	}
+	if (!x->dg[1])
+		tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 1, tlp_mono_ns());
 	x->t_act = tl_now(sh->loop);
 	x->dg[1]++;
 	x->bytes[1] += n;
@@ -506,6 +509,10 @@ int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g)
 		return -ENOMEM;
 	sh->udp = u;
 	u->sh = sh;
+	/* The sockets keep pointers into g (listener settings): a reload must
+	 * not free it under them. */
+	atomic_fetch_add(&g->refs, 1);
+	u->gen = g;
 	u->sock = calloc(nsock, sizeof *u->sock);
 	u->s = calloc(cap, sizeof *u->s);
 	u->bucket = malloc(nb * sizeof *u->bucket);
@@ -633,6 +640,8 @@ void tlp_udp_free(struct tlp_shard *sh)
 	free(u->s);
 	free(u->bucket);
 	free(u->lsess);
+	if (u->gen)
+		tlp_gen_put(u->gen);
 	free(u);
 	sh->udp = NULL;
 }
