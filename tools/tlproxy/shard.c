@@ -1,6 +1,6 @@
 /* tools/tlproxy/shard.c: a shard of the data plane: its start and stop, the one switch its completions and messages go through, the sweep of the wheel, the generations and views it uses, and its stats. */
-/* Calls: shard -> every data-plane stage (udp too), ctl (shard 0 runs the
- * control plane), world. Only main.c calls in. */
+/* Calls: shard -> every data-plane stage, ctl (shard 0 runs the control
+ * plane), world. Only main.c calls in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
