@@ -384,8 +384,68 @@ def t_ipv6(env):
     t_sizes(env, socket.AF_INET6)
 
 
+def t_noalloc(env):
+    """Sessions that start, carry datagrams both ways and end (by their
+    reply, and by idleness) allocate nothing on the shards once warm: the
+    allocator calls an LD_PRELOAD shim counts do not grow."""
+    shim = os.environ.get("TLP_ALLOC_SHIM", "")
+    check(os.path.exists(shim), "no allocation shim (TLP_ALLOC_SHIM)")
+    echo = env.echo()
+    l1, l2 = free_port(), free_port()
+    adir = os.path.join(env.dir, "alloc")
+    os.makedirs(adir)
+    cfg = env.config(f"""shards: 2
+listeners:
+  - {{name: one, proto: udp, responses: 1, listen: ["127.0.0.1:{l1}"], pool: e}}
+  - {{name: any, proto: udp, listen: ["127.0.0.1:{l2}"], pool: e, timeouts: {{idle: 200ms}}}}
+pools:
+  - {{name: e, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+""")
+    os.environ["LD_PRELOAD"] = shim
+    os.environ["TLP_ALLOC_DIR"] = adir
+    try:
+        p = env.proxy(["--config", cfg])
+    finally:
+        del os.environ["LD_PRELOAD"]
+
+    def allocs():
+        out = os.path.join(adir, "count")
+        if os.path.exists(out):
+            os.unlink(out)
+        open(os.path.join(adir, "ask"), "w").close()
+        t = time.time() + 5
+        while not os.path.exists(out):
+            check(time.time() < t, "the shim did not answer")
+            time.sleep(0.02)
+        return int(open(out).read())
+
+    def traffic():
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(16)]
+        for s in socks:
+            s.settimeout(2)
+        for r in range(10):
+            for port in (l1, l2):
+                for i, s in enumerate(socks):
+                    s.sendto(b"q%d.%d" % (r, i), ("127.0.0.1", port))
+                for i, s in enumerate(socks):
+                    check(s.recv(100) == b"q%d.%d" % (r, i), "a reply went astray")
+        for s in socks:
+            s.close()
+        env.wait_stat(p, "udp_sessions", "0", 0)
+
+    traffic()
+    before = allocs()
+    check(before > 0, "the shim counted no allocation at all (the shards' setup makes some)")
+    traffic()
+    traffic()
+    after = allocs()
+    check(after == before, f"the shards allocated {after - before} times in the steady state")
+    env.stop(p)
+
+
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
-         "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6}
+         "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6,
+         "noalloc": t_noalloc}
 
 
 def main():
