@@ -544,7 +544,8 @@ out:
 
 /* D11: a multishot receive takes a batch of datagrams per turn from one
  * handle (not one per turn), no more at once than the handle's lease cap
- * leaves, and delivers every queued datagram in order of arrival. */
+ * leaves, and delivers every queued datagram in order of arrival; with its
+ * batch armed and datagrams coming one at a time it goes on taking them. */
 static void test_d11_batch(void)
 {
 	int fds = h_begin();
@@ -583,6 +584,19 @@ static void test_d11_batch(void)
 	}
 	H_EQ(next, N);
 	H_TRUE(most > 1 && most <= CAP, "at most %u datagrams a turn (cap %d)", most, CAP);
+	/* One datagram at a time to a receive that waits with its batch
+	 * armed: each wakes every request and one takes it, hundreds of
+	 * times; the receive goes on, and takes each. */
+	enum { ONE_BY_ONE = 600 };
+	for (uint32_t k = 0; k < ONE_BY_ONE && h_find_term(&c.log, r) < 0; k++) {
+		send_wait(&c, b, &aa, (uint8_t)k, 8);
+		struct want w = {&c, r, N + k + 1};
+		H_TRUE_FATAL(h_until(&c, got_n, &w, H_WAIT_MS), "datagram %u of %d", k,
+			     ONE_BY_ONE);
+		h_release_leases(&c, 0);
+	}
+	H_TRUE(h_find_term(&c.log, r) < 0, "the receive ended: %s",
+	       h_find_term(&c.log, r) < 0 ? "" : h_errname(c.log.v[h_find_term(&c.log, r)].result));
 	H_EQ(tl_stop(l, r), 0);
 	h_wait_op(&c, r);
 	H_EQ(h_count_term(&c.log, r), 1);

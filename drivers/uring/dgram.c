@@ -204,7 +204,14 @@ static uint32_t took(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, 
 	return n;
 }
 
-/* One of multishot o's requests (slot i) came back. */
+/*
+ * One of multishot o's requests (slot i) came back. Each datagram wakes
+ * every request of the socket and only one takes it; the kernel re-arms a
+ * request's poll after such an empty wake-up a bounded number of times
+ * (APOLL_MAX_RETRY), then runs it on a worker, where a nonblocking socket
+ * answers -EAGAIN. That is no error of the socket: the request is replaced
+ * by a fresh one (its budget of wake-ups full again).
+ */
 static void on_multi(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, uint32_t i,
 		     int res, unsigned cf)
 {
@@ -216,6 +223,8 @@ static void on_multi(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, 
 	u->rx_n--;
 	if (res >= 0)
 		tl__drv_event(d->loop, o, n, 0, lease);
+	else if (res == -EAGAIN)
+		; /* see below: a fresh request takes its place */
 	else if (res != -ENOBUFS && res != -ECANCELED && !u->rx_err) {
 		/* It ends with this error once the others are back. */
 		u->rx_err = (int16_t)res;
