@@ -35,6 +35,24 @@ def free_port(family=socket.AF_INET):
     return p
 
 
+def free_port_both():
+    """A port free for UDP and TCP on 127.0.0.1 (NSD binds both)."""
+    for _ in range(100):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        p = u.getsockname()[1]
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            t.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            pass
+        finally:
+            t.close()
+            u.close()
+    raise Fail("no port free for both UDP and TCP")
+
+
 ZONE = """$ORIGIN test.example.
 $TTL 300
 @    IN SOA ns.test.example. admin.test.example. 1 3600 600 86400 300
@@ -73,7 +91,7 @@ class Env:
     # ---- NSD ----
     def nsd_start(self):
         if self.nsd_port is None:
-            self.nsd_port = free_port()
+            self.nsd_port = free_port_both()
             d = self.dir
             with open(os.path.join(d, "test.example.zone"), "w") as f:
                 f.write(ZONE)
