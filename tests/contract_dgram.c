@@ -1,4 +1,4 @@
-/* tests/contract_dgram.c: the datagram rules D1-D10 of docs/CONTRACT-DGRAM.md, one test each, on every driver (sim where it models the rule). */
+/* tests/contract_dgram.c: the datagram rules D1-D11 of docs/CONTRACT-DGRAM.md, one test each, on every driver (sim where it models the rule). */
 #include "contract.h"
 
 #include <errno.h>
@@ -542,6 +542,71 @@ out:
 	h_end(c.loop, fds);
 }
 
+/* D11: a multishot receive takes a batch of datagrams per turn from one
+ * handle (not one per turn), no more at once than the handle's lease cap
+ * leaves, and delivers every queued datagram in order of arrival; with its
+ * batch armed and datagrams coming one at a time it goes on taking them. */
+static void test_d11_batch(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!h_need_cap(l, TL_CAP_UDP))
+		goto out;
+	tl_handle a, b;
+	tl_addr aa, ba;
+	two(l, NULL, &a, &aa, &b, &ba);
+	enum { N = 48, CAP = 8 };
+	H_EQ(tl_handle_caps(l, a, CAP, 0), 0);
+	for (int k = 0; k < N; k++)
+		send_wait(&c, b, &aa, (uint8_t)k, 32);
+	tl_op r;
+	H_EQ(tl_udp_recv_start(l, a, 1, &r), 0);
+	uint32_t next = 0, most = 0;
+	uint64_t until = h_wall_ns() + (uint64_t)H_WAIT_MS * 1000000u;
+	while (next < N && h_wall_ns() < until) {
+		uint32_t from = c.log.n;
+		h_turn(&c, 10 * (int64_t)H_MS);
+		uint32_t got = recvs(&c, r, from);
+		H_TRUE(held(&c) <= CAP, "holds %u leases, cap %d", held(&c), CAP);
+		most = got > most ? got : most;
+		for (uint32_t i = from; i < c.log.n; i++) {
+			tl_completion *x = &c.log.v[i];
+			if (!tl_op_eq(x->op, r) || (x->flags & TL_F_TERMINAL))
+				continue;
+			H_EQ(x->result, 32);
+			H_TRUE_FATAL(x->flags & TL_F_LEASE, "flags %#x", x->flags);
+			H_EQ(x->u.recv.lease.data[0], next);
+			next++;
+		}
+		h_release_leases(&c, from);
+	}
+	H_EQ(next, N);
+	H_TRUE(most > 1 && most <= CAP, "at most %u datagrams a turn (cap %d)", most, CAP);
+	/* One datagram at a time to a receive that waits with its batch
+	 * armed: each wakes every request and one takes it, hundreds of
+	 * times; the receive goes on, and takes each. */
+	enum { ONE_BY_ONE = 600 };
+	for (uint32_t k = 0; k < ONE_BY_ONE && h_find_term(&c.log, r) < 0; k++) {
+		send_wait(&c, b, &aa, (uint8_t)k, 8);
+		struct want w = {&c, r, N + k + 1};
+		H_TRUE_FATAL(h_until(&c, got_n, &w, H_WAIT_MS), "datagram %u of %d", k,
+			     ONE_BY_ONE);
+		h_release_leases(&c, 0);
+	}
+	H_TRUE(h_find_term(&c.log, r) < 0, "the receive ended: %s",
+	       h_find_term(&c.log, r) < 0 ? "" : h_errname(c.log.v[h_find_term(&c.log, r)].result));
+	H_EQ(tl_stop(l, r), 0);
+	h_wait_op(&c, r);
+	H_EQ(h_count_term(&c.log, r), 1);
+	h_close(&c, a, 3);
+	h_close(&c, b, 4);
+out:
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
 const struct test_def tl_contract_dgram[] = {
 	T("D datagrams", test_d1_bind_options),
 	T("D datagrams", test_d2_send_recv_once),
@@ -553,5 +618,6 @@ const struct test_def tl_contract_dgram[] = {
 	T("D datagrams", test_d8_gso_gro),
 	T("D datagrams", test_d9_close_and_cancel),
 	T("D datagrams", test_d10_sim_faults),
+	T("D datagrams", test_d11_batch),
 	{ NULL, NULL, NULL },
 };

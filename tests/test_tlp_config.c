@@ -1095,6 +1095,62 @@ static void test_args_bad(void)
 	args_bad("--config needs a file name", "--config", "", NULL);
 }
 
+/* proto: udp, responses and sessions; the idle default of a UDP listener;
+ * what a UDP listener cannot have; --udp on the command line. */
+static void test_udp(void)
+{
+	struct tlp_config *c = NULL;
+	static struct tlp_diag d;
+	struct tlp_args a;
+	char err[256];
+
+	T_EQ(parse(LST("    proto: udp\n    responses: 1\n    sessions: 100\n"), &c, &d), 0);
+	if (c) {
+		const struct tlp_listener_cfg *l = &c->listeners[0];
+
+		T_EQ(l->proto, TLP_PROTO_UDP);
+		T_EQ(l->responses, 1);
+		T_EQ(l->sessions, 100);
+		T_EQ(l->idle_timeout_ns, 30000000000ull);
+		tlp_config_free(c);
+	}
+	T_EQ(parse(LST("    proto: udp\n    timeouts: {idle: 5s}\n"), &c, &d), 0);
+	if (c) {
+		T_EQ(c->listeners[0].idle_timeout_ns, 5000000000ull);
+		T_EQ(c->listeners[0].responses, TLP_RESPONSES_ANY);
+		T_EQ(c->listeners[0].sessions, 4096);
+		tlp_config_free(c);
+	}
+	T_EQ(parse(LST(""), &c, &d), 0);
+	if (c) {
+		T_EQ(c->listeners[0].proto, TLP_PROTO_TCP);
+		T_EQ(c->listeners[0].idle_timeout_ns, 300000000000ull);
+		tlp_config_free(c);
+	}
+	one_error(LST("    proto: sctp\n"), "t.yaml:5:12: listeners[0].proto: ", "sctp");
+	one_error(LST("    responses: 1\n"), "t.yaml:5:16: listeners[0]: ", "is for proto: udp");
+	one_error(LST("    proto: udp\n    sessions: 0\n"),
+		  "t.yaml:6:15: listeners[0].sessions: ", "out of range");
+	one_error(LST("    proto: udp\n    splice: true\n"),
+		  "t.yaml:6:13: listeners[0]: ", "splice is not for proto: udp");
+	T_EQ(args(&a, err, sizeof err, "--udp", "--listen", "127.0.0.1:53", "--upstream",
+		  "127.0.0.1:5353", "--responses", "1", "--sessions", "64", NULL), 0);
+	if (a.cfg) {
+		const struct tlp_listener_cfg *l = &a.cfg->listeners[0];
+
+		T_EQ(l->proto, TLP_PROTO_UDP);
+		T_EQ(l->responses, 1);
+		T_EQ(l->sessions, 64);
+		T_EQ(l->idle_timeout_ns, 30000000000ull);
+		tlp_config_free(a.cfg);
+	}
+	T_EQ(args(&a, err, sizeof err, "--listen", "127.0.0.1:53", "--upstream", "127.0.0.1:5353",
+		  "--responses", "1", NULL), -EINVAL);
+	T_TRUE(strstr(err, "for --udp") != NULL, "err '%s'", err);
+	T_EQ(args(&a, err, sizeof err, "--udp", "--listen", "unix:/x", "--upstream",
+		  "127.0.0.1:5353", NULL), -EINVAL);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct tlp_case cases[] = {
@@ -1112,6 +1168,7 @@ int main(int argc, char **argv)
 		{"loading a file", test_load_file},
 		{"command line", test_args},
 		{"command line errors", test_args_bad},
+		{"UDP listeners", test_udp},
 	};
 
 	if (argc > 1)

@@ -51,6 +51,7 @@ const struct ur_opdef tl__ur_opdefs[UR_ROWS_] = {
 		.reads = 1,
 		.issue = tl__ur_dg_issue_recv,
 		.complete = tl__ur_dg_on_recv,
+		.cancel = tl__ur_dg_cancel,
 	},
 	[TL_OP_SEND_FDS] = {
 		.name = "send_fds",

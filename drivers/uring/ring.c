@@ -158,6 +158,8 @@ static int wants_room(const struct tl_opslot *o, int res)
 		return res > 0;
 	if (o->code == TL_OP_ACCEPT)
 		return res >= 0 || accept_soft(-res);
+	if (o->code == TL_OP_RECV)
+		return res >= 0;
 	return 0;
 }
 
@@ -195,6 +197,7 @@ static void on_op(struct tl_drv *d, struct tl_opslot *o, const struct io_uring_c
 		d->st.kernel_acks++;
 	}
 	const struct ur_opdef *def = opdef(o);
+	d->cqe_ud = c->user_data;
 	def->complete(d, def->nohandle ? NULL : HS(d, o->hidx), o, c->res, c->flags);
 }
 
@@ -415,6 +418,7 @@ void tl__ur_destroy(struct tl_drv *d)
 	free(d->scr);
 	free(d->msg);
 	free(d->fdm);
+	tl__ur_dg_exit(d);
 	free(d->spare);
 	free(d);
 }
@@ -464,6 +468,8 @@ int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv 
 	if (!d->scr || !d->msg || !d->fdm)
 		goto fail;
 	if ((r = tl__ur_kbuf_init(d)) < 0)
+		goto fail;
+	if ((r = tl__ur_dg_init(d)) < 0)
 		goto fail;
 	if ((r = arm_wake(d)) < 0)
 		goto fail;

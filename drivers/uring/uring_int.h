@@ -32,7 +32,8 @@
  * uring.c        the driver table and the diagnostic hooks (drivers/uring.h)
  *
  * user_data: tag (8 bits) << 56 | op generation (16 bits) << 24 | op slot
- * (24 bits). The tag tells an op's own CQE from an ASYNC_CANCEL's, the wake
+ * (24 bits), and for the several receives of one multishot datagram receive
+ * its receive slot + 1 (16 bits) << 40 (dgram.c). The tag tells an op's own CQE from an ASYNC_CANCEL's, the wake
  * poll's and the embed timeout's; the generation drops a CQE whose op slot
  * was reused.
  */
@@ -82,6 +83,10 @@ struct ur_o {
 	union {
 		uint32_t tlease; /* stream read: the lease its try holds (TL_NO_LEASE: none) */
 		uint32_t klen;   /* native file requests: bytes at kbuf the kernel */
+		struct {         /* multishot datagram receive (dgram.c) */
+			uint16_t rx_n;  /* its recvmsg requests in the kernel */
+			int16_t rx_err; /* the error that ends it once they are back */
+		};
 	};
 	void *kbuf;            /* native file requests: what the kernel may write
 				* (read buffer, statx), for valgrind */
@@ -121,6 +126,7 @@ struct ur_msg {
 	struct msghdr mh;
 	struct iovec iov;
 	union tl__dg_ctl ctl; /* packet info, GSO and GRO (drivers/dgram_io.h) */
+	tl_addr addr;         /* receive slots: the source (one-shot: in the op) */
 };
 
 /* Per op slot, for descriptor passing (TL_OP_SEND_FDS, TL_OP_RECV_FDS):
@@ -159,6 +165,14 @@ struct tl_drv {
 	union ur_scratch *scr;
 	struct ur_msg *msg;
 	struct ur_fdmsg *fdm;
+	/* Receive slots of multishot datagram receives (dgram.c): several
+	 * recvmsg requests of one op in the kernel at once, each with its own
+	 * msghdr; rx_owner[i] is the op slot using slot i (TL_NIL: free). */
+	struct ur_msg *rx;
+	uint32_t *rx_owner;
+	uint16_t *rx_free;
+	uint32_t rx_count, rx_nfree;
+	uint64_t cqe_ud;        /* user_data of the CQE being handled */
 	uint32_t fs_ok;         /* bit per enum tl_fs_req the ring runs natively */
 	struct tl_uring_stats st;
 };
@@ -467,6 +481,10 @@ int tl__ur_dg_issue_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 void tl__ur_dg_on_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int res,
 		       unsigned cf);
 void tl__ur_dg_unpaused(struct tl_drv *d, struct tl_hslot *h);
+int tl__ur_dg_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+/* The receive slots (ring.c calls them at setup and teardown): 0 or -ENOMEM. */
+int tl__ur_dg_init(struct tl_drv *d);
+void tl__ur_dg_exit(struct tl_drv *d);
 /* net.c: mark SQE s as taking a buffer from the provided-buffer ring. */
 void tl__ur_prep_pooled(struct io_uring_sqe *s);
 

@@ -474,7 +474,8 @@ int tlp_shard_listen(tl_shard *s, struct tlp_gen *g)
 
 		for (uint32_t ai = 0; ai < TLP_MAX_LISTEN; ai++) {
 			tl_handle h = sh->lh[gi][ai];
-			int want = lr && ai < lr->cfg->nlisten;
+			/* UDP listeners are udp.c's. */
+			int want = lr && ai < lr->cfg->nlisten && lr->cfg->proto != TLP_PROTO_UDP;
 
 			if (!want && !tl_handle_eq(h, none)) {
 				tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));

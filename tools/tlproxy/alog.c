@@ -178,6 +178,19 @@ static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)
 	} else {
 		err[0] = '\0';
 	}
+	if (r->udp) {
+		n = snprintf(a->out + a->outlen, OUT_CAP - a->outlen,
+			     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s udp dgrams_in=%llu "
+			     "dgrams_out=%llu%s\n",
+			     ts, r->end.tv_nsec / 1000000, r->listener ? r->listener->name : "-",
+			     peer, r->server[0] ? r->server : "-", (unsigned long long)r->bytes[0],
+			     (unsigned long long)r->bytes[1], (double)r->dur_ns / 1e6,
+			     r->cause < TLP_END_COUNT ? tlp_cause_names[r->cause] : "?",
+			     (unsigned long long)r->dgrams[0], (unsigned long long)r->dgrams[1], err);
+		if (n > 0 && (size_t)n < OUT_CAP - a->outlen)
+			a->outlen += (size_t)n;
+		return;
+	}
 	n = snprintf(a->out + a->outlen, OUT_CAP - a->outlen,
 		     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s retries=%u%s\n", ts,
 		     r->end.tv_nsec / 1000000, r->listener ? r->listener->name : "-", peer,

@@ -20,6 +20,8 @@ struct tlp_alog_rec {
 	uint8_t cause;         /* enum tlp_cause */
 	uint8_t retries;       /* connects retried on another server */
 	int16_t cerr;          /* the last failed connect's error (negative errno), 0 none */
+	uint8_t udp;           /* a UDP session (udp.c): dgrams counts its datagrams */
+	uint64_t dgrams[2];    /* from the client, from the server */
 };
 
 struct tlp_alog;

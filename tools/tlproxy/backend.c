@@ -37,14 +37,10 @@ static void refresh(struct tlp_lpool *lp, struct tlp_gpool *gp, uint64_t now)
 				atomic_load_explicit(&v->e[i].srv->conns, memory_order_relaxed);
 }
 
-/*
- * Choose a server for c and count c on it (process-wide): the index in the
- * view, or -ENOBUFS (every server up is full), -EHOSTUNREACH (none up).
- * Servers c already tried are left out while another is usable.
- */
-static int pick(struct tlp_shard *sh, struct tlp_conn *c)
+int tlp_pick(struct tlp_shard *sh, struct tlp_gpool *gp, const struct sockaddr *peer,
+	     const uint16_t *tried, uint8_t *ntried, struct tlp_srv **out)
 {
-	struct tlp_lpool *lp = &sh->lp[c->gp->idx];
+	struct tlp_lpool *lp = &sh->lp[gp->idx];
 	struct tlp_view *v = lp->v;
 	uint64_t now, key = 0;
 	int r = -EHOSTUNREACH;
@@ -52,20 +48,20 @@ static int pick(struct tlp_shard *sh, struct tlp_conn *c)
 	if (!v || !v->n)
 		return -EHOSTUNREACH;
 	now = tlp_mono_ns();
-	refresh(lp, c->gp, now);
+	refresh(lp, gp, now);
 	if (tlp_bal_ops[v->balance].needs & TLP_BAL_NEEDS_KEY)
-		key = tlp_hash_addr(&c->peer.sa);
+		key = tlp_hash_addr(peer);
 	for (int attempt = 0; attempt < 4; attempt++) {
 		uint32_t hidden = 0;
 
-		for (uint32_t k = 0; k < c->ntried; k++)
-			hidden += (uint32_t)tlp_avoid_add(&lp->avoid, c->tried[k]);
+		for (uint32_t k = 0; k < *ntried; k++)
+			hidden += (uint32_t)tlp_avoid_add(&lp->avoid, tried[k]);
 		r = tlp_bal_pick(&lp->bal, key, hidden ? &lp->avoid : NULL);
-		for (uint32_t k = 0; k < c->ntried; k++)
-			tlp_avoid_del(&lp->avoid, c->tried[k]);
+		for (uint32_t k = 0; k < *ntried; k++)
+			tlp_avoid_del(&lp->avoid, tried[k]);
 		if (r < 0 && hidden) {
 			/* Every other server is out: the tried ones again. */
-			c->ntried = 0;
+			*ntried = 0;
 			continue;
 		}
 		if (r < 0)
@@ -83,11 +79,25 @@ static int pick(struct tlp_shard *sh, struct tlp_conn *c)
 			continue;
 		}
 		lp->loc[r].conns = had + 1;
-		c->srv = e->srv;
-		c->vidx = (uint32_t)r;
-		c->flags |= F_SRV;
+		*out = e->srv;
 		srv_count(sh, e->srv, 1);
 		return r;
+	}
+	return r;
+}
+
+/*
+ * Choose a server for c and count c on it (process-wide): the index in the
+ * view, or -ENOBUFS (every server up is full), -EHOSTUNREACH (none up).
+ * Servers c already tried are left out while another is usable.
+ */
+static int pick(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	int r = tlp_pick(sh, c->gp, &c->peer.sa, c->tried, &c->ntried, &c->srv);
+
+	if (r >= 0) {
+		c->vidx = (uint32_t)r;
+		c->flags |= F_SRV;
 	}
 	return r;
 }

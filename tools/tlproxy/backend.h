@@ -5,6 +5,13 @@
 /* Calls: backend -> fwd, conn, queue, wheel, state, world. */
 #include "state.h"
 
+/* Choose a server of gp's view for a client at peer (the hash key) and
+ * count one on it (process-wide conns and the shard's row), leaving out
+ * the view indexes tried[0..*ntried) while another is usable (*ntried goes
+ * to 0 when none is). Returns the index in the view with *out set, or
+ * -ENOBUFS (every server up is full), -EHOSTUNREACH (none up). */
+int tlp_pick(struct tlp_shard *sh, struct tlp_gpool *gp, const struct sockaddr *peer,
+	     const uint16_t *tried, uint8_t *ntried, struct tlp_srv **out);
 /* Pick a server for c (or queue it, or end it) and connect to it. */
 void tlp_assign(struct tlp_shard *sh, struct tlp_conn *c);
 /* c's connect failed with err (a negative errno): blame, retry on

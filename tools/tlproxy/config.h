@@ -76,6 +76,9 @@ int tlp_size_parse(const char *s, size_t len, uint64_t *bytes, char *err, size_t
 /* ---- the model ---- */
 
 enum tlp_pp_send { TLP_PP_SEND_NONE = 0, TLP_PP_SEND_V1, TLP_PP_SEND_V2 };
+enum tlp_proto { TLP_PROTO_TCP = 0, TLP_PROTO_UDP };
+#define TLP_RESPONSES_ANY UINT32_MAX
+#define TLP_UDP_SESSIONS_MAX 1000000u /* per shard */
 
 struct tlp_server_cfg {
 	struct tlp_endpoint ep;
@@ -146,6 +149,11 @@ struct tlp_listener_cfg {
 	int half_close;                  /* 1 (default): a side's FIN is passed on and the
 					  * other side may go on; 0: the pair ends once a
 					  * side's FIN and every byte read are passed on */
+	/* UDP listeners (proto: udp; udp.h): sessions by client address. */
+	int proto;                       /* enum tlp_proto, default TLP_PROTO_TCP */
+	uint32_t responses;              /* replies a request expects (0: none, 1 for DNS);
+					  * TLP_RESPONSES_ANY (default): any, until idle */
+	uint32_t sessions;               /* sessions per shard at most, default 4096 */
 };
 
 struct tlp_arena;
@@ -219,6 +227,7 @@ struct tlp_args {
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
+ *         [--udp [--responses N] [--sessions N]]
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

@@ -32,6 +32,7 @@ const char *tlp_args_usage(void)
 			 "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
+			 "               [--udp [--responses N] [--sessions N]]\n"
 			 "       tlproxy --config FILE\n"
 			 "       tlproxy --check FILE\n"
 			 "durations D take a unit: 500ms, 2s, 1m, 1h\n",
@@ -80,6 +81,9 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	uint32_t nlisten = 0, nup = 0, shards = 0, max_conns = 0, spipes = 0, spsize = 0;
 	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
 	int half_close = 1;
+	int udp = 0;
+	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096;
+	int idle_given = 0;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
 	struct {
 		const char *s;
@@ -115,6 +119,11 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		}
 		if (!strcmp(o, "--splice")) {
 			splice = 1;
+			other = 1;
+			continue;
+		}
+		if (!strcmp(o, "--udp")) {
+			udp = 1;
 			other = 1;
 			continue;
 		}
@@ -277,6 +286,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		} else if (!strcmp(o, "--idle-timeout")) {
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
+			idle_given = 1;
 		} else if (!strcmp(o, "--half-close")) {
 			if (strcmp(v, "on") && strcmp(v, "off")) {
 				fail(err, errlen, "--half-close: '%s' is not on or off",
@@ -284,6 +294,15 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				goto out;
 			}
 			half_close = !strcmp(v, "on");
+		} else if (!strcmp(o, "--responses") || !strcmp(o, "--sessions")) {
+			int rs = !strcmp(o, "--responses");
+
+			if (args_u32(v, rs ? 0 : 1, rs ? 1000000 : TLP_UDP_SESSIONS_MAX,
+				     rs ? &responses : &sessions) < 0) {
+				fail(err, errlen, "%s: '%s' is not a number in range", o,
+				     tlp__clip(v, strlen(v), shown, sizeof shown));
+				goto out;
+			}
 		} else {
 			fail(err, errlen, "unknown option '%s'",
 			     tlp__clip(o, strlen(o), shown, sizeof shown));
@@ -308,6 +327,19 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		fail(err, errlen, "--listen HOST:PORT is required (or --config FILE)");
 		goto out;
 	}
+	if (!udp && (responses != TLP_RESPONSES_ANY || sessions != 4096)) {
+		fail(err, errlen, "--responses and --sessions are for --udp");
+		goto out;
+	}
+	if (udp && splice) {
+		fail(err, errlen, "--splice is not for --udp");
+		goto out;
+	}
+	for (uint32_t k = 0; udp && k < nlisten; k++)
+		if (listen[k].kind != TLP_EP_IP) {
+			fail(err, errlen, "--udp listens on IP addresses only");
+			goto out;
+		}
 	if (!nup) {
 		fail(err, errlen, "--upstream HOST:PORT is required (or --config FILE)");
 		goto out;
@@ -345,6 +377,13 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		l->idle_timeout_ns = idle;
 		l->splice = splice;
 		l->half_close = half_close;
+		if (udp) {
+			l->proto = TLP_PROTO_UDP;
+			l->responses = responses;
+			l->sessions = sessions;
+			if (!idle_given)
+				l->idle_timeout_ns = UDP_IDLE_DFLT;
+		}
 		pool->balance = balance;
 		pool->proxy_protocol = pp;
 		l->listen = tlp__zalloc(&c, arena, nlisten * sizeof *l->listen);

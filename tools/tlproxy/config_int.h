@@ -24,6 +24,8 @@ static const struct dur_range R_QUEUE_TIMEOUT = {1 * MS, 1 * HOUR, 5 * SEC};
 static const struct dur_range R_CONNECT = {1 * MS, 10 * MIN, 5 * SEC};
 static const struct dur_range R_IDLE = {100 * MS, 30 * DAY, 300 * SEC};
 static const struct dur_range R_FIN = {1 * MS, 1 * DAY, 30 * SEC};
+/* timeouts.idle of a UDP listener: a session's (the range is R_IDLE's). */
+static const uint64_t UDP_IDLE_DFLT = 30 * SEC;
 static const struct dur_range R_RESOLVE = {1 * SEC, 1 * DAY, 10 * SEC};
 static const struct dur_range R_HEALTH_INTERVAL = {100 * MS, 1 * HOUR, 2 * SEC};
 static const struct dur_range R_HEALTH_TIMEOUT = {1 * MS, 1 * HOUR, 1 * SEC};

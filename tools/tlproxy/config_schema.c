@@ -55,6 +55,8 @@ void tlp__listener_defaults(struct tlp_listener_cfg *l)
 	l->socket.ka_idle_s = (uint32_t)(R_KA_IDLE.dflt / SEC);
 	l->socket.ka_interval_s = (uint32_t)(R_KA_INTERVAL.dflt / SEC);
 	l->socket.ka_count = 5;
+	l->responses = TLP_RESPONSES_ANY;
+	l->sessions = 4096;
 }
 
 static void parse_health(struct ctx *c, const struct ynode *n, const char *path,
@@ -317,6 +319,57 @@ struct seen_ep {
 	const struct ynode *node;
 };
 
+static const char *proto_name(int i)
+{
+	return i == TLP_PROTO_UDP ? "udp" : "tcp";
+}
+
+/* Was key k given in mapping m? */
+static int has_key(const struct ynode *m, const char *k)
+{
+	for (const struct ynode *it = m && m->kind == YN_MAP ? m->child : NULL; it && it->next;
+	     it = it->next->next)
+		if (it->s && !strcmp(it->s, k))
+			return 1;
+	return 0;
+}
+
+/* A listener's proto, responses and sessions; what a UDP listener cannot
+ * have (Unix addresses, PROXY headers, SNI, queues, splicing) is refused.
+ * v is parse_listener's keys, by its enum (the TCP-only ones named below). */
+static void parse_udp(struct ctx *c, const struct ynode *n, const char *path,
+		      const struct ynode *proto, const struct ynode *resp, const struct ynode *sess,
+		      const struct ynode *const *v, struct tlp_listener_cfg *l)
+{
+	static const struct { int key; const char *name; } tcp_only[] = {
+		{6, "proxy_protocol_from"}, {7, "sni"}, {10, "queue"}, {12, "socket"},
+		{13, "splice"}, {14, "half_close"}};
+	char p[256];
+
+	if (proto && (PATH(p, "%s.proto", path), 1))
+		tlp__get_enum(c, proto, p, proto_name, 2, &l->proto);
+	if (l->proto != TLP_PROTO_UDP) {
+		if (resp || sess)
+			tlp__errat(c, (resp ? resp : sess)->line, (resp ? resp : sess)->col,
+				   "%s: %s is for proto: udp", path, resp ? "responses" : "sessions");
+		return;
+	}
+	if (resp && (PATH(p, "%s.responses", path), 1))
+		tlp__get_uint(c, resp, p, 0, 1000000, &l->responses);
+	if (sess && (PATH(p, "%s.sessions", path), 1))
+		tlp__get_uint(c, sess, p, 1, TLP_UDP_SESSIONS_MAX, &l->sessions);
+	for (uint32_t k = 0; k < sizeof tcp_only / sizeof tcp_only[0]; k++)
+		if (v[tcp_only[k].key])
+			tlp__errat(c, v[tcp_only[k].key]->line, v[tcp_only[k].key]->col,
+				   "%s: %s is not for proto: udp", path, tcp_only[k].name);
+	for (uint32_t k = 0; k < l->nlisten; k++)
+		if (l->listen[k].kind != TLP_EP_IP)
+			tlp__errat(c, n->line, n->col, "%s.listen[%u]: proto: udp takes IP addresses",
+				   path, k);
+	if (!v[11] || !has_key(v[11], "idle"))
+		l->idle_timeout_ns = UDP_IDLE_DFLT;
+}
+
 static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const struct ynode *n,
 			   const char *path, struct tlp_listener_cfg *l, struct seen_ep *seen,
 			   uint32_t *nseen, const struct ynode **name_node)
@@ -324,9 +377,11 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 	static const char *const keys[] = {"name", "listen", "pool", "max_conns", "allow", "deny",
 					   "proxy_protocol_from", "sni", "sni_default",
 					   "sni_timeout", "queue", "timeouts", "socket", "splice",
-					   "half_close"};
+					   "half_close",
+					   "proto", "responses", "sessions"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
-	       SOCKET, SPLICE, HALFC, NKEYS };
+	       SOCKET, SPLICE, HALFC,
+	       PROTO, RESP, SESS, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
 
@@ -447,6 +502,9 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 	if (!v[POOL] && !v[SNI])
 		tlp__errat(c, n->line, n->col, "%s: needs a pool (or sni rules) to send connections to",
 		      path);
+	_Static_assert(PPFROM == 6 && SNI == 7 && QUEUE == 10 && TIMEOUTS == 11 && SOCKET == 12 &&
+		       SPLICE == 13 && HALFC == 14, "the key numbers parse_udp names");
+	parse_udp(c, n, path, v[PROTO], v[RESP], v[SESS], v, l);
 }
 
 void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *cfg)

@@ -1,6 +1,6 @@
 /* tools/tlproxy/main.c: tlproxy's process: the command line and --check, setting the process up (descriptor limit, privileges, first lookups, the access log), starting the shards and waiting for signals (SIGHUP reload, SIGUSR1 log reopen, SIGTERM drain). */
 /* Calls: main -> shard, accept (its handler), ctl, admin, health, resolve,
- * takeover, world, alog, splice, sdnotify: the top; nothing calls in. */
+ * takeover, world, alog, splice, sdnotify, udp: the top; nothing calls in. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -29,6 +29,7 @@
 #include "shard.h"
 #include "splice.h"
 #include "takeover.h"
+#include "udp.h"
 #include "util.h"
 #include "world.h"
 
@@ -225,6 +226,8 @@ static int declare_stats(tl_runtime *rt)
 		return -1;
 	tl_runtime_stat_label(rt, w->st_spl_pipes, "open");
 	tl_runtime_stat_label(rt, w->st_spl_pipes + 1, "busy");
+	if (tlp_udp_declare(rt) < 0)
+		return -1;
 	return 0;
 }
 
@@ -454,7 +457,7 @@ int main(int argc, char **argv)
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &l->listen[k].addr,
 			       l->listen[k].addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
-			t = tl_tool_port_taken(&a);
+			t = l->proto == TLP_PROTO_UDP ? tlp_udp_port_taken(&a) : tl_tool_port_taken(&a);
 			if (t) {
 				fprintf(stderr, "tlproxy: listener %s: %s %s\n", l->name,
 					l->listen[k].text,
@@ -547,6 +550,7 @@ int main(int argc, char **argv)
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
 	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows;
+	rc.stats_values += TLP_UDP_ST_VALUES;
 	rc.on_launch = tlp_shard_launch;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;
@@ -558,6 +562,7 @@ int main(int argc, char **argv)
 	rc.handlers[TLP_H_HEALTH] = tlp_on_health;
 	rc.handlers[TLP_H_ADMIN] = tlp_on_admin;
 	rc.handlers[TLP_H_DNS] = tlp_on_dns;
+	rc.handlers[TLP_H_UDP] = tlp_on_udp;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
 		fprintf(stderr, "tlproxy: cannot set the shards up: %s\n",

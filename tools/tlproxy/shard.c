@@ -13,6 +13,7 @@
 #include "fwd.h"
 #include "ho.h"
 #include "peek.h"
+#include "udp.h"
 #include "wheel.h"
 
 static void tlp_shard_use_gen(tl_shard *s, struct tlp_gen *g);
@@ -101,6 +102,7 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 	if (!sh)
 		return 0;
 	after_ends(sh);
+	tlp_udp_pass(sh);
 	if (sh->resume_due)
 		tlp_resume(sh);
 	if (sh->d_conns) {
@@ -458,6 +460,10 @@ int tlp_shard_launch(tl_shard *s, void *arg)
 		atomic_store(&w->start_failed, 1);
 		return r;
 	}
+	if ((r = tlp_udp_start(sh, sh->gen)) < 0) {
+		atomic_store(&w->start_failed, 1);
+		return r;
+	}
 	if (sh->id == 0 && (r = tlp_ctl_start(s)) < 0) {
 		atomic_store(&w->start_failed, 1);
 		return r;
@@ -481,6 +487,7 @@ void tlp_shard_drain(tl_shard *s, void *arg)
 	/* The runtime closed the listeners. */
 	memset(sh->lh, 0, TLP_REG_LISTENERS * sizeof *sh->lh);
 	sh->nxlh = 0;
+	tlp_udp_drain(sh);
 	if (sh->id == 0)
 		tlp_ctl_stop(s);
 }
@@ -501,6 +508,7 @@ void tlp_shard_stop(tl_shard *s, void *arg)
 	for (uint32_t i = 0; i < sh->cap; i++)
 		if (sh->c[i].state != C_FREE && sh->c[i].state != C_CLOSING)
 			tlp_conn_end(sh, &sh->c[i], TLP_END_SHUTDOWN, 3);
+	tlp_udp_stop(sh);
 }
 
 void tlp_shard_free(struct tlp_shard *sh)
@@ -530,5 +538,6 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->hb_free);
 	free(sh->hbw);
 	free(sh->lw);
+	tlp_udp_free(sh);
 	free(sh);
 }

@@ -225,6 +225,7 @@ struct tlp_shard {
 	uint16_t room_list[TLP_REG_POOLS];
 	uint32_t nroom;
 	int grant_due;
+	struct tlp_udp *udp;       /* UDP listeners and sessions (udp.c), NULL: none */
 };
 _Static_assert(TLP_REG_POOLS <= 65536, "room_list holds pool indexes in 16 bits");
 

@@ -65,6 +65,7 @@ enum {
 	TLP_H_HEALTH = 4, /* health checks (shard 0) */
 	TLP_H_ADMIN = 5,  /* the admin socket (shard 0) */
 	TLP_H_DNS = 6,    /* name lookups (shard 0) */
+	TLP_H_UDP = 7,    /* UDP listeners and sessions (udp.c) */
 };
 
 /* Why a connection ended (access log, error counters). */

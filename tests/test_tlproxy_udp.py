@@ -1,0 +1,498 @@
+#!/usr/bin/env python3
+# tests/test_tlproxy_udp.py: tlproxy's UDP listeners end to end with real peers: dig and dnsperf through it to an NSD on loopback, a one-way stream to socat, a server down and back, the session limit under many source ports, datagram sizes, IPv6.
+"""Usage: test_tlproxy_udp.py TLPROXY TLSHARD TLECHO CASE
+
+Each case starts what it needs in a temporary folder, checks, and stops
+every process it started by its pid. TL_DRIVER picks tlproxy's driver.
+Exit 0 pass, 1 fail (also when a program it needs is missing).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def free_port(family=socket.AF_INET):
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def free_port_both():
+    """A port free for UDP and TCP on 127.0.0.1 (NSD binds both)."""
+    for _ in range(100):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        p = u.getsockname()[1]
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            t.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            pass
+        finally:
+            t.close()
+            u.close()
+    raise Fail("no port free for both UDP and TCP")
+
+
+ZONE = """$ORIGIN test.example.
+$TTL 300
+@    IN SOA ns.test.example. admin.test.example. 1 3600 600 86400 300
+@    IN NS  ns.test.example.
+ns   IN A   127.0.0.1
+www  IN A   192.0.2.10
+mail IN A   192.0.2.25
+"""
+
+
+class Env:
+    def __init__(self, tlproxy, tlshard, tlecho):
+        self.tlproxy, self.tlshard, self.tlecho = tlproxy, tlshard, tlecho
+        self.dir = tempfile.mkdtemp(prefix="tlp-udp.")
+        self.procs = []
+        self.nsd_port = None
+        self.nsd = None
+
+    def spawn(self, args, name):
+        err = open(os.path.join(self.dir, name + ".err"), "w")
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        p.errname = err.name
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---- NSD ----
+    def nsd_start(self):
+        if self.nsd_port is None:
+            self.nsd_port = free_port_both()
+            d = self.dir
+            with open(os.path.join(d, "test.example.zone"), "w") as f:
+                f.write(ZONE)
+            with open(os.path.join(d, "nsd.conf"), "w") as f:
+                f.write(f"""server:
+  ip-address: 127.0.0.1
+  port: {self.nsd_port}
+  username: ""
+  chroot: ""
+  zonesdir: "{d}"
+  database: ""
+  pidfile: "{d}/nsd.pid"
+  xfrdfile: "{d}/xfrd.state"
+  zonelistfile: "{d}/zone.list"
+  xfrdir: "{d}"
+  server-count: 1
+  verbosity: 1
+  do-ip6: no
+  rrl-ratelimit: 0
+remote-control:
+  control-enable: no
+zone:
+  name: test.example
+  zonefile: "{d}/test.example.zone"
+""")
+        self.nsd = self.spawn(["nsd", "-d", "-c", os.path.join(self.dir, "nsd.conf")], "nsd")
+        t = time.time() + 10
+        while time.time() < t:
+            if query("127.0.0.1", self.nsd_port, "www.test.example", timeout=0.2) is not None:
+                return
+            check(self.nsd.poll() is None, "nsd exited: " + open(self.nsd.errname).read()[-300:])
+        raise Fail("nsd does not answer")
+
+    def nsd_stop(self):
+        self.nsd.send_signal(signal.SIGTERM)
+        self.nsd.wait(10)
+
+    # ---- tlproxy ----
+    def proxy(self, args, ports=()):
+        p = self.spawn([self.tlproxy] + args, "tlproxy")
+        t = time.time() + 10
+        while time.time() < t:
+            if "running:" in open(p.errname).read():
+                return p
+            check(p.poll() is None, "tlproxy exited: " + open(p.errname).read()[-400:])
+            time.sleep(0.02)
+        raise Fail("tlproxy did not start")
+
+    def config(self, text):
+        path = os.path.join(self.dir, "tlproxy.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def stop(self, p, want=0):
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(15)
+        check(rc == want, f"tlproxy exit {rc}, want {want}: " + open(p.errname).read()[-400:])
+
+    def stats(self, p):
+        r = subprocess.run([self.tlshard, "stats", str(p.pid), "--json"], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, "tlshard stats: " + r.stderr)
+        out = {}
+        for f in json.loads(r.stdout)["program"]:
+            out[f["name"]] = {(row["label"] or str(row["row"])): row["total"] for row in f["rows"]}
+        return out
+
+    def wait_stat(self, p, fam, row, want, timeout=10):
+        t = time.time() + timeout
+        got = None
+        while time.time() < t:
+            got = self.stats(p).get(fam, {}).get(row, 0)
+            if got == want:
+                return
+            time.sleep(0.05)
+        raise Fail(f"stat {fam}[{row}] is {got}, want {want}")
+
+    def echo(self, family=socket.AF_INET):
+        port = free_port(family)
+        args = [self.tlecho, "-p", str(port), "--udp", "--buffer-size", "32768"]
+        if family == socket.AF_INET6:
+            args += ["--host", "::1"]
+        p = self.spawn(args, "tlecho%d" % port)
+        t = time.time() + 10
+        while time.time() < t and "listening" not in open(p.errname).read():
+            check(p.poll() is None, "tlecho exited: " + open(p.errname).read()[-300:])
+            time.sleep(0.02)
+        return port
+
+
+def dns_query(name, qid, qtype=1):
+    q = qid.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+    for part in name.split("."):
+        q += bytes([len(part)]) + part.encode()
+    return q + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+
+
+def query(host, port, name, timeout=1.0, family=socket.AF_INET):
+    """One A query; (rcode, answers) or None without an answer. Checks
+    the ID and the question name."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(timeout)
+    qid = int.from_bytes(os.urandom(2), "big")
+    q = dns_query(name, qid)
+    try:
+        s.sendto(q, (host, port))
+        r = s.recv(4096)
+    except (socket.timeout, ConnectionRefusedError):
+        return None
+    finally:
+        s.close()
+    check(int.from_bytes(r[:2], "big") == qid, "answer with the wrong ID")
+    check(r[12:12 + len(q) - 12] == q[12:], "answer to another question")
+    return r[3] & 0xf, int.from_bytes(r[6:8], "big")
+
+
+def dig(port, name, extra=()):
+    r = subprocess.run(["dig", "@127.0.0.1", "-p", str(port), name, "A", "+tries=1", "+time=2"]
+                       + list(extra), capture_output=True, text=True, timeout=20)
+    return r.stdout
+
+
+def log_lines(env, path, n, timeout=10):
+    t = time.time() + timeout
+    lines = []
+    while time.time() < t:
+        if os.path.exists(path):
+            lines = [l for l in open(path).read().splitlines() if l]
+            if len(lines) >= n:
+                return lines
+        time.sleep(0.05)
+    raise Fail(f"access log has {len(lines)} lines, want {n}")
+
+
+# ---- cases ----
+
+def t_cli_dig(env):
+    """--udp on the command line; dig through it to NSD; SIGTERM drains."""
+    env.nsd_start()
+    port = free_port()
+    p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
+                   f"127.0.0.1:{env.nsd_port}", "--shards", "1"])
+    out = dig(port, "www.test.example")
+    check("status: NOERROR" in out and re.search(r"www\.test\.example\.\s+\d+\s+IN\s+A\s+192\.0\.2\.10", out),
+          "dig: " + out)
+    out = dig(port, "nope.test.example")
+    check("status: NXDOMAIN" in out, "dig nxdomain: " + out)
+    st = env.stats(p)
+    check(st["udp"]["dgrams_in"] == 2 and st["udp"]["dgrams_out"] == 2, f"stats {st['udp']}")
+    env.stop(p)
+
+
+def dns_config(env, port, extra=""):
+    return env.config(f"""access_log: {env.dir}/access.log
+shards: 1
+listeners:
+  - name: dns
+    proto: udp
+    responses: 1
+    listen: [127.0.0.1:{port}]
+    pool: nsd
+{extra}pools:
+  - name: nsd
+    servers:
+      - address: 127.0.0.1:{env.nsd_port}
+""")
+
+
+def t_dnsperf(env):
+    """dnsperf for 3 s: nothing lost, every answer NOERROR; responses: 1
+    ends each session with its answer (end=done)."""
+    env.nsd_start()
+    port = free_port()
+    p = env.proxy(["--config", dns_config(env, port)])
+    qf = os.path.join(env.dir, "queries")
+    with open(qf, "w") as f:
+        f.write("www.test.example A\nmail.test.example A\nns.test.example A\n")
+    r = subprocess.run(["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", qf, "-l", "3",
+                        "-c", "4", "-q", "64", "-t", "2"], capture_output=True, text=True, timeout=60)
+    out = r.stdout
+    m = re.search(r"Queries completed:\s+(\d+)", out)
+    lost = re.search(r"Queries lost:\s+(\d+)", out)
+    codes = re.search(r"Response codes:\s+(.*)", out)
+    check(m and lost and codes, "dnsperf output: " + out + r.stderr)
+    done = int(m.group(1))
+    check(done > 100, f"only {done} queries completed")
+    check(int(lost.group(1)) == 0, "lost queries: " + out)
+    check(re.fullmatch(rf"NOERROR {done} \(100\.00%\)", codes.group(1).strip()),
+          "response codes: " + codes.group(1))
+    env.wait_stat(p, "udp_sessions", "0", 0)
+    st = env.stats(p)["udp"]
+    check(st["dgrams_in"] == done and st["dgrams_out"] == done, f"stats {st}")
+    check(st["drop_limit"] == 0 and st["drop_error"] == 0, f"stats {st}")
+    env.stop(p)
+    lines = log_lines(env, os.path.join(env.dir, "access.log"), 1)
+    check(all(" udp " in l for l in lines), "log: " + lines[0])
+    bad = [l for l in lines if "end=done" not in l]
+    check(not bad, "log: " + "\n".join(bad[:3]))
+
+
+def t_oneway(env):
+    """responses: 0 (syslog-like): every datagram reaches socat; each
+    session ends once its datagrams are sent."""
+    sink = free_port()
+    out = os.path.join(env.dir, "sink.out")
+    s = env.spawn(["socat", "-u", f"UDP-RECV:{sink},bind=127.0.0.1", f"OPEN:{out},creat,append"],
+                  "socat")
+    time.sleep(0.3)
+    port = free_port()
+    p = env.proxy(["--udp", "--responses", "0", "--listen", f"127.0.0.1:{port}", "--upstream",
+                   f"127.0.0.1:{sink}", "--shards", "1"])
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(200):
+        c.sendto(b"<13>line %d\n" % i, ("127.0.0.1", port))
+        if i % 50 == 49:
+            time.sleep(0.05)
+    c.close()
+    t = time.time() + 10
+    n = 0
+    while time.time() < t:
+        n = len(open(out).read().splitlines()) if os.path.exists(out) else 0
+        if n >= 200:
+            break
+        time.sleep(0.05)
+    check(n == 200, f"socat got {n} of 200 lines")
+    env.wait_stat(p, "udp_sessions", "0", 0)
+    st = env.stats(p)["udp"]
+    check(st["dgrams_in"] == 200 and st["dgrams_out"] == 0, f"stats {st}")
+    env.stop(p)
+    s.kill()
+
+
+def t_down_up(env):
+    """The server goes down (ICMP unreachable ends the session,
+    end=server_error) and comes back (the next query is answered)."""
+    env.nsd_start()
+    port = free_port()
+    p = env.proxy(["--config", dns_config(env, port)])
+    check(query("127.0.0.1", port, "www.test.example") == (0, 1), "first query")
+    env.nsd_stop()
+    check(query("127.0.0.1", port, "www.test.example", timeout=0.5) is None, "answer with NSD down")
+    env.wait_stat(p, "udp_sessions", "0", 0)
+    check(env.stats(p)["errors"].get("server_error", 0) >= 1, "no server_error counted")
+    env.nsd_start()
+    check(query("127.0.0.1", port, "www.test.example") == (0, 1), "query after NSD came back")
+    env.stop(p)
+    lines = log_lines(env, os.path.join(env.dir, "access.log"), 3)
+    check(any("end=server_error" in l and "err=ECONNREFUSED" in l for l in lines),
+          "log: " + "\n".join(lines))
+
+
+def t_limit(env):
+    """40 source ports against sessions: 4: 4 are answered, 36 dropped and
+    counted; when they go idle, new clients get in."""
+    echo = env.echo()
+    port = free_port()
+    p = env.proxy(["--udp", "--sessions", "4", "--idle-timeout", "2s", "--listen",
+                   f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{echo}", "--shards", "1"])
+    socks = []
+    for i in range(40):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(0.02)
+        s.sendto(b"hi %d" % i, ("127.0.0.1", port))
+        socks.append(s)
+    env.wait_stat(p, "udp", "drop_limit", 36)
+    st = env.stats(p)
+    check(st["udp"]["sessions"] == 4 and st["udp_sessions"]["0"] == 4, f"stats {st}")
+    got = 0
+    for i, s in enumerate(socks):
+        try:
+            check(s.recv(100) == b"hi %d" % i, "a reply to the wrong client")
+            got += 1
+        except socket.timeout:
+            pass
+    check(got == 4, f"{got} clients answered, limit 4")
+    env.wait_stat(p, "udp_sessions", "0", 0, timeout=5)
+    for i, s in enumerate(socks[4:8]):
+        s.settimeout(2)
+        s.sendto(b"again", ("127.0.0.1", port))
+        check(s.recv(100) == b"again", "no answer after the idle ones ended")
+    for s in socks:
+        s.close()
+    env.stop(p)
+
+
+def t_sizes(env, family=socket.AF_INET):
+    """Datagrams of 0 to 16384 bytes both ways, whole; one longer than a
+    pooled buffer is dropped and counted, never sent cut."""
+    lo = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    echo = env.echo(family)
+    port = free_port(family)
+    b = f"[{lo}]" if family == socket.AF_INET6 else lo
+    p = env.proxy(["--udp", "--listen", f"{b}:{port}", "--upstream", f"{b}:{echo}", "--shards", "1"])
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    for n in (1, 100, 1472, 9000, 16384):
+        data = os.urandom(n)
+        s.sendto(data, (lo, port))
+        check(s.recv(70000) == data, f"{n} bytes did not come back whole")
+    s.sendto(os.urandom(20000), (lo, port))
+    env.wait_stat(p, "udp", "drop_trunc", 1)
+    s.close()
+    env.stop(p)
+
+
+def t_ipv6(env):
+    t_sizes(env, socket.AF_INET6)
+
+
+def t_noalloc(env):
+    """Sessions that start, carry datagrams both ways and end (by their
+    reply, and by idleness) allocate nothing on the shards once warm: the
+    allocator calls an LD_PRELOAD shim counts do not grow."""
+    shim = os.environ.get("TLP_ALLOC_SHIM", "")
+    check(os.path.exists(shim), "no allocation shim (TLP_ALLOC_SHIM)")
+    echo = env.echo()
+    l1, l2 = free_port(), free_port()
+    adir = os.path.join(env.dir, "alloc")
+    os.makedirs(adir)
+    cfg = env.config(f"""shards: 2
+listeners:
+  - {{name: one, proto: udp, responses: 1, listen: ["127.0.0.1:{l1}"], pool: e}}
+  - {{name: any, proto: udp, listen: ["127.0.0.1:{l2}"], pool: e, timeouts: {{idle: 200ms}}}}
+pools:
+  - {{name: e, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+""")
+    os.environ["LD_PRELOAD"] = shim
+    os.environ["TLP_ALLOC_DIR"] = adir
+    try:
+        p = env.proxy(["--config", cfg])
+    finally:
+        del os.environ["LD_PRELOAD"]
+
+    def allocs():
+        out = os.path.join(adir, "count")
+        if os.path.exists(out):
+            os.unlink(out)
+        open(os.path.join(adir, "ask"), "w").close()
+        t = time.time() + 5
+        while not os.path.exists(out):
+            check(time.time() < t, "the shim did not answer")
+            time.sleep(0.02)
+        return int(open(out).read())
+
+    def traffic():
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(16)]
+        for s in socks:
+            s.settimeout(2)
+        for r in range(10):
+            for port in (l1, l2):
+                for i, s in enumerate(socks):
+                    s.sendto(b"q%d.%d" % (r, i), ("127.0.0.1", port))
+                for i, s in enumerate(socks):
+                    check(s.recv(100) == b"q%d.%d" % (r, i), "a reply went astray")
+        for s in socks:
+            s.close()
+        env.wait_stat(p, "udp_sessions", "0", 0)
+
+    traffic()
+    before = allocs()
+    check(before > 0, "the shim counted no allocation at all (the shards' setup makes some)")
+    traffic()
+    traffic()
+    after = allocs()
+    check(after == before, f"the shards allocated {after - before} times in the steady state")
+    env.stop(p)
+
+
+CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
+         "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6,
+         "noalloc": t_noalloc}
+
+
+def main():
+    if len(sys.argv) != 5 or sys.argv[4] not in CASES:
+        print(__doc__, file=sys.stderr)
+        return 2
+    need = {"cli_dig": ["nsd", "dig"], "dnsperf": ["nsd", "dnsperf"], "down_up": ["nsd"],
+            "oneway": ["socat"]}.get(sys.argv[4], [])
+    os.environ["PATH"] += ":/usr/sbin"
+    for prog in need:
+        if not shutil.which(prog):
+            print(f"FAIL: {prog} is not installed (tools/setup.sh installs it)")
+            return 1
+    env = Env(*sys.argv[1:4])
+    try:
+        CASES[sys.argv[4]](env)
+    except Fail as e:
+        print("FAIL:", e)
+        for p in env.procs:
+            try:
+                print(f"--- {p.args[0]}:", open(p.errname).read()[-600:])
+            except OSError:
+                pass
+        return 1
+    finally:
+        env.close()
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,647 @@
+/* tools/tlproxy/udp.c: UDP listeners: a socket per address and shard (SO_REUSEPORT), sessions keyed by client address in a fixed table, each with a connected socket to one server, ended by replies, idleness, errors or the stop. */
+/* Calls: udp -> backend (tlp_pick), alog, state, world. Only shard.c and
+ * main.c call in. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "udp.h"
+#include "backend.h"
+
+/*
+ * A datagram from a client either finds its session (by listening socket
+ * and source address, in a hash table of chains) or starts one: a server
+ * of the listener's pool picked by the pool's balancer (hash: by the
+ * client's address, so a client keeps its server), and a socket of the
+ * session's own, connected to that server, whose receive takes only that
+ * server's replies; the reply goes back from the listening socket to the
+ * client. A session per socket (not one shared socket per shard) keeps the
+ * reply's way home in the kernel: the server's 4-tuple names the session,
+ * no lookup of ours is needed, and a server's ICMP error reaches the one
+ * session it concerns (docs/DESIGN.md).
+ *
+ * The table has room for the sessions limits of the shard's listeners,
+ * allocated at the start: a session costs no allocation, and a client past
+ * its listener's limit is dropped and counted (drop_limit), never queued.
+ *
+ * A session ends (its socket closed, one access-log line) when it has had
+ * the replies it expects (responses N: N per request; 0: once its
+ * datagrams are sent), when it was idle for timeouts.idle, when its
+ * server's socket reports an error (an ICMP port unreachable: the server
+ * is down), or at the stop. Its slot is free again once the socket's
+ * Closed came and every send of it is done.
+ */
+
+enum { K_LRECV = 1, K_URECV, K_TOSRV, K_TOCLI, K_CLOSED, K_LCLOSED, K_SWEEP };
+enum { U_FREE = 0, U_OPEN, U_CLOSING };
+#define NO_LEASE 0xffffffu
+
+static uint64_t utok(int k, uint32_t i, uint32_t lease)
+{
+	return tl_token(TLP_H_UDP, (uint64_t)k | (uint64_t)i << 4 | (uint64_t)lease << 28);
+}
+#define UT_K(t) ((int)((t) & 0xf))
+#define UT_I(t) ((uint32_t)(((t) >> 4) & 0xffffff))
+#define UT_LEASE(t) ((uint32_t)(((t) >> 28) & 0xffffff))
+
+struct usess {
+	tl_addr peer;           /* the client */
+	tl_handle up;           /* connected to the server */
+	uint32_t sock;          /* the listening socket it came in on */
+	uint32_t next;          /* hash chain, or the free list */
+	uint32_t pending;       /* replies still expected (responses > 0) */
+	uint32_t wq;            /* sends of it in flight, either way */
+	uint8_t state, cause, closed;
+	int16_t err;            /* the error that ended it, 0 none */
+	uint64_t t0, t_act;     /* started, last datagram either way */
+	uint64_t dg[2], bytes[2]; /* from the client, from the server */
+	struct tlp_srv *srv;
+	struct tlp_gpool *gp;
+};
+
+struct usock {
+	tl_handle h;
+	const struct tlp_lrt *lr;
+	uint32_t lidx;          /* the listener's index in the configuration */
+	int open;
+};
+
+struct tlp_udp {
+	struct usock *sock;
+	uint32_t nsock;
+	struct usess *s;
+	uint32_t cap, free_head, nopen;
+	uint32_t *bucket, mask;
+	uint32_t *lsess;        /* sessions per listener (configuration index) */
+	tl_handle sweep_h;
+	int sweeping;
+	uint64_t d[TLP_UDP_ST_ROWS];
+	int open_dirty;
+	int draining;
+	struct tlp_shard *sh;
+	struct tlp_gen *gen;    /* the generation the sockets were set up from: held */
+};
+
+static int st_udp = -1, st_udp_open = -1;
+
+int tlp_udp_declare(tl_runtime *rt)
+{
+	static const char *const rows[TLP_UDP_ST_ROWS] = {
+		[TLP_UDP_ST_DGRAMS_IN] = "dgrams_in",
+		[TLP_UDP_ST_DGRAMS_OUT] = "dgrams_out",
+		[TLP_UDP_ST_BYTES_IN] = "bytes_in",
+		[TLP_UDP_ST_BYTES_OUT] = "bytes_out",
+		[TLP_UDP_ST_SESSIONS] = "sessions",
+		[TLP_UDP_ST_DROP_LIMIT] = "drop_limit",
+		[TLP_UDP_ST_DROP_NO_SERVER] = "drop_no_server",
+		[TLP_UDP_ST_DROP_ERROR] = "drop_error",
+		[TLP_UDP_ST_DROP_LATE] = "drop_late",
+		[TLP_UDP_ST_DROP_TRUNC] = "drop_trunc",
+	};
+	_Static_assert(sizeof rows / sizeof rows[0] == TLP_UDP_ST_ROWS, "a name per row");
+	int r = tl_runtime_stat(rt, "udp", TL_STAT_COUNTER, TLP_UDP_ST_ROWS);
+
+	if (r < 0)
+		return r;
+	st_udp = r;
+	for (int i = 0; i < TLP_UDP_ST_ROWS; i++)
+		tl_runtime_stat_label(rt, r + i, rows[i]);
+	st_udp_open = tl_runtime_gauge(rt, "udp_sessions");
+	return st_udp_open < 0 ? st_udp_open : 0;
+}
+
+static uint32_t hash_of(uint32_t sock, const tl_addr *a)
+{
+	uint64_t seed = 0x9e3779b97f4a7c15ull * (sock + 1);
+
+	if (a->sa.sa_family == AF_INET)
+		return (uint32_t)tlp_hash64(&a->in.sin_addr, 4,
+					    seed ^ a->in.sin_port);
+	return (uint32_t)tlp_hash64(&a->in6.sin6_addr, 16, seed ^ a->in6.sin6_port);
+}
+
+static int same_addr(const tl_addr *a, const tl_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return 0;
+	if (a->sa.sa_family == AF_INET)
+		return a->in.sin_port == b->in.sin_port &&
+		       a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+	return a->in6.sin6_port == b->in6.sin6_port &&
+	       !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16);
+}
+
+static uint32_t find(struct tlp_udp *u, uint32_t sock, const tl_addr *a, uint32_t hv)
+{
+	for (uint32_t i = u->bucket[hv & u->mask]; i != NONE; i = u->s[i].next)
+		if (u->s[i].sock == sock && same_addr(&u->s[i].peer, a))
+			return i;
+	return NONE;
+}
+
+static void unlink_hash(struct tlp_udp *u, uint32_t si)
+{
+	struct usess *x = &u->s[si];
+	uint32_t *p = &u->bucket[hash_of(x->sock, &x->peer) & u->mask];
+
+	while (*p != NONE && *p != si)
+		p = &u->s[*p].next;
+	if (*p == si)
+		*p = x->next;
+	x->next = NONE;
+}
+
+static void log_end(struct tlp_shard *sh, const struct usess *x)
+{
+	struct tlp_alog_rec *r;
+
+	if (!sh->log)
+		return;
+	r = tlp_alog_claim(sh->log);
+	if (!r)
+		return;
+	memset(r, 0, sizeof *r);
+	clock_gettime(CLOCK_REALTIME, &r->end);
+	r->dur_ns = tl_now(sh->loop) - x->t0;
+	r->bytes[0] = x->bytes[0];
+	r->bytes[1] = x->bytes[1];
+	r->dgrams[0] = x->dg[0];
+	r->dgrams[1] = x->dg[1];
+	r->udp = 1;
+	r->peer = x->peer;
+	r->cause = x->cause;
+	r->cerr = x->err;
+	r->listener = sh->udp->sock[x->sock].lr->gl;
+	if (x->srv)
+		memcpy(r->server, x->srv->label, sizeof r->server);
+	tlp_alog_commit(sh->log);
+}
+
+static void close_sockets(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	for (uint32_t k = 0; k < u->nsock; k++)
+		if (u->sock[k].open) {
+			u->sock[k].open = 0;
+			tl_close(sh->loop, u->sock[k].h, utok(K_LCLOSED, k, NO_LEASE));
+		}
+}
+
+/* Slot si is free once its socket is closed and its sends are done. */
+static void maybe_free(struct tlp_udp *u, uint32_t si)
+{
+	struct usess *x = &u->s[si];
+
+	if (x->state != U_CLOSING || !x->closed || x->wq)
+		return;
+	x->state = U_FREE;
+	x->next = u->free_head;
+	u->free_head = si;
+	u->nopen--;
+	u->open_dirty = 1;
+	u->lsess[u->sock[x->sock].lidx]--;
+	if (u->draining && !u->nopen)
+		close_sockets(u->sh);
+}
+
+static void end(struct tlp_shard *sh, uint32_t si, int cause, int err)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usess *x = &u->s[si];
+
+	if (x->state != U_OPEN)
+		return;
+	x->state = U_CLOSING;
+	x->cause = (uint8_t)cause;
+	x->err = (int16_t)err;
+	unlink_hash(u, si);
+	if (x->srv) {
+		atomic_fetch_sub_explicit(&x->srv->conns, 1, memory_order_relaxed);
+		srv_count(sh, x->srv, -1);
+		if (atomic_load_explicit(&x->gp->waiting, memory_order_relaxed))
+			tlp_room_later(sh, x->gp);
+	}
+	count_err(sh, cause);
+	log_end(sh, x);
+	if (tl_close(sh->loop, x->up, utok(K_CLOSED, si, NO_LEASE)) < 0)
+		x->closed = 1;
+	maybe_free(u, si);
+}
+
+/* After a send or a reply: a session with the replies it expects ends. */
+static void check_done(struct tlp_shard *sh, uint32_t si)
+{
+	struct usess *x = &sh->udp->s[si];
+	uint32_t want = sh->udp->sock[x->sock].lr->cfg->responses;
+
+	if (x->state == U_OPEN && want != TLP_RESPONSES_ANY && !x->pending && !x->wq)
+		end(sh, si, TLP_END_DONE, 0);
+}
+
+static void release(struct tlp_shard *sh, uint32_t lease)
+{
+	if (lease != NO_LEASE)
+		tl_lease_release(sh->loop, lease);
+}
+
+/* A new session for a client of socket k: its server and socket. The
+ * slot, or NONE with the drop counted. */
+static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *peer, uint32_t hv)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usock *us = &u->sock[k];
+	const struct tlp_listener_cfg *lc = us->lr->cfg;
+	struct tlp_srv *srv = NULL;
+	uint8_t ntried = 0;
+	tl_addr any;
+	tl_op op;
+	uint32_t si;
+	int r;
+
+	if (u->lsess[us->lidx] >= lc->sessions || u->free_head == NONE) {
+		u->d[TLP_UDP_ST_DROP_LIMIT]++;
+		return NONE;
+	}
+	if (!us->lr->pool ||
+	    tlp_pick(sh, us->lr->pool, &peer->sa, NULL, &ntried, &srv) < 0) {
+		u->d[TLP_UDP_ST_DROP_NO_SERVER]++;
+		return NONE;
+	}
+	si = u->free_head;
+	struct usess *x = &u->s[si];
+
+	memset(&any, 0, sizeof any);
+	any.sa.sa_family = srv->addr.sa.sa_family;
+	x->up = TL_HANDLE_NONE;
+	/* A Unix server has no UDP way to it. */
+	r = srv->unix_path ? -EAFNOSUPPORT : tl_udp_bind(sh->loop, &any, &x->up);
+	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0)
+		r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
+	if (r < 0) {
+		if (!tl_handle_eq(x->up, TL_HANDLE_NONE))
+			tl_close(sh->loop, x->up, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		x->up = TL_HANDLE_NONE;
+		atomic_fetch_sub_explicit(&srv->conns, 1, memory_order_relaxed);
+		srv_count(sh, srv, -1);
+		u->d[TLP_UDP_ST_DROP_ERROR]++;
+		return NONE;
+	}
+	u->free_head = x->next;
+	x->peer = *peer;
+	x->sock = k;
+	x->pending = x->wq = 0;
+	x->state = U_OPEN;
+	x->closed = 0;
+	x->cause = 0;
+	x->err = 0;
+	x->t0 = x->t_act = tl_now(sh->loop);
+	memset(x->dg, 0, sizeof x->dg);
+	memset(x->bytes, 0, sizeof x->bytes);
+	x->srv = srv;
+	x->gp = us->lr->pool;
+	x->next = u->bucket[hv & u->mask];
+	u->bucket[hv & u->mask] = si;
+	u->lsess[us->lidx]++;
+	u->nopen++;
+	u->open_dirty = 1;
+	u->d[TLP_UDP_ST_SESSIONS]++;
+	return si;
+}
+
+/* A datagram (n bytes at p, lease id, NO_LEASE for an empty one) from a
+ * client of socket k. */
+static void from_client(struct tlp_shard *sh, uint32_t k, const tl_completion *c)
+{
+	struct tlp_udp *u = sh->udp;
+	uint32_t lease = (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE;
+	const uint8_t *p = lease != NO_LEASE ? c->u.recv.lease.data : NULL;
+	uint32_t n = (uint32_t)c->result;
+	uint32_t hv = hash_of(k, &c->u.recv.from);
+	uint32_t si = find(u, k, &c->u.recv.from, hv);
+	uint32_t want = u->sock[k].lr->cfg->responses;
+	tl_op op;
+
+	if (si == NONE && (u->draining || (si = open_session(sh, k, &c->u.recv.from, hv)) == NONE)) {
+		/* Counted by open_session; draining, the socket is closing
+		 * and a new client is refused as a TCP one would be. */
+		release(sh, lease);
+		return;
+	}
+	struct usess *x = &u->s[si];
+
+	x->t_act = tl_now(sh->loop);
+	x->dg[0]++;
+	x->bytes[0] += n;
+	u->d[TLP_UDP_ST_DGRAMS_IN]++;
+	u->d[TLP_UDP_ST_BYTES_IN] += n;
+	if (want != TLP_RESPONSES_ANY)
+		x->pending += want;
+	if (tl_udp_send(sh->loop, x->up, p, n, NULL, utok(K_TOSRV, si, lease), &op) < 0) {
+		u->d[TLP_UDP_ST_DROP_ERROR]++;
+		release(sh, lease);
+		end(sh, si, TLP_END_SERVER_ERROR, 0);
+		return;
+	}
+	x->wq++;
+}
+
+/* A reply from session si's server. */
+static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *c)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usess *x = &u->s[si];
+	uint32_t lease = (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE;
+	const uint8_t *p = lease != NO_LEASE ? c->u.recv.lease.data : NULL;
+	uint32_t n = (uint32_t)c->result;
+	uint32_t want = u->sock[x->sock].lr->cfg->responses;
+	struct usock *us = &u->sock[x->sock];
+	tl_op op;
+
+	if (x->state != U_OPEN || !us->open ||
+	    (want != TLP_RESPONSES_ANY && !x->pending)) {
+		u->d[TLP_UDP_ST_DROP_LATE]++;
+		release(sh, lease);
+		return;
+	}
+	if (!x->dg[1])
+		tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 1, tlp_mono_ns());
+	x->t_act = tl_now(sh->loop);
+	x->dg[1]++;
+	x->bytes[1] += n;
+	u->d[TLP_UDP_ST_DGRAMS_OUT]++;
+	u->d[TLP_UDP_ST_BYTES_OUT] += n;
+	if (want != TLP_RESPONSES_ANY)
+		x->pending--;
+	if (tl_udp_send(sh->loop, us->h, p, n, &x->peer, utok(K_TOCLI, si, lease), &op) < 0) {
+		u->d[TLP_UDP_ST_DROP_ERROR]++;
+		release(sh, lease);
+		check_done(sh, si);
+		return;
+	}
+	x->wq++;
+}
+
+static void sent(struct tlp_shard *sh, uint32_t si, const tl_completion *c, int to_srv)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usess *x = &u->s[si];
+
+	release(sh, UT_LEASE(c->token));
+	x->wq--;
+	if (c->result < 0 && c->result != -ECANCELED) {
+		u->d[TLP_UDP_ST_DROP_ERROR]++;
+		if (to_srv) {
+			/* A connected socket's send fails with the ICMP error
+			 * of an earlier one: the server is not there. */
+			if (tlp_blame((int)c->result) == TLP_BLAME_SERVER)
+				tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 0,
+					    tlp_mono_ns());
+			end(sh, si, TLP_END_SERVER_ERROR, (int)c->result);
+		}
+	}
+	check_done(sh, si);
+	maybe_free(u, si);
+}
+
+static void sweep(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+	uint64_t now = tl_now(sh->loop);
+
+	for (uint32_t i = 0; i < u->cap && u->nopen; i++) {
+		struct usess *x = &u->s[i];
+
+		if (x->state == U_OPEN &&
+		    now - x->t_act >= u->sock[x->sock].lr->cfg->idle_timeout_ns)
+			end(sh, i, TLP_END_IDLE, 0);
+	}
+}
+
+void tlp_on_udp(tl_shard *s, const tl_completion *c)
+{
+	struct tlp_shard *sh = SH(s);
+	struct tlp_udp *u = sh->udp;
+	uint32_t i = UT_I(c->token);
+
+	switch (UT_K(c->token)) {
+	case K_LRECV:
+		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
+		    !(c->flags & TL_F_TRUNC)) {
+			from_client(sh, i, c);
+			return;
+		}
+		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
+		if (c->flags & TL_F_LEASE)
+			tl_lease_release(sh->loop, c->u.recv.lease.id);
+		if ((c->flags & TL_F_TERMINAL) && u->sock[i].open && c->result != -ECANCELED &&
+		    !(c->flags & TL_F_STOPPED)) {
+			tl_op op;
+
+			/* An error the socket reported (not the stop): go on. */
+			tlp_log("udp listener %s: receive ended: %s", u->sock[i].lr->cfg->name,
+				tl_strerror((int)c->result));
+			if (tl_udp_recv_start(sh->loop, u->sock[i].h, utok(K_LRECV, i, NO_LEASE),
+					      &op) < 0)
+				u->sock[i].open = 0;
+		}
+		return;
+	case K_URECV:
+		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
+		    !(c->flags & TL_F_TRUNC)) {
+			from_server(sh, i, c);
+			return;
+		}
+		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
+		if (c->flags & TL_F_LEASE)
+			tl_lease_release(sh->loop, c->u.recv.lease.id);
+		if ((c->flags & TL_F_TERMINAL) && c->result < 0 && c->result != -ECANCELED &&
+		    u->s[i].state == U_OPEN) {
+			if (tlp_blame((int)c->result) == TLP_BLAME_SERVER)
+				tlp_passive(u->s[i].srv, sh->gen->pc_by_gp[u->s[i].gp->idx], 0,
+					    tlp_mono_ns());
+			end(sh, i, TLP_END_SERVER_ERROR, (int)c->result);
+		}
+		return;
+	case K_TOSRV:
+		sent(sh, i, c, 1);
+		return;
+	case K_TOCLI:
+		sent(sh, i, c, 0);
+		return;
+	case K_CLOSED:
+		u->s[i].closed = 1;
+		maybe_free(u, i);
+		return;
+	case K_LCLOSED:
+		return;
+	case K_SWEEP:
+		sweep(sh);
+		return;
+	}
+}
+
+int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g)
+{
+	const struct tlp_config *cfg = g->cfg;
+	struct tlp_udp *u;
+	uint32_t nsock = 0, cap = 0, nb = 16;
+	uint64_t tick = 1000 * 1000 * 1000ull;
+	tl_op op;
+	int r;
+
+	for (uint32_t i = 0; i < cfg->nlisteners; i++)
+		if (cfg->listeners[i].proto == TLP_PROTO_UDP) {
+			nsock += cfg->listeners[i].nlisten;
+			cap += cfg->listeners[i].sessions;
+			if (cfg->listeners[i].idle_timeout_ns / 4 < tick)
+				tick = cfg->listeners[i].idle_timeout_ns / 4;
+		}
+	if (!nsock)
+		return 0;
+	while (nb < 2 * cap)
+		nb <<= 1;
+	u = calloc(1, sizeof *u);
+	if (!u)
+		return -ENOMEM;
+	sh->udp = u;
+	u->sh = sh;
+	/* The sockets keep pointers into g (listener settings): a reload must
+	 * not free it under them. */
+	atomic_fetch_add(&g->refs, 1);
+	u->gen = g;
+	u->sock = calloc(nsock, sizeof *u->sock);
+	u->s = calloc(cap, sizeof *u->s);
+	u->bucket = malloc(nb * sizeof *u->bucket);
+	u->lsess = calloc(cfg->nlisteners, sizeof *u->lsess);
+	if (!u->sock || !u->s || !u->bucket || !u->lsess)
+		return -ENOMEM;
+	u->cap = cap;
+	u->mask = nb - 1;
+	for (uint32_t i = 0; i < nb; i++)
+		u->bucket[i] = NONE;
+	for (uint32_t i = 0; i < cap; i++)
+		u->s[i].next = i + 1 < cap ? i + 1 : NONE;
+	u->free_head = 0;
+	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
+		const struct tlp_listener_cfg *lc = &cfg->listeners[i];
+
+		if (lc->proto != TLP_PROTO_UDP)
+			continue;
+		for (uint32_t k = 0; k < lc->nlisten; k++) {
+			struct usock *us = &u->sock[u->nsock];
+			tl_udp_opts o = {.flags = TL_UDP_REUSEPORT};
+			tl_addr a;
+
+			memset(&a, 0, sizeof a);
+			memcpy(&a, &lc->listen[k].addr,
+			       lc->listen[k].addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
+			r = tl_udp_bind_opts(sh->loop, &a, &o, &us->h);
+			if (r < 0) {
+				tlp_log("udp listener %s: cannot bind %s: %s", lc->name,
+					lc->listen[k].text ? lc->listen[k].text : "?", tl_strerror(r));
+				return r;
+			}
+			us->lr = &g->l[i];
+			us->lidx = i;
+			us->open = 1;
+			u->nsock++;
+			r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, u->nsock - 1, NO_LEASE),
+					      &op);
+			if (r < 0)
+				return r;
+		}
+	}
+	if (tick < 10 * 1000 * 1000ull)
+		tick = 10 * 1000 * 1000ull;
+	r = tl_timer_start(sh->loop, tl_now(sh->loop) + tick, tick, utok(K_SWEEP, 0, NO_LEASE),
+			   &u->sweep_h, &op);
+	if (r < 0)
+		return r;
+	u->sweeping = 1;
+	tl_set_ref(sh->loop, u->sweep_h, 0);
+	return 0;
+}
+
+void tlp_udp_pass(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	if (!u)
+		return;
+	for (int i = 0; i < TLP_UDP_ST_ROWS; i++)
+		if (u->d[i]) {
+			tl_shard_counter_add(sh->s, st_udp + i, u->d[i]);
+			u->d[i] = 0;
+		}
+	if (u->open_dirty) {
+		tl_shard_gauge_set(sh->s, st_udp_open, u->nopen);
+		u->open_dirty = 0;
+	}
+}
+
+void tlp_udp_drain(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	if (!u)
+		return;
+	u->draining = 1;
+	/* Replies go out from the listening sockets: they stay open while a
+	 * session waits for one (closed when the last is gone), but take no
+	 * new clients' datagrams. */
+	for (uint32_t i = 0; i < u->cap; i++) {
+		struct usess *x = &u->s[i];
+
+		if (x->state == U_OPEN &&
+		    (u->sock[x->sock].lr->cfg->responses == TLP_RESPONSES_ANY || !x->pending))
+			end(sh, i, TLP_END_SHUTDOWN, 0);
+	}
+	if (!u->nopen)
+		close_sockets(sh);
+}
+
+void tlp_udp_stop(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	if (!u)
+		return;
+	u->draining = 1;
+	for (uint32_t i = 0; i < u->cap; i++)
+		if (u->s[i].state == U_OPEN)
+			end(sh, i, TLP_END_SHUTDOWN, 0);
+	close_sockets(sh);
+}
+
+int tlp_udp_port_taken(const tl_addr *a)
+{
+	/* Without SO_REUSEPORT: a bind fails on a port any socket holds. */
+	int fd = socket(a->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, &a->sa, tl_addr_len(a)) < 0)
+		r = errno == EADDRINUSE ? 1 : -errno;
+	close(fd);
+	return r;
+}
+
+void tlp_udp_free(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	if (!u)
+		return;
+	free(u->sock);
+	free(u->s);
+	free(u->bucket);
+	free(u->lsess);
+	if (u->gen)
+		tlp_gen_put(u->gen);
+	free(u);
+	sh->udp = NULL;
+}

@@ -1,0 +1,47 @@
+/* tools/tlproxy/udp.h: UDP listeners: sessions by client address, each forwarding to one server of the listener's pool over a connected socket of its own. */
+#ifndef TLP_UDP_H
+#define TLP_UDP_H
+
+/* Calls: shard -> udp -> backend, state, world (see udp.c). */
+#include "state.h"
+
+/* Rows of the "udp" stat family (counters). */
+enum {
+	TLP_UDP_ST_DGRAMS_IN = 0, /* datagrams from clients */
+	TLP_UDP_ST_DGRAMS_OUT,    /* datagrams from servers, passed to clients */
+	TLP_UDP_ST_BYTES_IN,
+	TLP_UDP_ST_BYTES_OUT,
+	TLP_UDP_ST_SESSIONS,      /* sessions started */
+	TLP_UDP_ST_DROP_LIMIT,    /* a new client over its listener's sessions */
+	TLP_UDP_ST_DROP_NO_SERVER, /* no server up in the pool (or full) */
+	TLP_UDP_ST_DROP_ERROR,    /* a socket for the session, or a send, failed */
+	TLP_UDP_ST_DROP_LATE,     /* a reply past the responses expected */
+	TLP_UDP_ST_DROP_TRUNC,    /* longer than a pooled buffer (16 KiB): never sent cut */
+	TLP_UDP_ST_ROWS
+};
+
+/* Declare the "udp" counters and the "udp_sessions" gauge (main, before
+ * the launch). 0 or a negative errno. */
+int tlp_udp_declare(tl_runtime *rt);
+/* Stat values the declaration takes. */
+#define TLP_UDP_ST_VALUES (TLP_UDP_ST_ROWS + 1)
+/* The shard's UDP listeners of generation g (at launch): a socket per
+ * address with SO_REUSEPORT, the session table sized from their sessions
+ * limits, and the idle sweep. 0 (also when g has none) or a negative errno. */
+int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g);
+/* Handler TLP_H_UDP: every completion of the UDP listeners and sessions. */
+void tlp_on_udp(tl_shard *s, const tl_completion *c);
+/* Publish the shard's UDP stats (each pass). */
+void tlp_udp_pass(struct tlp_shard *sh);
+/* Drain: close the listening sockets; sessions that expect no reply end
+ * now, the others when their replies come or they go idle. */
+void tlp_udp_drain(struct tlp_shard *sh);
+/* Stop: every session ends (shutdown), the sockets close. */
+void tlp_udp_stop(struct tlp_shard *sh);
+/* Is UDP address a bound by another socket (main, before the start)? 1
+ * yes, 0 no, or a negative errno of the probe. */
+int tlp_udp_port_taken(const tl_addr *a);
+/* Free the shard's UDP state (main thread, the loop gone). */
+void tlp_udp_free(struct tlp_shard *sh);
+
+#endif /* TLP_UDP_H */
