@@ -40,7 +40,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	tl_config_init(&c->loop);
 	c->mesh_capacity = 1024;
 	c->mesh_budget = 256;
-	c->mesh_inflight = 64;
+	c->mesh_inflight = 1024;
 	c->batch = 256;
 	c->stall_ns = 25 * 1000000ull;
 	c->drain_ns = 5 * 1000000000ull;

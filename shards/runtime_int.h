@@ -65,6 +65,7 @@ struct out {
 	size_t published; /* the head value last stored in the ring */
 	uint32_t inflight;/* submit_to calls waiting for their result */
 	uint32_t room_wait;
+	uint32_t room_credit; /* the room wait also waits for a credit */
 	uint64_t room_token;
 	int dirty;        /* listed in shard.dirty */
 	/* Results that found the ring full wait here, in order; the credit
@@ -92,6 +93,7 @@ struct tl_shard {
 	uint32_t *dirty;
 	uint32_t ndirty, nroom_wait, nbacklog;
 	uint64_t inflight_total;
+	tl_mesh_gather *gathers; /* in flight from this shard (tl_shard_gather) */
 	tl_completion *batch;
 	uint32_t bat_i, bat_n; /* the batch entry being handled, and how many (0: none) */
 	int phase, mesh_closed, pass_busy;
@@ -222,6 +224,9 @@ void tl__mesh_flush(tl_shard *s);
 /* Close the shard's side of the mesh for good: results still waiting are
  * dropped (counted), staged messages published. */
 void tl__mesh_close(tl_shard *s);
+/* At the stop, once no message can arrive any more: end the gathers still
+ * in flight (their parts not back are lost) with -EPIPE completions. */
+void tl__mesh_end_gathers(tl_shard *s);
 /* Messages waiting in this shard's inbound rings, results in its backlogs. */
 void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);
 

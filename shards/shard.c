@@ -131,6 +131,11 @@ static void finish(tl_shard *s)
 	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
 	while (tl__mesh_receive(s, UINT32_MAX))
 		;
+	/* Once every shard has run what was sent to it, no function of a
+	 * gather still in flight can run any more: end those gathers, so
+	 * that their callers may free them. */
+	pthread_barrier_wait(&rt->barrier);
+	tl__mesh_end_gathers(s);
 	close_all(s);
 	dl = tl__rt_mono_ns() + rt->cfg.drain_ns;
 	while (!loop_empty(s) && tl__rt_mono_ns() < dl) {
