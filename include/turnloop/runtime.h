@@ -242,7 +242,9 @@ const tl_plan *tl_runtime_plan(const tl_runtime *rt);
  * (build option, sanitizer build, or jemalloc is not the process allocator:
  * then *why, if why is not NULL, says which, in a string of the library's).
  * Arenas are best effort, never an error: this is a state with its reason.
- * Meaningful after launch. */
+ * Meaningful after launch. A build with arenas that runs without them
+ * (jemalloc linked behind libc: link as turnloop.pc says) also says why in
+ * one line on stderr at launch. */
 int tl_runtime_arenas(const tl_runtime *rt, const char **why);
 
 /* The shard's loop (use it from the shard's thread only). */
