@@ -503,7 +503,10 @@ static uint64_t thread_allocated(void)
 }
 
 struct noalloc {
-	uint64_t total, sent, got, calls, results;
+	uint64_t total, sent, got, calls, results, gathers;
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	int gbusy;
 	uint64_t mark[2][2]; /* [shard][0 at warm-up end, 1 at the end] */
 };
 
@@ -526,6 +529,9 @@ static int na_pass(tl_shard *s, void *arg)
 		NA.sent++;
 		if (NA.sent % 16 == 0 && tl_shard_submit_to(s, 1, na_fn, NULL, 0) == 0)
 			NA.calls++;
+		if (!NA.gbusy &&
+		    tl_shard_gather(s, &NA.g, NULL, 0, na_fn, NULL, 0) == 2)
+			NA.gbusy = 1;
 		if (NA.sent == NA.total / 10)
 			break;
 	}
@@ -537,6 +543,10 @@ static void na_handler(tl_shard *s, const tl_completion *c)
 	if (c->kind != TL_K_MESH)
 		return;
 	if (tl_shard_id(s) == 0) {
+		if (c->aux & TL_MESH_GATHER) {
+			NA.gbusy = 0;
+			NA.gathers++;
+		}
 		NA.results++;
 		return;
 	}
@@ -563,6 +573,7 @@ static void test_no_alloc(void)
 
 	memset(&NA, 0, sizeof NA);
 	NA.total = 100000;
+	CU_ASSERT_EQUAL_FATAL(tl_mesh_gather_init(&NA.g, NA.parts, 2), 0);
 	st_config(&cfg, 2);
 	cfg.stats = 1; /* publication included */
 	cfg.on_pass = na_pass;
@@ -573,7 +584,8 @@ static void test_no_alloc(void)
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(NA.got, NA.total);
 	CU_ASSERT_TRUE(NA.calls > 1000);
-	/* Posting, running functions, results, publishing stats: nothing
+	CU_ASSERT_TRUE(NA.gathers > 20);
+	/* Posting, running functions, results, gathers, publishing stats: nothing
 	 * allocated on either shard once warm. */
 	CU_ASSERT_TRUE(NA.mark[0][0] != 0 && NA.mark[1][0] != 0);
 	CU_ASSERT_EQUAL(NA.mark[0][1] - NA.mark[0][0], 0);
