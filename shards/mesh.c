@@ -38,7 +38,8 @@ int tl__mesh_setup(tl_shard *s)
 		return -ENOMEM;
 	for (uint32_t t = 0; t < s->n; t++) {
 		s->out[t].backlog = malloc((size_t)rt->cfg.mesh_inflight * sizeof(struct tl_mesh_msg));
-		if (!s->out[t].backlog)
+		s->out[t].gq = malloc((size_t)rt->cfg.mesh_inflight * sizeof(tl_mesh_gate *));
+		if (!s->out[t].backlog || !s->out[t].gq)
 			return -ENOMEM;
 	}
 	/* The consumer allocates its inbound rings, on its own node. */
@@ -53,8 +54,10 @@ int tl__mesh_setup(tl_shard *s)
 void tl__mesh_teardown(tl_shard *s)
 {
 	if (s->out)
-		for (uint32_t t = 0; t < s->n; t++)
+		for (uint32_t t = 0; t < s->n; t++) {
 			free(s->out[t].backlog);
+			free(s->out[t].gq);
+		}
 	free(s->out);
 	free(s->dirty);
 	s->out = NULL;
@@ -289,6 +292,96 @@ int tl_shard_credits(const tl_shard *s, uint32_t target)
 	return s->out[target].inflight >= max ? 0 : (int)(max - s->out[target].inflight);
 }
 
+int tl_mesh_gate_init(tl_mesh_gate *g)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->inflight || g->closing)
+		return -EBUSY;
+	memset(g, 0, sizeof *g);
+	return 0;
+}
+
+int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh_fn fn,
+			  void *arg, uint64_t token)
+{
+	struct out *o;
+	int rc;
+
+	if (!g || !fn)
+		return -EINVAL;
+	if (g->closing)
+		return -EBUSY;
+	rc = can_call(s, target);
+	if (rc)
+		return rc;
+	/* The word says "gated"; the target echoes it on the result. */
+	stage(s, target,
+	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+				    .b = MSG_MAKE(MSG_CALL, 1), .fn = (void *)fn});
+	o = &s->out[target];
+	o->gq[(o->gq_head + o->gq_len) % s->rt->cfg.mesh_inflight] = g;
+	o->gq_len++;
+	o->inflight++;
+	s->inflight_total++;
+	g->inflight++;
+	return 0;
+}
+
+static void gate_due(tl_shard *s, tl_mesh_gate *g)
+{
+	g->next_ = s->gates_due;
+	s->gates_due = g;
+}
+
+int tl_shard_gate_close(tl_shard *s, tl_mesh_gate *g, uint64_t token)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->closing)
+		return -EBUSY;
+	g->closing = 1;
+	g->token = token;
+	if (!g->inflight)
+		gate_due(s, g);
+	return 0;
+}
+
+static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
+			 uint64_t value, void *ptr, uint16_t kind);
+
+void tl__mesh_gates_due(tl_shard *s)
+{
+	tl_mesh_gate *g = s->gates_due;
+
+	/* Gates closed by the handlers below wait for the next call. */
+	s->gates_due = NULL;
+	while (g) {
+		tl_mesh_gate *next = g->next_;
+
+		g->next_ = NULL;
+		g->closing = 0;
+		deliver_mesh(s, g->token, g->dropped, s->id | TL_MESH_RESULT | TL_MESH_GATE, 0, g,
+			     TL_K_MESH);
+		g = next;
+	}
+}
+
+/* A gated call to t is over (its result is here, or dropped): the oldest
+ * gate queued for t counts it. */
+static void gate_done(tl_shard *s, uint32_t t, int dropped)
+{
+	struct out *o = &s->out[t];
+	tl_mesh_gate *g = o->gq[o->gq_head];
+
+	o->gq_head = (o->gq_head + 1) % s->rt->cfg.mesh_inflight;
+	o->gq_len--;
+	g->inflight--;
+	g->dropped += (uint32_t)dropped;
+	if (!g->inflight && g->closing)
+		gate_due(s, g);
+}
+
 /* All-or-nothing check for a message to every shard. */
 static int can_send_all(tl_shard *s, int call)
 {
@@ -491,7 +584,8 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 
 		send_result(s, src,
 			    &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
-						  .b = MSG_RESULT, .fn = (void *)(uintptr_t)m->a});
+						  .b = MSG_MAKE(MSG_RESULT, MSG_WORD(m->b)),
+						  .fn = (void *)(uintptr_t)m->a});
 		break;
 	}
 	case MSG_GCALL: {
@@ -520,7 +614,12 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 	default: /* MSG_RESULT */
 		s->out[src].inflight--;
 		s->inflight_total--;
+		if (MSG_WORD(m->b))
+			gate_done(s, src, 0);
 		deliver_mesh(s, m->token, (int64_t)m->a, src | TL_MESH_RESULT, 0, m->fn, TL_K_MESH);
+		/* A gate's completion comes after the last of its results. */
+		if (s->gates_due)
+			tl__mesh_gates_due(s);
 		break;
 	}
 }
@@ -662,6 +761,12 @@ void tl__mesh_close(tl_shard *s)
 
 void tl__mesh_end_gathers(tl_shard *s)
 {
+	/* Gated calls still out will never see their result. */
+	for (uint32_t t = 0; t < s->n; t++)
+		while (s->out[t].gq_len)
+			gate_done(s, t, 1);
+	while (s->gates_due)
+		tl__mesh_gates_due(s);
 	while (s->gathers) {
 		tl_mesh_gather *g = s->gathers;
 

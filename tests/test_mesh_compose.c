@@ -1,4 +1,4 @@
-/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, and fn's writes seen on the result (a TSan test). */
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), and gates (one completion once every call under one is over, at a stop too). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -437,6 +437,196 @@ static void test_credit_wait(void)
 	st_end(fds);
 }
 
+/* ---- gates: one completion once every call under the gate is over ---- */
+
+#define GATE_CALLS 12
+
+struct gt {
+	tl_mesh_gate g, empty;
+	uint32_t round, gated_results, plain_results, gate_done, empty_done;
+	int in_close, bad, init_busy, close_busy, submit_busy, reinit;
+};
+
+static struct gt T;
+
+static int64_t gt_fn(tl_shard *s, void *arg)
+{
+	(void)arg;
+	return tl_shard_id(s);
+}
+
+static void gt_round(tl_shard *s)
+{
+	for (uint32_t i = 0; i < GATE_CALLS; i++) {
+		uint32_t t = i % NS;
+
+		ST_CHECK(tl_shard_submit_gated(s, &T.g, t, gt_fn, NULL, 1) == 0);
+		/* Ungated calls in between must not count for the gate. */
+		ST_CHECK(tl_shard_submit_to(s, t, gt_fn, NULL, 2) == 0);
+	}
+	ST_CHECK(T.g.inflight == GATE_CALLS);
+	T.in_close = 1;
+	ST_CHECK(tl_shard_gate_close(s, &T.g, 0x9a7e) == 0);
+	T.in_close = 0;
+	if (T.round == 0) {
+		T.close_busy = tl_shard_gate_close(s, &T.g, 0x9a7e);
+		T.submit_busy = tl_shard_submit_gated(s, &T.g, 1, gt_fn, NULL, 1);
+		T.init_busy = tl_mesh_gate_init(&T.g);
+		/* A gate with nothing in flight completes too, later. */
+		ST_CHECK(tl_mesh_gate_init(&T.empty) == 0);
+		T.in_close = 1;
+		ST_CHECK(tl_shard_gate_close(s, &T.empty, 0xe4) == 0);
+		T.in_close = 0;
+	}
+}
+
+static int gt_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		ST_CHECK(tl_mesh_gate_init(&T.g) == 0);
+		gt_round(s);
+	}
+	return 0;
+}
+
+static void gt_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0)
+		return;
+	if (T.in_close)
+		T.bad++; /* nothing is delivered from inside tl_shard_gate_close */
+	if (!(c->aux & TL_MESH_GATE)) {
+		if (c->result != (int64_t)TL_MESH_SHARD(c->aux))
+			T.bad++;
+		if (c->token == 1)
+			T.gated_results++;
+		else
+			T.plain_results++;
+		return;
+	}
+	ST_CHECK(c->aux == (0 | TL_MESH_RESULT | TL_MESH_GATE) && c->result == 0);
+	if (c->u.mesh.arg == &T.empty) {
+		ST_CHECK(c->token == 0xe4 && !T.empty.closing);
+		T.empty_done++;
+		return;
+	}
+	ST_CHECK(c->u.mesh.arg == &T.g && c->token == 0x9a7e);
+	/* After the result of every call under it. */
+	ST_CHECK(T.gated_results == (T.round + 1) * GATE_CALLS);
+	ST_CHECK(T.g.inflight == 0 && !T.g.closing && T.g.dropped == 0);
+	T.gate_done++;
+	if (++T.round == 2) {
+		tl_runtime_stop(tl_shard_runtime(s));
+		return;
+	}
+	/* Done: the gate may be set up again and reused. */
+	T.reinit = tl_mesh_gate_init(&T.g);
+	gt_round(s);
+}
+
+static void test_gate(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gate");
+
+	memset(&T, 0, sizeof T);
+	st_config(&cfg, NS);
+	cfg.on_launch = gt_launch;
+	cfg.on_completion = gt_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(T.bad, 0);
+	CU_ASSERT_EQUAL(T.gate_done, 2);
+	CU_ASSERT_EQUAL(T.empty_done, 1);
+	CU_ASSERT_EQUAL(T.gated_results, 2 * GATE_CALLS);
+	CU_ASSERT_TRUE(T.plain_results >= GATE_CALLS);
+	CU_ASSERT_EQUAL(T.close_busy, -EBUSY);
+	CU_ASSERT_EQUAL(T.submit_busy, -EBUSY);
+	CU_ASSERT_EQUAL(T.init_busy, -EBUSY);
+	CU_ASSERT_EQUAL(T.reinit, 0);
+	st_end(fds);
+}
+
+/* A gate with a call out when the runtime stops: the call's result is
+ * dropped, the gate still completes, once fn has run. */
+struct gtstop {
+	tl_mesh_gate g;
+	atomic_int one_stopping, sent, zero_waits, ran;
+	int64_t result;
+	int done;
+};
+
+static struct gtstop TS;
+
+static int64_t ts_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	atomic_store(&TS.ran, 1);
+	return 0;
+}
+
+static int ts_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	if (atomic_load(&TS.sent))
+		atomic_store(&TS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void ts_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		ST_CHECK(tl_mesh_gate_init(&TS.g) == 0);
+		ST_CHECK(spin_until(&TS.one_stopping));
+		ST_CHECK(tl_shard_submit_gated(s, &TS.g, 1, ts_fn, NULL, 1) == 0);
+		ST_CHECK(tl_shard_gate_close(s, &TS.g, 0x6a7e) == 0);
+		atomic_store(&TS.sent, 1);
+	} else {
+		atomic_store(&TS.one_stopping, 1);
+		ST_CHECK(spin_until(&TS.zero_waits));
+	}
+}
+
+static void ts_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_GATE))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0 && c->u.mesh.arg == &TS.g && c->token == 0x6a7e);
+	ST_CHECK(atomic_load(&TS.ran));
+	TS.result = c->result;
+	TS.done++;
+}
+
+static void test_gate_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gate_stop");
+
+	memset(&TS, 0, sizeof TS);
+	st_config(&cfg, 2);
+	cfg.drain_ns = 1;
+	cfg.on_pass = ts_pass;
+	cfg.on_stop = ts_stop;
+	cfg.on_completion = ts_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(TS.done, 1);
+	CU_ASSERT_EQUAL(TS.result, 1); /* one call, its result dropped */
+	CU_ASSERT_EQUAL(TS.g.inflight, 0);
+	CU_ASSERT_EQUAL(TS.g.dropped, 1);
+	st_end(fds);
+}
+
 /* ---- the default credits and the setup's argument checks ---- */
 
 static void test_defaults(void)
@@ -469,5 +659,7 @@ int main(void)
 	st_add(s, "gather_stop", test_gather_stop);
 	st_add(s, "order", test_order);
 	st_add(s, "credit_wait", test_credit_wait);
+	st_add(s, "gate", test_gate);
+	st_add(s, "gate_stop", test_gate_stop);
 	return st_run();
 }

@@ -101,6 +101,7 @@ static inline unsigned tl_token_handler(uint64_t token)
 #define TL_MESH_RESULT 0x80000000u
 #define TL_MESH_MIGRATED 0x40000000u
 #define TL_MESH_GATHER 0x20000000u
+#define TL_MESH_GATE 0x10000000u
 #define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
 
 /*
@@ -429,6 +430,54 @@ int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts)
  */
 int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
 		    tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * Gates: know when every call sent under a gate has finished or been
+ * dropped, so that what those calls use (their arg, the program's state)
+ * may be freed even if the runtime stops first. The caller owns the
+ * tl_mesh_gate (tl_mesh_gate_init once); calls go under it with
+ * tl_shard_submit_gated, and tl_shard_gate_close asks for ONE completion
+ * once none is left in flight: kind TL_K_MESH, token as given to close,
+ * u.mesh.arg = the gate, aux = this shard's id | TL_MESH_RESULT |
+ * TL_MESH_GATE, result = the number of calls under the gate whose result
+ * the stop dropped (0 when every result was delivered). It comes after
+ * the results of every call under the gate, and never from inside
+ * tl_shard_gate_close (at the earliest later in the same pass). At a stop it comes once
+ * every shard has run every message sent to it, so no fn under the gate
+ * runs any more. After it the gate may be freed or initialised again.
+ * A gate that was never closed gets no completion: its counts are final
+ * once tl_runtime_run() has returned.
+ */
+typedef struct tl_mesh_gate {
+	uint32_t inflight; /* calls under the gate not finished yet */
+	uint32_t dropped;  /* calls whose result the stop dropped */
+	uint32_t closing;  /* 1 from tl_shard_gate_close until its completion */
+	uint32_t pad_;
+	uint64_t token;
+	struct tl_mesh_gate *next_; /* the runtime's */
+} tl_mesh_gate;
+
+/* Set up (or reset) g: no call in flight, not closing. Returns 0, or
+ * -EINVAL (g NULL), or -EBUSY (g has calls in flight or is closing:
+ * nothing changed). */
+int tl_mesh_gate_init(tl_mesh_gate *g);
+
+/*
+ * tl_shard_submit_to() under gate g: the same call, result and returns,
+ * and also -EINVAL for g NULL and -EBUSY when g is closing (nothing was
+ * sent). The gate counts the call until its result has been handed to
+ * the program (the gate's count drops just before that) or dropped by
+ * the stop. Allocates nothing.
+ */
+int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh_fn fn,
+			  void *arg, uint64_t token);
+
+/*
+ * Close g: no new call may go under it, and ONE completion (see "Gates"
+ * above) comes once none is in flight. Returns 0, -EINVAL (g NULL),
+ * -EBUSY (g is already closing).
+ */
+int tl_shard_gate_close(tl_shard *s, tl_mesh_gate *g, uint64_t token);
 
 /*
  * The mesh_inflight credits to target that are free now: a call
