@@ -296,8 +296,6 @@ int tl_mesh_gate_init(tl_mesh_gate *g)
 {
 	if (!g)
 		return -EINVAL;
-	if (g->inflight || g->closing)
-		return -EBUSY;
 	memset(g, 0, sizeof *g);
 	return 0;
 }

@@ -405,8 +405,9 @@ typedef struct tl_mesh_gather {
 /*
  * Set up g over the caller's parts array (nparts entries: at least the
  * shard count, to be usable on every shard). Neither is copied: both stay
- * the caller's and must live while a gather on g is in flight. Returns 0,
- * or -EINVAL (g or parts NULL, nparts 0).
+ * the caller's and must live while a gather on g is in flight. Not while
+ * a gather on g is in flight (g is the runtime's then). Returns 0, or
+ * -EINVAL (g or parts NULL, nparts 0).
  */
 int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts);
 
@@ -457,9 +458,9 @@ typedef struct tl_mesh_gate {
 	struct tl_mesh_gate *next_; /* the runtime's */
 } tl_mesh_gate;
 
-/* Set up (or reset) g: no call in flight, not closing. Returns 0, or
- * -EINVAL (g NULL), or -EBUSY (g has calls in flight or is closing:
- * nothing changed). */
+/* Set up g (or set it up again after its completion): no call in flight,
+ * not closing. Not while calls under g are in flight or it is closing (g
+ * is the runtime's then). Returns 0, or -EINVAL (g NULL). */
 int tl_mesh_gate_init(tl_mesh_gate *g);
 
 /*
