@@ -1,6 +1,7 @@
 /* shards/mesh.c: the mesh between shards (contract 9.4-9.5): one single-producer ring per ordered pair, messages staged during a pass and published at its end with one wake per parked target; posts, calls and their results (with a backlog the credits bound), room waits, and connections migrated between shards. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
@@ -12,7 +13,15 @@
 /* What a ring slot carries: the low 32 bits of tl_mesh_msg.b. A migration
  * (tl_shard_migrate) carries the payload in a and, in the high 32 bits of
  * b, the descriptor (MSG_MIGRATE) or the target's result (MSG_MIGRATED). */
-enum { MSG_POST = 0, MSG_CALL = 1, MSG_RESULT = 2, MSG_MIGRATE = 3, MSG_MIGRATED = 4 };
+enum {
+	MSG_POST = 0,
+	MSG_CALL = 1,
+	MSG_RESULT = 2,
+	MSG_MIGRATE = 3,
+	MSG_MIGRATED = 4,
+	MSG_GCALL = 5,   /* a gather's part: token is the caller's tl_mesh_gather */
+	MSG_GRESULT = 6, /* its result, token as sent */
+};
 #define MSG_TYPE(b) ((uint32_t)(b))
 #define MSG_WORD(b) ((int32_t)((b) >> 32))
 #define MSG_MAKE(type, word) ((uint64_t)(type) | (uint64_t)(uint32_t)(word) << 32)
@@ -29,7 +38,8 @@ int tl__mesh_setup(tl_shard *s)
 		return -ENOMEM;
 	for (uint32_t t = 0; t < s->n; t++) {
 		s->out[t].backlog = malloc((size_t)rt->cfg.mesh_inflight * sizeof(struct tl_mesh_msg));
-		if (!s->out[t].backlog)
+		s->out[t].gq = malloc((size_t)rt->cfg.mesh_inflight * sizeof(tl_mesh_gate *));
+		if (!s->out[t].backlog || !s->out[t].gq)
 			return -ENOMEM;
 	}
 	/* The consumer allocates its inbound rings, on its own node. */
@@ -44,8 +54,10 @@ int tl__mesh_setup(tl_shard *s)
 void tl__mesh_teardown(tl_shard *s)
 {
 	if (s->out)
-		for (uint32_t t = 0; t < s->n; t++)
+		for (uint32_t t = 0; t < s->n; t++) {
 			free(s->out[t].backlog);
+			free(s->out[t].gq);
+		}
 	free(s->out);
 	free(s->dirty);
 	s->out = NULL;
@@ -184,6 +196,190 @@ int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, u
 	return 0;
 }
 
+static void deliver_gather(tl_shard *s, tl_mesh_gather *g);
+
+/* A gather's part is back (or lost at the stop): when it was the last,
+ * the gather leaves the list and its one completion goes out. */
+static void gather_part(tl_shard *s, tl_mesh_gather *g, uint32_t t, int64_t res, uint32_t state)
+{
+	g->parts[t].result = res;
+	g->parts[t].state = state;
+	if (--g->pending)
+		return;
+	if (g->prev_)
+		g->prev_->next_ = g->next_;
+	else
+		s->gathers = g->next_;
+	if (g->next_)
+		g->next_->prev_ = g->prev_;
+	g->next_ = g->prev_ = NULL;
+	g->busy = 0;
+	deliver_gather(s, g);
+}
+
+int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts)
+{
+	if (!g || !parts || !nparts)
+		return -EINVAL;
+	memset(g, 0, sizeof *g);
+	g->parts = parts;
+	g->nparts = nparts;
+	return 0;
+}
+
+int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
+		    tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	uint32_t cnt = targets ? ntargets : s->n;
+	int rc = 0;
+
+	if (!g || !g->parts || !fn || !cnt)
+		return -EINVAL;
+	if (g->busy)
+		return -EBUSY;
+	if (!targets && g->nparts < s->n)
+		return -EINVAL;
+	for (uint32_t i = 0; i < g->nparts; i++)
+		g->parts[i].state = TL_PART_NONE;
+	/* Mark every target (catching one listed twice), then check each has
+	 * a credit and a slot; undo the marks on any refusal. */
+	for (uint32_t i = 0; i < cnt && !rc; i++) {
+		uint32_t t = targets ? targets[i] : i;
+
+		if (t >= s->n || t >= g->nparts || g->parts[t].state != TL_PART_NONE) {
+			rc = -EINVAL;
+			break;
+		}
+		g->parts[t].state = TL_PART_PENDING;
+		g->parts[t].result = 0;
+		rc = can_call(s, t);
+		if (rc)
+			g->blocked = t;
+	}
+	if (rc) {
+		for (uint32_t i = 0; i < g->nparts; i++)
+			g->parts[i].state = TL_PART_NONE;
+		return rc;
+	}
+	for (uint32_t i = 0; i < cnt; i++) {
+		uint32_t t = targets ? targets[i] : i;
+
+		stage(s, t,
+		      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)g,
+					    .a = (uint64_t)(uintptr_t)arg, .b = MSG_GCALL,
+					    .fn = (void *)fn});
+		s->out[t].inflight++;
+		s->inflight_total++;
+	}
+	g->token = token;
+	g->pending = cnt;
+	g->busy = 1;
+	g->prev_ = NULL;
+	g->next_ = s->gathers;
+	if (s->gathers)
+		s->gathers->prev_ = g;
+	s->gathers = g;
+	return (int)cnt;
+}
+
+int tl_shard_credits(const tl_shard *s, uint32_t target)
+{
+	uint32_t max;
+
+	if (!s || target >= s->n)
+		return -EINVAL;
+	max = s->rt->cfg.mesh_inflight;
+	return s->out[target].inflight >= max ? 0 : (int)(max - s->out[target].inflight);
+}
+
+int tl_mesh_gate_init(tl_mesh_gate *g)
+{
+	if (!g)
+		return -EINVAL;
+	memset(g, 0, sizeof *g);
+	return 0;
+}
+
+int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh_fn fn,
+			  void *arg, uint64_t token)
+{
+	struct out *o;
+	int rc;
+
+	if (!g || !fn)
+		return -EINVAL;
+	if (g->closing)
+		return -EBUSY;
+	rc = can_call(s, target);
+	if (rc)
+		return rc;
+	/* The word says "gated"; the target echoes it on the result. */
+	stage(s, target,
+	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+				    .b = MSG_MAKE(MSG_CALL, 1), .fn = (void *)fn});
+	o = &s->out[target];
+	o->gq[(o->gq_head + o->gq_len) % s->rt->cfg.mesh_inflight] = g;
+	o->gq_len++;
+	o->inflight++;
+	s->inflight_total++;
+	g->inflight++;
+	return 0;
+}
+
+static void gate_due(tl_shard *s, tl_mesh_gate *g)
+{
+	g->next_ = s->gates_due;
+	s->gates_due = g;
+}
+
+int tl_shard_gate_close(tl_shard *s, tl_mesh_gate *g, uint64_t token)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->closing)
+		return -EBUSY;
+	g->closing = 1;
+	g->token = token;
+	if (!g->inflight)
+		gate_due(s, g);
+	return 0;
+}
+
+static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
+			 uint64_t value, void *ptr, uint16_t kind);
+
+void tl__mesh_gates_due(tl_shard *s)
+{
+	tl_mesh_gate *g = s->gates_due;
+
+	/* Gates closed by the handlers below wait for the next call. */
+	s->gates_due = NULL;
+	while (g) {
+		tl_mesh_gate *next = g->next_;
+
+		g->next_ = NULL;
+		g->closing = 0;
+		deliver_mesh(s, g->token, g->dropped, s->id | TL_MESH_RESULT | TL_MESH_GATE, 0, g,
+			     TL_K_MESH);
+		g = next;
+	}
+}
+
+/* A gated call to t is over (its result is here, or dropped): the oldest
+ * gate queued for t counts it. */
+static void gate_done(tl_shard *s, uint32_t t, int dropped)
+{
+	struct out *o = &s->out[t];
+	tl_mesh_gate *g = o->gq[o->gq_head];
+
+	o->gq_head = (o->gq_head + 1) % s->rt->cfg.mesh_inflight;
+	o->gq_len--;
+	g->inflight--;
+	g->dropped += (uint32_t)dropped;
+	if (!g->inflight && g->closing)
+		gate_due(s, g);
+}
+
 /* All-or-nothing check for a message to every shard. */
 static int can_send_all(tl_shard *s, int call)
 {
@@ -243,6 +439,7 @@ int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token)
 	if (o->room_wait)
 		return -ENOBUFS;
 	o->room_wait = 1;
+	o->room_credit = o->inflight >= s->rt->cfg.mesh_inflight;
 	o->room_token = token;
 	s->nroom_wait++;
 	return 0;
@@ -309,6 +506,22 @@ void tl__mesh_flush(tl_shard *s)
 }
 
 static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
+			 uint64_t value, void *ptr, uint16_t kind);
+
+/* A gather's one completion: every part back (or lost at the stop). */
+static void deliver_gather(tl_shard *s, tl_mesh_gather *g)
+{
+	uint32_t n = 0, lost = 0;
+
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		n += g->parts[i].state != TL_PART_NONE;
+		lost += g->parts[i].state == TL_PART_LOST;
+	}
+	deliver_mesh(s, g->token, lost ? -EPIPE : (int64_t)n,
+		     s->id | TL_MESH_RESULT | TL_MESH_GATHER, n, g, TL_K_MESH);
+}
+
+static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
 			 uint64_t value, void *ptr, uint16_t kind)
 {
 	tl_completion c;
@@ -369,9 +582,24 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 
 		send_result(s, src,
 			    &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
-						  .b = MSG_RESULT, .fn = (void *)(uintptr_t)m->a});
+						  .b = MSG_MAKE(MSG_RESULT, MSG_WORD(m->b)),
+						  .fn = (void *)(uintptr_t)m->a});
 		break;
 	}
+	case MSG_GCALL: {
+		tl_mesh_fn fn = (tl_mesh_fn)m->fn;
+		int64_t res = fn(s, (void *)(uintptr_t)m->a);
+
+		send_result(s, src, &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
+							  .b = MSG_GRESULT});
+		break;
+	}
+	case MSG_GRESULT:
+		s->out[src].inflight--;
+		s->inflight_total--;
+		gather_part(s, (tl_mesh_gather *)(uintptr_t)m->token, src, (int64_t)m->a,
+			    TL_PART_DONE);
+		break;
 	case MSG_MIGRATE:
 		run_migrate(s, src, m);
 		break;
@@ -384,7 +612,12 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 	default: /* MSG_RESULT */
 		s->out[src].inflight--;
 		s->inflight_total--;
+		if (MSG_WORD(m->b))
+			gate_done(s, src, 0);
 		deliver_mesh(s, m->token, (int64_t)m->a, src | TL_MESH_RESULT, 0, m->fn, TL_K_MESH);
+		/* A gate's completion comes after the last of its results. */
+		if (s->gates_due)
+			tl__mesh_gates_due(s);
 		break;
 	}
 }
@@ -490,8 +723,13 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 
 		if (!o->room_wait && !o->bl_len)
 			continue;
+		/* A wait for a credit too: the result that returns it comes
+		 * through an inbound ring, whose publisher wakes this shard. */
+		int credit = !o->room_credit || o->inflight < s->rt->cfg.mesh_inflight;
+
 		if (!arm) {
-			if (o->room_wait && !o->bl_len && !s->mesh_closed && ring_room(s, o, r)) {
+			if (o->room_wait && credit && !o->bl_len && !s->mesh_closed &&
+			    ring_room(s, o, r)) {
 				o->room_wait = 0;
 				s->nroom_wait--;
 				deliver_mesh(s, o->room_token, 0, t, 0, NULL, TL_K_ROOM);
@@ -500,7 +738,7 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 		}
 		atomic_exchange_explicit(&s->outp[t].want_room, 1, memory_order_seq_cst);
 		r->tail_cache = atomic_load_explicit(&r->tail, memory_order_seq_cst);
-		if (r->mask + 1 - (o->head - r->tail_cache))
+		if (r->mask + 1 - (o->head - r->tail_cache) && (credit || o->bl_len))
 			ready = 1;
 	}
 	return ready;
@@ -517,4 +755,25 @@ void tl__mesh_close(tl_shard *s)
 	}
 	s->nbacklog = 0;
 	tl__mesh_flush(s);
+}
+
+void tl__mesh_end_gathers(tl_shard *s)
+{
+	/* Gated calls still out will never see their result. */
+	for (uint32_t t = 0; t < s->n; t++)
+		while (s->out[t].gq_len)
+			gate_done(s, t, 1);
+	while (s->gates_due)
+		tl__mesh_gates_due(s);
+	while (s->gathers) {
+		tl_mesh_gather *g = s->gathers;
+
+		/* The last lost part ends it and takes it off the list. */
+		for (uint32_t t = 0; t < g->nparts && g->busy; t++)
+			if (g->parts[t].state == TL_PART_PENDING) {
+				s->out[t].inflight--;
+				s->inflight_total--;
+				gather_part(s, g, t, 0, TL_PART_LOST);
+			}
+	}
 }

@@ -40,7 +40,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	tl_config_init(&c->loop);
 	c->mesh_capacity = 1024;
 	c->mesh_budget = 256;
-	c->mesh_inflight = 64;
+	c->mesh_inflight = 1024;
 	c->batch = 256;
 	c->stall_ns = 25 * 1000000ull;
 	c->drain_ns = 5 * 1000000000ull;
@@ -289,6 +289,14 @@ int tl_runtime_launch(tl_runtime *rt)
 	}
 	if (rt->hdr && atomic_load(&rt->arenas))
 		rt->hdr->flags |= TL_STATS_F_ARENAS;
+	/* Built for arenas but running without them is a link mistake more
+	 * often than not (jemalloc behind libc): say it once, at launch,
+	 * rather than leave the program to ask tl_runtime_arenas(). */
+	if (TL_ARENAS && !atomic_load(&rt->arenas))
+		fprintf(stderr,
+			"turnloop: per-shard jemalloc arenas are off: %s (link -ljemalloc ahead of "
+			"libc, as pkg-config --libs turnloop does)\n",
+			rt->arenas_why);
 	signals_install(rt);
 	tl__rt_set_state(rt, TL_STATS_RUNNING);
 	return 0;

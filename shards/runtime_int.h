@@ -65,12 +65,18 @@ struct out {
 	size_t published; /* the head value last stored in the ring */
 	uint32_t inflight;/* submit_to calls waiting for their result */
 	uint32_t room_wait;
+	uint32_t room_credit; /* the room wait also waits for a credit */
 	uint64_t room_token;
 	int dirty;        /* listed in shard.dirty */
 	/* Results that found the ring full wait here, in order; the credit
 	 * rule (inflight <= mesh_inflight) bounds them. */
 	struct tl_mesh_msg *backlog;
 	uint32_t bl_head, bl_len;
+	/* The gates of gated calls to this target, in the order sent: their
+	 * results come back in that order (one ring each way, run in order),
+	 * so each gated result takes the oldest. The credits bound it. */
+	tl_mesh_gate **gq;
+	uint32_t gq_head, gq_len;
 };
 
 struct tl_shard {
@@ -92,6 +98,8 @@ struct tl_shard {
 	uint32_t *dirty;
 	uint32_t ndirty, nroom_wait, nbacklog;
 	uint64_t inflight_total;
+	tl_mesh_gather *gathers; /* in flight from this shard (tl_shard_gather) */
+	tl_mesh_gate *gates_due; /* closed gates with nothing in flight, to deliver */
 	tl_completion *batch;
 	uint32_t bat_i, bat_n; /* the batch entry being handled, and how many (0: none) */
 	int phase, mesh_closed, pass_busy;
@@ -222,6 +230,12 @@ void tl__mesh_flush(tl_shard *s);
 /* Close the shard's side of the mesh for good: results still waiting are
  * dropped (counted), staged messages published. */
 void tl__mesh_close(tl_shard *s);
+/* At the stop, once no message can arrive any more: end the gathers still
+ * in flight (their parts not back are lost) with -EPIPE completions, and
+ * count the gated calls still out as dropped, delivering the gates due. */
+void tl__mesh_end_gathers(tl_shard *s);
+/* Deliver the completions of closed gates with nothing in flight. */
+void tl__mesh_gates_due(tl_shard *s);
 /* Messages waiting in this shard's inbound rings, results in its backlogs. */
 void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);
 

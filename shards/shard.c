@@ -46,6 +46,8 @@ static int pass(tl_shard *s, int64_t timeout)
 	}
 	s->bat_n = 0;
 	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
+	if (s->gates_due)
+		tl__mesh_gates_due(s);
 	if (s->nroom_wait || s->nbacklog)
 		tl__mesh_room_check(s, 0);
 	if (rt->cfg.on_pass)
@@ -74,7 +76,8 @@ static int pass(tl_shard *s, int64_t timeout)
  * room wakes, so that it is safe to park when it says 0. */
 static int has_work(tl_shard *s)
 {
-	return s->pass_busy || tl__mesh_inbound_ready(s) || tl__mesh_room_check(s, 1);
+	return s->pass_busy || s->gates_due || tl__mesh_inbound_ready(s) ||
+	       tl__mesh_room_check(s, 1);
 }
 
 /* Nothing left in the loop: no live handle, op or queued completion. */
@@ -131,6 +134,11 @@ static void finish(tl_shard *s)
 	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
 	while (tl__mesh_receive(s, UINT32_MAX))
 		;
+	/* Once every shard has run what was sent to it, no function of a
+	 * gather still in flight can run any more: end those gathers, so
+	 * that their callers may free them. */
+	pthread_barrier_wait(&rt->barrier);
+	tl__mesh_end_gathers(s);
 	close_all(s);
 	dl = tl__rt_mono_ns() + rt->cfg.drain_ns;
 	while (!loop_empty(s) && tl__rt_mono_ns() < dl) {
@@ -140,6 +148,8 @@ static void finish(tl_shard *s)
 			close_all(s);
 		s->last_nhandles = nhandles(s);
 	}
+	while (s->gates_due) /* gates closed by the last handlers */
+		tl__mesh_gates_due(s);
 	tl__rt_publish(s, tl__rt_mono_ns());
 }
 

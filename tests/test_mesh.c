@@ -284,7 +284,7 @@ static void test_submit_to(void)
 	cfg.on_launch = call_start;
 	cfg.on_pass = call_pass;
 	cfg.on_completion = call_handler;
-	CU_ASSERT_EQUAL(cfg.mesh_inflight, 64);
+	cfg.mesh_inflight = 64; /* the credit limit this test reaches */
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
 	tl_runtime_destroy(rt);
@@ -503,7 +503,12 @@ static uint64_t thread_allocated(void)
 }
 
 struct noalloc {
-	uint64_t total, sent, got, calls, results;
+	uint64_t total, sent, got, calls, results, gathers;
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	tl_mesh_gate gate;
+	uint64_t gated;
+	int gbusy;
 	uint64_t mark[2][2]; /* [shard][0 at warm-up end, 1 at the end] */
 };
 
@@ -526,6 +531,11 @@ static int na_pass(tl_shard *s, void *arg)
 		NA.sent++;
 		if (NA.sent % 16 == 0 && tl_shard_submit_to(s, 1, na_fn, NULL, 0) == 0)
 			NA.calls++;
+		if (NA.sent % 16 == 4 && tl_shard_submit_gated(s, &NA.gate, 1, na_fn, NULL, 0) == 0)
+			NA.gated++;
+		if (!NA.gbusy &&
+		    tl_shard_gather(s, &NA.g, NULL, 0, na_fn, NULL, 0) == 2)
+			NA.gbusy = 1;
 		if (NA.sent == NA.total / 10)
 			break;
 	}
@@ -537,6 +547,10 @@ static void na_handler(tl_shard *s, const tl_completion *c)
 	if (c->kind != TL_K_MESH)
 		return;
 	if (tl_shard_id(s) == 0) {
+		if (c->aux & TL_MESH_GATHER) {
+			NA.gbusy = 0;
+			NA.gathers++;
+		}
 		NA.results++;
 		return;
 	}
@@ -563,6 +577,8 @@ static void test_no_alloc(void)
 
 	memset(&NA, 0, sizeof NA);
 	NA.total = 100000;
+	CU_ASSERT_EQUAL_FATAL(tl_mesh_gather_init(&NA.g, NA.parts, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_mesh_gate_init(&NA.gate), 0);
 	st_config(&cfg, 2);
 	cfg.stats = 1; /* publication included */
 	cfg.on_pass = na_pass;
@@ -573,7 +589,10 @@ static void test_no_alloc(void)
 	tl_runtime_destroy(rt);
 	CU_ASSERT_EQUAL(NA.got, NA.total);
 	CU_ASSERT_TRUE(NA.calls > 1000);
-	/* Posting, running functions, results, publishing stats: nothing
+	CU_ASSERT_TRUE(NA.gathers > 20);
+	CU_ASSERT_TRUE(NA.gated > 1000);
+	/* Posting, running functions, results, gathers, gated calls, publishing
+	 * stats: nothing
 	 * allocated on either shard once warm. */
 	CU_ASSERT_TRUE(NA.mark[0][0] != 0 && NA.mark[1][0] != 0);
 	CU_ASSERT_EQUAL(NA.mark[0][1] - NA.mark[0][0], 0);

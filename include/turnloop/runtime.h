@@ -91,6 +91,8 @@ static inline unsigned tl_token_handler(uint64_t token)
  *    u.mesh.payload as given, result 0 (adopted there) or the target's
  *    tl_adopt error, aux = the target shard | TL_MESH_RESULT |
  *    TL_MESH_MIGRATED.
+ *  - the end of a tl_shard_gather() on the caller: see "Gathers" below
+ *    (aux = the caller's id | TL_MESH_RESULT | TL_MESH_GATHER).
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
  * are TL_OP_NONE / TL_HANDLE_NONE, u.mesh.conn is TL_HANDLE_NONE unless
@@ -98,6 +100,8 @@ static inline unsigned tl_token_handler(uint64_t token)
  */
 #define TL_MESH_RESULT 0x80000000u
 #define TL_MESH_MIGRATED 0x40000000u
+#define TL_MESH_GATHER 0x20000000u
+#define TL_MESH_GATE 0x10000000u
 #define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
 
 /*
@@ -113,7 +117,8 @@ typedef struct tl_runtime_config {
 	tl_config loop;               /* template of every shard's loop  tl_config_init */
 	uint32_t mesh_capacity;       /* messages per ring (2^k, <= 2^20)    1024 */
 	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
-	uint32_t mesh_inflight;       /* submit_to in flight per pair        64, <= 65536 */
+	uint32_t mesh_inflight;       /* submit_to in flight per pair      1024, <= 65536
+	                               * (docs/DESIGN.md, "Sizing the mesh") */
 	uint32_t batch;               /* completions per turn                256, <= 65536 */
 	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
 	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
@@ -238,7 +243,9 @@ const tl_plan *tl_runtime_plan(const tl_runtime *rt);
  * (build option, sanitizer build, or jemalloc is not the process allocator:
  * then *why, if why is not NULL, says which, in a string of the library's).
  * Arenas are best effort, never an error: this is a state with its reason.
- * Meaningful after launch. */
+ * Meaningful after launch. A build with arenas that runs without them
+ * (jemalloc linked behind libc: link as turnloop.pc says) also says why in
+ * one line on stderr at launch. */
 int tl_runtime_arenas(const tl_runtime *rt, const char **why);
 
 /* The shard's loop (use it from the shard's thread only). */
@@ -277,11 +284,25 @@ int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload
  * Run fn(target_shard, arg) on shard target between its turns, and deliver
  * fn's return value to this shard as a TL_K_MESH completion with token and
  * aux = target | TL_MESH_RESULT. At most mesh_inflight calls per pair are in
- * flight. Same returns as tl_shard_post, -EINVAL also for fn NULL, and
- * -ENOBUFS also when mesh_inflight calls to target await their result. If
+ * flight (tl_shard_submit_to, tl_shard_migrate and the parts of
+ * tl_shard_gather share them). Same returns as tl_shard_post, -EINVAL also
+ * for fn NULL, and -ENOBUFS also when mesh_inflight calls to target await
+ * their result (tl_shard_credits() says which of the two: 0 credits). If
  * the runtime stops before the result comes back, fn still runs but its
  * result may be dropped (the stats count it). arg stays the caller's: it
  * must live until the result comes back.
+ *
+ * Order: everything this shard sends to one target (posts, calls, gather
+ * parts, migrations) runs there in the order it was accepted, one after
+ * the other on the target's thread; results come back in the order the
+ * functions ran. Nothing is ordered between different targets.
+ *
+ * Memory: what the caller wrote before an accepted call happens-before fn
+ * runs, and what fn wrote before returning happens-before the caller's
+ * handler gets the result (each message is published with a release
+ * store of its ring's head, read with an acquire load; the result travels
+ * the same way back). So fn may write plain memory that the caller reads
+ * on the result, and the caller may reuse arg then, with no lock.
  */
 int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, uint64_t token);
 
@@ -336,11 +357,147 @@ int tl_shard_broadcast(tl_shard *s, uint64_t token, uint64_t payload);
 int tl_shard_submit_all(tl_shard *s, tl_mesh_fn fn, void *arg, uint64_t token);
 
 /*
+ * Gathers: one function run on several shards (or all) with ONE completion
+ * when every part is back. The caller owns the tl_mesh_gather and its
+ * parts array (parts[t] is shard t's part; nparts >= the shard count), sets
+ * them up once with tl_mesh_gather_init() and reuses them: a gather
+ * allocates nothing. Between an accepted tl_shard_gather() and its
+ * completion the runtime owns g: do not touch or free it (or arg) then.
+ *
+ * The completion (kind TL_K_MESH, to the handler the token names): token
+ * as given, u.mesh.arg = g, u.mesh.payload = the number of parts,
+ * aux = this shard's id | TL_MESH_RESULT | TL_MESH_GATHER, and result:
+ *  - the number of parts, every parts[t].state of a target TL_PART_DONE
+ *    with parts[t].result what fn returned there;
+ *  - -EPIPE when the runtime stopped before every part came back: it comes
+ *    during the stop, after every shard has run every message sent to it,
+ *    so fn has run on every target; a part whose result was dropped is
+ *    TL_PART_LOST, the others TL_PART_DONE. g and arg may be freed then.
+ * Shards that were not targets have state TL_PART_NONE. Every fn's writes
+ * happen-before the completion (see tl_shard_submit_to, "Memory").
+ */
+enum {
+	TL_PART_NONE = 0,    /* not a target of this gather */
+	TL_PART_PENDING = 1, /* sent, result not back yet */
+	TL_PART_DONE = 2,    /* result is fn's return value there */
+	TL_PART_LOST = 3     /* fn ran, its result was dropped by the stop */
+};
+
+/* One part of a gather (the caller's memory, written by the runtime on the
+ * calling shard's thread). */
+typedef struct tl_mesh_part {
+	int64_t result; /* fn's return on that shard (TL_PART_DONE) */
+	uint32_t state; /* TL_PART_* */
+	uint32_t pad_;
+} tl_mesh_part;
+
+/* A gather (caller-owned; fields are read-only for the caller). */
+typedef struct tl_mesh_gather {
+	tl_mesh_part *parts;  /* the caller's array, set by tl_mesh_gather_init */
+	uint32_t nparts;      /* its length */
+	uint32_t pending;     /* parts not back yet */
+	uint32_t blocked;     /* after -ENOBUFS: the target that refused */
+	uint32_t busy;        /* 1 from an accepted gather until its completion */
+	uint64_t token;
+	struct tl_mesh_gather *next_, *prev_; /* the runtime's */
+} tl_mesh_gather;
+
+/*
+ * Set up g over the caller's parts array (nparts entries: at least the
+ * shard count, to be usable on every shard). Neither is copied: both stay
+ * the caller's and must live while a gather on g is in flight. Not while
+ * a gather on g is in flight (g is the runtime's then). Returns 0, or
+ * -EINVAL (g or parts NULL, nparts 0).
+ */
+int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts);
+
+/*
+ * Run fn(target_shard, arg) on each shard of targets[0..ntargets-1] (no
+ * shard twice; targets NULL: every shard, this one included) and deliver
+ * ONE completion with every part's result (see "Gathers" above). All or
+ * nothing: a credit and a ring slot for every target are checked first,
+ * and either every part is sent or none. Each part is a call in the sense
+ * of tl_shard_submit_to: it holds one of the pair's mesh_inflight credits
+ * until its result is back, runs in order with the other messages to its
+ * target, and its writes happen-before the completion.
+ *
+ * Returns the number of parts sent (> 0); -EINVAL (g not set up, fn NULL,
+ * ntargets 0 with targets given, a target out of range or listed twice, a
+ * target >= g->nparts); -EBUSY (g is still in flight); -ENOBUFS (some
+ * target's ring is full or its credits are used up: nothing was sent,
+ * g->blocked names that target for tl_shard_wait_room); -EPIPE (the mesh
+ * closed: the runtime is stopping). After a refusal every part is
+ * TL_PART_NONE. Allocates nothing.
+ */
+int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
+		    tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * Gates: know when every call sent under a gate has finished or been
+ * dropped, so that what those calls use (their arg, the program's state)
+ * may be freed even if the runtime stops first. The caller owns the
+ * tl_mesh_gate (tl_mesh_gate_init once); calls go under it with
+ * tl_shard_submit_gated, and tl_shard_gate_close asks for ONE completion
+ * once none is left in flight: kind TL_K_MESH, token as given to close,
+ * u.mesh.arg = the gate, aux = this shard's id | TL_MESH_RESULT |
+ * TL_MESH_GATE, result = the number of calls under the gate whose result
+ * the stop dropped (0 when every result was delivered). It comes after
+ * the results of every call under the gate, and never from inside
+ * tl_shard_gate_close (at the earliest later in the same pass). At a stop it comes once
+ * every shard has run every message sent to it, so no fn under the gate
+ * runs any more. After it the gate may be freed or initialised again.
+ * A gate that was never closed gets no completion: its counts are final
+ * once tl_runtime_run() has returned.
+ */
+typedef struct tl_mesh_gate {
+	uint32_t inflight; /* calls under the gate not finished yet */
+	uint32_t dropped;  /* calls whose result the stop dropped */
+	uint32_t closing;  /* 1 from tl_shard_gate_close until its completion */
+	uint32_t pad_;
+	uint64_t token;
+	struct tl_mesh_gate *next_; /* the runtime's */
+} tl_mesh_gate;
+
+/* Set up g (or set it up again after its completion): no call in flight,
+ * not closing. Not while calls under g are in flight or it is closing (g
+ * is the runtime's then). Returns 0, or -EINVAL (g NULL). */
+int tl_mesh_gate_init(tl_mesh_gate *g);
+
+/*
+ * tl_shard_submit_to() under gate g: the same call, result and returns,
+ * and also -EINVAL for g NULL and -EBUSY when g is closing (nothing was
+ * sent). The gate counts the call until its result has been handed to
+ * the program (the gate's count drops just before that) or dropped by
+ * the stop. Allocates nothing.
+ */
+int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh_fn fn,
+			  void *arg, uint64_t token);
+
+/*
+ * Close g: no new call may go under it, and ONE completion (see "Gates"
+ * above) comes once none is in flight. Returns 0, -EINVAL (g NULL),
+ * -EBUSY (g is already closing).
+ */
+int tl_shard_gate_close(tl_shard *s, tl_mesh_gate *g, uint64_t token);
+
+/*
+ * The mesh_inflight credits to target that are free now: a call
+ * (tl_shard_submit_to, a gather part, tl_shard_migrate) to target is
+ * refused with -ENOBUFS while this is 0, and accepted (if the ring has
+ * room) while it is not. Returns the count (0..mesh_inflight), or -EINVAL
+ * (target out of range).
+ */
+int tl_shard_credits(const tl_shard *s, uint32_t target);
+
+/*
  * After a refusal with -ENOBUFS: ask for one TL_K_ROOM completion (token,
- * aux = target) once the ring to target can take a message again (it may
- * come at the next pass if it already can). One request per target at a
- * time. Returns 0, -EINVAL (target out of range), -ENOBUFS (a request for
- * target is already pending), -EPIPE (mesh closed).
+ * aux = target) once what refused is free again: the ring to target can
+ * take a message and, if no credit to target was free when this was asked
+ * (tl_shard_credits() 0), a credit is back too (a result from target came
+ * in). So a caller refused for credits is not woken before a call can go.
+ * It may come at the next pass if both already hold. One request per
+ * target at a time. Returns 0, -EINVAL (target out of range), -ENOBUFS (a
+ * request for target is already pending), -EPIPE (mesh closed).
  */
 int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token);
 

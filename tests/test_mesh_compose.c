@@ -1,0 +1,663 @@
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), and gates (one completion once every call under one is over, at a stop too). */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "shard_test.h"
+
+#define NS 3
+#define ROUNDS 200
+#define CELLS 64
+
+/* Spin until *flag (a test thread's word) is set, for at most 10 s: a hung
+ * peer fails the test instead of hanging it. */
+static int spin_until(atomic_int *flag)
+{
+	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
+
+	while (!atomic_load(flag))
+		if (st_now_ns() > dl)
+			return 0;
+		else
+			sched_yield();
+	return 1;
+}
+
+/* ---- gathers: every part's result, fn's plain writes seen on the completion ---- */
+
+struct gat {
+	tl_mesh_gather g;
+	tl_mesh_part parts[NS];
+	/* Plain memory: fn writes its shard's row, the caller reads it on the
+	 * completion with no lock. Only the mesh's release/acquire orders the
+	 * two; TSan reports a race if it did not. */
+	uint64_t cells[NS][CELLS];
+	uint32_t round;
+	int list_rc, dup_rc, busy_rc, refused_rc, blocked, credits_after, nones;
+	int done;
+};
+
+static struct gat G;
+
+static int64_t gat_fn(tl_shard *s, void *arg)
+{
+	struct gat *g = arg;
+	uint32_t me = tl_shard_id(s);
+
+	for (int i = 0; i < CELLS; i++)
+		g->cells[me][i] = (uint64_t)g->round * 1000 + me * 100 + (uint64_t)i;
+	return 100 + me;
+}
+
+static void gat_next(tl_shard *s)
+{
+	static const uint32_t some[] = {2, 0};
+	int rc;
+
+	/* Even rounds go to every shard, odd ones to the list {2, 0}. */
+	if (G.round & 1)
+		rc = tl_shard_gather(s, &G.g, some, 2, gat_fn, &G, G.round);
+	else
+		rc = tl_shard_gather(s, &G.g, NULL, 0, gat_fn, &G, G.round);
+	ST_CHECK(rc == ((G.round & 1) ? 2 : NS));
+	if (G.round == 1) {
+		G.list_rc = rc;
+		/* In flight: the gather is the runtime's until its completion. */
+		G.busy_rc = tl_shard_gather(s, &G.g, NULL, 0, gat_fn, &G, 0);
+	}
+}
+
+static int gat_launch(tl_shard *s, void *arg)
+{
+	static const uint32_t dup[] = {1, 1};
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	ST_CHECK(tl_mesh_gather_init(&G.g, G.parts, NS) == 0);
+	G.dup_rc = tl_shard_gather(s, &G.g, dup, 2, gat_fn, &G, 0);
+	/* All or nothing: with the only credit to 1 taken, a gather to all is
+	 * refused, names 1, and takes no credit from 0 or 2. */
+	ST_CHECK(tl_shard_submit_to(s, 1, gat_fn, &G, 0x5eed) == 0);
+	G.refused_rc = tl_shard_gather(s, &G.g, NULL, 0, gat_fn, &G, 0);
+	G.blocked = (int)G.g.blocked;
+	G.credits_after = tl_shard_credits(s, 0) + tl_shard_credits(s, 2);
+	for (int t = 0; t < NS; t++)
+		G.nones += G.parts[t].state == TL_PART_NONE;
+	return 0;
+}
+
+static void gat_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0)
+		return;
+	if (!(c->aux & TL_MESH_GATHER)) {
+		/* The lone submit_to: its credit is back, the gathers begin. */
+		ST_CHECK(c->token == 0x5eed);
+		gat_next(s);
+		return;
+	}
+	ST_CHECK(c->aux == (0 | TL_MESH_RESULT | TL_MESH_GATHER));
+	ST_CHECK(c->u.mesh.arg == &G.g && c->token == G.round && !G.g.busy);
+	for (uint32_t t = 0; t < NS; t++) {
+		int target = !(G.round & 1) || t != 1;
+
+		if (!target) {
+			ST_CHECK(G.parts[t].state == TL_PART_NONE);
+			continue;
+		}
+		ST_CHECK(G.parts[t].state == TL_PART_DONE);
+		ST_CHECK(G.parts[t].result == 100 + (int64_t)t);
+		for (int i = 0; i < CELLS; i++)
+			ST_CHECK(G.cells[t][i] == (uint64_t)G.round * 1000 + t * 100 + (uint64_t)i);
+	}
+	ST_CHECK(c->result == ((G.round & 1) ? 2 : NS) && c->u.mesh.payload == (uint64_t)c->result);
+	if (++G.round == ROUNDS) {
+		G.done = 1;
+		tl_runtime_stop(tl_shard_runtime(s));
+		return;
+	}
+	gat_next(s);
+}
+
+static void test_gather(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gather");
+
+	memset(&G, 0, sizeof G);
+	st_config(&cfg, NS);
+	cfg.mesh_inflight = 1;
+	cfg.on_launch = gat_launch;
+	cfg.on_completion = gat_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(G.done, 1);
+	CU_ASSERT_EQUAL(G.round, ROUNDS);
+	CU_ASSERT_EQUAL(G.dup_rc, -EINVAL);
+	CU_ASSERT_EQUAL(G.refused_rc, -ENOBUFS);
+	CU_ASSERT_EQUAL(G.blocked, 1);
+	CU_ASSERT_EQUAL(G.credits_after, 2);
+	CU_ASSERT_EQUAL(G.nones, NS);
+	CU_ASSERT_EQUAL(G.list_rc, 2);
+	CU_ASSERT_EQUAL(G.busy_rc, -EBUSY);
+	st_end(fds);
+}
+
+/* ---- a gather outstanding when the runtime stops ---- */
+
+struct gstop {
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	atomic_int one_stopping, sent, zero_waits, ran[2];
+	int64_t result;
+	uint32_t st[2];
+	int ended, sent_rc;
+};
+
+static struct gstop GS;
+
+static int64_t gs_fn(tl_shard *s, void *arg)
+{
+	(void)arg;
+	atomic_store(&GS.ran[tl_shard_id(s)], 1);
+	return 7;
+}
+
+static int gs_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	/* After on_stop (drain_ns of 1 ns: shard 0 is done at once, its part
+	 * on 1 still out), each pass is one while waiting for shard 1. */
+	if (atomic_load(&GS.sent))
+		atomic_store(&GS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void gs_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		static const uint32_t both[] = {0, 1};
+
+		ST_CHECK(tl_mesh_gather_init(&GS.g, GS.parts, 2) == 0);
+		/* Shard 1 is inside its on_stop, so no pass of it can run the
+		 * part before its mesh closes. */
+		ST_CHECK(spin_until(&GS.one_stopping));
+		GS.sent_rc = tl_shard_gather(s, &GS.g, both, 2, gs_fn, NULL, 0x57);
+		atomic_store(&GS.sent, 1);
+	} else {
+		/* Shard 1 does not pass again before the mesh closes: its
+		 * part runs at the last delivery, and its result is lost. */
+		atomic_store(&GS.one_stopping, 1);
+		ST_CHECK(spin_until(&GS.zero_waits));
+	}
+}
+
+static void gs_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_GATHER))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0 && c->u.mesh.arg == &GS.g && c->token == 0x57);
+	/* Every part's fn has run by now: arg and g may go. */
+	ST_CHECK(atomic_load(&GS.ran[0]) && atomic_load(&GS.ran[1]));
+	GS.result = c->result;
+	GS.st[0] = GS.parts[0].state;
+	GS.st[1] = GS.parts[1].state;
+	GS.ended++;
+	/* The mesh is closed: a new gather is refused. */
+	ST_CHECK(tl_shard_gather(s, &GS.g, NULL, 0, gs_fn, NULL, 0) == -EPIPE);
+}
+
+static void test_gather_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gather_stop");
+
+	memset(&GS, 0, sizeof GS);
+	st_config(&cfg, 2);
+	cfg.drain_ns = 1;
+	cfg.on_pass = gs_pass;
+	cfg.on_stop = gs_stop;
+	cfg.on_completion = gs_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(GS.sent_rc, 2);
+	CU_ASSERT_EQUAL(GS.ended, 1);
+	CU_ASSERT_EQUAL(GS.result, -EPIPE);
+	CU_ASSERT_EQUAL(GS.st[1], TL_PART_LOST);
+	/* The part on shard 0 itself may have come back before the stop. */
+	CU_ASSERT_TRUE(GS.st[0] == TL_PART_DONE || GS.st[0] == TL_PART_LOST);
+	CU_ASSERT_FALSE(GS.g.busy);
+	st_end(fds);
+}
+
+/* ---- order per target: calls, gather parts and posts run as sent ---- */
+
+#define ORD_N 3000
+
+struct ord {
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	uint64_t next_seen;  /* shard 1's */
+	uint64_t sent, back; /* shard 0's */
+	int bad;
+	int gather_busy;
+};
+
+static struct ord O;
+
+static void ord_see(uint64_t seq)
+{
+	if (seq != O.next_seen && O.bad++ < 3)
+		fprintf(stderr, "  order: ran %llu, expected %llu\n", (unsigned long long)seq,
+			(unsigned long long)O.next_seen);
+	O.next_seen = seq + 1;
+}
+
+static int64_t ord_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	ord_see((uint64_t)(uintptr_t)arg);
+	return 0;
+}
+
+static int ord_pass(tl_shard *s, void *arg)
+{
+	static const uint32_t one[] = {1};
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	while (O.sent < ORD_N) {
+		void *a = (void *)(uintptr_t)O.sent;
+		int rc;
+
+		switch (O.sent % 3) {
+		case 0:
+			rc = tl_shard_submit_to(s, 1, ord_fn, a, 1);
+			break;
+		case 1:
+			if (O.gather_busy)
+				return 1;
+			rc = tl_shard_gather(s, &O.g, one, 1, ord_fn, a, 2);
+			O.gather_busy = rc == 1;
+			break;
+		default:
+			rc = tl_shard_post(s, 1, 3, O.sent);
+			break;
+		}
+		if (rc == -ENOBUFS)
+			return 1;
+		ST_CHECK(rc >= 0);
+		O.sent++;
+	}
+	return 0;
+}
+
+static void ord_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH)
+		return;
+	if (tl_shard_id(s) == 1) {
+		if (c->token == 3)
+			ord_see(c->u.mesh.payload);
+		return;
+	}
+	if (c->token == 2)
+		O.gather_busy = 0;
+	if (++O.back == ORD_N - ORD_N / 3)
+		tl_runtime_stop(tl_shard_runtime(s));
+}
+
+static int ord_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0)
+		ST_CHECK(tl_mesh_gather_init(&O.g, O.parts, 2) == 0);
+	return 0;
+}
+
+static void test_order(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/order");
+
+	memset(&O, 0, sizeof O);
+	st_config(&cfg, 2);
+	cfg.mesh_capacity = 16; /* refusals on the way */
+	cfg.on_launch = ord_launch;
+	cfg.on_pass = ord_pass;
+	cfg.on_completion = ord_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(O.bad, 0);
+	CU_ASSERT_EQUAL(O.next_seen, ORD_N);
+	st_end(fds);
+}
+
+/* ---- a wait after a credit refusal fires only once a result is back ---- */
+
+struct cw {
+	atomic_int release;
+	int refused_rc, credits, wait_rc, room_results, after_rc;
+	uint32_t passes, results, rooms;
+	int waiting;
+};
+
+static struct cw W;
+
+static int64_t cw_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	/* Hold the result until shard 0 has had its passes. */
+	ST_CHECK(spin_until(&W.release));
+	return 0;
+}
+
+static int cw_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	ST_CHECK(tl_shard_submit_to(s, 1, cw_fn, NULL, 1) == 0);
+	ST_CHECK(tl_shard_submit_to(s, 1, cw_fn, NULL, 1) == 0);
+	/* The ring has room; the credits (2) are used up. */
+	W.refused_rc = tl_shard_submit_to(s, 1, cw_fn, NULL, 1);
+	W.credits = tl_shard_credits(s, 1);
+	W.wait_rc = tl_shard_wait_room(s, 1, 0x3a17);
+	W.waiting = 1;
+	return 0;
+}
+
+static int cw_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0 || !W.waiting)
+		return 0;
+	/* Passes go by with the room wait pending and no result back: a
+	 * wait for ring room alone would fire in the first of them. */
+	if (++W.passes == 50)
+		atomic_store(&W.release, 1);
+	return 1;
+}
+
+static void cw_handler(tl_shard *s, const tl_completion *c)
+{
+	if (tl_shard_id(s) != 0)
+		return;
+	if (c->kind == TL_K_ROOM) {
+		ST_CHECK(c->token == 0x3a17 && c->aux == 1);
+		W.rooms++;
+		W.room_results = (int)W.results;
+		W.waiting = 0;
+		atomic_store(&W.release, 1); /* early only if the wait is wrong */
+		W.after_rc = tl_shard_submit_to(s, 1, cw_fn, NULL, 2);
+		if (W.after_rc)
+			tl_runtime_stop(tl_shard_runtime(s));
+	} else if (c->kind == TL_K_MESH && c->token == 2) {
+		tl_runtime_stop(tl_shard_runtime(s));
+	} else if (c->kind == TL_K_MESH) {
+		W.results++;
+	}
+}
+
+static void test_credit_wait(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/credit_wait");
+
+	memset(&W, 0, sizeof W);
+	st_config(&cfg, 2);
+	cfg.mesh_inflight = 2;
+	cfg.on_launch = cw_launch;
+	cfg.on_pass = cw_pass;
+	cfg.on_completion = cw_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(W.refused_rc, -ENOBUFS);
+	CU_ASSERT_EQUAL(W.credits, 0);
+	CU_ASSERT_EQUAL(W.wait_rc, 0);
+	CU_ASSERT_EQUAL(W.rooms, 1);
+	CU_ASSERT_TRUE(W.passes >= 50);
+	CU_ASSERT_TRUE(W.room_results >= 1); /* the wake came after a result */
+	CU_ASSERT_EQUAL(W.after_rc, 0);      /* and the call then went */
+	st_end(fds);
+}
+
+/* ---- gates: one completion once every call under the gate is over ---- */
+
+#define GATE_CALLS 12
+
+struct gt {
+	tl_mesh_gate g, empty;
+	uint32_t round, gated_results, plain_results, gate_done, empty_done;
+	int in_close, bad, close_busy, submit_busy, reinit;
+};
+
+static struct gt T;
+
+static int64_t gt_fn(tl_shard *s, void *arg)
+{
+	(void)arg;
+	return tl_shard_id(s);
+}
+
+static void gt_round(tl_shard *s)
+{
+	for (uint32_t i = 0; i < GATE_CALLS; i++) {
+		uint32_t t = i % NS;
+
+		ST_CHECK(tl_shard_submit_gated(s, &T.g, t, gt_fn, NULL, 1) == 0);
+		/* Ungated calls in between must not count for the gate. */
+		ST_CHECK(tl_shard_submit_to(s, t, gt_fn, NULL, 2) == 0);
+	}
+	ST_CHECK(T.g.inflight == GATE_CALLS);
+	T.in_close = 1;
+	ST_CHECK(tl_shard_gate_close(s, &T.g, 0x9a7e) == 0);
+	T.in_close = 0;
+	if (T.round == 0) {
+		T.close_busy = tl_shard_gate_close(s, &T.g, 0x9a7e);
+		T.submit_busy = tl_shard_submit_gated(s, &T.g, 1, gt_fn, NULL, 1);
+		/* A gate with nothing in flight completes too, later. */
+		ST_CHECK(tl_mesh_gate_init(&T.empty) == 0);
+		T.in_close = 1;
+		ST_CHECK(tl_shard_gate_close(s, &T.empty, 0xe4) == 0);
+		T.in_close = 0;
+	}
+}
+
+static int gt_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		ST_CHECK(tl_mesh_gate_init(&T.g) == 0);
+		gt_round(s);
+	}
+	return 0;
+}
+
+static void gt_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0)
+		return;
+	if (T.in_close)
+		T.bad++; /* nothing is delivered from inside tl_shard_gate_close */
+	if (!(c->aux & TL_MESH_GATE)) {
+		if (c->result != (int64_t)TL_MESH_SHARD(c->aux))
+			T.bad++;
+		if (c->token == 1)
+			T.gated_results++;
+		else
+			T.plain_results++;
+		return;
+	}
+	ST_CHECK(c->aux == (0 | TL_MESH_RESULT | TL_MESH_GATE) && c->result == 0);
+	if (c->u.mesh.arg == &T.empty) {
+		ST_CHECK(c->token == 0xe4 && !T.empty.closing);
+		T.empty_done++;
+		return;
+	}
+	ST_CHECK(c->u.mesh.arg == &T.g && c->token == 0x9a7e);
+	/* After the result of every call under it. */
+	ST_CHECK(T.gated_results == (T.round + 1) * GATE_CALLS);
+	ST_CHECK(T.g.inflight == 0 && !T.g.closing && T.g.dropped == 0);
+	T.gate_done++;
+	if (++T.round == 2) {
+		tl_runtime_stop(tl_shard_runtime(s));
+		return;
+	}
+	/* Done: the gate may be set up again and reused. */
+	T.reinit = tl_mesh_gate_init(&T.g);
+	gt_round(s);
+}
+
+static void test_gate(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gate");
+
+	memset(&T, 0, sizeof T);
+	st_config(&cfg, NS);
+	cfg.on_launch = gt_launch;
+	cfg.on_completion = gt_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(T.bad, 0);
+	CU_ASSERT_EQUAL(T.gate_done, 2);
+	CU_ASSERT_EQUAL(T.empty_done, 1);
+	CU_ASSERT_EQUAL(T.gated_results, 2 * GATE_CALLS);
+	CU_ASSERT_TRUE(T.plain_results >= GATE_CALLS);
+	CU_ASSERT_EQUAL(T.close_busy, -EBUSY);
+	CU_ASSERT_EQUAL(T.submit_busy, -EBUSY);
+	CU_ASSERT_EQUAL(T.reinit, 0);
+	st_end(fds);
+}
+
+/* A gate with a call out when the runtime stops: the call's result is
+ * dropped, the gate still completes, once fn has run. */
+struct gtstop {
+	tl_mesh_gate g;
+	atomic_int one_stopping, sent, zero_waits, ran;
+	int64_t result;
+	int done;
+};
+
+static struct gtstop TS;
+
+static int64_t ts_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	atomic_store(&TS.ran, 1);
+	return 0;
+}
+
+static int ts_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	if (atomic_load(&TS.sent))
+		atomic_store(&TS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void ts_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		ST_CHECK(tl_mesh_gate_init(&TS.g) == 0);
+		ST_CHECK(spin_until(&TS.one_stopping));
+		ST_CHECK(tl_shard_submit_gated(s, &TS.g, 1, ts_fn, NULL, 1) == 0);
+		ST_CHECK(tl_shard_gate_close(s, &TS.g, 0x6a7e) == 0);
+		atomic_store(&TS.sent, 1);
+	} else {
+		atomic_store(&TS.one_stopping, 1);
+		ST_CHECK(spin_until(&TS.zero_waits));
+	}
+}
+
+static void ts_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_GATE))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0 && c->u.mesh.arg == &TS.g && c->token == 0x6a7e);
+	ST_CHECK(atomic_load(&TS.ran));
+	TS.result = c->result;
+	TS.done++;
+}
+
+static void test_gate_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gate_stop");
+
+	memset(&TS, 0, sizeof TS);
+	st_config(&cfg, 2);
+	cfg.drain_ns = 1;
+	cfg.on_pass = ts_pass;
+	cfg.on_stop = ts_stop;
+	cfg.on_completion = ts_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(TS.done, 1);
+	CU_ASSERT_EQUAL(TS.result, 1); /* one call, its result dropped */
+	CU_ASSERT_EQUAL(TS.g.inflight, 0);
+	CU_ASSERT_EQUAL(TS.g.dropped, 1);
+	st_end(fds);
+}
+
+/* ---- the default credits and the setup's argument checks ---- */
+
+static void test_defaults(void)
+{
+	tl_runtime_config cfg;
+	tl_mesh_gather g;
+	tl_mesh_part p[1];
+	int fds = st_begin("compose/defaults");
+
+	tl_runtime_config_init(&cfg);
+	/* Sized for pipelined request/response (docs/DESIGN.md). */
+	CU_ASSERT_EQUAL(cfg.mesh_inflight, 1024);
+	CU_ASSERT_EQUAL(tl_mesh_gather_init(NULL, p, 1), -EINVAL);
+	CU_ASSERT_EQUAL(tl_mesh_gather_init(&g, NULL, 1), -EINVAL);
+	CU_ASSERT_EQUAL(tl_mesh_gather_init(&g, p, 0), -EINVAL);
+	CU_ASSERT_EQUAL(tl_mesh_gather_init(&g, p, 1), 0);
+	CU_ASSERT_EQUAL(g.busy, 0);
+	st_end(fds);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("compose", NULL, NULL);
+	st_add(s, "defaults", test_defaults);
+	st_add(s, "gather", test_gather);
+	st_add(s, "gather_stop", test_gather_stop);
+	st_add(s, "order", test_order);
+	st_add(s, "credit_wait", test_credit_wait);
+	st_add(s, "gate", test_gate);
+	st_add(s, "gate_stop", test_gate_stop);
+	return st_run();
+}
