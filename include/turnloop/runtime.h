@@ -118,7 +118,7 @@ typedef struct tl_runtime_config {
 	uint32_t mesh_capacity;       /* messages per ring (2^k, <= 2^20)    1024 */
 	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
 	uint32_t mesh_inflight;       /* submit_to in flight per pair      1024, <= 65536
-	                               * (docs/DESIGN.md, "Sizing the mesh") */
+	                               * (docs/MESH.md, "Sizing the mesh") */
 	uint32_t batch;               /* completions per turn                256, <= 65536 */
 	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
 	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
