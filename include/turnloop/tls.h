@@ -283,8 +283,10 @@ int tl_tls_poll(tl_tls_ctx *ctx, tl_completion *out, uint32_t cap);
  * wait while it is nonzero). */
 uint32_t tl_tls_pending(const tl_tls_ctx *ctx);
 
-/* A session: ctx identity, generation and slot, as loop handles. 0 is
- * never issued. */
+/* A session: ctx identity, generation and slot, as loop handles, with
+ * TL_ID_LAYER_BIT set (so does every TLS op id): a loop's handle or op id
+ * given to tl_tls_* is refused (-ENOENT), and a TLS id given to the loop.
+ * 0 is never issued. */
 typedef struct tl_tls_id {
 	uint64_t v;
 } tl_tls_id;
