@@ -352,6 +352,11 @@ int tl_tls_read_start(tl_tls_ctx *ctx, tl_tls_id id, uint64_t token, tl_op *op);
  * read), -EALREADY (its cancel or stop was asked). */
 int tl_tls_read_deadline(tl_tls_ctx *ctx, tl_op op, uint64_t deadline_ns);
 
+/* A plaintext lease's id is TL_TLS_LEASE_BIT | its index in the pool
+ * (below plain_buffers): never a loop lease's id, and a host that keeps
+ * ids in fewer bits can keep the index alone. */
+#define TL_TLS_LEASE_BIT 0x80000000u
+
 /* Give a plaintext lease back. 0, -ENOENT (not a lease the host holds). */
 int tl_tls_lease_release(tl_tls_ctx *ctx, uint32_t lease_id);
 

@@ -63,7 +63,7 @@ int tls__library_init(void);
 #define TLS_REC_OVERHEAD 64
 /* Plaintext lease ids carry this bit, so that a loop lease id (below the
  * loop's pooled_buffers, at most 2^15) is never taken for one. */
-#define TLS_LEASE_BIT 0x80000000u
+#define TLS_LEASE_BIT TL_TLS_LEASE_BIT
 
 /* ---- operations ---- */
 
