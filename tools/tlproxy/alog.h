@@ -9,6 +9,17 @@
 
 struct tlp_glisten;
 
+/* What a client's TLS handshake agreed (a tls: listener's clients). */
+struct tlp_alog_tls {
+	uint16_t version;      /* 0x0303 / 0x0304; 0: none agreed */
+	uint8_t resumed;       /* 1: resumed from a ticket */
+	uint8_t reason;        /* TL_TLS_R_* of a failed handshake; 0 */
+	uint32_t hs_us;        /* handshake time, microseconds */
+	char cipher[32];
+	char alpn[16];
+	char sni[64];          /* the name the client sent, cut at 63 bytes */
+};
+
 /* One connection's line, as a shard hands it over. */
 struct tlp_alog_rec {
 	struct timespec end;   /* CLOCK_REALTIME when it ended */
@@ -20,6 +31,8 @@ struct tlp_alog_rec {
 	uint8_t cause;         /* enum tlp_cause */
 	uint8_t retries;       /* connects retried on another server */
 	int16_t cerr;          /* the last failed connect's error (negative errno), 0 none */
+	uint8_t has_tls;       /* tls below is the client's */
+	struct tlp_alog_tls tls;
 };
 
 struct tlp_alog;

@@ -294,7 +294,7 @@ void tlp_connected(struct tlp_shard *sh, struct tlp_conn *c)
 		if (!(c->flags & F_PEEKW))
 			tlp_peek_release(sh, c);
 	}
-	if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
+	if (side_read_start(sh, c, 0, tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}

@@ -122,6 +122,30 @@ struct tlp_socket_cfg {
 	uint32_t rcvbuf, sndbuf; /* bytes; 0 = the system's default */
 };
 
+/* TLS termination of a listener (tls: in YAML, --tls-cert/--tls-key). */
+#define TLP_TLS_CERTS_MAX 64      /* certificates per listener */
+#define TLP_TLS_PATH_MAX 4096     /* a file name */
+
+struct tlp_tls_cert_cfg {
+	const char *cert;  /* PEM: the certificate and its chain */
+	const char *key;   /* PEM private key; NULL: in cert */
+	const char *names; /* SNI names it answers, comma separated; NULL: its own */
+};
+
+enum tlp_tls_verify { TLP_TLS_VERIFY_OFF = 0, TLP_TLS_VERIFY_OPTIONAL, TLP_TLS_VERIFY_ON };
+
+struct tlp_tls_cfg {
+	int enabled;                    /* tls: given */
+	uint32_t ncerts;                /* 1..TLP_TLS_CERTS_MAX; [0] answers unknown names */
+	struct tlp_tls_cert_cfg *certs;
+	const char *alpn;               /* comma separated, preferred first; NULL: none */
+	const char *ciphers;            /* colon separated (tls.h's names); NULL: the layer's */
+	uint16_t min_version, max_version; /* 0x0303 / 0x0304; 0: the layer's (1.2, 1.3) */
+	const char *client_ca;          /* CAs of client certificates (mTLS); NULL: none */
+	int verify;                     /* enum tlp_tls_verify: with client_ca, default on */
+	uint64_t handshake_timeout_ns;  /* default 10 s */
+};
+
 struct tlp_listener_cfg {
 	const char *name;
 	uint32_t nlisten;                /* 1..TLP_MAX_LISTEN */
@@ -145,7 +169,7 @@ struct tlp_listener_cfg {
 	int splice;                      /* default 0 */
 	int half_close;                  /* 1 (default): a side's FIN is passed on and the
 					  * other side may go on; 0: the pair ends once a
-					  * side's FIN and every byte read are passed on */
+					  * side's FIN and every byte read are passed on */	struct tlp_tls_cfg tls;          /* enabled 0: plain TCP (passthrough) */
 };
 
 struct tlp_arena;
@@ -219,6 +243,7 @@ struct tlp_args {
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
+ *         [--tls-cert FILE --tls-key FILE] (TLS termination; not with --splice)
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

@@ -51,6 +51,7 @@ void tlp__listener_defaults(struct tlp_listener_cfg *l)
 	l->client_fin_ns = R_FIN.dflt;
 	l->server_fin_ns = R_FIN.dflt;
 	l->half_close = 1;
+	l->tls.handshake_timeout_ns = R_TLS_HANDSHAKE.dflt;
 	l->socket.nodelay = 1;
 	l->socket.ka_idle_s = (uint32_t)(R_KA_IDLE.dflt / SEC);
 	l->socket.ka_interval_s = (uint32_t)(R_KA_INTERVAL.dflt / SEC);
@@ -324,9 +325,9 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 	static const char *const keys[] = {"name", "listen", "pool", "max_conns", "allow", "deny",
 					   "proxy_protocol_from", "sni", "sni_default",
 					   "sni_timeout", "queue", "timeouts", "socket", "splice",
-					   "half_close"};
+					   "half_close", "tls"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
-	       SOCKET, SPLICE, HALFC, NKEYS };
+	       SOCKET, SPLICE, HALFC, TLS, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
 
@@ -444,6 +445,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 		tlp__get_bool(c, v[SPLICE], p, &l->splice);
 	if (v[HALFC] && (PATH(p, "%s.half_close", path), 1))
 		tlp__get_bool(c, v[HALFC], p, &l->half_close);
+	if (v[TLS] && (PATH(p, "%s.tls", path), 1)) {
+		tlp__parse_tls(c, v[TLS], p, &l->tls);
+		tlp__check_tls(c, v[TLS], p, l);
+	}
 	if (!v[POOL] && !v[SNI])
 		tlp__errat(c, n->line, n->col, "%s: needs a pool (or sni rules) to send connections to",
 		      path);

@@ -452,13 +452,51 @@ uint64_t tlp_tick_for(const struct tlp_config *cfg)
 	return m;
 }
 
+/* Make listener lc's server config: its files are read now (at setup, or
+ * on the control shard at a reload). 0, or -1 with the reason in err. */
+static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **out, char *err,
+		      size_t errlen)
+{
+	const struct tlp_tls_cfg *t = &lc->tls;
+	tl_tls_cert certs[TLP_TLS_CERTS_MAX];
+	tl_tls_settings st;
+	char why[256];
+	int r;
+
+	memset(&st, 0, sizeof st);
+	for (uint32_t i = 0; i < t->ncerts && i < TLP_TLS_CERTS_MAX; i++)
+		certs[i] = (tl_tls_cert){.cert_file = t->certs[i].cert, .key_file = t->certs[i].key,
+					 .names = t->certs[i].names};
+	st.role = TL_TLS_SERVER;
+	st.certs = certs;
+	st.ncerts = t->ncerts;
+	st.alpn = t->alpn;
+	st.ciphers = t->ciphers;
+	st.min_version = t->min_version;
+	st.max_version = t->max_version;
+	st.ca_file = t->client_ca;
+	st.verify = t->verify == TLP_TLS_VERIFY_ON	   ? TL_TLS_VERIFY_REQUIRE
+		    : t->verify == TLP_TLS_VERIFY_OPTIONAL ? TL_TLS_VERIFY_OPTIONAL
+							   : TL_TLS_VERIFY_NONE;
+	why[0] = '\0';
+	r = tl_tls_config_new(&st, out, why, sizeof why);
+	if (r < 0) {
+		snprintf(err, errlen, "listener %s: tls: %s", lc->name, why[0] ? why : tl_strerror(r));
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 void tlp_gen_put(struct tlp_gen *g)
 {
 	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
 		return;
 	if (g->l)
-		for (uint32_t i = 0; i < g->cfg->nlisteners; i++)
+		for (uint32_t i = 0; i < g->cfg->nlisteners; i++) {
 			free(g->l[i].sni_pool);
+			tl_tls_config_unref(g->l[i].tls);
+		}
 	free(g->l);
 	free(g->pools);
 	free(g->sc);
@@ -525,7 +563,10 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			for (uint32_t k = 0; k < lc->nsni; k++)
 				l->sni_pool[k] = g->pools[lc->sni[k].target];
 		}
-		l->peek = lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0;
+		if (lc->tls.enabled && tls_config(lc, &l->tls, err, errlen) < 0)
+			goto fail;
+		/* A TLS listener routes by the name its handshake brought. */
+		l->peek = !lc->tls.enabled && (lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0);
 		l->queue_t = ticks(lc->queue_timeout_ns, tick_ns);
 		l->peek_t = ticks(lc->sni_timeout_ns, tick_ns);
 		/* Upstream sockets: what differs from the runtime's defaults. */
@@ -641,6 +682,7 @@ const char *const tlp_cause_names[TLP_END_COUNT] = {
 	[TLP_END_NO_ROUTE] = "no_route",
 	[TLP_END_BUSY] = "busy",
 	[TLP_END_SHUTDOWN] = "shutdown",
+	[TLP_END_TLS] = "tls_handshake",
 };
 _Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COUNT,
 	       "a name per cause");

@@ -65,6 +65,7 @@ enum {
 	TLP_H_HEALTH = 4, /* health checks (shard 0) */
 	TLP_H_ADMIN = 5,  /* the admin socket (shard 0) */
 	TLP_H_DNS = 6,    /* name lookups (shard 0) */
+	TLP_H_TLS = 7,    /* the TLS layer's own stream operations (its token_tag) */
 };
 
 /* Why a connection ended (access log, error counters). */
@@ -89,6 +90,7 @@ enum tlp_cause {
 	TLP_END_NO_ROUTE,      /* no SNI rule matched and no default pool */
 	TLP_END_BUSY,          /* a table of the shard was full */
 	TLP_END_SHUTDOWN,      /* the proxy stopped */
+	TLP_END_TLS,           /* the client's TLS handshake failed (tls_handshakes says why) */
 	TLP_END_COUNT
 };
 extern const char *const tlp_cause_names[TLP_END_COUNT];
@@ -241,6 +243,7 @@ struct tlp_lrt {
 	uint32_t queue_t, peek_t;     /* queue.timeout, sni_timeout in wheel ticks */
 	tl_sockopt_val opts[8];       /* for upstream connects */
 	uint32_t nopts;
+	struct tl_tls_config *tls;    /* tls: the server config every shard uses; NULL: plain */
 };
 
 /* A loaded configuration. */
@@ -305,6 +308,10 @@ struct tlp_world {
 	int st_dns;
 	int st_splice;              /* family "splice" (splice.h's rows) */
 	int st_spl_pipes;           /* gauges "splice_pipes": open, busy (splices holding one) */
+	int st_tls_hs;              /* "tls_handshakes": row 0 ok, then a row per TL_TLS_R_* */
+	int st_tls_resumed;         /* "tls_resumed" */
+	int tls;                    /* the first configuration has a tls: listener: each
+				     * shard makes its TLS context */
 	/* Room for held clients (accept.c, "holding clients"): each shard's
 	 * flag says it holds clients or stopped accepts and wants a
 	 * TLP_MSG_RESUME when a connection ends elsewhere; npaused counts the
