@@ -1005,6 +1005,41 @@ static void test_verify_refused(void)
 	tt_fini(&t, fds);
 }
 
+/* The server name a client is given is copied: a buffer the host reuses
+ * right after tl_tls_client does not change the name checked (GnuTLS
+ * keeps the pointer it is given). A DNS name and an IP address. */
+static void test_name_copied(void)
+{
+	int fds = h_begin();
+	struct tt t;
+	tt_init(&t, h_loop());
+	tl_tls_config *sc = server_config(NULL), *cc = client_config(NULL);
+	static const char *const names[] = {"localhost", "127.0.0.1"};
+	for (int i = 0; i < 2; i++) {
+		char name[64];
+		tl_handle hs, hc;
+		tl_op os, oc;
+		tl_tls_id s, c;
+		snprintf(name, sizeof name, "%s", names[i]);
+		tl_tls_client_opts co = {.server_name = name};
+		pair(&t, &hs, &hc);
+		H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &s), 0);
+		H_EQ_FATAL(tl_tls_client(t.x, cc, hc, &co, 11, &c), 0);
+		snprintf(name, sizeof name, "wrong.test"); /* the host's buffer, reused */
+		H_EQ_FATAL(tl_tls_handshake(t.x, s, 0, 20, &os), 0);
+		H_EQ_FATAL(tl_tls_handshake(t.x, c, 0, 21, &oc), 0);
+		int is = wait_tls(&t, os, H_WAIT_MS * 2), ic = wait_tls(&t, oc, H_WAIT_MS * 2);
+		H_TRUE(ic >= 0 && t.tls.v[ic].result == 0, "%s: client handshake %lld", names[i],
+		       ic >= 0 ? (long long)t.tls.v[ic].result : -1ll);
+		H_TRUE(is >= 0 && t.tls.v[is].result == 0, "%s: server handshake", names[i]);
+		close_wait(&t, s, 0);
+		close_wait(&t, c, 0);
+	}
+	tl_tls_config_unref(sc);
+	tl_tls_config_unref(cc);
+	tt_fini(&t, fds);
+}
+
 /* Two certificates: SNI picks, exact names, a wildcard, and the default. */
 static void test_sni(void)
 {
@@ -2476,6 +2511,7 @@ static const struct test_def tests[] = {
 	T("own", test_key_update),
 	T("own", test_close_during_handshake),
 	T("own", test_ids_disjoint),
+	T("own", test_name_copied),
 	T("own", test_lease_quota),
 	T("own", test_fragmented),
 	T("own", test_read_stop_deadline),

@@ -307,7 +307,8 @@ int tl_tls_server(tl_tls_ctx *ctx, tl_tls_config *cfg, tl_handle h, uint64_t tok
 /* Per-session client options (tl_tls_client). */
 typedef struct tl_tls_client_opts {
 	/* Sent as SNI (unless it is an IP address) and the name the server's
-	 * certificate must have (verify REQUIRE needs it). NULL: none. */
+	 * certificate must have (verify REQUIRE needs it). NULL: none. Copied:
+	 * it need not outlive the call. */
 	const char *server_name;
 	/* A ticket of an earlier session with this server (tl_tls_resume_data):
 	 * tried for resumption; a ticket the server refuses costs nothing

@@ -121,6 +121,10 @@ struct tls_lent {
 };
 
 struct tls_sess {
+	/* The name a client checks the server's certificate against: GnuTLS
+	 * keeps the pointer it is given (gnutls_session_set_verify_cert), so
+	 * the session keeps its own copy rather than the caller's. */
+	char verify_name[TLS_SNI_NAME_MAX + 1];
 	uint16_t gen;
 	uint8_t state;
 	uint8_t server;
