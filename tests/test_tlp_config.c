@@ -1159,6 +1159,29 @@ static void test_tls(void)
 		  "t.yaml:6:10: listeners[0].tls: ", "splice is for plain TCP, not with tls");
 	one_error(LST("    proxy_protocol_from: [10.0.0.0/8]\n    tls: {certificates: [{cert: /c}]}\n"),
 		  "t.yaml:6:10: listeners[0].tls: ", "proxy_protocol_from is not read with tls yet");
+	r = parse(POOL("    tls: {ca: /ca.pem, server_name: db.test, cert: /c.pem, key: /c.key,"
+		       " alpn: h2, max_version: \"1.2\", handshake_timeout: 3s}\n"),
+		  &c, &d);
+	T_EQ(r, 0);
+	if (r == 0) {
+		const struct tlp_pool_tls_cfg *t = &c->pools[0].tls;
+
+		T_TRUE(t->enabled && t->verify && !strcmp(t->ca, "/ca.pem") &&
+			       !strcmp(t->server_name, "db.test") && !strcmp(t->cert, "/c.pem") &&
+			       !strcmp(t->key, "/c.key") && !strcmp(t->alpn, "h2") &&
+			       t->max_version == 0x0303 && t->handshake_timeout_ns == 3000000000ull,
+		       "a pool's tls: as written, verify on by default");
+		tlp_config_free(c);
+	}
+	r = parse(POOL("    tls: {verify: false}\n"), &c, &d);
+	T_TRUE(r == 0 && c->pools[0].tls.enabled && !c->pools[0].tls.verify &&
+		       c->pools[0].tls.handshake_timeout_ns == 10000000000ull,
+	       "verify: false");
+	if (r == 0)
+		tlp_config_free(c);
+	one_error(POOL("    tls: {key: /k}\n"), "t.yaml:8:16: pools[0].tls: ", "key without cert");
+	one_error(POOL("    proxy_protocol: v2\n    tls: {}\n"), "t.yaml:9:10: pools[0].tls: ",
+		  "proxy_protocol is not sent before TLS yet");
 	r = tlp_args_parse(7, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
 					 "--tls-cert", "/c.pem", "--tls-key", "/c.key", NULL},
 			   &a, err, sizeof err);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/test_tlproxy_tls.py: tlproxy terminating TLS, end to end with openssl, curl and Python's ssl as clients: handshakes, SNI, ALPN, mTLS, the handshake deadline, bulk by hash, the stats and log fields, a takeover.
+"""tests/test_tlproxy_tls.py: tlproxy terminating and originating TLS, end to end with openssl (s_client, s_server), curl and Python's ssl: handshakes, SNI, ALPN, mTLS, the handshake deadline, refused server certificates, bulk by hash, the stats and log fields, a takeover.
 
 Usage: test_tlproxy_tls.py TLPROXY TLSHARD TLECHO CASE    (exit 0 pass, 1 fail, 77 skip)
 
@@ -477,6 +477,115 @@ def t_tls_takeover(env):
         raise Fail("the old process did not exit once its TLS connection ended")
     check(rc == 0, f"the old process exited {rc}")
     check(env.stop(new) == 0, "the new process did not exit 0")
+
+
+def start_s_server(env, d, cert, port):
+    pr = env.start("s_server-" + cert, ["openssl", "s_server", "-accept", f"127.0.0.1:{port}",
+                                       "-cert", os.path.join(d, cert + ".pem"), "-key", os.path.join(d, cert + ".key"),
+                                       "-www", "-quiet"], stdin=subprocess.PIPE)
+    deadline = time.time() + 10
+    while True:
+        try:
+            connect(port).close()
+            return pr
+        except OSError:
+            check(time.time() < deadline, "s_server did not start")
+            time.sleep(0.05)
+
+
+def t_tls_origin(env):
+    """A pool's tls: towards openssl s_server -www: a server whose
+    certificate verifies is reached, self-signed and wrong-name ones are
+    refused with the reason counted and logged; then a plain client, an
+    originating tlproxy, a terminating one and a plain server in a row
+    carry 16 MiB each way (8 under the sanitizers), checked by SHA-256."""
+    d = certs(env)
+    good, selfp, wrong, lp = env.port(), env.port(), env.port(), env.port()
+    start_s_server(env, d, "server", good)
+    start_s_server(env, d, "self", selfp)
+    start_s_server(env, d, "wrong", wrong)
+    log = env.path("access.log")
+    ca = os.path.join(d, "ca.pem")
+    cfg = T.write_cfg(env, "origin.yaml", f"""
+access_log: {log}
+listeners:
+  - {{name: good, listen: "127.0.0.1:{lp}", pool: good}}
+  - {{name: self, listen: "127.0.0.1:{env.port()}", pool: self}}
+pools:
+  - {{name: good, servers: [{{address: "127.0.0.1:{good}"}}], tls: {{ca: "{ca}"}}}}
+  - {{name: self, servers: [{{address: "127.0.0.1:{selfp}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+  - {{name: wrong, servers: [{{address: "127.0.0.1:{wrong}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+""")
+    text = open(cfg).read()
+    lself = int(re.search(r'name: self, listen: "127\.0\.0\.1:(\d+)"', text).group(1))
+    lwrong = env.port()
+    text = text.replace("pools:\n", f'  - {{name: wrong, listen: "127.0.0.1:{lwrong}", pool: wrong}}\npools:\n', 1)
+    open(cfg, "w").write(text)
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+
+    def get(port):
+        """The answer to a request, b"" when the proxy closed or reset."""
+        s = connect(port)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        try:
+            return T.recv_all(s)
+        except ConnectionResetError:
+            return b""
+        finally:
+            s.close()
+
+    page = get(lp)
+    check(page.startswith(b"HTTP/1.0 200") and b"s_server" in page, f"no page through the pool: {page[:200]!r}")
+    check(get(lself) == b"", "a self-signed server was not refused")
+    check(get(lwrong) == b"", "a server whose certificate names another host was not refused")
+    env.wait_stat(px, "tls_server_handshakes", "ok", 1)
+    env.wait_stat(px, "tls_server_handshakes", "cert-untrusted", 1)
+    env.wait_stat(px, "tls_server_handshakes", "cert-name", 1)
+    env.wait_for(px, r"pool self: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-untrusted")
+    env.wait_for(px, r"pool wrong: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-name")
+    text = log_lines(log, 3)
+    check(re.search(r" good .* end=done retries=0 up_tls=1\.[23]\n", text), f"log: {text!r}")
+    check(re.search(r" self .* end=server_tls_handshake retries=0 up_tls=failed up_reason=cert-untrusted\n", text),
+          f"log: {text!r}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+    # plain client -> originating tlproxy -> terminating tlproxy -> plain server
+    up, lt, lo = env.port(), env.port(), env.port()
+    srv = env.serve("duplex", "127.0.0.1", up)
+    term = env.proxy(["--listen", f"127.0.0.1:{lt}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+                      "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")],
+                     name="tlproxy-term")
+    ocfg = T.write_cfg(env, "orig.yaml", f"""
+shards: 1
+listeners:
+  - {{name: in, listen: "127.0.0.1:{lo}", pool: tls}}
+pools:
+  - {{name: tls, servers: [{{address: "127.0.0.1:{lt}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+""")
+    orig = env.proxy(["--config", ocfg], name="tlproxy-orig")
+    size = (8 if os.environ.get("TLP_E2E_SANITIZED") else 16) << 20
+    name = "chain"
+    mine, theirs = T.duplex_data(size, 1, name), T.duplex_data(size, 2, name)
+    s = connect(lo, timeout=60)
+    s.sendall(f"{name} {size} 0 0\n".encode())
+    t0 = time.time()
+    n, h = T.duplex_io(s, mine, 0, 0)
+    s.close()
+    check(n == size, f"the client got {n} bytes of {size}")
+    check(h == hashlib.sha256(theirs).hexdigest(), "the client got other bytes")
+    env.wait_for(srv, rf"^got {name} ", timeout=30)
+    m = re.search(rf"^got {name} (\d+) (\w+)$", srv.text(), re.M)
+    check(m and int(m.group(1)) == size and m.group(2) == hashlib.sha256(mine).hexdigest(),
+          "the server got other bytes")
+    print(f"{name}: {size} bytes each way through two tlproxies in {time.time() - t0:.2f} s", flush=True)
+    env.wait_stat(orig, "tls_server_handshakes", "ok", 1)
+    env.wait_stat(term, "tls_handshakes", "ok", 1)
+    env.wait_stat(orig, "conns_open", "0", 0)
+    env.wait_stat(term, "conns_open", "0", 0)
+    check(env.stop(orig) == 0 and env.stop(term) == 0, "a tlproxy did not exit 0")
 
 
 CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")}

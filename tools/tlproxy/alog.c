@@ -169,28 +169,42 @@ static void clean(char *dst, size_t cap, const char *s)
 		snprintf(dst, cap, "-");
 }
 
+static const char *version(uint16_t v)
+{
+	return v == 0x0304 ? "1.3" : v == 0x0303 ? "1.2" : "?";
+}
+
 /* A TLS client's fields: " tls=1.3 cipher=... sni=... alpn=... resumed=0
  * hs_ms=..." once its handshake is done, " tls=failed reason=... sni=..."
- * when it failed; "" for a plain client. */
+ * when it failed; then a TLS server's " up_tls=1.3" or " up_tls=failed
+ * up_reason=..."; "" for plain sides. */
 static void fmt_tls(const struct tlp_alog_rec *r, char *buf, size_t cap)
 {
 	const struct tlp_alog_tls *t = &r->tls;
 	char sni[64], alpn[16];
 
+	int n = 0;
+
 	buf[0] = '\0';
-	if (!r->has_tls)
-		return;
-	clean(sni, sizeof sni, t->sni);
-	clean(alpn, sizeof alpn, t->alpn);
-	if (t->reason || !t->version) {
-		snprintf(buf, cap, " tls=failed reason=%s sni=%s hs_ms=%.3f",
-			 t->reason ? tl_tls_reason_name(t->reason) : "none", sni,
-			 (double)t->hs_us / 1e3);
-		return;
+	if (t->sides & 1) {
+		clean(sni, sizeof sni, t->sni);
+		clean(alpn, sizeof alpn, t->alpn);
+		if (t->reason || !t->version)
+			n = snprintf(buf, cap, " tls=failed reason=%s sni=%s hs_ms=%.3f",
+				     t->reason ? tl_tls_reason_name(t->reason) : "none", sni,
+				     (double)t->hs_us / 1e3);
+		else
+			n = snprintf(buf, cap, " tls=%s cipher=%s sni=%s alpn=%s resumed=%u hs_ms=%.3f",
+				     version(t->version), t->cipher[0] ? t->cipher : "-", sni, alpn,
+				     t->resumed, (double)t->hs_us / 1e3);
 	}
-	snprintf(buf, cap, " tls=%s cipher=%s sni=%s alpn=%s resumed=%u hs_ms=%.3f",
-		 t->version == 0x0304 ? "1.3" : t->version == 0x0303 ? "1.2" : "?",
-		 t->cipher[0] ? t->cipher : "-", sni, alpn, t->resumed, (double)t->hs_us / 1e3);
+	if ((t->sides & 2) && n >= 0 && (size_t)n < cap) {
+		if (t->up_reason || !t->up_version)
+			snprintf(buf + n, cap - (size_t)n, " up_tls=failed up_reason=%s",
+				 t->up_reason ? tl_tls_reason_name(t->up_reason) : "none");
+		else
+			snprintf(buf + n, cap - (size_t)n, " up_tls=%s", version(t->up_version));
+	}
 }
 
 static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)

@@ -9,8 +9,12 @@
 
 struct tlp_glisten;
 
-/* What a client's TLS handshake agreed (a tls: listener's clients). */
+/* What a connection's TLS handshakes agreed: the client's (a tls:
+ * listener's) and the server's (a tls: pool's). */
 struct tlp_alog_tls {
+	uint8_t sides;         /* bit 0: the client side is TLS, bit 1: the server side */
+	uint8_t up_reason;     /* TL_TLS_R_* of the server's failed handshake; 0 */
+	uint16_t up_version;   /* the server's: 0x0303 / 0x0304; 0: none agreed */
 	uint16_t version;      /* 0x0303 / 0x0304; 0: none agreed */
 	uint8_t resumed;       /* 1: resumed from a ticket */
 	uint8_t reason;        /* TL_TLS_R_* of a failed handshake; 0 */
@@ -31,8 +35,7 @@ struct tlp_alog_rec {
 	uint8_t cause;         /* enum tlp_cause */
 	uint8_t retries;       /* connects retried on another server */
 	int16_t cerr;          /* the last failed connect's error (negative errno), 0 none */
-	uint8_t has_tls;       /* tls below is the client's */
-	struct tlp_alog_tls tls;
+	struct tlp_alog_tls tls; /* tls.sides 0: plain */
 };
 
 struct tlp_alog;

@@ -101,6 +101,20 @@ struct tlp_passive_cfg {
 	uint64_t down_for_ns; /* default 10 s */
 };
 
+/* TLS towards a pool's servers (tls: of a pool). */
+struct tlp_pool_tls_cfg {
+	int enabled;                    /* tls: given */
+	int verify;                     /* the servers' certificates: 1 (default) or 0 */
+	const char *ca;                 /* trust anchors (PEM); NULL: the system's store */
+	const char *server_name;        /* SNI sent and name checked; NULL: each server's
+					 * host name, or its IP address (checked, not sent) */
+	const char *cert, *key;         /* a client certificate to present; NULL: none */
+	const char *alpn;               /* comma separated; NULL: none */
+	const char *ciphers;            /* colon separated; NULL: the layer's */
+	uint16_t min_version, max_version; /* 0: the layer's (1.2, 1.3) */
+	uint64_t handshake_timeout_ns;  /* default 10 s */
+};
+
 struct tlp_pool_cfg {
 	const char *name;
 	int balance;                 /* enum tlp_balance, default TLP_BAL_ROUNDROBIN */
@@ -111,6 +125,7 @@ struct tlp_pool_cfg {
 	struct tlp_passive_cfg passive;
 	uint32_t nservers;           /* 1..TLP_MAX_SERVERS */
 	struct tlp_server_cfg *servers;
+	struct tlp_pool_tls_cfg tls; /* enabled 0: plain TCP to the servers */
 };
 
 struct tlp_socket_cfg {

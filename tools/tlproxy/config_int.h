@@ -129,6 +129,9 @@ void tlp__pool_defaults(struct tlp_pool_cfg *p);
 /* ---- config_tls.c ---- */
 /* A listener's tls: mapping into *t (errors reported against path). */
 void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, struct tlp_tls_cfg *t);
+/* A pool's tls: mapping into *t. */
+void tlp__parse_pool_tls(struct ctx *c, const struct ynode *n, const char *path,
+			 struct tlp_pool_tls_cfg *t);
 /* What a listener with tls: cannot also have (splice, proxy_protocol_from):
  * reported against n. */
 void tlp__check_tls(struct ctx *c, const struct ynode *n, const char *path,

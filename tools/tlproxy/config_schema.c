@@ -162,14 +162,19 @@ static void parse_pool(struct ctx *c, const struct ynode *n, const char *path,
 		       struct tlp_pool_cfg *pool, const struct ynode **name_node)
 {
 	static const char *const keys[] = {"name",   "balance", "proxy_protocol", "retries",
-					   "resolve_interval", "health", "passive", "servers"};
-	const struct ynode *v[8];
+					   "resolve_interval", "health", "passive", "servers", "tls"};
+	const struct ynode *v[9];
 	char p[256];
 
 	tlp__pool_defaults(pool);
 	*name_node = n;
-	if (tlp__take(c, n, path, keys, 8, v))
+	if (tlp__take(c, n, path, keys, 9, v))
 		return;
+	if (v[8] && (PATH(p, "%s.tls", path), 1))
+		tlp__parse_pool_tls(c, v[8], p, &pool->tls);
+	if (v[8] && v[2] && pool->tls.enabled)
+		tlp__errat(c, v[8]->line, v[8]->col,
+			   "%s.tls: proxy_protocol is not sent before TLS yet", path);
 	if (v[0])
 		*name_node = v[0];
 	if (!v[0])

@@ -1,4 +1,4 @@
-/* tools/tlproxy/config_tls.c: a listener's tls: mapping (certificates with their SNI names, ALPN, versions, ciphers, client CA, handshake timeout) into the model. */
+/* tools/tlproxy/config_tls.c: the tls: mappings of a listener (certificates with their SNI names, ALPN, versions, ciphers, client CA, handshake timeout) and of a pool (verification, CA, SNI name, client certificate) into the model. */
 /* Calls: config_tls -> config (the YAML helpers of config_int.h). Files are
  * only named here: they are read when a generation is built (world.c). */
 #include <string.h>
@@ -110,6 +110,48 @@ void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, stru
 		if (t->verify != TLP_TLS_VERIFY_OFF && !v[CA])
 			tlp__errat(c, x->line, x->col, "%s: client certificates need client_ca", p);
 	}
+	if (v[HSTO] && (PATH(p, "%s.handshake_timeout", path), 1))
+		tlp__get_dur(c, v[HSTO], p, R_TLS_HANDSHAKE, &t->handshake_timeout_ns);
+}
+
+void tlp__parse_pool_tls(struct ctx *c, const struct ynode *n, const char *path,
+			 struct tlp_pool_tls_cfg *t)
+{
+	static const char *const keys[] = {"verify",      "ca",      "server_name", "cert",
+					   "key",         "alpn",    "min_version", "max_version",
+					   "ciphers",     "handshake_timeout"};
+	enum { VERIFY, CA, NAME, CERT, KEY, ALPN, MINV, MAXV, CIPHERS, HSTO, NKEYS };
+	const struct ynode *v[NKEYS];
+	char p[300];
+
+	_Static_assert(sizeof keys / sizeof keys[0] == NKEYS, "one name per key");
+	if (tlp__take(c, n, path, keys, NKEYS, v))
+		return;
+	t->enabled = 1;
+	t->verify = 1;
+	t->handshake_timeout_ns = R_TLS_HANDSHAKE.dflt;
+	if (v[VERIFY] && (PATH(p, "%s.verify", path), 1))
+		tlp__get_bool(c, v[VERIFY], p, &t->verify);
+	if (v[CA] && (PATH(p, "%s.ca", path), 1))
+		tlp__get_text(c, v[CA], p, TLP_TLS_PATH_MAX, 0, &t->ca, NULL);
+	if (v[NAME] && (PATH(p, "%s.server_name", path), 1))
+		tlp__get_text(c, v[NAME], p, 253, 0, &t->server_name, NULL);
+	if (v[CERT] && (PATH(p, "%s.cert", path), 1))
+		tlp__get_text(c, v[CERT], p, TLP_TLS_PATH_MAX, 0, &t->cert, NULL);
+	if (v[KEY] && (PATH(p, "%s.key", path), 1))
+		tlp__get_text(c, v[KEY], p, TLP_TLS_PATH_MAX, 0, &t->key, NULL);
+	if (v[KEY] && !v[CERT])
+		tlp__errat(c, v[KEY]->line, v[KEY]->col, "%s: key without cert", path);
+	if (v[ALPN] && (PATH(p, "%s.alpn", path), 1))
+		tlp__get_text(c, v[ALPN], p, 1024, 0, &t->alpn, NULL);
+	if (v[MINV] && (PATH(p, "%s.min_version", path), 1))
+		get_version(c, v[MINV], p, &t->min_version);
+	if (v[MAXV] && (PATH(p, "%s.max_version", path), 1))
+		get_version(c, v[MAXV], p, &t->max_version);
+	if (t->min_version && t->max_version && t->min_version > t->max_version)
+		tlp__errat(c, n->line, n->col, "%s: min_version is above max_version", path);
+	if (v[CIPHERS] && (PATH(p, "%s.ciphers", path), 1))
+		tlp__get_text(c, v[CIPHERS], p, 1024, 0, &t->ciphers, NULL);
 	if (v[HSTO] && (PATH(p, "%s.handshake_timeout", path), 1))
 		tlp__get_dur(c, v[HSTO], p, R_TLS_HANDSHAKE, &t->handshake_timeout_ns);
 }

@@ -33,9 +33,10 @@ void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr 
 	r->retries = (uint8_t)retries;
 	r->cerr = (int16_t)cerr;
 	r->listener = lr ? lr->gl : NULL;
-	r->has_tls = tls != NULL;
 	if (tls)
 		r->tls = *tls;
+	else
+		r->tls.sides = 0;
 	if (srv)
 		memcpy(r->server, srv->label, sizeof r->server);
 	else
@@ -77,7 +78,7 @@ void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 
 	tlp_peek_release(sh, c); /* every op of c has ended */
 	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause, c->tries, c->cerr,
-		     c->flags & F_TLS ? &sh->tlr[CI(sh, c)] : NULL);
+		     c->flags & (F_TLS(0) | F_TLS(1)) ? &sh->tlr[CI(sh, c)] : NULL);
 	gen_unuse(sh, c->gen);
 	c->state = C_FREE;
 	c->wnext = sh->free_head;

@@ -182,7 +182,7 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 
 		/* A TLS session cannot move to another process yet: such a
 		 * connection finishes here, as in a drain. */
-		if (c->state == C_FWD && !(c->flags & (F_HO | F_TLS))) {
+		if (c->state == C_FWD && !(c->flags & (F_HO | F_TLS(0) | F_TLS(1)))) {
 			n++;
 			ho_begin(sh, c);
 			if (!(c->flags & F_HO) && c->state == C_FWD)
@@ -580,7 +580,7 @@ static uint32_t tlp_shard_ho_stop(tl_shard *s)
 			c->flags |= F_HORES;
 			n++;
 			ho_resume(sh, c);
-		} else if ((c->flags & F_TLS) && c->state != C_FREE && c->state != C_CLOSING) {
+		} else if ((c->flags & (F_TLS(0) | F_TLS(1))) && c->state != C_FREE && c->state != C_CLOSING) {
 			n++; /* a TLS session was never handed over: it drains here */
 		}
 	}

@@ -229,11 +229,15 @@ static int declare_stats(tl_runtime *rt)
 	/* Row 0: handshakes done; row r: failed for reason r (tls.h's names). */
 	w->st_tls_hs = tl_runtime_stat(rt, "tls_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
 	w->st_tls_resumed = tl_runtime_counter(rt, "tls_resumed");
-	if (w->st_tls_hs < 0 || w->st_tls_resumed < 0)
+	w->st_tls_up = tl_runtime_stat(rt, "tls_server_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
+	if (w->st_tls_hs < 0 || w->st_tls_resumed < 0 || w->st_tls_up < 0)
 		return -1;
 	tl_runtime_stat_label(rt, w->st_tls_hs, "ok");
-	for (int i = 1; i < TL_TLS_R_COUNT_; i++)
+	tl_runtime_stat_label(rt, w->st_tls_up, "ok");
+	for (int i = 1; i < TL_TLS_R_COUNT_; i++) {
 		tl_runtime_stat_label(rt, w->st_tls_hs + i, tl_tls_reason_name(i));
+		tl_runtime_stat_label(rt, w->st_tls_up + i, tl_tls_reason_name(i));
+	}
 	return 0;
 }
 
@@ -555,7 +559,7 @@ int main(int argc, char **argv)
 				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
-	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + TL_TLS_R_COUNT_ + 1;
+	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + 2 * TL_TLS_R_COUNT_ + 1;
 	rc.on_launch = tlp_shard_launch;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;
@@ -588,6 +592,8 @@ int main(int argc, char **argv)
 	}
 	for (uint32_t i = 0; i < cfg->nlisteners; i++)
 		w->tls |= cfg->listeners[i].tls.enabled;
+	for (uint32_t i = 0; i < cfg->npools; i++)
+		w->tls |= cfg->pools[i].tls.enabled;
 	gen = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
 	cfg = NULL; /* the generation owns it now (or freed it) */
 	if (!gen) {

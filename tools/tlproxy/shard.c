@@ -178,7 +178,10 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 		tlp_on_peek(sh, c, e);
 		return;
 	case OP_TLS_HS:
-		tlp_tls_on_hs(sh, c, e);
+		if (side)
+			tlp_origin_on_hs(sh, c, e);
+		else
+			tlp_tls_on_hs(sh, c, e);
 		return;
 	case OP_SPLICE:
 		tlp_on_splice(sh, c, side, e);

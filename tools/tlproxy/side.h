@@ -1,4 +1,4 @@
-/* tools/tlproxy/side.h: a connection side's I/O, on its stream or, for a client whose listener terminates TLS, on its TLS session: reads, writes, shutdown, close and lease release in one place, so forwarding does not care which. */
+/* tools/tlproxy/side.h: a connection side's I/O, on its stream or, on its TLS session (a client of a tls: listener, a server of a tls: pool): reads, writes, shutdown, close and lease release in one place, so forwarding does not care which. */
 #ifndef TLP_SIDE_H
 #define TLP_SIDE_H
 
@@ -18,7 +18,7 @@
 
 static inline int side_tls(const struct tlp_conn *c, int s)
 {
-	return s == 0 && (c->flags & F_TLS);
+	return (c->flags & F_TLS(s)) != 0;
 }
 
 /* The token argument naming lease id read from side s. */
@@ -40,7 +40,7 @@ static inline int side_read_start(struct tlp_shard *sh, struct tlp_conn *c, int 
 				  tl_op *op)
 {
 	if (side_tls(c, s))
-		return tl_tls_read_start(sh->tls, c->ts, t, op);
+		return tl_tls_read_start(sh->tls, c->ts[s], t, op);
 	return tl_read_start(sh->loop, c->h[s], t, op);
 }
 
@@ -48,7 +48,7 @@ static inline int side_write(struct tlp_shard *sh, struct tlp_conn *c, int d, co
 			     uint32_t n, uint64_t t, tl_op *op)
 {
 	if (side_tls(c, d))
-		return tl_tls_write(sh->tls, c->ts, p, n, t, op);
+		return tl_tls_write(sh->tls, c->ts[d], p, n, t, op);
 	return tl_write(sh->loop, c->h[d], p, n, t, op);
 }
 
@@ -57,7 +57,7 @@ static inline int side_shutdown(struct tlp_shard *sh, struct tlp_conn *c, int d,
 				tl_op *op)
 {
 	if (side_tls(c, d))
-		return tl_tls_shutdown(sh->tls, c->ts, t, op);
+		return tl_tls_shutdown(sh->tls, c->ts[d], t, op);
 	return tl_shutdown(sh->loop, c->h[d], t, op);
 }
 
@@ -67,7 +67,7 @@ static inline void side_close(struct tlp_shard *sh, struct tlp_conn *c, int s, i
 			      uint64_t t)
 {
 	if (side_tls(c, s))
-		tl_tls_close(sh->tls, c->ts, abort ? TL_TLS_CLOSE_ABORT : 0, t);
+		tl_tls_close(sh->tls, c->ts[s], abort ? TL_TLS_CLOSE_ABORT : 0, t);
 	else if (abort)
 		tl_close_abort(sh->loop, c->h[s], t);
 	else

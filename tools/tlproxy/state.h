@@ -59,7 +59,7 @@ enum {
 	OP_SPLICE,     /* a splice from side s to the other (splice.h) */
 	OP_WRITE_CARRY, /* bytes a connection handed over brought (takeover) */
 	OP_PEEK,       /* a read into the peek buffer */
-	OP_TLS_HS,     /* the client's TLS handshake (tls.c) */
+	OP_TLS_HS,     /* a side's TLS handshake: the client's (tls.c), the server's (backend_tls.c) */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -94,7 +94,7 @@ enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD,
 #define F_PKWAIT 0x200000u           /* the peek waits for a big buffer */
 #define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
 #define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
-#define F_TLS 0x1000000u             /* side 0 is a TLS session (ts): its I/O goes through it */
+#define F_TLS(s) (0x1000000u << (s)) /* side s is a TLS session (ts[s]): its I/O goes through it */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -127,7 +127,7 @@ struct tlp_conn {
 	uint8_t pp_in, laddr;    /* laddr: index of the listen address */
 	tl_addr peer;            /* the client (or what its PROXY header said) */
 	tl_addr dst;             /* what the PROXY header said it reached (pp_in) */
-	tl_tls_id ts;            /* F_TLS: the client's TLS session */
+	tl_tls_id ts[2];         /* F_TLS(s): side s's TLS session */
 };
 
 

@@ -69,13 +69,14 @@ void tlp_tls_start(struct tlp_shard *sh, struct tlp_conn *c)
 		return;
 	}
 	memset(&sh->tlr[ci], 0, sizeof sh->tlr[ci]);
-	if (tl_tls_server(sh->tls, lr->tls, c->h[0], tok(ci, 0, OP_CLOSE, 0), &c->ts) < 0) {
+	sh->tlr[ci].sides = 1;
+	if (tl_tls_server(sh->tls, lr->tls, c->h[0], tok(ci, 0, OP_CLOSE, 0), &c->ts[0]) < 0) {
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
-	c->flags |= F_TLS;
+	c->flags |= F_TLS(0);
 	c->state = C_TLS;
-	if (tl_tls_handshake(sh->tls, c->ts, c->t0 + lr->cfg->tls.handshake_timeout_ns,
+	if (tl_tls_handshake(sh->tls, c->ts[0], c->t0 + lr->cfg->tls.handshake_timeout_ns,
 			     tok(ci, 0, OP_TLS_HS, 0), &op) < 0)
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 }
@@ -107,7 +108,7 @@ void tlp_tls_on_hs(struct tlp_shard *sh, struct tlp_conn *c, const tl_completion
 	const struct tlp_listener_cfg *lc = lr->cfg;
 	struct tlp_alog_tls *r = &sh->tlr[CI(sh, c)];
 	tl_tls_info in;
-	int got = tl_tls_info_get(sh->tls, c->ts, &in) == 0;
+	int got = tl_tls_info_get(sh->tls, c->ts[0], &in) == 0;
 
 	if (got)
 		keep(r, &in);

@@ -488,6 +488,37 @@ static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **
 	return 0;
 }
 
+/* Make pool pc's client config (files read now, as a listener's). 0, or -1
+ * with the reason in err. */
+static int pool_tls_config(const struct tlp_pool_cfg *pc, struct tl_tls_config **out, char *err,
+			   size_t errlen)
+{
+	const struct tlp_pool_tls_cfg *t = &pc->tls;
+	tl_tls_cert cert = {.cert_file = t->cert, .key_file = t->key};
+	tl_tls_settings st;
+	char why[256];
+	int r;
+
+	memset(&st, 0, sizeof st);
+	st.role = TL_TLS_CLIENT;
+	st.certs = t->cert ? &cert : NULL;
+	st.ncerts = t->cert ? 1 : 0;
+	st.ca_file = t->ca;
+	st.verify = t->verify ? TL_TLS_VERIFY_REQUIRE : TL_TLS_VERIFY_NONE;
+	st.alpn = t->alpn;
+	st.ciphers = t->ciphers;
+	st.min_version = t->min_version;
+	st.max_version = t->max_version;
+	why[0] = '\0';
+	r = tl_tls_config_new(&st, out, why, sizeof why);
+	if (r < 0) {
+		snprintf(err, errlen, "pool %s: tls: %s", pc->name, why[0] ? why : tl_strerror(r));
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 void tlp_gen_put(struct tlp_gen *g)
 {
 	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
@@ -498,6 +529,10 @@ void tlp_gen_put(struct tlp_gen *g)
 			tl_tls_config_unref(g->l[i].tls);
 		}
 	free(g->l);
+	/* By registry index, not through g->pools: at the end the pools'
+	 * registry goes before the last generation. */
+	for (uint32_t i = 0; i < TLP_REG_POOLS; i++)
+		tl_tls_config_unref(g->tls_by_gp[i]);
 	free(g->pools);
 	free(g->sc);
 	tlp_config_free(g->cfg);
@@ -528,6 +563,9 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			goto fail;
 		}
 		g->pc_by_gp[g->pools[i]->idx] = &cfg->pools[i];
+		if (cfg->pools[i].tls.enabled &&
+		    pool_tls_config(&cfg->pools[i], &g->tls_by_gp[g->pools[i]->idx], err, errlen) < 0)
+			goto fail;
 		for (uint32_t k = 0; k < cfg->pools[i].nservers; k++) {
 			const struct tlp_endpoint *ep = &cfg->pools[i].servers[k].ep;
 
@@ -683,6 +721,7 @@ const char *const tlp_cause_names[TLP_END_COUNT] = {
 	[TLP_END_BUSY] = "busy",
 	[TLP_END_SHUTDOWN] = "shutdown",
 	[TLP_END_TLS] = "tls_handshake",
+	[TLP_END_SERVER_TLS] = "server_tls_handshake",
 };
 _Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COUNT,
 	       "a name per cause");
