@@ -15,7 +15,9 @@
 #define TL_NIL UINT32_MAX
 
 /* Id layout: [63..40] loop identity (24 bits), [39..24] generation (16 bits),
- * [23..0] slot (24 bits). Generation 0 is never used, so no valid id is 0. */
+ * [23..0] slot (24 bits). Generation 0 is never used, so no valid id is 0.
+ * A loop identity never has its top bit (TL_ID_LAYER_BIT, bit 63) set: the
+ * ids layers above the loop issue in the same layout carry it (tls.h). */
 #define TL_ID_SLOT_BITS 24u
 #define TL_ID_GEN_BITS 16u
 #define TL_ID_MAX_SLOTS (1u << TL_ID_SLOT_BITS)

@@ -68,13 +68,14 @@ static int valid_config(const tl_config *c)
 	return 1;
 }
 
-/* Loop identities are 24 bits; 0 is never used so that no id is 0. */
+/* Loop identities are 23 bits of the id's 24 (the top one, TL_ID_LAYER_BIT,
+ * is the TLS layer's); 0 is never used so that no id is 0. */
 static atomic_uint next_owner = 1;
 
 static uint32_t new_owner(void)
 {
 	for (;;) {
-		uint32_t o = atomic_fetch_add(&next_owner, 1) & 0xffffffu;
+		uint32_t o = atomic_fetch_add(&next_owner, 1) & 0x7fffffu;
 		if (o)
 			return o;
 	}

@@ -1149,6 +1149,122 @@ static void test_udp(void)
 	T_TRUE(strstr(err, "for --udp") != NULL, "err '%s'", err);
 	T_EQ(args(&a, err, sizeof err, "--udp", "--listen", "unix:/x", "--upstream",
 		  "127.0.0.1:5353", NULL), -EINVAL);
+	/* TLS is for TCP listeners (no DTLS). */
+	T_EQ(args(&a, err, sizeof err, "--udp", "--listen", "127.0.0.1:53", "--upstream",
+		  "127.0.0.1:5353", "--tls-cert", "/c", "--tls-key", "/k", NULL), -EINVAL);
+	T_TRUE(strstr(err, "not with --udp") != NULL, "err '%s'", err);
+	one_error(LST("    proto: udp\n    tls: {certificates: [{cert: /c}]}\n"),
+		  "t.yaml:6:10: listeners[0]: ", "tls is not for proto: udp");
+}
+
+/* A listener's tls: mapping, its defaults, its errors, and the command line. */
+static void test_tls(void)
+{
+	struct tlp_config *c = NULL;
+	static struct tlp_diag d;
+	struct tlp_args a;
+	char err[256];
+	int r = parse(LST("    tls:\n      certificates:\n        - {cert: /c.pem, key: /c.key}\n"
+			  "        - {cert: /o.pem, names: \"o.test,*.w.test\"}\n"
+			  "      alpn: \"h2,http/1.1\"\n      min_version: \"1.3\"\n"
+			  "      ciphers: AES-256-GCM\n      client_ca: /ca.pem\n"
+			  "      verify: optional\n      handshake_timeout: 2s\n"),
+		      &c, &d);
+
+	T_EQ(r, 0);
+	if (r == 0) {
+		const struct tlp_tls_cfg *t = &c->listeners[0].tls;
+
+		T_TRUE(t->enabled && t->ncerts == 2, "two certificates");
+		T_TRUE(t->ncerts == 2 && !strcmp(t->certs[0].cert, "/c.pem") &&
+			       !strcmp(t->certs[0].key, "/c.key") && !t->certs[0].names &&
+			       !t->certs[1].key && !strcmp(t->certs[1].names, "o.test,*.w.test"),
+		       "certificates as written");
+		T_TRUE(!strcmp(t->alpn, "h2,http/1.1") && !strcmp(t->ciphers, "AES-256-GCM") &&
+			       !strcmp(t->client_ca, "/ca.pem"),
+		       "strings as written");
+		T_EQ(t->min_version, 0x0304);
+		T_EQ(t->max_version, 0);
+		T_EQ(t->verify, TLP_TLS_VERIFY_OPTIONAL);
+		T_EQ(t->handshake_timeout_ns, 2000000000ull);
+		tlp_config_free(c);
+	} else {
+		dump(&d);
+	}
+	r = parse(LST("    tls: {certificates: [{cert: /c.pem}], client_ca: /ca.pem}\n"), &c, &d);
+	T_EQ(r, 0);
+	if (r == 0) {
+		T_EQ(c->listeners[0].tls.verify, TLP_TLS_VERIFY_ON); /* on with a CA */
+		T_EQ(c->listeners[0].tls.handshake_timeout_ns, 10000000000ull);
+		T_EQ(c->listeners[1 - 1].splice, 0);
+		tlp_config_free(c);
+	}
+	r = parse(LST(""), &c, &d);
+	T_TRUE(r == 0 && !c->listeners[0].tls.enabled, "no tls: plain");
+	if (r == 0)
+		tlp_config_free(c);
+	one_error(LST("    tls: {alpn: h2}\n"), "t.yaml:5:10: listeners[0].tls: ",
+		  "certificates is required");
+	one_error(LST("    tls: {certificates: [{key: /k}]}\n"),
+		  "t.yaml:5:26: listeners[0].tls.certificates[0]: ", "cert is required");
+	one_error(LST("    tls: {certificates: [{cert: /c}], min_version: \"1.1\"}\n"),
+		  "t.yaml:5:52: listeners[0].tls.min_version: ", "'1.1' is not 1.2 or 1.3");
+	one_error(LST("    tls: {certificates: [{cert: /c}], min_version: \"1.3\", max_version: \"1.2\"}\n"),
+		  "t.yaml:5:10: listeners[0].tls: ", "min_version is above max_version");
+	one_error(LST("    tls: {certificates: [{cert: /c}], verify: on}\n"),
+		  "t.yaml:5:47: listeners[0].tls.verify: ", "client certificates need client_ca");
+	one_error(LST("    tls: {certificates: [{cert: /c}], handshake_timeout: 0s}\n"),
+		  "t.yaml:5:58: listeners[0].tls.handshake_timeout: ", "out of range");
+	one_error(LST("    tls: {certificates: [{cert: /c}], sni: x}\n"), "t.yaml:5:39: listeners[0].tls: ",
+		  "unknown key 'sni'");
+	one_error(LST("    splice: true\n    tls: {certificates: [{cert: /c}]}\n"),
+		  "t.yaml:6:10: listeners[0].tls: ", "splice is for plain TCP, not with tls");
+	one_error(LST("    proxy_protocol_from: [10.0.0.0/8]\n    tls: {certificates: [{cert: /c}]}\n"),
+		  "t.yaml:6:10: listeners[0].tls: ", "proxy_protocol_from is not read with tls yet");
+	r = parse(POOL("    tls: {ca: /ca.pem, server_name: db.test, cert: /c.pem, key: /c.key,"
+		       " alpn: h2, max_version: \"1.2\", handshake_timeout: 3s}\n"),
+		  &c, &d);
+	T_EQ(r, 0);
+	if (r == 0) {
+		const struct tlp_pool_tls_cfg *t = &c->pools[0].tls;
+
+		T_TRUE(t->enabled && t->verify && !strcmp(t->ca, "/ca.pem") &&
+			       !strcmp(t->server_name, "db.test") && !strcmp(t->cert, "/c.pem") &&
+			       !strcmp(t->key, "/c.key") && !strcmp(t->alpn, "h2") &&
+			       t->max_version == 0x0303 && t->handshake_timeout_ns == 3000000000ull,
+		       "a pool's tls: as written, verify on by default");
+		tlp_config_free(c);
+	}
+	r = parse(POOL("    tls: {verify: false}\n"), &c, &d);
+	T_TRUE(r == 0 && c->pools[0].tls.enabled && !c->pools[0].tls.verify &&
+		       c->pools[0].tls.handshake_timeout_ns == 10000000000ull,
+	       "verify: false");
+	if (r == 0)
+		tlp_config_free(c);
+	one_error(POOL("    tls: {key: /k}\n"), "t.yaml:8:16: pools[0].tls: ", "key without cert");
+	one_error(POOL("    proxy_protocol: v2\n    tls: {}\n"), "t.yaml:9:10: pools[0].tls: ",
+		  "proxy_protocol is not sent before TLS yet");
+	r = tlp_args_parse(7, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+					 "--tls-cert", "/c.pem", "--tls-key", "/c.key", NULL},
+			   &a, err, sizeof err);
+	T_EQ(r, -EINVAL); /* --tls-cert alone */
+	args_bad("--tls-cert and --tls-key go together", "--listen", "127.0.0.1:1", "--upstream",
+		 "127.0.0.1:2", "--tls-key", "/k", NULL);
+	args_bad("--splice is for plain TCP", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+		 "--tls-cert", "/c", "--tls-key", "/k", "--splice", NULL);
+	r = tlp_args_parse(9, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+					 "--tls-cert", "/c.pem", "--tls-key", "/c.key", NULL},
+			   &a, err, sizeof err);
+	T_EQ(r, 0);
+	if (r == 0) {
+		const struct tlp_tls_cfg *t = &a.cfg->listeners[0].tls;
+
+		T_TRUE(t->enabled && t->ncerts == 1 && !strcmp(t->certs[0].cert, "/c.pem") &&
+			       !strcmp(t->certs[0].key, "/c.key") &&
+			       t->handshake_timeout_ns == 10000000000ull,
+		       "--tls-cert/--tls-key: one certificate");
+		tlp_config_free(a.cfg);
+	}
 }
 
 int main(int argc, char **argv)
@@ -1169,6 +1285,7 @@ int main(int argc, char **argv)
 		{"command line", test_args},
 		{"command line errors", test_args_bad},
 		{"UDP listeners", test_udp},
+		{"tls: and --tls-cert", test_tls},
 	};
 
 	if (argc > 1)

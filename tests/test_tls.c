@@ -1005,6 +1005,41 @@ static void test_verify_refused(void)
 	tt_fini(&t, fds);
 }
 
+/* The server name a client is given is copied: a buffer the host reuses
+ * right after tl_tls_client does not change the name checked (GnuTLS
+ * keeps the pointer it is given). A DNS name and an IP address. */
+static void test_name_copied(void)
+{
+	int fds = h_begin();
+	struct tt t;
+	tt_init(&t, h_loop());
+	tl_tls_config *sc = server_config(NULL), *cc = client_config(NULL);
+	static const char *const names[] = {"localhost", "127.0.0.1"};
+	for (int i = 0; i < 2; i++) {
+		char name[64];
+		tl_handle hs, hc;
+		tl_op os, oc;
+		tl_tls_id s, c;
+		snprintf(name, sizeof name, "%s", names[i]);
+		tl_tls_client_opts co = {.server_name = name};
+		pair(&t, &hs, &hc);
+		H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &s), 0);
+		H_EQ_FATAL(tl_tls_client(t.x, cc, hc, &co, 11, &c), 0);
+		snprintf(name, sizeof name, "wrong.test"); /* the host's buffer, reused */
+		H_EQ_FATAL(tl_tls_handshake(t.x, s, 0, 20, &os), 0);
+		H_EQ_FATAL(tl_tls_handshake(t.x, c, 0, 21, &oc), 0);
+		int is = wait_tls(&t, os, H_WAIT_MS * 2), ic = wait_tls(&t, oc, H_WAIT_MS * 2);
+		H_TRUE(ic >= 0 && t.tls.v[ic].result == 0, "%s: client handshake %lld", names[i],
+		       ic >= 0 ? (long long)t.tls.v[ic].result : -1ll);
+		H_TRUE(is >= 0 && t.tls.v[is].result == 0, "%s: server handshake", names[i]);
+		close_wait(&t, s, 0);
+		close_wait(&t, c, 0);
+	}
+	tl_tls_config_unref(sc);
+	tl_tls_config_unref(cc);
+	tt_fini(&t, fds);
+}
+
 /* Two certificates: SNI picks, exact names, a wildcard, and the default. */
 static void test_sni(void)
 {
@@ -1409,6 +1444,97 @@ static void test_close_during_handshake(void)
 	H_EQ(tl_tls_info_get(t.x, s, &in), -ENOENT);
 	H_EQ(tl_tls_cancel(t.x, hop), -ENOENT);
 	tl_close(t.loop, hc, 73);
+	tl_tls_config_unref(sc);
+	tt_fini(&t, fds);
+}
+
+/* The identity bits of an id (23 of them: the layer bit aside). */
+static uint32_t id_ident(uint64_t v)
+{
+	return (uint32_t)(v >> 40) & 0x7fffffu;
+}
+
+/*
+ * A loop's ids and a ctx's have the same layout (identity, generation,
+ * slot) and their identities count from 1 each: a loop and a ctx whose
+ * counters meet must still refuse each other's ids. The counters are made
+ * to meet first (throwaway ctxs or loops for the one behind), so that only
+ * the layer bit tells the ids apart.
+ */
+static void test_ids_disjoint(void)
+{
+	int fds = h_begin();
+	tl_tls_ctx_config small;
+	tl_tls_ctx_config_init(&small);
+	small.token_tag = TAG;
+	small.max_sessions = small.max_ops = 8;
+	small.plain_buffers = small.out_buffers = 4;
+	small.session_leases = 1;
+	small.spill_buffers = 1;
+	tl_tls_config *sc = server_config(NULL);
+	tl_loop *loop = NULL;
+	struct tt t;
+	tl_handle hs = {0}, hc = {0};
+	tl_tls_id s = {0};
+	for (int tries = 0;; tries++) {
+		H_TRUE_FATAL(tries < 4, "the counters did not meet");
+		loop = h_loop();
+		tt_init_cc(&t, loop, &small);
+		pair(&t, &hs, &hc);
+		H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &s), 0);
+		uint32_t own = id_ident(hs.v), ctx = id_ident(s.v);
+		if (own == ctx)
+			break;
+		/* Not started: destroying the ctx leaves the stream the host's. */
+		tl_tls_ctx_destroy(t.x);
+		if (ctx < own) {
+			/* The next ctx made gets the loop's number. */
+			for (uint32_t k = ctx + 1; k < own; k++) {
+				tl_tls_ctx *y;
+				H_EQ_FATAL(tl_tls_ctx_new(loop, &small, &y), 0);
+				tl_tls_ctx_destroy(y);
+			}
+			tt_init_cc(&t, loop, &small);
+			H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &s), 0);
+			H_EQ_FATAL(id_ident(s.v), own);
+			break;
+		}
+		/* The loop is behind: throwaway loops until the next loop made
+		 * gets the number the next ctx gets. */
+		tl_close(loop, hs, 0);
+		tl_close(loop, hc, 0);
+		free(t.tls.v);
+		free(t.loop_log.v);
+		h_drain_close(loop);
+		for (uint32_t k = own + 1; k <= ctx; k++) {
+			tl_loop *z = h_loop();
+			H_EQ(tl_loop_close(z), 0);
+		}
+	}
+	tl_op hop, lop;
+	H_EQ_FATAL(tl_tls_handshake(t.x, s, 0, 20, &hop), 0);
+	H_EQ_FATAL(tl_read_start(loop, hc, 30, &lop), 0);
+	/* The loop's own ids, and ids of the loop's layout with the TLS ids'
+	 * generation and slot, are refused by the layer, and the reverse. */
+	tl_tls_id as_sess = {(uint64_t)id_ident(hs.v) << 40 | (s.v & 0xffffffffffull)};
+	tl_op as_op = {(uint64_t)id_ident(hs.v) << 40 | (hop.v & 0xffffffffffull)};
+	tl_tls_info in;
+	tl_handle hh;
+	H_EQ(tl_tls_info_get(t.x, as_sess, &in), -ENOENT);
+	H_EQ(tl_tls_stream(t.x, as_sess, &hh), -ENOENT);
+	H_EQ(tl_tls_info_get(t.x, (tl_tls_id){hs.v}, &in), -ENOENT);
+	H_EQ(tl_tls_info_get(t.x, (tl_tls_id){hc.v}, &in), -ENOENT);
+	H_EQ(tl_tls_cancel(t.x, as_op), -ENOENT);
+	H_EQ(tl_tls_cancel(t.x, lop), -ENOENT);
+	H_EQ(tl_tls_read_deadline(t.x, lop, 1), -ENOENT);
+	H_EQ(tl_cancel(loop, hop), -ENOENT);
+	H_EQ(tl_tls_info_get(t.x, s, &in), 0); /* the real ones still work */
+	H_EQ(tl_tls_stream(t.x, s, &hh), 0);
+	H_TRUE(tl_handle_eq(hh, hs), "the session's stream");
+	H_EQ(close_wait(&t, s, TL_TLS_CLOSE_ABORT), 0);
+	H_EQ(tl_cancel(loop, lop), 0);
+	H_TRUE(wait_loop_op(&t, lop, H_WAIT_MS) >= 0, "loop read ended");
+	tl_close(loop, hc, 73);
 	tl_tls_config_unref(sc);
 	tt_fini(&t, fds);
 }
@@ -2384,6 +2510,8 @@ static const struct test_def tests[] = {
 	T("own", test_not_tls),
 	T("own", test_key_update),
 	T("own", test_close_during_handshake),
+	T("own", test_ids_disjoint),
+	T("own", test_name_copied),
 	T("own", test_lease_quota),
 	T("own", test_fragmented),
 	T("own", test_read_stop_deadline),

@@ -42,12 +42,17 @@ typedef struct tl_poster tl_poster;
 
 /* A handle (socket, listener, timer) or an operation id. The 64 bits hold the
  * owning loop's identity, a generation and a slot; 0 is never issued. Treat
- * them as opaque values: compare with tl_handle_eq / tl_op_eq, copy freely. */
+ * them as opaque values: compare with tl_handle_eq / tl_op_eq, copy freely.
+ * A loop's ids never have TL_ID_LAYER_BIT set; layers built on the loop that
+ * issue ids of the same shape (tls.h) set it in theirs, so that no id of one
+ * can pass the other's check. */
 typedef struct tl_handle { uint64_t v; } tl_handle;
 typedef struct tl_op { uint64_t v; } tl_op;
 
 #define TL_HANDLE_NONE ((tl_handle){0})
 #define TL_OP_NONE ((tl_op){0})
+/* The top bit of an id: never set in a loop's ids, always in a layer's (tls.h). */
+#define TL_ID_LAYER_BIT (1ull << 63)
 
 /* 1 when a and b name the same handle (or are both TL_HANDLE_NONE), else 0. */
 static inline int tl_handle_eq(tl_handle a, tl_handle b)

@@ -283,8 +283,10 @@ int tl_tls_poll(tl_tls_ctx *ctx, tl_completion *out, uint32_t cap);
  * wait while it is nonzero). */
 uint32_t tl_tls_pending(const tl_tls_ctx *ctx);
 
-/* A session: ctx identity, generation and slot, as loop handles. 0 is
- * never issued. */
+/* A session: ctx identity, generation and slot, as loop handles, with
+ * TL_ID_LAYER_BIT set (so does every TLS op id): a loop's handle or op id
+ * given to tl_tls_* is refused (-ENOENT), and a TLS id given to the loop.
+ * 0 is never issued. */
 typedef struct tl_tls_id {
 	uint64_t v;
 } tl_tls_id;
@@ -305,7 +307,8 @@ int tl_tls_server(tl_tls_ctx *ctx, tl_tls_config *cfg, tl_handle h, uint64_t tok
 /* Per-session client options (tl_tls_client). */
 typedef struct tl_tls_client_opts {
 	/* Sent as SNI (unless it is an IP address) and the name the server's
-	 * certificate must have (verify REQUIRE needs it). NULL: none. */
+	 * certificate must have (verify REQUIRE needs it). NULL: none. Copied:
+	 * it need not outlive the call. */
 	const char *server_name;
 	/* A ticket of an earlier session with this server (tl_tls_resume_data):
 	 * tried for resumption; a ticket the server refuses costs nothing
@@ -349,6 +352,11 @@ int tl_tls_read_start(tl_tls_ctx *ctx, tl_tls_id id, uint64_t token, tl_op *op);
  * arrives. 0, -ENOENT (stale, foreign or terminal op), -EINVAL (not a
  * read), -EALREADY (its cancel or stop was asked). */
 int tl_tls_read_deadline(tl_tls_ctx *ctx, tl_op op, uint64_t deadline_ns);
+
+/* A plaintext lease's id is TL_TLS_LEASE_BIT | its index in the pool
+ * (below plain_buffers): never a loop lease's id, and a host that keeps
+ * ids in fewer bits can keep the index alone. */
+#define TL_TLS_LEASE_BIT 0x80000000u
 
 /* Give a plaintext lease back. 0, -ENOENT (not a lease the host holds). */
 int tl_tls_lease_release(tl_tls_ctx *ctx, uint32_t lease_id);

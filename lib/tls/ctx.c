@@ -64,9 +64,10 @@ int tl_tls_ctx_new(tl_loop *loop, const tl_tls_ctx_config *cc, tl_tls_ctx **out)
 		return -ENOMEM;
 	x->loop = loop;
 	x->cc = *cc;
-	x->ident = atomic_fetch_add(&next_ident, 1) & 0xffffff;
-	if (!x->ident)
-		x->ident = atomic_fetch_add(&next_ident, 1) & 0xffffff;
+	/* The id's top bit is set (TL_ID_LAYER_BIT) and never is in a loop's
+	 * ids, whose identities count from 1 as these do: without it the
+	 * first loop and the first ctx of a process issue the same ids. */
+	x->ident = 0x800000u | (atomic_fetch_add(&next_ident, 1) & 0x7fffffu);
 	x->q_cap = cc->max_ops + cc->max_sessions + cc->plain_buffers;
 	x->sess = calloc(cc->max_sessions, sizeof *x->sess);
 	x->ops = calloc(cc->max_ops, sizeof *x->ops);

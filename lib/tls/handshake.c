@@ -109,8 +109,10 @@ int tls__session_setup(struct tl_tls_ctx *x, struct tls_sess *s, const tl_tls_cl
 	if (name && !is_ip(name) &&
 	    gnutls_server_name_set(s->gs, GNUTLS_NAME_DNS, name, strlen(name)) < 0)
 		return -EINVAL;
-	if (c->verify == TL_TLS_VERIFY_REQUIRE)
-		gnutls_session_set_verify_cert(s->gs, name, 0);
+	if (c->verify == TL_TLS_VERIFY_REQUIRE) {
+		memcpy(s->verify_name, name, strlen(name) + 1);
+		gnutls_session_set_verify_cert(s->gs, s->verify_name, 0);
+	}
 	if (c->nalpn && gnutls_alpn_set_protocols(s->gs, c->alpn, c->nalpn, 0) < 0)
 		return -ENOMEM;
 	if (o && o->resume && o->resume_len &&

@@ -63,7 +63,7 @@ int tls__library_init(void);
 #define TLS_REC_OVERHEAD 64
 /* Plaintext lease ids carry this bit, so that a loop lease id (below the
  * loop's pooled_buffers, at most 2^15) is never taken for one. */
-#define TLS_LEASE_BIT 0x80000000u
+#define TLS_LEASE_BIT TL_TLS_LEASE_BIT
 
 /* ---- operations ---- */
 
@@ -121,6 +121,10 @@ struct tls_lent {
 };
 
 struct tls_sess {
+	/* The name a client checks the server's certificate against: GnuTLS
+	 * keeps the pointer it is given (gnutls_session_set_verify_cert), so
+	 * the session keeps its own copy rather than the caller's. */
+	char verify_name[TLS_SNI_NAME_MAX + 1];
 	uint16_t gen;
 	uint8_t state;
 	uint8_t server;

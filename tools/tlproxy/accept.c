@@ -1,5 +1,5 @@
 /* tools/tlproxy/accept.c: listeners and accepts: the limits (max_conns, descriptors) with held clients and stopped accepts, allow/deny, and listening on what a generation lists. */
-/* Calls: accept -> peek, backend, conn, wheel, state, world. */
+/* Calls: accept -> tls, peek, backend, conn, wheel, state, world. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "netlist.h"
 #include "peek.h"
+#include "tls.h"
 #include "wheel.h"
 
 /*
@@ -225,7 +226,7 @@ static void refuse(struct tlp_shard *sh, const struct tlp_lrt *lr, tl_handle h, 
 {
 	tl_close(sh->loop, h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 	count_err(sh, cause);
-	tlp_log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause, 0, 0);
+	tlp_log_conn(sh, lr, peer, NULL, NULL, tl_now(sh->loop), cause, 0, 0, NULL);
 }
 
 /* A client counted in the limits: read its header or hello, or route it. */
@@ -237,6 +238,10 @@ static void admitted(struct tlp_shard *sh, struct tlp_conn *c)
 	 * timeouts go. */
 	c->t0 = tl_now(sh->loop);
 	c->t_state = sh->tick;
+	if (lr->tls) {
+		tlp_tls_start(sh, c);
+		return;
+	}
 	if (lr->peek) {
 		if (tlp_netset_match(&lr->cfg->proxy_from, &c->peer.sa) == 1)
 			c->flags |= F_NEED_PP;

@@ -157,13 +157,63 @@ static void fmt_peer(const tl_addr *p, char *buf, size_t cap)
 	}
 }
 
+/* A name the client chose, printable: anything but graphic ASCII is '?'. */
+static void clean(char *dst, size_t cap, const char *s)
+{
+	size_t i = 0;
+
+	for (; s[i] && i + 1 < cap; i++)
+		dst[i] = s[i] > ' ' && s[i] < 0x7f ? s[i] : '?';
+	dst[i] = '\0';
+	if (!i)
+		snprintf(dst, cap, "-");
+}
+
+static const char *version(uint16_t v)
+{
+	return v == 0x0304 ? "1.3" : v == 0x0303 ? "1.2" : "?";
+}
+
+/* A TLS client's fields: " tls=1.3 cipher=... sni=... alpn=... resumed=0
+ * hs_ms=..." once its handshake is done, " tls=failed reason=... sni=..."
+ * when it failed; then a TLS server's " up_tls=1.3" or " up_tls=failed
+ * up_reason=..."; "" for plain sides. */
+static void fmt_tls(const struct tlp_alog_rec *r, char *buf, size_t cap)
+{
+	const struct tlp_alog_tls *t = &r->tls;
+	char sni[64], alpn[16];
+
+	int n = 0;
+
+	buf[0] = '\0';
+	if (t->sides & 1) {
+		clean(sni, sizeof sni, t->sni);
+		clean(alpn, sizeof alpn, t->alpn);
+		if (t->reason || !t->version)
+			n = snprintf(buf, cap, " tls=failed reason=%s sni=%s hs_ms=%.3f",
+				     t->reason ? tl_tls_reason_name(t->reason) : "none", sni,
+				     (double)t->hs_us / 1e3);
+		else
+			n = snprintf(buf, cap, " tls=%s cipher=%s sni=%s alpn=%s resumed=%u hs_ms=%.3f",
+				     version(t->version), t->cipher[0] ? t->cipher : "-", sni, alpn,
+				     t->resumed, (double)t->hs_us / 1e3);
+	}
+	if ((t->sides & 2) && n >= 0 && (size_t)n < cap) {
+		if (t->up_reason || !t->up_version)
+			snprintf(buf + n, cap - (size_t)n, " up_tls=failed up_reason=%s",
+				 t->up_reason ? tl_tls_reason_name(t->up_reason) : "none");
+		else
+			snprintf(buf + n, cap - (size_t)n, " up_tls=%s", version(t->up_version));
+	}
+}
+
 static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)
 {
-	char ts[40], peer[64], err[40];
+	char ts[40], peer[64], err[40], tls[256];
 	struct tm tm;
 	int n;
 
-	if (a->outlen + 512 > OUT_CAP)
+	if (a->outlen + 1024 > OUT_CAP)
 		flush_out(a);
 	gmtime_r(&r->end.tv_sec, &tm);
 	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
@@ -191,12 +241,13 @@ static void line(struct tlp_alog *a, const struct tlp_alog_rec *r)
 			a->outlen += (size_t)n;
 		return;
 	}
+	fmt_tls(r, tls, sizeof tls);
 	n = snprintf(a->out + a->outlen, OUT_CAP - a->outlen,
-		     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s retries=%u%s\n", ts,
+		     "%s.%03ldZ %s %s %s in=%llu out=%llu ms=%.3f end=%s retries=%u%s%s\n", ts,
 		     r->end.tv_nsec / 1000000, r->listener ? r->listener->name : "-", peer,
 		     r->server[0] ? r->server : "-", (unsigned long long)r->bytes[0],
 		     (unsigned long long)r->bytes[1], (double)r->dur_ns / 1e6,
-		     r->cause < TLP_END_COUNT ? tlp_cause_names[r->cause] : "?", r->retries, err);
+		     r->cause < TLP_END_COUNT ? tlp_cause_names[r->cause] : "?", r->retries, err, tls);
 	if (n > 0 && (size_t)n < OUT_CAP - a->outlen)
 		a->outlen += (size_t)n;
 }

@@ -9,6 +9,21 @@
 
 struct tlp_glisten;
 
+/* What a connection's TLS handshakes agreed: the client's (a tls:
+ * listener's) and the server's (a tls: pool's). */
+struct tlp_alog_tls {
+	uint8_t sides;         /* bit 0: the client side is TLS, bit 1: the server side */
+	uint8_t up_reason;     /* TL_TLS_R_* of the server's failed handshake; 0 */
+	uint16_t up_version;   /* the server's: 0x0303 / 0x0304; 0: none agreed */
+	uint16_t version;      /* 0x0303 / 0x0304; 0: none agreed */
+	uint8_t resumed;       /* 1: resumed from a ticket */
+	uint8_t reason;        /* TL_TLS_R_* of a failed handshake; 0 */
+	uint32_t hs_us;        /* handshake time, microseconds */
+	char cipher[32];
+	char alpn[16];
+	char sni[64];          /* the name the client sent, cut at 63 bytes */
+};
+
 /* One connection's line, as a shard hands it over. */
 struct tlp_alog_rec {
 	struct timespec end;   /* CLOCK_REALTIME when it ended */
@@ -22,6 +37,7 @@ struct tlp_alog_rec {
 	int16_t cerr;          /* the last failed connect's error (negative errno), 0 none */
 	uint8_t udp;           /* a UDP session (udp.c): dgrams counts its datagrams */
 	uint64_t dgrams[2];    /* from the client, from the server */
+	struct tlp_alog_tls tls; /* tls.sides 0: plain */
 };
 
 struct tlp_alog;

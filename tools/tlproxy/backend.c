@@ -280,9 +280,20 @@ static void send_pp(struct tlp_shard *sh, struct tlp_conn *c)
 
 void tlp_connected(struct tlp_shard *sh, struct tlp_conn *c)
 {
+	tlp_passive(c->srv, c->pc, 1, 0);
+	if (c->gen->tls_by_gp[c->gp->idx]) {
+		/* A tls: pool: its handshake first (backend_tls.c), which
+		 * comes back to tlp_forward. */
+		tlp_origin_start(sh, c);
+		return;
+	}
+	tlp_forward(sh, c);
+}
+
+void tlp_forward(struct tlp_shard *sh, struct tlp_conn *c)
+{
 	uint32_t ci = CI(sh, c);
 
-	tlp_passive(c->srv, c->pc, 1, 0);
 	c->state = C_FWD;
 	if (c->pc->proxy_protocol != TLP_PP_SEND_NONE) {
 		send_pp(sh, c);
@@ -304,18 +315,19 @@ void tlp_connected(struct tlp_shard *sh, struct tlp_conn *c)
 		if (!(c->flags & F_PEEKW))
 			tlp_peek_release(sh, c);
 	}
-	if (tl_read_start(sh->loop, c->h[0], tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
+	if (side_read_start(sh, c, 0, tok(ci, 0, OP_READ, 0), &c->rd[0]) < 0) {
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
 	c->flags |= F_RD(0);
-	if (tl_read_start(sh->loop, c->h[1], tok(ci, 1, OP_READ, 0), &c->rd[1]) < 0) {
+	if (side_read_start(sh, c, 1, tok(ci, 1, OP_READ, 0), &c->rd[1]) < 0) {
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
 	c->flags |= F_RD(1);
-	tlp_spl_init(&c->sp[0], c->lr->cfg->splice);
-	tlp_spl_init(&c->sp[1], c->lr->cfg->splice);
+	/* A TLS side has no bytes a splice could move as they are. */
+	tlp_spl_init(&c->sp[0], c->lr->cfg->splice && !(c->flags & (F_TLS(0) | F_TLS(1))));
+	tlp_spl_init(&c->sp[1], c->lr->cfg->splice && !(c->flags & (F_TLS(0) | F_TLS(1))));
 	if (c->flags & F_EOF(0))
 		tlp_shut(sh, c, 1);
 	if (c->state == C_FWD)

@@ -104,6 +104,20 @@ struct tlp_passive_cfg {
 	uint64_t down_for_ns; /* default 10 s */
 };
 
+/* TLS towards a pool's servers (tls: of a pool). */
+struct tlp_pool_tls_cfg {
+	int enabled;                    /* tls: given */
+	int verify;                     /* the servers' certificates: 1 (default) or 0 */
+	const char *ca;                 /* trust anchors (PEM); NULL: the system's store */
+	const char *server_name;        /* SNI sent and name checked; NULL: each server's
+					 * host name, or its IP address (checked, not sent) */
+	const char *cert, *key;         /* a client certificate to present; NULL: none */
+	const char *alpn;               /* comma separated; NULL: none */
+	const char *ciphers;            /* colon separated; NULL: the layer's */
+	uint16_t min_version, max_version; /* 0: the layer's (1.2, 1.3) */
+	uint64_t handshake_timeout_ns;  /* default 10 s */
+};
+
 struct tlp_pool_cfg {
 	const char *name;
 	int balance;                 /* enum tlp_balance, default TLP_BAL_ROUNDROBIN */
@@ -114,6 +128,7 @@ struct tlp_pool_cfg {
 	struct tlp_passive_cfg passive;
 	uint32_t nservers;           /* 1..TLP_MAX_SERVERS */
 	struct tlp_server_cfg *servers;
+	struct tlp_pool_tls_cfg tls; /* enabled 0: plain TCP to the servers */
 };
 
 struct tlp_socket_cfg {
@@ -123,6 +138,30 @@ struct tlp_socket_cfg {
 	uint32_t ka_interval_s; /* default 10 */
 	uint32_t ka_count;     /* default 5 */
 	uint32_t rcvbuf, sndbuf; /* bytes; 0 = the system's default */
+};
+
+/* TLS termination of a listener (tls: in YAML, --tls-cert/--tls-key). */
+#define TLP_TLS_CERTS_MAX 64      /* certificates per listener */
+#define TLP_TLS_PATH_MAX 4096     /* a file name */
+
+struct tlp_tls_cert_cfg {
+	const char *cert;  /* PEM: the certificate and its chain */
+	const char *key;   /* PEM private key; NULL: in cert */
+	const char *names; /* SNI names it answers, comma separated; NULL: its own */
+};
+
+enum tlp_tls_verify { TLP_TLS_VERIFY_OFF = 0, TLP_TLS_VERIFY_OPTIONAL, TLP_TLS_VERIFY_ON };
+
+struct tlp_tls_cfg {
+	int enabled;                    /* tls: given */
+	uint32_t ncerts;                /* 1..TLP_TLS_CERTS_MAX; [0] answers unknown names */
+	struct tlp_tls_cert_cfg *certs;
+	const char *alpn;               /* comma separated, preferred first; NULL: none */
+	const char *ciphers;            /* colon separated (tls.h's names); NULL: the layer's */
+	uint16_t min_version, max_version; /* 0x0303 / 0x0304; 0: the layer's (1.2, 1.3) */
+	const char *client_ca;          /* CAs of client certificates (mTLS); NULL: none */
+	int verify;                     /* enum tlp_tls_verify: with client_ca, default on */
+	uint64_t handshake_timeout_ns;  /* default 10 s */
 };
 
 struct tlp_listener_cfg {
@@ -154,6 +193,7 @@ struct tlp_listener_cfg {
 	uint32_t responses;              /* replies a request expects (0: none, 1 for DNS);
 					  * TLP_RESPONSES_ANY (default): any, until idle */
 	uint32_t sessions;               /* sessions per shard at most, default 4096 */
+	struct tlp_tls_cfg tls;          /* enabled 0: plain TCP (passthrough) */
 };
 
 struct tlp_arena;
@@ -228,6 +268,7 @@ struct tlp_args {
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
  *         [--udp [--responses N] [--sessions N]]
+ *         [--tls-cert FILE --tls-key FILE] (TLS termination; not with --splice)
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

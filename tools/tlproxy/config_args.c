@@ -31,6 +31,7 @@ const char *tlp_args_usage(void)
 			 "               [--shards N | --cpus LIST] [--balance %s]\n"
 			 "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
+			 "               [--tls-cert FILE --tls-key FILE]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
 			 "               [--udp [--responses N] [--sessions N]]\n"
 			 "       tlproxy --config FILE\n"
@@ -84,6 +85,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	int udp = 0;
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096;
 	int idle_given = 0;
+	const char *tls_cert = NULL, *tls_key = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
 	struct {
 		const char *s;
@@ -287,6 +289,10 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
 			idle_given = 1;
+		} else if (!strcmp(o, "--tls-cert")) {
+			tls_cert = v;
+		} else if (!strcmp(o, "--tls-key")) {
+			tls_key = v;
 		} else if (!strcmp(o, "--half-close")) {
 			if (strcmp(v, "on") && strcmp(v, "off")) {
 				fail(err, errlen, "--half-close: '%s' is not on or off",
@@ -344,6 +350,19 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		fail(err, errlen, "--upstream HOST:PORT is required (or --config FILE)");
 		goto out;
 	}
+	if (!tls_cert != !tls_key) {
+		fail(err, errlen, "--tls-cert and --tls-key go together");
+		goto out;
+	}
+	if (tls_cert && udp) {
+		fail(err, errlen, "--tls-cert is for TCP listeners: not with --udp");
+		goto out;
+	}
+	if (tls_cert && splice) {
+		fail(err, errlen, "--splice is for plain TCP: not with --tls-cert (TLS is decrypted "
+				  "in the proxy)");
+		goto out;
+	}
 
 	/* Build the model as the YAML path would. */
 	{
@@ -383,6 +402,21 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			l->sessions = sessions;
 			if (!idle_given)
 				l->idle_timeout_ns = UDP_IDLE_DFLT;
+		}
+		if (tls_cert) {
+			struct tlp_tls_cert_cfg *k = tlp__zalloc(&c, arena, sizeof *k);
+			char *cp = tlp__zalloc(&c, arena, strlen(tls_cert) + 1);
+			char *kp = tlp__zalloc(&c, arena, strlen(tls_key) + 1);
+
+			if (c.nomem)
+				goto nomem_cfg;
+			memcpy(cp, tls_cert, strlen(tls_cert));
+			memcpy(kp, tls_key, strlen(tls_key));
+			k->cert = cp;
+			k->key = kp;
+			l->tls.enabled = 1;
+			l->tls.certs = k;
+			l->tls.ncerts = 1;
 		}
 		pool->balance = balance;
 		pool->proxy_protocol = pp;

@@ -22,6 +22,7 @@ struct dur_range {
 static const struct dur_range R_SNI_TIMEOUT = {1 * MS, 10 * MIN, 3 * SEC};
 static const struct dur_range R_QUEUE_TIMEOUT = {1 * MS, 1 * HOUR, 5 * SEC};
 static const struct dur_range R_CONNECT = {1 * MS, 10 * MIN, 5 * SEC};
+static const struct dur_range R_TLS_HANDSHAKE = {1 * MS, 10 * MIN, 10 * SEC};
 static const struct dur_range R_IDLE = {100 * MS, 30 * DAY, 300 * SEC};
 static const struct dur_range R_FIN = {1 * MS, 1 * DAY, 30 * SEC};
 /* timeouts.idle of a UDP listener: a session's (the range is R_IDLE's). */
@@ -126,6 +127,17 @@ int tlp__get_nets(struct ctx *c, const struct ynode *n, const char *path, struct
 void tlp__listener_defaults(struct tlp_listener_cfg *l);
 void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *cfg);
 void tlp__pool_defaults(struct tlp_pool_cfg *p);
+
+/* ---- config_tls.c ---- */
+/* A listener's tls: mapping into *t (errors reported against path). */
+void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, struct tlp_tls_cfg *t);
+/* A pool's tls: mapping into *t. */
+void tlp__parse_pool_tls(struct ctx *c, const struct ynode *n, const char *path,
+			 struct tlp_pool_tls_cfg *t);
+/* What a listener with tls: cannot also have (splice, proxy_protocol_from):
+ * reported against n. */
+void tlp__check_tls(struct ctx *c, const struct ynode *n, const char *path,
+		    const struct tlp_listener_cfg *l);
 
 /* ---- config.c ---- */
 struct tlp_config *tlp__new_config(struct tlp_arena **arena);

@@ -51,6 +51,7 @@ void tlp__listener_defaults(struct tlp_listener_cfg *l)
 	l->client_fin_ns = R_FIN.dflt;
 	l->server_fin_ns = R_FIN.dflt;
 	l->half_close = 1;
+	l->tls.handshake_timeout_ns = R_TLS_HANDSHAKE.dflt;
 	l->socket.nodelay = 1;
 	l->socket.ka_idle_s = (uint32_t)(R_KA_IDLE.dflt / SEC);
 	l->socket.ka_interval_s = (uint32_t)(R_KA_INTERVAL.dflt / SEC);
@@ -163,14 +164,19 @@ static void parse_pool(struct ctx *c, const struct ynode *n, const char *path,
 		       struct tlp_pool_cfg *pool, const struct ynode **name_node)
 {
 	static const char *const keys[] = {"name",   "balance", "proxy_protocol", "retries",
-					   "resolve_interval", "health", "passive", "servers"};
-	const struct ynode *v[8];
+					   "resolve_interval", "health", "passive", "servers", "tls"};
+	const struct ynode *v[9];
 	char p[256];
 
 	tlp__pool_defaults(pool);
 	*name_node = n;
-	if (tlp__take(c, n, path, keys, 8, v))
+	if (tlp__take(c, n, path, keys, 9, v))
 		return;
+	if (v[8] && (PATH(p, "%s.tls", path), 1))
+		tlp__parse_pool_tls(c, v[8], p, &pool->tls);
+	if (v[8] && v[2] && pool->tls.enabled)
+		tlp__errat(c, v[8]->line, v[8]->col,
+			   "%s.tls: proxy_protocol is not sent before TLS yet", path);
 	if (v[0])
 		*name_node = v[0];
 	if (!v[0])
@@ -343,7 +349,7 @@ static void parse_udp(struct ctx *c, const struct ynode *n, const char *path,
 {
 	static const struct { int key; const char *name; } tcp_only[] = {
 		{6, "proxy_protocol_from"}, {7, "sni"}, {10, "queue"}, {12, "socket"},
-		{13, "splice"}, {14, "half_close"}};
+		{13, "splice"}, {14, "half_close"}, {15, "tls"}};
 	char p[256];
 
 	if (proto && (PATH(p, "%s.proto", path), 1))
@@ -377,10 +383,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 	static const char *const keys[] = {"name", "listen", "pool", "max_conns", "allow", "deny",
 					   "proxy_protocol_from", "sni", "sni_default",
 					   "sni_timeout", "queue", "timeouts", "socket", "splice",
-					   "half_close",
+					   "half_close", "tls",
 					   "proto", "responses", "sessions"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
-	       SOCKET, SPLICE, HALFC,
+	       SOCKET, SPLICE, HALFC, TLS,
 	       PROTO, RESP, SESS, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
@@ -499,6 +505,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 		tlp__get_bool(c, v[SPLICE], p, &l->splice);
 	if (v[HALFC] && (PATH(p, "%s.half_close", path), 1))
 		tlp__get_bool(c, v[HALFC], p, &l->half_close);
+	if (v[TLS] && (PATH(p, "%s.tls", path), 1)) {
+		tlp__parse_tls(c, v[TLS], p, &l->tls);
+		tlp__check_tls(c, v[TLS], p, l);
+	}
 	if (!v[POOL] && !v[SNI])
 		tlp__errat(c, n->line, n->col, "%s: needs a pool (or sni rules) to send connections to",
 		      path);

@@ -1,5 +1,5 @@
 /* tools/tlproxy/conn.c: a connection's slot from start to end: the table, the peek records and big buffers it holds, its server slot, the held list, the access-log record, and its end. */
-/* Calls: conn -> queue, wheel, state, world, alog. Every stage above ends
+/* Calls: conn -> queue, side, wheel, state, world, alog. Every stage above ends
  * connections here; what an end frees for others (a server slot with
  * clients queued, a big buffer with peeks waiting) is handed on at the end
  * of the pass (shard.c), since this file calls no stage above it. */
@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "conn.h"
+#include "side.h"
 #include "queue.h"
 #include "wheel.h"
 
@@ -14,7 +15,7 @@ static void notify_room(struct tlp_shard *sh);
 
 void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
 		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause,
-		  unsigned retries, int cerr)
+		  unsigned retries, int cerr, const struct tlp_alog_tls *tls)
 {
 	struct tlp_alog_rec *r;
 
@@ -32,6 +33,10 @@ void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr 
 	r->retries = (uint8_t)retries;
 	r->cerr = (int16_t)cerr;
 	r->listener = lr ? lr->gl : NULL;
+	if (tls)
+		r->tls = *tls;
+	else
+		r->tls.sides = 0;
 	if (srv)
 		memcpy(r->server, srv->label, sizeof r->server);
 	else
@@ -72,7 +77,8 @@ void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 	int cause = c->cause == 0xff ? TLP_END_DONE : c->cause;
 
 	tlp_peek_release(sh, c); /* every op of c has ended */
-	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause, c->tries, c->cerr);
+	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause, c->tries, c->cerr,
+		     c->flags & (F_TLS(0) | F_TLS(1)) ? &sh->tlr[CI(sh, c)] : NULL);
 	gen_unuse(sh, c->gen);
 	c->state = C_FREE;
 	c->wnext = sh->free_head;
@@ -291,10 +297,7 @@ void tlp_conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort
 			continue;
 		c->flags |= F_CLOSE(s);
 		c->nclosing++;
-		if (abort_mask & (1 << s))
-			tl_close_abort(sh->loop, c->h[s], tok(ci, s, OP_CLOSE, 0));
-		else
-			tl_close(sh->loop, c->h[s], tok(ci, s, OP_CLOSE, 0));
+		side_close(sh, c, s, abort_mask & (1 << s), tok(ci, s, OP_CLOSE, 0));
 	}
 	count_err(sh, c->cause);
 	if (c->flags & F_LCOUNT)

@@ -17,10 +17,10 @@ void tlp_conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort
 void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c);
 /* Log a connection that ended (nothing without an access log): retries is
  * how many connects it retried, cerr the last failed connect's error (0
- * none). */
+ * none), tls what its client's TLS handshake agreed (NULL: plain). */
 void tlp_log_conn(struct tlp_shard *sh, const struct tlp_lrt *lr, const tl_addr *peer,
 		  const struct tlp_srv *srv, const uint64_t bytes[2], uint64_t t0, int cause,
-		  unsigned retries, int cerr);
+		  unsigned retries, int cerr, const struct tlp_alog_tls *tls);
 
 /* Peek records (the rule is at PEEK_CAP, state.h). Another chunk of
  * records while the pool is smaller than the table: 0, or -1 (full, or no

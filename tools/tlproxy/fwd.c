@@ -1,5 +1,5 @@
 /* tools/tlproxy/fwd.c: forwarding: copying and splicing each direction, half-close, and the end of a pair whose both sides are done (the per-read path is static inline in fwd.h). */
-/* Calls: fwd -> conn, wheel, state, world, splice; the takeover only
+/* Calls: fwd -> conn, side, wheel, state, world, splice; the takeover only
  * through the hook (state.h). */
 #include "fwd.h"
 
@@ -22,7 +22,7 @@ void tlp_shut(struct tlp_shard *sh, struct tlp_conn *c, int d)
 	if (c->flags & F_SHUT(d))
 		return;
 	c->flags |= F_SHUT(d);
-	if (tl_shutdown(sh->loop, c->h[d], tok(CI(sh, c), d, OP_SHUT, 0), &op) < 0)
+	if (side_shutdown(sh, c, d, tok(CI(sh, c), d, OP_SHUT, 0), &op) < 0)
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 }
 
@@ -40,7 +40,7 @@ void tlp_shut(struct tlp_shard *sh, struct tlp_conn *c, int d)
 static void spl_copy(struct tlp_shard *sh, struct tlp_conn *c, int s)
 {
 	c->sp[s].mode = TLP_SPL_COPY;
-	if (tl_read_start(sh->loop, c->h[s], tok(CI(sh, c), s, OP_READ, 0), &c->rd[s]) < 0)
+	if (side_read_start(sh, c, s, tok(CI(sh, c), s, OP_READ, 0), &c->rd[s]) < 0)
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 }
 

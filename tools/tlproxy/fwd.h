@@ -2,9 +2,10 @@
 #ifndef TLP_FWD_H
 #define TLP_FWD_H
 
-/* Calls: fwd -> conn, wheel, state, world, splice; the takeover only
+/* Calls: fwd -> conn, side, wheel, state, world, splice; the takeover only
  * through the hook (state.h). */
 #include "conn.h"
+#include "side.h"
 #include "wheel.h"
 
 /* Shut side d down (its FIN), once. */
@@ -41,9 +42,9 @@ static inline void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, co
 		((struct tlp_ho_in *)c->ho)->wseq[d] = seq;
 		break;
 	}
-	if (tl_write(sh->loop, c->h[d], p, n, tok(CI(sh, c), d, op, arg), &id) < 0) {
+	if (side_write(sh, c, d, p, n, tok(CI(sh, c), d, op, arg), &id) < 0) {
 		if (op == OP_WRITE)
-			tl_lease_release(sh->loop, arg);
+			side_lease_free(sh, arg);
 		else if (op == OP_WRITE_HDR) {
 			sh->hb_free[sh->nhb_free++] = (uint16_t)arg;
 			c->hdr = 0xffff;
@@ -103,12 +104,12 @@ static inline void on_read(struct tlp_shard *sh, struct tlp_conn *c, int s, cons
 			if (c->flags & F_HO) {
 				tlp_ho_hook(sh, c, TLP_HO_KEEP, s, l->data, l->id, n);
 			} else {
-				write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, l->id);
+				write_buf(sh, c, s ^ 1, l->data, n, OP_WRITE, side_lease_arg(c, s, l->id));
 				if (c->sp[s].mode == TLP_SPL_COPY && c->state == C_FWD)
 					spl_read(sh, c, s, n, l->cap);
 			}
 		} else {
-			tl_lease_release(sh->loop, l->id);
+			side_lease_free(sh, side_lease_arg(c, s, l->id));
 		}
 	}
 	if (!(e->flags & TL_F_TERMINAL))

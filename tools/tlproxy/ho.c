@@ -180,7 +180,9 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 	for (uint32_t i = 0; i < sh->cap; i++) {
 		struct tlp_conn *c = &sh->c[i];
 
-		if (c->state == C_FWD && !(c->flags & F_HO)) {
+		/* A TLS session cannot move to another process yet: such a
+		 * connection finishes here, as in a drain. */
+		if (c->state == C_FWD && !(c->flags & (F_HO | F_TLS(0) | F_TLS(1)))) {
 			n++;
 			ho_begin(sh, c);
 			if (!(c->flags & F_HO) && c->state == C_FWD)
@@ -578,6 +580,8 @@ static uint32_t tlp_shard_ho_stop(tl_shard *s)
 			c->flags |= F_HORES;
 			n++;
 			ho_resume(sh, c);
+		} else if ((c->flags & (F_TLS(0) | F_TLS(1))) && c->state != C_FREE && c->state != C_CLOSING) {
+			n++; /* a TLS session was never handed over: it drains here */
 		}
 	}
 	return n;

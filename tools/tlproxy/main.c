@@ -30,6 +30,7 @@
 #include "splice.h"
 #include "takeover.h"
 #include "udp.h"
+#include "tls.h"
 #include "util.h"
 #include "world.h"
 
@@ -228,6 +229,18 @@ static int declare_stats(tl_runtime *rt)
 	tl_runtime_stat_label(rt, w->st_spl_pipes + 1, "busy");
 	if (tlp_udp_declare(rt) < 0)
 		return -1;
+	/* Row 0: handshakes done; row r: failed for reason r (tls.h's names). */
+	w->st_tls_hs = tl_runtime_stat(rt, "tls_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
+	w->st_tls_resumed = tl_runtime_counter(rt, "tls_resumed");
+	w->st_tls_up = tl_runtime_stat(rt, "tls_server_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
+	if (w->st_tls_hs < 0 || w->st_tls_resumed < 0 || w->st_tls_up < 0)
+		return -1;
+	tl_runtime_stat_label(rt, w->st_tls_hs, "ok");
+	tl_runtime_stat_label(rt, w->st_tls_up, "ok");
+	for (int i = 1; i < TL_TLS_R_COUNT_; i++) {
+		tl_runtime_stat_label(rt, w->st_tls_hs + i, tl_tls_reason_name(i));
+		tl_runtime_stat_label(rt, w->st_tls_up + i, tl_tls_reason_name(i));
+	}
 	return 0;
 }
 
@@ -549,7 +562,7 @@ int main(int argc, char **argv)
 				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
-	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows;
+	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + 2 * TL_TLS_R_COUNT_ + 1;
 	rc.stats_values += TLP_UDP_ST_VALUES;
 	rc.on_launch = tlp_shard_launch;
 	rc.on_stop = tlp_shard_stop;
@@ -563,6 +576,7 @@ int main(int argc, char **argv)
 	rc.handlers[TLP_H_ADMIN] = tlp_on_admin;
 	rc.handlers[TLP_H_DNS] = tlp_on_dns;
 	rc.handlers[TLP_H_UDP] = tlp_on_udp;
+	rc.handlers[TLP_H_TLS] = tlp_on_tls;
 	r = tl_runtime_new(&rt, &rc);
 	if (r < 0) {
 		fprintf(stderr, "tlproxy: cannot set the shards up: %s\n",
@@ -581,6 +595,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tlproxy: cannot declare the stats\n");
 		goto fail;
 	}
+	for (uint32_t i = 0; i < cfg->nlisteners; i++)
+		w->tls |= cfg->listeners[i].tls.enabled;
+	for (uint32_t i = 0; i < cfg->npools; i++)
+		w->tls |= cfg->pools[i].tls.enabled;
 	gen = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
 	cfg = NULL; /* the generation owns it now (or freed it) */
 	if (!gen) {

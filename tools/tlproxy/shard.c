@@ -14,6 +14,7 @@
 #include "ho.h"
 #include "peek.h"
 #include "udp.h"
+#include "tls.h"
 #include "wheel.h"
 
 static void tlp_shard_use_gen(tl_shard *s, struct tlp_gen *g);
@@ -101,6 +102,16 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 	(void)arg;
 	if (!sh)
 		return 0;
+	if (sh->tls) {
+		/* The TLS layer's completions, as the loop's are: their tokens
+		 * are the connections'. */
+		tl_completion out[64];
+		int n;
+
+		while ((n = tl_tls_poll(sh->tls, out, 64)) > 0)
+			for (int i = 0; i < n; i++)
+				tlp_on_conn(s, &out[i]);
+	}
 	after_ends(sh);
 	tlp_udp_pass(sh);
 	if (sh->resume_due)
@@ -151,7 +162,7 @@ int tlp_shard_pass(tl_shard *s, void *arg)
 		if (d)
 			tl_shard_counter_add(s, w->st_log_dropped, d);
 	}
-	return sh->nroom || sh->grant_due;
+	return sh->nroom || sh->grant_due || (sh->tls && tl_tls_pending(sh->tls));
 }
 
 void tlp_on_conn(tl_shard *s, const tl_completion *e)
@@ -168,6 +179,12 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	case OP_PEEK:
 		tlp_on_peek(sh, c, e);
 		return;
+	case OP_TLS_HS:
+		if (side)
+			tlp_origin_on_hs(sh, c, e);
+		else
+			tlp_tls_on_hs(sh, c, e);
+		return;
 	case OP_SPLICE:
 		tlp_on_splice(sh, c, side, e);
 		return;
@@ -175,7 +192,7 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 		if ((c->flags & F_HO) && TOK_ARG(t) < tlp_w.nleases)
 			tlp_ho_cut_write(sh, c, side, e, sh->lw[TOK_ARG(t)].p, sh->lw[TOK_ARG(t)].len,
 					 sh->lw[TOK_ARG(t)].seq);
-		tl_lease_release(sh->loop, TOK_ARG(t));
+		side_lease_free(sh, TOK_ARG(t));
 		goto written;
 	case OP_WRITE_HDR:
 		if (c->flags & F_HO)
@@ -437,6 +454,8 @@ int tlp_shard_launch(tl_shard *s, void *arg)
 		sh->c[i].wslot = NONE;
 	}
 	sh->free_head = 0;
+	if (tlp_tls_shard_init(sh) < 0)
+		goto nomem;
 	for (uint32_t i = 0; i < W_SIZE; i++)
 		sh->wheel[i] = NONE;
 	for (uint32_t i = 0; i < TLP_REG_POOLS; i++)
@@ -539,5 +558,6 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->hbw);
 	free(sh->lw);
 	tlp_udp_free(sh);
+	tlp_tls_shard_free(sh);
 	free(sh);
 }

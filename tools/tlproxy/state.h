@@ -59,6 +59,7 @@ enum {
 	OP_SPLICE,     /* a splice from side s to the other (splice.h) */
 	OP_WRITE_CARRY, /* bytes a connection handed over brought (takeover) */
 	OP_PEEK,       /* a read into the peek buffer */
+	OP_TLS_HS,     /* a side's TLS handshake: the client's (tls.c), the server's (backend_tls.c) */
 };
 
 static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
@@ -71,7 +72,8 @@ static inline uint64_t tok(uint32_t ci, int side, int op, uint32_t arg)
 #define TOK_OP(t) ((int)(((t) >> 25) & 0xf))
 #define TOK_ARG(t) ((uint32_t)(((t) >> 29) & 0xffffff))
 
-enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD };
+enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD,
+       C_TLS /* the client's TLS handshake (tls.c); its deadline is the session's */ };
 
 /* flags */
 #define F_EOF(s) (0x1u << (s))       /* side s sent its FIN */
@@ -92,6 +94,7 @@ enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD };
 #define F_PKWAIT 0x200000u           /* the peek waits for a big buffer */
 #define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
 #define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
+#define F_TLS(s) (0x1000000u << (s)) /* side s is a TLS session (ts[s]): its I/O goes through it */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -124,7 +127,9 @@ struct tlp_conn {
 	uint8_t pp_in, laddr;    /* laddr: index of the listen address */
 	tl_addr peer;            /* the client (or what its PROXY header said) */
 	tl_addr dst;             /* what the PROXY header said it reached (pp_in) */
+	tl_tls_id ts[2];         /* F_TLS(s): side s's TLS session */
 };
+
 
 /* A peek record (PEEK_REC bytes in all). */
 struct tlp_peek {
@@ -226,6 +231,10 @@ struct tlp_shard {
 	uint32_t nroom;
 	int grant_due;
 	struct tlp_udp *udp;       /* UDP listeners and sessions (udp.c), NULL: none */
+	/* TLS (tls.c): the shard's context, NULL when no listener had tls:
+	 * at the start; and a record per connection slot for the log. */
+	struct tl_tls_ctx *tls;
+	struct tlp_alog_tls *tlr;
 };
 _Static_assert(TLP_REG_POOLS <= 65536, "room_list holds pool indexes in 16 bits");
 

@@ -452,14 +452,87 @@ uint64_t tlp_tick_for(const struct tlp_config *cfg)
 	return m;
 }
 
+/* Make listener lc's server config: its files are read now (at setup, or
+ * on the control shard at a reload). 0, or -1 with the reason in err. */
+static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **out, char *err,
+		      size_t errlen)
+{
+	const struct tlp_tls_cfg *t = &lc->tls;
+	tl_tls_cert certs[TLP_TLS_CERTS_MAX];
+	tl_tls_settings st;
+	char why[256];
+	int r;
+
+	memset(&st, 0, sizeof st);
+	for (uint32_t i = 0; i < t->ncerts && i < TLP_TLS_CERTS_MAX; i++)
+		certs[i] = (tl_tls_cert){.cert_file = t->certs[i].cert, .key_file = t->certs[i].key,
+					 .names = t->certs[i].names};
+	st.role = TL_TLS_SERVER;
+	st.certs = certs;
+	st.ncerts = t->ncerts;
+	st.alpn = t->alpn;
+	st.ciphers = t->ciphers;
+	st.min_version = t->min_version;
+	st.max_version = t->max_version;
+	st.ca_file = t->client_ca;
+	st.verify = t->verify == TLP_TLS_VERIFY_ON	   ? TL_TLS_VERIFY_REQUIRE
+		    : t->verify == TLP_TLS_VERIFY_OPTIONAL ? TL_TLS_VERIFY_OPTIONAL
+							   : TL_TLS_VERIFY_NONE;
+	why[0] = '\0';
+	r = tl_tls_config_new(&st, out, why, sizeof why);
+	if (r < 0) {
+		snprintf(err, errlen, "listener %s: tls: %s", lc->name, why[0] ? why : tl_strerror(r));
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Make pool pc's client config (files read now, as a listener's). 0, or -1
+ * with the reason in err. */
+static int pool_tls_config(const struct tlp_pool_cfg *pc, struct tl_tls_config **out, char *err,
+			   size_t errlen)
+{
+	const struct tlp_pool_tls_cfg *t = &pc->tls;
+	tl_tls_cert cert = {.cert_file = t->cert, .key_file = t->key};
+	tl_tls_settings st;
+	char why[256];
+	int r;
+
+	memset(&st, 0, sizeof st);
+	st.role = TL_TLS_CLIENT;
+	st.certs = t->cert ? &cert : NULL;
+	st.ncerts = t->cert ? 1 : 0;
+	st.ca_file = t->ca;
+	st.verify = t->verify ? TL_TLS_VERIFY_REQUIRE : TL_TLS_VERIFY_NONE;
+	st.alpn = t->alpn;
+	st.ciphers = t->ciphers;
+	st.min_version = t->min_version;
+	st.max_version = t->max_version;
+	why[0] = '\0';
+	r = tl_tls_config_new(&st, out, why, sizeof why);
+	if (r < 0) {
+		snprintf(err, errlen, "pool %s: tls: %s", pc->name, why[0] ? why : tl_strerror(r));
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 void tlp_gen_put(struct tlp_gen *g)
 {
 	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
 		return;
 	if (g->l)
-		for (uint32_t i = 0; i < g->cfg->nlisteners; i++)
+		for (uint32_t i = 0; i < g->cfg->nlisteners; i++) {
 			free(g->l[i].sni_pool);
+			tl_tls_config_unref(g->l[i].tls);
+		}
 	free(g->l);
+	/* By registry index, not through g->pools: at the end the pools'
+	 * registry goes before the last generation. */
+	for (uint32_t i = 0; i < TLP_REG_POOLS; i++)
+		tl_tls_config_unref(g->tls_by_gp[i]);
 	free(g->pools);
 	free(g->sc);
 	tlp_config_free(g->cfg);
@@ -490,6 +563,9 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			goto fail;
 		}
 		g->pc_by_gp[g->pools[i]->idx] = &cfg->pools[i];
+		if (cfg->pools[i].tls.enabled &&
+		    pool_tls_config(&cfg->pools[i], &g->tls_by_gp[g->pools[i]->idx], err, errlen) < 0)
+			goto fail;
 		for (uint32_t k = 0; k < cfg->pools[i].nservers; k++) {
 			const struct tlp_endpoint *ep = &cfg->pools[i].servers[k].ep;
 
@@ -525,7 +601,10 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			for (uint32_t k = 0; k < lc->nsni; k++)
 				l->sni_pool[k] = g->pools[lc->sni[k].target];
 		}
-		l->peek = lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0;
+		if (lc->tls.enabled && tls_config(lc, &l->tls, err, errlen) < 0)
+			goto fail;
+		/* A TLS listener routes by the name its handshake brought. */
+		l->peek = !lc->tls.enabled && (lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0);
 		l->queue_t = ticks(lc->queue_timeout_ns, tick_ns);
 		l->peek_t = ticks(lc->sni_timeout_ns, tick_ns);
 		/* Upstream sockets: what differs from the runtime's defaults. */
@@ -641,6 +720,8 @@ const char *const tlp_cause_names[TLP_END_COUNT] = {
 	[TLP_END_NO_ROUTE] = "no_route",
 	[TLP_END_BUSY] = "busy",
 	[TLP_END_SHUTDOWN] = "shutdown",
+	[TLP_END_TLS] = "tls_handshake",
+	[TLP_END_SERVER_TLS] = "server_tls_handshake",
 };
 _Static_assert(sizeof tlp_cause_names / sizeof tlp_cause_names[0] == TLP_END_COUNT,
 	       "a name per cause");

@@ -66,6 +66,7 @@ enum {
 	TLP_H_ADMIN = 5,  /* the admin socket (shard 0) */
 	TLP_H_DNS = 6,    /* name lookups (shard 0) */
 	TLP_H_UDP = 7,    /* UDP listeners and sessions (udp.c) */
+	TLP_H_TLS = 8,    /* the TLS layer's own stream operations (its token_tag) */
 };
 
 /* Why a connection ended (access log, error counters). */
@@ -90,6 +91,8 @@ enum tlp_cause {
 	TLP_END_NO_ROUTE,      /* no SNI rule matched and no default pool */
 	TLP_END_BUSY,          /* a table of the shard was full */
 	TLP_END_SHUTDOWN,      /* the proxy stopped */
+	TLP_END_TLS,           /* the client's TLS handshake failed (tls_handshakes says why) */
+	TLP_END_SERVER_TLS,    /* the server's TLS handshake failed (tls_server_handshakes) */
 	TLP_END_COUNT
 };
 extern const char *const tlp_cause_names[TLP_END_COUNT];
@@ -242,6 +245,7 @@ struct tlp_lrt {
 	uint32_t queue_t, peek_t;     /* queue.timeout, sni_timeout in wheel ticks */
 	tl_sockopt_val opts[8];       /* for upstream connects */
 	uint32_t nopts;
+	struct tl_tls_config *tls;    /* tls: the server config every shard uses; NULL: plain */
 };
 
 /* A loaded configuration. */
@@ -253,6 +257,7 @@ struct tlp_gen {
 	struct tlp_lrt *by_gl[TLP_REG_LISTENERS]; /* by tlp_glisten.idx; NULL: not in it */
 	struct tlp_gpool **pools;     /* by cfg pool index */
 	const struct tlp_pool_cfg *pc_by_gp[TLP_REG_POOLS]; /* by tlp_gpool.idx */
+	struct tl_tls_config *tls_by_gp[TLP_REG_POOLS]; /* a tls: pool's client config, or NULL */
 	/* Each shard's connections under this generation, and whether the
 	 * shard has moved on to a newer one: its reference goes when both say
 	 * so. Written by that shard only; a cache line each. */
@@ -306,6 +311,11 @@ struct tlp_world {
 	int st_dns;
 	int st_splice;              /* family "splice" (splice.h's rows) */
 	int st_spl_pipes;           /* gauges "splice_pipes": open, busy (splices holding one) */
+	int st_tls_hs;              /* "tls_handshakes": row 0 ok, then a row per TL_TLS_R_* */
+	int st_tls_resumed;         /* "tls_resumed" */
+	int tls;                    /* the first configuration has a tls: listener or
+				     * pool: each shard makes its TLS context */
+	int st_tls_up;              /* "tls_server_handshakes": as tls_handshakes, towards servers */
 	/* Room for held clients (accept.c, "holding clients"): each shard's
 	 * flag says it holds clients or stopped accepts and wants a
 	 * TLP_MSG_RESUME when a connection ends elsewhere; npaused counts the

@@ -1,0 +1,617 @@
+#!/usr/bin/env python3
+"""tests/test_tlproxy_tls.py: tlproxy terminating and originating TLS, end to end with openssl (s_client, s_server), curl and Python's ssl: handshakes, SNI, ALPN, mTLS, the handshake deadline, refused server certificates, bulk by hash, the stats and log fields, a takeover.
+
+Usage: test_tlproxy_tls.py TLPROXY TLSHARD TLECHO CASE    (exit 0 pass, 1 fail, 77 skip)
+
+The certificates (ECDSA P-256) are made per case by tests/tls-certs.sh in the
+case's temporary folder. The small servers and the harness are
+test_tlproxy.py's.
+"""
+import hashlib
+import os
+import re
+import select
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_tlproxy as T  # noqa: E402
+from test_tlproxy import Fail, Skip, check, connect, need  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def certs(env):
+    need("openssl")
+    d = env.path("certs")
+    r = subprocess.run(["sh", os.path.join(HERE, "tls-certs.sh"), d], capture_output=True, text=True)
+    check(r.returncode == 0, f"tls-certs.sh failed: {r.stderr[-2000:]}")
+    return d
+
+
+def client_ctx(d, cert=None, alpn=None):
+    ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+    if cert:
+        ctx.load_cert_chain(os.path.join(d, cert + ".pem"), os.path.join(d, cert + ".key"))
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    return ctx
+
+
+def tls_connect(port, ctx, name="localhost", timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        return ctx.wrap_socket(s, server_hostname=name)
+    except Exception:
+        s.close()
+        raise
+
+
+def tls_echo(t, msg):
+    """An ident=NAME server's name line, then msg echoed: the name."""
+    line = b""
+    while not line.endswith(b"\n"):
+        d = t.recv(100)
+        check(d, "the server's name did not come")
+        line += d
+    t.sendall(msg)
+    got = b""
+    while len(got) < len(msg):
+        d = t.recv(65536)
+        check(d, f"echo cut after {len(got)} bytes")
+        got += d
+    check(got == msg, "the echo differs")
+    return line.strip().decode()
+
+
+def refused(port, ctx, name="localhost"):
+    """The handshake (or the first read after it: a TLS 1.3 client learns
+    of its certificate's refusal there) fails."""
+    try:
+        t = tls_connect(port, ctx, name)
+    except (ssl.SSLError, OSError):
+        return True
+    try:
+        t.settimeout(5)
+        d = t.recv(100)
+        return not d
+    except (ssl.SSLError, OSError):
+        return True
+    finally:
+        t.close()
+
+
+def log_lines(path, n, timeout=10):
+    t = time.time() + timeout
+    text = ""
+    while time.time() < t:
+        text = open(path).read() if os.path.exists(path) else ""
+        if text.count("\n") >= n:
+            return text
+        time.sleep(0.05)
+    raise Fail(f"{n} access-log lines did not come: {text!r}")
+
+
+def tls_pipe(sock, ctx, name, data, wait):
+    """Over one TLS session on sock (blocking TCP underneath, run through
+    memory BIOs so that reading never waits behind writing): send data once
+    wait bytes have come in, then close_notify and the FIN, while reading
+    to the peer's close_notify. Returns (bytes read, their SHA-256)."""
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=name)
+    sock.setblocking(False)
+    view, off, got, h = memoryview(data), 0, 0, hashlib.sha256()
+    state = "hs"  # hs, data, closing, done
+    pending = b""
+    eof_in = peer_closed = False
+    deadline = time.time() + 120
+    while not (state == "done" and peer_closed and not pending):
+        check(time.time() < deadline, f"TLS pipe stalled: sent {off} of {len(data)}, read {got}")
+        progress = False
+        if state == "hs":
+            try:
+                obj.do_handshake()
+                state = "data"
+                progress = True
+            except ssl.SSLWantReadError:
+                pass
+        if state in ("data", "closing", "done") and not peer_closed:
+            while True:
+                try:
+                    d = obj.read(1 << 16)
+                except ssl.SSLWantReadError:
+                    break
+                except ssl.SSLZeroReturnError:
+                    peer_closed = True
+                    break
+                if not d:
+                    peer_closed = True
+                    break
+                h.update(d)
+                got += len(d)
+                progress = True
+        if state == "data" and got >= wait and len(pending) < (1 << 20):
+            if off < len(data):
+                n = obj.write(view[off:off + (1 << 16)])
+                off += n
+                progress = True
+            else:
+                state = "closing"
+        if state == "closing":
+            try:
+                obj.unwrap()
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                pass
+            state = "done"
+            progress = True
+        pending += out.read()
+        if pending:
+            try:
+                n = sock.send(pending)
+                pending = pending[n:]
+                progress = progress or n > 0
+            except BlockingIOError:
+                pass
+        if state == "done" and not pending and not eof_in:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            eof_in = True
+        try:
+            d = sock.recv(1 << 20)
+            if d:
+                inc.write(d)
+                progress = True
+            elif not peer_closed:
+                raise Fail(f"the stream ended without close_notify (read {got})")
+        except BlockingIOError:
+            pass
+        if not progress:
+            select.select([sock], [sock] if pending else [], [], 0.5)
+    return got, h.hexdigest()
+
+
+def s_client_echo(port, d):
+    """openssl s_client sends "ping" and, once its echo is back, ends: its
+    output."""
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "localhost",
+                          "-CAfile", os.path.join(d, "ca.pem"), "-verify_return_error"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p.stdin.write(b"ping\n")
+    p.stdin.flush()
+    out = b""
+    deadline = time.time() + 15
+    while not re.search(rb"^ping$", out, re.M) and time.time() < deadline:
+        r, _, _ = select.select([p.stdout], [], [], 0.2)
+        if r:
+            d2 = os.read(p.stdout.fileno(), 65536)
+            if not d2:
+                break
+            out += d2
+    p.stdin.close()
+    try:
+        out += p.stdout.read()
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return out.decode(errors="replace")
+
+
+def proxy_tls(env, d, extra=None, shards="1"):
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", shards,
+                    "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")]
+                   + (extra or []))
+    return px, lp, up
+
+
+def t_tls_basic(env):
+    """--tls-cert/--tls-key: Python's ssl, openssl s_client and curl through
+    a terminating tlproxy to a plain server; the stats count the
+    handshakes; --splice with TLS is refused in one line."""
+    d = certs(env)
+    px, lp, up = proxy_tls(env, d)
+    fd0 = env.fds(px)
+    ctx = client_ctx(d)
+    for i in range(3):
+        t = tls_connect(lp, ctx)
+        check(t.version() in ("TLSv1.3", "TLSv1.2"), f"version {t.version()}")
+        check(tls_echo(t, b"hello %d" % i) == "S", "not the server")
+        t.unwrap()
+        t.close()
+    out = s_client_echo(lp, d)
+    check("Verify return code: 0 (ok)" in out, f"s_client did not verify: {out[-1500:]}")
+    check(re.search(r"^S\nping$", out, re.M), f"s_client got no echo: {out[-1500:]}")
+    env.wait_stat(px, "tls_handshakes", "ok", 4)
+    # curl to a plain HTTP server behind the proxy.
+    www = env.path("www")
+    os.mkdir(www)
+    body = os.urandom(1 << 20)
+    with open(os.path.join(www, "f.bin"), "wb") as f:
+        f.write(body)
+    hp, hl = env.port(), env.port()
+    env.start("http", [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", www, str(hp)])
+    deadline = time.time() + 10
+    while True:
+        try:
+            connect(hp).close()
+            break
+        except OSError:
+            check(time.time() < deadline, "http.server did not start")
+            time.sleep(0.05)
+    px2 = env.proxy(["--listen", f"127.0.0.1:{hl}", "--upstream", f"127.0.0.1:{hp}", "--shards", "1",
+                     "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")],
+                    name="tlproxy-http")
+    need("curl")
+    out = env.path("got.bin")
+    r = subprocess.run(["curl", "-sS", "--http1.1", "--cacert", os.path.join(d, "ca.pem"), "-o", out,
+                        f"https://localhost:{hl}/f.bin"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, f"curl failed: {r.stderr}")
+    check(hashlib.sha256(open(out, "rb").read()).digest() == hashlib.sha256(body).digest(), "curl got other bytes")
+    check(env.stop(px2) == 0, "the second tlproxy did not exit 0")
+    # A client that is not TLS, and one that does not trust the certificate.
+    s = connect(lp)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    check(T.is_closed(s), "a plain-text client was not closed")
+    s.close()
+    check(refused(lp, ssl.create_default_context()), "a client without the CA connected")
+    env.wait_stat(px, "errors", "tls_handshake", 2)
+    st = env.stats(px)["tls_handshakes"]
+    print("tls_handshakes:", {k: v for k, v in st.items() if k != "_per_shard" and v}, flush=True)
+    check(st["protocol"] >= 1, f"the plain-text client was not counted as protocol: {st}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+    r = subprocess.run([env.tlproxy, "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--splice",
+                        "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")],
+                       capture_output=True, text=True, timeout=20)
+    check(r.returncode == 2 and r.stderr.startswith("tlproxy: --splice is for plain TCP: not with --tls-cert"),
+          f"--splice with --tls-cert: exit {r.returncode}, {r.stderr!r}")
+
+
+def sni_cfg(env, d, lp, pa, pb, log, extra=""):
+    return T.write_cfg(env, "tls.yaml", f"""
+access_log: {log}
+listeners:
+  - name: tls
+    listen: "127.0.0.1:{lp}"
+    pool: a
+    sni:
+      - {{name: "other.test", pool: b}}
+      - {{name: "*.wild.test", pool: b}}
+    tls:
+      certificates:
+        - {{cert: "{d}/server.pem", key: "{d}/server.key"}}
+        - {{cert: "{d}/other.pem", key: "{d}/other.key"}}
+      alpn: "h2,http/1.1"
+{extra}
+pools:
+  - {{name: a, servers: [{{address: "127.0.0.1:{pa}"}}]}}
+  - {{name: b, servers: [{{address: "127.0.0.1:{pb}"}}]}}
+""")
+
+
+def t_tls_sni(env):
+    """tls: with two certificates and sni: rules: each name gets its
+    certificate and its pool, an unknown name the first ones; ALPN is
+    agreed; the access log has the TLS fields."""
+    d = certs(env)
+    pa, pb, lp = env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", pa)
+    env.serve("ident=B", "127.0.0.1", pb)
+    log = env.path("access.log")
+    px = env.proxy(["--config", sni_cfg(env, d, lp, pa, pb, log)])
+    fd0 = env.fds(px)
+    for name, want in (("localhost", "A"), ("other.test", "B"), ("x.wild.test", "B")):
+        t = tls_connect(lp, client_ctx(d, alpn=["http/1.1"]), name)
+        cn = dict(x[0] for x in t.getpeercert()["subject"])["commonName"]
+        check(cn == ("localhost" if name == "localhost" else "other.test"), f"{name}: certificate {cn}")
+        check(t.selected_alpn_protocol() == "http/1.1", f"{name}: ALPN {t.selected_alpn_protocol()}")
+        check(tls_echo(t, b"x") == want, f"{name} did not reach server {want}")
+        t.unwrap()
+        t.close()
+    # An unknown name: the first certificate (which does not name it: the
+    # client is told not to check) and the default pool.
+    ctx = client_ctx(d, alpn=["h2", "http/1.1"])
+    ctx.check_hostname = False
+    t = tls_connect(lp, ctx, "nope.test")
+    check(t.selected_alpn_protocol() == "h2", f"ALPN {t.selected_alpn_protocol()}, want the server's first")
+    check(tls_echo(t, b"y") == "A", "an unknown name did not reach the default pool")
+    t.unwrap()
+    t.close()
+    r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{lp}", "-servername", "other.test",
+                        "-alpn", "http/1.1"], input="", capture_output=True, text=True, timeout=20)
+    check("ALPN protocol: http/1.1" in r.stdout, f"s_client ALPN: {r.stdout[-800:]}")
+    text = log_lines(log, 5)
+    check(re.search(r" end=done retries=0 tls=1\.[23] cipher=\S+ sni=other\.test alpn=http/1\.1 resumed=0 "
+                    r"hs_ms=[\d.]+\n", text), f"no TLS fields in the log: {text!r}")
+    check(re.search(r" tls=1\.[23] cipher=\S+ sni=nope\.test alpn=h2 ", text), f"no h2 line: {text!r}")
+    env.wait_stat(px, "tls_handshakes", "ok", 5)
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_tls_mtls(env):
+    """client_ca with verify on: a client certificate by the CA is let in,
+    one by another CA and none at all are refused, each reason counted."""
+    d = certs(env)
+    pa, pb, lp = env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", pa)
+    env.serve("ident=B", "127.0.0.1", pb)
+    log = env.path("access.log")
+    px = env.proxy(["--config", sni_cfg(env, d, lp, pa, pb, log, f"""      client_ca: "{d}/ca.pem"
+      verify: on""")])
+    t = tls_connect(lp, client_ctx(d, cert="client"))
+    check(tls_echo(t, b"m") == "A", "a good client certificate was not let in")
+    t.unwrap()
+    t.close()
+    check(refused(lp, client_ctx(d, cert="rogue")), "a client certificate by another CA was let in")
+    check(refused(lp, client_ctx(d)), "a client without a certificate was let in")
+    env.wait_stat(px, "tls_handshakes", "ok", 1)
+    env.wait_stat(px, "tls_handshakes", "cert-untrusted", 1)
+    env.wait_stat(px, "tls_handshakes", "no-cert", 1)
+    text = log_lines(log, 3)
+    check(re.search(r" end=tls_handshake retries=0 tls=failed reason=cert-untrusted ", text), f"log: {text!r}")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_tls_slow(env):
+    """A client that sends its hello a byte at a time is ended by
+    handshake_timeout, however long it keeps sending."""
+    d = certs(env)
+    pa, pb, lp = env.port(), env.port(), env.port()
+    env.serve("ident=A", "127.0.0.1", pa)
+    env.serve("ident=B", "127.0.0.1", pb)
+    log = env.path("access.log")
+    px = env.proxy(["--config", sni_cfg(env, d, lp, pa, pb, log, "      handshake_timeout: 600ms")])
+    fd0 = env.fds(px)
+    hello = T.tls_hello("localhost")
+    s = connect(lp)
+    t0 = time.time()
+    closed = False
+    for b in hello:
+        try:
+            s.send(bytes([b]))
+        except OSError:
+            closed = True
+            break
+        r, _, _ = select.select([s], [], [], 0.05)
+        if r:
+            try:
+                closed = s.recv(100) == b""
+            except OSError:
+                closed = True
+            if closed:
+                break
+        check(time.time() - t0 < 5, "the slow client was not ended")
+    if not closed:
+        closed = T.is_closed(s, 5)
+    took = time.time() - t0
+    s.close()
+    check(closed, "the slow client was not closed")
+    check(0.5 < took < 2.5, f"a handshake_timeout of 600 ms ended it after {took:.2f} s")
+    env.wait_stat(px, "tls_handshakes", "timeout", 1)
+    text = log_lines(log, 1)
+    check(" tls=failed reason=timeout " in text, f"log: {text!r}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_tls_bulk(env):
+    """16 MiB each way (8 under the sanitizers) through a terminating
+    tlproxy, client first then server, both checked by SHA-256, with a
+    close_notify each way at the end."""
+    d = certs(env)
+    up, lp = env.port(), env.port()
+    srv = env.serve("duplex", "127.0.0.1", up)
+    px = env.proxy(["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+                    "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")])
+    fd0 = env.fds(px)
+    size = (8 if os.environ.get("TLP_E2E_SANITIZED") else 16) << 20
+    for name, cwait, swait in (("tls-seq", 0, size), ("tls-duplex", 0, 0)):
+        mine, theirs = T.duplex_data(size, 1, name), T.duplex_data(size, 2, name)
+        s = socket.create_connection(("127.0.0.1", lp), timeout=60)
+        head = f"{name} {size} {swait} 0\n".encode()
+        t0 = time.time()
+        n, h = tls_pipe(s, client_ctx(d), "localhost", head + mine, cwait)
+        s.close()
+        check(n == size, f"{name}: the client got {n} bytes of {size}")
+        check(h == hashlib.sha256(theirs).hexdigest(), f"{name}: the client got other bytes")
+        env.wait_for(srv, rf"^got {name} ", timeout=30)
+        m = re.search(rf"^got {name} (\d+) (\w+)$", srv.text(), re.M)
+        check(m and int(m.group(1)) == size, f"{name}: the server got {m.group(1) if m else '?'} bytes")
+        check(m.group(2) == hashlib.sha256(mine).hexdigest(), f"{name}: the server got other bytes")
+        print(f"{name}: {size} bytes each way in {time.time() - t0:.2f} s", flush=True)
+    env.wait_stat(px, "conns_open", "0", 0)
+    st = env.stats(px)
+    check(st["errors"].get("client_reset", 0) == 0, f"errors {st['errors']}")
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def t_tls_takeover(env):
+    """A takeover of a process with a TLS listener: the listener moves, a
+    TLS connection open at the time is not handed over (a TLS session
+    cannot move yet) but stays in the old process and finishes there, and
+    new clients handshake with the new one."""
+    d = certs(env)
+    up, lp = env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    sock = env.path("ho.sock")
+    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+            "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")]
+    old = env.proxy(args + ["--handover-socket", sock], name="tlproxy-old")
+    ctx = client_ctx(d)
+    held = tls_connect(lp, ctx)
+    check(tls_echo(held, b"before") == "S", "no echo before the takeover")
+    new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name="tlproxy-new")
+    env.wait_for(new, r"takeover done", 30)
+    env.wait_for(old, r"takeover by pid \d+: 0 connections handed over .* 1 left to drain here", 10)
+    t = tls_connect(lp, ctx)
+    check(tls_echo(t, b"new") == "S", "a new client was not served after the takeover")
+    t.unwrap()
+    t.close()
+    env.wait_stat(new, "tls_handshakes", "ok", 1)
+    check(old.p.poll() is None, "the old process left before its TLS connection ended")
+    # The held connection still works, in the old process, and ends there.
+    held.sendall(b"after")
+    got = b""
+    while len(got) < 5:
+        dd = held.recv(100)
+        check(dd, "the held TLS connection was cut by the takeover")
+        got += dd
+    check(got == b"after", f"held connection echo {got!r}")
+    held.unwrap()
+    held.close()
+    try:
+        rc = old.p.wait(30)
+    except subprocess.TimeoutExpired:
+        raise Fail("the old process did not exit once its TLS connection ended")
+    check(rc == 0, f"the old process exited {rc}")
+    check(env.stop(new) == 0, "the new process did not exit 0")
+
+
+def start_s_server(env, d, cert, port):
+    pr = env.start("s_server-" + cert, ["openssl", "s_server", "-accept", f"127.0.0.1:{port}",
+                                       "-cert", os.path.join(d, cert + ".pem"), "-key", os.path.join(d, cert + ".key"),
+                                       "-www", "-quiet"], stdin=subprocess.PIPE)
+    deadline = time.time() + 10
+    while True:
+        try:
+            connect(port).close()
+            return pr
+        except OSError:
+            check(time.time() < deadline, "s_server did not start")
+            time.sleep(0.05)
+
+
+def t_tls_origin(env):
+    """A pool's tls: towards openssl s_server -www: a server whose
+    certificate verifies is reached, self-signed and wrong-name ones are
+    refused with the reason counted and logged; then a plain client, an
+    originating tlproxy, a terminating one and a plain server in a row
+    carry 16 MiB each way (8 under the sanitizers), checked by SHA-256."""
+    d = certs(env)
+    good, selfp, wrong, lp = env.port(), env.port(), env.port(), env.port()
+    start_s_server(env, d, "server", good)
+    start_s_server(env, d, "self", selfp)
+    start_s_server(env, d, "wrong", wrong)
+    log = env.path("access.log")
+    ca = os.path.join(d, "ca.pem")
+    cfg = T.write_cfg(env, "origin.yaml", f"""
+access_log: {log}
+listeners:
+  - {{name: good, listen: "127.0.0.1:{lp}", pool: good}}
+  - {{name: self, listen: "127.0.0.1:{env.port()}", pool: self}}
+pools:
+  - {{name: good, servers: [{{address: "127.0.0.1:{good}"}}], tls: {{ca: "{ca}"}}}}
+  - {{name: self, servers: [{{address: "127.0.0.1:{selfp}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+  - {{name: wrong, servers: [{{address: "127.0.0.1:{wrong}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+""")
+    text = open(cfg).read()
+    lself = int(re.search(r'name: self, listen: "127\.0\.0\.1:(\d+)"', text).group(1))
+    lwrong = env.port()
+    text = text.replace("pools:\n", f'  - {{name: wrong, listen: "127.0.0.1:{lwrong}", pool: wrong}}\npools:\n', 1)
+    open(cfg, "w").write(text)
+    px = env.proxy(["--config", cfg])
+    fd0 = env.fds(px)
+
+    def get(port):
+        """The answer to a request, b"" when the proxy closed or reset."""
+        s = connect(port)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        try:
+            return T.recv_all(s)
+        except ConnectionResetError:
+            return b""
+        finally:
+            s.close()
+
+    page = get(lp)
+    check(page.startswith(b"HTTP/1.0 200") and b"s_server" in page, f"no page through the pool: {page[:200]!r}")
+    check(get(lself) == b"", "a self-signed server was not refused")
+    check(get(lwrong) == b"", "a server whose certificate names another host was not refused")
+    env.wait_stat(px, "tls_server_handshakes", "ok", 1)
+    env.wait_stat(px, "tls_server_handshakes", "cert-untrusted", 1)
+    env.wait_stat(px, "tls_server_handshakes", "cert-name", 1)
+    env.wait_for(px, r"pool self: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-untrusted")
+    env.wait_for(px, r"pool wrong: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-name")
+    text = log_lines(log, 3)
+    check(re.search(r" good .* end=done retries=0 up_tls=1\.[23]\n", text), f"log: {text!r}")
+    check(re.search(r" self .* end=server_tls_handshake retries=0 up_tls=failed up_reason=cert-untrusted\n", text),
+          f"log: {text!r}")
+    env.wait_stat(px, "conns_open", "0", 0)
+    env.settle_fds(px, fd0)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+    # plain client -> originating tlproxy -> terminating tlproxy -> plain server
+    up, lt, lo = env.port(), env.port(), env.port()
+    srv = env.serve("duplex", "127.0.0.1", up)
+    term = env.proxy(["--listen", f"127.0.0.1:{lt}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+                      "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")],
+                     name="tlproxy-term")
+    ocfg = T.write_cfg(env, "orig.yaml", f"""
+shards: 1
+listeners:
+  - {{name: in, listen: "127.0.0.1:{lo}", pool: tls}}
+pools:
+  - {{name: tls, servers: [{{address: "127.0.0.1:{lt}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+""")
+    orig = env.proxy(["--config", ocfg], name="tlproxy-orig")
+    size = (8 if os.environ.get("TLP_E2E_SANITIZED") else 16) << 20
+    name = "chain"
+    mine, theirs = T.duplex_data(size, 1, name), T.duplex_data(size, 2, name)
+    s = connect(lo, timeout=60)
+    s.sendall(f"{name} {size} 0 0\n".encode())
+    t0 = time.time()
+    n, h = T.duplex_io(s, mine, 0, 0)
+    s.close()
+    check(n == size, f"the client got {n} bytes of {size}")
+    check(h == hashlib.sha256(theirs).hexdigest(), "the client got other bytes")
+    env.wait_for(srv, rf"^got {name} ", timeout=30)
+    m = re.search(rf"^got {name} (\d+) (\w+)$", srv.text(), re.M)
+    check(m and int(m.group(1)) == size and m.group(2) == hashlib.sha256(mine).hexdigest(),
+          "the server got other bytes")
+    print(f"{name}: {size} bytes each way through two tlproxies in {time.time() - t0:.2f} s", flush=True)
+    env.wait_stat(orig, "tls_server_handshakes", "ok", 1)
+    env.wait_stat(term, "tls_handshakes", "ok", 1)
+    env.wait_stat(orig, "conns_open", "0", 0)
+    env.wait_stat(term, "conns_open", "0", 0)
+    check(env.stop(orig) == 0 and env.stop(term) == 0, "a tlproxy did not exit 0")
+
+
+CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")}
+
+
+def main():
+    if len(sys.argv) != 5 or sys.argv[4] not in CASES:
+        print(__doc__ + "\ncases: " + " ".join(CASES), file=sys.stderr)
+        return 2
+    env = T.Env(*sys.argv[1:5])
+    try:
+        CASES[sys.argv[4]](env)
+        print(f"PASS {sys.argv[4]}")
+        return 0
+    except Skip as e:
+        print(f"SKIP {sys.argv[4]}: {e}")
+        return 77
+    except Fail as e:
+        print(f"FAIL {sys.argv[4]}: {e}")
+        for pr in env.procs:
+            if pr.name.startswith("tlproxy"):
+                print(f"--- {pr.name} output:\n{pr.text()[-4000:]}")
+        return 1
+    finally:
+        env.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
