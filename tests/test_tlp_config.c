@@ -247,6 +247,7 @@ static void test_defaults(void)
 	T_EQ(c->shards, 0);
 	T_TRUE(!c->cpus && !c->user && !c->admin && !c->access_log, "optional strings set");
 	T_EQ(c->admin_timeout_ns, 60 * SECS);
+	T_EQ(c->drain_timeout_ns, 30 * SECS);
 	T_EQ(c->max_conns, 0);
 	T_EQ(c->splice_pipes, 0);
 	T_EQ(c->splice_pipe_size, 0);
@@ -545,6 +546,8 @@ static void test_top_errors(void)
 		  "out of range (100ms to 1d)");
 	one_error("admin: /a\nadmin_timeout: 5\n" LST(""), "t.yaml:2:16: admin_timeout: ",
 		  "has no unit");
+	one_error("drain_timeout: 50ms\n" LST(""), "t.yaml:1:16: drain_timeout: ",
+		  "out of range (100ms to 1d)");
 	one_error("max_conns: 10000001\n" LST(""), "t.yaml:1:12: max_conns: ", "out of range");
 	one_error("splice_pipes: 0\n" LST(""), "t.yaml:1:15: splice_pipes: ",
 		  "out of range (1 to 4096)");
@@ -945,7 +948,7 @@ static void test_args(void)
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
 		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
-		 "--half-close", "off", NULL);
+		 "--half-close", "off", "--drain-timeout", "3s", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -955,6 +958,7 @@ static void test_args(void)
 
 		T_TRUE(a.config_path == NULL && a.check == 0, "path");
 		T_EQ(c->shards, 4);
+		T_EQ(c->drain_timeout_ns, 3 * SECS);
 		T_EQ(c->max_conns, 5000);
 		T_EQ(c->splice_pipes, 3);
 		T_EQ(c->splice_pipe_size, 256u << 10);
@@ -1086,6 +1090,7 @@ static void test_args_bad(void)
 	args_bad("--connect-timeout: bare number '5' has no unit", "--connect-timeout", "5", NULL);
 	args_bad("--connect-timeout: out of range (1ms to 10m)", "--connect-timeout", "1h", NULL);
 	args_bad("--idle-timeout: '1.5m': fractions", "--idle-timeout", "1.5m", NULL);
+	args_bad("--drain-timeout: out of range (100ms to 1d)", "--drain-timeout", "0s", NULL);
 	args_bad("--half-close: 'no' is not on or off", "--half-close", "no", NULL);
 	args_bad("--config takes no other options", "--config", "x.yaml", "--splice", NULL);
 	args_bad("--check takes no other options", "--listen", "127.0.0.1:1", "--check", "x.yaml",

@@ -204,6 +204,8 @@ struct tlp_config {
 	const char *user;        /* NULL = keep the starting user */
 	const char *admin;       /* admin socket path; NULL = none */
 	uint64_t admin_timeout_ns; /* an admin client idle this long is closed; default 60 s */
+	uint64_t drain_timeout_ns; /* a SIGTERM drain lets connections finish this long, then
+				    * cuts them; default 30 s (read at start: a reload keeps it) */
 	const char *access_log;  /* NULL = no access log */
 	uint32_t max_conns;      /* process-wide; 0 = no limit */
 	uint32_t splice_pipes;   /* splice pipe pool per shard; 0 = from the pipe budget */

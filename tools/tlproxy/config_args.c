@@ -33,6 +33,7 @@ const char *tlp_args_usage(void)
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
 			 "               [--tls-cert FILE --tls-key FILE]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
+			 "               [--drain-timeout D]\n"
 			 "               [--udp [--responses N] [--sessions N]]\n"
 			 "       tlproxy --config FILE\n"
 			 "       tlproxy --check FILE\n"
@@ -86,7 +87,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096;
 	int idle_given = 0;
 	const char *tls_cert = NULL, *tls_key = NULL;
-	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt;
+	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
 	struct {
 		const char *s;
 		size_t len;
@@ -285,6 +286,9 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		} else if (!strcmp(o, "--connect-timeout")) {
 			if (args_dur(o, v, R_CONNECT, &connect, err, errlen))
 				goto out;
+		} else if (!strcmp(o, "--drain-timeout")) {
+			if (args_dur(o, v, R_DRAIN, &drain, err, errlen))
+				goto out;
 		} else if (!strcmp(o, "--idle-timeout")) {
 			if (args_dur(o, v, R_IDLE, &idle, err, errlen))
 				goto out;
@@ -376,6 +380,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			goto nomem;
 		c.model = arena;
 		cfg->shards = shards;
+		cfg->drain_timeout_ns = drain;
 		cfg->max_conns = max_conns;
 		cfg->splice_pipes = spipes;
 		cfg->splice_pipe_size = spsize;

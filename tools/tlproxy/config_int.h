@@ -34,6 +34,7 @@ static const struct dur_range R_DOWN_FOR = {1 * SEC, 1 * HOUR, 10 * SEC};
 static const struct dur_range R_KA_IDLE = {1 * SEC, 32767 * SEC, 60 * SEC};
 static const struct dur_range R_KA_INTERVAL = {1 * SEC, 32767 * SEC, 10 * SEC};
 static const struct dur_range R_ADMIN_TIMEOUT = {100 * MS, 1 * DAY, 60 * SEC};
+static const struct dur_range R_DRAIN = {100 * MS, 1 * DAY, 30 * SEC};
 
 #define MAX_DEPTH 32
 #define SHOW 48 /* characters of a bad value quoted in a message */

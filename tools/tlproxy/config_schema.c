@@ -522,9 +522,9 @@ void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *
 	static const char *const keys[] = {"shards",     "cpus",         "user",
 					   "admin",      "access_log",   "max_conns",
 					   "listeners",  "pools",        "splice_pipes",
-					   "splice_pipe_size", "admin_timeout"};
+					   "splice_pipe_size", "admin_timeout", "drain_timeout"};
 	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, ADMINTO,
-	       NKEYS };
+	       DRAINTO, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[64];
 
@@ -574,6 +574,8 @@ void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *
 			tlp__get_dur(c, v[ADMINTO], "admin_timeout", R_ADMIN_TIMEOUT,
 				&cfg->admin_timeout_ns);
 	}
+	if (v[DRAINTO])
+		tlp__get_dur(c, v[DRAINTO], "drain_timeout", R_DRAIN, &cfg->drain_timeout_ns);
 	if (v[LOG])
 		tlp__get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])

@@ -564,6 +564,7 @@ int main(int argc, char **argv)
 	}
 	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + 2 * TL_TLS_R_COUNT_ + 1;
 	rc.stats_values += TLP_UDP_ST_VALUES;
+	rc.grace_ns = cfg->drain_timeout_ns;
 	rc.on_launch = tlp_shard_launch;
 	rc.on_stop = tlp_shard_stop;
 	rc.on_drain = tlp_shard_drain;
@@ -668,8 +669,9 @@ int main(int argc, char **argv)
 		} else if (sig == SIGTERM || sig == SIGINT) {
 			if (drains++ == 0) {
 				tlp_log("%s: draining: listeners closed, open connections may finish "
-					"(a second signal stops at once)",
-					sig == SIGTERM ? "SIGTERM" : "SIGINT");
+					"within %.1f s (a second signal stops at once)",
+					sig == SIGTERM ? "SIGTERM" : "SIGINT",
+					(double)rc.grace_ns / 1e9);
 				tlp_sd_notify("STOPPING=1");
 				tl_runtime_drain(rt);
 			} else {
