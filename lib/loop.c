@@ -1,4 +1,4 @@
-/* lib/loop.c: the loop core: config, ids and tables, exactly-once completions, leases, teardown. */
+/* lib/loop.c: the loop core: config, ids and tables, exactly-once completions, teardown (the leases are lib/lease.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -660,67 +660,6 @@ uint32_t tl__drain(tl_loop *l, tl_completion *out, uint32_t cap)
 	if (!l->qlen)
 		l->qhead = 0;
 	return n;
-}
-
-/* ---- leases ---- */
-
-uint8_t *tl__drv_lease_base(const tl_loop *l, uint32_t *size, uint32_t *count)
-{
-	*size = l->lease_size;
-	*count = l->lease_count;
-	return l->lease_mem;
-}
-
-uint32_t tl__drv_lease_take(tl_loop *l)
-{
-	if (!l->lease_nfree)
-		return TL_NO_LEASE;
-	uint32_t id = l->lease_free[--l->lease_nfree];
-	l->lease_out[id] = 1;
-	l->lpool.out++;
-	return id;
-}
-
-uint32_t tl__lease_take(tl_loop *l)
-{
-	if (!l->dv->lease_take)
-		return tl__drv_lease_take(l);
-	uint32_t id = l->dv->lease_take(l->d);
-	if (id != TL_NO_LEASE)
-		tl__drv_lease_mark(l, id);
-	return id;
-}
-
-void tl__drv_lease_mark(tl_loop *l, uint32_t id)
-{
-	l->lpool.out += !l->lease_out[id];
-	l->lease_out[id] = 1;
-}
-
-static void lease_back(tl_loop *l, uint32_t id)
-{
-	tl__caps_lease_back(l, id);
-	l->lpool.out -= l->lease_out[id];
-	l->lease_out[id] = 0;
-	if (!(l->dv->caps & TL_DRV_CAP_KBUF))
-		l->lease_free[l->lease_nfree++] = id;
-	if (l->dv->lease_returned)
-		l->dv->lease_returned(l->d, id);
-	if (tl_unlikely(l->plwait_head != TL_NIL))
-		tl__poll_lease_back(l);
-}
-
-void tl__drv_lease_drop(tl_loop *l, uint32_t id)
-{
-	lease_back(l, id);
-}
-
-int tl_lease_release(tl_loop *l, uint32_t id)
-{
-	if (id >= l->lease_count || !l->lease_out[id])
-		return -ENOENT;
-	lease_back(l, id);
-	return 0;
 }
 
 /* ---- embedding, stats, teardown ---- */
