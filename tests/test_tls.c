@@ -1988,6 +1988,14 @@ static void test_sclient_resume(void)
 		peer_wait(&p, H_WAIT_MS * 5);
 		t.necho = 0;
 		close_wait(&t, id, 0);
+		if (k == 0) {
+			/* The first client saved the session it was given: the
+			 * second one has nothing to resume otherwise (and then
+			 * gives up before it connects). */
+			struct stat sb;
+			H_TRUE(stat(sess, &sb) == 0 && sb.st_size > 0,
+			       "the first s_client saved no session (%s)", sess);
+		}
 	}
 	tl_tls_stats st;
 	tl_tls_stats_get(t.x, &st);
