@@ -592,25 +592,7 @@ CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("t_")
 
 
 def main():
-    if len(sys.argv) != 5 or sys.argv[4] not in CASES:
-        print(__doc__ + "\ncases: " + " ".join(CASES), file=sys.stderr)
-        return 2
-    env = T.Env(*sys.argv[1:5])
-    try:
-        CASES[sys.argv[4]](env)
-        print(f"PASS {sys.argv[4]}")
-        return 0
-    except Skip as e:
-        print(f"SKIP {sys.argv[4]}: {e}")
-        return 77
-    except Fail as e:
-        print(f"FAIL {sys.argv[4]}: {e}")
-        for pr in env.procs:
-            if pr.name.startswith("tlproxy"):
-                print(f"--- {pr.name} output:\n{pr.text()[-4000:]}")
-        return 1
-    finally:
-        env.cleanup()
+    return T.run_case(CASES, __doc__)
 
 
 if __name__ == "__main__":
