@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_tlproxy as T  # noqa: E402
-from test_tlproxy import Fail, Skip, check, connect, need  # noqa: E402
+from test_tlproxy import Fail, check, connect, need  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
