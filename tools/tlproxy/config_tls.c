@@ -46,6 +46,27 @@ static void parse_cert(struct ctx *c, const struct ynode *n, const char *path,
 		tlp__get_text(c, v[2], p, 64 * 1024, 0, &k->names, NULL);
 }
 
+/* What a listener's and a pool's tls: share: alpn, the version range and
+ * the ciphers (each node may be NULL: not given). */
+static void parse_suite(struct ctx *c, const struct ynode *n, const char *path,
+			const struct ynode *alpn, const struct ynode *minv, const struct ynode *maxv,
+			const struct ynode *ciphers, const char **alpn_out, uint16_t *min_out,
+			uint16_t *max_out, const char **ciphers_out)
+{
+	char p[300];
+
+	if (alpn && (PATH(p, "%s.alpn", path), 1))
+		tlp__get_text(c, alpn, p, 1024, 0, alpn_out, NULL);
+	if (minv && (PATH(p, "%s.min_version", path), 1))
+		get_version(c, minv, p, min_out);
+	if (maxv && (PATH(p, "%s.max_version", path), 1))
+		get_version(c, maxv, p, max_out);
+	if (*min_out && *max_out && *min_out > *max_out)
+		tlp__errat(c, n->line, n->col, "%s: min_version is above max_version", path);
+	if (ciphers && (PATH(p, "%s.ciphers", path), 1))
+		tlp__get_text(c, ciphers, p, 1024, 0, ciphers_out, NULL);
+}
+
 void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, struct tlp_tls_cfg *t)
 {
 	static const char *const keys[] = {"certificates", "alpn",      "min_version",
@@ -78,16 +99,8 @@ void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, stru
 			}
 		}
 	}
-	if (v[ALPN] && (PATH(p, "%s.alpn", path), 1))
-		tlp__get_text(c, v[ALPN], p, 1024, 0, &t->alpn, NULL);
-	if (v[MINV] && (PATH(p, "%s.min_version", path), 1))
-		get_version(c, v[MINV], p, &t->min_version);
-	if (v[MAXV] && (PATH(p, "%s.max_version", path), 1))
-		get_version(c, v[MAXV], p, &t->max_version);
-	if (t->min_version && t->max_version && t->min_version > t->max_version)
-		tlp__errat(c, n->line, n->col, "%s: min_version is above max_version", path);
-	if (v[CIPHERS] && (PATH(p, "%s.ciphers", path), 1))
-		tlp__get_text(c, v[CIPHERS], p, 1024, 0, &t->ciphers, NULL);
+	parse_suite(c, n, path, v[ALPN], v[MINV], v[MAXV], v[CIPHERS], &t->alpn, &t->min_version,
+		    &t->max_version, &t->ciphers);
 	if (v[CA] && (PATH(p, "%s.client_ca", path), 1) &&
 	    !tlp__get_text(c, v[CA], p, TLP_TLS_PATH_MAX, 0, &t->client_ca, NULL))
 		t->verify = TLP_TLS_VERIFY_ON;
@@ -142,16 +155,8 @@ void tlp__parse_pool_tls(struct ctx *c, const struct ynode *n, const char *path,
 		tlp__get_text(c, v[KEY], p, TLP_TLS_PATH_MAX, 0, &t->key, NULL);
 	if (v[KEY] && !v[CERT])
 		tlp__errat(c, v[KEY]->line, v[KEY]->col, "%s: key without cert", path);
-	if (v[ALPN] && (PATH(p, "%s.alpn", path), 1))
-		tlp__get_text(c, v[ALPN], p, 1024, 0, &t->alpn, NULL);
-	if (v[MINV] && (PATH(p, "%s.min_version", path), 1))
-		get_version(c, v[MINV], p, &t->min_version);
-	if (v[MAXV] && (PATH(p, "%s.max_version", path), 1))
-		get_version(c, v[MAXV], p, &t->max_version);
-	if (t->min_version && t->max_version && t->min_version > t->max_version)
-		tlp__errat(c, n->line, n->col, "%s: min_version is above max_version", path);
-	if (v[CIPHERS] && (PATH(p, "%s.ciphers", path), 1))
-		tlp__get_text(c, v[CIPHERS], p, 1024, 0, &t->ciphers, NULL);
+	parse_suite(c, n, path, v[ALPN], v[MINV], v[MAXV], v[CIPHERS], &t->alpn, &t->min_version,
+		    &t->max_version, &t->ciphers);
 	if (v[HSTO] && (PATH(p, "%s.handshake_timeout", path), 1))
 		tlp__get_dur(c, v[HSTO], p, R_TLS_HANDSHAKE, &t->handshake_timeout_ns);
 }
