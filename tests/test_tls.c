@@ -256,6 +256,7 @@ struct srv_opts {
 	uint16_t minv, maxv;
 	uint32_t flags;
 	const uint8_t *ticket_key;
+	const char *ciphers;
 };
 
 static tl_tls_config *server_config(const struct srv_opts *o)
@@ -296,6 +297,7 @@ static tl_tls_config *server_config(const struct srv_opts *o)
 		s.max_version = o->maxv;
 		s.flags = o->flags;
 		s.ticket_key = o->ticket_key;
+		s.ciphers = o->ciphers;
 	}
 	int rc = tl_tls_config_new(&s, &cfg, err, sizeof err);
 	if (rc)
@@ -1319,6 +1321,159 @@ static void test_key_update(void)
 	tl_tls_config_unref(cc);
 	tt_fini(&t, fds);
 }
+
+/* Release server session *id from t (its reads into r), import it into
+ * to with cfg: the new session's id, after checking what the release
+ * says while it waits. */
+static tl_tls_id move_session(struct tt *t, struct tt *to, tl_tls_config *cfg, tl_tls_id id, struct rd *r)
+{
+	static uint8_t st[TL_TLS_STATE_MAX];
+	tl_handle h;
+	tl_tls_id nid = {0};
+	uint8_t small[64];
+	int n;
+
+	H_EQ(tl_tls_release(t->x, id, small, sizeof small, &h), -ENOBUFS);
+	uint64_t dl = h_wall_ns() + (uint64_t)H_WAIT_MS * H_MS;
+	while ((n = tl_tls_release(t->x, id, st, sizeof st, &h)) == -EAGAIN && h_wall_ns() < dl) {
+		tl_op w;
+		H_EQ(tl_tls_write(t->x, id, "x", 1, 1, &w), -EINVAL); /* no new writes */
+		tt_turn(t, 5 * (int64_t)H_MS);
+	}
+	H_TRUE_FATAL(n > 0, "release: %d", n);
+	rd_scan(t, r);
+	H_EQ(r->end, -ECANCELED);
+	H_EQ(tl_tls_release(t->x, id, st, sizeof st, &h), -ENOENT);
+	/* cut short, or of another version: refused, nothing made */
+	H_EQ(tl_tls_import(to->x, cfg, h, st, (uint32_t)n - 1 > 200 ? 200 : 1, 12, &nid), -EINVAL);
+	st[4] ^= 0x40;
+	H_EQ(tl_tls_import(to->x, cfg, h, st, (uint32_t)n, 12, &nid), -EINVAL);
+	st[4] ^= 0x40;
+	H_EQ_FATAL(tl_tls_import(to->x, cfg, h, st, (uint32_t)n, 12, &nid), 0);
+	memset(st, 0, sizeof st);
+	return nid;
+}
+
+/* A session moved between contexts after its handshake (tl_tls_release,
+ * tl_tls_import) carries on with the peer, which sees nothing: data both
+ * ways in small and full records (the importing ctx's plaintext buffers
+ * are 1 KiB: a record's plaintext waits there in parts), a KeyUpdate
+ * from the peer that asks for ours, one of ours, a second move (from an
+ * imported session), and close_notify at the end; for each suite a move
+ * can carry. A session mid-handshake cannot be moved. */
+static void move(uint16_t v, const char *cipher)
+{
+	int fds = h_begin();
+	struct tt t, t2;
+	tt_init(&t, h_loop());
+	tl_tls_ctx_config cc2;
+	tl_tls_ctx_config_init(&cc2);
+	cc2.token_tag = TAG + 1;
+	cc2.plain_buffer_size = 1024;
+	tt_init_cc(&t2, t.loop, &cc2); /* a second context of the same loop */
+	turning = &t;
+	t.sib = &t2;
+	t2.sib = &t;
+	struct srv_opts so = {.minv = v, .maxv = v, .ciphers = cipher};
+	tl_tls_config *sc = server_config(&so), *cc = client_config(NULL);
+	tl_tls_client_opts co = {.server_name = "localhost"};
+	struct duo d;
+	duo_start(&t, &t, sc, cc, &co, &d);
+	H_EQ_FATAL(d.hs_s, 0);
+	H_EQ(d.is.version, v);
+	struct rd rs = {0}, rc = {0}, rs2 = {0}, rs3 = {0};
+	rd_start(&t, d.s, &rs);
+	rd_start(&t, d.c, &rc);
+	tl_op w;
+	H_EQ(tl_tls_write(t.x, d.c, "before", 6, 40, &w), 0);
+	rd_wait(&t, &rs, 6, H_WAIT_MS);
+	/* bytes in flight at the release: the old session opens them */
+	H_EQ(tl_tls_write(t.x, d.c, "flight", 6, 40, &w), 0);
+	tl_tls_id s2 = move_session(&t, &t2, sc, d.s, &rs);
+	tl_tls_info in;
+	H_EQ(tl_tls_info_get(t2.x, s2, &in), 0);
+	H_EQ(in.version, v);
+	H_TRUE(strcmp(in.cipher, d.is.cipher) == 0, "cipher %s, was %s", in.cipher, d.is.cipher);
+	H_TRUE(strcmp(in.sni, "localhost") == 0, "sni %s", in.sni);
+	H_EQ(tl_tls_handshake(t2.x, s2, 0, 1, &w), -EINVAL);
+	rd_start(&t2, s2, &rs2);
+	rd_wait(&t2, &rs2, 12 - rs.bytes, H_WAIT_MS);
+	H_EQ(rs.bytes + rs2.bytes, 12);
+	/* both ways, small and whole records */
+	size_t big = 200000;
+	uint8_t *pa = pattern(big, 7), *pb = pattern(big, 9);
+	H_EQ(tl_tls_write(t2.x, s2, pa, (uint32_t)big, 41, &w), 0);
+	H_EQ(tl_tls_write(t.x, d.c, pb, (uint32_t)big, 42, &w), 0);
+	rd_wait(&t, &rc, big, H_WAIT_MS);
+	rd_wait(&t2, &rs2, 12 - rs.bytes + big, H_WAIT_MS);
+	H_EQ(rc.hash, fnv(FNV0, pa, big));
+	H_EQ(rc.bytes, big);
+	if (v == TL_TLS_1_3) {
+		/* the peer's KeyUpdate asking for ours, then ours */
+		H_EQ(tl_tls_key_update(t.x, d.c, 1), 0);
+		H_EQ(tl_tls_write(t.x, d.c, "upd", 3, 43, &w), 0);
+		rd_wait(&t2, &rs2, 12 - rs.bytes + big + 3, H_WAIT_MS);
+		H_EQ(tl_tls_write(t2.x, s2, "ack", 3, 44, &w), 0);
+		rd_wait(&t, &rc, big + 3, H_WAIT_MS);
+		H_EQ(tl_tls_key_update(t2.x, s2, 0), 0);
+		H_EQ(tl_tls_write(t2.x, s2, "two", 3, 45, &w), 0);
+		rd_wait(&t, &rc, big + 6, H_WAIT_MS);
+	} else {
+		H_EQ(tl_tls_key_update(t2.x, s2, 0), -ENOTSUP);
+		H_EQ(tl_tls_write(t2.x, s2, "ackTWO", 6, 44, &w), 0);
+		rd_wait(&t, &rc, big + 6, H_WAIT_MS);
+	}
+	H_EQ(rc.bytes, big + 6);
+	H_EQ(rc.end, 1);
+	/* and once more, from the imported session back */
+	tl_tls_id s3 = move_session(&t2, &t, sc, s2, &rs2);
+	rd_start(&t, s3, &rs3);
+	H_EQ(tl_tls_write(t.x, s3, "third", 5, 46, &w), 0);
+	rd_wait(&t, &rc, big + 11, H_WAIT_MS);
+	H_EQ(tl_tls_write(t.x, d.c, "end", 3, 47, &w), 0);
+	rd_wait(&t, &rs3, 3, H_WAIT_MS);
+	H_EQ(rs3.bytes, 3);
+	/* close_notify from the moved session: a clean end at the client */
+	close_wait(&t, s3, 0);
+	rd_wait(&t, &rc, 0, H_WAIT_MS);
+	H_EQ(rc.end, 0);
+	H_TRUE(rc.end_flags & TL_F_EOF, "the client's read ended without close_notify");
+	H_EQ(rc.bytes, big + 11);
+	close_wait(&t, d.c, 0);
+	/* mid-handshake: not movable */
+	tl_handle hs, hc;
+	tl_tls_id a, b;
+	uint8_t st[TL_TLS_STATE_MAX];
+	tl_handle hh;
+	pair(&t, &hs, &hc);
+	H_EQ_FATAL(tl_tls_server(t.x, sc, hs, 10, &a), 0);
+	H_EQ_FATAL(tl_tls_client(t.x, cc, hc, &co, 11, &b), 0);
+	H_EQ(tl_tls_release(t.x, a, st, sizeof st, &hh), -EOPNOTSUPP);
+	close_wait(&t, a, 0);
+	close_wait(&t, b, 0);
+	free(pa);
+	free(pb);
+	tl_tls_config_unref(sc);
+	tl_tls_config_unref(cc);
+	release_all(&t2, 0);
+	tl_tls_stats st2;
+	tl_tls_stats_get(t2.x, &st2);
+	H_EQ(st2.sessions, 0);
+	H_EQ(st2.plain_held, 0);
+	H_EQ(st2.out_busy, 0);
+	H_EQ(tl_tls_pending(t2.x), 0);
+	t.sib = NULL;
+	tt_fini(&t, fds);
+	tl_tls_ctx_destroy(t2.x);
+	free(t2.tls.v);
+	free(t2.loop_log.v);
+}
+
+static void test_move_13_aes128(void) { move(TL_TLS_1_3, "AES-128-GCM"); }
+static void test_move_13_aes256(void) { move(TL_TLS_1_3, "AES-256-GCM"); }
+static void test_move_13_chacha(void) { move(TL_TLS_1_3, "CHACHA20-POLY1305"); }
+static void test_move_12_aes128(void) { move(TL_TLS_1_2, "AES-128-GCM"); }
+static void test_move_12_chacha(void) { move(TL_TLS_1_2, "CHACHA20-POLY1305"); }
 
 /* A stream that brings records in 7-byte pieces, each read on its own:
  * a record fills the session's lease cap long before it is whole, and its
@@ -2524,6 +2679,11 @@ static const struct test_def tests[] = {
 	T("own", test_fragmented),
 	T("own", test_read_stop_deadline),
 	T("own", test_config),
+	T("own", test_move_13_aes128),
+	T("own", test_move_13_aes256),
+	T("own", test_move_13_chacha),
+	T("own", test_move_12_aes128),
+	T("own", test_move_12_chacha),
 	T("peer", test_sclient_13),
 	T("peer", test_sclient_12),
 	T("peer", test_sserver_13),

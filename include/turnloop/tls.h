@@ -419,6 +419,73 @@ int tl_tls_close(tl_tls_ctx *ctx, tl_tls_id id, uint32_t flags, uint64_t token);
  * idle deadline). 0 and *h, -ENOENT. */
 int tl_tls_stream(tl_tls_ctx *ctx, tl_tls_id id, tl_handle *h);
 
+/*
+ * Moving a session: its record state leaves this ctx and another ctx (of
+ * this process, another shard, or another process that received the
+ * stream's descriptor) carries on the same TLS session with the peer,
+ * which sees nothing. After the handshake a session is its record state:
+ * the suite, the traffic keys and IVs of each direction, their sequence
+ * numbers (and, in TLS 1.3, the traffic secrets that a KeyUpdate derives
+ * the next keys from), and the part of a record already read. The
+ * importing ctx encrypts and decrypts records itself with GnuTLS's
+ * AEAD primitives (docs/TLS.md, "Moving a session"): application data,
+ * close_notify and alerts both ways, a peer's KeyUpdate (answered when it
+ * asks) and tl_tls_key_update; a NewSessionTicket a moved client receives
+ * is read and dropped (tl_tls_resume_data is -EAGAIN there).
+ *
+ * Movable: a session whose handshake is done, that has sent and received
+ * no close_notify, no fatal error, no shutdown queued, using an AEAD
+ * suite: TLS 1.3 with AES-128-GCM, AES-256-GCM or ChaCha20-Poly1305, or
+ * TLS 1.2 with AES-GCM or ChaCha20-Poly1305. Anything else (a CBC suite,
+ * a handshake under way) is -EOPNOTSUPP and stays where it is.
+ */
+
+/* The largest state tl_tls_release writes (its fixed part and a partial
+ * record). */
+#define TL_TLS_STATE_MAX (1024 + 5 + 16384 + 2048)
+
+/*
+ * Release session id from ctx: write its record state into
+ * state[0..cap) and give its stream handle back in *h, still open, with
+ * every byte the session read from it accounted for. Like tl_detach, it
+ * lets the session go only once the session holds nothing more:
+ *  - the first call stops the session's stream read and refuses new
+ *    writes (-EINVAL); the host's writes already queued are encrypted and
+ *    written as usual;
+ *  - while the stream read has not ended, whole records are still to be
+ *    decrypted (they come to the host's read as ordinary TL_K_READ
+ *    completions: keep releasing plaintext leases), or writes are still
+ *    going out: -EAGAIN. Call again after the next tl_tls_poll;
+ *  - then the host's read (if any) ends with -ECANCELED, and once the
+ *    host has polled every completion of the session, the next call
+ *    returns the state's length: id is stale (-ENOENT) from then on, no
+ *    Closed follows, and *h is the host's again (tl_detach it, or give it
+ *    to tl_tls_import of another ctx of this loop). Plaintext leases the
+ *    host still holds stay valid until tl_tls_lease_release.
+ * The state holds secret keys: keep it in memory, pass it only over a
+ * channel as private as the descriptor's (a Unix socket), and wipe it.
+ * Returns the length (> 0), -EAGAIN, -ENOENT, -EINVAL (state or h NULL,
+ * the session closing), -ENOBUFS (cap < TL_TLS_STATE_MAX; nothing
+ * changed), -EOPNOTSUPP (not movable, above; nothing changed: the session
+ * goes on as before). Setup, not steady state.
+ */
+int tl_tls_release(tl_tls_ctx *ctx, tl_tls_id id, void *state, uint32_t cap, tl_handle *h);
+
+/*
+ * Carry on a released session (state[0..len) from tl_tls_release) on
+ * stream h of ctx's loop: the new session is open, its handshake done
+ * (tl_tls_handshake is -EINVAL), and takes reads, writes, key updates,
+ * shutdown and close as any other; cfg (of the session's role) is held
+ * for its settings. tl_tls_info reports what the original negotiated
+ * (handshake_ns 0). Allocates the library's two cipher contexts.
+ * Returns 0 and *id, -EINVAL (a NULL argument; state not a state of this
+ * format and version, or cut short; the role differs from cfg's),
+ * -EOPNOTSUPP (a suite this build cannot carry), -ENOBUFS (no session
+ * slot), -ENOMEM, or tl_handle_caps's error for h.
+ */
+int tl_tls_import(tl_tls_ctx *ctx, tl_tls_config *cfg, tl_handle h, const void *state, uint32_t len,
+		  uint64_t token, tl_tls_id *id);
+
 /* Why a handshake or a session failed (tl_tls_info.reason, and the rows of
  * tl_tls_stats.failed). */
 enum tl_tls_reason {

@@ -83,7 +83,8 @@ int tl_tls_ctx_new(tl_loop *loop, const tl_tls_ctx_config *cc, tl_tls_ctx **out)
 	x->lents = malloc(nodes * sizeof *x->lents);
 	x->spill = malloc((size_t)cc->spill_buffers * TLS_SPILL_SIZE);
 	x->spill_free = malloc(cc->spill_buffers * sizeof *x->spill_free);
-	if (!x->lents || !x->spill || !x->spill_free ||!x->sess || !x->ops || !x->q || !x->plain || !x->plain_free || !x->plain_owner ||
+	x->scratch = malloc(TLS_SPILL_SIZE);
+	if (!x->lents || !x->spill || !x->spill_free || !x->scratch || !x->sess || !x->ops || !x->q || !x->plain || !x->plain_free || !x->plain_owner ||
 	    !x->plain_owner_gen || !x->plain_held || !x->out || !x->out_free) {
 		tl_tls_ctx_destroy(x);
 		return -ENOMEM;
@@ -122,8 +123,12 @@ void tl_tls_ctx_destroy(tl_tls_ctx *x)
 		return;
 	if (x->sess)
 		for (uint32_t i = 0; i < x->cc.max_sessions; i++)
+		{
 			if (x->sess[i].gs)
 				gnutls_deinit(x->sess[i].gs);
+			if (x->spill_free)
+				tls__carry_free(&x->sess[i]);
+		}
 	for (uint32_t i = 0; i < TLS_CSLOTS; i++) {
 		if (x->cs[i].prio)
 			gnutls_priority_deinit(x->cs[i].prio);
@@ -142,6 +147,7 @@ void tl_tls_ctx_destroy(tl_tls_ctx *x)
 	free(x->lents);
 	free(x->spill);
 	free(x->spill_free);
+	free(x->scratch);
 	free(x);
 }
 
@@ -243,6 +249,15 @@ void tls__op_end(struct tl_tls_ctx *x, struct tls_op *o, int64_t result, uint16_
 	o->ended = 1; /* its slot is free once the host has the terminal */
 }
 
+void tls__sess_free(struct tl_tls_ctx *x, struct tls_sess *s)
+{
+	s->state = S_FREE;
+	if (++s->gen == 0)
+		s->gen = 1;
+	s->next = x->sess_free;
+	x->sess_free = tls_sess_slot(x, s);
+}
+
 int tl_tls_poll(tl_tls_ctx *x, tl_completion *out, uint32_t cap)
 {
 	uint32_t n = 0;
@@ -255,13 +270,7 @@ int tl_tls_poll(tl_tls_ctx *x, tl_completion *out, uint32_t cap)
 		x->q_head = (x->q_head + 1) % x->q_cap;
 		x->q_n--;
 		if (c->kind == TL_K_CLOSED) {
-			struct tls_sess *s = &x->sess[(uint32_t)c->handle.v & 0xffffff];
-			uint32_t slot = tls_sess_slot(x, s);
-			s->state = S_FREE;
-			if (++s->gen == 0)
-				s->gen = 1;
-			s->next = x->sess_free;
-			x->sess_free = slot;
+			tls__sess_free(x, &x->sess[(uint32_t)c->handle.v & 0xffffff]);
 		} else if (c->flags & TL_F_TERMINAL) {
 			op_free(x, &x->ops[(uint32_t)c->op.v & 0xffffff]);
 		}
@@ -375,7 +384,7 @@ void tls__out_put(struct tl_tls_ctx *x, uint32_t idx)
 uint32_t tls__spill_get(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	if (x->spill_nfree == 0) {
-		if (!s->wait_spill) {
+		if (s && !s->wait_spill) {
 			s->wait_spill = 1;
 			wait_add(x, s, &x->ws_head, &x->ws_tail);
 		}

@@ -73,6 +73,7 @@ int tls__session_setup(struct tl_tls_ctx *x, struct tls_sess *s, const tl_tls_cl
 		return -ENOMEM;
 	}
 	gnutls_session_set_ptr(s->gs, s);
+	tls__carry_keylog(s);
 	if (gnutls_priority_set(s->gs, x->cs[s->cslot].prio) < 0 ||
 	    gnutls_credentials_set(s->gs, GNUTLS_CRD_CERTIFICATE, c->creds[0]) < 0)
 		return -ENOMEM;
@@ -174,7 +175,8 @@ int tls__map_error(struct tls_sess *s, int g, int *reason)
 		*reason = TL_TLS_R_NO_CERT;
 		return -ENOKEY;
 	case GNUTLS_E_FATAL_ALERT_RECEIVED:
-		s->alert_in = gnutls_alert_get(s->gs);
+		if (s->gs) /* an imported session noted it as it came */
+			s->alert_in = gnutls_alert_get(s->gs);
 		*reason = TL_TLS_R_ALERT;
 		return -ECONNABORTED;
 	case GNUTLS_E_NO_APPLICATION_PROTOCOL:
@@ -217,9 +219,13 @@ void tls__library_failed(struct tl_tls_ctx *x, struct tls_sess *s, int g)
 	if (g != GNUTLS_E_FATAL_ALERT_RECEIVED && gnutls_error_is_fatal(g) &&
 	    tls__out_ensure(x, s, 64) == 0) {
 		int level;
-		int a = gnutls_error_to_alert(g, &level);
-		if (a >= 0 && gnutls_alert_send_appropriate(s->gs, g) == 0)
+		int a = s->cr ? tls__carry_alert_of(g) : gnutls_error_to_alert(g, &level);
+		if (s->cr) {
+			if (a >= 0)
+				tls__carry_alert(x, s, GNUTLS_AL_FATAL, a);
+		} else if (a >= 0 && gnutls_alert_send_appropriate(s->gs, g) == 0) {
 			s->alert_out = a;
+		}
 		tls__out_flush(x, s, 0);
 	}
 	tls__unwait(x, s);
@@ -314,6 +320,10 @@ int tl_tls_info_get(tl_tls_ctx *x, tl_tls_id id, tl_tls_info *out)
 	out->verify = s->verify;
 	out->bytes_in = s->bytes_in;
 	out->bytes_out = s->bytes_out;
+	if (s->cr) {
+		tls__carry_info(s, out);
+		return 0;
+	}
 	if (!s->gs)
 		return 0;
 	size_t len = sizeof out->sni - 1;
@@ -349,6 +359,8 @@ int tl_tls_resume_data(tl_tls_ctx *x, tl_tls_id id, void *buf, uint32_t cap)
 		return -ENOENT;
 	if (!buf || s->server)
 		return -EINVAL;
+	if (s->cr)
+		return -EAGAIN; /* an imported session keeps no ticket */
 	if (!s->hs_done || (gnutls_protocol_get_version(s->gs) == GNUTLS_TLS1_3 &&
 			    !(gnutls_session_get_flags(s->gs) & GNUTLS_SFLAGS_SESSION_TICKET)))
 		return -EAGAIN;

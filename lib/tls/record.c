@@ -47,7 +47,7 @@ static void lq_pop(struct tl_tls_ctx *x, struct tls_sess *s)
 
 /* Copy n bytes from the front of the queue into p (NULL: drop them), and
  * give back the leases emptied. */
-static void lq_take(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *p, uint32_t n)
+void tls__lq_take(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *p, uint32_t n)
 {
 	while (n) {
 		struct tls_lent *e = &x->lents[s->lq_head];
@@ -64,7 +64,7 @@ static void lq_take(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *p, uint32
 }
 
 /* Copy the first n bytes of the queue without taking them. */
-static void lq_peek(const struct tl_tls_ctx *x, const struct tls_sess *s, uint8_t *p, uint32_t n)
+void tls__lq_peek(const struct tl_tls_ctx *x, const struct tls_sess *s, uint8_t *p, uint32_t n)
 {
 	for (uint32_t i = s->lq_head; n && i != NONE; i = x->lents[i].next) {
 		const struct tls_lent *e = &x->lents[i];
@@ -164,12 +164,12 @@ static ssize_t pull(gnutls_transport_ptr_t ptr, void *buf, size_t n)
 			gnutls_transport_set_errno(s->gs, EAGAIN);
 			return -1;
 		}
-		lq_peek(s->x, s, h, TLS_REC_HDR);
+		tls__lq_peek(s->x, s, h, TLS_REC_HDR);
 		s->window = tls_frame_size(h);
 		s->in_budget--;
 	}
 	uint32_t c = s->window < n ? s->window : (uint32_t)n;
-	lq_take(s->x, s, buf, c);
+	tls__lq_take(s->x, s, buf, c);
 	s->window -= c;
 	s->whole -= c;
 	return (ssize_t)c;
@@ -339,7 +339,7 @@ void tls__read_pump(struct tl_tls_ctx *x, struct tls_sess *s)
 			tls__deliver(x, s);
 			continue;
 		}
-		if (!gnutls_record_check_pending(s->gs) && s->whole == 0)
+		if (!tls__plain_pending(s) && s->whole == 0)
 			break;
 		/* room for what reading may make the library send: a KeyUpdate
 		 * in answer, an alert */
@@ -347,7 +347,8 @@ void tls__read_pump(struct tl_tls_ctx *x, struct tls_sess *s)
 			break;
 		uint32_t whole0 = s->whole;
 		s->in_budget = 1;
-		ssize_t r = gnutls_record_recv(s->gs, tls_plain(x, s->pl) + s->pl_len, room);
+		ssize_t r = s->cr ? tls__carry_recv(x, s, tls_plain(x, s->pl) + s->pl_len, room, x->scratch)
+				  : gnutls_record_recv(s->gs, tls_plain(x, s->pl) + s->pl_len, room);
 		s->in_budget = 0;
 		if (r > 0) {
 			s->pl_len += (uint32_t)r;
@@ -365,12 +366,12 @@ void tls__read_pump(struct tl_tls_ctx *x, struct tls_sess *s)
 		}
 		if (r == GNUTLS_E_REHANDSHAKE) {
 			/* No renegotiation: refused the way RFC 5746 allows. */
-			gnutls_alert_send(s->gs, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION);
+			gnutls_alert_send(s->gs, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION); /* (the library's only) */
 			s->alert_out = GNUTLS_A_NO_RENEGOTIATION;
 			continue;
 		}
 		if (r == GNUTLS_E_WARNING_ALERT_RECEIVED) {
-			s->alert_in = gnutls_alert_get(s->gs);
+			s->alert_in = gnutls_alert_get(s->gs); /* (the library's only) */
 			continue;
 		}
 		tls__deliver(x, s);
@@ -383,6 +384,35 @@ void tls__read_pump(struct tl_tls_ctx *x, struct tls_sess *s)
 
 /* ---- the write pump ---- */
 
+/* An imported session's record of up to max bytes of o's data. */
+static ssize_t carry_record(struct tls_sess *s, struct tls_op *o, uint32_t max)
+{
+	struct iovec v[TL_IOV_MAX];
+	uint32_t total = 0;
+	int nv = 0;
+
+	while (total < max && o->cur < o->niov) {
+		struct iovec *w = &o->iov[o->cur];
+		uint32_t left = (uint32_t)w->iov_len - o->off;
+		uint32_t n = left < max - total ? left : max - total;
+		if (n) {
+			v[nv].iov_base = (uint8_t *)w->iov_base + o->off;
+			v[nv++].iov_len = n;
+			o->off += n;
+			total += n;
+		}
+		if (o->off < w->iov_len || o->cur + 1 == o->niov)
+			break;
+		o->cur++;
+		o->off = 0;
+	}
+	int r = tls__carry_send(s->x, s, v, nv, total);
+	if (r < 0)
+		return r;
+	o->done += total;
+	return (ssize_t)total;
+}
+
 /* Take up to max bytes of o's data from its cursor into one record (the
  * library sends them as one, corked when they span segments). Returns the
  * bytes taken, or a library error. */
@@ -391,6 +421,8 @@ static ssize_t send_record(struct tls_sess *s, struct tls_op *o, uint32_t max)
 	struct iovec *v = &o->iov[o->cur];
 	uint32_t left = (uint32_t)v->iov_len - o->off;
 
+	if (s->cr)
+		return carry_record(s, o, max);
 	if (left >= max || o->cur + 1 == o->niov) {
 		uint32_t n = left < max ? left : max;
 		ssize_t r = gnutls_record_send(s->gs, (const uint8_t *)v->iov_base + o->off, n);
@@ -449,8 +481,10 @@ void tls__write_pump(struct tl_tls_ctx *x, struct tls_sess *s)
 			int ku = o->type == OP_KEYUPDATE;
 			if (tls__out_ensure(x, s, 256) < 0)
 				break;
-			int g = !ku ? gnutls_bye(s->gs, GNUTLS_SHUT_WR)
-						   : gnutls_session_key_update(s->gs, o->request ? GNUTLS_KU_PEER : 0);
+			int g = s->cr ? (!ku ? tls__carry_alert(x, s, GNUTLS_AL_WARNING, GNUTLS_A_CLOSE_NOTIFY)
+					     : tls__carry_key_update(x, s, o->request))
+				      : !ku ? gnutls_bye(s->gs, GNUTLS_SHUT_WR)
+					    : gnutls_session_key_update(s->gs, o->request ? GNUTLS_KU_PEER : 0);
 			s->wq_head = o->next;
 			if (s->wq_head == NONE)
 				s->wq_tail = NONE;

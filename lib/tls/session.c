@@ -28,7 +28,7 @@ static uint64_t now(struct tl_tls_ctx *x)
 /* Start the stream read if it is not running and can. */
 static void read_ensure(struct tl_tls_ctx *x, struct tls_sess *s)
 {
-	if (s->reading || s->eof || s->in_err || s->fatal || s->state != S_OPEN)
+	if (s->reading || s->eof || s->in_err || s->fatal || s->releasing || s->state != S_OPEN)
 		return;
 	int r = tl_read_start(x->loop, s->h, tls_tok(x, TK_READ, tls_sess_slot(x, s), s->gen), &s->rop);
 	if (r < 0) {
@@ -147,7 +147,7 @@ void tls__run(struct tl_tls_ctx *x, struct tls_sess *s)
 	if (s->rd_op != NONE && !s->fatal && s->pl_held < x->cc.session_leases) {
 		if (s->notify_in && s->whole == 0)
 			read_end(x, s, 0, TL_F_EOF);
-		else if (s->whole == 0 && s->window == 0 && gnutls_record_check_pending(s->gs) == 0 &&
+		else if (s->whole == 0 && s->window == 0 && tls__plain_pending(s) == 0 &&
 			 (s->eof || s->in_err || s->frame_bad)) {
 			if (s->frame_bad)
 				tls__fail(x, s, -EBADMSG, TL_TLS_R_PROTOCOL);
@@ -217,8 +217,10 @@ void tls__on_loop(struct tl_tls_ctx *x, struct tls_sess *s, const tl_completion 
 			s->out_cur = NONE;
 		}
 		tls__unwait(x, s);
-		gnutls_deinit(s->gs);
+		if (s->gs)
+			gnutls_deinit(s->gs);
 		s->gs = NULL;
+		tls__carry_free(s);
 		tls__cslot_put(x, s->cslot);
 		s->state = S_CLOSED;
 		x->nsess_open--;
@@ -238,8 +240,11 @@ void tls__on_loop(struct tl_tls_ctx *x, struct tls_sess *s, const tl_completion 
 
 /* ---- starting ---- */
 
+/* A new session on h: a library session for a handshake, or (state) one
+ * carrying on a released session's records. */
 static int start(struct tl_tls_ctx *x, tl_tls_config *cfg, int role, tl_handle h,
-		 const tl_tls_client_opts *opts, uint64_t token, tl_tls_id *id)
+		 const tl_tls_client_opts *opts, const uint8_t *state, uint32_t len, uint64_t token,
+		 tl_tls_id *id)
 {
 	if (!x || !cfg || !id || cfg->role != role)
 		return -EINVAL;
@@ -269,10 +274,16 @@ static int start(struct tl_tls_ctx *x, tl_tls_config *cfg, int role, tl_handle h
 	s->pl = s->out_cur = s->lq_head = s->lq_tail = NONE;
 	s->wait_next = s->run_next = s->next = NONE;
 	s->alert_in = s->alert_out = -1;
-	if ((r = tls__session_setup(x, s, opts)) < 0) {
+	if (state) {
+		s->hs_started = s->hs_done = 1;
+		s->hs_counted = 1;
+	}
+	if ((r = state ? tls__carry_import(x, s, state, len) : tls__session_setup(x, s, opts)) < 0) {
 		if (s->gs)
 			gnutls_deinit(s->gs);
 		s->gs = NULL;
+		tls__input_drop(x, s);
+		tls__carry_free(s);
 		tls__cslot_put(x, cs);
 		s->state = S_FREE;
 		s->next = x->sess_free;
@@ -286,13 +297,95 @@ static int start(struct tl_tls_ctx *x, tl_tls_config *cfg, int role, tl_handle h
 
 int tl_tls_server(tl_tls_ctx *x, tl_tls_config *cfg, tl_handle h, uint64_t token, tl_tls_id *id)
 {
-	return start(x, cfg, TL_TLS_SERVER, h, NULL, token, id);
+	return start(x, cfg, TL_TLS_SERVER, h, NULL, NULL, 0, token, id);
 }
 
 int tl_tls_client(tl_tls_ctx *x, tl_tls_config *cfg, tl_handle h, const tl_tls_client_opts *opts,
 		  uint64_t token, tl_tls_id *id)
 {
-	return start(x, cfg, TL_TLS_CLIENT, h, opts, token, id);
+	return start(x, cfg, TL_TLS_CLIENT, h, opts, NULL, 0, token, id);
+}
+
+int tl_tls_import(tl_tls_ctx *x, tl_tls_config *cfg, tl_handle h, const void *state, uint32_t len,
+		  uint64_t token, tl_tls_id *id)
+{
+	if (!x || !cfg || !state || !id)
+		return -EINVAL;
+	return start(x, cfg, cfg->role, h, NULL, state, len, token, id);
+}
+
+/* Whether a completion naming s is still in the ctx's queue. */
+static int queued_for(const struct tl_tls_ctx *x, const struct tls_sess *s)
+{
+	uint64_t v = tls_sess_id(x, s).v;
+
+	for (uint32_t i = 0, k = x->q_head; i < x->q_n; i++, k = (k + 1) % x->q_cap)
+		if (x->q[k].handle.v == v)
+			return 1;
+	return 0;
+}
+
+int tl_tls_release(tl_tls_ctx *x, tl_tls_id id, void *state, uint32_t cap, tl_handle *h)
+{
+	struct tls_sess *s = tls__sess_of(x, id);
+	int r;
+
+	if (!s)
+		return -ENOENT;
+	if (!state || !h || s->state != S_OPEN)
+		return -EINVAL;
+	if (cap < TL_TLS_STATE_MAX)
+		return -ENOBUFS;
+	if (!s->releasing) {
+		if ((r = tls__carry_movable(x, s)) < 0)
+			return r;
+		s->releasing = 1;
+		if (s->reading)
+			tl_stop(x->loop, s->rop); /* what it took still comes */
+	}
+	tls__run(x, s);
+	tls__runs(x);
+	if (s->state != S_OPEN)
+		return -EINVAL;
+	if (tls__carry_movable(x, s) < 0) {
+		/* failed, or the peer's close_notify came meanwhile: it stays */
+		s->releasing = 0;
+		tls__run(x, s);
+		tls__runs(x);
+		return -EOPNOTSUPP;
+	}
+	/* Quiet: the stream read over, every whole record opened and handed
+	 * out, every write written. */
+	if (s->reading || s->whole || tls__plain_pending(s) || s->wq_head != NONE || s->aw_head != NONE ||
+	    s->outq_n || (s->out_cur != NONE && s->out_len) || (s->pl != NONE && s->pl_len))
+		return -EAGAIN;
+	if (s->rd_op != NONE) {
+		read_end(x, s, -ECANCELED, 0);
+		return -EAGAIN;
+	}
+	if (queued_for(x, s))
+		return -EAGAIN;
+	if ((r = tls__carry_export(x, s, state, cap)) < 0)
+		return r;
+	/* Gone without a Closed: its buffers back, its slot free. */
+	tls__unwait(x, s);
+	tls__input_drop(x, s);
+	if (s->pl != NONE)
+		tls__plain_put(x, s->pl);
+	if (s->out_cur != NONE)
+		tls__out_put(x, s->out_cur);
+	s->pl = s->out_cur = NONE;
+	if (s->gs)
+		gnutls_deinit(s->gs);
+	s->gs = NULL;
+	tls__carry_free(s);
+	memset(s->sec_client, 0, sizeof s->sec_client);
+	memset(s->sec_server, 0, sizeof s->sec_server);
+	tls__cslot_put(x, s->cslot);
+	*h = s->h;
+	x->nsess_open--;
+	tls__sess_free(x, s);
+	return r;
 }
 
 /* ---- the host's ops ---- */
@@ -383,7 +476,8 @@ int tl_tls_writev(tl_tls_ctx *x, tl_tls_id id, const struct iovec *iov, int n, u
 
 	if (!s)
 		return -ENOENT;
-	if (!op || !iov || n < 1 || n > TL_IOV_MAX || s->state != S_OPEN || s->shut_op != NONE)
+	if (!op || !iov || n < 1 || n > TL_IOV_MAX || s->state != S_OPEN || s->shut_op != NONE ||
+	    s->releasing)
 		return -EINVAL;
 	for (int i = 0; i < n; i++) {
 		if (!iov[i].iov_base && iov[i].iov_len)
@@ -422,7 +516,7 @@ int tl_tls_shutdown(tl_tls_ctx *x, tl_tls_id id, uint64_t token, tl_op *op)
 
 	if (!s)
 		return -ENOENT;
-	if (!op || s->state != S_OPEN || s->shut_op != NONE || s->notify_out)
+	if (!op || s->state != S_OPEN || s->shut_op != NONE || s->notify_out || s->releasing)
 		return -EINVAL;
 	struct tls_op *o = tls__op_new(x, s, OP_SHUT, token);
 	if (!o)
@@ -446,7 +540,9 @@ int tl_tls_key_update(tl_tls_ctx *x, tl_tls_id id, int request_peer)
 		return -ENOENT;
 	if (s->state != S_OPEN || !s->hs_done || s->fatal || s->shut_op != NONE)
 		return -EINVAL;
-	if (gnutls_protocol_get_version(s->gs) != GNUTLS_TLS1_3)
+	if (s->releasing)
+		return -EINVAL;
+	if (s->cr ? tls__carry_version(s) != TL_TLS_1_3 : gnutls_protocol_get_version(s->gs) != GNUTLS_TLS1_3)
 		return -ENOTSUP;
 	struct tls_op *o = tls__op_new(x, s, OP_KEYUPDATE, 0);
 	if (!o)
@@ -568,7 +664,8 @@ int tl_tls_close(tl_tls_ctx *x, tl_tls_id id, uint32_t flags, uint64_t token)
 		/* close_notify behind what is queued; the stream's idle deadline
 		 * bounds the wait for a peer that does not read */
 		tls__unwait(x, s);
-		if (gnutls_bye(s->gs, GNUTLS_SHUT_WR) == 0) {
+		if ((s->cr ? tls__carry_alert(x, s, GNUTLS_AL_WARNING, GNUTLS_A_CLOSE_NOTIFY)
+			   : gnutls_bye(s->gs, GNUTLS_SHUT_WR)) == 0) {
 			s->notify_out = 1;
 			tls__out_flush(x, s, 0);
 		}

@@ -89,6 +89,17 @@ int tl_tls_close(tl_tls_ctx *x, tl_tls_id id, uint32_t f, uint64_t t)
 	return -ENOTSUP;
 }
 int tl_tls_stream(tl_tls_ctx *x, tl_tls_id id, tl_handle *h) { (void)x, (void)id, (void)h; return -ENOTSUP; }
+int tl_tls_release(tl_tls_ctx *x, tl_tls_id id, void *state, uint32_t cap, tl_handle *h)
+{
+	(void)x, (void)id, (void)state, (void)cap, (void)h;
+	return -ENOTSUP;
+}
+int tl_tls_import(tl_tls_ctx *x, tl_tls_config *cfg, tl_handle h, const void *state, uint32_t len,
+		  uint64_t token, tl_tls_id *id)
+{
+	(void)x, (void)cfg, (void)h, (void)state, (void)len, (void)token, (void)id;
+	return -ENOTSUP;
+}
 const char *tl_tls_reason_name(int reason) { (void)reason; return "?"; }
 int tl_tls_info_get(tl_tls_ctx *x, tl_tls_id id, tl_tls_info *o) { (void)x, (void)id, (void)o; return -ENOTSUP; }
 int tl_tls_verify_text(uint32_t v, char *buf, size_t len)

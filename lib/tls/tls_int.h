@@ -25,6 +25,9 @@
  *                write pump (plaintext in, ciphertext buffers out)
  *   handshake.c  the handshake pump, certificate selection by SNI, ALPN,
  *                tickets, and what a library error means (errno, reason)
+ *   carry.c      moving a session: its record state out (tl_tls_release)
+ *                and in (tl_tls_import), and the record layer an
+ *                imported session runs on (GnuTLS's AEAD primitives)
  *   frame.h, sni.c   the pure parts (record framing, the SNI map)
  */
 
@@ -140,6 +143,11 @@ struct tls_sess {
 	uint8_t frame_bad;      /* a record header was refused (after the whole records before it) */
 	uint8_t cur_app;        /* the buffer being filled holds records of host writes */
 	uint8_t hs_counted;     /* the handshake's outcome is in the stats */
+	uint8_t releasing;      /* tl_tls_release began: no new writes, no stream read */
+	/* TLS 1.3's first traffic secrets (the key log), for a move */
+	uint8_t sec_client[48], sec_server[48];
+	/* an imported session's record layer (carry.c); NULL: the library's */
+	struct tls_carry *cr;
 	uint32_t cslot;         /* the ctx's slot of its config */
 	tl_handle h;
 	uint64_t close_token;
@@ -219,6 +227,8 @@ struct tl_tls_ctx {
 	uint8_t *spill;
 	uint32_t *spill_free, spill_nfree;
 	uint32_t ws_head, ws_tail;
+	/* an imported session's record, opened in place (TLS_SPILL_SIZE) */
+	uint8_t *scratch;
 	/* ciphertext pool */
 	uint8_t *out;
 	uint32_t *out_free, out_nfree;
@@ -274,6 +284,8 @@ static inline tl_op tls_op_id(const struct tl_tls_ctx *x, const struct tls_op *o
 struct tls_op *tls__op_new(struct tl_tls_ctx *x, struct tls_sess *s, int type, uint64_t token);
 /* Queue the op's terminal completion (kind from its type) and free it. */
 void tls__op_end(struct tl_tls_ctx *x, struct tls_op *o, int64_t result, uint16_t flags);
+/* Put a session's slot back on the free list (its id goes stale). */
+void tls__sess_free(struct tl_tls_ctx *x, struct tls_sess *s);
 /* Queue a completion (the ring never overflows: see q_cap). */
 void tls__push(struct tl_tls_ctx *x, const tl_completion *c);
 /* A plaintext buffer for s, or NONE (s then waits, counted). */
@@ -348,6 +360,43 @@ void tls__out_flush(struct tl_tls_ctx *x, struct tls_sess *s, int app);
 void tls__out_done(struct tl_tls_ctx *x, struct tls_sess *s, uint32_t idx, int64_t result);
 /* End the host's queued writes (and a queued shutdown) with err. */
 void tls__writes_fail(struct tl_tls_ctx *x, struct tls_sess *s, int err);
+
+/* Copy the first n bytes of the input queue without taking them; take
+ * n bytes from it into p (NULL: drop them), giving back emptied leases. */
+void tls__lq_peek(const struct tl_tls_ctx *x, const struct tls_sess *s, uint8_t *p, uint32_t n);
+void tls__lq_take(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *p, uint32_t n);
+
+/* ---- carry.c ---- */
+
+/* Record the session's first TLS 1.3 traffic secrets (set at setup). */
+void tls__carry_keylog(struct tls_sess *s);
+/* 0 if s can be released now or once quiet, -EOPNOTSUPP if never. */
+int tls__carry_movable(struct tl_tls_ctx *x, struct tls_sess *s);
+/* Write s's state into out[0..cap): its length, or a negative errno. */
+int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, uint32_t cap);
+/* Make s (open, no library session) carry on from state st[0..len). */
+int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *st, uint32_t len);
+void tls__carry_free(struct tls_sess *s);
+void tls__carry_info(const struct tls_sess *s, tl_tls_info *out);
+/* The record layer of an imported session; the library's conventions:
+ * bytes, 0 at close_notify, GNUTLS_E_* (GNUTLS_E_AGAIN: nothing, or a
+ * record that carried no data). The caller made room in the buffer being
+ * filled (send: n + TLS_REC_OVERHEAD; recv: 256, for an answer). */
+ssize_t tls__carry_recv(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *buf, uint32_t room, uint8_t *scratch);
+uint32_t tls__carry_pending(const struct tls_sess *s);
+int tls__carry_send(struct tl_tls_ctx *x, struct tls_sess *s, const struct iovec *v, int nv, uint32_t n);
+int tls__carry_alert(struct tl_tls_ctx *x, struct tls_sess *s, int level, int desc);
+int tls__carry_key_update(struct tl_tls_ctx *x, struct tls_sess *s, int request);
+/* The alert that tells the peer of failure g, or -1 for none. */
+int tls__carry_alert_of(int g);
+/* TL_TLS_1_3 or TL_TLS_1_2: an imported session's version. */
+int tls__carry_version(const struct tls_sess *s);
+
+/* Plaintext opened but not handed out yet. */
+static inline size_t tls__plain_pending(struct tls_sess *s)
+{
+	return s->cr ? tls__carry_pending(s) : gnutls_record_check_pending(s->gs);
+}
 
 /* ---- handshake.c ---- */
 
