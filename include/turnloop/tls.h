@@ -468,6 +468,11 @@ int tl_tls_stream(tl_tls_ctx *ctx, tl_tls_id id, tl_handle *h);
  * the session closing), -ENOBUFS (cap < TL_TLS_STATE_MAX; nothing
  * changed), -EOPNOTSUPP (not movable, above; nothing changed: the session
  * goes on as before). Setup, not steady state.
+ *
+ * tl_tls_release(ctx, id, NULL, 0, NULL) abandons a release under way
+ * (the mover gave up): the session reads its stream and takes writes
+ * again; a host read the release had ended is the host's to start again.
+ * 0, -ENOENT, -EINVAL (no release under way, or the session closing).
  */
 int tl_tls_release(tl_tls_ctx *ctx, tl_tls_id id, void *state, uint32_t cap, tl_handle *h);
 

@@ -332,6 +332,15 @@ int tl_tls_release(tl_tls_ctx *x, tl_tls_id id, void *state, uint32_t cap, tl_ha
 
 	if (!s)
 		return -ENOENT;
+	if (!state && !cap && !h) {
+		/* abandoned: the session carries on as before */
+		if (!s->releasing || s->state != S_OPEN)
+			return -EINVAL;
+		s->releasing = 0;
+		tls__run(x, s);
+		tls__runs(x);
+		return 0;
+	}
 	if (!state || !h || s->state != S_OPEN)
 		return -EINVAL;
 	if (cap < TL_TLS_STATE_MAX)
