@@ -48,6 +48,8 @@ static struct tlp_ho_msg conn_msg(void)
 	m.u.conn.carry_len[0] = sizeof a - 1;
 	m.u.conn.carry[1] = z;
 	m.u.conn.carry_len[1] = 4;
+	m.u.conn.tls[0] = (const uint8_t *)"STATE0";
+	m.u.conn.tls_len[0] = 6;
 	return m;
 }
 
@@ -57,7 +59,7 @@ static void test_roundtrip_conn(void)
 	int n = tlp_ho_encode(buf, sizeof buf, &m);
 
 	T_EQ(n, tlp_ho_size(&m));
-	T_EQ(n, TLP_HO_HDR + TLP_HO_CONN_FIXED + 3 + 8 + 10 + (int)sizeof(struct sockaddr_in6) + 16 + 4);
+	T_EQ(n, TLP_HO_HDR + TLP_HO_CONN_FIXED + 3 + 8 + 10 + (int)sizeof(struct sockaddr_in6) + 16 + 4 + 6);
 	T_EQ(buf[12], 2);
 	T_EQ(decode_all(buf, (size_t)n, &g), 0);
 	T_EQ(g.type, TLP_HO_CONN);
@@ -80,6 +82,11 @@ static void test_roundtrip_conn(void)
 	T_EQ(tlp_ho_decode(&h, buf + TLP_HO_HDR, h.len, &g), 0);
 	T_EQ(memcmp(g.u.conn.carry[0], "GET / HTTP/1.1\r\n", 16), 0);
 	T_EQ(memcmp(g.u.conn.carry[1], "tail", 4), 0);
+	/* A side's TLS state, after the carries; none on the other side. */
+	T_EQ(g.u.conn.tls_len[0], 6);
+	T_EQ(memcmp(g.u.conn.tls[0], "STATE0", 6), 0);
+	T_EQ(g.u.conn.tls_len[1], 0);
+	T_TRUE(!g.u.conn.tls[1], "a TLS state pointer for a plain side");
 	/* Too small a buffer: -ENOSPC at every size below. */
 	for (int k = 0; k < n; k++)
 		T_EQ(tlp_ho_encode(buf, (size_t)k, &m), -ENOSPC);
@@ -97,6 +104,8 @@ static void test_roundtrip_conn(void)
 	memset(m.u.conn.srv, 's', TLP_HO_NAME_MAX);
 	m.u.conn.carry[0] = m.u.conn.carry[1] = big;
 	m.u.conn.carry_len[0] = m.u.conn.carry_len[1] = TLP_HO_CARRY_MAX;
+	m.u.conn.tls[0] = m.u.conn.tls[1] = big;
+	m.u.conn.tls_len[0] = m.u.conn.tls_len[1] = TLP_HO_TLS_MAX;
 	n = tlp_ho_encode(buf, sizeof buf, &m);
 	T_TRUE(n > 0, "encode of the largest record: %d", n);
 	T_EQ(decode_all(buf, (size_t)n, &g), 0);
@@ -263,6 +272,9 @@ static void test_bad_conn(void)
 	T_EQ(conn_poked(38, 3, &n), -EPROTO);       /* a peer address of 3 bytes */
 	T_EQ(conn_poked(43, 0x7f, &n), -EPROTO);    /* a carry above TLP_HO_CARRY_MAX */
 	T_EQ(conn_poked(40, 15, &n), -EPROTO);      /* carry lengths not the body's */
+	T_EQ(conn_poked(51, 0x7f, &n), -EPROTO);    /* a TLS state above TLP_HO_TLS_MAX */
+	T_EQ(conn_poked(48, 7, &n), -EPROTO);       /* TLS state lengths not the body's */
+	T_EQ(conn_poked(52, 1, &n), -EPROTO);
 	/* A NUL inside a name. */
 	T_EQ(conn_poked(TLP_HO_CONN_FIXED + 1, 0, &n), -EPROTO);
 	/* The peer's family: another one is refused. */
@@ -278,6 +290,13 @@ static void test_bad_conn(void)
 	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
 	m = conn_msg();
 	m.u.conn.carry[1] = NULL;
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	m = conn_msg();
+	m.u.conn.tls_len[1] = TLP_HO_TLS_MAX + 1;
+	m.u.conn.tls[1] = m.u.conn.tls[0];
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	m = conn_msg();
+	m.u.conn.tls[0] = NULL;
 	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
 	m = conn_msg();
 	memset(m.u.conn.pool, 'p', sizeof m.u.conn.pool);

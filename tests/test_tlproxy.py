@@ -3197,8 +3197,8 @@ def t_takeover_carry(env):
 
     def conn_rec(flags, c0, c1, listener=b"default"):
         names = [listener, b"default", f"127.0.0.1:{up}".encode()]
-        body = struct.pack("<IIQQQHHHHII", flags, 0, 100, 200, 10**9, *[len(n) for n in names], len(peer),
-                           len(c0), len(c1))
+        body = struct.pack("<IIQQQHHHHIIII", flags, 0, 100, 200, 10**9, *[len(n) for n in names], len(peer),
+                           len(c0), len(c1), 0, 0)
         return ho_record(6, body + b"".join(names) + peer + c0 + c1, nfds=2)
 
     res = {}
@@ -3539,6 +3539,50 @@ def fake_successor(path, take, ack):
     u.close()
 
 
+def t_takeover_end_ack(env):
+    """A successor that says READY, reads END and goes away without
+    acknowledging it, with no connection in flight (so no other
+    acknowledgement can be missed): the old process sees the takeover fail,
+    takes its listeners back and serves on, instead of draining into a
+    process that is gone."""
+    up, lp = env.port(), env.port()
+    env.start("tlecho", [env.tlecho, "-p", str(up)], wait_line="listening")
+    sock = env.path("ho.sock")
+    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2"]
+    old = env.proxy(args + ["--handover-socket", sock], name="tlproxy-old")
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(sock)
+    u.sendall(ho_record(1, struct.pack("<II", os.getpid(), 0)))
+    check(ho_reply(u, timeout=10)[1] == 1, "no HELLO from the old process")
+    fds = []
+    while True:
+        hdr = b""
+        while len(hdr) < 16:
+            d, f, _, _ = socket.recv_fds(u, 16 - len(hdr), 4)
+            check(d, "the old process ended the conversation")
+            hdr += d
+            fds += f
+        t, n = struct.unpack("<H", hdr[6:8])[0], struct.unpack("<I", hdr[8:12])[0]
+        if n:
+            u.recv(n, socket.MSG_WAITALL)
+        if t == 4:  # LISTENERS_END: say READY
+            u.sendall(ho_record(5, b""))
+        check(t != 6, "a connection record with no connection open")
+        if t == 7:  # END: leave without acknowledging it
+            break
+    for fd in fds:
+        os.close(fd)
+    u.close()
+    env.wait_for(old, r"takeover by pid \d+ failed \(.*\): 0 connections it had taken go with it, "
+                      r"0 taken back .*; still serving", 15)
+    time.sleep(0.5)
+    check(old.p.poll() is None, "the old process exited: it drained into a successor that was gone")
+    s_ = connect(lp)
+    check(echo_ok(s_, b"still here"), "the old process does not serve after the failed takeover")
+    s_.close()
+    check(env.stop(old) == 0, "the old process did not exit 0")
+
+
 def t_takeover_kill(env):
     """A successor that dies in the middle of a takeover, under load (1500
     clients holding connections): the old process takes back every
@@ -3861,7 +3905,7 @@ pools:
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 
-HO_VER = 2  # TLP_HO_VERSION (tools/tlproxy/handover.h)
+HO_VER = 3  # TLP_HO_VERSION (tools/tlproxy/handover.h)
 
 
 def ho_record(t, body, ver=HO_VER, nfds=0):

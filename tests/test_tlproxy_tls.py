@@ -437,45 +437,93 @@ def t_tls_bulk(env):
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def echo_more(t, msg, chunk=64 << 10):
+    """msg echoed on a connection whose server line was read already, a
+    chunk at a time (so neither side's buffers fill)."""
+    for i in range(0, len(msg), chunk):
+        part = msg[i:i + chunk]
+        t.sendall(part)
+        got = b""
+        while len(got) < len(part):
+            d = t.recv(65536)
+            check(d, f"echo cut after {i + len(got)} of {len(msg)} bytes")
+            got += d
+        check(got == part, "the echo differs")
+
+
 def t_tls_takeover(env):
-    """A takeover of a process with a TLS listener: the listener moves, a
-    TLS connection open at the time is not handed over (a TLS session
-    cannot move yet) but stays in the old process and finishes there, and
-    new clients handshake with the new one."""
+    """Takeovers of a process with a TLS listener: TLS connections open at
+    the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more) move
+    to the new process with their sessions' record state and carry on
+    there: they echo after it, the old process exits at once (nothing is
+    left to drain), a second takeover moves them again (out of sessions
+    that were themselves imported), a KeyUpdate from openssl s_client that
+    asks for ours works after a move, and each client's close_notify ends
+    its connection cleanly; new clients handshake with the newest process."""
     d = certs(env)
     up, lp = env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     sock = env.path("ho.sock")
-    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "1",
+    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2",
             "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")]
     old = env.proxy(args + ["--handover-socket", sock], name="tlproxy-old")
-    ctx = client_ctx(d)
-    held = tls_connect(lp, ctx)
-    check(tls_echo(held, b"before") == "S", "no echo before the takeover")
-    new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name="tlproxy-new")
-    env.wait_for(new, r"takeover done", 30)
-    env.wait_for(old, r"takeover by pid \d+: 0 connections handed over .* 1 left to drain here", 10)
-    t = tls_connect(lp, ctx)
-    check(tls_echo(t, b"new") == "S", "a new client was not served after the takeover")
+    ctx13 = client_ctx(d)
+    ctx12 = client_ctx(d)
+    ctx12.maximum_version = ssl.TLSVersion.TLSv1_2
+    held = [tls_connect(lp, ctx13), tls_connect(lp, ctx12)]
+    check([h.version() for h in held] == ["TLSv1.3", "TLSv1.2"], f"versions {[h.version() for h in held]}")
+    for h in held:
+        check(tls_echo(h, b"before") == "S", "no echo before the takeover")
+    # s_client, interactive (its K command sends a KeyUpdate asking for ours)
+    sc = env.start("s_client", ["openssl", "s_client", "-connect", f"127.0.0.1:{lp}", "-tls1_3",
+                                "-CAfile", os.path.join(d, "ca.pem"), "-servername", "localhost"],
+                   stdin=subprocess.PIPE)
+    env.wait_for(sc, r"^S$", 10)
+    big = os.urandom(1 << 20)
+    procs = [old]
+    for k in range(2):
+        # bytes in flight both ways while the connections move
+        for h in held:
+            h.sendall(big[: 128 << 10])
+        new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name=f"tlproxy-new{k}")
+        env.wait_for(new, r"takeover done: 3 connections carried on, 0 cut", 30)
+        prev = procs[-1]
+        try:
+            rc = prev.p.wait(30)
+        except subprocess.TimeoutExpired:
+            raise Fail(f"takeover {k}: the old process kept running: TLS connections were left to drain in it")
+        check(rc == 0, f"takeover {k}: the old process exited {rc}")
+        procs.append(new)
+        for h in held:
+            got = b""
+            while len(got) < (128 << 10):
+                dd = h.recv(65536)
+                check(dd, f"takeover {k}: the echo in flight was cut after {len(got)} bytes")
+                got += dd
+            check(got == big[: 128 << 10], f"takeover {k}: the echo in flight differs")
+            echo_more(h, big)
+        sc.p.stdin.write(f"moved{k}\n".encode())
+        sc.p.stdin.flush()
+        env.wait_for(sc, rf"^moved{k}$", 10)
+    # a KeyUpdate asking for ours, after the moves
+    sc.p.stdin.write(b"K\n")  # alone in its read: s_client drops what follows a command
+    sc.p.stdin.flush()
+    env.wait_for(sc, r"^KEYUPDATE$", 10)
+    time.sleep(0.2)
+    sc.p.stdin.write(b"updated\n")
+    sc.p.stdin.flush()
+    env.wait_for(sc, r"^updated$", 10)
+    new = procs[-1]
+    t = tls_connect(lp, ctx13)
+    check(tls_echo(t, b"new") == "S", "a new client was not served after the takeovers")
     t.unwrap()
     t.close()
-    env.wait_stat(new, "tls_handshakes", "ok", 1)
-    check(old.p.poll() is None, "the old process left before its TLS connection ended")
-    # The held connection still works, in the old process, and ends there.
-    held.sendall(b"after")
-    got = b""
-    while len(got) < 5:
-        dd = held.recv(100)
-        check(dd, "the held TLS connection was cut by the takeover")
-        got += dd
-    check(got == b"after", f"held connection echo {got!r}")
-    held.unwrap()
-    held.close()
-    try:
-        rc = old.p.wait(30)
-    except subprocess.TimeoutExpired:
-        raise Fail("the old process did not exit once its TLS connection ended")
-    check(rc == 0, f"the old process exited {rc}")
+    for h in held:
+        h.unwrap()  # close_notify, and the proxy's back: a clean end
+        h.close()
+    sc.p.stdin.write(b"Q\n")
+    sc.p.stdin.flush()
+    env.wait_stat(new, "conns_open", "0", 0)
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 

@@ -168,10 +168,11 @@ static long body_size(const struct tlp_ho_msg *m)
 		    !name_ok(c->srv, &d) || !addr_ok(&c->peer, c->peer_len))
 			return -EINVAL;
 		for (int s = 0; s < 2; s++)
-			if (c->carry_len[s] > TLP_HO_CARRY_MAX || (c->carry_len[s] && !c->carry[s]))
+			if (c->carry_len[s] > TLP_HO_CARRY_MAX || (c->carry_len[s] && !c->carry[s]) ||
+			    c->tls_len[s] > TLP_HO_TLS_MAX || (c->tls_len[s] && !c->tls[s]))
 				return -EINVAL;
 		return (long)(TLP_HO_CONN_FIXED + a + b + d + c->peer_len + c->carry_len[0] +
-			      c->carry_len[1]);
+			      c->carry_len[1] + c->tls_len[0] + c->tls_len[1]);
 	default:
 		return -EINVAL;
 	}
@@ -248,6 +249,8 @@ int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m)
 		put16(p + 38, c->peer_len);
 		put32(p + 40, c->carry_len[0]);
 		put32(p + 44, c->carry_len[1]);
+		put32(p + 48, c->tls_len[0]);
+		put32(p + 52, c->tls_len[1]);
 		p += TLP_HO_CONN_FIXED;
 		memcpy(p, c->listener, nl);
 		p += nl;
@@ -261,6 +264,11 @@ int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m)
 			if (c->carry_len[s])
 				memcpy(p, c->carry[s], c->carry_len[s]);
 			p += c->carry_len[s];
+		}
+		for (int s = 0; s < 2; s++) {
+			if (c->tls_len[s])
+				memcpy(p, c->tls[s], c->tls_len[s]);
+			p += c->tls_len[s];
 		}
 		break;
 	}
@@ -297,10 +305,14 @@ static int decode_conn(const uint8_t *b, size_t n, struct tlp_ho_conn *c)
 	na = get16(b + 38);
 	c->carry_len[0] = get32(b + 40);
 	c->carry_len[1] = get32(b + 44);
+	c->tls_len[0] = get32(b + 48);
+	c->tls_len[1] = get32(b + 52);
 	if (!flags_ok(c->flags) || c->carry_len[0] > TLP_HO_CARRY_MAX ||
-	    c->carry_len[1] > TLP_HO_CARRY_MAX || na > sizeof c->peer)
+	    c->carry_len[1] > TLP_HO_CARRY_MAX || na > sizeof c->peer ||
+	    c->tls_len[0] > TLP_HO_TLS_MAX || c->tls_len[1] > TLP_HO_TLS_MAX)
 		return -EPROTO;
-	need = (uint64_t)TLP_HO_CONN_FIXED + nl + np + ns + na + c->carry_len[0] + c->carry_len[1];
+	need = (uint64_t)TLP_HO_CONN_FIXED + nl + np + ns + na + c->carry_len[0] + c->carry_len[1] +
+	       c->tls_len[0] + c->tls_len[1];
 	if (need != n)
 		return -EPROTO;
 	p = b + TLP_HO_CONN_FIXED;
@@ -317,6 +329,10 @@ static int decode_conn(const uint8_t *b, size_t n, struct tlp_ho_conn *c)
 	c->carry[0] = c->carry_len[0] ? p : NULL;
 	p += c->carry_len[0];
 	c->carry[1] = c->carry_len[1] ? p : NULL;
+	p += c->carry_len[1];
+	c->tls[0] = c->tls_len[0] ? p : NULL;
+	p += c->tls_len[0];
+	c->tls[1] = c->tls_len[1] ? p : NULL;
 	return 0;
 }
 

@@ -36,13 +36,20 @@
  * its side of the conversation for reading, so an ACK comes either before
  * that (it counts) or not at all (the new process drops the connection).
  *
+ * After END the new process sends one more ACK, of one past the CONN
+ * records: the old process lets go (drains, exits) only once it has read
+ * it, so a new process gone after READY is seen even with no connection
+ * in flight, and the old one takes its listeners back.
+ *
  * Version 2 added ACK, and the carry of a CONN record may hold what the
  * writes the handover cut short had not written (a connection moves with
- * writes in flight to a slow reader).
+ * writes in flight to a slow reader). Version 3 added a side's TLS record
+ * state (tl_tls_release's, opaque here), so a TLS connection moves too,
+ * and END's acknowledgement.
  */
 
 #define TLP_HO_MAGIC "TLHO"
-#define TLP_HO_VERSION 2
+#define TLP_HO_VERSION 3
 #define TLP_HO_HDR 16
 #define TLP_HO_NAME_MAX 255        /* listener, pool and server names */
 #define TLP_HO_TEXT_MAX 255        /* a refusal's reason */
@@ -50,8 +57,12 @@
  * reads of a stream (its lease cap), each time it moves while its reader
  * reads nothing, on top of a carry it may still be writing. */
 #define TLP_HO_CARRY_MAX (8u << 20)
-#define TLP_HO_CONN_FIXED 48       /* a CONN body before its names and bytes */
-#define TLP_HO_BODY_MAX (TLP_HO_CONN_FIXED + 3 * TLP_HO_NAME_MAX + 128 + 2 * TLP_HO_CARRY_MAX)
+/* A side's TLS record state (turnloop/tls.h's TL_TLS_STATE_MAX, which a
+ * test checks this is at least). */
+#define TLP_HO_TLS_MAX 20480u
+#define TLP_HO_CONN_FIXED 56       /* a CONN body before its names and bytes */
+#define TLP_HO_BODY_MAX                                                                    \
+	(TLP_HO_CONN_FIXED + 3 * TLP_HO_NAME_MAX + 128 + 2 * TLP_HO_CARRY_MAX + 2 * TLP_HO_TLS_MAX)
 
 enum tlp_ho_type {
 	TLP_HO_HELLO = 1,         /* u32 pid, u32 0 */
@@ -98,6 +109,10 @@ struct tlp_ho_conn {
 	 * process writes them first. */
 	const uint8_t *carry[2];
 	uint32_t carry_len[2];
+	/* Side s's TLS record state (tl_tls_release), tls_len[s] bytes; 0: a
+	 * plain side. Decoding points tls[] into the body too. */
+	const uint8_t *tls[2];
+	uint32_t tls_len[2];
 };
 
 struct tlp_ho_msg {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ho.h"
@@ -14,22 +15,6 @@
 #include "wheel.h"
 
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
-
-/*
- * Handing a forwarding connection over: both its handles are detached at
- * once, which cancels every operation they have. What the reads had taken
- * still arrives and is kept (ho_keep); each write says how much of it went
- * (u.write.written) and the rest is kept (ho_cut_write), in the order the
- * writes were issued; a splice flushes its pipe first; a shutdown that
- * had not sent its FIN yet is left to the new process. Once every one of
- * them has ended, the descriptors come out and the pair leaves as a CONN
- * record whose carry is what each side is still owed, in order. A FIN
- * read meanwhile is not passed on here: the new process sends it after
- * the carry. Nothing waits for a slow reader, which may take its bytes
- * from the new process as it likes; only a splice into it whose pipe
- * must drain first can hold a connection past the deadline, and then it
- * carries on here (ho_resume).
- */
 
 /*
  * Handing a forwarding connection over: both its handles are detached at
@@ -70,8 +55,82 @@ static void tlp_shard_ho_listeners(tl_shard *s)
 	}
 }
 
-/* Detach side s of c (a first call cancels what it has). 0, or -1 when c
- * was cut. */
+/*
+ * A TLS side moves as its session's record state (tl_tls_release) and
+ * its stream: the release stops the session's stream read, the records
+ * already read come to the side's read as plaintext (kept like any read's
+ * bytes), its writes finish, then the read ends and the session gives
+ * the stream back, which is detached as a plain side's. A session that
+ * cannot move (tl_tls_release's -EOPNOTSUPP) keeps its whole connection
+ * here, to drain. Progress of a release comes from the TLS layer's own
+ * completions, which reach no handler of ours: while one is under way the
+ * connection steps again every turn (TLP_MSG_HO_STEP).
+ */
+
+/* Release TLS side s: 1 once released (c->h[s] is its bare stream and
+ * o->st[s] its state), 0 while under way, or a negative errno
+ * (-EOPNOTSUPP: it cannot move). A plain side: 1. */
+static int ho_release(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	struct tlp_ho_out *o = c->ho;
+	tl_handle h;
+	int r;
+
+	if (!side_tls(c, s))
+		return 1;
+	if (!o->st[s] && !(o->st[s] = malloc(TL_TLS_STATE_MAX)))
+		return -ENOMEM;
+	r = tl_tls_release(sh->tls, c->ts[s], o->st[s], TL_TLS_STATE_MAX, &h);
+	if (r == -EAGAIN) {
+		o->rel |= (uint8_t)(1u << s);
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	o->rel &= (uint8_t)~(1u << s);
+	o->st_len[s] = (uint32_t)r;
+	c->h[s] = h;
+	c->flags &= ~F_TLS(s);
+	return 1;
+}
+
+/* Give up the releases under way: those sessions carry on here, their
+ * reads cancelled so that they end as a detached side's do (unless
+ * keep_reads: a connection that was never handed over). */
+static void ho_unrelease(struct tlp_shard *sh, struct tlp_conn *c, int keep_reads)
+{
+	struct tlp_ho_out *o = c->ho;
+
+	for (int s = 0; s < 2; s++) {
+		if (!(o->rel & (1u << s)))
+			continue;
+		o->rel &= (uint8_t)~(1u << s);
+		tl_tls_release(sh->tls, c->ts[s], NULL, 0, NULL);
+		if (!keep_reads && (c->flags & F_RD(s)) && !(c->flags & (F_EOF(s) | F_HORD(s))))
+			tl_tls_cancel(sh->tls, c->rd[s]);
+	}
+}
+
+/* Take a released side's session back (ho_resume): 0, or a negative errno. */
+static int ho_reimport(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	struct tlp_ho_out *o = c->ho;
+	tl_tls_config *cfg = s == 0 ? c->lr->tls : c->gen->tls_by_gp[c->gp->idx];
+	int r;
+
+	if (!o->st_len[s])
+		return 0;
+	r = tl_tls_import(sh->tls, cfg, c->h[s], o->st[s], o->st_len[s], tok(CI(sh, c), s, OP_CLOSE, 0),
+			  &c->ts[s]);
+	explicit_bzero(o->st[s], o->st_len[s]);
+	o->st_len[s] = 0;
+	if (r == 0)
+		c->flags |= F_TLS(s);
+	return r;
+}
+
+/* Detach side s of c (a first call cancels what it has; a TLS side is
+ * released first). 0, or -1 when c was cut. */
 static int ho_detach(struct tlp_shard *sh, struct tlp_conn *c, int s)
 {
 	struct tlp_ho_out *o = c->ho;
@@ -79,6 +138,12 @@ static int ho_detach(struct tlp_shard *sh, struct tlp_conn *c, int s)
 
 	if (o->fd[s] >= 0 || tl_handle_eq(c->h[s], TL_HANDLE_NONE))
 		return 0;
+	if ((r = ho_release(sh, c, s)) <= 0) {
+		if (r == 0)
+			return 0;
+		tlp_conn_end(sh, c, TLP_END_BUSY, 3);
+		return -1;
+	}
 	r = tl_detach(sh->loop, c->h[s], &o->fd[s]);
 	if (r == 0) {
 		c->h[s] = TL_HANDLE_NONE;
@@ -101,6 +166,25 @@ static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
 	o->in = c->ho; /* a record whose carry is still being written */
 	c->ho = o;
 	c->flags |= F_HO;
+	/* TLS sides first: one that cannot move keeps the connection here
+	 * before anything of it was detached. */
+	for (int s = 0; s < 2; s++) {
+		int r = ho_release(sh, c, s);
+
+		if (r == -EOPNOTSUPP) {
+			ho_unrelease(sh, c, 1);
+			c->ho = o->in;
+			c->flags &= ~F_HO;
+			free(o->st[0]);
+			free(o->st[1]);
+			free(o);
+			return; /* it drains here */
+		}
+		if (r < 0) {
+			tlp_conn_end(sh, c, TLP_END_BUSY, 3);
+			return;
+		}
+	}
 	for (int s = 0; s < 2; s++)
 		if (ho_detach(sh, c, s) < 0)
 			return;
@@ -180,9 +264,8 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 	for (uint32_t i = 0; i < sh->cap; i++) {
 		struct tlp_conn *c = &sh->c[i];
 
-		/* A TLS session cannot move to another process yet: such a
-		 * connection finishes here, as in a drain. */
-		if (c->state == C_FWD && !(c->flags & (F_HO | F_TLS(0) | F_TLS(1)))) {
+		/* (A TLS session that cannot move finishes here: ho_begin.) */
+		if (c->state == C_FWD && !(c->flags & F_HO)) {
 			n++;
 			ho_begin(sh, c);
 			if (!(c->flags & F_HO) && c->state == C_FWD)
@@ -200,7 +283,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 
 	if (o->len[s] + (uint64_t)n > TLP_HO_CARRY_MAX) {
 		/* More than a stream's leases can hold: not expected; cut. */
-		tl_lease_release(sh->loop, id);
+		side_lease_free(sh, side_lease_arg(c, s, id));
 		tlp_conn_end(sh, c, TLP_END_BUSY, 3);
 		return;
 	}
@@ -212,7 +295,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 			cap *= 2;
 		b = realloc(o->b[s], cap);
 		if (!b) {
-			tl_lease_release(sh->loop, id);
+			side_lease_free(sh, side_lease_arg(c, s, id));
 			tlp_conn_end(sh, c, TLP_END_BUSY, 3);
 			return;
 		}
@@ -221,7 +304,7 @@ static void ho_keep(struct tlp_shard *sh, struct tlp_conn *c, int s, const uint8
 	}
 	memcpy(o->b[s] + o->len[s], p, n);
 	o->len[s] += n;
-	tl_lease_release(sh->loop, id);
+	side_lease_free(sh, side_lease_arg(c, s, id)); /* a TLS side's: the layer's */
 }
 
 /* A write of p[0..len) to side d, number seq, ended while c is handed
@@ -302,6 +385,9 @@ static int ho_carry(struct tlp_ho_out *o, int s, uint8_t **out, uint32_t *len)
 static void ho_free(struct tlp_ho_out *o)
 {
 	for (int s = 0; s < 2; s++) {
+		if (o->st[s])
+			explicit_bzero(o->st[s], TL_TLS_STATE_MAX); /* keys */
+		free(o->st[s]);
 		for (uint32_t i = 0; i < o->nw[s]; i++)
 			free(o->w[s][i].p);
 		free(o->w[s]);
@@ -373,6 +459,19 @@ void tlp_ho_step(struct tlp_shard *sh, struct tlp_conn *c)
 		ho_resume(sh, c);
 		return;
 	}
+	for (int s = 0; s < 2; s++)
+		if ((o->rel & (1u << s)) && ho_detach(sh, c, s) < 0)
+			return;
+	if (o->rel) {
+		/* the TLS layer's own completions move it on: look again next turn */
+		if (o->posted)
+			return;
+		if (tl_shard_post(sh->s, sh->id, tlp_ctl_token(TLP_MSG_HO_STEP, CI(sh, c)), 0) < 0)
+			tlp_conn_end(sh, c, TLP_END_BUSY, 3);
+		else
+			o->posted = 1;
+		return;
+	}
 	if (!ho_quiet(c))
 		return;
 	if ((f & F_EOF(0)) && (f & F_EOF(1)) && !o->len[0] && !o->len[1] && !o->nw[0] && !o->nw[1]) {
@@ -412,6 +511,8 @@ void tlp_ho_step(struct tlp_shard *sh, struct tlp_conn *c)
 		m.u.conn.bytes[s] = c->bytes[s];
 		r = ho_carry(o, s, &carry[s], &m.u.conn.carry_len[s]);
 		m.u.conn.carry[s] = carry[s];
+		m.u.conn.tls[s] = o->st_len[s] ? o->st[s] : NULL;
+		m.u.conn.tls_len[s] = o->st_len[s];
 	}
 	if (r < 0) {
 		free(carry[0]);
@@ -450,8 +551,11 @@ static void tlp_shard_ho_step(tl_shard *s, uint32_t ci)
 {
 	struct tlp_shard *sh = SH(s);
 
-	if (ci < sh->cap)
-		tlp_ho_step(sh, &sh->c[ci]);
+	if (ci >= sh->cap)
+		return;
+	if (sh->c[ci].flags & F_HO)
+		((struct tlp_ho_out *)sh->c[ci].ho)->posted = 0;
+	tlp_ho_step(sh, &sh->c[ci]);
 }
 
 /* A carry write of an adopted connection ended: the record goes with the
@@ -498,7 +602,7 @@ void tlp_ho_carry_on(struct tlp_shard *sh, struct tlp_conn *c, struct tlp_ho_in 
 		if (c->flags & F_EOF(k))
 			continue;
 		tlp_spl_init(&c->sp[k], c->lr->cfg->splice);
-		if (tl_read_start(sh->loop, c->h[k], tok(ci, k, OP_READ, 0), &c->rd[k]) < 0) {
+		if (side_read_start(sh, c, k, tok(ci, k, OP_READ, 0), &c->rd[k]) < 0) {
 			tlp_conn_end(sh, c, TLP_END_BUSY, 3);
 			return;
 		}
@@ -524,6 +628,7 @@ static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
 	uint8_t *carry[2] = {NULL, NULL};
 	uint32_t len[2] = {0, 0};
 
+	ho_unrelease(sh, c, 0);
 	if (!ho_quiet(c))
 		return;
 	for (int s = 0; s < 2; s++)
@@ -534,6 +639,11 @@ static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c)
 				return;
 			}
 			o->fd[s] = -1;
+		}
+	for (int s = 0; s < 2; s++)
+		if (ho_reimport(sh, c, s) < 0) {
+			tlp_conn_end(sh, c, TLP_END_TLS, 3);
+			return;
 		}
 	for (int s = 0; s < 2; s++)
 		if (ho_carry(o, s, &carry[s], &len[s]) < 0) {

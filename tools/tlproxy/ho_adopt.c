@@ -5,9 +5,10 @@
 #include "conn.h"
 #include "ho.h"
 #include "takeover.h"
+#include "tls.h"
 #include "wheel.h"
 
-/* Calls: ho -> conn, wheel, state, world, takeover. */
+/* Calls: ho -> conn, tls, wheel, state, world, takeover. */
 
 static struct tlp_glisten *gl_find(const char *name)
 {
@@ -174,6 +175,23 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 			c->flags |= F_EOF(k);
 		if (hc->flags & TLP_HO_SHUT(k))
 			c->flags |= F_SHUT(k) | F_SHUTOK(k);
+	}
+	/* A TLS side carries on its session from the record state. */
+	for (int k = 0; k < 2; k++) {
+		if (!hc->tls_len[k] || tl_handle_eq(c->h[k], TL_HANDLE_NONE))
+			continue;
+		tl_tls_config *cfg = k == 0 ? lr->tls : c->gen->tls_by_gp[gp->idx];
+
+		r = sh->tls && cfg ? tl_tls_import(sh->tls, cfg, c->h[k], hc->tls[k], hc->tls_len[k],
+						   tok(CI(sh, c), k, OP_CLOSE, 0), &c->ts[k])
+				   : -ENOPROTOOPT; /* the new configuration's side is plain */
+		if (r < 0) {
+			tlp_conn_end(sh, c, TLP_END_TLS, 3);
+			free(in);
+			return r;
+		}
+		c->flags |= F_TLS(k);
+		tlp_tls_adopted(sh, c, k);
 	}
 	tlp_ho_carry_on(sh, c, in);
 	return c->state == C_FWD || c->cause == TLP_END_DONE ? 0 : -ECONNABORTED;

@@ -575,6 +575,14 @@ static void *receive(void *arg)
 		if (h.type == TLP_HO_END) {
 			end = tlp_ho_decode(&h, body, h.len, &em) == 0;
 			free(body);
+			/* END's acknowledgement (one past the CONN records): without
+			 * it the old process takes its listeners back. */
+			if (end && (r = send_ack(fd, got + 1)) < 0) {
+				tlp_log("takeover: the old process went away before END was "
+					"acknowledged (%s): it keeps its listeners",
+					tl_strerror(r));
+				end = 0;
+			}
 			break;
 		}
 		/* Ours once the old process knows it, and only then: touched

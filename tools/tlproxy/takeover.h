@@ -56,6 +56,12 @@ struct tlp_ho_out {
 	uint32_t nw[2], capw[2];
 	int fd[2];                /* detached descriptors, -1 not yet */
 	struct tlp_ho_in *in;     /* the record it came in by, while its carry is written */
+	/* A TLS side: its session's record state once released (tl_tls_release),
+	 * and the sides whose release is under way. */
+	uint8_t *st[2];
+	uint32_t st_len[2];
+	uint8_t rel;
+	uint8_t posted;           /* a TLP_MSG_HO_STEP for a release is on its way */
 };
 
 /* A connection record received (new side), or taken back (old side):

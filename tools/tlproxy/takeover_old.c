@@ -234,8 +234,13 @@ static int read_acks(int fd)
 		tlp_to.ackgot = 0;
 		if (tlp_ho_hdr_decode(tlp_to.ackbuf, TLP_HO_HDR, &h) < 0 || h.type != TLP_HO_ACK ||
 		    h.len != 4 || tlp_ho_decode(&h, tlp_to.ackbuf + TLP_HO_HDR, 4, &m) < 0 ||
-		    m.u.ack.count > tlp_to.sent)
+		    m.u.ack.count > tlp_to.sent + tlp_to.end_sent)
 			return -EPROTO;
+		if (m.u.ack.count == tlp_to.sent + 1) {
+			/* one past the CONN records: END read, and every one before */
+			tlp_to.end_acked = 1;
+			m.u.ack.count = tlp_to.sent;
+		}
 		while (tlp_to.acked < m.u.ack.count && tlp_to.unacked) {
 			struct qrec *q = tlp_to.unacked;
 
@@ -368,6 +373,7 @@ static int session(int fd, pid_t pid)
 	tlp_to.unacked = NULL;
 	tlp_to.unacked_tail = &tlp_to.unacked;
 	tlp_to.ackgot = 0;
+	tlp_to.end_sent = tlp_to.end_acked = 0;
 	memset(&m, 0, sizeof m);
 	m.type = TLP_HO_HELLO;
 	m.u.hello.pid = (uint32_t)getpid();
@@ -458,18 +464,21 @@ static int session(int fd, pid_t pid)
 		why = tl_strerror(r);
 		failed = 1;
 	}
+	tlp_to.end_sent = !failed;
 	/* Every connection sent must be acknowledged before this process lets
-	 * go of it. */
-	for (uint64_t adl = tlp_to_now_ns() + 5000000000ull; !failed && tlp_to.acked < tlp_to.sent;) {
+	 * go of it, and END too: a successor gone after READY is seen even
+	 * when no connection was in flight to miss its acknowledgement. */
+	for (uint64_t adl = tlp_to_now_ns() + 5000000000ull; !failed && !tlp_to.end_acked;) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 
 		if (tlp_to_now_ns() >= adl || atomic_load(&tlp_to.stop)) {
-			why = "no acknowledgement of every connection";
+			why = tlp_to.acked < tlp_to.sent ? "no acknowledgement of every connection"
+							 : "no acknowledgement of END";
 			failed = 1;
 			break;
 		}
 		tlp_to_refuse_newcomers();
-		if (poll(&p, 1, 20) > 0 && (r = read_acks(fd)) < 0 && tlp_to.acked < tlp_to.sent) {
+		if (poll(&p, 1, 20) > 0 && (r = read_acks(fd)) < 0 && !tlp_to.end_acked) {
 			why = tl_strerror(r);
 			failed = 1;
 		}

@@ -65,6 +65,7 @@ struct tlp_to {
 	uint32_t sent, acked;      /* CONN records sent, and acknowledged */
 	uint8_t ackbuf[TLP_HO_HDR + 4];
 	uint32_t ackgot;
+	uint8_t end_sent, end_acked; /* END written; its acknowledgement read */
 };
 extern struct tlp_to tlp_to;
 

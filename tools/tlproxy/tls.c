@@ -102,6 +102,22 @@ static void keep(struct tlp_alog_tls *r, const tl_tls_info *in)
 	cut(r->sni, sizeof r->sni, in->sni);
 }
 
+void tlp_tls_adopted(struct tlp_shard *sh, struct tlp_conn *c, int s)
+{
+	struct tlp_alog_tls *r = &sh->tlr[CI(sh, c)];
+	tl_tls_info in;
+
+	if (!(r->sides & 3))
+		memset(r, 0, sizeof *r);
+	r->sides |= (uint8_t)(1u << s);
+	if (tl_tls_info_get(sh->tls, c->ts[s], &in) < 0)
+		return;
+	if (s == 0)
+		keep(r, &in);
+	else
+		r->up_version = in.version;
+}
+
 void tlp_tls_on_hs(struct tlp_shard *sh, struct tlp_conn *c, const tl_completion *e)
 {
 	const struct tlp_lrt *lr = c->lr;

@@ -16,6 +16,9 @@ void tlp_tls_start(struct tlp_shard *sh, struct tlp_conn *c);
 /* c's handshake ended (e, TL_K_TLS_HANDSHAKE): count it, keep what it
  * agreed for the log, and route c, or end it (TLP_END_TLS). */
 void tlp_tls_on_hs(struct tlp_shard *sh, struct tlp_conn *c, const tl_completion *e);
+/* Side s of c carries on a session handed over by a takeover: what it
+ * agreed goes in the connection's access-log record. */
+void tlp_tls_adopted(struct tlp_shard *sh, struct tlp_conn *c, int s);
 /* The handler at TLP_H_TLS: the layer's own stream completions. */
 void tlp_on_tls(tl_shard *s, const tl_completion *e);
 
