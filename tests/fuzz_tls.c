@@ -1,4 +1,4 @@
-/* tests/fuzz_tls.c: libFuzzer target for the TLS layer's own readers of outside input: the record framer (lib/tls/frame.h) and the SNI map with its name lists (lib/tls/sni.c), each against a plain reference. */
+/* tests/fuzz_tls.c: libFuzzer target for the TLS layer's own readers of outside input: the record framer (lib/tls/frame.h), the SNI map with its name lists (lib/tls/sni.c), each against a plain reference, and a moved session's record state (lib/tls/state.h), against the rules it states. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "frame.h"
 #include "sni.h"
+#include "state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -216,11 +217,48 @@ static void sni(const uint8_t *data, size_t size)
 	tls_sni_free(&m);
 }
 
+/*
+ * A record state (what a takeover's CONN record carries to tl_tls_import):
+ * data[1..) as the state, for either role. Taken only when every rule of
+ * state.h holds, checked here one by one; never read past its end.
+ */
+static void state(const uint8_t *data, size_t size)
+{
+	const uint8_t *st = data + 1;
+	uint32_t n = (uint32_t)(size - 1);
+
+	for (int server = 0; server < 2; server++) {
+		struct tls_st_fixed f;
+		int r = tls_state_check(st, n, server, &f);
+
+		if (r != 0) {
+			check(r == -EINVAL || r == -EOPNOTSUPP, "state: an error outside the two it says");
+			continue;
+		}
+		check(n >= sizeof f && f.partial == n - sizeof f, "state: taken with lengths that do not add up");
+		check(f.magic == TLS_ST_MAGIC && f.version == TLS_ST_VERSION, "state: taken with another magic or version");
+		check(f.server == server, "state: taken for the other role");
+		check(f.tls == 0x0303 || f.tls == 0x0304, "state: taken with another TLS version");
+		check(f.cipher >= TLS_TC_AES128GCM && f.cipher <= TLS_TC_CHACHA, "state: taken with another suite");
+		check(memchr(f.cipher_name, 0, sizeof f.cipher_name) && memchr(f.group, 0, sizeof f.group) &&
+			      memchr(f.sni, 0, sizeof f.sni) && memchr(f.alpn, 0, sizeof f.alpn),
+		      "state: a name left unterminated");
+		/* the partial record: a prefix of one record, with a good header */
+		const uint8_t *p = st + sizeof f;
+		if (f.partial >= TLS_REC_HDR) {
+			check(tls_frame_check(p) == TLS_FRAME_OK, "state: a partial record with a bad header");
+			check(f.partial < tls_frame_size(p), "state: a whole record taken as a partial one");
+		}
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	if (data[0] & 1)
+	if (data[0] == 0x5a) /* a state; (the framer takes odd first bytes) */
+		state(data, size);
+	else if (data[0] & 1)
 		framing(data, size);
 	else
 		sni(data, size);

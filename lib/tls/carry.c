@@ -4,6 +4,7 @@
 #include <string.h>
 #include <gnutls/crypto.h>
 #include "tls_int.h"
+#include "state.h"
 
 /*
  * After its handshake a TLS session is its record state: per direction
@@ -23,39 +24,15 @@
  *   TLS 1.2 ChaCha20-Poly1305: the same without the explicit part, nonce
  *            = iv XOR seq.
  *
- * The state (tl_tls_release writes it, tl_tls_import checks it), all
- * integers little-endian: the fixed part (struct st_fixed below, 4-byte
- * magic "TLST" and a version), the info strings, then the bytes of the
- * record under way that the stream had already delivered.
+ * The state's layout, what it holds and its check are in state.h.
  */
 
-#define ST_MAGIC 0x54534c54u /* "TLST" */
-#define ST_VERSION 1
 #define TAG 16
-
-enum { TC_AES128GCM = 1, TC_AES256GCM, TC_CHACHA };
-
-struct st_dir {
-	uint64_t seq;
-	uint8_t key[32], iv[12], secret[48];
-};
-
-struct st_fixed {
-	uint32_t magic;
-	uint16_t version, tls;   /* ST_VERSION; 0x0304 or 0x0303 */
-	uint8_t server, cipher, resumed, peer_cert;
-	uint32_t verify;
-	int32_t alert_in, alert_out;
-	uint64_t bytes_in, bytes_out;
-	struct st_dir in, out;
-	char cipher_name[64], group[16], sni[256], alpn[64];
-	uint32_t partial;        /* bytes of the record under way that follow */
-};
 
 struct tls_carry {
 	uint16_t tls;
 	uint8_t cipher, keylen, hashlen;
-	struct st_dir in, out;
+	struct tls_st_dir in, out;
 	gnutls_aead_cipher_hd_t hin, hout;
 	/* plaintext of a record opened but not all delivered: a spill buffer */
 	uint32_t pend, pend_off, pend_len;
@@ -66,15 +43,15 @@ struct tls_carry {
 
 static gnutls_cipher_algorithm_t alg_of(int c)
 {
-	return c == TC_AES128GCM ? GNUTLS_CIPHER_AES_128_GCM
-	       : c == TC_AES256GCM ? GNUTLS_CIPHER_AES_256_GCM
+	return c == TLS_TC_AES128GCM ? GNUTLS_CIPHER_AES_128_GCM
+	       : c == TLS_TC_AES256GCM ? GNUTLS_CIPHER_AES_256_GCM
 				   : GNUTLS_CIPHER_CHACHA20_POLY1305;
 }
 
-static int keylen_of(int c) { return c == TC_AES128GCM ? 16 : 32; }
+static int keylen_of(int c) { return c == TLS_TC_AES128GCM ? 16 : 32; }
 /* The suite's hash (TLS 1.3: SHA-384 for AES-256-GCM, SHA-256 otherwise). */
-static int hashlen_of(int c) { return c == TC_AES256GCM ? 48 : 32; }
-static gnutls_mac_algorithm_t mac_of(int c) { return c == TC_AES256GCM ? GNUTLS_MAC_SHA384 : GNUTLS_MAC_SHA256; }
+static int hashlen_of(int c) { return c == TLS_TC_AES256GCM ? 48 : 32; }
+static gnutls_mac_algorithm_t mac_of(int c) { return c == TLS_TC_AES256GCM ? GNUTLS_MAC_SHA384 : GNUTLS_MAC_SHA256; }
 
 static void put_be64(uint8_t *p, uint64_t v)
 {
@@ -111,7 +88,7 @@ static int traffic_keys(int c, const uint8_t *secret, uint8_t *key, uint8_t *iv)
 }
 
 /* The next generation of a direction: secret, key and IV (KeyUpdate). */
-static int next_generation(int c, struct st_dir *d)
+static int next_generation(int c, struct tls_st_dir *d)
 {
 	uint8_t next[48];
 
@@ -149,7 +126,7 @@ void tls__carry_keylog(struct tls_sess *s)
 /* One direction of a library session: its key, IV and sequence number,
  * and (TLS 1.3) the secret of the generation in use, found by deriving
  * from the first until the key matches (a KeyUpdate before the move). */
-static int export_dir(struct tls_sess *s, int c, int tls13, int read, struct st_dir *d)
+static int export_dir(struct tls_sess *s, int c, int tls13, int read, struct tls_st_dir *d)
 {
 	gnutls_datum_t mac, iv, key;
 	uint8_t seq[8];
@@ -158,7 +135,7 @@ static int export_dir(struct tls_sess *s, int c, int tls13, int read, struct st_
 	if (gnutls_record_get_state(s->gs, (unsigned)read, &mac, &iv, &key, seq) < 0 ||
 	    key.size != (unsigned)keylen_of(c))
 		return -EOPNOTSUPP;
-	unsigned want_iv = tls13 || c == TC_CHACHA ? 12 : 4;
+	unsigned want_iv = tls13 || c == TLS_TC_CHACHA ? 12 : 4;
 	if (iv.size != want_iv)
 		return -EOPNOTSUPP;
 	memcpy(d->key, key.data, key.size);
@@ -169,7 +146,7 @@ static int export_dir(struct tls_sess *s, int c, int tls13, int read, struct st_
 		return 0;
 	/* the peer's secret is the one read with */
 	const uint8_t *first = (s->server == read) ? s->sec_client : s->sec_server;
-	struct st_dir g = {0};
+	struct tls_st_dir g = {0};
 	memcpy(g.secret, first, sizeof g.secret);
 	if (traffic_keys(c, g.secret, g.key, g.iv) < 0)
 		return -EOPNOTSUPP;
@@ -184,11 +161,11 @@ static int cipher_code(gnutls_cipher_algorithm_t a)
 {
 	switch (a) {
 	case GNUTLS_CIPHER_AES_128_GCM:
-		return TC_AES128GCM;
+		return TLS_TC_AES128GCM;
 	case GNUTLS_CIPHER_AES_256_GCM:
-		return TC_AES256GCM;
+		return TLS_TC_AES256GCM;
 	case GNUTLS_CIPHER_CHACHA20_POLY1305:
-		return TC_CHACHA;
+		return TLS_TC_CHACHA;
 	default:
 		return 0;
 	}
@@ -209,7 +186,7 @@ int tls__carry_movable(struct tl_tls_ctx *x, struct tls_sess *s)
 }
 
 /* The info strings a library session reports, into the state. */
-static void export_info(struct tl_tls_ctx *x, struct tls_sess *s, struct st_fixed *f)
+static void export_info(struct tl_tls_ctx *x, struct tls_sess *s, struct tls_st_fixed *f)
 {
 	tl_tls_info in;
 
@@ -225,12 +202,12 @@ static void export_info(struct tl_tls_ctx *x, struct tls_sess *s, struct st_fixe
 
 int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, uint32_t cap)
 {
-	struct st_fixed f;
+	struct tls_st_fixed f;
 	int r;
 
 	memset(&f, 0, sizeof f);
-	f.magic = ST_MAGIC;
-	f.version = ST_VERSION;
+	f.magic = TLS_ST_MAGIC;
+	f.version = TLS_ST_VERSION;
 	f.server = s->server;
 	f.alert_in = s->alert_in;
 	f.alert_out = s->alert_out;
@@ -289,7 +266,7 @@ static int aead_init(gnutls_aead_cipher_hd_t *h, int c, uint8_t *key)
  * leaves the old key's GHASH state in place (records sealed with it fail
  * at the peer; ChaCha20-Poly1305 was unaffected). A KeyUpdate is rare: the
  * allocation is the library's, once per update. */
-static int rekey(struct tls_carry *cr, gnutls_aead_cipher_hd_t *h, struct st_dir *d)
+static int rekey(struct tls_carry *cr, gnutls_aead_cipher_hd_t *h, struct tls_st_dir *d)
 {
 	gnutls_aead_cipher_hd_t n;
 
@@ -319,20 +296,12 @@ void tls__carry_free(struct tls_sess *s)
 
 int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *st, uint32_t len)
 {
-	struct st_fixed f;
+	struct tls_st_fixed f;
+	int r = tls_state_check(st, len, s->server, &f);
 
-	if (len < sizeof f)
-		return -EINVAL;
-	memcpy(&f, st, sizeof f);
-	if (f.magic != ST_MAGIC || f.version != ST_VERSION || f.server != s->server ||
-	    (f.tls != TL_TLS_1_3 && f.tls != TL_TLS_1_2) || f.partial != len - sizeof f ||
-	    f.partial >= TLS_REC_HDR + TLS_REC_BODY_MAX) {
+	if (r < 0) {
 		memset(&f, 0, sizeof f);
-		return -EINVAL;
-	}
-	if (f.cipher < TC_AES128GCM || f.cipher > TC_CHACHA) {
-		memset(&f, 0, sizeof f);
-		return -EOPNOTSUPP;
+		return r;
 	}
 	struct tls_carry *cr = calloc(1, sizeof *cr);
 	if (!cr)
@@ -343,12 +312,10 @@ int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *s
 	cr->cipher = f.cipher;
 	cr->in = f.in;
 	cr->out = f.out;
-#define COPY_STR(d, src) (memcpy((d), (src), sizeof(d)), (d)[sizeof(d) - 1] = '\0')
-	COPY_STR(cr->cipher_name, f.cipher_name);
-	COPY_STR(cr->group, f.group);
-	COPY_STR(cr->sni, f.sni);
-	COPY_STR(cr->alpn, f.alpn);
-#undef COPY_STR
+	memcpy(cr->cipher_name, f.cipher_name, sizeof cr->cipher_name);
+	memcpy(cr->group, f.group, sizeof cr->group);
+	memcpy(cr->sni, f.sni, sizeof cr->sni);
+	memcpy(cr->alpn, f.alpn, sizeof cr->alpn);
 	cr->resumed = f.resumed;
 	cr->peer_cert = f.peer_cert;
 	cr->verify = f.verify;
@@ -400,9 +367,9 @@ void tls__carry_info(const struct tls_sess *s, tl_tls_info *out)
 
 /* ---- the record layer of an imported session ---- */
 
-static void nonce_of(const struct tls_carry *cr, const struct st_dir *d, const uint8_t *explicit_, uint8_t n[12])
+static void nonce_of(const struct tls_carry *cr, const struct tls_st_dir *d, const uint8_t *explicit_, uint8_t n[12])
 {
-	if (cr->tls == TL_TLS_1_2 && cr->cipher != TC_CHACHA) {
+	if (cr->tls == TL_TLS_1_2 && cr->cipher != TLS_TC_CHACHA) {
 		memcpy(n, d->iv, 4);
 		memcpy(n + 4, explicit_, 8);
 		return;
@@ -416,7 +383,7 @@ static void nonce_of(const struct tls_carry *cr, const struct st_dir *d, const u
 
 static int explicit_len(const struct tls_carry *cr)
 {
-	return cr->tls == TL_TLS_1_2 && cr->cipher != TC_CHACHA ? 8 : 0;
+	return cr->tls == TL_TLS_1_2 && cr->cipher != TLS_TC_CHACHA ? 8 : 0;
 }
 
 /* Seal a record of type t holding p[0..n) (n <= 16384) at the end of the
