@@ -1173,7 +1173,8 @@ static void test_tls(void)
 			  "        - {cert: /o.pem, names: \"o.test,*.w.test\"}\n"
 			  "      alpn: \"h2,http/1.1\"\n      min_version: \"1.3\"\n"
 			  "      ciphers: AES-256-GCM\n      client_ca: /ca.pem\n"
-			  "      verify: optional\n      handshake_timeout: 2s\n"),
+			  "      verify: optional\n      handshake_timeout: 2s\n"
+			  "      ticket_key: /t.key\n"),
 		      &c, &d);
 
 	T_EQ(r, 0);
@@ -1192,6 +1193,7 @@ static void test_tls(void)
 		T_EQ(t->max_version, 0);
 		T_EQ(t->verify, TLP_TLS_VERIFY_OPTIONAL);
 		T_EQ(t->handshake_timeout_ns, 2000000000ull);
+		T_TRUE(t->ticket_key && !strcmp(t->ticket_key, "/t.key"), "ticket_key as written");
 		tlp_config_free(c);
 	} else {
 		dump(&d);

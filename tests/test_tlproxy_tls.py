@@ -459,13 +459,36 @@ def t_tls_takeover(env):
     left to drain), a second takeover moves them again (out of sessions
     that were themselves imported), a KeyUpdate from openssl s_client that
     asks for ours works after a move, and each client's close_notify ends
-    its connection cleanly; new clients handshake with the newest process."""
+    its connection cleanly; new clients handshake with the newest process,
+    and a session ticket issued before the takeovers resumes after them
+    (tls.ticket_key: the same key file for every process; one of 63 bytes
+    is refused with one line)."""
     d = certs(env)
     up, lp = env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     sock = env.path("ho.sock")
-    args = ["--listen", f"127.0.0.1:{lp}", "--upstream", f"127.0.0.1:{up}", "--shards", "2",
-            "--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")]
+    tkey = env.path("ticket.key")
+    with open(tkey, "wb") as f:
+        f.write(os.urandom(63))
+    text = f"""shards: 2
+listeners:
+  - name: web
+    listen: "127.0.0.1:{lp}"
+    pool: up
+    tls:
+      certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
+      ticket_key: "{tkey}"
+pools:
+  - {{name: up, servers: [{{address: "127.0.0.1:{up}"}}]}}
+"""
+    cfg = T.write_cfg(env, "tls-takeover.yaml", text)
+    # a ticket key file of the wrong size: one line, exit 1
+    r = subprocess.run([env.tlproxy, "--config", cfg], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "ticket_key" in r.stderr and "not 64 bytes" in r.stderr,
+          f"a 63-byte ticket key: exit {r.returncode}: {r.stderr.strip()}")
+    with open(tkey, "wb") as f:
+        f.write(os.urandom(64))
+    args = ["--config", cfg]
     old = env.proxy(args + ["--handover-socket", sock], name="tlproxy-old")
     ctx13 = client_ctx(d)
     ctx12 = client_ctx(d)
@@ -474,6 +497,13 @@ def t_tls_takeover(env):
     check([h.version() for h in held] == ["TLSv1.3", "TLSv1.2"], f"versions {[h.version() for h in held]}")
     for h in held:
         check(tls_echo(h, b"before") == "S", "no echo before the takeover")
+    # a ticket issued before the takeovers, to resume after them
+    early = tls_connect(lp, ctx13)
+    check(tls_echo(early, b"ticket") == "S", "no echo for the ticket's connection")
+    ticket = early.session
+    check(ticket is not None and ticket.has_ticket, "no session ticket before the takeovers")
+    early.unwrap()
+    early.close()
     # s_client, interactive (its K command sends a KeyUpdate asking for ours)
     sc = env.start("s_client", ["openssl", "s_client", "-connect", f"127.0.0.1:{lp}", "-tls1_3",
                                 "-CAfile", os.path.join(d, "ca.pem"), "-servername", "localhost"],
@@ -518,6 +548,14 @@ def t_tls_takeover(env):
     check(tls_echo(t, b"new") == "S", "a new client was not served after the takeovers")
     t.unwrap()
     t.close()
+    # the ticket from before resumes with the newest process (the same ticket_key file)
+    raw = socket.create_connection(("127.0.0.1", lp), timeout=10)
+    t = ctx13.wrap_socket(raw, server_hostname="localhost", session=ticket)
+    check(tls_echo(t, b"resumed") == "S", "the resumed client was not served")
+    check(t.session_reused, "a ticket issued before the takeovers did not resume after them")
+    t.unwrap()
+    t.close()
+    env.wait_stat(new, "tls_resumed", "0", 1, op=">=")
     for h in held:
         h.unwrap()  # close_notify, and the proxy's back: a clean end
         h.close()

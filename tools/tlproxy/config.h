@@ -162,6 +162,10 @@ struct tlp_tls_cfg {
 	const char *client_ca;          /* CAs of client certificates (mTLS); NULL: none */
 	int verify;                     /* enum tlp_tls_verify: with client_ca, default on */
 	uint64_t handshake_timeout_ns;  /* default 10 s */
+	/* A file of TL_TLS_TICKET_KEY_SIZE bytes sealing session tickets, so
+	 * that a reload, a successor of a takeover or another instance resumes
+	 * this one's sessions; NULL: a random key per configuration. */
+	const char *ticket_key;
 };
 
 struct tlp_listener_cfg {

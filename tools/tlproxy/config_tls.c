@@ -71,8 +71,8 @@ void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, stru
 {
 	static const char *const keys[] = {"certificates", "alpn",      "min_version",
 					   "max_version",  "ciphers",   "client_ca",
-					   "verify",       "handshake_timeout"};
-	enum { CERTS, ALPN, MINV, MAXV, CIPHERS, CA, VERIFY, HSTO, NKEYS };
+					   "verify",       "handshake_timeout", "ticket_key"};
+	enum { CERTS, ALPN, MINV, MAXV, CIPHERS, CA, VERIFY, HSTO, TKEY, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[300];
 
@@ -125,6 +125,8 @@ void tlp__parse_tls(struct ctx *c, const struct ynode *n, const char *path, stru
 	}
 	if (v[HSTO] && (PATH(p, "%s.handshake_timeout", path), 1))
 		tlp__get_dur(c, v[HSTO], p, R_TLS_HANDSHAKE, &t->handshake_timeout_ns);
+	if (v[TKEY] && (PATH(p, "%s.ticket_key", path), 1))
+		tlp__get_text(c, v[TKEY], p, TLP_TLS_PATH_MAX, 0, &t->ticket_key, NULL);
 }
 
 void tlp__parse_pool_tls(struct ctx *c, const struct ynode *n, const char *path,

@@ -3,11 +3,13 @@
  * bottom of the stages (tests/check_layers.py). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "world.h"
 
@@ -452,6 +454,30 @@ uint64_t tlp_tick_for(const struct tlp_config *cfg)
 	return m;
 }
 
+/* Read a ticket key file: exactly TL_TLS_TICKET_KEY_SIZE bytes (make one
+ * with `openssl rand 64`). 0, or -1 with the reason in why. */
+static int read_ticket_key(const char *path, uint8_t key[TL_TLS_TICKET_KEY_SIZE], char *why, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, extra;
+	uint8_t more;
+
+	if (fd < 0) {
+		snprintf(why, len, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	n = read(fd, key, TL_TLS_TICKET_KEY_SIZE);
+	extra = n == TL_TLS_TICKET_KEY_SIZE ? read(fd, &more, 1) : 0;
+	close(fd);
+	if (n != TL_TLS_TICKET_KEY_SIZE || extra != 0) {
+		explicit_bzero(key, TL_TLS_TICKET_KEY_SIZE);
+		snprintf(why, len, "%s: not %d bytes (make one with: openssl rand %d > FILE)", path,
+			 TL_TLS_TICKET_KEY_SIZE, TL_TLS_TICKET_KEY_SIZE);
+		return -1;
+	}
+	return 0;
+}
+
 /* Make listener lc's server config: its files are read now (at setup, or
  * on the control shard at a reload). 0, or -1 with the reason in err. */
 static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **out, char *err,
@@ -478,8 +504,18 @@ static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **
 	st.verify = t->verify == TLP_TLS_VERIFY_ON	   ? TL_TLS_VERIFY_REQUIRE
 		    : t->verify == TLP_TLS_VERIFY_OPTIONAL ? TL_TLS_VERIFY_OPTIONAL
 							   : TL_TLS_VERIFY_NONE;
+	uint8_t tkey[TL_TLS_TICKET_KEY_SIZE];
+	if (t->ticket_key) {
+		if (read_ticket_key(t->ticket_key, tkey, why, sizeof why) < 0) {
+			snprintf(err, errlen, "listener %s: tls.ticket_key: %s", lc->name, why);
+			*out = NULL;
+			return -1;
+		}
+		st.ticket_key = tkey;
+	}
 	why[0] = '\0';
 	r = tl_tls_config_new(&st, out, why, sizeof why);
+	explicit_bzero(tkey, sizeof tkey);
 	if (r < 0) {
 		snprintf(err, errlen, "listener %s: tls: %s", lc->name, why[0] ? why : tl_strerror(r));
 		*out = NULL;
