@@ -1448,13 +1448,32 @@ static void move(uint16_t v, const char *cipher)
 	H_EQ(tl_tls_write(t.x, d.c, "end", 3, 47, &w), 0);
 	rd_wait(&t, &rs3, 3, H_WAIT_MS);
 	H_EQ(rs3.bytes, 3);
-	/* close_notify from the moved session: a clean end at the client */
-	close_wait(&t, s3, 0);
-	rd_wait(&t, &rc, 0, H_WAIT_MS);
-	H_EQ(rc.end, 0);
-	H_TRUE(rc.end_flags & TL_F_EOF, "the client's read ended without close_notify");
+	/* the client moves too (a library session's state, the client's
+	 * secrets), with a KeyUpdate of its own after the move */
+	struct rd rc2 = {0};
+	rd_wait(&t, &rc, big + 15, H_WAIT_MS);
+	tl_tls_id c2 = move_session(&t, &t2, cc, d.c, &rc);
 	H_EQ(rc.bytes, big + 15);
-	close_wait(&t, d.c, 0);
+	rd_start(&t2, c2, &rc2);
+	if (v == TL_TLS_1_3)
+		H_EQ(tl_tls_key_update(t2.x, c2, 1), 0);
+	H_EQ(tl_tls_write(t2.x, c2, "from c2", 7, 48, &w), 0);
+	rd_wait(&t, &rs3, 10, H_WAIT_MS);
+	H_EQ(rs3.bytes, 10);
+	H_EQ(tl_tls_write(t.x, s3, "to c2", 5, 49, &w), 0);
+	rd_wait(&t2, &rc2, 5, H_WAIT_MS);
+	H_EQ(rc2.bytes, 5);
+	/* close_notify from the moved server: a clean end at the moved client */
+	close_wait(&t, s3, 0);
+	rd_wait(&t2, &rc2, 0, H_WAIT_MS);
+	H_EQ(rc2.end, 0);
+	H_TRUE(rc2.end_flags & TL_F_EOF, "the client's read ended without close_notify");
+	H_EQ(rc2.bytes, 5);
+	{
+		struct closedw cw = {c2.v};
+		H_EQ(tl_tls_close(t2.x, c2, 0, 0), 0);
+		H_TRUE(tt_until(&t2, pred_closed, &cw, H_WAIT_MS), "the moved client did not close");
+	}
 	/* mid-handshake: not movable */
 	tl_handle hs, hc;
 	tl_tls_id a, b;

@@ -39,7 +39,33 @@ struct tls_carry {
 	char cipher_name[64], group[16], sni[256], alpn[64];
 	uint8_t resumed, peer_cert;
 	uint32_t verify;
+	struct tls_carry *next; /* the ctx's free list */
 };
+
+/* A record state from the ctx's free list, or a new one: a ctx makes as
+ * many as it has had sessions on the layer's records at once, and reuses
+ * them (no allocation of ours once that many were made). Zeroed. */
+static struct tls_carry *carry_get(struct tl_tls_ctx *x)
+{
+	struct tls_carry *cr = x->carry_free;
+
+	if (cr)
+		x->carry_free = cr->next;
+	else if (!(cr = malloc(sizeof *cr)))
+		return NULL;
+	memset(cr, 0, sizeof *cr);
+	cr->pend = NONE;
+	return cr;
+}
+
+void tls__carry_pool_free(struct tl_tls_ctx *x)
+{
+	while (x->carry_free) {
+		struct tls_carry *cr = x->carry_free;
+		x->carry_free = cr->next;
+		free(cr);
+	}
+}
 
 static gnutls_cipher_algorithm_t alg_of(int c)
 {
@@ -253,13 +279,58 @@ int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, ui
 	return (int)at;
 }
 
-/* ---- taking it in ---- */
-
 static int aead_init(gnutls_aead_cipher_hd_t *h, int c, uint8_t *key)
 {
 	gnutls_datum_t k = {key, (unsigned)keylen_of(c)};
 	return gnutls_aead_cipher_init(h, alg_of(c), &k) < 0 ? -ENOMEM : 0;
 }
+
+/* ---- a library session's records taken over in place ---- */
+
+int tls__carry_own(struct tl_tls_ctx *x, struct tls_sess *s)
+{
+	struct tls_st_fixed f;
+	int tls13, r;
+
+	if (s->cr || !s->gs || tls__carry_movable(x, s) < 0 || gnutls_record_check_pending(s->gs))
+		return -EOPNOTSUPP;
+	memset(&f, 0, sizeof f);
+	tls13 = gnutls_protocol_get_version(s->gs) == GNUTLS_TLS1_3;
+	f.cipher = (uint8_t)cipher_code(gnutls_cipher_get(s->gs));
+	if ((r = export_dir(s, f.cipher, tls13, 1, &f.in)) < 0 || (r = export_dir(s, f.cipher, tls13, 0, &f.out)) < 0) {
+		memset(&f, 0, sizeof f);
+		return r;
+	}
+	export_info(x, s, &f);
+	struct tls_carry *cr = carry_get(x);
+	if (!cr) {
+		memset(&f, 0, sizeof f);
+		return -ENOMEM;
+	}
+	cr->tls = tls13 ? TL_TLS_1_3 : TL_TLS_1_2;
+	cr->cipher = f.cipher;
+	cr->in = f.in;
+	cr->out = f.out;
+	memcpy(cr->cipher_name, f.cipher_name, sizeof cr->cipher_name);
+	memcpy(cr->group, f.group, sizeof cr->group);
+	memcpy(cr->sni, f.sni, sizeof cr->sni);
+	memcpy(cr->alpn, f.alpn, sizeof cr->alpn);
+	cr->resumed = f.resumed;
+	cr->peer_cert = f.peer_cert;
+	cr->verify = f.verify;
+	memset(&f, 0, sizeof f);
+	s->cr = cr;
+	if (aead_init(&cr->hin, cr->cipher, cr->in.key) < 0 || aead_init(&cr->hout, cr->cipher, cr->out.key) < 0) {
+		tls__carry_free(s);
+		return -ENOMEM;
+	}
+	gnutls_deinit(s->gs);
+	s->gs = NULL;
+	return 0;
+}
+
+/* ---- taking it in ---- */
+
 
 /* A direction's cipher context for its new key (KeyUpdate). A new
  * context, not gnutls_aead_cipher_set_key: with GnuTLS 3.7's AES-GCM that
@@ -289,8 +360,9 @@ void tls__carry_free(struct tls_sess *s)
 		gnutls_aead_cipher_deinit(cr->hout);
 	if (cr->pend != NONE)
 		tls__spill_put(s->x, cr->pend);
-	memset(cr, 0, sizeof *cr);
-	free(cr);
+	memset(cr, 0, sizeof *cr); /* keys */
+	cr->next = s->x->carry_free;
+	s->x->carry_free = cr;
 	s->cr = NULL;
 }
 
@@ -303,11 +375,10 @@ int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *s
 		memset(&f, 0, sizeof f);
 		return r;
 	}
-	struct tls_carry *cr = calloc(1, sizeof *cr);
+	struct tls_carry *cr = carry_get(x);
 	if (!cr)
 		return -ENOMEM;
 	s->cr = cr;
-	cr->pend = NONE;
 	cr->tls = f.tls;
 	cr->cipher = f.cipher;
 	cr->in = f.in;

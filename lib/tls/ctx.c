@@ -146,6 +146,7 @@ void tl_tls_ctx_destroy(tl_tls_ctx *x)
 	free(x->out_free);
 	free(x->lents);
 	free(x->spill);
+	tls__carry_pool_free(x);
 	free(x->spill_free);
 	free(x->scratch);
 	free(x);

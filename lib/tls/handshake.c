@@ -1,5 +1,6 @@
 /* lib/tls/handshake.c: a session's library setup, the handshake pump, certificate selection by SNI, tickets, what a library error means, and what a session negotiated. */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -238,6 +239,7 @@ static void handshake_done(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	tl_tls_config *c = cfg_of(x, s);
 	unsigned n = 0;
+	int tickets_out = (c->flags & TL_TLS_NO_TICKETS) || gnutls_protocol_get_version(s->gs) != GNUTLS_TLS1_3;
 
 	s->hs_done = 1;
 	s->hs_counted = 1;
@@ -255,8 +257,15 @@ static void handshake_done(struct tl_tls_ctx *x, struct tls_sess *s)
 			tls__library_failed(x, s, g);
 			return;
 		}
+		tickets_out = g >= 0;
 	}
 	tls__out_flush(x, s, 0);
+	/* A server's records go to the layer's own record layer from here
+	 * (carry.c): GnuTLS's is a fifth more instructions a request and
+	 * half its allocations a record, and its session is let go. A client
+	 * keeps the library's, which reads the tickets it may resume from. */
+	if (s->server && tickets_out)
+		tls__carry_own(x, s);
 	if (s->hs_op != NONE)
 		tls__op_end(x, &x->ops[s->hs_op], 0, 0);
 	tls__read_deadline(x, s);

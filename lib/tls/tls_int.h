@@ -227,8 +227,10 @@ struct tl_tls_ctx {
 	uint8_t *spill;
 	uint32_t *spill_free, spill_nfree;
 	uint32_t ws_head, ws_tail;
-	/* an imported session's record, opened in place (TLS_SPILL_SIZE) */
+	/* a record opened in place by the layer's own record layer (TLS_SPILL_SIZE) */
 	uint8_t *scratch;
+	/* record states of sessions on the layer's own record layer, reused */
+	struct tls_carry *carry_free;
 	/* ciphertext pool */
 	uint8_t *out;
 	uint32_t *out_free, out_nfree;
@@ -372,11 +374,17 @@ void tls__lq_take(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *p, uint32_t
 void tls__carry_keylog(struct tls_sess *s);
 /* 0 if s can be released now or once quiet, -EOPNOTSUPP if never. */
 int tls__carry_movable(struct tl_tls_ctx *x, struct tls_sess *s);
+/* After its handshake, a library session's records go to the layer's own
+ * record layer, in place (the library session is let go): 0, or a
+ * negative errno and nothing changed. */
+int tls__carry_own(struct tl_tls_ctx *x, struct tls_sess *s);
 /* Write s's state into out[0..cap): its length, or a negative errno. */
 int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, uint32_t cap);
 /* Make s (open, no library session) carry on from state st[0..len). */
 int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *st, uint32_t len);
+/* Give s's record state back to the ctx's free list. */
 void tls__carry_free(struct tls_sess *s);
+void tls__carry_pool_free(struct tl_tls_ctx *x);
 void tls__carry_info(const struct tls_sess *s, tl_tls_info *out);
 /* The record layer of an imported session; the library's conventions:
  * bytes, 0 at close_notify, GNUTLS_E_* (GNUTLS_E_AGAIN: nothing, or a
