@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -452,7 +453,9 @@ def echo_more(t, msg, chunk=64 << 10):
 
 
 def t_tls_takeover(env):
-    """Takeovers of a process with a TLS listener: TLS connections open at
+    """Takeovers of a process with TLS listeners, under load (wrk over HTTPS
+    and a new TLS client every 5 ms, none failing; 2 shards, then 1, then 2
+    again): TLS connections open at
     the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more) move
     to the new process with their sessions' record state and carry on
     there: they echo after it, the old process exits at once (nothing is
@@ -467,21 +470,32 @@ def t_tls_takeover(env):
     up, lp = env.port(), env.port()
     env.serve("ident=S", "127.0.0.1", up)
     sock = env.path("ho.sock")
+    wrk = T.need("wrk")
+    T.need("nginx")
+    web_up, wp = env.port(), env.port()
+    T.start_nginx(env, web_up)
     tkey = env.path("ticket.key")
     with open(tkey, "wb") as f:
         f.write(os.urandom(63))
-    text = f"""shards: 2
-listeners:
-  - name: web
-    listen: "127.0.0.1:{lp}"
-    pool: up
-    tls:
+    tls = f"""    tls:
       certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
       ticket_key: "{tkey}"
-pools:
-  - {{name: up, servers: [{{address: "127.0.0.1:{up}"}}]}}
 """
-    cfg = T.write_cfg(env, "tls-takeover.yaml", text)
+    cfgs = {}
+    for n in (2, 1):
+        cfgs[n] = T.write_cfg(env, f"tls-takeover{n}.yaml", f"""shards: {n}
+listeners:
+  - name: echo
+    listen: "127.0.0.1:{lp}"
+    pool: up
+{tls}  - name: web
+    listen: "127.0.0.1:{wp}"
+    pool: web
+{tls}pools:
+  - {{name: up, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: web, servers: [{{address: "127.0.0.1:{web_up}"}}]}}
+""")
+    cfg = cfgs[2]
     # a ticket key file of the wrong size: one line, exit 1
     r = subprocess.run([env.tlproxy, "--config", cfg], capture_output=True, text=True, timeout=30)
     check(r.returncode == 1 and "ticket_key" in r.stderr and "not 64 bytes" in r.stderr,
@@ -510,13 +524,43 @@ pools:
                    stdin=subprocess.PIPE)
     env.wait_for(sc, r"^S$", 10)
     big = os.urandom(1 << 20)
+    # Load through both switches: wrk over HTTPS, and a new TLS client
+    # every 5 ms (a full handshake each); none may fail.
+    probe = {"ok": 0, "bad": []}
+    stop = threading.Event()
+
+    def prober():
+        i = 0
+        while not stop.is_set():
+            try:
+                c = tls_connect(lp, ctx13, timeout=20)
+                if tls_echo(c, b"probe %d" % i) != "S":
+                    probe["bad"].append(f"probe {i}: not served")
+                else:
+                    probe["ok"] += 1
+                c.close()
+            except (OSError, T.Fail) as e:
+                probe["bad"].append(f"probe {i}: {e}")
+            i += 1
+            time.sleep(0.005)
+
+    pt = threading.Thread(target=prober, daemon=True)
+    pt.start()
+    dur = "20s" if os.environ.get("TLP_E2E_SANITIZED") else "8s"
+    w = subprocess.Popen([wrk, "-t1", "-c8", "-d" + dur, "--timeout", "5s", f"https://127.0.0.1:{wp}/index.html"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
     procs = [old]
     for k in range(2):
         # bytes in flight both ways while the connections move
         for h in held:
             h.sendall(big[: 128 << 10])
-        new = env.proxy(args + ["--takeover", sock, "--handover-socket", sock], name=f"tlproxy-new{k}")
-        env.wait_for(new, r"takeover done: 3 connections carried on, 0 cut", 30)
+        # 2 shards, then 1, then 2 again
+        new = env.proxy(["--config", cfgs[1 if k == 0 else 2], "--takeover", sock, "--handover-socket", sock],
+                        name=f"tlproxy-new{k}")
+        env.wait_for(new, r"takeover done: \d+ connections carried on, 0 cut", 30)
+        moved = int(re.search(r"takeover done: (\d+) connections carried on", new.text()).group(1))
+        check(moved >= 3 + 8, f"takeover {k}: {moved} connections carried on, want the 3 held and wrk's 8 at least")
         prev = procs[-1]
         try:
             rc = prev.p.wait(30)
@@ -535,6 +579,16 @@ pools:
         sc.p.stdin.write(f"moved{k}\n".encode())
         sc.p.stdin.flush()
         env.wait_for(sc, rf"^moved{k}$", 10)
+    out, werr = w.communicate(timeout=120)
+    stop.set()
+    pt.join(60)
+    check(w.returncode == 0, f"wrk failed: {werr}")
+    m = re.search(r"(\d+) requests in", out)
+    check(m and int(m.group(1)) > 100, f"wrk made too few requests: {out}")
+    check("Socket errors" not in out and "Non-2xx" not in out, f"wrk saw errors across the takeovers: {out}")
+    check(not probe["bad"], f"{len(probe['bad'])} new TLS clients failed across the switches: {probe['bad'][:5]}")
+    check(probe["ok"] > 20, f"only {probe['ok']} probes went through")
+    print(f"tls_takeover: {probe['ok']} TLS probes and {m.group(1)} HTTPS requests across two switches", flush=True)
     # a KeyUpdate asking for ours, after the moves
     sc.p.stdin.write(b"K\n")  # alone in its read: s_client drops what follows a command
     sc.p.stdin.flush()
