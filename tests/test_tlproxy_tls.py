@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import select
+import signal
 import socket
 import ssl
 import subprocess
@@ -96,11 +97,14 @@ def log_lines(path, n, timeout=10):
     raise Fail(f"{n} access-log lines did not come: {text!r}")
 
 
-def tls_pipe(sock, ctx, name, data, wait):
+def tls_pipe(sock, ctx, name, data, wait, pace=None, gate=None, deadline_s=120):
     """Over one TLS session on sock (blocking TCP underneath, run through
     memory BIOs so that reading never waits behind writing): send data once
     wait bytes have come in, then close_notify and the FIN, while reading
-    to the peer's close_notify. Returns (bytes read, their SHA-256)."""
+    to the peer's close_notify. pace: spread the sending over that many
+    seconds; gate (fraction, event): stop sending at that fraction of data
+    until the event is set. Returns (bytes read, their SHA-256)."""
+    t_start = time.time()
     inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ctx.wrap_bio(inc, out, server_hostname=name)
     sock.setblocking(False)
@@ -108,7 +112,7 @@ def tls_pipe(sock, ctx, name, data, wait):
     state = "hs"  # hs, data, closing, done
     pending = b""
     eof_in = peer_closed = False
-    deadline = time.time() + 120
+    deadline = time.time() + deadline_s
     while not (state == "done" and peer_closed and not pending):
         check(time.time() < deadline, f"TLS pipe stalled: sent {off} of {len(data)}, read {got}")
         progress = False
@@ -134,7 +138,9 @@ def tls_pipe(sock, ctx, name, data, wait):
                 h.update(d)
                 got += len(d)
                 progress = True
-        if state == "data" and got >= wait and len(pending) < (1 << 20):
+        held = (pace and off / len(data) * pace > time.time() - t_start) or \
+            (gate and off >= len(data) * gate[0] and not gate[1].is_set())
+        if state == "data" and got >= wait and len(pending) < (1 << 20) and not held:
             if off < len(data):
                 n = obj.write(view[off:off + (1 << 16)])
                 off += n
@@ -172,7 +178,7 @@ def tls_pipe(sock, ctx, name, data, wait):
         except BlockingIOError:
             pass
         if not progress:
-            select.select([sock], [sock] if pending else [], [], 0.5)
+            select.select([sock], [sock] if pending else [], [], 0.05 if held else 0.5)
     return got, h.hexdigest()
 
 
@@ -453,9 +459,10 @@ def echo_more(t, msg, chunk=64 << 10):
 
 
 def t_tls_takeover(env):
-    """Takeovers of a process with TLS listeners, under load (wrk over HTTPS
-    and a new TLS client every 5 ms, none failing; 2 shards, then 1, then 2
-    again): TLS connections open at
+    """Takeovers of a process with TLS listeners, under load (wrk over HTTPS,
+    a new TLS client every 5 ms, none failing, and TLP_E2E_BYTES (256 MiB;
+    32 under the sanitizers) each way through TLS by SHA-256, under way
+    during both switches; 2 shards, then 1, then 2 again): TLS connections open at
     the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more) move
     to the new process with their sessions' record state and carry on
     there: they echo after it, the old process exits at once (nothing is
@@ -472,8 +479,9 @@ def t_tls_takeover(env):
     sock = env.path("ho.sock")
     wrk = T.need("wrk")
     T.need("nginx")
-    web_up, wp = env.port(), env.port()
+    web_up, wp, bulk_up, bp = env.port(), env.port(), env.port(), env.port()
     T.start_nginx(env, web_up)
+    dsrv = env.serve("duplex", "127.0.0.1", bulk_up)
     tkey = env.path("ticket.key")
     with open(tkey, "wb") as f:
         f.write(os.urandom(63))
@@ -491,9 +499,13 @@ listeners:
 {tls}  - name: web
     listen: "127.0.0.1:{wp}"
     pool: web
+{tls}  - name: bulk
+    listen: "127.0.0.1:{bp}"
+    pool: bulk
 {tls}pools:
   - {{name: up, servers: [{{address: "127.0.0.1:{up}"}}]}}
   - {{name: web, servers: [{{address: "127.0.0.1:{web_up}"}}]}}
+  - {{name: bulk, servers: [{{address: "127.0.0.1:{bulk_up}"}}]}}
 """)
     cfg = cfgs[2]
     # a ticket key file of the wrong size: one line, exit 1
@@ -546,9 +558,28 @@ listeners:
 
     pt = threading.Thread(target=prober, daemon=True)
     pt.start()
-    dur = "20s" if os.environ.get("TLP_E2E_SANITIZED") else "8s"
-    w = subprocess.Popen([wrk, "-t1", "-c8", "-d" + dur, "--timeout", "5s", f"https://127.0.0.1:{wp}/index.html"],
+    # A long transfer each way through TLS, by hash, paced over the switches
+    # (its last quarter waits for the second one to be over).
+    size = (32 << 20) if os.environ.get("TLP_E2E_SANITIZED") else T.bulk_size()
+    mine, theirs = T.duplex_data(size, 1, "tls-moving"), T.duplex_data(size, 2, "tls-moving")
+    switched = threading.Event()
+    bulk_res = {}
+
+    def bulk():
+        try:
+            bs = socket.create_connection(("127.0.0.1", bp), timeout=60)
+            bulk_res["r"] = tls_pipe(bs, ctx13, "localhost", f"tls-moving {size} 0 0\n".encode() + mine, 0,
+                                     pace=6, gate=(0.75, switched), deadline_s=600)
+            bs.close()
+        except Exception as e:  # noqa: BLE001
+            bulk_res["err"] = e
+
+    bt = threading.Thread(target=bulk, daemon=True)
+    bt.start()
+    # wrk runs until both switches are over (then SIGINT ends it with its report)
+    w = subprocess.Popen([wrk, "-t1", "-c8", "-d300s", "--timeout", "5s", f"https://127.0.0.1:{wp}/index.html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env.procs.append(T.Proc("wrk", w, env.path("wrk.none")))  # killed at the end, should a check fail first
     time.sleep(1)
     procs = [old]
     for k in range(2):
@@ -560,7 +591,8 @@ listeners:
                         name=f"tlproxy-new{k}")
         env.wait_for(new, r"takeover done: \d+ connections carried on, 0 cut", 30)
         moved = int(re.search(r"takeover done: (\d+) connections carried on", new.text()).group(1))
-        check(moved >= 3 + 8, f"takeover {k}: {moved} connections carried on, want the 3 held and wrk's 8 at least")
+        check(moved >= 3 + 8 + 1, f"takeover {k}: {moved} connections carried on, want the 3 held, "
+                                   f"wrk's 8 and the long transfer at least")
         prev = procs[-1]
         try:
             rc = prev.p.wait(30)
@@ -579,7 +611,19 @@ listeners:
         sc.p.stdin.write(f"moved{k}\n".encode())
         sc.p.stdin.flush()
         env.wait_for(sc, rf"^moved{k}$", 10)
-    out, werr = w.communicate(timeout=120)
+    switched.set()
+    bt.join(600)
+    check("err" not in bulk_res, f"the long TLS transfer failed: {bulk_res.get('err')}")
+    n, h = bulk_res["r"]
+    check(n == size, f"the long TLS transfer got {n} bytes of {size}")
+    check(h == hashlib.sha256(theirs).hexdigest(), "the long TLS transfer got other bytes")
+    env.wait_for(dsrv, r"^got tls-moving ", timeout=60)
+    m = re.search(r"^got tls-moving (\d+) (\w+)$", dsrv.text(), re.M)
+    check(m and int(m.group(1)) == size and m.group(2) == hashlib.sha256(mine).hexdigest(),
+          f"the server got other bytes of the long TLS transfer: {m.group(0) if m else dsrv.text()[-300:]}, "
+          f"sent {size}")
+    w.send_signal(signal.SIGINT)
+    out, werr = w.communicate(timeout=60)
     stop.set()
     pt.join(60)
     check(w.returncode == 0, f"wrk failed: {werr}")
@@ -588,7 +632,8 @@ listeners:
     check("Socket errors" not in out and "Non-2xx" not in out, f"wrk saw errors across the takeovers: {out}")
     check(not probe["bad"], f"{len(probe['bad'])} new TLS clients failed across the switches: {probe['bad'][:5]}")
     check(probe["ok"] > 20, f"only {probe['ok']} probes went through")
-    print(f"tls_takeover: {probe['ok']} TLS probes and {m.group(1)} HTTPS requests across two switches", flush=True)
+    print(f"tls_takeover: {probe['ok']} TLS probes, {m.group(1)} HTTPS requests and {size} bytes each way "
+          f"across two switches", flush=True)
     # a KeyUpdate asking for ours, after the moves
     sc.p.stdin.write(b"K\n")  # alone in its read: s_client drops what follows a command
     sc.p.stdin.flush()

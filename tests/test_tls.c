@@ -1417,11 +1417,19 @@ static void move(uint16_t v, const char *cipher)
 	/* both ways, small and whole records */
 	size_t big = 200000;
 	uint8_t *pa = pattern(big, 7), *pb = pattern(big, 9);
-	H_EQ(tl_tls_write(t2.x, s2, pa, (uint32_t)big, 41, &w), 0);
+	tl_op wb;
+	H_EQ(tl_tls_write(t2.x, s2, pa, (uint32_t)big, 41, &wb), 0);
 	H_EQ(tl_tls_write(t.x, d.c, pb, (uint32_t)big, 42, &w), 0);
 	rd_wait(&t, &rc, 4 + big, H_WAIT_MS);
 	rd_wait(&t2, &rs2, 16 - rs.bytes + big, H_WAIT_MS);
 	H_EQ(rc.hash, fnv(fnv(FNV0, (const uint8_t *)"kept", 4), pa, big));
+	{
+		/* a write's terminal says how much of it went into records */
+		int wi = wait_tls(&t2, wb, H_WAIT_MS);
+		H_TRUE_FATAL(wi >= 0, "no terminal of the big write");
+		H_EQ(t2.tls.v[wi].result, (int64_t)big);
+		H_EQ(t2.tls.v[wi].u.write.written, big);
+	}
 	H_EQ(rc.bytes, 4 + big);
 	if (v == TL_TLS_1_3) {
 		/* the peer's KeyUpdate asking for ours, then ours */

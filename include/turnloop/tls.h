@@ -52,7 +52,9 @@ extern "C" {
  *    Terminal: 0 with TL_F_EOF at the peer's close_notify, 0 with
  *    TL_F_STOPPED after tl_tls_stop(), or a negative errno.
  *  - TL_K_WRITE (terminal): result = the bytes given, once the records
- *    carrying the last of them were written to the stream.
+ *    carrying the last of them were written to the stream; u.write.written
+ *    = the bytes sealed into records, which go out whatever comes (all of
+ *    them on success; on -ECANCELED or an error, those before the cut).
  *  - TL_K_SHUTDOWN (terminal): 0 once close_notify and the stream's
  *    half-close are out.
  *  - TL_K_CLOSED: the session's last completion; token = the close token.

@@ -246,6 +246,8 @@ void tls__op_end(struct tl_tls_ctx *x, struct tls_op *o, int64_t result, uint16_
 		.kind = kind_of[o->type],
 		.flags = (uint16_t)(TL_F_TERMINAL | flags),
 	};
+	if (o->type == OP_WRITE)
+		c.u.write.written = o->done; /* encrypted into records that go out */
 	tls__push(x, &c);
 	o->ended = 1; /* its slot is free once the host has the terminal */
 }

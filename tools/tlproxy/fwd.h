@@ -24,13 +24,16 @@ static inline void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, co
 	tl_op id;
 
 	switch (op) {
-	case OP_WRITE:
-		if (arg < tlp_w.nleases) {
-			sh->lw[arg].p = p;
-			sh->lw[arg].len = n;
-			sh->lw[arg].seq = seq;
+	case OP_WRITE: {
+		struct tlp_lw *lw = side_lw(sh, arg); /* a loop lease, or a TLS one */
+
+		if (lw) {
+			lw->p = p;
+			lw->len = n;
+			lw->seq = seq;
 		}
 		break;
+	}
 	case OP_WRITE_HDR:
 		sh->hbw[arg].len = n;
 		sh->hbw[arg].seq = seq;

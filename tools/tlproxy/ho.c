@@ -317,6 +317,8 @@ void tlp_ho_cut_write(struct tlp_shard *sh, struct tlp_conn *c, int d, const tl_
 	uint64_t done = e->u.write.written;
 	struct tlp_ho_piece *w;
 
+	if (e->result > 0 && (uint64_t)e->result >= len)
+		done = len; /* all of it went */
 	if (c->state != C_FWD || done >= len ||
 	    (e->result < 0 && e->result != -ECANCELED))
 		return; /* written, or the connection ends anyway */

@@ -188,12 +188,14 @@ void tlp_on_conn(tl_shard *s, const tl_completion *e)
 	case OP_SPLICE:
 		tlp_on_splice(sh, c, side, e);
 		return;
-	case OP_WRITE:
-		if ((c->flags & F_HO) && TOK_ARG(t) < tlp_w.nleases)
-			tlp_ho_cut_write(sh, c, side, e, sh->lw[TOK_ARG(t)].p, sh->lw[TOK_ARG(t)].len,
-					 sh->lw[TOK_ARG(t)].seq);
-		side_lease_free(sh, TOK_ARG(t));
+	case OP_WRITE: {
+		struct tlp_lw *lw = side_lw(sh, (uint32_t)TOK_ARG(t));
+
+		if ((c->flags & F_HO) && lw)
+			tlp_ho_cut_write(sh, c, side, e, lw->p, lw->len, lw->seq);
+		side_lease_free(sh, (uint32_t)TOK_ARG(t));
 		goto written;
+	}
 	case OP_WRITE_HDR:
 		if (c->flags & F_HO)
 			tlp_ho_cut_write(sh, c, side, e, sh->hb[TOK_ARG(t)], sh->hbw[TOK_ARG(t)].len,

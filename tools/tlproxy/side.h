@@ -27,6 +27,15 @@ static inline uint32_t side_lease_arg(const struct tlp_conn *c, int s, uint32_t 
 	return side_tls(c, s) ? (id & ~TL_TLS_LEASE_BIT) | SIDE_TLS_LEASE : id;
 }
 
+/* The record of the write in flight of the lease named arg (its buffer,
+ * length and number, for a takeover that cuts it), or NULL. */
+static inline struct tlp_lw *side_lw(struct tlp_shard *sh, uint32_t arg)
+{
+	if (arg & SIDE_TLS_LEASE)
+		return (arg & ~SIDE_TLS_LEASE) < sh->ntlw ? &sh->tlw[arg & ~SIDE_TLS_LEASE] : NULL;
+	return arg < tlp_w.nleases ? &sh->lw[arg] : NULL;
+}
+
 /* Give back a lease named as side_lease_arg names it. */
 static inline void side_lease_free(struct tlp_shard *sh, uint32_t arg)
 {

@@ -197,7 +197,9 @@ struct tlp_shard {
 	 * writes carries their unwritten ends in the order they were issued
 	 * (tlp_ho_out). */
 	uint32_t wseq;
-	struct { const uint8_t *p; uint32_t len, seq; } *lw; /* by lease id */
+	struct tlp_lw { const uint8_t *p; uint32_t len, seq; } *lw; /* by lease id */
+	struct tlp_lw *tlw;      /* by TLS plaintext lease index (side.h) */
+	uint32_t ntlw;
 	struct { uint32_t len, seq; } *hbw;                  /* by header buffer */
 	/* listeners: [glisten idx][address idx] */
 	tl_handle (*lh)[TLP_MAX_LISTEN];

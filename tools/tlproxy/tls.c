@@ -44,7 +44,10 @@ int tlp_tls_shard_init(struct tlp_shard *sh)
 		return r;
 	}
 	sh->tlr = calloc(sh->cap, sizeof *sh->tlr);
-	return sh->tlr ? 0 : -ENOMEM;
+	/* the writes of plaintext leases, as sh->lw the loop's */
+	sh->tlw = calloc(cc.plain_buffers, sizeof *sh->tlw);
+	sh->ntlw = sh->tlw ? cc.plain_buffers : 0;
+	return sh->tlr && sh->tlw ? 0 : -ENOMEM;
 }
 
 void tlp_tls_shard_free(struct tlp_shard *sh)
@@ -54,6 +57,9 @@ void tlp_tls_shard_free(struct tlp_shard *sh)
 	sh->tls = NULL;
 	free(sh->tlr);
 	sh->tlr = NULL;
+	free(sh->tlw);
+	sh->tlw = NULL;
+	sh->ntlw = 0;
 }
 
 void tlp_tls_start(struct tlp_shard *sh, struct tlp_conn *c)
