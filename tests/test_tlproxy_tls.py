@@ -599,6 +599,8 @@ listeners:
         except subprocess.TimeoutExpired:
             raise Fail(f"takeover {k}: the old process kept running: TLS connections were left to drain in it")
         check(rc == 0, f"takeover {k}: the old process exited {rc}")
+        fig = re.search(r"takeover by pid \d+: (\d+ connections? handed over .*)", prev.text())
+        print(f"switch {k}: {fig.group(1) if fig else '?'}; new: {moved} carried on", flush=True)
         procs.append(new)
         for h in held:
             got = b""
