@@ -467,8 +467,8 @@ def t_tls_takeover(env):
     to the new process with their sessions' record state and carry on
     there: they echo after it, the old process exits at once (nothing is
     left to drain), a second takeover moves them again (out of sessions
-    that were themselves imported), a KeyUpdate from openssl s_client that
-    asks for ours works after a move, and each client's close_notify ends
+    that were themselves imported), KeyUpdates from openssl s_client that
+    ask for ours work before the moves and after them, and each client's close_notify ends
     its connection cleanly; new clients handshake with the newest process,
     and a session ticket issued before the takeovers resumes after them
     (tls.ticket_key: the same key file for every process; one of 63 bytes
@@ -535,6 +535,15 @@ listeners:
                                 "-CAfile", os.path.join(d, "ca.pem"), "-servername", "localhost"],
                    stdin=subprocess.PIPE)
     env.wait_for(sc, r"^S$", 10)
+    # a KeyUpdate asking for ours before the switches (the session then
+    # moves at its second generation of keys)
+    sc.p.stdin.write(b"K\n")  # alone in its read: s_client drops what follows a command
+    sc.p.stdin.flush()
+    env.wait_for(sc, r"^KEYUPDATE$", 10)
+    time.sleep(0.2)
+    sc.p.stdin.write(b"before\n")
+    sc.p.stdin.flush()
+    env.wait_for(sc, r"^before$", 10)
     big = os.urandom(1 << 20)
     # Load through both switches: wrk over HTTPS, and a new TLS client
     # every 5 ms (a full handshake each); none may fail.
@@ -637,9 +646,13 @@ listeners:
     print(f"tls_takeover: {probe['ok']} TLS probes, {m.group(1)} HTTPS requests and {size} bytes each way "
           f"across two switches", flush=True)
     # a KeyUpdate asking for ours, after the moves
-    sc.p.stdin.write(b"K\n")  # alone in its read: s_client drops what follows a command
+    mark = len(sc.text())
+    sc.p.stdin.write(b"K\n")
     sc.p.stdin.flush()
-    env.wait_for(sc, r"^KEYUPDATE$", 10)
+    t_end = time.time() + 10
+    while "KEYUPDATE" not in sc.text()[mark:]:
+        check(time.time() < t_end, "s_client did not send its second KeyUpdate")
+        time.sleep(0.02)
     time.sleep(0.2)
     sc.p.stdin.write(b"updated\n")
     sc.p.stdin.flush()
