@@ -236,7 +236,16 @@ static void state(const uint8_t *data, size_t size)
 			continue;
 		}
 		check(n >= sizeof f && f.partial == n - sizeof f, "state: taken with lengths that do not add up");
-		check(f.magic == TLS_ST_MAGIC && f.version == TLS_ST_VERSION, "state: taken with another magic or version");
+		check(f.magic == TLS_ST_MAGIC && (f.version == 1 || f.version == TLS_ST_VERSION),
+		      "state: taken with another magic or version");
+		/* version 1 has no closed directions; 2 has one or both, and
+		 * no partial record after the peer's close_notify */
+		if (f.version == 1)
+			check(f.closed == 0, "state: a version 1 taken with a closed direction");
+		else
+			check(f.closed >= 1 && f.closed <= (TLS_ST_CLOSED_IN | TLS_ST_CLOSED_OUT) &&
+				      !((f.closed & TLS_ST_CLOSED_IN) && f.partial),
+			      "state: a version 2 taken with a closed byte it cannot have");
 		check(f.server == server, "state: taken for the other role");
 		check(f.tls == 0x0303 || f.tls == 0x0304, "state: taken with another TLS version");
 		check(f.cipher >= TLS_TC_AES128GCM && f.cipher <= TLS_TC_CHACHA, "state: taken with another suite");

@@ -97,13 +97,14 @@ def log_lines(path, n, timeout=10):
     raise Fail(f"{n} access-log lines did not come: {text!r}")
 
 
-def tls_pipe(sock, ctx, name, data, wait, pace=None, gate=None, deadline_s=120):
+def tls_pipe(sock, ctx, name, data, wait, pace=None, gate=None, deadline_s=120, closed=None):
     """Over one TLS session on sock (blocking TCP underneath, run through
     memory BIOs so that reading never waits behind writing): send data once
     wait bytes have come in, then close_notify and the FIN, while reading
     to the peer's close_notify. pace: spread the sending over that many
     seconds; gate (fraction, event): stop sending at that fraction of data
-    until the event is set. Returns (bytes read, their SHA-256)."""
+    until the event is set; closed: an event set once the peer's
+    close_notify was read. Returns (bytes read, their SHA-256)."""
     t_start = time.time()
     inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ctx.wrap_bio(inc, out, server_hostname=name)
@@ -177,6 +178,8 @@ def tls_pipe(sock, ctx, name, data, wait, pace=None, gate=None, deadline_s=120):
                 raise Fail(f"the stream ended without close_notify (read {got})")
         except BlockingIOError:
             pass
+        if peer_closed and closed is not None:
+            closed.set()
         if not progress:
             select.select([sock], [sock] if pending else [], [], 0.05 if held else 0.5)
     return got, h.hexdigest()
@@ -461,9 +464,10 @@ def echo_more(t, msg, chunk=64 << 10):
 def t_tls_takeover(env):
     """Takeovers of a process with TLS listeners, under load (wrk over HTTPS,
     a new TLS client every 5 ms, none failing, and TLP_E2E_BYTES (256 MiB;
-    32 under the sanitizers) each way through TLS by SHA-256, under way
-    during both switches; 2 shards, then 1, then 2 again): TLS connections open at
-    the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more) move
+    32 under the sanitizers) each way through TLS by SHA-256, the client's
+    under way during both switches; 2 shards, then 1, then 2 again): TLS connections open at
+    the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more,
+    and a half-closed one whose server had finished, our close_notify sent) move
     to the new process with their sessions' record state and carry on
     there: they echo after it, the old process exits at once (nothing is
     left to drain), a second takeover moves them again (out of sessions
@@ -585,6 +589,26 @@ listeners:
 
     bt = threading.Thread(target=bulk, daemon=True)
     bt.start()
+    # A half-closed one: the server sends 1 MiB and its FIN at once (our
+    # close_notify to the client), the client sends 8 MiB paced over both
+    # switches: it moves with its session's write side closed, twice.
+    hsize = 8 << 20
+    hmine, htheirs = T.duplex_data(hsize, 1, "tls-half"), T.duplex_data(1 << 20, 2, "tls-half")
+    half_closed = threading.Event()
+    half_res = {}
+
+    def half():
+        try:
+            hs = socket.create_connection(("127.0.0.1", bp), timeout=60)
+            half_res["r"] = tls_pipe(hs, ctx13, "localhost", f"tls-half {1 << 20} 0 0\n".encode() + hmine, 0,
+                                     pace=6, gate=(0.75, switched), deadline_s=600, closed=half_closed)
+            hs.close()
+        except Exception as e:  # noqa: BLE001
+            half_res["err"] = e
+
+    ht = threading.Thread(target=half, daemon=True)
+    ht.start()
+    check(half_closed.wait(30), f"the half-closed connection's server did not finish: {half_res}")
     # wrk runs until both switches are over (then SIGINT ends it with its report)
     w = subprocess.Popen([wrk, "-t1", "-c8", "-d300s", "--timeout", "5s", f"https://127.0.0.1:{wp}/index.html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -600,8 +624,8 @@ listeners:
                         name=f"tlproxy-new{k}")
         env.wait_for(new, r"takeover done: \d+ connections carried on, 0 cut", 30)
         moved = int(re.search(r"takeover done: (\d+) connections carried on", new.text()).group(1))
-        check(moved >= 3 + 8 + 1, f"takeover {k}: {moved} connections carried on, want the 3 held, "
-                                   f"wrk's 8 and the long transfer at least")
+        check(moved >= 3 + 8 + 2, f"takeover {k}: {moved} connections carried on, want the 3 held, "
+                                   f"wrk's 8, the long transfer and the half-closed one at least")
         prev = procs[-1]
         try:
             rc = prev.p.wait(30)
@@ -628,6 +652,15 @@ listeners:
     n, h = bulk_res["r"]
     check(n == size, f"the long TLS transfer got {n} bytes of {size}")
     check(h == hashlib.sha256(theirs).hexdigest(), "the long TLS transfer got other bytes")
+    ht.join(600)
+    check("err" not in half_res, f"the half-closed TLS transfer failed: {half_res.get('err')}")
+    n, h = half_res["r"]
+    check(n == 1 << 20 and h == hashlib.sha256(htheirs).hexdigest(),
+          f"the half-closed connection's client got {n} bytes, or other bytes")
+    env.wait_for(dsrv, r"^got tls-half ", timeout=60)
+    m = re.search(r"^got tls-half (\d+) (\w+)$", dsrv.text(), re.M)
+    check(m and int(m.group(1)) == hsize and m.group(2) == hashlib.sha256(hmine).hexdigest(),
+          f"the server got other bytes of the half-closed connection: {m.group(0) if m else '?'}, sent {hsize}")
     env.wait_for(dsrv, r"^got tls-moving ", timeout=60)
     m = re.search(r"^got tls-moving (\d+) (\w+)$", dsrv.text(), re.M)
     check(m and int(m.group(1)) == size and m.group(2) == hashlib.sha256(mine).hexdigest(),

@@ -1322,7 +1322,7 @@ static void test_key_update(void)
 	tt_fini(&t, fds);
 }
 
-/* Release server session *id from t (its reads into r), import it into
+/* Release server session *id from t (its reads into r, or NULL), import it into
  * to with cfg: the new session's id, after checking what the release
  * says while it waits. */
 static tl_tls_id move_session(struct tt *t, struct tt *to, tl_tls_config *cfg, tl_tls_id id, struct rd *r)
@@ -1341,8 +1341,10 @@ static tl_tls_id move_session(struct tt *t, struct tt *to, tl_tls_config *cfg, t
 		tt_turn(t, 5 * (int64_t)H_MS);
 	}
 	H_TRUE_FATAL(n > 0, "release: %d", n);
-	rd_scan(t, r);
-	H_EQ(r->end, -ECANCELED);
+	if (r) { /* (NULL: no read was under way) */
+		rd_scan(t, r);
+		H_EQ(r->end, -ECANCELED);
+	}
 	H_EQ(tl_tls_release(t->x, id, st, sizeof st, &h), -ENOENT);
 	/* cut short, or of another version: refused, nothing made */
 	H_EQ(tl_tls_import(to->x, cfg, h, st, (uint32_t)n - 1 > 200 ? 200 : 1, 12, &nid), -EINVAL);
@@ -1510,6 +1512,109 @@ static void move(uint16_t v, const char *cipher)
 	free(t2.tls.v);
 	free(t2.loop_log.v);
 }
+
+/* A half-closed session moves as it is. Ours sent (a shutdown under way
+ * when the release begins, which waits for it): the imported session
+ * still reads what the peer sends, refuses a second shutdown, and moves
+ * again; the peer's read had ended with our close_notify after the last
+ * bytes. The peer's read (its close_notify before the move): the imported
+ * session's read ends at once with TL_F_EOF and no bytes, and it still
+ * writes, which the peer reads up to our close_notify. */
+static void half_closed(uint16_t v)
+{
+	int fds = h_begin();
+	struct tt t, t2;
+	tt_init(&t, h_loop());
+	tl_tls_ctx_config cc2;
+	tl_tls_ctx_config_init(&cc2);
+	cc2.token_tag = TAG + 1;
+	tt_init_cc(&t2, t.loop, &cc2);
+	turning = &t;
+	t.sib = &t2;
+	t2.sib = &t;
+	struct srv_opts so = {.minv = v, .maxv = v};
+	tl_tls_config *sc = server_config(&so), *cc = client_config(NULL);
+	tl_tls_client_opts co = {.server_name = "localhost"};
+	tl_op w, sh;
+	/* ours sent */
+	struct duo d;
+	duo_start(&t, &t, sc, cc, &co, &d);
+	H_EQ_FATAL(d.hs_s, 0);
+	H_EQ(d.is.version, v);
+	struct rd rs = {0}, rc = {0}, rs2 = {0}, rs3 = {0};
+	rd_start(&t, d.s, &rs);
+	rd_start(&t, d.c, &rc);
+	H_EQ(tl_tls_write(t.x, d.s, "last", 4, 40, &w), 0);
+	H_EQ(tl_tls_shutdown(t.x, d.s, 50, &sh), 0);
+	tl_tls_id s2 = move_session(&t, &t2, sc, d.s, &rs);
+	int i = wait_tls(&t, sh, H_WAIT_MS);
+	H_TRUE_FATAL(i >= 0, "no terminal of the shutdown");
+	H_EQ(t.tls.v[i].result, 0);
+	rd_wait(&t, &rc, 0, H_WAIT_MS);
+	H_EQ(rc.bytes, 4);
+	H_EQ(rc.end, 0);
+	H_TRUE(rc.end_flags & TL_F_EOF, "the client's read ended without close_notify");
+	H_EQ(tl_tls_shutdown(t2.x, s2, 51, &sh), -EINVAL);
+	rd_start(&t2, s2, &rs2);
+	H_EQ(tl_tls_write(t.x, d.c, "more", 4, 41, &w), 0);
+	rd_wait(&t2, &rs2, 4, H_WAIT_MS);
+	H_EQ(rs2.bytes, 4);
+	tl_tls_id s3 = move_session(&t2, &t, sc, s2, &rs2); /* a version 2 state */
+	H_EQ(tl_tls_shutdown(t.x, s3, 52, &sh), -EINVAL);
+	rd_start(&t, s3, &rs3);
+	H_EQ(tl_tls_write(t.x, d.c, "again", 5, 42, &w), 0);
+	rd_wait(&t, &rs3, 5, H_WAIT_MS);
+	H_EQ(rs3.bytes, 5);
+	close_wait(&t, d.c, 0); /* its close_notify: the moved read's clean end */
+	rd_wait(&t, &rs3, 6, H_WAIT_MS);
+	H_EQ(rs3.end, 0);
+	H_TRUE(rs3.end_flags & TL_F_EOF, "the moved server's read ended without close_notify");
+	close_wait(&t, s3, 0);
+	/* the peer's read */
+	duo_start(&t, &t, sc, cc, &co, &d);
+	H_EQ_FATAL(d.hs_s, 0);
+	memset(&rs, 0, sizeof rs);
+	memset(&rc, 0, sizeof rc);
+	memset(&rs2, 0, sizeof rs2);
+	rd_start(&t, d.s, &rs);
+	rd_start(&t, d.c, &rc);
+	H_EQ(tl_tls_write(t.x, d.c, "bye", 3, 43, &w), 0);
+	H_EQ(tl_tls_shutdown(t.x, d.c, 53, &sh), 0);
+	rd_wait(&t, &rs, 4, H_WAIT_MS);
+	H_EQ(rs.bytes, 3);
+	H_EQ(rs.end, 0);
+	H_TRUE(rs.end_flags & TL_F_EOF, "the server's read ended without close_notify");
+	s2 = move_session(&t, &t2, sc, d.s, NULL);
+	rd_start(&t2, s2, &rs2);
+	rd_wait(&t2, &rs2, 1, H_WAIT_MS);
+	H_EQ(rs2.bytes, 0);
+	H_EQ(rs2.end, 0);
+	H_TRUE(rs2.end_flags & TL_F_EOF, "the imported session's read did not end with close_notify");
+	H_EQ(tl_tls_write(t2.x, s2, "reply", 5, 44, &w), 0);
+	rd_wait(&t, &rc, 5, H_WAIT_MS);
+	H_EQ(rc.bytes, 5);
+	close_wait(&t2, s2, 0);
+	rd_wait(&t, &rc, 6, H_WAIT_MS);
+	H_EQ(rc.end, 0);
+	H_TRUE(rc.end_flags & TL_F_EOF, "the client's read ended without close_notify");
+	close_wait(&t, d.c, 0);
+	tl_tls_config_unref(sc);
+	tl_tls_config_unref(cc);
+	release_all(&t2, 0);
+	tl_tls_stats st2;
+	tl_tls_stats_get(t2.x, &st2);
+	H_EQ(st2.sessions, 0);
+	H_EQ(st2.plain_held, 0);
+	H_EQ(tl_tls_pending(t2.x), 0);
+	t.sib = NULL;
+	tt_fini(&t, fds);
+	tl_tls_ctx_destroy(t2.x);
+	free(t2.tls.v);
+	free(t2.loop_log.v);
+}
+
+static void test_move_half_closed_13(void) { half_closed(TL_TLS_1_3); }
+static void test_move_half_closed_12(void) { half_closed(TL_TLS_1_2); }
 
 static void test_move_13_aes128(void) { move(TL_TLS_1_3, "AES-128-GCM"); }
 static void test_move_13_aes256(void) { move(TL_TLS_1_3, "AES-256-GCM"); }
@@ -2726,6 +2831,8 @@ static const struct test_def tests[] = {
 	T("own", test_move_13_chacha),
 	T("own", test_move_12_aes128),
 	T("own", test_move_12_chacha),
+	T("own", test_move_half_closed_13),
+	T("own", test_move_half_closed_12),
 	T("peer", test_sclient_13),
 	T("peer", test_sclient_12),
 	T("peer", test_sserver_13),

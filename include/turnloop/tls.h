@@ -435,11 +435,15 @@ int tl_tls_stream(tl_tls_ctx *ctx, tl_tls_id id, tl_handle *h);
  * asks) and tl_tls_key_update; a NewSessionTicket a moved client receives
  * is read and dropped (tl_tls_resume_data is -EAGAIN there).
  *
- * Movable: a session whose handshake is done, that has sent and received
- * no close_notify, no fatal error, no shutdown queued, using an AEAD
- * suite: TLS 1.3 with AES-128-GCM, AES-256-GCM or ChaCha20-Poly1305, or
- * TLS 1.2 with AES-GCM or ChaCha20-Poly1305. Anything else (a CBC suite,
- * a handshake under way) is -EOPNOTSUPP and stays where it is.
+ * Movable: a session whose handshake is done, with no fatal error, using
+ * an AEAD suite: TLS 1.3 with AES-128-GCM, AES-256-GCM or
+ * ChaCha20-Poly1305, or TLS 1.2 with AES-GCM or ChaCha20-Poly1305.
+ * Anything else (a CBC suite, a handshake under way) is -EOPNOTSUPP and
+ * stays where it is. A half-closed session moves as it is: after the
+ * peer's close_notify the imported session's reads end at once with
+ * TL_F_EOF (it still writes); after ours (tl_tls_shutdown done; a release
+ * waits for one under way) it still reads, and a second tl_tls_shutdown
+ * is -EINVAL.
  */
 
 /* The largest state tl_tls_release writes (its fixed part and a partial
@@ -456,8 +460,9 @@ int tl_tls_stream(tl_tls_ctx *ctx, tl_tls_id id, tl_handle *h);
  *    written as usual;
  *  - while the stream read has not ended, whole records are still to be
  *    decrypted (they come to the host's read as ordinary TL_K_READ
- *    completions: keep releasing plaintext leases), or writes are still
- *    going out: -EAGAIN. Call again after the next tl_tls_poll;
+ *    completions: keep releasing plaintext leases), or writes or a
+ *    shutdown are still going out: -EAGAIN. Call again after the next
+ *    tl_tls_poll;
  *  - then the host's read (if any) ends with -ECANCELED, and once the
  *    host has polled every completion of the session, the next call
  *    returns the state's length: id is stale (-ENOENT) from then on, no

@@ -203,8 +203,7 @@ static int cipher_code(gnutls_cipher_algorithm_t a)
 int tls__carry_movable(struct tl_tls_ctx *x, struct tls_sess *s)
 {
 	(void)x;
-	if (!s->hs_done || s->fatal || s->notify_in || s->notify_out || s->shut_op != NONE ||
-	    s->frame_bad || s->out_err)
+	if (!s->hs_done || s->fatal || s->frame_bad || s->out_err)
 		return -EOPNOTSUPP;
 	if (s->cr)
 		return 0;
@@ -236,7 +235,8 @@ int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, ui
 
 	memset(&f, 0, sizeof f);
 	f.magic = TLS_ST_MAGIC;
-	f.version = TLS_ST_VERSION;
+	f.closed = (uint8_t)((s->notify_in ? TLS_ST_CLOSED_IN : 0) | (s->notify_out ? TLS_ST_CLOSED_OUT : 0));
+	f.version = f.closed ? TLS_ST_VERSION : 1; /* (state.h: versions) */
 	f.server = s->server;
 	f.alert_in = s->alert_in;
 	f.alert_out = s->alert_out;
@@ -264,8 +264,9 @@ int tls__carry_export(struct tl_tls_ctx *x, struct tls_sess *s, uint8_t *out, ui
 			return r;
 		export_info(x, s, &f);
 	}
-	/* the record under way: no whole one is left (the caller saw to it) */
-	uint32_t n = s->fr.partial;
+	/* the record under way: no whole one is left (the caller saw to it);
+	 * after the peer's close_notify, nothing it sent counts */
+	uint32_t n = s->notify_in ? 0 : s->fr.partial;
 	if (sizeof f + n > cap)
 		return -ENOBUFS;
 	f.partial = n;
@@ -295,7 +296,8 @@ int tls__carry_own(struct tl_tls_ctx *x, struct tls_sess *s)
 	struct tls_st_fixed f;
 	int tls13, r;
 
-	if (s->cr || !s->gs || tls__carry_movable(x, s) < 0 || gnutls_record_check_pending(s->gs))
+	if (s->cr || !s->gs || tls__carry_movable(x, s) < 0 || s->notify_in || s->notify_out ||
+	    s->shut_op != NONE || gnutls_record_check_pending(s->gs))
 		return -EOPNOTSUPP;
 	memset(&f, 0, sizeof f);
 	tls13 = gnutls_protocol_get_version(s->gs) == GNUTLS_TLS1_3;
@@ -395,6 +397,8 @@ int tls__carry_import(struct tl_tls_ctx *x, struct tls_sess *s, const uint8_t *s
 	cr->verify = f.verify;
 	s->alert_in = f.alert_in;
 	s->alert_out = f.alert_out;
+	s->notify_in = (f.closed & TLS_ST_CLOSED_IN) != 0;
+	s->notify_out = (f.closed & TLS_ST_CLOSED_OUT) != 0;
 	s->bytes_in = f.bytes_in;
 	s->bytes_out = f.bytes_out;
 	s->resumed = f.resumed;

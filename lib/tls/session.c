@@ -357,7 +357,7 @@ int tl_tls_release(tl_tls_ctx *x, tl_tls_id id, void *state, uint32_t cap, tl_ha
 	if (s->state != S_OPEN)
 		return -EINVAL;
 	if (tls__carry_movable(x, s) < 0) {
-		/* failed, or the peer's close_notify came meanwhile: it stays */
+		/* failed meanwhile: it stays */
 		s->releasing = 0;
 		tls__run(x, s);
 		tls__runs(x);
@@ -366,7 +366,8 @@ int tl_tls_release(tl_tls_ctx *x, tl_tls_id id, void *state, uint32_t cap, tl_ha
 	/* Quiet: the stream read over, every whole record opened and handed
 	 * out, every write written. */
 	if (s->reading || s->whole || tls__plain_pending(s) || s->wq_head != NONE || s->aw_head != NONE ||
-	    s->outq_n || (s->out_cur != NONE && s->out_len) || (s->pl != NONE && s->pl_len))
+	    s->outq_n || (s->out_cur != NONE && s->out_len) || (s->pl != NONE && s->pl_len) ||
+	    s->shut_op != NONE)
 		return -EAGAIN;
 	if (s->rd_op != NONE) {
 		read_end(x, s, -ECANCELED, 0);
