@@ -344,6 +344,91 @@ def t_down_up(env):
           "log: " + "\n".join(lines))
 
 
+def yaml_bytes(b):
+    """b as a YAML double-quoted string, every byte escaped."""
+    return '"' + "".join("\\x%02x" % c for c in b) + '"'
+
+
+def wait_log(p, pattern, timeout=10):
+    t = time.time() + timeout
+    while time.time() < t:
+        if re.search(pattern, open(p.errname).read(), re.M):
+            return
+        check(p.poll() is None, "tlproxy exited: " + open(p.errname).read()[-400:])
+        time.sleep(0.05)
+    raise Fail(f"tlproxy never logged /{pattern}/: " + open(p.errname).read()[-600:])
+
+
+def t_udp_health(env):
+    """health: {proto: udp}: a DNS query as the probe, its answer's ID as
+    expect. A server whose port is closed (ICMP unreachable) is down after
+    one round and gets no session; a server that takes UDP only (tlecho
+    --udp: a TCP check would call it down) stays up; NSD stopped goes down,
+    restarted comes back up; a probe whose answer does not begin with
+    expect fails; a UDP probe without send is refused with one line."""
+    env.nsd_start()
+    port, dead, eport = free_port(), free_port(), free_port()
+    probe = yaml_bytes(dns_query("www.test.example", 0x4242))
+    echo = env.echo()  # UDP only: a TCP connect to it is refused
+
+    def cfg(expect):
+        return env.config(f"""shards: 1
+listeners:
+  - name: dns
+    proto: udp
+    responses: 1
+    listen: [127.0.0.1:{port}]
+    pool: two
+  - name: echo
+    proto: udp
+    responses: 1
+    listen: [127.0.0.1:{eport}]
+    pool: echo
+pools:
+  - name: two
+    health: {{proto: udp, interval: 200ms, timeout: 150ms, rise: 1, fall: 1,
+              send: {probe}, expect: {expect}}}
+    servers:
+      - address: 127.0.0.1:{env.nsd_port}
+      - address: 127.0.0.1:{dead}
+  - name: echo
+    health: {{proto: udp, interval: 200ms, timeout: 150ms, rise: 1, fall: 1, send: "ping", expect: "pi"}}
+    servers:
+      - address: 127.0.0.1:{echo}
+""")
+    r = subprocess.run([env.tlproxy, "--config", env.config(f"""listeners:
+  - {{name: d, proto: udp, listen: "127.0.0.1:{port}", pool: p}}
+pools:
+  - {{name: p, health: {{proto: udp}}, servers: [{{address: "127.0.0.1:{dead}"}}]}}
+""")], capture_output=True, text=True, timeout=30)
+    check(r.returncode != 0 and "a UDP probe needs send" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          f"a UDP probe without send: exit {r.returncode}: {r.stderr.strip()}")
+    p = env.proxy(["--config", cfg(yaml_bytes(b"\x42\x42"))])
+    wait_log(p, rf"server \S*:{dead}\S* is down \(health check: [^;]*refused")
+    time.sleep(0.5)  # a few more rounds: NSD and the UDP-only echo stay up
+    for up in (env.nsd_port, echo):
+        check(not re.search(rf"server \S*:{up}\S* is down", open(p.errname).read()),
+              f"the server on port {up} went down: " + open(p.errname).read()[-400:])
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(2)
+    c.sendto(b"hello", ("127.0.0.1", eport))
+    check(c.recv(100) == b"hello", "no echo through the UDP-only server's pool")
+    c.close()
+    for i in range(20):
+        check(query("127.0.0.1", port, "www.test.example") == (0, 1), f"query {i} through the healthy server")
+    check(env.stats(p)["errors"].get("server_error", 0) == 0, "a session went to the dead server")
+    env.nsd_stop()
+    wait_log(p, rf"server \S*:{env.nsd_port}\S* is down")
+    env.nsd_start()
+    wait_log(p, rf"server \S*:{env.nsd_port}\S* is up")
+    check(query("127.0.0.1", port, "www.test.example") == (0, 1), "query after NSD came back")
+    env.stop(p)
+    # an answer that does not begin with expect: down
+    p = env.proxy(["--config", cfg(yaml_bytes(b"\x42\x43"))])
+    wait_log(p, rf"server \S*:{env.nsd_port}\S* is down \(health check: unexpected reply")
+    env.stop(p)
+
+
 def t_limit(env):
     """40 source ports against sessions: 4: 4 are answered, 36 dropped and
     counted; when they go idle, new clients get in."""
@@ -462,6 +547,7 @@ pools:
 
 
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
+         "udp_health": t_udp_health,
          "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6,
          "noalloc": t_noalloc}
 
@@ -470,7 +556,7 @@ def main():
     if len(sys.argv) != 5 or sys.argv[4] not in CASES:
         print(__doc__, file=sys.stderr)
         return 2
-    need = {"cli_dig": ["nsd", "dig"], "dnsperf": ["nsd", "dnsperf"], "down_up": ["nsd"],
+    need = {"cli_dig": ["nsd", "dig"], "dnsperf": ["nsd", "dnsperf"], "down_up": ["nsd"], "udp_health": ["nsd"],
             "oneway": ["socat"]}.get(sys.argv[4], [])
     os.environ["PATH"] += ":/usr/sbin"
     for prog in need:

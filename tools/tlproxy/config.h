@@ -89,12 +89,13 @@ struct tlp_server_cfg {
 
 struct tlp_health_cfg {
 	int enabled;            /* the health mapping was given */
+	int proto;              /* enum tlp_proto: TCP (default) connects, UDP sends a datagram */
 	uint64_t interval_ns;   /* default 2 s */
 	uint64_t timeout_ns;    /* default 1 s, at most interval */
 	uint32_t rise, fall;    /* defaults 2 and 3 */
 	const char *send;       /* NULL: connect only; may hold NUL bytes */
 	uint32_t send_len;
-	const char *expect;     /* NULL: any answer (or none) will do */
+	const char *expect;     /* NULL: any answer (or none; UDP: a datagram) will do */
 	uint32_t expect_len;
 };
 

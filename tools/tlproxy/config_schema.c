@@ -60,16 +60,22 @@ void tlp__listener_defaults(struct tlp_listener_cfg *l)
 	l->sessions = 4096;
 }
 
+static const char *proto_name(int i);
+
 static void parse_health(struct ctx *c, const struct ynode *n, const char *path,
 			 struct tlp_health_cfg *h)
 {
-	static const char *const keys[] = {"interval", "timeout", "rise", "fall", "send", "expect"};
-	const struct ynode *v[6];
+	static const char *const keys[] = {"interval", "timeout", "rise", "fall", "send", "expect", "proto"};
+	const struct ynode *v[7];
 	char p[256];
 
-	if (tlp__take(c, n, path, keys, 6, v))
+	if (tlp__take(c, n, path, keys, 7, v))
 		return;
 	h->enabled = 1;
+	if (v[6] && (PATH(p, "%s.proto", path), 1))
+		tlp__get_enum(c, v[6], p, proto_name, 2, &h->proto);
+	if (h->proto == TLP_PROTO_UDP && !v[4])
+		tlp__errat(c, n->line, n->col, "%s: a UDP probe needs send (the datagram it sends)", path);
 	if (v[0] && (PATH(p, "%s.interval", path), 1))
 		tlp__get_dur(c, v[0], p, R_HEALTH_INTERVAL, &h->interval_ns);
 	if (v[1] && (PATH(p, "%s.timeout", path), 1) &&

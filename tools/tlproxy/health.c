@@ -1,4 +1,4 @@
-/* tools/tlproxy/health.c: active health checks (shard 0): a round per pool every interval, each check a connect with an optional send and expect, rise and fall. */
+/* tools/tlproxy/health.c: active health checks (shard 0): a round per pool every interval, each check a connect with an optional send and expect (or, proto: udp, a datagram and its answer), rise and fall. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +70,53 @@ static void check_error(struct tlp_srv *s, int err)
 	s->h_h = TL_HANDLE_NONE;
 }
 
+/*
+ * A UDP probe (health.proto: udp): a datagram socket of its own, connected
+ * to the server; health.send goes out as one datagram, and the check
+ * passes on the first datagram back that begins with health.expect (any
+ * datagram, without it). The server's ICMP port unreachable comes back as
+ * the receive's -ECONNREFUSED: failed at once. Nothing back by the
+ * timeout: failed, as a TCP check that hangs. 0, or a negative errno with
+ * nothing left open.
+ */
+static int udp_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
+{
+	tl_addr any;
+	tl_handle h;
+	tl_op op;
+	int r;
+
+	if (s->unix_path)
+		return -EAFNOSUPPORT;
+	memset(&any, 0, sizeof any);
+	any.sa.sa_family = s->addr.sa.sa_family;
+	if ((r = tl_udp_bind(tlp_cp.loop, &any, &h)) < 0)
+		return r;
+	if ((r = tl_udp_connect(tlp_cp.loop, h, &s->addr)) < 0 ||
+	    (r = tl_udp_recv_pooled(tlp_cp.loop, h, htok(s->slot, HOP_READ), &op)) < 0 ||
+	    (r = tl_udp_send(tlp_cp.loop, h, pc->health.send, pc->health.send_len, NULL,
+			     htok(s->slot, HOP_WRITE), &op)) < 0) {
+		tl_close(tlp_cp.loop, h, htok(s->slot, HOP_CLOSE));
+		return r;
+	}
+	s->h_wq = 1;
+	s->h_busy = 1;
+	s->h_h = h;
+	s->h_round = s->pool->health_round;
+	return 0;
+}
+
+/* The datagram a UDP probe got back (n bytes at d): does it pass? */
+static void udp_answer(struct tlp_srv *s, const struct tlp_pool_cfg *pc, const uint8_t *d, uint32_t n)
+{
+	uint32_t want = pc->health.expect_len;
+
+	if (n < want || (want && memcmp(d, pc->health.expect, want) != 0))
+		check_done(s, 0, "unexpected reply");
+	else
+		check_done(s, 1, "");
+}
+
 static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 {
 	uint64_t dl = tl_now(tlp_cp.loop) + pc->health.timeout_ns;
@@ -81,6 +128,13 @@ static void check_start(struct tlp_srv *s, const struct tlp_pool_cfg *pc)
 		return;
 	s->h_got = 0;
 	s->h_wq = 0;
+	if (pc->health.proto == TLP_PROTO_UDP) {
+		if ((r = udp_start(s, pc)) == -EAFNOSUPPORT)
+			check_result(s, 0, "a UDP probe cannot reach a Unix socket");
+		else if (r < 0 && tlp_blame(r) == TLP_BLAME_SERVER)
+			check_result(s, 0, tl_strerror(r));
+		return;
+	}
 	if (s->unix_path)
 		r = tl_unix_connect(tlp_cp.loop, s->path, dl, htok(s->slot, HOP_CONNECT), &h, &op);
 	else
@@ -145,9 +199,24 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 	if (!s || !s->h_busy || !tl_handle_eq(e->handle, s->h_h) || op == HOP_CLOSE) {
 		if (e->kind == TL_K_READ && (e->flags & TL_F_LEASE) && e->result > 0)
 			tl_lease_release(tlp_cp.loop, e->u.read.lease.id);
+		else if (e->kind == TL_K_RECV && (e->flags & TL_F_LEASE))
+			tl_lease_release(tlp_cp.loop, e->u.recv.lease.id);
 		return;
 	}
 	pc = s->pool->cfg;
+	if (e->kind == TL_K_RECV) { /* a UDP probe's answer */
+		if (e->result < 0) {
+			check_error(s, (int)e->result);
+			return;
+		}
+		if (e->flags & TL_F_LEASE) {
+			udp_answer(s, pc, e->u.recv.lease.data, (uint32_t)e->result);
+			tl_lease_release(tlp_cp.loop, e->u.recv.lease.id);
+		} else {
+			udp_answer(s, pc, NULL, 0);
+		}
+		return;
+	}
 	switch (op) {
 	case HOP_CONNECT: {
 		uint32_t n = 0;
@@ -191,8 +260,9 @@ void tlp_on_health(tl_shard *sh, const tl_completion *e)
 			check_error(s, (int)e->result);
 			return;
 		}
-		/* Sent, and nothing to wait for: passed. */
-		if (!s->h_wq && !(pc && pc->health.expect_len))
+		/* Sent, and nothing to wait for: passed (a UDP probe waits
+		 * for its answer). */
+		if (!s->h_wq && !(pc && (pc->health.expect_len || pc->health.proto == TLP_PROTO_UDP)))
 			check_done(s, 1, "");
 		return;
 	case HOP_READ:
