@@ -467,7 +467,8 @@ def t_tls_takeover(env):
     32 under the sanitizers) each way through TLS by SHA-256, the client's
     under way during both switches; 2 shards, then 1, then 2 again): TLS connections open at
     the time (TLS 1.3 and TLS 1.2, each with 128 KiB of echo under way, then 1 MiB more,
-    and a half-closed one whose server had finished, our close_notify sent) move
+    and a half-closed one whose server had finished, our close_notify sent, and one
+    whose handshake began after the switch had: awaited, then handed over) move
     to the new process with their sessions' record state and carry on
     there: they echo after it, the old process exits at once (nothing is
     left to drain), a second takeover moves them again (out of sessions
@@ -619,13 +620,24 @@ listeners:
         # bytes in flight both ways while the connections move
         for h in held:
             h.sendall(big[: 128 << 10])
+        if k == 0:
+            # a client that connects before the switch and sends its
+            # ClientHello only once the handing over has begun: awaited,
+            # then handed over with the rest
+            slow = socket.create_connection(("127.0.0.1", lp), timeout=20)
+            time.sleep(0.2)
         # 2 shards, then 1, then 2 again
         new = env.proxy(["--config", cfgs[1 if k == 0 else 2], "--takeover", sock, "--handover-socket", sock],
                         name=f"tlproxy-new{k}")
+        if k == 0:
+            time.sleep(0.5)
+            slow = ctx13.wrap_socket(slow, server_hostname="localhost")
+            check(tls_echo(slow, b"late") == "S", "no echo for the client that handshook during the switch")
         env.wait_for(new, r"takeover done: \d+ connections carried on, 0 cut", 30)
         moved = int(re.search(r"takeover done: (\d+) connections carried on", new.text()).group(1))
-        check(moved >= 3 + 8 + 2, f"takeover {k}: {moved} connections carried on, want the 3 held, "
-                                   f"wrk's 8, the long transfer and the half-closed one at least")
+        check(moved >= 3 + 8 + 2 + 1, f"takeover {k}: {moved} connections carried on, want the 3 held, "
+                                       f"wrk's 8, the long transfer, the half-closed one and the late "
+                                       f"handshake at least")
         prev = procs[-1]
         try:
             rc = prev.p.wait(30)
@@ -643,6 +655,9 @@ listeners:
                 got += dd
             check(got == big[: 128 << 10], f"takeover {k}: the echo in flight differs")
             echo_more(h, big)
+        # the late handshake's connection outlived the old process
+        slow.sendall(b"after%d" % k)
+        check(slow.recv(100) == b"after%d" % k, f"takeover {k}: no echo for the late handshake's client")
         sc.p.stdin.write(f"moved{k}\n".encode())
         sc.p.stdin.flush()
         env.wait_for(sc, rf"^moved{k}$", 10)
@@ -703,7 +718,7 @@ listeners:
     t.unwrap()
     t.close()
     env.wait_stat(new, "tls_resumed", "0", 1, op=">=")
-    for h in held:
+    for h in held + [slow]:
         h.unwrap()  # close_notify, and the proxy's back: a clean end
         h.close()
     sc.p.stdin.write(b"Q\n")

@@ -332,4 +332,6 @@ void tlp_forward(struct tlp_shard *sh, struct tlp_conn *c)
 		tlp_shut(sh, c, 1);
 	if (c->state == C_FWD)
 		arm_idle(sh, c);
+	if (c->state == C_FWD && (c->flags & F_HOWAIT))
+		tlp_ho_hook(sh, c, TLP_HO_FORWARDS, 0, NULL, 0, 0);
 }

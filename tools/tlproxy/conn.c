@@ -283,6 +283,8 @@ void tlp_conn_end(struct tlp_shard *sh, struct tlp_conn *c, int cause, int abort
 	c->state = C_CLOSING;
 	if (c->flags & F_HO)
 		tlp_ho_hook(sh, c, TLP_HO_DROP, abort_mask, NULL, 0, 0);
+	else if (c->flags & F_HOWAIT)
+		tlp_ho_hook(sh, c, TLP_HO_FORGET, 0, NULL, 0, 0);
 	wheel_del(sh, c);
 	if (was == C_QUEUED)
 		tlp_q_del(sh, c);

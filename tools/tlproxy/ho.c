@@ -270,9 +270,32 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 			ho_begin(sh, c);
 			if (!(c->flags & F_HO) && c->state == C_FWD)
 				tlp_ho_gone(); /* no memory: it stays */
+		} else if (c->state == C_TLS || c->state == C_PEEK || c->state == C_CONNECT) {
+			/* Being set up (ho_await) */
+			n++;
+			c->flags |= F_HOWAIT;
 		}
 	}
 	return n;
+}
+
+/*
+ * A connection still being set up when its shard begins handing over (a
+ * TLS handshake, a peek at its first bytes, a connect to its server: each
+ * bounded by its own timeout) is awaited: once it forwards, it is handed
+ * over like the others (TLP_HO_FORWARDS), so that a client that connected a
+ * moment before the switch does not stay in the old process for its whole
+ * life. The handover's deadline bounds the wait: what has not got that far
+ * by then drains here (tlp_shard_ho_stop). Clients waiting in the queue or
+ * for a descriptor (C_QUEUED, C_HELD) wait for capacity, which may take
+ * long: they are not awaited, and drain here.
+ */
+static void ho_await_ready(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	c->flags &= ~F_HOWAIT;
+	ho_begin(sh, c);
+	if (!(c->flags & F_HO) && c->state == C_FWD)
+		tlp_ho_gone(); /* it cannot move, or no memory: it stays */
 }
 
 /* Bytes read from side s while handing over: kept, not written. */
@@ -692,6 +715,9 @@ static uint32_t tlp_shard_ho_stop(tl_shard *s)
 			c->flags |= F_HORES;
 			n++;
 			ho_resume(sh, c);
+		} else if (c->flags & F_HOWAIT) {
+			c->flags &= ~F_HOWAIT;
+			n++; /* still being set up at the deadline: it drains here */
 		} else if ((c->flags & (F_TLS(0) | F_TLS(1))) && c->state != C_FREE && c->state != C_CLOSING) {
 			n++; /* a TLS session was never handed over: it drains here */
 		}
@@ -713,6 +739,13 @@ static void ho_event(struct tlp_shard *sh, struct tlp_conn *c, int ev, int s, co
 		return;
 	case TLP_HO_STEP:
 		tlp_ho_step(sh, c);
+		return;
+	case TLP_HO_FORWARDS:
+		ho_await_ready(sh, c);
+		return;
+	case TLP_HO_FORGET:
+		c->flags &= ~F_HOWAIT;
+		tlp_ho_gone();
 		return;
 	default:
 		return;

@@ -95,6 +95,8 @@ enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD,
 #define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
 #define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
 #define F_TLS(s) (0x1000000u << (s)) /* side s is a TLS session (ts[s]): its I/O goes through it */
+#define F_HOWAIT 0x4000000u          /* takeover: still being set up when its shard began
+				      * handing over; handed over once it forwards */
 
 struct tlp_conn {
 	tl_handle h[2];          /* [0] client, [1] server */
@@ -297,15 +299,17 @@ static inline void tlp_room_later(struct tlp_shard *sh, struct tlp_gpool *gp)
 
 /*
  * The per-connection takeover (ho.c) behind one hook: the stages below it
- * (conn.c, fwd) reach it only through tlp_ho_hook, and only for a
- * connection being handed over (F_HO), so the forwarding path makes no
- * call for it otherwise.
+ * (conn.c, fwd, backend) reach it only through tlp_ho_hook, and only for
+ * a connection being handed over (F_HO) or awaited (F_HOWAIT), so the
+ * forwarding path makes no call for it otherwise.
  *  - TLP_HO_DROP: c ends while handed over; s is conn_end's abort mask.
  *  - TLP_HO_KEEP: a read of side s brought n bytes at p (lease id), kept
  *    for the successor instead of written.
  *  - TLP_HO_STEP: something c waited for ended: try its detach again.
+ *  - TLP_HO_FORWARDS: c (F_HOWAIT) forwards now: hand it over too.
+ *  - TLP_HO_FORGET: c (F_HOWAIT) ended before it forwarded.
  */
-enum { TLP_HO_DROP, TLP_HO_KEEP, TLP_HO_STEP };
+enum { TLP_HO_DROP, TLP_HO_KEEP, TLP_HO_STEP, TLP_HO_FORWARDS, TLP_HO_FORGET };
 extern void (*const tlp_ho_hook)(struct tlp_shard *sh, struct tlp_conn *c, int ev, int s,
 				 const uint8_t *p, uint32_t id, uint32_t n);
 
