@@ -577,38 +577,33 @@ listeners:
     size = (32 << 20) if os.environ.get("TLP_E2E_SANITIZED") else T.bulk_size()
     mine, theirs = T.duplex_data(size, 1, "tls-moving"), T.duplex_data(size, 2, "tls-moving")
     switched = threading.Event()
-    bulk_res = {}
 
-    def bulk():
-        try:
-            bs = socket.create_connection(("127.0.0.1", bp), timeout=60)
-            bulk_res["r"] = tls_pipe(bs, ctx13, "localhost", f"tls-moving {size} 0 0\n".encode() + mine, 0,
-                                     pace=6, gate=(0.75, switched), deadline_s=600)
-            bs.close()
-        except Exception as e:  # noqa: BLE001
-            bulk_res["err"] = e
+    def paced(head, data, closed=None):
+        """A thread sending head + data through TLS to the duplex server,
+        paced over the switches; its result ("r" or "err") in a dict."""
+        res = {}
 
-    bt = threading.Thread(target=bulk, daemon=True)
-    bt.start()
+        def run():
+            try:
+                bs = socket.create_connection(("127.0.0.1", bp), timeout=60)
+                res["r"] = tls_pipe(bs, ctx13, "localhost", head.encode() + data, 0, pace=6,
+                                    gate=(0.75, switched), deadline_s=600, closed=closed)
+                bs.close()
+            except Exception as e:  # noqa: BLE001
+                res["err"] = e
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        return th, res
+
+    bt, bulk_res = paced(f"tls-moving {size} 0 0\n", mine)
     # A half-closed one: the server sends 1 MiB and its FIN at once (our
     # close_notify to the client), the client sends 8 MiB paced over both
     # switches: it moves with its session's write side closed, twice.
     hsize = 8 << 20
     hmine, htheirs = T.duplex_data(hsize, 1, "tls-half"), T.duplex_data(1 << 20, 2, "tls-half")
     half_closed = threading.Event()
-    half_res = {}
-
-    def half():
-        try:
-            hs = socket.create_connection(("127.0.0.1", bp), timeout=60)
-            half_res["r"] = tls_pipe(hs, ctx13, "localhost", f"tls-half {1 << 20} 0 0\n".encode() + hmine, 0,
-                                     pace=6, gate=(0.75, switched), deadline_s=600, closed=half_closed)
-            hs.close()
-        except Exception as e:  # noqa: BLE001
-            half_res["err"] = e
-
-    ht = threading.Thread(target=half, daemon=True)
-    ht.start()
+    ht, half_res = paced(f"tls-half {1 << 20} 0 0\n", hmine, closed=half_closed)
     check(half_closed.wait(30), f"the half-closed connection's server did not finish: {half_res}")
     # wrk runs until both switches are over (then SIGINT ends it with its report)
     w = subprocess.Popen([wrk, "-t1", "-c8", "-d300s", "--timeout", "5s", f"https://127.0.0.1:{wp}/index.html"],

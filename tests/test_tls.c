@@ -1356,6 +1356,41 @@ static tl_tls_id move_session(struct tt *t, struct tt *to, tl_tls_config *cfg, t
 	return nid;
 }
 
+/* Two contexts of one loop for a move: t the first, t2 the second (its
+ * plaintext buffers plain_size bytes, 0: the default), each turning the
+ * other. */
+static void move_ctxs_init(struct tt *t, struct tt *t2, uint32_t plain_size)
+{
+	tt_init(t, h_loop());
+	tl_tls_ctx_config cc2;
+	tl_tls_ctx_config_init(&cc2);
+	cc2.token_tag = TAG + 1;
+	if (plain_size)
+		cc2.plain_buffer_size = plain_size;
+	tt_init_cc(t2, t->loop, &cc2);
+	turning = t;
+	t->sib = t2;
+	t2->sib = t;
+}
+
+/* ... and their end: t2 holds nothing (no session, lease, buffer or
+ * completion), then both go, nothing leaked (fds: h_begin's). */
+static void move_ctxs_fini(struct tt *t, struct tt *t2, int fds)
+{
+	release_all(t2, 0);
+	tl_tls_stats st2;
+	tl_tls_stats_get(t2->x, &st2);
+	H_EQ(st2.sessions, 0);
+	H_EQ(st2.plain_held, 0);
+	H_EQ(st2.out_busy, 0);
+	H_EQ(tl_tls_pending(t2->x), 0);
+	t->sib = NULL;
+	tt_fini(t, fds);
+	tl_tls_ctx_destroy(t2->x);
+	free(t2->tls.v);
+	free(t2->loop_log.v);
+}
+
 /* A session moved between contexts after its handshake (tl_tls_release,
  * tl_tls_import) carries on with the peer, which sees nothing: data both
  * ways in small and full records (the importing ctx's plaintext buffers
@@ -1367,15 +1402,7 @@ static void move(uint16_t v, const char *cipher)
 {
 	int fds = h_begin();
 	struct tt t, t2;
-	tt_init(&t, h_loop());
-	tl_tls_ctx_config cc2;
-	tl_tls_ctx_config_init(&cc2);
-	cc2.token_tag = TAG + 1;
-	cc2.plain_buffer_size = 1024;
-	tt_init_cc(&t2, t.loop, &cc2); /* a second context of the same loop */
-	turning = &t;
-	t.sib = &t2;
-	t2.sib = &t;
+	move_ctxs_init(&t, &t2, 1024);
 	struct srv_opts so = {.minv = v, .maxv = v, .ciphers = cipher};
 	tl_tls_config *sc = server_config(&so), *cc = client_config(NULL);
 	tl_tls_client_opts co = {.server_name = "localhost"};
@@ -1499,18 +1526,7 @@ static void move(uint16_t v, const char *cipher)
 	free(pb);
 	tl_tls_config_unref(sc);
 	tl_tls_config_unref(cc);
-	release_all(&t2, 0);
-	tl_tls_stats st2;
-	tl_tls_stats_get(t2.x, &st2);
-	H_EQ(st2.sessions, 0);
-	H_EQ(st2.plain_held, 0);
-	H_EQ(st2.out_busy, 0);
-	H_EQ(tl_tls_pending(t2.x), 0);
-	t.sib = NULL;
-	tt_fini(&t, fds);
-	tl_tls_ctx_destroy(t2.x);
-	free(t2.tls.v);
-	free(t2.loop_log.v);
+	move_ctxs_fini(&t, &t2, fds);
 }
 
 /* A half-closed session moves as it is. Ours sent (a shutdown under way
@@ -1524,14 +1540,7 @@ static void half_closed(uint16_t v)
 {
 	int fds = h_begin();
 	struct tt t, t2;
-	tt_init(&t, h_loop());
-	tl_tls_ctx_config cc2;
-	tl_tls_ctx_config_init(&cc2);
-	cc2.token_tag = TAG + 1;
-	tt_init_cc(&t2, t.loop, &cc2);
-	turning = &t;
-	t.sib = &t2;
-	t2.sib = &t;
+	move_ctxs_init(&t, &t2, 0);
 	struct srv_opts so = {.minv = v, .maxv = v};
 	tl_tls_config *sc = server_config(&so), *cc = client_config(NULL);
 	tl_tls_client_opts co = {.server_name = "localhost"};
@@ -1600,17 +1609,7 @@ static void half_closed(uint16_t v)
 	close_wait(&t, d.c, 0);
 	tl_tls_config_unref(sc);
 	tl_tls_config_unref(cc);
-	release_all(&t2, 0);
-	tl_tls_stats st2;
-	tl_tls_stats_get(t2.x, &st2);
-	H_EQ(st2.sessions, 0);
-	H_EQ(st2.plain_held, 0);
-	H_EQ(tl_tls_pending(t2.x), 0);
-	t.sib = NULL;
-	tt_fini(&t, fds);
-	tl_tls_ctx_destroy(t2.x);
-	free(t2.tls.v);
-	free(t2.loop_log.v);
+	move_ctxs_fini(&t, &t2, fds);
 }
 
 static void test_move_half_closed_13(void) { half_closed(TL_TLS_1_3); }

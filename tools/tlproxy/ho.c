@@ -191,6 +191,16 @@ static void ho_begin(struct tlp_shard *sh, struct tlp_conn *c)
 	tlp_ho_step(sh, c);
 }
 
+/* Begin handing c over, one of the pending count: a connection that stays
+ * (it cannot move, or no memory) leaves the count here; one that ends or
+ * goes leaves it on that path. */
+static void ho_start(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	ho_begin(sh, c);
+	if (!(c->flags & F_HO) && c->state == C_FWD)
+		tlp_ho_gone();
+}
+
 static void keep_listener(struct tlp_shard *sh, tl_handle h, uint64_t token)
 {
 	int fd = tl_handle_fd(sh->loop, h);
@@ -267,9 +277,7 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 		/* (A TLS session that cannot move finishes here: ho_begin.) */
 		if (c->state == C_FWD && !(c->flags & F_HO)) {
 			n++;
-			ho_begin(sh, c);
-			if (!(c->flags & F_HO) && c->state == C_FWD)
-				tlp_ho_gone(); /* no memory: it stays */
+			ho_start(sh, c);
 		} else if (c->state == C_TLS || c->state == C_PEEK || c->state == C_CONNECT) {
 			/* Being set up (ho_await) */
 			n++;
@@ -293,9 +301,7 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 static void ho_await_ready(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	c->flags &= ~F_HOWAIT;
-	ho_begin(sh, c);
-	if (!(c->flags & F_HO) && c->state == C_FWD)
-		tlp_ho_gone(); /* it cannot move, or no memory: it stays */
+	ho_start(sh, c);
 }
 
 /* Bytes read from side s while handing over: kept, not written. */
