@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -170,9 +171,12 @@ zone:
             time.sleep(0.05)
         raise Fail(f"stat {fam}[{row}] is {got}, want {want}")
 
-    def echo(self, family=socket.AF_INET):
+    def echo_big(self):
+        return self.echo(size=65536)
+
+    def echo(self, family=socket.AF_INET, size=32768):
         port = free_port(family)
-        args = [self.tlecho, "-p", str(port), "--udp", "--buffer-size", "32768"]
+        args = [self.tlecho, "-p", str(port), "--udp", "--buffer-size", str(size)]
         if family == socket.AF_INET6:
             args += ["--host", "::1"]
         p = self.spawn(args, "tlecho%d" % port)
@@ -487,20 +491,132 @@ def t_ipv6(env):
     t_sizes(env, socket.AF_INET6)
 
 
+class SizedReplies:
+    """A UDP server whose reply to a request b"N" is N bytes (a reply
+    longer than the request, which no echo gives), on a thread."""
+
+    def __init__(self):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.bind(("127.0.0.1", 0))
+        self.s.settimeout(0.2)
+        self.port = self.s.getsockname()[1]
+        self.run = True
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def loop(self):
+        while self.run:
+            try:
+                q, a = self.s.recvfrom(70000)
+            except socket.timeout:
+                continue
+            n = int(q)
+            self.s.sendto(bytes((i * 7 + n) & 0xff for i in range(n)), a)
+
+    def stop(self):
+        self.run = False
+        self.t.join()
+        self.s.close()
+
+
+def t_large(env):
+    """max_datagram up to 65,507: datagrams of every size class to it pass
+    whole both ways, from many sessions at once; a longer one is dropped
+    and counted either way, never sent cut; bad values are refused."""
+    for args, why in ((["--max-datagram", "65508"], "not a number from 1 to 65507"),
+                      (["--max-datagram", "0"], "not a number from 1 to 65507"),
+                      (["--max-datagram", "65507", "--sessions", "20000"], "over 1 GiB"),):
+        r = subprocess.run([env.tlproxy, "--udp", "--listen", "127.0.0.1:1", "--upstream",
+                            "127.0.0.1:2"] + args, capture_output=True, text=True)
+        first = r.stderr.split("\n")[0]
+        check(r.returncode != 0 and why in first and first.startswith("tlproxy: "),
+              f"{args}: {r.returncode} {r.stderr!r}")
+    r = subprocess.run([env.tlproxy, "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+                        "--max-datagram", "100"], capture_output=True, text=True)
+    check(r.returncode != 0 and "are for --udp" in r.stderr, "--max-datagram without --udp: " + r.stderr)
+    cfg = env.config("listeners:\n  - {name: t, listen: [\"127.0.0.1:1\"], pool: p, max_datagram: 100}\n"
+                     "pools:\n  - {name: p, servers: [{address: \"127.0.0.1:2\"}]}\n")
+    r = subprocess.run([env.tlproxy, "--check", cfg], capture_output=True, text=True)
+    check(r.returncode != 0 and "max_datagram is for proto: udp" in r.stderr, "--check: " + r.stderr)
+
+    # Every size class both ways through an echo, 8 sessions at once.
+    echo = env.echo_big()
+    port = free_port()
+    p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{echo}",
+                   "--shards", "1", "--max-datagram", "65507"])
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(8)]
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        s.settimeout(3)
+    for n in (1, 1472, 16384, 16385, 32768, 50000, 65507):
+        # Two sessions' datagrams in flight at a time: more than a
+        # socket's default receive buffer (208 KiB) of them would be
+        # dropped by the kernel, before any proxy sees them.
+        for k in range(0, len(socks), 2):
+            pair = socks[k:k + 2]
+            sent = [os.urandom(n) for _ in pair]
+            for s, d in zip(pair, sent):
+                s.sendto(d, ("127.0.0.1", port))
+            for s, d in zip(pair, sent):
+                got = s.recv(70000)
+                check(got == d, f"{n} bytes came back as {len(got)} bytes, not whole")
+    st = env.stats(p)["udp"]
+    check(st.get("drop_trunc", 0) == 0 and st.get("sessions", 0) == 8, f"stats {st}")
+    for s in socks:
+        s.close()
+    env.stop(p)
+
+    # A smaller max_datagram: over it, a request and a reply are dropped.
+    srv = SizedReplies()
+    try:
+        p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
+                       f"127.0.0.1:{srv.port}", "--shards", "1", "--max-datagram", "30000"])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.sendto(b"30000", ("127.0.0.1", port))
+        check(len(s.recv(70000)) == 30000, "a reply of max_datagram bytes did not come whole")
+        s.sendto(b"30001", ("127.0.0.1", port))
+        env.wait_stat(p, "udp", "drop_trunc", 1)
+        s.sendto(b"7" * 30001, ("127.0.0.1", port))
+        env.wait_stat(p, "udp", "drop_trunc", 2)
+        s.sendto(b"20000", ("127.0.0.1", port))
+        check(len(s.recv(70000)) == 20000, "after the drops, a reply did not come")
+        st = env.stats(p)["udp"]
+        check(st["dgrams_out"] == 2 and st["dgrams_in"] == 3, f"stats {st}")
+        s.close()
+        env.stop(p)
+        # ... and under a pooled buffer's size too.
+        p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
+                       f"127.0.0.1:{srv.port}", "--shards", "1", "--max-datagram", "512"])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.sendto(b"512", ("127.0.0.1", port))
+        check(len(s.recv(70000)) == 512, "a reply of 512 bytes did not come")
+        s.sendto(b"513", ("127.0.0.1", port))
+        env.wait_stat(p, "udp", "drop_trunc", 1)
+        s.sendto(b"5" * 513, ("127.0.0.1", port))
+        env.wait_stat(p, "udp", "drop_trunc", 2)
+        s.close()
+        env.stop(p)
+    finally:
+        srv.stop()
+
+
 def t_noalloc(env):
     """Sessions that start, carry datagrams both ways and end (by their
     reply, and by idleness) allocate nothing on the shards once warm: the
     allocator calls an LD_PRELOAD shim counts do not grow."""
     shim = os.environ.get("TLP_ALLOC_SHIM", "")
     check(os.path.exists(shim), "no allocation shim (TLP_ALLOC_SHIM)")
-    echo = env.echo()
-    l1, l2 = free_port(), free_port()
+    echo = env.echo_big()
+    l1, l2, l3 = free_port(), free_port(), free_port()
     adir = os.path.join(env.dir, "alloc")
     os.makedirs(adir)
     cfg = env.config(f"""shards: 2
 listeners:
   - {{name: one, proto: udp, responses: 1, listen: ["127.0.0.1:{l1}"], pool: e}}
   - {{name: any, proto: udp, listen: ["127.0.0.1:{l2}"], pool: e, timeouts: {{idle: 200ms}}}}
+  - {{name: big, proto: udp, responses: 1, max_datagram: 65507, listen: ["127.0.0.1:{l3}"], pool: e}}
 pools:
   - {{name: e, servers: [{{address: "127.0.0.1:{echo}"}}]}}
 """)
@@ -532,6 +648,11 @@ pools:
                     s.sendto(b"q%d.%d" % (r, i), ("127.0.0.1", port))
                 for i, s in enumerate(socks):
                     check(s.recv(100) == b"q%d.%d" % (r, i), "a reply went astray")
+            # Large datagrams (own buffers), one at a time: the kernel's
+            # receive buffers hold only a few.
+            for i, s in enumerate(socks):
+                s.sendto(b"Q%d.%d" % (r, i) * 5000, ("127.0.0.1", l3))
+                check(s.recv(70000) == b"Q%d.%d" % (r, i) * 5000, "a large reply went astray")
         for s in socks:
             s.close()
         env.wait_stat(p, "udp_sessions", "0", 0)
@@ -548,7 +669,7 @@ pools:
 
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
          "udp_health": t_udp_health,
-         "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6,
+         "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6, "large": t_large,
          "noalloc": t_noalloc}
 
 

@@ -79,6 +79,13 @@ enum tlp_pp_send { TLP_PP_SEND_NONE = 0, TLP_PP_SEND_V1, TLP_PP_SEND_V2 };
 enum tlp_proto { TLP_PROTO_TCP = 0, TLP_PROTO_UDP };
 #define TLP_RESPONSES_ANY UINT32_MAX
 #define TLP_UDP_SESSIONS_MAX 1000000u /* per shard */
+/* A UDP listener's longest datagram (max_datagram): by default a pooled
+ * buffer's size, at most what an IPv4 UDP datagram can carry. */
+#define TLP_UDP_DGRAM_DFLT 16384u
+#define TLP_UDP_DGRAM_MAX 65507u
+/* Own buffers of a listener whose max_datagram is over a pooled buffer:
+ * sessions x max_datagram per shard at most (udp.c). */
+#define TLP_UDP_JUMBO_BYTES_MAX (1ull << 30)
 
 struct tlp_server_cfg {
 	struct tlp_endpoint ep;
@@ -198,6 +205,8 @@ struct tlp_listener_cfg {
 	uint32_t responses;              /* replies a request expects (0: none, 1 for DNS);
 					  * TLP_RESPONSES_ANY (default): any, until idle */
 	uint32_t sessions;               /* sessions per shard at most, default 4096 */
+	uint32_t max_datagram;           /* longest datagram either way (1..65507), default
+					  * TLP_UDP_DGRAM_DFLT; longer ones are dropped */
 	struct tlp_tls_cfg tls;          /* enabled 0: plain TCP (passthrough) */
 };
 
@@ -274,7 +283,7 @@ struct tlp_args {
  *         [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
- *         [--udp [--responses N] [--sessions N]]
+ *         [--udp [--responses N] [--sessions N] [--max-datagram N]]
  *         [--tls-cert FILE --tls-key FILE] (TLS termination; not with --splice)
  * tlproxy --config FILE | --check FILE
  *

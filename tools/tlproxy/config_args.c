@@ -34,7 +34,7 @@ const char *tlp_args_usage(void)
 			 "               [--tls-cert FILE --tls-key FILE]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
 			 "               [--drain-timeout D]\n"
-			 "               [--udp [--responses N] [--sessions N]]\n"
+			 "               [--udp [--responses N] [--sessions N] [--max-datagram N]]\n"
 			 "       tlproxy --config FILE\n"
 			 "       tlproxy --check FILE\n"
 			 "durations D take a unit: 500ms, 2s, 1m, 1h\n",
@@ -84,7 +84,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	int balance = TLP_BAL_ROUNDROBIN, pp = TLP_PP_SEND_NONE, splice = 0, other = 0, r;
 	int half_close = 1;
 	int udp = 0;
-	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096;
+	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096, dgmax = TLP_UDP_DGRAM_DFLT;
 	int idle_given = 0;
 	const char *tls_cert = NULL, *tls_key = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
@@ -304,6 +304,12 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				goto out;
 			}
 			half_close = !strcmp(v, "on");
+		} else if (!strcmp(o, "--max-datagram")) {
+			if (args_u32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
+				fail(err, errlen, "%s: '%s' is not a number from 1 to %u", o,
+				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_UDP_DGRAM_MAX);
+				goto out;
+			}
 		} else if (!strcmp(o, "--responses") || !strcmp(o, "--sessions")) {
 			int rs = !strcmp(o, "--responses");
 
@@ -337,8 +343,15 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		fail(err, errlen, "--listen HOST:PORT is required (or --config FILE)");
 		goto out;
 	}
-	if (!udp && (responses != TLP_RESPONSES_ANY || sessions != 4096)) {
-		fail(err, errlen, "--responses and --sessions are for --udp");
+	if (!udp && (responses != TLP_RESPONSES_ANY || sessions != 4096 ||
+		     dgmax != TLP_UDP_DGRAM_DFLT)) {
+		fail(err, errlen, "--responses, --sessions and --max-datagram are for --udp");
+		goto out;
+	}
+	if (udp && dgmax > TLP_UDP_DGRAM_DFLT &&
+	    (uint64_t)dgmax * sessions > TLP_UDP_JUMBO_BYTES_MAX) {
+		fail(err, errlen, "--max-datagram %u x --sessions %u is over 1 GiB of buffers "
+		     "per shard: lower --sessions", dgmax, sessions);
 		goto out;
 	}
 	if (udp && splice) {
@@ -405,6 +418,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			l->proto = TLP_PROTO_UDP;
 			l->responses = responses;
 			l->sessions = sessions;
+			l->max_datagram = dgmax;
 			if (!idle_given)
 				l->idle_timeout_ns = UDP_IDLE_DFLT;
 		}

@@ -58,6 +58,7 @@ void tlp__listener_defaults(struct tlp_listener_cfg *l)
 	l->socket.ka_count = 5;
 	l->responses = TLP_RESPONSES_ANY;
 	l->sessions = 4096;
+	l->max_datagram = TLP_UDP_DGRAM_DFLT;
 }
 
 static const char *proto_name(int i);
@@ -346,12 +347,14 @@ static int has_key(const struct ynode *m, const char *k)
 	return 0;
 }
 
-/* A listener's proto, responses and sessions; what a UDP listener cannot
- * have (Unix addresses, PROXY headers, SNI, queues, splicing) is refused.
- * v is parse_listener's keys, by its enum (the TCP-only ones named below). */
+/* A listener's proto, responses, sessions and max_datagram; what a UDP
+ * listener cannot have (Unix addresses, PROXY headers, SNI, queues,
+ * splicing) is refused. v is parse_listener's keys, by its enum (the
+ * TCP-only ones named below). */
 static void parse_udp(struct ctx *c, const struct ynode *n, const char *path,
 		      const struct ynode *proto, const struct ynode *resp, const struct ynode *sess,
-		      const struct ynode *const *v, struct tlp_listener_cfg *l)
+		      const struct ynode *dgmax, const struct ynode *const *v,
+		      struct tlp_listener_cfg *l)
 {
 	static const struct { int key; const char *name; } tcp_only[] = {
 		{6, "proxy_protocol_from"}, {7, "sni"}, {10, "queue"}, {12, "socket"},
@@ -361,15 +364,24 @@ static void parse_udp(struct ctx *c, const struct ynode *n, const char *path,
 	if (proto && (PATH(p, "%s.proto", path), 1))
 		tlp__get_enum(c, proto, p, proto_name, 2, &l->proto);
 	if (l->proto != TLP_PROTO_UDP) {
-		if (resp || sess)
-			tlp__errat(c, (resp ? resp : sess)->line, (resp ? resp : sess)->col,
-				   "%s: %s is for proto: udp", path, resp ? "responses" : "sessions");
+		const struct ynode *u = resp ? resp : sess ? sess : dgmax;
+
+		if (u)
+			tlp__errat(c, u->line, u->col, "%s: %s is for proto: udp", path,
+				   resp ? "responses" : sess ? "sessions" : "max_datagram");
 		return;
 	}
 	if (resp && (PATH(p, "%s.responses", path), 1))
 		tlp__get_uint(c, resp, p, 0, 1000000, &l->responses);
 	if (sess && (PATH(p, "%s.sessions", path), 1))
 		tlp__get_uint(c, sess, p, 1, TLP_UDP_SESSIONS_MAX, &l->sessions);
+	if (dgmax && (PATH(p, "%s.max_datagram", path), 1))
+		tlp__get_uint(c, dgmax, p, 1, TLP_UDP_DGRAM_MAX, &l->max_datagram);
+	if (l->max_datagram > TLP_UDP_DGRAM_DFLT &&
+	    (uint64_t)l->max_datagram * l->sessions > TLP_UDP_JUMBO_BYTES_MAX)
+		tlp__errat(c, (dgmax ? dgmax : n)->line, (dgmax ? dgmax : n)->col,
+			   "%s: max_datagram %u x sessions %u is over 1 GiB of buffers per shard: "
+			   "lower sessions", path, l->max_datagram, l->sessions);
 	for (uint32_t k = 0; k < sizeof tcp_only / sizeof tcp_only[0]; k++)
 		if (v[tcp_only[k].key])
 			tlp__errat(c, v[tcp_only[k].key]->line, v[tcp_only[k].key]->col,
@@ -390,10 +402,10 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 					   "proxy_protocol_from", "sni", "sni_default",
 					   "sni_timeout", "queue", "timeouts", "socket", "splice",
 					   "half_close", "tls",
-					   "proto", "responses", "sessions"};
+					   "proto", "responses", "sessions", "max_datagram"};
 	enum { NAME, LISTEN, POOL, MAXC, ALLOW, DENY, PPFROM, SNI, SNIDEF, SNITO, QUEUE, TIMEOUTS,
 	       SOCKET, SPLICE, HALFC, TLS,
-	       PROTO, RESP, SESS, NKEYS };
+	       PROTO, RESP, SESS, DGMAX, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[256];
 
@@ -520,7 +532,7 @@ static void parse_listener(struct ctx *c, const struct tlp_config *cfg, const st
 		      path);
 	_Static_assert(PPFROM == 6 && SNI == 7 && QUEUE == 10 && TIMEOUTS == 11 && SOCKET == 12 &&
 		       SPLICE == 13 && HALFC == 14, "the key numbers parse_udp names");
-	parse_udp(c, n, path, v[PROTO], v[RESP], v[SESS], v, l);
+	parse_udp(c, n, path, v[PROTO], v[RESP], v[SESS], v[DGMAX], v, l);
 }
 
 void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *cfg)

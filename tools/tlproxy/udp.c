@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include "udp.h"
@@ -33,11 +34,28 @@
  * server's socket reports an error (an ICMP port unreachable: the server
  * is down), or at the stop. Its slot is free again once the socket's
  * Closed came and every send of it is done.
+ *
+ * Datagrams take pooled leases (16 KiB) unless the listener's
+ * max_datagram is larger: then it has buffers of its own of max_datagram
+ * bytes, JUMBO_RX per listening socket, each in a one-shot receive that is
+ * armed again once what it took is sent on, and one per session for its
+ * server's replies, armed again the same way; so the session's next reply
+ * waits in its socket while one is on its way to the client. They are
+ * mapped at the start (sessions x max_datagram per listener and shard, at
+ * most TLP_UDP_JUMBO_BYTES_MAX), and the kernel gives them memory as they
+ * are first used. A datagram longer than max_datagram, either way, is
+ * dropped and counted (drop_trunc), never sent cut.
  */
 
 enum { K_LRECV = 1, K_URECV, K_TOSRV, K_TOCLI, K_CLOSED, K_LCLOSED, K_SWEEP };
 enum { U_FREE = 0, U_OPEN, U_CLOSING };
 #define NO_LEASE 0xffffffu
+/* The lease field of a token names an own buffer of a listener with large
+ * datagrams: JL_LEASE | j, buffer j of the listening socket; JS_LEASE, the
+ * session's own (pooled lease ids stay under both). */
+#define JL_LEASE 0x800000u
+#define JS_LEASE 0xfffffeu
+#define JUMBO_RX 4
 
 static uint64_t utok(int k, uint32_t i, uint32_t lease)
 {
@@ -60,6 +78,16 @@ struct usess {
 	uint64_t dg[2], bytes[2]; /* from the client, from the server */
 	struct tlp_srv *srv;
 	struct tlp_gpool *gp;
+	uint8_t *jbuf;          /* its own reply buffer (large datagrams), NULL: pooled */
+};
+
+/* The own buffers of a listener with large datagrams (max_datagram over a
+ * pooled buffer): one per session it may have, a stack of free ones. */
+struct ujumbo {
+	uint8_t *mem;
+	size_t len;             /* mapped */
+	uint32_t size;          /* max_datagram */
+	uint32_t *free, nfree;
 };
 
 struct usock {
@@ -67,6 +95,7 @@ struct usock {
 	const struct tlp_lrt *lr;
 	uint32_t lidx;          /* the listener's index in the configuration */
 	int open;
+	uint8_t *jbuf;          /* JUMBO_RX own receive buffers, NULL: pooled */
 };
 
 struct tlp_udp {
@@ -76,6 +105,7 @@ struct tlp_udp {
 	uint32_t cap, free_head, nopen;
 	uint32_t *bucket, mask;
 	uint32_t *lsess;        /* sessions per listener (configuration index) */
+	struct ujumbo *jumbo;   /* per listener (configuration index); mem NULL: pooled */
 	tl_handle sweep_h;
 	int sweeping;
 	uint64_t d[TLP_UDP_ST_ROWS];
@@ -199,6 +229,12 @@ static void maybe_free(struct tlp_udp *u, uint32_t si)
 	if (x->state != U_CLOSING || !x->closed || x->wq)
 		return;
 	x->state = U_FREE;
+	if (x->jbuf) {
+		struct ujumbo *j = &u->jumbo[u->sock[x->sock].lidx];
+
+		j->free[j->nfree++] = (uint32_t)((x->jbuf - j->mem) / j->size);
+		x->jbuf = NULL;
+	}
 	x->next = u->free_head;
 	u->free_head = si;
 	u->nopen--;
@@ -242,10 +278,51 @@ static void check_done(struct tlp_shard *sh, uint32_t si)
 		end(sh, si, TLP_END_DONE, 0);
 }
 
-static void release(struct tlp_shard *sh, uint32_t lease)
+/* Own buffer j of listening socket k into a receive. */
+static int arm_lrecv(struct tlp_shard *sh, uint32_t k, uint32_t j)
 {
-	if (lease != NO_LEASE)
-		tl_lease_release(sh->loop, lease);
+	struct usock *us = &sh->udp->sock[k];
+	uint32_t size = us->lr->cfg->max_datagram;
+	tl_op op;
+
+	return tl_udp_recv(sh->loop, us->h, us->jbuf + (size_t)j * size, size,
+			   utok(K_LRECV, k, JL_LEASE | j), &op);
+}
+
+/* Session si's own buffer into a receive of its server's reply. */
+static int arm_srecv(struct tlp_shard *sh, uint32_t si)
+{
+	struct usess *x = &sh->udp->s[si];
+	tl_op op;
+
+	return tl_udp_recv(sh->loop, x->up, x->jbuf, sh->udp->sock[x->sock].lr->cfg->max_datagram,
+			   utok(K_URECV, si, JS_LEASE), &op);
+}
+
+/* What a datagram of socket k or session si took is done with: a pooled
+ * lease goes back to the loop, an own buffer into its receive again while
+ * its socket (or session) is open. */
+static void give_back(struct tlp_shard *sh, uint32_t k, uint32_t si, uint32_t lease)
+{
+	struct tlp_udp *u = sh->udp;
+	int r;
+
+	if (lease == NO_LEASE)
+		return;
+	if (lease == JS_LEASE) {
+		if (u->s[si].state == U_OPEN && (r = arm_srecv(sh, si)) < 0) {
+			u->d[TLP_UDP_ST_DROP_ERROR]++;
+			end(sh, si, TLP_END_BUSY, r);
+		}
+		return;
+	}
+	if (lease & JL_LEASE) {
+		if (u->sock[k].open && (r = arm_lrecv(sh, k, lease & ~JL_LEASE)) < 0)
+			tlp_log("udp listener %s: a receive cannot be armed again: %s",
+				u->sock[k].lr->cfg->name, tl_strerror(r));
+		return;
+	}
+	tl_lease_release(sh->loop, lease);
 }
 
 /* A new session for a client of socket k: its server and socket. The
@@ -255,6 +332,7 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	struct tlp_udp *u = sh->udp;
 	struct usock *us = &u->sock[k];
 	const struct tlp_listener_cfg *lc = us->lr->cfg;
+	struct ujumbo *j = &u->jumbo[us->lidx];
 	struct tlp_srv *srv = NULL;
 	uint8_t ntried = 0;
 	tl_addr any;
@@ -279,20 +357,31 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	x->up = TL_HANDLE_NONE;
 	/* A Unix server has no UDP way to it. */
 	r = srv->unix_path ? -EAFNOSUPPORT : tl_udp_bind(sh->loop, &any, &x->up);
-	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0)
-		r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
+	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0) {
+		x->sock = k;
+		x->jbuf = NULL;
+		if (j->mem) {
+			/* lsess is under sessions: a buffer is free. */
+			x->jbuf = j->mem + (size_t)j->free[j->nfree - 1] * j->size;
+			r = arm_srecv(sh, si);
+		} else {
+			r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
+		}
+	}
 	if (r < 0) {
 		if (!tl_handle_eq(x->up, TL_HANDLE_NONE))
 			tl_close(sh->loop, x->up, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 		x->up = TL_HANDLE_NONE;
+		x->jbuf = NULL;
 		atomic_fetch_sub_explicit(&srv->conns, 1, memory_order_relaxed);
 		srv_count(sh, srv, -1);
 		u->d[TLP_UDP_ST_DROP_ERROR]++;
 		return NONE;
 	}
 	u->free_head = x->next;
+	if (x->jbuf)
+		j->nfree--;
 	x->peer = *peer;
-	x->sock = k;
 	x->pending = x->wq = 0;
 	x->state = U_OPEN;
 	x->closed = 0;
@@ -312,23 +401,28 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	return si;
 }
 
-/* A datagram (n bytes at p, lease id, NO_LEASE for an empty one) from a
- * client of socket k. */
-static void from_client(struct tlp_shard *sh, uint32_t k, const tl_completion *c)
+/* A datagram (n bytes at p) from a client of socket k, in a pooled lease
+ * (NO_LEASE for an empty one) or in own buffer lease (JL_LEASE | j). */
+static void from_client(struct tlp_shard *sh, uint32_t k, const tl_completion *c,
+			const uint8_t *p, uint32_t lease)
 {
 	struct tlp_udp *u = sh->udp;
-	uint32_t lease = (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE;
-	const uint8_t *p = lease != NO_LEASE ? c->u.recv.lease.data : NULL;
 	uint32_t n = (uint32_t)c->result;
 	uint32_t hv = hash_of(k, &c->u.recv.from);
 	uint32_t si = find(u, k, &c->u.recv.from, hv);
 	uint32_t want = u->sock[k].lr->cfg->responses;
 	tl_op op;
 
+	if (n > u->sock[k].lr->cfg->max_datagram) {
+		/* Over a smaller max_datagram than a pooled buffer. */
+		u->d[TLP_UDP_ST_DROP_TRUNC]++;
+		give_back(sh, k, NONE, lease);
+		return;
+	}
 	if (si == NONE && (u->draining || (si = open_session(sh, k, &c->u.recv.from, hv)) == NONE)) {
 		/* Counted by open_session; draining, the socket is closing
 		 * and a new client is refused as a TCP one would be. */
-		release(sh, lease);
+		give_back(sh, k, NONE, lease);
 		return;
 	}
 	struct usess *x = &u->s[si];
@@ -342,29 +436,34 @@ static void from_client(struct tlp_shard *sh, uint32_t k, const tl_completion *c
 		x->pending += want;
 	if (tl_udp_send(sh->loop, x->up, p, n, NULL, utok(K_TOSRV, si, lease), &op) < 0) {
 		u->d[TLP_UDP_ST_DROP_ERROR]++;
-		release(sh, lease);
+		give_back(sh, k, si, lease);
 		end(sh, si, TLP_END_SERVER_ERROR, 0);
 		return;
 	}
 	x->wq++;
 }
 
-/* A reply from session si's server. */
-static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *c)
+/* A reply from session si's server (n bytes at p), in a pooled lease
+ * (NO_LEASE for an empty one) or the session's own buffer (JS_LEASE). */
+static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *c,
+			const uint8_t *p, uint32_t lease)
 {
 	struct tlp_udp *u = sh->udp;
 	struct usess *x = &u->s[si];
-	uint32_t lease = (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE;
-	const uint8_t *p = lease != NO_LEASE ? c->u.recv.lease.data : NULL;
 	uint32_t n = (uint32_t)c->result;
 	uint32_t want = u->sock[x->sock].lr->cfg->responses;
 	struct usock *us = &u->sock[x->sock];
 	tl_op op;
 
+	if (n > us->lr->cfg->max_datagram) {
+		u->d[TLP_UDP_ST_DROP_TRUNC]++;
+		give_back(sh, x->sock, si, lease);
+		return;
+	}
 	if (x->state != U_OPEN || !us->open ||
 	    (want != TLP_RESPONSES_ANY && !x->pending)) {
 		u->d[TLP_UDP_ST_DROP_LATE]++;
-		release(sh, lease);
+		give_back(sh, x->sock, si, lease);
 		return;
 	}
 	if (!x->dg[1])
@@ -378,7 +477,7 @@ static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *
 		x->pending--;
 	if (tl_udp_send(sh->loop, us->h, p, n, &x->peer, utok(K_TOCLI, si, lease), &op) < 0) {
 		u->d[TLP_UDP_ST_DROP_ERROR]++;
-		release(sh, lease);
+		give_back(sh, x->sock, si, lease);
 		check_done(sh, si);
 		return;
 	}
@@ -390,7 +489,6 @@ static void sent(struct tlp_shard *sh, uint32_t si, const tl_completion *c, int 
 	struct tlp_udp *u = sh->udp;
 	struct usess *x = &u->s[si];
 
-	release(sh, UT_LEASE(c->token));
 	x->wq--;
 	if (c->result < 0 && c->result != -ECANCELED) {
 		u->d[TLP_UDP_ST_DROP_ERROR]++;
@@ -404,7 +502,59 @@ static void sent(struct tlp_shard *sh, uint32_t si, const tl_completion *c, int 
 		}
 	}
 	check_done(sh, si);
+	/* After the session's end, if it ended: its own buffer is not armed
+	 * again then. */
+	give_back(sh, x->sock, si, UT_LEASE(c->token));
 	maybe_free(u, si);
+}
+
+/* Session si's receive ended with error r: its server is not there. */
+static void server_gone(struct tlp_shard *sh, uint32_t si, int r)
+{
+	struct usess *x = &sh->udp->s[si];
+
+	if (r >= 0 || r == -ECANCELED || x->state != U_OPEN)
+		return;
+	if (tlp_blame(r) == TLP_BLAME_SERVER)
+		tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 0, tlp_mono_ns());
+	end(sh, si, TLP_END_SERVER_ERROR, r);
+}
+
+/* A one-shot receive into own buffer j of listening socket k completed. */
+static void lrecv_own(struct tlp_shard *sh, uint32_t k, const tl_completion *c)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usock *us = &u->sock[k];
+	uint32_t lease = UT_LEASE(c->token);
+
+	if (c->result >= 0 && !(c->flags & TL_F_TRUNC)) {
+		from_client(sh, k, c,
+			    us->jbuf + (size_t)(lease & ~JL_LEASE) * us->lr->cfg->max_datagram, lease);
+		return;
+	}
+	if (c->flags & TL_F_TRUNC)
+		u->d[TLP_UDP_ST_DROP_TRUNC]++;
+	else if (c->result == -ECANCELED || (c->flags & TL_F_STOPPED) || !us->open)
+		return; /* closing: the buffer rests */
+	else
+		tlp_log("udp listener %s: receive failed: %s", us->lr->cfg->name,
+			tl_strerror((int)c->result));
+	give_back(sh, k, NONE, lease);
+}
+
+/* A one-shot receive into session si's own buffer completed. */
+static void srecv_own(struct tlp_shard *sh, uint32_t si, const tl_completion *c)
+{
+	struct usess *x = &sh->udp->s[si];
+
+	if (c->result >= 0 && !(c->flags & TL_F_TRUNC)) {
+		from_server(sh, si, c, x->jbuf, JS_LEASE);
+	} else if (c->flags & TL_F_TRUNC) {
+		sh->udp->d[TLP_UDP_ST_DROP_TRUNC]++;
+		give_back(sh, x->sock, si, JS_LEASE);
+	} else {
+		server_gone(sh, si, (int)c->result);
+	}
 }
 
 static void sweep(struct tlp_shard *sh)
@@ -429,9 +579,14 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 
 	switch (UT_K(c->token)) {
 	case K_LRECV:
+		if (UT_LEASE(c->token) != NO_LEASE) {
+			lrecv_own(sh, i, c);
+			return;
+		}
 		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
 		    !(c->flags & TL_F_TRUNC)) {
-			from_client(sh, i, c);
+			from_client(sh, i, c, (c->flags & TL_F_LEASE) ? c->u.recv.lease.data : NULL,
+				    (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE);
 			return;
 		}
 		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
@@ -450,21 +605,21 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 		}
 		return;
 	case K_URECV:
+		if (UT_LEASE(c->token) == JS_LEASE) {
+			srecv_own(sh, i, c);
+			return;
+		}
 		if (c->kind == TL_K_RECV && !(c->flags & TL_F_TERMINAL) && c->result >= 0 &&
 		    !(c->flags & TL_F_TRUNC)) {
-			from_server(sh, i, c);
+			from_server(sh, i, c, (c->flags & TL_F_LEASE) ? c->u.recv.lease.data : NULL,
+				    (c->flags & TL_F_LEASE) ? c->u.recv.lease.id : NO_LEASE);
 			return;
 		}
 		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
 		if (c->flags & TL_F_LEASE)
 			tl_lease_release(sh->loop, c->u.recv.lease.id);
-		if ((c->flags & TL_F_TERMINAL) && c->result < 0 && c->result != -ECANCELED &&
-		    u->s[i].state == U_OPEN) {
-			if (tlp_blame((int)c->result) == TLP_BLAME_SERVER)
-				tlp_passive(u->s[i].srv, sh->gen->pc_by_gp[u->s[i].gp->idx], 0,
-					    tlp_mono_ns());
-			end(sh, i, TLP_END_SERVER_ERROR, (int)c->result);
-		}
+		if (c->flags & TL_F_TERMINAL)
+			server_gone(sh, i, (int)c->result);
 		return;
 	case K_TOSRV:
 		sent(sh, i, c, 1);
@@ -517,8 +672,32 @@ int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g)
 	u->s = calloc(cap, sizeof *u->s);
 	u->bucket = malloc(nb * sizeof *u->bucket);
 	u->lsess = calloc(cfg->nlisteners, sizeof *u->lsess);
-	if (!u->sock || !u->s || !u->bucket || !u->lsess)
+	u->jumbo = calloc(cfg->nlisteners, sizeof *u->jumbo);
+	if (!u->sock || !u->s || !u->bucket || !u->lsess || !u->jumbo)
 		return -ENOMEM;
+	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
+		const struct tlp_listener_cfg *lc = &cfg->listeners[i];
+		struct ujumbo *j = &u->jumbo[i];
+
+		if (lc->proto != TLP_PROTO_UDP || lc->max_datagram <= TLP_UDP_DGRAM_DFLT)
+			continue;
+		/* A buffer per session and JUMBO_RX per listening socket,
+		 * mapped now and given memory by the kernel as they are used. */
+		j->size = lc->max_datagram;
+		j->len = ((size_t)lc->sessions + (size_t)lc->nlisten * JUMBO_RX) * j->size;
+		j->mem = mmap(NULL, j->len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (j->mem == MAP_FAILED) {
+			j->mem = NULL;
+			return -errno;
+		}
+		j->free = malloc(lc->sessions * sizeof *j->free);
+		if (!j->free)
+			return -ENOMEM;
+		for (uint32_t b = 0; b < lc->sessions; b++)
+			j->free[b] = lc->sessions - 1 - b;
+		j->nfree = lc->sessions;
+	}
 	u->cap = cap;
 	u->mask = nb - 1;
 	for (uint32_t i = 0; i < nb; i++)
@@ -549,6 +728,15 @@ int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g)
 			us->lidx = i;
 			us->open = 1;
 			u->nsock++;
+			if (u->jumbo[i].mem) {
+				/* Its receive buffers sit after the sessions'. */
+				us->jbuf = u->jumbo[i].mem +
+					   ((size_t)lc->sessions + (size_t)k * JUMBO_RX) * lc->max_datagram;
+				for (uint32_t b = 0; b < JUMBO_RX; b++)
+					if ((r = arm_lrecv(sh, u->nsock - 1, b)) < 0)
+						return r;
+				continue;
+			}
 			r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, u->nsock - 1, NO_LEASE),
 					      &op);
 			if (r < 0)
@@ -640,6 +828,12 @@ void tlp_udp_free(struct tlp_shard *sh)
 	free(u->s);
 	free(u->bucket);
 	free(u->lsess);
+	for (uint32_t i = 0; u->jumbo && u->gen && i < u->gen->cfg->nlisteners; i++) {
+		if (u->jumbo[i].mem)
+			munmap(u->jumbo[i].mem, u->jumbo[i].len);
+		free(u->jumbo[i].free);
+	}
+	free(u->jumbo);
 	if (u->gen)
 		tlp_gen_put(u->gen);
 	free(u);

@@ -16,7 +16,7 @@ enum {
 	TLP_UDP_ST_DROP_NO_SERVER, /* no server up in the pool (or full) */
 	TLP_UDP_ST_DROP_ERROR,    /* a socket for the session, or a send, failed */
 	TLP_UDP_ST_DROP_LATE,     /* a reply past the responses expected */
-	TLP_UDP_ST_DROP_TRUNC,    /* longer than a pooled buffer (16 KiB): never sent cut */
+	TLP_UDP_ST_DROP_TRUNC,    /* longer than the listener's max_datagram: never sent cut */
 	TLP_UDP_ST_ROWS
 };
 
