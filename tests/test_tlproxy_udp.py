@@ -667,9 +667,122 @@ pools:
     env.stop(p)
 
 
+def port_free(port):
+    """Can a socket without SO_REUSEPORT bind UDP 127.0.0.1:port now?"""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def t_reload(env):
+    """SIGHUP changes UDP listeners in place: a listener the file keeps
+    keeps its sockets and its sessions (each with its server) while new
+    sessions take its new pool; one the file drops takes no new client and
+    gives its port back; one it adds answers; max_datagram stays until a
+    restart, and the log says so."""
+    echo = env.echo()
+    sized = SizedReplies()
+    hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # never answers
+    hole.bind(("127.0.0.1", 0))
+    la, lb, lc = free_port(), free_port(), free_port()
+    pools = f"""pools:
+  - {{name: echo, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+  - {{name: sized, servers: [{{address: "127.0.0.1:{sized.port}"}}]}}
+  - {{name: hole, servers: [{{address: "127.0.0.1:{hole.getsockname()[1]}"}}]}}
+"""
+    try:
+        path = env.config(f"""shards: 2
+listeners:
+  - {{name: a, proto: udp, listen: ["127.0.0.1:{la}"], pool: echo}}
+  - {{name: b, proto: udp, responses: 1, listen: ["127.0.0.1:{lb}"], pool: hole,
+       timeouts: {{idle: 1500ms}}}}
+""" + pools)
+        p = env.proxy(["--config", path])
+        olds = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(8)]
+        for i, s in enumerate(olds):
+            s.settimeout(2)
+            s.sendto(b"%d" % (i + 1), ("127.0.0.1", la))
+            check(s.recv(100) == b"%d" % (i + 1), "before the reload: no echo")
+        # A session of b that waits for its reply.
+        q = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        q.settimeout(0.5)
+        q.sendto(b"9", ("127.0.0.1", lb))
+        env.wait_stat(p, "udp_sessions", "0", 9)
+        check(not port_free(lb), "listener b's port is free while it listens")
+
+        env.config(f"""shards: 2
+listeners:
+  - {{name: a, proto: udp, max_datagram: 30000, listen: ["127.0.0.1:{la}"], pool: sized}}
+  - {{name: c, proto: udp, listen: ["127.0.0.1:{lc}"], pool: echo}}
+""" + pools)
+        p.send_signal(signal.SIGHUP)
+        wait_log(p, r"reloaded: 2 listeners")
+        # The sessions of a go on with their server (an echo), on both
+        # shards: the sockets are the same, so the kernel sends each
+        # client to the shard it went to before.
+        for i, s in enumerate(olds):
+            s.sendto(b"%d" % (i + 11), ("127.0.0.1", la))
+            check(s.recv(100) == b"%d" % (i + 11), "a session begun before the reload lost its server")
+        n = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        n.settimeout(2)
+        n.sendto(b"7", ("127.0.0.1", la))
+        got = n.recv(100)
+        check(len(got) == 7 and got != b"7", f"a new session of a did not take the new pool: {got!r}")
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.settimeout(2)
+        c.sendto(b"hello", ("127.0.0.1", lc))
+        check(c.recv(100) == b"hello", "the listener the reload added does not answer")
+        # b is gone for new clients, but stays for its waiting session
+        # until it goes idle; then its port is free.
+        q3 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        q3.sendto(b"new", ("127.0.0.1", lb))
+        env.wait_stat(p, "udp", "drop_closing", 1)
+        check(not port_free(lb), "listener b closed under its waiting session")
+        t = time.time() + 5
+        while not port_free(lb):
+            check(time.time() < t, "the listener the reload dropped still holds its port")
+            time.sleep(0.05)
+        q3.close()
+        q.sendto(b"8", ("127.0.0.1", lb))
+        try:
+            q.recv(100)
+            raise Fail("the listener the reload dropped still answers")
+        except (socket.timeout, ConnectionRefusedError):
+            pass
+        wait_log(p, r"udp listener a keeps max_datagram 16384 until a restart")
+        # A second reload brings b back on its port.
+        env.config(f"""shards: 2
+listeners:
+  - {{name: a, proto: udp, listen: ["127.0.0.1:{la}"], pool: sized}}
+  - {{name: b, proto: udp, responses: 1, listen: ["127.0.0.1:{lb}"], pool: echo}}
+""" + pools)
+        p.send_signal(signal.SIGHUP)
+        wait_log(p, r"reloaded: 2 listeners(.|\n)*reloaded: 2 listeners")
+        q2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        q2.settimeout(2)
+        q2.sendto(b"10", ("127.0.0.1", lb))
+        check(q2.recv(100) == b"10", "listener b did not come back with the second reload")
+        t = time.time() + 5
+        while not port_free(lc):
+            check(time.time() < t, "listener c kept its port after the second reload")
+            time.sleep(0.05)
+        for s in olds + [n, c, q, q2]:
+            s.close()
+        env.stop(p)
+    finally:
+        sized.stop()
+        hole.close()
+
+
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
          "udp_health": t_udp_health,
          "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6, "large": t_large,
+         "reload": t_reload,
          "noalloc": t_noalloc}
 
 

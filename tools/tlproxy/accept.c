@@ -317,7 +317,7 @@ void tlp_on_listen(tl_shard *s, const tl_completion *e)
 	c->laddr = (uint8_t)ai;
 	c->t0 = tl_now(sh->loop);
 	c->gen = sh->gen;
-	c->gen->sc[sh->id].n++;
+	tlp_gen_hold(sh, c->gen);
 	c->lr = lr;
 	c->gp = lr->pool;
 	if (sh->nheld || !admit(sh, c)) {

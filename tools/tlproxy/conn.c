@@ -64,14 +64,6 @@ struct tlp_conn *tlp_conn_new(struct tlp_shard *sh)
 	return c;
 }
 
-static void gen_unuse(struct tlp_shard *sh, struct tlp_gen *g)
-{
-	struct tlp_gen_shard *gs = &g->sc[sh->id];
-
-	if (--gs->n == 0 && gs->away)
-		tlp_gen_put(g);
-}
-
 void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 {
 	int cause = c->cause == 0xff ? TLP_END_DONE : c->cause;
@@ -79,7 +71,7 @@ void tlp_conn_free(struct tlp_shard *sh, struct tlp_conn *c)
 	tlp_peek_release(sh, c); /* every op of c has ended */
 	tlp_log_conn(sh, c->lr, &c->peer, c->srv, c->bytes, c->t0, cause, c->tries, c->cerr,
 		     c->flags & (F_TLS(0) | F_TLS(1)) ? &sh->tlr[CI(sh, c)] : NULL);
-	gen_unuse(sh, c->gen);
+	tlp_gen_unhold(sh, c->gen);
 	c->state = C_FREE;
 	c->wnext = sh->free_head;
 	sh->free_head = CI(sh, c);

@@ -139,7 +139,7 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 	c->t0 = tl_now(sh->loop) - hc->age_ns;
 	c->t_state = sh->tick;
 	c->gen = sh->gen;
-	c->gen->sc[sh->id].n++;
+	tlp_gen_hold(sh, c->gen);
 	c->lr = lr;
 	c->gp = gp;
 	c->pc = pc;

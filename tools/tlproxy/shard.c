@@ -316,9 +316,12 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 		return;
 	case TLP_MSG_GEN: {
 		struct tlp_gen *g = (struct tlp_gen *)(uintptr_t)payload_of(e);
+		int r;
 
 		tlp_shard_use_gen(s, g);
 		tlp_shard_listen(s, g);
+		if ((r = tlp_udp_use(SH(s), g)) < 0)
+			tlp_log("reload: shard %u: udp listeners: %s", SH(s)->id, tl_strerror(r));
 		return;
 	}
 	case TLP_MSG_VIEW:
@@ -481,7 +484,7 @@ int tlp_shard_launch(tl_shard *s, void *arg)
 		atomic_store(&w->start_failed, 1);
 		return r;
 	}
-	if ((r = tlp_udp_start(sh, sh->gen)) < 0) {
+	if ((r = tlp_udp_use(sh, sh->gen)) < 0) {
 		atomic_store(&w->start_failed, 1);
 		return r;
 	}
@@ -542,6 +545,8 @@ void tlp_shard_free(struct tlp_shard *sh)
 		free(sh->lp[i].loc);
 		tlp_view_put(sh->lp[i].v);
 	}
+	/* Before the shard's generation goes: sessions may hold it. */
+	tlp_udp_free(sh);
 	if (sh->gen && !sh->gen->sc[sh->id].away)
 		tlp_gen_put(sh->gen);
 	for (uint32_t i = 0; sh->pkc && i < sh->npk / PK_CHUNK; i++)
@@ -559,7 +564,6 @@ void tlp_shard_free(struct tlp_shard *sh)
 	free(sh->hb_free);
 	free(sh->hbw);
 	free(sh->lw);
-	tlp_udp_free(sh);
 	tlp_tls_shard_free(sh);
 	free(sh);
 }

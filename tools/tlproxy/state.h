@@ -271,6 +271,23 @@ static inline void srv_count(struct tlp_shard *sh, struct tlp_srv *srv, int d)
 	}
 }
 
+/* A connection or UDP session of shard sh begins under generation g: g
+ * stays while any does (tlp_gen_shard). */
+static inline void tlp_gen_hold(struct tlp_shard *sh, struct tlp_gen *g)
+{
+	g->sc[sh->id].n++;
+}
+
+/* ... and ends: the shard's reference to g goes with the last one once the
+ * shard has moved on to a newer generation. */
+static inline void tlp_gen_unhold(struct tlp_shard *sh, struct tlp_gen *g)
+{
+	struct tlp_gen_shard *gs = &g->sc[sh->id];
+
+	if (--gs->n == 0 && gs->away)
+		tlp_gen_put(g);
+}
+
 static inline void count_err(struct tlp_shard *sh, int cause)
 {
 	if (cause != TLP_END_DONE)

@@ -48,7 +48,8 @@
  */
 
 enum { K_LRECV = 1, K_URECV, K_TOSRV, K_TOCLI, K_CLOSED, K_LCLOSED, K_SWEEP };
-enum { U_FREE = 0, U_OPEN, U_CLOSING };
+enum { U_FREE = 0, U_OPEN, U_CLOSING };    /* a session slot */
+enum { S_FREE = 0, S_OPEN, S_CLOSING };    /* a listening socket slot */
 #define NO_LEASE 0xffffffu
 /* The lease field of a token names an own buffer of a listener with large
  * datagrams: JL_LEASE | j, buffer j of the listening socket; JS_LEASE, the
@@ -76,6 +77,10 @@ struct usess {
 	int16_t err;            /* the error that ended it, 0 none */
 	uint64_t t0, t_act;     /* started, last datagram either way */
 	uint64_t dg[2], bytes[2]; /* from the client, from the server */
+	/* Its listener in the generation it began under (held: a reload
+	 * changes the settings of new sessions only). */
+	const struct tlp_lrt *lr;
+	struct tlp_gen *gen;
 	struct tlp_srv *srv;
 	struct tlp_gpool *gp;
 	uint8_t *jbuf;          /* its own reply buffer (large datagrams), NULL: pooled */
@@ -86,33 +91,45 @@ struct usess {
 struct ujumbo {
 	uint8_t *mem;
 	size_t len;             /* mapped */
-	uint32_t size;          /* max_datagram */
 	uint32_t *free, nfree;
+};
+
+/* A listener, by its registry index, for the shard's life: what is fixed
+ * when it is first set up (a reload keeps it). */
+struct ulst {
+	uint32_t nsess;         /* its sessions now */
+	uint32_t dgmax;         /* max_datagram; 0: never set up */
+	uint32_t jsessions;     /* sessions its own buffers cover (large datagrams) */
+	struct ujumbo j;        /* mem NULL: pooled leases */
+	int said;               /* a reload's change it keeps out was logged */
 };
 
 struct usock {
 	tl_handle h;
-	const struct tlp_lrt *lr;
-	uint32_t lidx;          /* the listener's index in the configuration */
-	int open;
+	const struct tlp_lrt *lr; /* its listener in gen */
+	struct tlp_gen *gen;    /* held (a reference) while the slot is in use */
+	tl_addr addr;
+	uint32_t gi;            /* the listener's registry index */
+	uint32_t nsess;         /* sessions that came in on it */
+	uint8_t state;          /* S_* */
+	uint8_t retiring;       /* takes no new client; closes when nsess is 0 */
 	uint8_t *jbuf;          /* JUMBO_RX own receive buffers, NULL: pooled */
+	size_t jlen;
 };
 
 struct tlp_udp {
 	struct usock *sock;
-	uint32_t nsock;
+	uint32_t nsock;         /* slots (in use or free) */
 	struct usess *s;
 	uint32_t cap, free_head, nopen;
 	uint32_t *bucket, mask;
-	uint32_t *lsess;        /* sessions per listener (configuration index) */
-	struct ujumbo *jumbo;   /* per listener (configuration index); mem NULL: pooled */
+	struct ulst *lst;       /* TLP_REG_LISTENERS */
 	tl_handle sweep_h;
-	int sweeping;
+	uint64_t tick;          /* of the idle sweep; 0: not started */
 	uint64_t d[TLP_UDP_ST_ROWS];
 	int open_dirty;
 	int draining;
 	struct tlp_shard *sh;
-	struct tlp_gen *gen;    /* the generation the sockets were set up from: held */
 };
 
 static int st_udp = -1, st_udp_open = -1;
@@ -130,6 +147,7 @@ int tlp_udp_declare(tl_runtime *rt)
 		[TLP_UDP_ST_DROP_ERROR] = "drop_error",
 		[TLP_UDP_ST_DROP_LATE] = "drop_late",
 		[TLP_UDP_ST_DROP_TRUNC] = "drop_trunc",
+		[TLP_UDP_ST_DROP_CLOSING] = "drop_closing",
 	};
 	_Static_assert(sizeof rows / sizeof rows[0] == TLP_UDP_ST_ROWS, "a name per row");
 	int r = tl_runtime_stat(rt, "udp", TL_STAT_COUNTER, TLP_UDP_ST_ROWS);
@@ -204,44 +222,47 @@ static void log_end(struct tlp_shard *sh, const struct usess *x)
 	r->peer = x->peer;
 	r->cause = x->cause;
 	r->cerr = x->err;
-	r->listener = sh->udp->sock[x->sock].lr->gl;
+	r->listener = x->lr->gl;
 	if (x->srv)
 		memcpy(r->server, x->srv->label, sizeof r->server);
 	tlp_alog_commit(sh->log);
 }
 
-static void close_sockets(struct tlp_shard *sh)
+/* Listening socket k closes (its Closed frees the slot). */
+static void close_sock(struct tlp_shard *sh, uint32_t k)
 {
-	struct tlp_udp *u = sh->udp;
+	struct usock *us = &sh->udp->sock[k];
 
-	for (uint32_t k = 0; k < u->nsock; k++)
-		if (u->sock[k].open) {
-			u->sock[k].open = 0;
-			tl_close(sh->loop, u->sock[k].h, utok(K_LCLOSED, k, NO_LEASE));
-		}
+	if (us->state != S_OPEN)
+		return;
+	us->state = S_CLOSING;
+	tl_close(sh->loop, us->h, utok(K_LCLOSED, k, NO_LEASE));
 }
 
 /* Slot si is free once its socket is closed and its sends are done. */
-static void maybe_free(struct tlp_udp *u, uint32_t si)
+static void maybe_free(struct tlp_shard *sh, uint32_t si)
 {
+	struct tlp_udp *u = sh->udp;
 	struct usess *x = &u->s[si];
+	struct usock *us = &u->sock[x->sock];
+	struct ulst *ls = &u->lst[us->gi];
 
 	if (x->state != U_CLOSING || !x->closed || x->wq)
 		return;
 	x->state = U_FREE;
 	if (x->jbuf) {
-		struct ujumbo *j = &u->jumbo[u->sock[x->sock].lidx];
-
-		j->free[j->nfree++] = (uint32_t)((x->jbuf - j->mem) / j->size);
+		ls->j.free[ls->j.nfree++] = (uint32_t)((x->jbuf - ls->j.mem) / ls->dgmax);
 		x->jbuf = NULL;
 	}
+	tlp_gen_unhold(sh, x->gen);
+	x->gen = NULL;
 	x->next = u->free_head;
 	u->free_head = si;
 	u->nopen--;
 	u->open_dirty = 1;
-	u->lsess[u->sock[x->sock].lidx]--;
-	if (u->draining && !u->nopen)
-		close_sockets(u->sh);
+	ls->nsess--;
+	if (!--us->nsess && us->retiring)
+		close_sock(sh, x->sock);
 }
 
 static void end(struct tlp_shard *sh, uint32_t si, int cause, int err)
@@ -265,24 +286,51 @@ static void end(struct tlp_shard *sh, uint32_t si, int cause, int err)
 	log_end(sh, x);
 	if (tl_close(sh->loop, x->up, utok(K_CLOSED, si, NO_LEASE)) < 0)
 		x->closed = 1;
-	maybe_free(u, si);
+	maybe_free(sh, si);
 }
 
 /* After a send or a reply: a session with the replies it expects ends. */
 static void check_done(struct tlp_shard *sh, uint32_t si)
 {
 	struct usess *x = &sh->udp->s[si];
-	uint32_t want = sh->udp->sock[x->sock].lr->cfg->responses;
+	uint32_t want = x->lr->cfg->responses;
 
 	if (x->state == U_OPEN && want != TLP_RESPONSES_ANY && !x->pending && !x->wq)
 		end(sh, si, TLP_END_DONE, 0);
+}
+
+/* Socket k takes no new client: its sessions that wait for no reply end
+ * now, the others when their replies come or they go idle, and it closes
+ * once none is left (replies go out from it). */
+static void retire(struct tlp_shard *sh, uint32_t k)
+{
+	struct tlp_udp *u = sh->udp;
+
+	if (u->sock[k].state != S_OPEN || u->sock[k].retiring)
+		return;
+	u->sock[k].retiring = 1;
+	for (uint32_t i = 0; i < u->cap && u->sock[k].nsess; i++) {
+		struct usess *x = &u->s[i];
+
+		if (x->state == U_OPEN && x->sock == k &&
+		    (x->lr->cfg->responses == TLP_RESPONSES_ANY || !x->pending))
+			end(sh, i, TLP_END_SHUTDOWN, 0);
+	}
+	if (!u->sock[k].nsess)
+		close_sock(sh, k);
+}
+
+/* The longest datagram of socket k's listener. */
+static uint32_t dgmax_of(const struct tlp_udp *u, uint32_t k)
+{
+	return u->lst[u->sock[k].gi].dgmax;
 }
 
 /* Own buffer j of listening socket k into a receive. */
 static int arm_lrecv(struct tlp_shard *sh, uint32_t k, uint32_t j)
 {
 	struct usock *us = &sh->udp->sock[k];
-	uint32_t size = us->lr->cfg->max_datagram;
+	uint32_t size = dgmax_of(sh->udp, k);
 	tl_op op;
 
 	return tl_udp_recv(sh->loop, us->h, us->jbuf + (size_t)j * size, size,
@@ -295,7 +343,7 @@ static int arm_srecv(struct tlp_shard *sh, uint32_t si)
 	struct usess *x = &sh->udp->s[si];
 	tl_op op;
 
-	return tl_udp_recv(sh->loop, x->up, x->jbuf, sh->udp->sock[x->sock].lr->cfg->max_datagram,
+	return tl_udp_recv(sh->loop, x->up, x->jbuf, dgmax_of(sh->udp, x->sock),
 			   utok(K_URECV, si, JS_LEASE), &op);
 }
 
@@ -317,7 +365,7 @@ static void give_back(struct tlp_shard *sh, uint32_t k, uint32_t si, uint32_t le
 		return;
 	}
 	if (lease & JL_LEASE) {
-		if (u->sock[k].open && (r = arm_lrecv(sh, k, lease & ~JL_LEASE)) < 0)
+		if (u->sock[k].state == S_OPEN && (r = arm_lrecv(sh, k, lease & ~JL_LEASE)) < 0)
 			tlp_log("udp listener %s: a receive cannot be armed again: %s",
 				u->sock[k].lr->cfg->name, tl_strerror(r));
 		return;
@@ -332,7 +380,7 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	struct tlp_udp *u = sh->udp;
 	struct usock *us = &u->sock[k];
 	const struct tlp_listener_cfg *lc = us->lr->cfg;
-	struct ujumbo *j = &u->jumbo[us->lidx];
+	struct ulst *ls = &u->lst[us->gi];
 	struct tlp_srv *srv = NULL;
 	uint8_t ntried = 0;
 	tl_addr any;
@@ -340,7 +388,7 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	uint32_t si;
 	int r;
 
-	if (u->lsess[us->lidx] >= lc->sessions || u->free_head == NONE) {
+	if (ls->nsess >= lc->sessions || u->free_head == NONE || (ls->j.mem && !ls->j.nfree)) {
 		u->d[TLP_UDP_ST_DROP_LIMIT]++;
 		return NONE;
 	}
@@ -355,14 +403,13 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	memset(&any, 0, sizeof any);
 	any.sa.sa_family = srv->addr.sa.sa_family;
 	x->up = TL_HANDLE_NONE;
+	x->sock = k;
+	x->jbuf = NULL;
 	/* A Unix server has no UDP way to it. */
 	r = srv->unix_path ? -EAFNOSUPPORT : tl_udp_bind(sh->loop, &any, &x->up);
 	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0) {
-		x->sock = k;
-		x->jbuf = NULL;
-		if (j->mem) {
-			/* lsess is under sessions: a buffer is free. */
-			x->jbuf = j->mem + (size_t)j->free[j->nfree - 1] * j->size;
+		if (ls->j.mem) {
+			x->jbuf = ls->j.mem + (size_t)ls->j.free[ls->j.nfree - 1] * ls->dgmax;
 			r = arm_srecv(sh, si);
 		} else {
 			r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
@@ -380,7 +427,7 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	}
 	u->free_head = x->next;
 	if (x->jbuf)
-		j->nfree--;
+		ls->j.nfree--;
 	x->peer = *peer;
 	x->pending = x->wq = 0;
 	x->state = U_OPEN;
@@ -392,9 +439,13 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	memset(x->bytes, 0, sizeof x->bytes);
 	x->srv = srv;
 	x->gp = us->lr->pool;
+	x->lr = us->lr;
+	x->gen = us->gen;
+	tlp_gen_hold(sh, x->gen);
 	x->next = u->bucket[hv & u->mask];
 	u->bucket[hv & u->mask] = si;
-	u->lsess[us->lidx]++;
+	ls->nsess++;
+	us->nsess++;
 	u->nopen++;
 	u->open_dirty = 1;
 	u->d[TLP_UDP_ST_SESSIONS]++;
@@ -410,22 +461,27 @@ static void from_client(struct tlp_shard *sh, uint32_t k, const tl_completion *c
 	uint32_t n = (uint32_t)c->result;
 	uint32_t hv = hash_of(k, &c->u.recv.from);
 	uint32_t si = find(u, k, &c->u.recv.from, hv);
-	uint32_t want = u->sock[k].lr->cfg->responses;
 	tl_op op;
 
-	if (n > u->sock[k].lr->cfg->max_datagram) {
+	if (n > dgmax_of(u, k)) {
 		/* Over a smaller max_datagram than a pooled buffer. */
 		u->d[TLP_UDP_ST_DROP_TRUNC]++;
 		give_back(sh, k, NONE, lease);
 		return;
 	}
-	if (si == NONE && (u->draining || (si = open_session(sh, k, &c->u.recv.from, hv)) == NONE)) {
-		/* Counted by open_session; draining, the socket is closing
-		 * and a new client is refused as a TCP one would be. */
+	if (si == NONE && (u->draining || u->sock[k].retiring)) {
+		/* The socket is closing (a drain, or its listener gone in a
+		 * reload): a new client is refused as a TCP one would be. */
+		u->d[TLP_UDP_ST_DROP_CLOSING]++;
 		give_back(sh, k, NONE, lease);
 		return;
 	}
+	if (si == NONE && (si = open_session(sh, k, &c->u.recv.from, hv)) == NONE) {
+		give_back(sh, k, NONE, lease); /* counted by open_session */
+		return;
+	}
 	struct usess *x = &u->s[si];
+	uint32_t want = x->lr->cfg->responses;
 
 	x->t_act = tl_now(sh->loop);
 	x->dg[0]++;
@@ -451,23 +507,23 @@ static void from_server(struct tlp_shard *sh, uint32_t si, const tl_completion *
 	struct tlp_udp *u = sh->udp;
 	struct usess *x = &u->s[si];
 	uint32_t n = (uint32_t)c->result;
-	uint32_t want = u->sock[x->sock].lr->cfg->responses;
+	uint32_t want = x->lr->cfg->responses;
 	struct usock *us = &u->sock[x->sock];
 	tl_op op;
 
-	if (n > us->lr->cfg->max_datagram) {
+	if (n > dgmax_of(u, x->sock)) {
 		u->d[TLP_UDP_ST_DROP_TRUNC]++;
 		give_back(sh, x->sock, si, lease);
 		return;
 	}
-	if (x->state != U_OPEN || !us->open ||
+	if (x->state != U_OPEN || us->state != S_OPEN ||
 	    (want != TLP_RESPONSES_ANY && !x->pending)) {
 		u->d[TLP_UDP_ST_DROP_LATE]++;
 		give_back(sh, x->sock, si, lease);
 		return;
 	}
 	if (!x->dg[1])
-		tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 1, tlp_mono_ns());
+		tlp_passive(x->srv, x->gen->pc_by_gp[x->gp->idx], 1, tlp_mono_ns());
 	x->t_act = tl_now(sh->loop);
 	x->dg[1]++;
 	x->bytes[1] += n;
@@ -496,7 +552,7 @@ static void sent(struct tlp_shard *sh, uint32_t si, const tl_completion *c, int 
 			/* A connected socket's send fails with the ICMP error
 			 * of an earlier one: the server is not there. */
 			if (tlp_blame((int)c->result) == TLP_BLAME_SERVER)
-				tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 0,
+				tlp_passive(x->srv, x->gen->pc_by_gp[x->gp->idx], 0,
 					    tlp_mono_ns());
 			end(sh, si, TLP_END_SERVER_ERROR, (int)c->result);
 		}
@@ -505,7 +561,7 @@ static void sent(struct tlp_shard *sh, uint32_t si, const tl_completion *c, int 
 	/* After the session's end, if it ended: its own buffer is not armed
 	 * again then. */
 	give_back(sh, x->sock, si, UT_LEASE(c->token));
-	maybe_free(u, si);
+	maybe_free(sh, si);
 }
 
 /* Session si's receive ended with error r: its server is not there. */
@@ -516,7 +572,7 @@ static void server_gone(struct tlp_shard *sh, uint32_t si, int r)
 	if (r >= 0 || r == -ECANCELED || x->state != U_OPEN)
 		return;
 	if (tlp_blame(r) == TLP_BLAME_SERVER)
-		tlp_passive(x->srv, sh->gen->pc_by_gp[x->gp->idx], 0, tlp_mono_ns());
+		tlp_passive(x->srv, x->gen->pc_by_gp[x->gp->idx], 0, tlp_mono_ns());
 	end(sh, si, TLP_END_SERVER_ERROR, r);
 }
 
@@ -528,13 +584,13 @@ static void lrecv_own(struct tlp_shard *sh, uint32_t k, const tl_completion *c)
 	uint32_t lease = UT_LEASE(c->token);
 
 	if (c->result >= 0 && !(c->flags & TL_F_TRUNC)) {
-		from_client(sh, k, c,
-			    us->jbuf + (size_t)(lease & ~JL_LEASE) * us->lr->cfg->max_datagram, lease);
+		from_client(sh, k, c, us->jbuf + (size_t)(lease & ~JL_LEASE) * dgmax_of(u, k),
+			    lease);
 		return;
 	}
 	if (c->flags & TL_F_TRUNC)
 		u->d[TLP_UDP_ST_DROP_TRUNC]++;
-	else if (c->result == -ECANCELED || (c->flags & TL_F_STOPPED) || !us->open)
+	else if (c->result == -ECANCELED || (c->flags & TL_F_STOPPED) || us->state != S_OPEN)
 		return; /* closing: the buffer rests */
 	else
 		tlp_log("udp listener %s: receive failed: %s", us->lr->cfg->name,
@@ -565,10 +621,23 @@ static void sweep(struct tlp_shard *sh)
 	for (uint32_t i = 0; i < u->cap && u->nopen; i++) {
 		struct usess *x = &u->s[i];
 
-		if (x->state == U_OPEN &&
-		    now - x->t_act >= u->sock[x->sock].lr->cfg->idle_timeout_ns)
+		if (x->state == U_OPEN && now - x->t_act >= x->lr->cfg->idle_timeout_ns)
 			end(sh, i, TLP_END_IDLE, 0);
 	}
+}
+
+/* Listening socket k's Closed: every op of it has ended. */
+static void sock_closed(struct tlp_shard *sh, uint32_t k)
+{
+	struct usock *us = &sh->udp->sock[k];
+
+	if (us->jbuf)
+		munmap(us->jbuf, us->jlen);
+	us->jbuf = NULL;
+	tlp_gen_put(us->gen);
+	us->gen = NULL;
+	us->lr = NULL;
+	us->state = S_FREE;
 }
 
 void tlp_on_udp(tl_shard *s, const tl_completion *c)
@@ -592,8 +661,8 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
 		if (c->flags & TL_F_LEASE)
 			tl_lease_release(sh->loop, c->u.recv.lease.id);
-		if ((c->flags & TL_F_TERMINAL) && u->sock[i].open && c->result != -ECANCELED &&
-		    !(c->flags & TL_F_STOPPED)) {
+		if ((c->flags & TL_F_TERMINAL) && u->sock[i].state == S_OPEN &&
+		    c->result != -ECANCELED && !(c->flags & TL_F_STOPPED)) {
 			tl_op op;
 
 			/* An error the socket reported (not the stop): go on. */
@@ -601,7 +670,7 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 				tl_strerror((int)c->result));
 			if (tl_udp_recv_start(sh->loop, u->sock[i].h, utok(K_LRECV, i, NO_LEASE),
 					      &op) < 0)
-				u->sock[i].open = 0;
+				close_sock(sh, i);
 		}
 		return;
 	case K_URECV:
@@ -629,9 +698,10 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 		return;
 	case K_CLOSED:
 		u->s[i].closed = 1;
-		maybe_free(u, i);
+		maybe_free(sh, i);
 		return;
 	case K_LCLOSED:
+		sock_closed(sh, i);
 		return;
 	case K_SWEEP:
 		sweep(sh);
@@ -639,119 +709,264 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 	}
 }
 
-int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g)
+/* Is a the address of endpoint ep? */
+static int is_ep(const tl_addr *a, const struct tlp_endpoint *ep)
 {
-	const struct tlp_config *cfg = g->cfg;
-	struct tlp_udp *u;
-	uint32_t nsock = 0, cap = 0, nb = 16;
-	uint64_t tick = 1000 * 1000 * 1000ull;
+	tl_addr b;
+
+	memset(&b, 0, sizeof b);
+	memcpy(&b, &ep->addr, ep->addr.sa.sa_family == AF_INET ? sizeof b.in : sizeof b.in6);
+	return same_addr(a, &b);
+}
+
+/* Does listener lc list address a? */
+static int lists(const struct tlp_listener_cfg *lc, const tl_addr *a)
+{
+	for (uint32_t k = 0; k < lc->nlisten; k++)
+		if (is_ep(a, &lc->listen[k]))
+			return 1;
+	return 0;
+}
+
+/* Room for cap sessions (the table only grows; at a start or a reload). */
+static int grow_sessions(struct tlp_udp *u, uint32_t cap)
+{
+	uint32_t nb = 16, *bucket;
+	struct usess *s;
+
+	if (cap <= u->cap)
+		return 0;
+	while (nb < 2 * cap)
+		nb <<= 1;
+	s = realloc(u->s, (size_t)cap * sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	u->s = s;
+	bucket = malloc(nb * sizeof *bucket);
+	if (!bucket)
+		return -ENOMEM;
+	memset(&s[u->cap], 0, (size_t)(cap - u->cap) * sizeof *s);
+	for (uint32_t i = cap; i-- > u->cap;) {
+		s[i].next = u->free_head;
+		u->free_head = i;
+	}
+	for (uint32_t i = 0; i < nb; i++)
+		bucket[i] = NONE;
+	free(u->bucket);
+	u->bucket = bucket;
+	u->mask = nb - 1;
+	u->cap = cap;
+	/* The open sessions in the new chains. */
+	for (uint32_t i = 0; i < u->cap; i++)
+		if (s[i].state == U_OPEN) {
+			uint32_t b = hash_of(s[i].sock, &s[i].peer) & u->mask;
+
+			s[i].next = u->bucket[b];
+			u->bucket[b] = i;
+		}
+	return 0;
+}
+
+/* What listener lr fixes when first set up: its max_datagram, and with
+ * large datagrams its own session buffers. A reload keeps them. */
+static int setup_listener(struct tlp_udp *u, const struct tlp_lrt *lr)
+{
+	const struct tlp_listener_cfg *lc = lr->cfg;
+	struct ulst *ls = &u->lst[lr->gl->idx];
+	struct ujumbo *j = &ls->j;
+
+	if (ls->dgmax) {
+		if ((lc->max_datagram != ls->dgmax ||
+		     (j->mem && lc->sessions != ls->jsessions)) && !ls->said && u->sh->id == 0) {
+			ls->said = 1;
+			tlp_log("reload: udp listener %s keeps max_datagram %u%s until a restart",
+				lc->name, ls->dgmax, j->mem ? " and its sessions" : "");
+		}
+		return 0;
+	}
+	ls->dgmax = lc->max_datagram;
+	if (ls->dgmax <= TLP_UDP_DGRAM_DFLT)
+		return 0;
+	/* A buffer per session, mapped now and given memory by the kernel
+	 * as sessions use them. */
+	ls->jsessions = lc->sessions;
+	j->len = (size_t)lc->sessions * ls->dgmax;
+	j->mem = mmap(NULL, j->len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (j->mem == MAP_FAILED) {
+		j->mem = NULL;
+		return -errno;
+	}
+	j->free = malloc(lc->sessions * sizeof *j->free);
+	if (!j->free)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < lc->sessions; b++)
+		j->free[b] = lc->sessions - 1 - b;
+	j->nfree = lc->sessions;
+	return 0;
+}
+
+/* A listening socket for address ai of listener lr of generation g. */
+static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_lrt *lr,
+		     uint32_t ai)
+{
+	struct tlp_udp *u = sh->udp;
+	const struct tlp_listener_cfg *lc = lr->cfg;
+	tl_udp_opts o = {.flags = TL_UDP_REUSEPORT};
+	struct usock *us;
+	uint32_t k = 0, size;
 	tl_op op;
 	int r;
 
+	while (k < u->nsock && u->sock[k].state != S_FREE)
+		k++;
+	if (k == u->nsock) {
+		us = realloc(u->sock, (size_t)(u->nsock + 1) * sizeof *us);
+		if (!us)
+			return -ENOMEM;
+		u->sock = us;
+		memset(&us[u->nsock++], 0, sizeof *us);
+	}
+	us = &u->sock[k];
+	memset(&us->addr, 0, sizeof us->addr);
+	memcpy(&us->addr, &lc->listen[ai].addr,
+	       lc->listen[ai].addr.sa.sa_family == AF_INET ? sizeof us->addr.in
+							   : sizeof us->addr.in6);
+	r = tl_udp_bind_opts(sh->loop, &us->addr, &o, &us->h);
+	if (r < 0) {
+		tlp_log("udp listener %s: cannot bind %s: %s", lc->name,
+			lc->listen[ai].text ? lc->listen[ai].text : "?", tl_strerror(r));
+		return r;
+	}
+	atomic_fetch_add(&g->refs, 1);
+	us->gen = g;
+	us->lr = lr;
+	us->gi = lr->gl->idx;
+	us->nsess = 0;
+	us->retiring = 0;
+	us->state = S_OPEN;
+	size = u->lst[us->gi].dgmax;
+	if (size > TLP_UDP_DGRAM_DFLT) {
+		us->jlen = (size_t)JUMBO_RX * size;
+		us->jbuf = mmap(NULL, us->jlen, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (us->jbuf == MAP_FAILED) {
+			us->jbuf = NULL;
+			r = -errno;
+			close_sock(sh, k);
+			return r;
+		}
+		for (uint32_t b = 0; b < JUMBO_RX; b++)
+			if ((r = arm_lrecv(sh, k, b)) < 0) {
+				close_sock(sh, k);
+				return r;
+			}
+		return 0;
+	}
+	r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, k, NO_LEASE), &op);
+	if (r < 0)
+		close_sock(sh, k);
+	return r;
+}
+
+/* The idle sweep at least every tick (it only ever gets shorter). */
+static int sweep_every(struct tlp_shard *sh, uint64_t tick)
+{
+	struct tlp_udp *u = sh->udp;
+	tl_handle h;
+	tl_op op;
+	int r;
+
+	if (tick < 10 * 1000 * 1000ull)
+		tick = 10 * 1000 * 1000ull;
+	if (u->tick && u->tick <= tick)
+		return 0;
+	r = tl_timer_start(sh->loop, tl_now(sh->loop) + tick, tick, utok(K_SWEEP, 0, NO_LEASE),
+			   &h, &op);
+	if (r < 0)
+		return r;
+	tl_set_ref(sh->loop, h, 0);
+	if (u->tick)
+		tl_close(sh->loop, u->sweep_h, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+	u->sweep_h = h;
+	u->tick = tick;
+	return 0;
+}
+
+int tlp_udp_use(struct tlp_shard *sh, struct tlp_gen *g)
+{
+	const struct tlp_config *cfg = g->cfg;
+	struct tlp_udp *u = sh->udp;
+	uint64_t tick = 1000 * 1000 * 1000ull;
+	uint32_t cap = 0;
+	int r, rc = 0;
+
 	for (uint32_t i = 0; i < cfg->nlisteners; i++)
 		if (cfg->listeners[i].proto == TLP_PROTO_UDP) {
-			nsock += cfg->listeners[i].nlisten;
 			cap += cfg->listeners[i].sessions;
 			if (cfg->listeners[i].idle_timeout_ns / 4 < tick)
 				tick = cfg->listeners[i].idle_timeout_ns / 4;
 		}
-	if (!nsock)
-		return 0;
-	while (nb < 2 * cap)
-		nb <<= 1;
-	u = calloc(1, sizeof *u);
-	if (!u)
-		return -ENOMEM;
-	sh->udp = u;
-	u->sh = sh;
-	/* The sockets keep pointers into g (listener settings): a reload must
-	 * not free it under them. */
-	atomic_fetch_add(&g->refs, 1);
-	u->gen = g;
-	u->sock = calloc(nsock, sizeof *u->sock);
-	u->s = calloc(cap, sizeof *u->s);
-	u->bucket = malloc(nb * sizeof *u->bucket);
-	u->lsess = calloc(cfg->nlisteners, sizeof *u->lsess);
-	u->jumbo = calloc(cfg->nlisteners, sizeof *u->jumbo);
-	if (!u->sock || !u->s || !u->bucket || !u->lsess || !u->jumbo)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
-		const struct tlp_listener_cfg *lc = &cfg->listeners[i];
-		struct ujumbo *j = &u->jumbo[i];
-
-		if (lc->proto != TLP_PROTO_UDP || lc->max_datagram <= TLP_UDP_DGRAM_DFLT)
-			continue;
-		/* A buffer per session and JUMBO_RX per listening socket,
-		 * mapped now and given memory by the kernel as they are used. */
-		j->size = lc->max_datagram;
-		j->len = ((size_t)lc->sessions + (size_t)lc->nlisten * JUMBO_RX) * j->size;
-		j->mem = mmap(NULL, j->len, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (j->mem == MAP_FAILED) {
-			j->mem = NULL;
-			return -errno;
-		}
-		j->free = malloc(lc->sessions * sizeof *j->free);
-		if (!j->free)
+	if (!u) {
+		if (!cap)
+			return 0;
+		u = calloc(1, sizeof *u);
+		if (!u)
 			return -ENOMEM;
-		for (uint32_t b = 0; b < lc->sessions; b++)
-			j->free[b] = lc->sessions - 1 - b;
-		j->nfree = lc->sessions;
+		sh->udp = u;
+		u->sh = sh;
+		u->free_head = NONE;
+		u->lst = calloc(TLP_REG_LISTENERS, sizeof *u->lst);
+		if (!u->lst)
+			return -ENOMEM;
 	}
-	u->cap = cap;
-	u->mask = nb - 1;
-	for (uint32_t i = 0; i < nb; i++)
-		u->bucket[i] = NONE;
-	for (uint32_t i = 0; i < cap; i++)
-		u->s[i].next = i + 1 < cap ? i + 1 : NONE;
-	u->free_head = 0;
-	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
-		const struct tlp_listener_cfg *lc = &cfg->listeners[i];
+	if (u->draining)
+		return 0;
+	/* Sockets whose listener and address the generation keeps move to
+	 * it; the others retire. */
+	for (uint32_t k = 0; k < u->nsock; k++) {
+		struct usock *us = &u->sock[k];
+		const struct tlp_lrt *lr = g->by_gl[us->gi];
 
-		if (lc->proto != TLP_PROTO_UDP)
+		if (us->state != S_OPEN || us->retiring)
 			continue;
-		for (uint32_t k = 0; k < lc->nlisten; k++) {
-			struct usock *us = &u->sock[u->nsock];
-			tl_udp_opts o = {.flags = TL_UDP_REUSEPORT};
-			tl_addr a;
-
-			memset(&a, 0, sizeof a);
-			memcpy(&a, &lc->listen[k].addr,
-			       lc->listen[k].addr.sa.sa_family == AF_INET ? sizeof a.in : sizeof a.in6);
-			r = tl_udp_bind_opts(sh->loop, &a, &o, &us->h);
-			if (r < 0) {
-				tlp_log("udp listener %s: cannot bind %s: %s", lc->name,
-					lc->listen[k].text ? lc->listen[k].text : "?", tl_strerror(r));
-				return r;
+		if (lr && lr->cfg->proto == TLP_PROTO_UDP && lists(lr->cfg, &us->addr)) {
+			if (us->gen != g) {
+				atomic_fetch_add(&g->refs, 1);
+				tlp_gen_put(us->gen);
+				us->gen = g;
 			}
-			us->lr = &g->l[i];
-			us->lidx = i;
-			us->open = 1;
-			u->nsock++;
-			if (u->jumbo[i].mem) {
-				/* Its receive buffers sit after the sessions'. */
-				us->jbuf = u->jumbo[i].mem +
-					   ((size_t)lc->sessions + (size_t)k * JUMBO_RX) * lc->max_datagram;
-				for (uint32_t b = 0; b < JUMBO_RX; b++)
-					if ((r = arm_lrecv(sh, u->nsock - 1, b)) < 0)
-						return r;
-				continue;
-			}
-			r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, u->nsock - 1, NO_LEASE),
-					      &op);
-			if (r < 0)
-				return r;
+			us->lr = lr;
+		} else {
+			retire(sh, k);
 		}
 	}
-	if (tick < 10 * 1000 * 1000ull)
-		tick = 10 * 1000 * 1000ull;
-	r = tl_timer_start(sh->loop, tl_now(sh->loop) + tick, tick, utok(K_SWEEP, 0, NO_LEASE),
-			   &u->sweep_h, &op);
-	if (r < 0)
+	/* Sessions of listeners on their way out may stay a while beside a
+	 * full complement of the new ones. */
+	if ((r = grow_sessions(u, cap + u->nopen)) < 0)
 		return r;
-	u->sweeping = 1;
-	tl_set_ref(sh->loop, u->sweep_h, 0);
-	return 0;
+	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
+		const struct tlp_lrt *lr = &g->l[i];
+
+		if (lr->cfg->proto != TLP_PROTO_UDP)
+			continue;
+		if ((r = setup_listener(u, lr)) < 0)
+			return r;
+		for (uint32_t ai = 0; ai < lr->cfg->nlisten; ai++) {
+			uint32_t k = 0;
+
+			while (k < u->nsock &&
+			       !(u->sock[k].state == S_OPEN && !u->sock[k].retiring &&
+				 u->sock[k].gi == lr->gl->idx &&
+				 is_ep(&u->sock[k].addr, &lr->cfg->listen[ai])))
+				k++;
+			if (k == u->nsock && (r = open_sock(sh, g, lr, ai)) < 0 && !rc)
+				rc = r;
+		}
+	}
+	if (cap && (r = sweep_every(sh, tick)) < 0)
+		return r;
+	return rc;
 }
 
 void tlp_udp_pass(struct tlp_shard *sh)
@@ -778,18 +993,8 @@ void tlp_udp_drain(struct tlp_shard *sh)
 	if (!u)
 		return;
 	u->draining = 1;
-	/* Replies go out from the listening sockets: they stay open while a
-	 * session waits for one (closed when the last is gone), but take no
-	 * new clients' datagrams. */
-	for (uint32_t i = 0; i < u->cap; i++) {
-		struct usess *x = &u->s[i];
-
-		if (x->state == U_OPEN &&
-		    (u->sock[x->sock].lr->cfg->responses == TLP_RESPONSES_ANY || !x->pending))
-			end(sh, i, TLP_END_SHUTDOWN, 0);
-	}
-	if (!u->nopen)
-		close_sockets(sh);
+	for (uint32_t k = 0; k < u->nsock; k++)
+		retire(sh, k);
 }
 
 void tlp_udp_stop(struct tlp_shard *sh)
@@ -802,7 +1007,8 @@ void tlp_udp_stop(struct tlp_shard *sh)
 	for (uint32_t i = 0; i < u->cap; i++)
 		if (u->s[i].state == U_OPEN)
 			end(sh, i, TLP_END_SHUTDOWN, 0);
-	close_sockets(sh);
+	for (uint32_t k = 0; k < u->nsock; k++)
+		close_sock(sh, k);
 }
 
 int tlp_udp_port_taken(const tl_addr *a)
@@ -824,18 +1030,23 @@ void tlp_udp_free(struct tlp_shard *sh)
 
 	if (!u)
 		return;
+	/* What the end of the loop left: sessions and sockets whose Closed
+	 * never came. */
+	for (uint32_t i = 0; i < u->cap; i++)
+		if (u->s[i].gen)
+			tlp_gen_unhold(sh, u->s[i].gen);
+	for (uint32_t k = 0; k < u->nsock; k++)
+		if (u->sock[k].state != S_FREE)
+			sock_closed(sh, k);
+	for (uint32_t i = 0; u->lst && i < TLP_REG_LISTENERS; i++) {
+		if (u->lst[i].j.mem)
+			munmap(u->lst[i].j.mem, u->lst[i].j.len);
+		free(u->lst[i].j.free);
+	}
+	free(u->lst);
 	free(u->sock);
 	free(u->s);
 	free(u->bucket);
-	free(u->lsess);
-	for (uint32_t i = 0; u->jumbo && u->gen && i < u->gen->cfg->nlisteners; i++) {
-		if (u->jumbo[i].mem)
-			munmap(u->jumbo[i].mem, u->jumbo[i].len);
-		free(u->jumbo[i].free);
-	}
-	free(u->jumbo);
-	if (u->gen)
-		tlp_gen_put(u->gen);
 	free(u);
 	sh->udp = NULL;
 }

@@ -17,6 +17,7 @@ enum {
 	TLP_UDP_ST_DROP_ERROR,    /* a socket for the session, or a send, failed */
 	TLP_UDP_ST_DROP_LATE,     /* a reply past the responses expected */
 	TLP_UDP_ST_DROP_TRUNC,    /* longer than the listener's max_datagram: never sent cut */
+	TLP_UDP_ST_DROP_CLOSING,  /* a new client on a socket closing (drain, or a reload dropped it) */
 	TLP_UDP_ST_ROWS
 };
 
@@ -25,10 +26,16 @@ enum {
 int tlp_udp_declare(tl_runtime *rt);
 /* Stat values the declaration takes. */
 #define TLP_UDP_ST_VALUES (TLP_UDP_ST_ROWS + 1)
-/* The shard's UDP listeners of generation g (at launch): a socket per
- * address with SO_REUSEPORT, the session table sized from their sessions
- * limits, and the idle sweep. 0 (also when g has none) or a negative errno. */
-int tlp_udp_start(struct tlp_shard *sh, struct tlp_gen *g);
+/* The shard's UDP listeners become generation g's (at launch, and at each
+ * reload): a socket per address with SO_REUSEPORT, kept across the reload
+ * where g keeps the listener (by name) and the address, bound where g adds
+ * one, retired (no new client; closed once its sessions end) where g drops
+ * one; the session table grown to g's sessions limits; the idle sweep.
+ * Sessions keep the settings and server they began with; a listener's
+ * max_datagram (and, over a pooled buffer, its sessions) stay as first set
+ * up until a restart, logged once. 0 (also when g has none) or the first
+ * negative errno (a bind that failed is logged and the rest goes on). */
+int tlp_udp_use(struct tlp_shard *sh, struct tlp_gen *g);
 /* Handler TLP_H_UDP: every completion of the UDP listeners and sessions. */
 void tlp_on_udp(tl_shard *s, const tl_completion *c);
 /* Publish the shard's UDP stats (each pass). */
