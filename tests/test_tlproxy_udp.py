@@ -779,10 +779,34 @@ listeners:
         hole.close()
 
 
+def t_nofile(env):
+    """The descriptor limit is raised for the UDP sessions too (a socket
+    each): --max-conns 1000 and --sessions 5000 on one shard need 2 x 1000
+    + 1024 + 5000."""
+    import resource
+
+    def lim():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 16384))
+
+    echo = env.echo()
+    port = free_port()
+    err = open(os.path.join(env.dir, "nofile.err"), "w")
+    p = subprocess.Popen([env.tlproxy, "--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
+                          f"127.0.0.1:{echo}", "--shards", "1", "--max-conns", "1000",
+                          "--sessions", "5000"], stdout=subprocess.DEVNULL, stderr=err,
+                         preexec_fn=lim)
+    p.errname = err.name
+    env.procs.append(p)
+    wait_log(p, "running:")
+    m = re.search(r"Max open files\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
+    check(m and int(m.group(1)) == 8024, f"soft limit {m.group(1) if m else '?'}, want 8024")
+    env.stop(p)
+
+
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
          "udp_health": t_udp_health,
          "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6, "large": t_large,
-         "reload": t_reload,
+         "reload": t_reload, "nofile": t_nofile,
          "noalloc": t_noalloc}
 
 

@@ -408,6 +408,7 @@ int main(int argc, char **argv)
 	tl_runtime_config rc;
 	tl_runtime *rt;
 	uint32_t nshards, cap, pool, spl_pipes = 0, spl_size = 0;
+	uint64_t udp_sess = 0;
 	uint64_t spl_all;
 	char err[512];
 	sigset_t sigs;
@@ -494,10 +495,18 @@ int main(int argc, char **argv)
 			"stop reading up to %u connections on it; past that they can hold "
 			"every buffer of the shard\n",
 			cap, POOL_MAX, DEFAULT_CONNS);
+	/* A UDP session is a socket with a receive and sends in flight; the
+	 * tables are sized at the start, so a reload that raises the sessions
+	 * limits past them has sessions refused (drop_error). */
+	for (uint32_t i = 0; i < cfg->nlisteners; i++)
+		if (cfg->listeners[i].proto == TLP_PROTO_UDP)
+			udp_sess += cfg->listeners[i].sessions;
+	if (udp_sess > (1u << 21))
+		udp_sess = 1u << 21;
 	/* A pipe of the splice pool is two descriptors. */
 	spl_all = tlp_spl_pool(cfg, nshards, &spl_pipes, &spl_size);
 	raise_nofile((cfg->max_conns ? 2ull * cfg->max_conns + 1024
-				     : 2ull * cap * nshards + 1024) + 2 * spl_all);
+				     : 2ull * cap * nshards + 1024) + 2 * spl_all + udp_sess * nshards);
 	if (cfg->access_log) {
 		/* Opened before privileges go; reopened (SIGUSR1) as the user. */
 		r = tlp_alog_new(cfg->access_log, nshards, 4096, &w->alog, err, sizeof err);
@@ -532,8 +541,8 @@ int main(int argc, char **argv)
 	rc.plan.shards = cfg->shards;
 	rc.plan.cpus = cfg->cpus;
 	rc.signals = 0;
-	rc.loop.max_handles = 2 * cap + 8192;
-	rc.loop.max_ops = 4 * cap + pool + 8192;
+	rc.loop.max_handles = 2 * cap + (uint32_t)udp_sess + 8192;
+	rc.loop.max_ops = 4 * cap + pool + 3 * (uint32_t)udp_sess + 8192;
 	rc.loop.pooled_buffers = pool;
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
