@@ -81,6 +81,7 @@ struct tl_loop {
 	uint32_t owner;
 	pthread_t thread;
 	tl_config cfg;
+	uint64_t spin;       /* cfg.spin_ns where the driver and mode allow it, else 0 */
 
 	struct tl_hslot *h;
 	uint32_t hfree, nhandles;

@@ -65,6 +65,8 @@ static int valid_config(const tl_config *c)
 	/* The pooled buffers must fit one allocation comfortably. */
 	if ((uint64_t)c->pooled_buffers * c->pooled_buffer_size > (1ull << 32))
 		return 0;
+	if (c->spin_ns > 1000000)
+		return 0;
 	return 1;
 }
 
@@ -185,6 +187,9 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 		l->probed = l->dv->probed_caps(l->d);
 	if (r < 0)
 		goto fail_poster;
+	/* The simulation's clock stands still while it polls: no spin there. */
+	if ((l->dv->caps & TL_CAP_OS) && !l->cfg.embed)
+		l->spin = l->cfg.spin_ns;
 	/* After the driver: whether pipes are OS pipes depends on it. */
 	if ((r = tl__pipes_init(l)) < 0)
 		goto fail_driver;

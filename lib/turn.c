@@ -183,6 +183,35 @@ static void embed_park(tl_loop *l)
 		l->dv->embed_deadline(l->d, next_deadline(l));
 }
 
+/* The spin before a park (tl_config.spin_ns): discovery polls until
+ * native events come, other work is ready or spin_ns (or the wait t, if
+ * shorter) has passed since start. Returns SPUN when the loop must not
+ * park (work came, or the spin used up t), else what is left of t for the
+ * OS wait. */
+#define SPUN INT64_MIN
+static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *pi)
+{
+	uint32_t before = l->buffered[TL_CLS_NATIVE];
+	uint64_t until = start + l->spin;
+
+	l->st.spins++;
+	if (t > 0 && (uint64_t)t < l->spin)
+		until = start + (uint64_t)t;
+	for (;;) {
+		if (l->dv->poll(l->d, 0, pi) < 0)
+			return 0; /* the OS wait says the error again */
+		if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
+			return SPUN;
+		uint64_t now = l->dv->now(l->d);
+		if (now >= until) {
+			l->st.spin_parks++;
+			if (t < 0)
+				return -1;
+			return now - start >= (uint64_t)t ? SPUN : (int64_t)(start + (uint64_t)t - now);
+		}
+	}
+}
+
 int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	    tl_turn_info *info)
 {
@@ -213,7 +242,9 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 		}
 		if (t != 0 && (queued || notified || tl__poster_park(l->poster)))
 			t = 0;
-		r = l->dv->poll(l->d, t, &pi);
+		if (t != 0 && l->spin)
+			t = spin(l, start, t, &pi);
+		r = t == SPUN ? 0 : l->dv->poll(l->d, t, &pi);
 		tl__poster_running(l->poster);
 		if (r < 0)
 			return r;

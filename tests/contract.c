@@ -1091,6 +1091,62 @@ static void test_turn_info(void)
 	h_end(l, fds);
 }
 
+/* tl_config.spin_ns: a turn about to park polls first, and a wait the
+ * spin covers (a timer due within it) ends without an OS wait; the
+ * simulation driver never spins (its clock stands still while it polls).
+ * Over 1 ms is refused. */
+static void test_turn_spin(void)
+{
+	int fds = h_begin();
+	tl_config cfg = cfg_default();
+	tl_loop *bad = NULL;
+	cfg.spin_ns = 1000001;
+	H_EQ(tl_loop_new(&bad, &cfg), -EINVAL);
+	cfg.spin_ns = 1000000;
+	h_ctx c;
+	h_ctx_init(&c, h_loop_cfg(&cfg));
+	tl_loop *l = c.loop;
+	int os = !!(tl_loop_caps(l) & TL_CAP_OS);
+	tl_handle h;
+	tl_op op;
+	tl_completion out[4];
+	tl_turn_info info;
+	tl_loop_stats s0 = stats(l);
+	timer_ok(&c, tl_now(l) + 300 * 1000, 0, 7, &h, &op);
+	int n = 0;
+	for (int i = 0; i < 100 && n == 0; i++)
+		n = tl_turn(l, 1000 * (int64_t)H_MS, out, 4, &info);
+	H_EQ(n, 1);
+	H_EQ(out[0].kind, TL_K_TIMER);
+	H_EQ(out[0].token, 7);
+	tl_loop_stats s1 = stats(l);
+	if (os) {
+		/* The whole 300 us wait was spun: no OS wait, one spin that
+		 * used its wait up. */
+		H_EQ(info.os_waits, 0);
+		H_TRUE(info.discovery_polls >= 1, "discovery polls %u", info.discovery_polls);
+		H_EQ(s1.os_waits - s0.os_waits, 0);
+		H_EQ(s1.spins - s0.spins, 1);
+		H_EQ(s1.spin_parks - s0.spin_parks, 1);
+	} else {
+		H_EQ(s1.spins - s0.spins, 0);
+	}
+	h_close(&c, h, 17);
+	/* A wait longer than the spin parks after it. */
+	timer_ok(&c, tl_now(l) + 20 * H_MS, 0, 8, &h, &op);
+	n = 0;
+	for (int i = 0; i < 100 && n == 0; i++)
+		n = tl_turn(l, 1000 * (int64_t)H_MS, out, 4, &info);
+	H_EQ(n, 1);
+	H_EQ(out[0].token, 8);
+	tl_loop_stats s2 = stats(l);
+	H_EQ(s2.os_waits - s1.os_waits, 1);
+	H_EQ(s2.spins - s1.spins, os ? 1 : 0);
+	h_close(&c, h, 18);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* =====================================================================
  * 1.7 Fairness
  * ===================================================================== */
@@ -3812,6 +3868,7 @@ static const struct test_def tests[] = {
 	T("1.5-1.6 completions and turns", test_turn_bad_args),
 	T("1.5-1.6 completions and turns", test_turn_never_blocks_with_work),
 	T("1.5-1.6 completions and turns", test_turn_info),
+	T("1.6 a turn spins before it parks (spin_ns)", test_turn_spin),
 	T("1.5-1.6 completions and turns", test_turn_queued_work_events_flow),
 	T("1.5-1.6 completions and turns", test_turn_echo_one_wait),
 	T("1.7 fairness", test_fair_posts_vs_timer),

@@ -948,7 +948,7 @@ static void test_args(void)
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
 		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
-		 "--half-close", "off", "--drain-timeout", "3s", NULL);
+		 "--half-close", "off", "--drain-timeout", "3s", "--spin-us", "20", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -959,6 +959,7 @@ static void test_args(void)
 		T_TRUE(a.config_path == NULL && a.check == 0, "path");
 		T_EQ(c->shards, 4);
 		T_EQ(c->drain_timeout_ns, 3 * SECS);
+		T_EQ(c->spin_us, 20);
 		T_EQ(c->max_conns, 5000);
 		T_EQ(c->splice_pipes, 3);
 		T_EQ(c->splice_pipe_size, 256u << 10);
@@ -1080,6 +1081,9 @@ static void test_args_bad(void)
 		 "random", NULL);
 	args_bad("--proxy-protocol: 'v3' is not none, v1 or v2", "--proxy-protocol", "v3", NULL);
 	args_bad("--max-conns: '0' is not 1 to 10000000", "--max-conns", "0", NULL);
+	args_bad("--spin-us: '1001' is not a number from 0 to 1000", "--spin-us", "1001", NULL);
+	args_bad("--max-datagram: '65508' is not a number from 1 to 65507", "--udp",
+		 "--max-datagram", "65508", NULL);
 	args_bad("--splice-pipes: '0' is not 1 to 4096", "--splice-pipes", "0", NULL);
 	args_bad("--splice-pipes: '5000' is not 1 to 4096", "--splice-pipes", "5000", NULL);
 	args_bad("--splice-pipe-size: '48k' is not a power of two from 4k to 1m",

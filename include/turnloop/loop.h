@@ -129,6 +129,15 @@ typedef struct tl_config {
 	int driver;                  /* enum tl_driver_kind                 TL_DRIVER_DEFAULT */
 	int embed;                   /* 1: tl_loop_fd() will be used (see below)    0 */
 	uint64_t sim_seed;           /* simulation driver only: the run's seed      1 */
+	/* A turn about to park in the OS (a blocking wait) first polls without
+	 * blocking for up to spin_ns (and no longer than it would have
+	 * waited), and does not park if work comes meanwhile. On loopback and
+	 * on a busy host this spares the peers that send to this thread the
+	 * cost of waking it (docs/PERFORMANCE.md, "Spinning before parking");
+	 * the price is up to spin_ns of CPU each time the loop would park.
+	 * Only drivers with OS objects spin (TL_CAP_OS: not the simulation),
+	 * and not an embedded loop. 0 (default): park at once.   0, <= 1 ms */
+	uint64_t spin_ns;
 } tl_config;
 
 /* Fill *cfg with the defaults above. */
@@ -311,7 +320,8 @@ typedef struct tl_completion {
 typedef struct tl_turn_info {
 	uint32_t completions;     /* records written to out */
 	uint32_t os_waits;        /* OS waits that may block (0 or 1) */
-	uint32_t discovery_polls; /* zero-timeout native polls (0 or 1) */
+	uint32_t discovery_polls; /* zero-timeout native polls (0 or 1; more while
+				   * spinning before a park, tl_config.spin_ns) */
 	uint32_t zero_event_waits;/* OS waits that returned no event */
 	uint64_t waited_ns;       /* time spent in the turn, driver clock */
 	uint64_t idle_ns;         /* of which inside the OS wait (0 without one) */
@@ -947,6 +957,10 @@ typedef struct tl_loop_stats {
 	 * because dst closed or failed. */
 	uint32_t pipes, pipes_busy;
 	uint64_t pipe_refusals, pipes_small, splice_dropped;
+	/* Spinning before a park (tl_config.spin_ns): turns that spun, and
+	 * of them those that found nothing and parked after all (or used up
+	 * their wait). */
+	uint64_t spins, spin_parks;
 } tl_loop_stats;
 /* Copy the loop's counters into *out (the loop's thread; out not NULL). */
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);

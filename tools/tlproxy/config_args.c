@@ -33,7 +33,7 @@ const char *tlp_args_usage(void)
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
 			 "               [--tls-cert FILE --tls-key FILE]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
-			 "               [--drain-timeout D]\n"
+			 "               [--drain-timeout D] [--spin-us N]\n"
 			 "               [--udp [--responses N] [--sessions N] [--max-datagram N]]\n"
 			 "       tlproxy --config FILE\n"
 			 "       tlproxy --check FILE\n"
@@ -85,6 +85,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	int half_close = 1;
 	int udp = 0;
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096, dgmax = TLP_UDP_DGRAM_DFLT;
+	uint32_t spin = TLP_SPIN_US_DFLT;
 	int idle_given = 0;
 	const char *tls_cert = NULL, *tls_key = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
@@ -304,6 +305,12 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				goto out;
 			}
 			half_close = !strcmp(v, "on");
+		} else if (!strcmp(o, "--spin-us")) {
+			if (args_u32(v, 0, TLP_SPIN_US_MAX, &spin) < 0) {
+				fail(err, errlen, "%s: '%s' is not a number from 0 to %u", o,
+				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_SPIN_US_MAX);
+				goto out;
+			}
 		} else if (!strcmp(o, "--max-datagram")) {
 			if (args_u32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number from 1 to %u", o,
@@ -394,6 +401,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		c.model = arena;
 		cfg->shards = shards;
 		cfg->drain_timeout_ns = drain;
+		cfg->spin_us = spin;
 		cfg->max_conns = max_conns;
 		cfg->splice_pipes = spipes;
 		cfg->splice_pipe_size = spsize;

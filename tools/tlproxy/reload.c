@@ -34,6 +34,8 @@ void tlp_reload(struct tlp_config *cfg)
 		if (cfg->shards != old->cfg->shards ||
 		    !cfg->cpus != !old->cfg->cpus || (cfg->cpus && strcmp(cfg->cpus, old->cfg->cpus)))
 			tlp_log("reload: shards and cpus change only with a restart");
+	if (cfg->spin_us != old->cfg->spin_us)
+		tlp_log("reload: spin_us changes only with a restart");
 	g = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
 	if (!g) {
 		tlp_log("reload failed: %s; the running configuration stays", err);
