@@ -113,6 +113,7 @@ struct usock {
 	uint32_t nsess;         /* sessions that came in on it */
 	uint8_t state;          /* S_* */
 	uint8_t retiring;       /* takes no new client; closes when nsess is 0 */
+	uint8_t gone;           /* its Closed came: the slot is free once nsess is 0 */
 	uint8_t *jbuf;          /* JUMBO_RX own receive buffers, NULL: pooled */
 	size_t jlen;
 };
@@ -261,7 +262,9 @@ static void maybe_free(struct tlp_shard *sh, uint32_t si)
 	u->nopen--;
 	u->open_dirty = 1;
 	ls->nsess--;
-	if (!--us->nsess && us->retiring)
+	if (!--us->nsess && us->gone)
+		us->state = S_FREE;
+	else if (!us->nsess && us->retiring)
 		close_sock(sh, x->sock);
 }
 
@@ -626,7 +629,9 @@ static void sweep(struct tlp_shard *sh)
 	}
 }
 
-/* Listening socket k's Closed: every op of it has ended. */
+/* Listening socket k's Closed: every op of it has ended. Sessions that
+ * came in on it may outlive it (a stop, or a receive that could not be
+ * armed again closed it under them): the slot is free once they are. */
 static void sock_closed(struct tlp_shard *sh, uint32_t k)
 {
 	struct usock *us = &sh->udp->sock[k];
@@ -637,7 +642,10 @@ static void sock_closed(struct tlp_shard *sh, uint32_t k)
 	tlp_gen_put(us->gen);
 	us->gen = NULL;
 	us->lr = NULL;
-	us->state = S_FREE;
+	if (us->nsess)
+		us->gone = 1;
+	else
+		us->state = S_FREE;
 }
 
 void tlp_on_udp(tl_shard *s, const tl_completion *c)
@@ -844,6 +852,7 @@ static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_l
 	us->gi = lr->gl->idx;
 	us->nsess = 0;
 	us->retiring = 0;
+	us->gone = 0;
 	us->state = S_OPEN;
 	size = u->lst[us->gi].dgmax;
 	if (size > TLP_UDP_DGRAM_DFLT) {
