@@ -566,19 +566,26 @@ def t_large(env):
         s.close()
     env.stop(p)
 
-    # A smaller max_datagram: over it, a request and a reply are dropped.
+    # A smaller max_datagram: over it, a reply and a request are dropped.
     srv = SizedReplies()
-    try:
+
+    def limited(n):
+        """tlproxy with max_datagram n: a reply of n bytes comes whole, a
+        reply and a request of n + 1 are dropped and counted."""
         p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
-                       f"127.0.0.1:{srv.port}", "--shards", "1", "--max-datagram", "30000"])
+                       f"127.0.0.1:{srv.port}", "--shards", "1", "--max-datagram", str(n)])
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(2)
-        s.sendto(b"30000", ("127.0.0.1", port))
-        check(len(s.recv(70000)) == 30000, "a reply of max_datagram bytes did not come whole")
-        s.sendto(b"30001", ("127.0.0.1", port))
+        s.sendto(b"%d" % n, ("127.0.0.1", port))
+        check(len(s.recv(70000)) == n, f"a reply of max_datagram ({n}) bytes did not come whole")
+        s.sendto(b"%d" % (n + 1), ("127.0.0.1", port))
         env.wait_stat(p, "udp", "drop_trunc", 1)
-        s.sendto(b"7" * 30001, ("127.0.0.1", port))
+        s.sendto(b"7" * (n + 1), ("127.0.0.1", port))
         env.wait_stat(p, "udp", "drop_trunc", 2)
+        return p, s
+
+    try:
+        p, s = limited(30000)
         s.sendto(b"20000", ("127.0.0.1", port))
         check(len(s.recv(70000)) == 20000, "after the drops, a reply did not come")
         st = env.stats(p)["udp"]
@@ -586,16 +593,7 @@ def t_large(env):
         s.close()
         env.stop(p)
         # ... and under a pooled buffer's size too.
-        p = env.proxy(["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
-                       f"127.0.0.1:{srv.port}", "--shards", "1", "--max-datagram", "512"])
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.settimeout(2)
-        s.sendto(b"512", ("127.0.0.1", port))
-        check(len(s.recv(70000)) == 512, "a reply of 512 bytes did not come")
-        s.sendto(b"513", ("127.0.0.1", port))
-        env.wait_stat(p, "udp", "drop_trunc", 1)
-        s.sendto(b"5" * 513, ("127.0.0.1", port))
-        env.wait_stat(p, "udp", "drop_trunc", 2)
+        p, s = limited(512)
         s.close()
         env.stop(p)
     finally:
