@@ -111,6 +111,68 @@ static void test_roundtrip_conn(void)
 	T_EQ(decode_all(buf, (size_t)n, &g), 0);
 }
 
+/* A UDP session: its counters and the replies it owes go and come back;
+ * what a UDP record cannot hold is refused both ways. */
+static void test_udp_session(void)
+{
+	struct tlp_ho_msg m, g;
+	struct sockaddr_in *p = (struct sockaddr_in *)&m.u.conn.peer;
+	int n;
+
+	memset(&m, 0, sizeof m);
+	m.type = TLP_HO_CONN;
+	m.u.conn.flags = TLP_HO_UDP;
+	m.u.conn.bytes[0] = 340;
+	m.u.conn.bytes[1] = 810;
+	m.u.conn.dgrams[0] = 10;
+	m.u.conn.dgrams[1] = 9;
+	m.u.conn.pending = 1;
+	m.u.conn.age_ns = 5000000;
+	strcpy(m.u.conn.listener, "dns");
+	strcpy(m.u.conn.pool, "resolvers");
+	strcpy(m.u.conn.srv, "127.0.0.1:53");
+	p->sin_family = AF_INET;
+	p->sin_port = htons(40000);
+	inet_pton(AF_INET, "192.0.2.7", &p->sin_addr);
+	m.u.conn.peer_len = sizeof *p;
+	n = tlp_ho_encode(buf, sizeof buf, &m);
+	T_EQ(n, TLP_HO_HDR + TLP_HO_CONN_FIXED + 3 + 9 + 12 + (int)sizeof *p);
+	T_EQ(buf[12], 2);
+	T_EQ(decode_all(buf, (size_t)n, &g), 0);
+	T_EQ(g.u.conn.flags, TLP_HO_UDP);
+	T_EQ(g.u.conn.dgrams[0], 10);
+	T_EQ(g.u.conn.dgrams[1], 9);
+	T_EQ(g.u.conn.pending, 1);
+	T_EQ(g.u.conn.bytes[1], 810);
+	T_EQ(g.u.conn.carry_len[0] + g.u.conn.carry_len[1] + g.u.conn.tls_len[0], 0);
+	T_EQ(memcmp(&g.u.conn.peer, p, sizeof *p), 0);
+	/* Half-close flags with it. */
+	buf[TLP_HO_HDR] = TLP_HO_UDP | TLP_HO_EOF(0);
+	T_EQ(decode_all(buf, (size_t)n, &g), -EPROTO);
+	m.u.conn.flags = TLP_HO_UDP | TLP_HO_EOF(1);
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	/* Bytes to carry, or TLS state, with it. */
+	m.u.conn.flags = TLP_HO_UDP;
+	m.u.conn.carry[0] = (const uint8_t *)"x";
+	m.u.conn.carry_len[0] = 1;
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	m.u.conn.carry_len[0] = 0;
+	m.u.conn.tls[1] = (const uint8_t *)"x";
+	m.u.conn.tls_len[1] = 1;
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	/* Datagram fields on a connection pair. */
+	m = conn_msg();
+	m.u.conn.pending = 1;
+	T_EQ(tlp_ho_encode(buf, sizeof buf, &m), -EINVAL);
+	m = conn_msg();
+	n = tlp_ho_encode(buf, sizeof buf, &m);
+	buf[TLP_HO_HDR + 56] = 1; /* dgrams[0] of a connection pair */
+	T_EQ(decode_all(buf, (size_t)n, &g), -EPROTO);
+	buf[TLP_HO_HDR + 56] = 0;
+	buf[TLP_HO_HDR + 72] = 1; /* pending */
+	T_EQ(decode_all(buf, (size_t)n, &g), -EPROTO);
+}
+
 static void test_roundtrip_others(void)
 {
 	struct tlp_ho_msg m, g;
@@ -264,7 +326,8 @@ static void test_bad_conn(void)
 	}
 	T_EQ(tlp_ho_decode(&h, buf + TLP_HO_HDR, h.len - 1, &g), -EINVAL);
 	/* Unknown flags; a SHUT without the other side's FIN. */
-	T_EQ(conn_poked(0, 0x10, &n), -EPROTO);
+	T_EQ(conn_poked(0, 0x20, &n), -EPROTO);
+	T_EQ(conn_poked(0, TLP_HO_UDP, &n), -EPROTO); /* a UDP session carries no bytes */
 	T_EQ(conn_poked(0, TLP_HO_SHUT(0), &n), -EPROTO);
 	T_EQ(conn_poked(0, TLP_HO_EOF(1) | TLP_HO_SHUT(0), &n), 0);
 	/* Lengths that do not add up, or past the limits. */
@@ -358,6 +421,7 @@ int main(void)
 		{"hello, refuse, listener, ends, ack: round trip", test_roundtrip_others},
 		{"header: version refused, malformed", test_bad_header},
 		{"conn: malformed bodies refused", test_bad_conn},
+		{"udp session: round trip, what it cannot hold refused", test_udp_session},
 		{"other bodies: malformed refused", test_bad_others},
 	};
 

@@ -3197,8 +3197,10 @@ def t_takeover_carry(env):
 
     def conn_rec(flags, c0, c1, listener=b"default"):
         names = [listener, b"default", f"127.0.0.1:{up}".encode()]
-        body = struct.pack("<IIQQQHHHHIIII", flags, 0, 100, 200, 10**9, *[len(n) for n in names], len(peer),
-                           len(c0), len(c1), 0, 0)
+        # (the fixed part ends with a UDP session's datagram counts and
+        # replies owed: zero for a connection pair)
+        body = struct.pack("<IIQQQHHHHIIIIQQI", flags, 0, 100, 200, 10**9, *[len(n) for n in names], len(peer),
+                           len(c0), len(c1), 0, 0, 0, 0, 0)
         return ho_record(6, body + b"".join(names) + peer + c0 + c1, nfds=2)
 
     res = {}
@@ -3905,7 +3907,7 @@ pools:
     check(env.stop(new) == 0, "the new process did not exit 0")
 
 
-HO_VER = 3  # TLP_HO_VERSION (tools/tlproxy/handover.h)
+HO_VER = 4  # TLP_HO_VERSION (tools/tlproxy/handover.h)
 
 
 def ho_record(t, body, ver=HO_VER, nfds=0):

@@ -122,15 +122,26 @@ static int addr_ok(const struct sockaddr_storage *a, uint32_t len)
 	}
 }
 
-/* SHUT(d) is sent only after side d^1's FIN. */
+/* SHUT(d) is sent only after side d^1's FIN; a UDP session has no FINs. */
 static int flags_ok(uint32_t f)
 {
 	if (f & ~TLP_HO_FLAGS_ALL)
+		return 0;
+	if ((f & TLP_HO_UDP) && (f & ~TLP_HO_UDP))
 		return 0;
 	for (int d = 0; d < 2; d++)
 		if ((f & TLP_HO_SHUT(d)) && !(f & TLP_HO_EOF(d ^ 1)))
 			return 0;
 	return 1;
+}
+
+/* A UDP session carries no bytes and no TLS state; a connection pair no
+ * datagram fields. */
+static int kind_ok(const struct tlp_ho_conn *c)
+{
+	if (c->flags & TLP_HO_UDP)
+		return !c->carry_len[0] && !c->carry_len[1] && !c->tls_len[0] && !c->tls_len[1];
+	return !c->dgrams[0] && !c->dgrams[1] && !c->pending;
 }
 
 static int name_ok(const char *s, size_t *len)
@@ -164,7 +175,8 @@ static long body_size(const struct tlp_ho_msg *m)
 		return 0;
 	case TLP_HO_CONN:
 		c = &m->u.conn;
-		if (!flags_ok(c->flags) || !name_ok(c->listener, &a) || !name_ok(c->pool, &b) ||
+		if (!flags_ok(c->flags) || !kind_ok(c) || !name_ok(c->listener, &a) ||
+		    !name_ok(c->pool, &b) ||
 		    !name_ok(c->srv, &d) || !addr_ok(&c->peer, c->peer_len))
 			return -EINVAL;
 		for (int s = 0; s < 2; s++)
@@ -251,6 +263,9 @@ int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m)
 		put32(p + 44, c->carry_len[1]);
 		put32(p + 48, c->tls_len[0]);
 		put32(p + 52, c->tls_len[1]);
+		put64(p + 56, c->dgrams[0]);
+		put64(p + 64, c->dgrams[1]);
+		put32(p + 72, c->pending);
 		p += TLP_HO_CONN_FIXED;
 		memcpy(p, c->listener, nl);
 		p += nl;
@@ -307,7 +322,10 @@ static int decode_conn(const uint8_t *b, size_t n, struct tlp_ho_conn *c)
 	c->carry_len[1] = get32(b + 44);
 	c->tls_len[0] = get32(b + 48);
 	c->tls_len[1] = get32(b + 52);
-	if (!flags_ok(c->flags) || c->carry_len[0] > TLP_HO_CARRY_MAX ||
+	c->dgrams[0] = get64(b + 56);
+	c->dgrams[1] = get64(b + 64);
+	c->pending = get32(b + 72);
+	if (!flags_ok(c->flags) || !kind_ok(c) || c->carry_len[0] > TLP_HO_CARRY_MAX ||
 	    c->carry_len[1] > TLP_HO_CARRY_MAX || na > sizeof c->peer ||
 	    c->tls_len[0] > TLP_HO_TLS_MAX || c->tls_len[1] > TLP_HO_TLS_MAX)
 		return -EPROTO;

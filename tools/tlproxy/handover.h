@@ -45,11 +45,17 @@
  * writes the handover cut short had not written (a connection moves with
  * writes in flight to a slow reader). Version 3 added a side's TLS record
  * state (tl_tls_release's, opaque here), so a TLS connection moves too,
- * and END's acknowledgement.
+ * and END's acknowledgement. Version 4 added UDP sessions: a CONN record
+ * with TLP_HO_UDP, whose descriptors are the listening socket the session
+ * came in on (so the new process finds which of its sockets, and so which
+ * shard, serves the client: the same socket) and the session's socket
+ * connected to its server, with its datagram counts and the replies it
+ * still expects; a UDP record carries no bytes, no TLS state and no
+ * half-close flags.
  */
 
 #define TLP_HO_MAGIC "TLHO"
-#define TLP_HO_VERSION 3
+#define TLP_HO_VERSION 4
 #define TLP_HO_HDR 16
 #define TLP_HO_NAME_MAX 255        /* listener, pool and server names */
 #define TLP_HO_TEXT_MAX 255        /* a refusal's reason */
@@ -60,7 +66,7 @@
 /* A side's TLS record state (turnloop/tls.h's TL_TLS_STATE_MAX, which a
  * test checks this is at least). */
 #define TLP_HO_TLS_MAX 20480u
-#define TLP_HO_CONN_FIXED 56       /* a CONN body before its names and bytes */
+#define TLP_HO_CONN_FIXED 76       /* a CONN body before its names and bytes */
 #define TLP_HO_BODY_MAX                                                                    \
 	(TLP_HO_CONN_FIXED + 3 * TLP_HO_NAME_MAX + 128 + 2 * TLP_HO_CARRY_MAX + 2 * TLP_HO_TLS_MAX)
 
@@ -72,7 +78,8 @@ enum tlp_ho_type {
 	TLP_HO_READY = 5,         /* empty: the new process accepts */
 	TLP_HO_CONN = 6,          /* 2 fds (client, server); see struct tlp_ho_conn. A
 				   * side that finished before (EOF and SHUT set) and
-				   * whose socket is gone: an unconnected socket */
+				   * whose socket is gone: an unconnected socket. A
+				   * UDP session: (listening socket, session socket) */
 	TLP_HO_END = 7,           /* u32 handed over, u32 left to drain */
 	TLP_HO_ACK = 8,           /* u32 CONN records read so far (new process to old) */
 	TLP_HO_TYPE_COUNT
@@ -85,7 +92,8 @@ enum { TLP_HO_R_VERSION = 1, TLP_HO_R_USER = 2, TLP_HO_R_BUSY = 3, TLP_HO_R_PROT
 /* CONN flags: the half-close state. */
 #define TLP_HO_EOF(s) (1u << (s))      /* side s (0 client, 1 server) sent its FIN */
 #define TLP_HO_SHUT(s) (4u << (s))     /* our FIN to side s was sent */
-#define TLP_HO_FLAGS_ALL 0xfu
+#define TLP_HO_UDP 0x10u               /* a UDP session, not a connection pair */
+#define TLP_HO_FLAGS_ALL 0x1fu
 
 struct tlp_ho_hdr {
 	uint16_t version, type;
@@ -113,6 +121,10 @@ struct tlp_ho_conn {
 	 * plain side. Decoding points tls[] into the body too. */
 	const uint8_t *tls[2];
 	uint32_t tls_len[2];
+	/* A UDP session (TLP_HO_UDP): datagrams from the client and from the
+	 * server so far, and the replies it still expects; 0 otherwise. */
+	uint64_t dgrams[2];
+	uint32_t pending;
 };
 
 struct tlp_ho_msg {
@@ -154,7 +166,9 @@ int tlp_ho_decode(const struct tlp_ho_hdr *h, const uint8_t *b, size_t n, struct
  * record's length; -ENOSPC (cap too small: nothing useful is in b);
  * -EINVAL (an unknown type, a name too long or holding a NUL, a carry above
  * TLP_HO_CARRY_MAX or with a NULL pointer, an address length that does not
- * fit its family, flags out of TLP_HO_FLAGS_ALL or inconsistent). What it
+ * fit its family, flags out of TLP_HO_FLAGS_ALL or inconsistent, a UDP
+ * session with half-close flags, bytes carried or TLS state, or datagram
+ * fields on a connection pair). What it
  * writes decodes back to m.
  */
 int tlp_ho_encode(uint8_t *b, size_t cap, const struct tlp_ho_msg *m);
