@@ -131,8 +131,8 @@ zone:
         self.nsd.wait(10)
 
     # ---- tlproxy ----
-    def proxy(self, args, ports=()):
-        p = self.spawn([self.tlproxy] + args, "tlproxy")
+    def proxy(self, args, ports=(), name="tlproxy"):
+        p = self.spawn([self.tlproxy] + args, name)
         t = time.time() + 10
         while time.time() < t:
             if "running:" in open(p.errname).read():
@@ -777,6 +777,145 @@ listeners:
         hole.close()
 
 
+class TaggingServer:
+    """A UDP server that answers each datagram with it and the source port
+    it came from ("payload@port"), so a client sees which socket of the
+    proxy's carries its session; a payload starting with "slow" is
+    answered 0.4 s later (a reply still owed while the proxy changes)."""
+
+    def __init__(self):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.bind(("127.0.0.1", 0))
+        self.s.settimeout(0.1)
+        self.port = self.s.getsockname()[1]
+        self.stopping = False
+        self.timers = []
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stopping:
+            try:
+                d, a = self.s.recvfrom(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            r = d + b"@%d" % a[1]
+            if d.startswith(b"slow"):
+                t = threading.Timer(0.4, self.s.sendto, (r, a))
+                t.start()
+                self.timers.append(t)
+            else:
+                self.s.sendto(r, a)
+
+    def stop(self):
+        self.stopping = True
+        self.t.join(5)
+        for t in self.timers:
+            t.cancel()
+        self.s.close()
+
+
+def ask(s, port, payload, timeout=3.0):
+    """Send payload from s to the proxy; the answer's upstream port, or
+    raise if none comes (or another one does)."""
+    s.settimeout(timeout)
+    s.sendto(payload, ("127.0.0.1", port))
+    try:
+        r = s.recv(65535)
+    except socket.timeout:
+        raise Fail(f"no answer to {payload!r}")
+    check(r.startswith(payload + b"@"), f"answer {r!r} to {payload!r}")
+    return int(r.split(b"@")[-1])
+
+
+def takeover_figures(old, new):
+    """What the old process says it handed over and the new one carried."""
+    wait_log(new, r"takeover done", 30)
+    rc = old.wait(30)
+    check(rc == 0, f"the old process exited {rc}: " + open(old.errname).read()[-600:])
+    mo = re.search(r"takeover by pid \d+: (\d+) connections? handed over", open(old.errname).read())
+    mn = re.search(r"takeover done: (\d+) connections? carried on, (\d+) cut", open(new.errname).read())
+    check(mo and mn, "no takeover figures: " + open(old.errname).read()[-600:] + open(new.errname).read()[-600:])
+    return int(mo.group(1)), int(mn.group(1)), int(mn.group(2))
+
+
+def t_takeover(env):
+    """A live takeover carries UDP sessions: a new process (2 shards, then
+    1) takes over the listening sockets and every session, each with its
+    socket to its server, so the server sees the same source port for a
+    client before and after; a reply owed across the switch reaches its
+    client; a client sending all along loses nothing; the old processes
+    exit 0 and the new one says it carried every session on, none cut."""
+    up = TaggingServer()
+    port = free_port()
+    socks = [os.path.join(env.dir, "ho-%d.sock" % i) for i in range(3)]
+    base = ["--udp", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{up.port}"]
+    try:
+        a = env.proxy(base + ["--shards", "2", "--handover-socket", socks[0]], name="tlproxy-a")
+        clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(24)]
+        before = [ask(c, port, b"c%d-0" % i) for i, c in enumerate(clients)]
+        check(len(set(before)) == len(clients), f"sessions share a server socket: {before}")
+        env.wait_stat(a, "udp_sessions", "0", len(clients))
+        # A client that keeps asking through both switches.
+        stream = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        done, lost, asked, errs = threading.Event(), [], [0], []
+
+        def streamer():
+            try:
+                while not done.is_set():
+                    ask(stream, port, b"s%d" % asked[0])
+                    asked[0] += 1
+                    time.sleep(0.002)
+            except Fail as e:
+                lost.append(str(e))
+            except Exception as e:  # noqa: BLE001
+                errs.append(e)
+
+        th = threading.Thread(target=streamer, daemon=True)
+        th.start()
+        procs = [a]
+        for i, shards in enumerate((2, 1)):
+            # Replies owed across the switch.
+            slow = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
+            for j, s in enumerate(slow):
+                s.sendto(b"slow%d" % j, ("127.0.0.1", port))
+            time.sleep(0.05)
+            new = env.proxy(base + ["--shards", str(shards), "--takeover", socks[i],
+                                    "--handover-socket", socks[i + 1]], name="tlproxy-%d" % i)
+            handed, carried, cut = takeover_figures(procs[-1], new)
+            procs.append(new)
+            check(cut == 0 and carried == handed and handed >= len(clients) + 1,
+                  f"takeover {i + 1}: {handed} handed over, {carried} carried on, {cut} cut")
+            for j, s in enumerate(slow):
+                s.settimeout(3)
+                try:
+                    r = s.recv(100)
+                except socket.timeout:
+                    raise Fail(f"takeover {i + 1}: the reply owed to slow{j} never came")
+                check(r.startswith(b"slow%d@" % j), f"slow{j} got {r!r}")
+                s.close()
+            for k, c in enumerate(clients):
+                got = ask(c, port, b"c%d-%d" % (k, i + 1))
+                check(got == before[k], f"takeover {i + 1}: client {k}'s session moved from "
+                                        f"server port {before[k]} to {got}")
+        done.set()
+        th.join(10)
+        check(not errs and not lost, f"the streaming client: {lost or errs}")
+        check(asked[0] > 20, f"the streaming client asked only {asked[0]} times")
+        last = procs[-1]
+        st = env.stats(last)
+        check(st["udp"].get("drop_error", 0) == 0 and st["udp"].get("drop_late", 0) == 0,
+              f"the last process dropped datagrams: {st['udp']}")
+        for c in clients:
+            c.close()
+        stream.close()
+        env.stop(last)
+    finally:
+        up.stop()
+
+
 def t_nofile(env):
     """The descriptor limit is raised for the UDP sessions too (a socket
     each): --max-conns 1000 and --sessions 5000 on one shard need 2 x 1000
@@ -804,7 +943,7 @@ def t_nofile(env):
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
          "udp_health": t_udp_health,
          "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6, "large": t_large,
-         "reload": t_reload, "nofile": t_nofile,
+         "reload": t_reload, "nofile": t_nofile, "takeover": t_takeover,
          "noalloc": t_noalloc}
 
 

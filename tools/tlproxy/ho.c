@@ -1,6 +1,6 @@
 /* tools/tlproxy/ho.c: the per-connection half of live takeover: handing a shard's listeners and forwarding connections over, and carrying on connections handed in; the data path reaches it through one hook (state.h). */
-/* Calls: ho -> accept, backend, fwd, conn, wheel, state, world, takeover
- * (the process side). */
+/* Calls: ho -> accept, backend, fwd, conn, wheel, state, world, udp,
+ * takeover (the process side). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "fwd.h"
 #include "takeover.h"
+#include "udp.h"
 #include "wheel.h"
 
 static void ho_resume(struct tlp_shard *sh, struct tlp_conn *c);
@@ -53,6 +54,7 @@ static void tlp_shard_ho_listeners(tl_shard *s)
 		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
 			tlp_ho_push_listener(sh->id, fd);
 	}
+	tlp_udp_ho_listeners(sh);
 }
 
 /*
@@ -245,6 +247,7 @@ static void tlp_shard_ho_end(tl_shard *s, int ok)
 	free(sh->kept);
 	sh->kept = NULL;
 	sh->nkept = 0;
+	tlp_udp_ho_end(sh, ok);
 }
 
 static uint32_t tlp_shard_handover(tl_shard *s)
@@ -284,7 +287,7 @@ static uint32_t tlp_shard_handover(tl_shard *s)
 			c->flags |= F_HOWAIT;
 		}
 	}
-	return n;
+	return n + tlp_udp_handover(sh);
 }
 
 /*
@@ -728,7 +731,7 @@ static uint32_t tlp_shard_ho_stop(tl_shard *s)
 			n++; /* a TLS session was never handed over: it drains here */
 		}
 	}
-	return n;
+	return n + tlp_udp_ho_stop(sh);
 }
 
 /* ---- the hook and the messages ---- */
@@ -779,6 +782,13 @@ void tlp_ho_msg(tl_shard *s, uint32_t type, uint64_t arg, uint64_t payload)
 			/* Shard 0 spreads them over every shard in turn. */
 			static uint32_t rr;
 			uint32_t to = rr++ % n;
+
+			if (in->c.flags & TLP_HO_UDP) {
+				/* A UDP session: the shard receiving on its socket. */
+				int o = tlp_udp_owner(in->fd[0]);
+
+				to = o >= 0 ? (uint32_t)o : me;
+			}
 
 			if (to != me &&
 			    tl_shard_post(s, to, tlp_ctl_token(TLP_MSG_HO_CONN, 0), payload) == 0)

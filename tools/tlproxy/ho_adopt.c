@@ -6,9 +6,10 @@
 #include "ho.h"
 #include "takeover.h"
 #include "tls.h"
+#include "udp.h"
 #include "wheel.h"
 
-/* Calls: ho -> conn, tls, wheel, state, world, takeover. */
+/* Calls: ho -> conn, tls, udp, wheel, state, world, takeover. */
 
 static struct tlp_glisten *gl_find(const char *name)
 {
@@ -107,6 +108,9 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 	tl_handle h[2] = {TL_HANDLE_NONE, TL_HANDLE_NONE};
 	struct tlp_conn *c;
 	int r = 0;
+
+	if (in->c.flags & TLP_HO_UDP)
+		return tlp_udp_adopt(sh, in);
 
 	if (!lr || !pc) {
 		r = -ENOENT; /* the new configuration has no such listener or pool */

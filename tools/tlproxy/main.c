@@ -456,7 +456,8 @@ int main(int argc, char **argv)
 			tl_addr a;
 			int t;
 
-			int inh = tlp_inherited(&l->listen[k]);
+			int inh = l->proto == TLP_PROTO_UDP ? tlp_inherited_udp(&l->listen[k], 0)
+							    : tlp_inherited(&l->listen[k]);
 
 			if (inh >= 0) {
 				for (uint32_t j = 0; j < w->ninh; j++)

@@ -495,9 +495,15 @@ int tlp_takeover_begin(void)
 		struct tlp_inherit *in = &w->inh[w->ninh++];
 		const struct sockaddr_storage *a = &m.u.listener.addr;
 
+		int type = 0;
+		socklen_t tl = sizeof type;
+
 		memset(in, 0, sizeof *in);
 		in->fd = fds[0];
 		in->used = 1;
+		/* A UDP listener's socket, or a listening stream one. */
+		in->dgram = getsockopt(fds[0], SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+			    type == SOCK_DGRAM;
 		if (a->ss_family == AF_UNIX) {
 			in->unix_path = 1;
 			memcpy(in->path, ((const struct sockaddr_un *)a)->sun_path, sizeof in->path - 1);

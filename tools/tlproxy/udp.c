@@ -1,16 +1,22 @@
 /* tools/tlproxy/udp.c: UDP listeners: a socket per address and shard (SO_REUSEPORT), sessions keyed by client address in a fixed table, each with a connected socket to one server, ended by replies, idleness, errors or the stop. */
-/* Calls: udp -> backend (tlp_pick), alog, state, world. Only shard.c and
- * main.c call in. */
+/* Calls: udp -> backend (tlp_pick), alog, state, world, takeover (the
+ * process side of a live takeover). shard.c, main.c and the takeover's
+ * shard half (ho.c, ho_adopt.c) call in. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "udp.h"
 #include "backend.h"
+#include "takeover.h"
 
 /*
  * A datagram from a client either finds its session (by listening socket
@@ -74,6 +80,8 @@ struct usess {
 	uint32_t pending;       /* replies still expected (responses > 0) */
 	uint32_t wq;            /* sends of it in flight, either way */
 	uint8_t state, cause, closed;
+	uint8_t ho;             /* being handed over to a new process */
+	uint8_t stray;          /* out of the table: one handed in took its client */
 	int16_t err;            /* the error that ended it, 0 none */
 	uint64_t t0, t_act;     /* started, last datagram either way */
 	uint64_t dg[2], bytes[2]; /* from the client, from the server */
@@ -114,8 +122,12 @@ struct usock {
 	uint8_t state;          /* S_* */
 	uint8_t retiring;       /* takes no new client; closes when nsess is 0 */
 	uint8_t gone;           /* its Closed came: the slot is free once nsess is 0 */
+	uint8_t handing;        /* a takeover: it receives nothing, its sessions move */
+	uint8_t rxlive;         /* its receives not ended yet (bit j: rop[j]) */
 	uint8_t *jbuf;          /* JUMBO_RX own receive buffers, NULL: pooled */
 	size_t jlen;
+	tl_op rop[JUMBO_RX];    /* its receives: one multishot (pooled), or JUMBO_RX */
+	uint64_t ino;           /* the socket's identity (registered while open) */
 };
 
 struct tlp_udp {
@@ -130,10 +142,77 @@ struct tlp_udp {
 	uint64_t d[TLP_UDP_ST_ROWS];
 	int open_dirty;
 	int draining;
+	uint32_t nho;           /* sessions being handed over */
 	struct tlp_shard *sh;
 };
 
 static int st_udp = -1, st_udp_open = -1;
+
+/*
+ * Which shard serves which listening socket, by the socket's identity (its
+ * inode): a takeover hands a UDP session over with a descriptor of the
+ * socket its client writes to, and the session is carried on by the shard
+ * that receives on that socket (so the client's next datagram finds it).
+ * Written at a bind and a close, read once per session handed in.
+ */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { uint64_t ino; uint32_t shard; } *reg;
+static uint32_t nreg, capreg;
+
+static uint64_t ino_of(int fd)
+{
+	struct stat st;
+
+	return fd >= 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void reg_put(uint64_t ino, uint32_t shard)
+{
+	pthread_mutex_lock(&reg_mu);
+	if (nreg == capreg) {
+		uint32_t c = capreg ? 2 * capreg : 16;
+		void *n = realloc(reg, c * sizeof *reg);
+
+		if (n) {
+			reg = n;
+			capreg = c;
+		}
+	}
+	if (nreg < capreg) {
+		reg[nreg].ino = ino;
+		reg[nreg++].shard = shard;
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_drop(uint64_t ino)
+{
+	pthread_mutex_lock(&reg_mu);
+	for (uint32_t i = 0; i < nreg; i++)
+		if (reg[i].ino == ino) {
+			reg[i] = reg[--nreg];
+			break;
+		}
+	if (!nreg) {
+		free(reg);
+		reg = NULL;
+		capreg = 0;
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+int tlp_udp_owner(int fd)
+{
+	uint64_t ino = ino_of(fd);
+	int r = -1;
+
+	pthread_mutex_lock(&reg_mu);
+	for (uint32_t i = 0; ino && i < nreg; i++)
+		if (reg[i].ino == ino)
+			r = (int)reg[i].shard;
+	pthread_mutex_unlock(&reg_mu);
+	return r;
+}
 
 int tlp_udp_declare(tl_runtime *rt)
 {
@@ -275,6 +354,12 @@ static void end(struct tlp_shard *sh, uint32_t si, int cause, int err)
 
 	if (x->state != U_OPEN)
 		return;
+	if (x->ho) {
+		/* Marked for a takeover, it ended here first. */
+		x->ho = 0;
+		u->nho--;
+		tlp_ho_gone();
+	}
 	x->state = U_CLOSING;
 	x->cause = (uint8_t)cause;
 	x->err = (int16_t)err;
@@ -334,10 +419,23 @@ static int arm_lrecv(struct tlp_shard *sh, uint32_t k, uint32_t j)
 {
 	struct usock *us = &sh->udp->sock[k];
 	uint32_t size = dgmax_of(sh->udp, k);
-	tl_op op;
+	int r = tl_udp_recv(sh->loop, us->h, us->jbuf + (size_t)j * size, size,
+			    utok(K_LRECV, k, JL_LEASE | j), &us->rop[j]);
 
-	return tl_udp_recv(sh->loop, us->h, us->jbuf + (size_t)j * size, size,
-			   utok(K_LRECV, k, JL_LEASE | j), &op);
+	if (r == 0)
+		us->rxlive |= (uint8_t)(1u << j);
+	return r;
+}
+
+/* Listening socket k's pooled multishot receive. */
+static int arm_lstart(struct tlp_shard *sh, uint32_t k)
+{
+	struct usock *us = &sh->udp->sock[k];
+	int r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, k, NO_LEASE), &us->rop[0]);
+
+	if (r == 0)
+		us->rxlive |= 1;
+	return r;
 }
 
 /* Session si's own buffer into a receive of its server's reply. */
@@ -368,7 +466,8 @@ static void give_back(struct tlp_shard *sh, uint32_t k, uint32_t si, uint32_t le
 		return;
 	}
 	if (lease & JL_LEASE) {
-		if (u->sock[k].state == S_OPEN && (r = arm_lrecv(sh, k, lease & ~JL_LEASE)) < 0)
+		if (u->sock[k].state == S_OPEN && !u->sock[k].handing &&
+		    (r = arm_lrecv(sh, k, lease & ~JL_LEASE)) < 0)
 			tlp_log("udp listener %s: a receive cannot be armed again: %s",
 				u->sock[k].lr->cfg->name, tl_strerror(r));
 		return;
@@ -433,6 +532,7 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 		ls->j.nfree--;
 	x->peer = *peer;
 	x->pending = x->wq = 0;
+	x->stray = 0;
 	x->state = U_OPEN;
 	x->closed = 0;
 	x->cause = 0;
@@ -586,6 +686,7 @@ static void lrecv_own(struct tlp_shard *sh, uint32_t k, const tl_completion *c)
 	struct usock *us = &u->sock[k];
 	uint32_t lease = UT_LEASE(c->token);
 
+	us->rxlive &= (uint8_t)~(1u << (lease & ~JL_LEASE)); /* a one-shot receive ended */
 	if (c->result >= 0 && !(c->flags & TL_F_TRUNC)) {
 		from_client(sh, k, c, us->jbuf + (size_t)(lease & ~JL_LEASE) * dgmax_of(u, k),
 			    lease);
@@ -636,6 +737,11 @@ static void sock_closed(struct tlp_shard *sh, uint32_t k)
 {
 	struct usock *us = &sh->udp->sock[k];
 
+	if (us->ino)
+		reg_drop(us->ino);
+	us->ino = 0;
+	us->rxlive = 0;
+	us->handing = 0;
 	if (us->jbuf)
 		munmap(us->jbuf, us->jlen);
 	us->jbuf = NULL;
@@ -669,15 +775,14 @@ void tlp_on_udp(tl_shard *s, const tl_completion *c)
 		u->d[TLP_UDP_ST_DROP_TRUNC] += !!(c->flags & TL_F_TRUNC);
 		if (c->flags & TL_F_LEASE)
 			tl_lease_release(sh->loop, c->u.recv.lease.id);
-		if ((c->flags & TL_F_TERMINAL) && u->sock[i].state == S_OPEN &&
+		if (c->flags & TL_F_TERMINAL)
+			u->sock[i].rxlive &= (uint8_t)~1u;
+		if ((c->flags & TL_F_TERMINAL) && u->sock[i].state == S_OPEN && !u->sock[i].handing &&
 		    c->result != -ECANCELED && !(c->flags & TL_F_STOPPED)) {
-			tl_op op;
-
 			/* An error the socket reported (not the stop): go on. */
 			tlp_log("udp listener %s: receive ended: %s", u->sock[i].lr->cfg->name,
 				tl_strerror((int)c->result));
-			if (tl_udp_recv_start(sh->loop, u->sock[i].h, utok(K_LRECV, i, NO_LEASE),
-					      &op) < 0)
+			if (arm_lstart(sh, i) < 0)
 				close_sock(sh, i);
 		}
 		return;
@@ -766,7 +871,7 @@ static int grow_sessions(struct tlp_udp *u, uint32_t cap)
 	u->cap = cap;
 	/* The open sessions in the new chains. */
 	for (uint32_t i = 0; i < u->cap; i++)
-		if (s[i].state == U_OPEN) {
+		if (s[i].state == U_OPEN && !s[i].stray) {
 			uint32_t b = hash_of(s[i].sock, &s[i].peer) & u->mask;
 
 			s[i].next = u->bucket[b];
@@ -814,17 +919,17 @@ static int setup_listener(struct tlp_udp *u, const struct tlp_lrt *lr)
 	return 0;
 }
 
-/* A listening socket for address ai of listener lr of generation g. */
+/* A listening socket for address ai of listener lr of generation g:
+ * bound here, or (inh >= 0) a descriptor of one a takeover handed over. */
 static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_lrt *lr,
-		     uint32_t ai)
+		     uint32_t ai, int inh)
 {
 	struct tlp_udp *u = sh->udp;
 	const struct tlp_listener_cfg *lc = lr->cfg;
 	tl_udp_opts o = {.flags = TL_UDP_REUSEPORT};
 	struct usock *us;
 	uint32_t k = 0, size;
-	tl_op op;
-	int r;
+	int r, fd = -1;
 
 	while (k < u->nsock && u->sock[k].state != S_FREE)
 		k++;
@@ -840,9 +945,16 @@ static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_l
 	memcpy(&us->addr, &lc->listen[ai].addr,
 	       lc->listen[ai].addr.sa.sa_family == AF_INET ? sizeof us->addr.in
 							   : sizeof us->addr.in6);
-	r = tl_udp_bind_opts(sh->loop, &us->addr, &o, &us->h);
+	if (inh >= 0) {
+		fd = fcntl(inh, F_DUPFD_CLOEXEC, 3);
+		r = fd < 0 ? -errno : tl_adopt(sh->loop, fd, &us->h);
+		if (r < 0 && fd >= 0)
+			close(fd);
+	} else {
+		r = tl_udp_bind_opts(sh->loop, &us->addr, &o, &us->h);
+	}
 	if (r < 0) {
-		tlp_log("udp listener %s: cannot bind %s: %s", lc->name,
+		tlp_log("udp listener %s: cannot %s %s: %s", lc->name, inh >= 0 ? "adopt" : "bind",
 			lc->listen[ai].text ? lc->listen[ai].text : "?", tl_strerror(r));
 		return r;
 	}
@@ -853,7 +965,12 @@ static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_l
 	us->nsess = 0;
 	us->retiring = 0;
 	us->gone = 0;
+	us->handing = 0;
+	us->rxlive = 0;
 	us->state = S_OPEN;
+	us->ino = ino_of(tl_handle_fd(sh->loop, us->h));
+	if (us->ino)
+		reg_put(us->ino, sh->id);
 	size = u->lst[us->gi].dgmax;
 	if (size > TLP_UDP_DGRAM_DFLT) {
 		us->jlen = (size_t)JUMBO_RX * size;
@@ -872,7 +989,7 @@ static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_l
 			}
 		return 0;
 	}
-	r = tl_udp_recv_start(sh->loop, us->h, utok(K_LRECV, k, NO_LEASE), &op);
+	r = arm_lstart(sh, k);
 	if (r < 0)
 		close_sock(sh, k);
 	return r;
@@ -962,15 +1079,28 @@ int tlp_udp_use(struct tlp_shard *sh, struct tlp_gen *g)
 		if ((r = setup_listener(u, lr)) < 0)
 			return r;
 		for (uint32_t ai = 0; ai < lr->cfg->nlisten; ai++) {
+			const struct tlp_endpoint *ep = &lr->cfg->listen[ai];
 			uint32_t k = 0;
 
 			while (k < u->nsock &&
 			       !(u->sock[k].state == S_OPEN && !u->sock[k].retiring &&
-				 u->sock[k].gi == lr->gl->idx &&
-				 is_ep(&u->sock[k].addr, &lr->cfg->listen[ai])))
+				 u->sock[k].gi == lr->gl->idx && is_ep(&u->sock[k].addr, ep)))
 				k++;
-			if (k == u->nsock && (r = open_sock(sh, g, lr, ai)) < 0 && !rc)
+			if (k < u->nsock)
+				continue;
+			/* At the start of a takeover, shard k takes the k-th socket
+			 * the old process handed over for the address, and those
+			 * numbered k + N, k + 2N, ... that no shard of ours would
+			 * otherwise receive on; a shard with none binds its own
+			 * (SO_REUSEPORT: it joins their group). */
+			int inh = tlp_inherited_udp(ep, sh->id);
+
+			if ((r = open_sock(sh, g, lr, ai, inh)) < 0 && !rc)
 				rc = r;
+			for (uint32_t x = sh->id + tlp_w.nshards; inh >= 0; x += tlp_w.nshards)
+				if ((inh = tlp_inherited_udp(ep, x)) >= 0 &&
+				    (r = open_sock(sh, g, lr, ai, inh)) < 0 && !rc)
+					rc = r;
 		}
 	}
 	if (cap && (r = sweep_every(sh, tick)) < 0)
@@ -978,12 +1108,16 @@ int tlp_udp_use(struct tlp_shard *sh, struct tlp_gen *g)
 	return rc;
 }
 
+static void ho_step(struct tlp_shard *sh);
+
 void tlp_udp_pass(struct tlp_shard *sh)
 {
 	struct tlp_udp *u = sh->udp;
 
 	if (!u)
 		return;
+	if (u->nho)
+		ho_step(sh);
 	for (int i = 0; i < TLP_UDP_ST_ROWS; i++)
 		if (u->d[i]) {
 			tl_shard_counter_add(sh->s, st_udp + i, u->d[i]);
@@ -1058,4 +1192,294 @@ void tlp_udp_free(struct tlp_shard *sh)
 	free(u->bucket);
 	free(u);
 	sh->udp = NULL;
+}
+
+/* ---- live takeover (ho.c, ho_adopt.c; docs/TLPROXY.md) ----
+ *
+ * The old process hands each listening socket over with the TCP ones; once
+ * the new one accepts, every shard here stops receiving on them (the
+ * datagrams that come meanwhile wait in the sockets, for the new process)
+ * and hands each of their sessions over once its sends are done: its
+ * socket to the server is detached (what its receive had taken is passed
+ * to the client first; replies still to come wait in the socket) and goes
+ * as a CONN record with a descriptor of the listening socket, by which the
+ * new process finds the shard that receives on the same socket. A session
+ * that ends first ends here; one still moving at the handover's deadline
+ * ends here too. If the new process goes away, the sockets receive here
+ * again and the sessions it never acknowledged come back the same way.
+ */
+
+void tlp_udp_ho_listeners(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	for (uint32_t k = 0; u && k < u->nsock; k++) {
+		int fd;
+
+		if (u->sock[k].state != S_OPEN || u->sock[k].retiring)
+			continue;
+		fd = tl_handle_fd(sh->loop, u->sock[k].h);
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+			tlp_ho_push_listener(sh->id, fd);
+	}
+}
+
+uint32_t tlp_udp_handover(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+	uint32_t n = 0;
+
+	if (!u)
+		return 0;
+	for (uint32_t k = 0; k < u->nsock; k++) {
+		struct usock *us = &u->sock[k];
+
+		if (us->state != S_OPEN || us->retiring)
+			continue;
+		us->handing = 1;
+		for (uint32_t j = 0; j < JUMBO_RX; j++)
+			if (us->rxlive & (1u << j))
+				tl_cancel(sh->loop, us->rop[j]);
+	}
+	for (uint32_t i = 0; i < u->cap; i++) {
+		struct usess *x = &u->s[i];
+
+		if (x->state == U_OPEN && u->sock[x->sock].handing) {
+			x->ho = 1;
+			u->nho++;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Session si leaves as a record, its socket detached as fd (taken). */
+static void hand_over(struct tlp_shard *sh, uint32_t si, int fd)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usess *x = &u->s[si];
+	struct tlp_ho_msg m;
+	int fds[2];
+
+	memset(&m, 0, offsetof(struct tlp_ho_msg, u) + sizeof m.u.conn);
+	m.type = TLP_HO_CONN;
+	m.u.conn.flags = TLP_HO_UDP;
+	m.u.conn.bytes[0] = x->bytes[0];
+	m.u.conn.bytes[1] = x->bytes[1];
+	m.u.conn.dgrams[0] = x->dg[0];
+	m.u.conn.dgrams[1] = x->dg[1];
+	m.u.conn.pending = x->pending;
+	m.u.conn.age_ns = tl_now(sh->loop) - x->t0;
+	snprintf(m.u.conn.listener, sizeof m.u.conn.listener, "%s", x->lr->gl->name);
+	snprintf(m.u.conn.pool, sizeof m.u.conn.pool, "%s", x->gp ? x->gp->name : "");
+	snprintf(m.u.conn.srv, sizeof m.u.conn.srv, "%s", x->srv ? x->srv->label : "");
+	m.u.conn.peer_len = x->peer.sa.sa_family == AF_INET ? sizeof x->peer.in : sizeof x->peer.in6;
+	memcpy(&m.u.conn.peer, &x->peer, m.u.conn.peer_len);
+	fds[0] = tl_handle_fd(sh->loop, u->sock[x->sock].h);
+	fds[0] = fds[0] < 0 ? -1 : fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+	fds[1] = fd;
+	x->ho = 0;
+	u->nho--;
+	if (fds[0] < 0) {
+		tlp_log("takeover: a udp session cannot be handed over: %s", tl_strerror(-errno));
+		close(fd);
+		tlp_ho_gone();
+	} else {
+		tlp_ho_push_conn(&m, fds); /* takes the descriptors whatever happens */
+	}
+	/* Gone from here: what end() releases, without a close or a log line
+	 * (the new process logs it when it ends). */
+	unlink_hash(u, si);
+	if (x->srv) {
+		atomic_fetch_sub_explicit(&x->srv->conns, 1, memory_order_relaxed);
+		srv_count(sh, x->srv, -1);
+	}
+	x->up = TL_HANDLE_NONE;
+	x->state = U_CLOSING;
+	x->closed = 1;
+	x->cause = TLP_END_DONE;
+	maybe_free(sh, si);
+}
+
+/* Each pass while sessions are being handed over: those whose listening
+ * socket receives no more and whose sends are done are detached. */
+static void ho_step(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+
+	for (uint32_t i = 0; i < u->cap && u->nho; i++) {
+		struct usess *x = &u->s[i];
+		int fd, r;
+
+		if (!x->ho || u->sock[x->sock].rxlive || x->wq)
+			continue;
+		r = tl_detach(sh->loop, x->up, &fd);
+		if (r == -EAGAIN)
+			continue; /* its receive's end comes as a completion: the next pass */
+		if (r < 0) {
+			u->d[TLP_UDP_ST_DROP_ERROR]++;
+			end(sh, i, TLP_END_BUSY, r);
+			continue;
+		}
+		hand_over(sh, i, fd);
+	}
+}
+
+uint32_t tlp_udp_ho_stop(struct tlp_shard *sh)
+{
+	struct tlp_udp *u = sh->udp;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; u && i < u->cap && u->nho; i++)
+		if (u->s[i].ho) {
+			n++;
+			end(sh, i, TLP_END_SHUTDOWN, 0);
+		}
+	return n;
+}
+
+void tlp_udp_ho_end(struct tlp_shard *sh, int ok)
+{
+	struct tlp_udp *u = sh->udp;
+
+	for (uint32_t k = 0; u && k < u->nsock; k++) {
+		struct usock *us = &u->sock[k];
+
+		if (!us->handing)
+			continue;
+		us->handing = 0;
+		if (ok || us->state != S_OPEN)
+			continue; /* the new process receives on it; this one drains */
+		/* The successor went away: receive here again. */
+		if (us->jbuf) {
+			for (uint32_t j = 0; j < JUMBO_RX; j++)
+				if (!(us->rxlive & (1u << j)) && arm_lrecv(sh, k, j) < 0)
+					close_sock(sh, k);
+		} else if (!(us->rxlive & 1) && arm_lstart(sh, k) < 0) {
+			close_sock(sh, k);
+		}
+	}
+}
+
+int tlp_udp_adopt(struct tlp_shard *sh, struct tlp_ho_in *in)
+{
+	struct tlp_udp *u = sh->udp;
+	const struct tlp_ho_conn *hc = &in->c;
+	uint64_t ino = ino_of(in->fd[0]);
+	uint32_t k = 0, si, hv, old;
+	struct usock *us;
+	struct usess *x;
+	struct ulst *ls;
+	tl_addr peer;
+	tl_op op;
+	int r;
+
+	while (u && ino && k < u->nsock &&
+	       !(u->sock[k].state == S_OPEN && !u->sock[k].retiring && u->sock[k].ino == ino))
+		k++;
+	if (!u || !ino || k == u->nsock || strcmp(u->sock[k].lr->gl->name, hc->listener)) {
+		r = -ENOENT; /* no socket of ours, or not that listener's */
+		goto fail;
+	}
+	us = &u->sock[k];
+	ls = &u->lst[us->gi];
+	if (sh->stopping || u->draining) {
+		r = -ESHUTDOWN;
+		goto fail;
+	}
+	if (u->free_head == NONE || (ls->j.mem && !ls->j.nfree)) {
+		r = -ENOBUFS;
+		goto fail;
+	}
+	memset(&peer, 0, sizeof peer);
+	memcpy(&peer, &hc->peer, hc->peer_len <= sizeof peer ? hc->peer_len : sizeof peer);
+	if (peer.sa.sa_family != AF_INET && peer.sa.sa_family != AF_INET6) {
+		r = -EAFNOSUPPORT;
+		goto fail;
+	}
+	si = u->free_head;
+	x = &u->s[si];
+	if ((r = tl_adopt(sh->loop, in->fd[1], &x->up)) < 0)
+		goto fail;
+	in->fd[1] = -1;
+	x->sock = k;
+	x->jbuf = NULL;
+	if (ls->j.mem) {
+		x->jbuf = ls->j.mem + (size_t)ls->j.free[ls->j.nfree - 1] * ls->dgmax;
+		r = arm_srecv(sh, si);
+	} else {
+		r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
+	}
+	if (r < 0) {
+		tl_close(sh->loop, x->up, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
+		x->up = TL_HANDLE_NONE;
+		x->jbuf = NULL;
+		goto fail;
+	}
+	u->free_head = x->next;
+	if (x->jbuf)
+		ls->j.nfree--;
+	x->peer = peer;
+	x->pending = hc->pending;
+	x->wq = 0;
+	x->state = U_OPEN;
+	x->ho = 0;
+	x->stray = 0;
+	x->closed = 0;
+	x->cause = 0;
+	x->err = 0;
+	x->t_act = tl_now(sh->loop);
+	x->t0 = x->t_act - hc->age_ns;
+	x->dg[0] = hc->dgrams[0];
+	x->dg[1] = hc->dgrams[1];
+	x->bytes[0] = hc->bytes[0];
+	x->bytes[1] = hc->bytes[1];
+	x->lr = us->lr;
+	x->gen = us->gen;
+	x->gp = us->lr->pool;
+	x->srv = NULL;
+	tlp_gen_hold(sh, x->gen);
+	/* Count it where the old process did: its server, if the pool still
+	 * has it (else it forwards on, counted nowhere). */
+	if (x->gp && !strcmp(x->gp->name, hc->pool)) {
+		const struct tlp_view *v = sh->lp[x->gp->idx].v;
+
+		for (uint32_t i = 0; v && i < v->n; i++)
+			if (!strcmp(v->e[i].srv->label, hc->srv)) {
+				x->srv = v->e[i].srv;
+				atomic_fetch_add_explicit(&x->srv->conns, 1, memory_order_relaxed);
+				srv_count(sh, x->srv, 1);
+				break;
+			}
+	}
+	/* A client of it whose datagram came to us before the session did has
+	 * a session of ours already: the one handed over, whose server knows
+	 * the client by its socket, takes the client's datagrams from now on;
+	 * the other passes on the replies still owed to it and ends (when it
+	 * has them, or idle). */
+	hv = hash_of(k, &peer);
+	old = find(u, k, &peer, hv);
+	if (old != NONE) {
+		unlink_hash(u, old);
+		u->s[old].stray = 1;
+		/* (With responses any it may be owed some: it ends idle.) */
+		if (u->s[old].lr->cfg->responses != TLP_RESPONSES_ANY && !u->s[old].pending)
+			end(sh, old, TLP_END_DONE, 0);
+	}
+	x->next = u->bucket[hv & u->mask];
+	u->bucket[hv & u->mask] = si;
+	ls->nsess++;
+	us->nsess++;
+	u->nopen++;
+	u->open_dirty = 1;
+	close(in->fd[0]);
+	free(in);
+	return 0;
+fail:
+	if (in->fd[0] >= 0)
+		close(in->fd[0]);
+	if (in->fd[1] >= 0)
+		close(in->fd[1]);
+	free(in);
+	return r;
 }

@@ -2,7 +2,7 @@
 #ifndef TLP_UDP_H
 #define TLP_UDP_H
 
-/* Calls: shard -> udp -> backend, state, world (see udp.c). */
+/* Calls: shard, ho -> udp -> backend, state, world, takeover (see udp.c). */
 #include "state.h"
 
 /* Rows of the "udp" stat family (counters). */
@@ -48,6 +48,25 @@ void tlp_udp_stop(struct tlp_shard *sh);
 /* Is UDP address a bound by another socket (main, before the start)? 1
  * yes, 0 no, or a negative errno of the probe. */
 int tlp_udp_port_taken(const tl_addr *a);
+/* Live takeover, old side (ho.c): push a descriptor of each listening
+ * socket (TLP_MSG_HO_LISTEN); stop receiving on them and mark their
+ * sessions, each handed over by a later pass once its sends are done (or
+ * counted gone if it ends first): how many were marked (TLP_MSG_HO_GO);
+ * at the deadline, end those still marked: how many (TLP_MSG_HO_STOP); at
+ * the end, receive again if the successor went away (ok 0). */
+void tlp_udp_ho_listeners(struct tlp_shard *sh);
+uint32_t tlp_udp_handover(struct tlp_shard *sh);
+uint32_t tlp_udp_ho_stop(struct tlp_shard *sh);
+void tlp_udp_ho_end(struct tlp_shard *sh, int ok);
+/* The shard that receives on the listening socket fd is a descriptor of,
+ * or -1 (any thread). */
+int tlp_udp_owner(int fd);
+/* Carry on a UDP session handed in (a CONN record with TLP_HO_UDP, on the
+ * shard tlp_udp_owner names): 0, or a negative errno (-ENOENT: no socket
+ * or listener of ours for it; -ENOBUFS: no room; ...). in is freed and its
+ * descriptors taken either way. A session of ours with the same client
+ * leaves the table to it. */
+int tlp_udp_adopt(struct tlp_shard *sh, struct tlp_ho_in *in);
 /* Free the shard's UDP state (main thread, the loop gone). */
 void tlp_udp_free(struct tlp_shard *sh);
 

@@ -220,19 +220,14 @@ static struct tlp_srv *srv_get(struct tlp_gpool *gp, const char *origin, const t
 	return s;
 }
 
-int tlp_inherited(const struct tlp_endpoint *ep)
-{
-	return tlp_inherited_nth(ep, 0);
-}
-
-int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k)
+static int inherited(const struct tlp_endpoint *ep, uint32_t k, int dgram)
 {
 	struct tlp_world *w = &tlp_w;
 
 	for (uint32_t i = 0; i < w->ninh; i++) {
 		const struct tlp_inherit *h = &w->inh[i];
 
-		if (h->fd < 0)
+		if (h->fd < 0 || h->dgram != dgram)
 			continue;
 		if (ep->kind == TLP_EP_UNIX) {
 			if (h->unix_path && !strcmp(h->path, ep->addr.un.sun_path) && k-- == 0)
@@ -248,6 +243,21 @@ int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k)
 		}
 	}
 	return -1;
+}
+
+int tlp_inherited(const struct tlp_endpoint *ep)
+{
+	return inherited(ep, 0, 0);
+}
+
+int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k)
+{
+	return inherited(ep, k, 0);
+}
+
+int tlp_inherited_udp(const struct tlp_endpoint *ep, uint32_t k)
+{
+	return ep->kind == TLP_EP_IP ? inherited(ep, k, 1) : -1;
 }
 
 struct tlp_srv *tlp_srv_find(const char *name)

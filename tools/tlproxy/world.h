@@ -274,6 +274,7 @@ struct tlp_inherit {
 	tl_addr addr;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int used;        /* a listener of the configuration matched it */
+	int dgram;       /* a UDP socket (a takeover hands those over too) */
 };
 #define TLP_MAX_INHERIT 256
 
@@ -416,12 +417,16 @@ static inline uint32_t tlp_oldest_shard(struct tlp_gpool *gp)
 	return who;
 }
 
-/* The descriptor handed over for listen address ep, or -1 (any thread,
- * during the start only: the table is not changed then). */
+/* The descriptor of a listening stream socket handed over for listen
+ * address ep, or -1 (any thread, during the start only: the table is not
+ * changed then). */
 int tlp_inherited(const struct tlp_endpoint *ep);
 /* The k-th descriptor handed over for ep (a takeover passes one per shard
  * of the old process), or -1. Same rules as tlp_inherited. */
 int tlp_inherited_nth(const struct tlp_endpoint *ep, uint32_t k);
+/* The k-th UDP socket a takeover handed over for address ep, or -1 (the
+ * stream ones are tlp_inherited_nth's; same rules). */
+int tlp_inherited_udp(const struct tlp_endpoint *ep, uint32_t k);
 
 /* Process-wide time (CLOCK_MONOTONIC, the drivers' clock). */
 uint64_t tlp_mono_ns(void);
