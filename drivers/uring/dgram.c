@@ -14,7 +14,8 @@
  * slot of d->msg.
  *
  * A multishot receive (tl_udp_recv_start) keeps several recvmsg requests in
- * the kernel at once, up to TL_DG_BATCH, each taking one buffer at most and
+ * the kernel at once, as many as its receive depth (below, 2 to
+ * TL_DG_BATCH), each taking one buffer at most and
  * each with its own receive slot (msghdr, source, control data) from a pool
  * sized at setup, named in its user_data. It has no more in the kernel than
  * h's lease cap leaves (tl__drv_dgram_room counts each as armed), so h never
@@ -34,6 +35,42 @@
  */
 
 #define RX_SHIFT 40 /* receive slot + 1 in user_data (uring_int.h) */
+
+/*
+ * The receive depth: how many recvmsg requests a multishot receive keeps
+ * in the kernel. Each datagram wakes every request waiting on its socket
+ * and one takes it, so every request past the first costs a wake-up (task
+ * work, a poll re-armed) per datagram; with too few, a turn takes no more
+ * of a socket's queued datagrams than there are requests. A receive starts
+ * at DEPTH_MIN; a poll whose completions brought it a datagram for every
+ * request it had in the kernel doubles its depth (its socket may hold
+ * more), up to TL_DG_BATCH, and one that brought it fewer than half halves
+ * it, down to DEPTH_MIN. A socket taking one datagram at a time (a UDP
+ * session's reply) so keeps two requests, and a busy listening socket up
+ * to 16. Measured: 16 requests on each of a DNS proxy's 65 sockets cost
+ * 1.3x the CPU per query of a bare recvmmsg forwarder, two on each about
+ * the same (docs/PERFORMANCE.md, issue 25).
+ */
+#define DEPTH_MIN 2
+
+/* A datagram came to socket x's receive (rx_n requests of it in the
+ * kernel) in this poll's reap: judge the last reap that brought it any once
+ * a later one begins. */
+static void depth_seen(struct tl_drv *d, struct ur_h *u, uint32_t rx_n)
+{
+	uint32_t seq = (uint32_t)d->polls;
+	if (u->rx_seq != seq) {
+		if (u->rx_got && u->rx_got >= u->rx_armed)
+			u->rx_depth = u->rx_depth * 2 > TL_DG_BATCH ? TL_DG_BATCH : u->rx_depth * 2;
+		else if (2u * u->rx_got < u->rx_armed)
+			u->rx_depth = u->rx_depth / 2 < DEPTH_MIN ? DEPTH_MIN : u->rx_depth / 2;
+		u->rx_seq = seq;
+		u->rx_got = 0;
+		/* every request it has now was in the kernel when the reap began */
+		u->rx_armed = (uint8_t)rx_n;
+	}
+	u->rx_got++;
+}
 
 int tl__ur_dg_init(struct tl_drv *d)
 {
@@ -115,7 +152,8 @@ static int issue_one(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 static uint32_t arm(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct ur_o *u = UO(o);
-	uint32_t want = tl__drv_dgram_room(h, TL_DG_BATCH - u->rx_n);
+	uint32_t depth = UH(h)->rx_depth;
+	uint32_t want = u->rx_n < depth ? tl__drv_dgram_room(h, depth - u->rx_n) : 0;
 	uint32_t k = 0;
 	for (; k < want && d->rx_nfree; k++) {
 		struct io_uring_sqe *s = sqe_get(d);
@@ -149,6 +187,13 @@ int tl__ur_dg_issue_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot 
 	struct ur_o *u = UO(o);
 	u->rx_n = 0;
 	u->rx_err = 0;
+	struct ur_h *x = UH(h);
+	if (x->rx_depth < DEPTH_MIN) {
+		/* the socket's first multishot receive */
+		x->rx_depth = DEPTH_MIN;
+		x->rx_got = x->rx_armed = 0;
+		x->rx_seq = (uint32_t)d->polls - 1;
+	}
 	if (!arm(d, h, o)) {
 		if (tl__drv_dgram_room(h, 1) && d->rx_nfree)
 			return 0; /* no SQE: the next poll tries again */
@@ -217,6 +262,8 @@ static void on_multi(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, 
 {
 	struct ur_o *u = UO(o);
 	uint32_t lease;
+	if (res >= 0)
+		depth_seen(d, UH(h), u->rx_n); /* before rx_n counts this one out */
 	uint32_t n = took(d, h, o, &d->rx[i], res, cf, &lease);
 	d->rx_owner[i] = TL_NIL;
 	d->rx_free[d->rx_nfree++] = (uint16_t)i;
@@ -254,7 +301,7 @@ void tl__ur_dg_on_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 	uint32_t slot = (uint32_t)(d->cqe_ud >> RX_SHIFT) & 0xffffu;
 	if (slot) {
 		on_multi(d, h, o, slot - 1, res, cf);
-		if (res != -ENOBUFS && UO(o)->st == ST_KERNEL && UO(o)->rx_n < TL_DG_BATCH &&
+		if (res != -ENOBUFS && UO(o)->st == ST_KERNEL && UO(o)->rx_n < UH(h)->rx_depth &&
 		    !(o->flags & TL_OPF_CANCEL) && !UO(o)->rx_err)
 			arm(d, h, o); /* top up: each datagram taken makes room */
 		return;

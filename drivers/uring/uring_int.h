@@ -100,6 +100,12 @@ struct ur_h {
 	uint8_t connecting;    /* reads wait for the connect */
 	uint32_t wpoll;        /* the poll that issued its last send (tl__rp_gap) */
 	uint32_t spl;          /* a splice parked until this source is unpaused, TL_NIL */
+	/* A datagram socket's receive depth (dgram.c, depth_seen): how many
+	 * recvmsg requests its multishot receive keeps in the kernel, and how
+	 * the last reap that brought it datagrams went: its poll, the
+	 * datagrams, the requests it had in the kernel. */
+	uint8_t rx_depth, rx_got, rx_armed;
+	uint32_t rx_seq;
 };
 _Static_assert(sizeof(struct ur_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "ur_h fits");
 
