@@ -1058,6 +1058,8 @@ static void test_args_bad(void)
 	args_bad("--upstream HOST:PORT is required", "--listen", "127.0.0.1:1", NULL);
 	args_bad("--listen HOST:PORT is required", "--upstream", "127.0.0.1:1", NULL);
 	args_bad("unknown option '--port'", "--port", "80", NULL);
+	/* Unknown last, with no value after it: still unknown, not "needs a value". */
+	args_bad("unknown option '--bogus'", "--listen", "127.0.0.1:1", "--bogus", NULL);
 	args_bad("--listen needs a value", "--upstream", "127.0.0.1:1", "--listen", NULL);
 	args_bad("--listen: 'localhost:80': listen on a numeric IP address", "--listen",
 		 "localhost:80", "--upstream", "127.0.0.1:1", NULL);

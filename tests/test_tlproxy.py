@@ -2551,6 +2551,12 @@ pools:
         check(ln in r.stderr, f"--check did not name line {ln}: {r.stderr}")
     r = subprocess.run([env.tlproxy, "--listen", "127.0.0.1:1"], capture_output=True, text=True)
     check(r.returncode == 2 and "--upstream" in r.stderr, f"a missing --upstream: {r.returncode} {r.stderr}")
+    # A bad command line is one line (the usage is --help's), an unknown
+    # option named as such even with no value after it.
+    check(len(r.stderr.strip().splitlines()) == 1, f"a bad command line printed {r.stderr!r}")
+    r = subprocess.run([env.tlproxy, "--listen", "127.0.0.1:1", "--bogus"], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr == "tlproxy: unknown option '--bogus' (see --help)\n",
+          f"an unknown option: {r.returncode} {r.stderr!r}")
 
 
 def t_access_log(env):

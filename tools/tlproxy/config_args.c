@@ -18,6 +18,23 @@
 
 /* ---- the command line ---- */
 
+/* Is o an option that takes a value? (The parser's chain below names
+ * each; an option not here is unknown, with or without a value after it.) */
+static int takes_value(const char *o)
+{
+	static const char *const opts[] = {
+		"--config", "--check", "--listen", "--upstream", "--shards", "--cpus", "--balance",
+		"--proxy-protocol", "--max-conns", "--splice-pipes", "--splice-pipe-size",
+		"--connect-timeout", "--drain-timeout", "--idle-timeout", "--tls-cert", "--tls-key",
+		"--half-close", "--spin-us", "--max-datagram", "--responses", "--sessions",
+	};
+
+	for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+		if (!strcmp(o, opts[k]))
+			return 1;
+	return 0;
+}
+
 const char *tlp_args_usage(void)
 {
 	/* The methods' names come from the balancer table; written once. */
@@ -133,7 +150,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		}
 		v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
-			fail(err, errlen, "%s needs a value",
+			fail(err, errlen, takes_value(o) ? "%s needs a value" : "unknown option '%s'",
 			     tlp__clip(o, strlen(o), shown, sizeof shown));
 			goto out;
 		}

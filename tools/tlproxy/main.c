@@ -415,8 +415,9 @@ int main(int argc, char **argv)
 	pthread_t jt;
 	int r, drains = 0;
 
+	/* A bad command line: one line (the usage is --help's). */
 	if (tlp_takeover_args(&argc, argv, err, sizeof err) < 0) {
-		fprintf(stderr, "tlproxy: %s\n%s%s", err, tlp_args_usage(), tlp_takeover_usage());
+		fprintf(stderr, "tlproxy: %s (see --help)\n", err);
 		return 2;
 	}
 	r = tlp_args_parse(argc, argv, &args, err, sizeof err);
@@ -426,7 +427,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (r < 0) {
-		fprintf(stderr, "tlproxy: %s\n%s%s", err, tlp_args_usage(), tlp_takeover_usage());
+		fprintf(stderr, "tlproxy: %s (see --help)\n", err);
 		return 2;
 	}
 	if (args.check)
