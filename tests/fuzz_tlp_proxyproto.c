@@ -81,7 +81,7 @@ static void v1_prefixes(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tlp_pp_header h, g;
-	uint8_t out[TLP_PP_BUILD_MAX];
+	uint8_t out[TLP_PP_BUILD_MAX + TLP_PP_TLS_TLV_MAX];
 	int why = -1, w2, r, r2, n;
 
 	v1_prefixes(data, size);
@@ -131,6 +131,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(r2 == n && g.family == h.family && same_addr(h.family, &h.src, &g.src) &&
 		      same_addr(h.family, &h.dst, &g.dst),
 	      "v2 round trip", r2);
+	{
+		/* With TLS TLVs whose strings come from the input: still a
+		 * header that parses, to the same addresses, with 1 to 3 TLVs. */
+		char f[4][64];
+		struct tlp_pp_tls t;
+		int m;
+
+		for (int i = 0; i < 4; i++) {
+			size_t l = size > (size_t)i * 16 ? size - (size_t)i * 16 : 0;
+
+			l = l > 63 ? 63 : l;
+			memcpy(f[i], data + (size - l), l);
+			f[i][l] = '\0';
+		}
+		t = (struct tlp_pp_tls){f[0], f[1], f[2], f[3], (int)(size & 1), (int)(size & 2)};
+		m = tlp_pp_add_tls(out, (size_t)n, sizeof out, &t);
+		check(m >= n + 8, "add TLS TLVs", m);
+		r2 = parse_n(out, (size_t)m, &g, NULL);
+		check(r2 == m && g.tlv_count >= 1 && g.tlv_count <= 3 && same_addr(h.family, &h.src, &g.src),
+		      "v2 with TLS TLVs round trip", r2);
+	}
 	n = tlp_pp_build_v1(out, sizeof out, &h.src.sa, &h.dst.sa);
 	check(n > 0 && n <= TLP_PP_V1_MAX, "v1 build", n);
 	r2 = parse_n(out, (size_t)n, &g, NULL);

@@ -715,6 +715,79 @@ static void test_build_v2(void)
 	T_EQ(tlp_pp_build_v2(NULL, 100, NULL, NULL), -EINVAL);
 }
 
+/* The TLS TLVs: appended after the addresses, the length updated, and
+ * what the parser walks back is exactly ALPN, AUTHORITY and SSL with its
+ * client bits, verify and the version and cipher sub-TLVs. */
+static void test_add_tls(void)
+{
+	struct sockaddr_in s4 = in4("10.1.2.3", 40000), d4 = in4("10.9.8.7", 443);
+	struct tlp_pp_tls t = {.version = "TLSv1.3", .cipher = "TLS_AES_128_GCM_SHA256",
+			       .sni = "www.example.test", .alpn = "h2"};
+	static const uint8_t want[] = "\x01\x00\x02h2"
+				      "\x02\x00\x10www.example.test"
+				      "\x20\x00\x28\x01\x00\x00\x00\x01"
+				      "\x21\x00\x07TLSv1.3"
+				      "\x23\x00\x16TLS_AES_128_GCM_SHA256";
+	struct tlp_pp_header h;
+	uint8_t buf[TLP_PP_BUILD_MAX + TLP_PP_TLS_TLV_MAX];
+	int n = tlp_pp_build_v2(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+
+	T_EQ(n, 28);
+	n = tlp_pp_add_tls(buf, 28, sizeof buf, &t);
+	T_EQ(n, 28 + (int)sizeof want - 1);
+	T_EQ(memcmp(buf + 28, want, sizeof want - 1), 0);
+	T_EQ(buf[14] << 8 | buf[15], n - 16);
+	T_EQ(pp(buf, (size_t)n, &h, NULL), n);
+	T_EQ(h.tlv_off, 28);
+	T_EQ(h.tlv_len, (uint32_t)(n - 28));
+	T_EQ(h.tlv_count, 3);
+	T_EQ(h.src.in.sin_addr.s_addr, s4.sin_addr.s_addr);
+
+	/* A client certificate that verified: CERT_CONN and verify 0; one
+	 * that did not: verify 1. No SNI, no ALPN: only the SSL TLV. */
+	t.sni = t.alpn = "";
+	t.client_cert = t.verified = 1;
+	tlp_pp_build_v2(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+	n = tlp_pp_add_tls(buf, 28, sizeof buf, &t);
+	T_TRUE(n > 28);
+	T_EQ(buf[28], 0x20);
+	T_EQ(buf[31], 0x03);
+	T_EQ(buf[35], 0);
+	T_EQ(pp(buf, (size_t)n, &h, NULL), n);
+	T_EQ(h.tlv_count, 1);
+	t.verified = 0;
+	tlp_pp_build_v2(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+	T_TRUE(tlp_pp_add_tls(buf, 28, sizeof buf, &t) > 28);
+	T_EQ(buf[35], 1);
+
+	/* Room: exactly enough, then one byte less (buf left as it was). */
+	t = (struct tlp_pp_tls){.version = "TLSv1.2", .cipher = "X"};
+	tlp_pp_build_v2(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+	T_EQ(tlp_pp_add_tls(buf, 28, 28 + 8 + 10 + 4, &t), 28 + 22);
+	tlp_pp_build_v2(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+	T_EQ(tlp_pp_add_tls(buf, 28, 28 + 21, &t), -ENOBUFS);
+	T_EQ(buf[15], 12);
+	/* Not a v2 header, a length that is not its own, a field too long. */
+	T_EQ(tlp_pp_add_tls(buf, 27, sizeof buf, &t), -EINVAL);
+	T_EQ(tlp_pp_add_tls(NULL, 28, sizeof buf, &t), -EINVAL);
+	T_EQ(tlp_pp_add_tls(buf, 28, sizeof buf, NULL), -EINVAL);
+	{
+		char big[300];
+
+		memset(big, 'a', sizeof big - 1);
+		big[sizeof big - 1] = 0;
+		t.sni = big;
+		T_EQ(tlp_pp_add_tls(buf, 28, sizeof buf, &t), -EINVAL);
+		t.sni = "";
+	}
+	n = tlp_pp_build_v1(buf, sizeof buf, (struct sockaddr *)&s4, (struct sockaddr *)&d4);
+	T_EQ(tlp_pp_add_tls(buf, (size_t)n, sizeof buf, &t), -EINVAL);
+	/* LOCAL and UNSPEC headers have no addresses: no TLVs, unchanged. */
+	n = tlp_pp_build_v2(buf, sizeof buf, NULL, NULL);
+	T_EQ(tlp_pp_add_tls(buf, (size_t)n, sizeof buf, &t), n);
+	T_EQ(buf[15], 0);
+}
+
 int main(void)
 {
 	static const struct tlp_case cases[] = {
@@ -727,6 +800,7 @@ int main(void)
 		{"v2: incremental input", test_v2_incremental},
 		{"build v1 and parse it back", test_build_v1},
 		{"build v2 and parse it back", test_build_v2},
+		{"v2 with the TLS TLVs, parsed back", test_add_tls},
 	};
 
 	return tlp_test_main("tlproxy-proxyproto", cases, sizeof cases / sizeof cases[0]);

@@ -14,6 +14,7 @@ import select
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -370,6 +371,119 @@ def t_tls_mtls(env):
     text = log_lines(log, 3)
     check(re.search(r" end=tls_handshake retries=0 tls=failed reason=cert-untrusted ", text), f"log: {text!r}")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+class PP2Server:
+    """A server that reads the PROXY v2 header each connection opens with
+    and keeps its TLVs (type: value; PP2_TYPE_SSL as its client byte,
+    verify and sub-TLVs), then answers "ok" and closes."""
+
+    def __init__(self, port):
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", port))
+        self.ls.listen(16)
+        self.got = []
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    @staticmethod
+    def tlvs(b):
+        out = {}
+        while len(b) >= 3:
+            ty, n = b[0], b[1] << 8 | b[2]
+            v, b = b[3:3 + n], b[3 + n:]
+            if ty == 0x20:
+                out[ty] = {"client": v[0], "verify": struct.unpack(">I", v[1:5])[0],
+                           "sub": PP2Server.tlvs(v[5:])}
+            else:
+                out[ty] = v
+        return out
+
+    def run(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(5)
+                h = b""
+                while len(h) < 16:
+                    d = c.recv(16 - len(h))
+                    if not d:
+                        break
+                    h += d
+                if len(h) < 16:
+                    continue
+                n = h[14] << 8 | h[15]
+                body = b""
+                while len(body) < n:
+                    d = c.recv(n - len(body))
+                    if not d:
+                        break
+                    body += d
+                addr = {0x11: 12, 0x21: 36, 0x31: 216}.get(h[13], 0)
+                self.got.append(self.tlvs(body[addr:]))
+                c.sendall(b"ok\n")
+
+    def close(self):
+        self.ls.close()
+
+
+def t_tls_pp2(env):
+    """A pool's proxy_protocol: v2 behind a tls: listener: the header the
+    server gets carries the client's TLS as TLVs (ALPN, the SNI as
+    AUTHORITY, PP2_TYPE_SSL with the version and cipher), with the client
+    bits and verify field for no client certificate and for one that
+    verified (mTLS)."""
+    d = certs(env)
+    up, lp, lm = env.port(), env.port(), env.port()
+    srv = PP2Server(up)
+    cfg = T.write_cfg(env, "pp2.yaml", f"""
+listeners:
+  - name: tls
+    listen: "127.0.0.1:{lp}"
+    pool: pp
+    tls:
+      certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
+      alpn: "h2,http/1.1"
+  - name: mtls
+    listen: "127.0.0.1:{lm}"
+    pool: pp
+    tls:
+      certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
+      client_ca: "{d}/ca.pem"
+      verify: on
+pools:
+  - {{name: pp, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+    px = env.proxy(["--config", cfg])
+    try:
+        for port, cert, alpn in ((lp, None, ["http/1.1"]), (lm, "client", None)):
+            t = tls_connect(port, client_ctx(d, cert=cert, alpn=alpn))
+            check(t.recv(10) == b"ok\n", "the server did not answer")
+            version, cipher = t.version(), t.cipher()[0]
+            t.close()
+            check(srv.got, "the server got no PROXY header")
+            g = srv.got.pop()
+            ssl_tlv = g.get(0x20)
+            check(ssl_tlv, f"no PP2_TYPE_SSL: {g}")
+            check(ssl_tlv["sub"].get(0x21) == version.encode(), f"SSL_VERSION {ssl_tlv}, want {version}")
+            check(ssl_tlv["sub"].get(0x23), f"no SSL_CIPHER: {ssl_tlv}")
+            check(g.get(0x02) == b"localhost", f"AUTHORITY {g.get(0x02)!r}, want the SNI")
+            if cert:
+                check(ssl_tlv["client"] == 0x03 and ssl_tlv["verify"] == 0,
+                      f"a verified client certificate: client {ssl_tlv['client']:#x}, verify {ssl_tlv['verify']}")
+                check(0x01 not in g, f"an ALPN TLV with none agreed: {g}")
+            else:
+                check(ssl_tlv["client"] == 0x01 and ssl_tlv["verify"] == 1,
+                      f"no client certificate: client {ssl_tlv['client']:#x}, verify {ssl_tlv['verify']}")
+                check(g.get(0x01) == b"http/1.1", f"ALPN TLV {g.get(0x01)!r}")
+            print(f"PROXY v2 TLVs ({'mTLS' if cert else 'TLS'}, {version} {cipher}): {g}", flush=True)
+        check(env.stop(px) == 0, "tlproxy did not exit 0")
+    finally:
+        srv.close()
 
 
 def t_tls_slow(env):

@@ -234,6 +234,27 @@ void tlp_connect_failed(struct tlp_shard *sh, struct tlp_conn *c, int err)
 	tlp_assign(sh, c);
 }
 
+/* A v2 header of n bytes at h for a client that came over TLS: with the
+ * TLVs of its session (version, cipher, SNI, ALPN, client certificate).
+ * HB_SIZE holds them at their longest; the length. */
+static int pp_tls(struct tlp_shard *sh, struct tlp_conn *c, uint8_t *h, uint32_t n)
+{
+	tl_tls_info in;
+	struct tlp_pp_tls t;
+	int r;
+
+	if (!sh->tls || tl_tls_info_get(sh->tls, c->ts[0], &in) < 0)
+		return (int)n;
+	t.version = in.version == TL_TLS_1_3 ? "TLSv1.3" : in.version == TL_TLS_1_2 ? "TLSv1.2" : "";
+	t.cipher = in.cipher;
+	t.sni = in.sni;
+	t.alpn = in.alpn;
+	t.client_cert = in.peer_cert;
+	t.verified = in.peer_cert && !in.verify;
+	r = tlp_pp_add_tls(h, n, HB_SIZE, &t);
+	return r < 0 ? (int)n : r;
+}
+
 /* The PROXY header the pool sends, into a header buffer. */
 static void send_pp(struct tlp_shard *sh, struct tlp_conn *c)
 {
@@ -265,10 +286,13 @@ static void send_pp(struct tlp_shard *sh, struct tlp_conn *c)
 		dst = &local.sa;
 	}
 	b = sh->hb_free[--sh->nhb_free];
-	if (c->pc->proxy_protocol == TLP_PP_SEND_V1)
+	if (c->pc->proxy_protocol == TLP_PP_SEND_V1) {
 		n = tlp_pp_build_v1(sh->hb[b], HB_SIZE, src, dst);
-	else
+	} else {
 		n = tlp_pp_build_v2(sh->hb[b], HB_SIZE, src, dst);
+		if (n > 0 && (c->flags & F_TLS(0)))
+			n = pp_tls(sh, c, sh->hb[b], (uint32_t)n);
+	}
 	if (n <= 0) {
 		sh->hb_free[sh->nhb_free++] = b;
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);

@@ -524,3 +524,63 @@ int tlp_pp_build_v2(void *buf, size_t cap, const struct sockaddr *src, const str
 	memcpy(buf, h, 16 + body);
 	return (int)(16 + body);
 }
+
+/* A TLV of type ty with n bytes of v at p; returns its length. */
+static size_t put_tlv(uint8_t *p, uint8_t ty, const void *v, size_t n)
+{
+	p[0] = ty;
+	p[1] = (uint8_t)(n >> 8);
+	p[2] = (uint8_t)n;
+	if (n)
+		memcpy(p + 3, v, n);
+	return 3 + n;
+}
+
+static size_t field(const char *s)
+{
+	return s ? strnlen(s, 256) : 0;
+}
+
+int tlp_pp_add_tls(void *buf, size_t len, size_t cap, const struct tlp_pp_tls *t)
+{
+	enum { PP2_TYPE_ALPN = 0x01, PP2_TYPE_AUTHORITY = 0x02, PP2_TYPE_SSL = 0x20,
+	       PP2_SUBTYPE_SSL_VERSION = 0x21, PP2_SUBTYPE_SSL_CIPHER = 0x23,
+	       PP2_CLIENT_SSL = 0x01, PP2_CLIENT_CERT_CONN = 0x02 };
+	uint8_t *h = buf, tlv[TLP_PP_TLS_TLV_MAX];
+	size_t na = field(t ? t->alpn : NULL), ns = field(t ? t->sni : NULL);
+	size_t nv = field(t ? t->version : NULL), nc = field(t ? t->cipher : NULL);
+	size_t n = 0, ssl, body;
+
+	if (!buf || !t || len < 16 || memcmp(h, v2sig, sizeof v2sig) || (h[12] & 0xf0) != 0x20)
+		return -EINVAL;
+	body = (size_t)h[14] << 8 | h[15];
+	if (16 + body != len || na > 255 || ns > 255 || nv > 255 || nc > 255)
+		return -EINVAL;
+	if ((h[12] & 0x0f) != TLP_PP_CMD_PROXY || (h[13] >> 4) == 0)
+		return (int)len; /* no addresses: no TLVs */
+	if (na)
+		n += put_tlv(tlv + n, PP2_TYPE_ALPN, t->alpn, na);
+	if (ns)
+		n += put_tlv(tlv + n, PP2_TYPE_AUTHORITY, t->sni, ns);
+	/* PP2_TYPE_SSL: client (1), verify (4, big-endian), its sub-TLVs. */
+	ssl = n;
+	n += 3;
+	tlv[n++] = (uint8_t)(PP2_CLIENT_SSL | (t->client_cert ? PP2_CLIENT_CERT_CONN : 0));
+	memset(tlv + n, 0, 4);
+	tlv[n + 3] = t->client_cert && t->verified ? 0 : 1;
+	n += 4;
+	if (nv)
+		n += put_tlv(tlv + n, PP2_SUBTYPE_SSL_VERSION, t->version, nv);
+	if (nc)
+		n += put_tlv(tlv + n, PP2_SUBTYPE_SSL_CIPHER, t->cipher, nc);
+	tlv[ssl] = PP2_TYPE_SSL;
+	tlv[ssl + 1] = (uint8_t)((n - ssl - 3) >> 8);
+	tlv[ssl + 2] = (uint8_t)(n - ssl - 3);
+	if (len + n > cap || body + n > 0xffff)
+		return -ENOBUFS;
+	memcpy(h + len, tlv, n);
+	body += n;
+	h[14] = (uint8_t)(body >> 8);
+	h[15] = (uint8_t)body;
+	return (int)(len + n);
+}

@@ -16,6 +16,8 @@
 #define TLP_PP_V2_MAX 4096
 /* The builders never write more than this (a v2 header of AF_UNIX paths). */
 #define TLP_PP_BUILD_MAX 232
+/* tlp_pp_add_tls appends at most this (every field at its longest). */
+#define TLP_PP_TLS_TLV_MAX (3 + 255 + 3 + 255 + 3 + 5 + 3 + 255 + 3 + 255)
 
 /* Why a header was refused (tlp_pp_parse's *why when it returns -EPROTO). */
 enum tlp_pp_error {
@@ -118,5 +120,33 @@ int tlp_pp_build_v1(void *buf, size_t cap, const struct sockaddr *src, const str
  * small (buf then unspecified); -EINVAL if buf is NULL.
  */
 int tlp_pp_build_v2(void *buf, size_t cap, const struct sockaddr *src, const struct sockaddr *dst);
+
+/* The TLS a client's connection was terminated with (tlp_pp_add_tls).
+ * Strings are NUL-terminated; "" (or NULL) leaves a field out. */
+struct tlp_pp_tls {
+	const char *version;  /* "TLSv1.3", "TLSv1.2" */
+	const char *cipher;   /* "TLS_AES_128_GCM_SHA256" */
+	const char *sni;      /* the name the client sent */
+	const char *alpn;     /* the protocol agreed */
+	int client_cert;      /* the client presented a certificate */
+	int verified;         /* ... and it verified */
+};
+
+/*
+ * Append the TLVs of a connection that came over TLS to the v2 header of
+ * len bytes at buf (cap bytes of room), as the PROXY protocol defines
+ * them: PP2_TYPE_ALPN (0x01) and PP2_TYPE_AUTHORITY (0x02, the SNI) when
+ * there are; PP2_TYPE_SSL (0x20) with its client bits (PP2_CLIENT_SSL,
+ * and PP2_CLIENT_CERT_CONN with a client certificate), its verify field
+ * (0 only for a client certificate that verified, 1 otherwise, as the
+ * protocol says) and the sub-TLVs PP2_SUBTYPE_SSL_VERSION (0x21) and
+ * PP2_SUBTYPE_SSL_CIPHER (0x23). The header's length field is updated.
+ * A header with no addresses (LOCAL, or family UNSPEC) gets none: its
+ * receiver uses the connection's own endpoints and may skip the body.
+ * Returns the new length (<= len + TLP_PP_TLS_TLV_MAX); -ENOBUFS (cap too
+ * small; buf unchanged); -EINVAL (buf or t NULL, not a v2 header, len not
+ * its announced length, or a field over 255 bytes). Allocation-free.
+ */
+int tlp_pp_add_tls(void *buf, size_t len, size_t cap, const struct tlp_pp_tls *t);
 
 #endif /* TLP_PROXYPROTO_H */

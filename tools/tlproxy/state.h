@@ -44,7 +44,7 @@
 #define PEEK_SMALL (PEEK_REC - 20)
 #define PK_CHUNK 64
 #define PEEK_BIG 64
-#define HB_SIZE 256
+#define HB_SIZE 640 /* a v2 header with its TLS TLVs (backend.c, pp_tls) */
 
 /* Operation kinds in a connection token. */
 enum {
