@@ -486,6 +486,81 @@ pools:
         srv.close()
 
 
+def t_tls_reload(env):
+    """SIGHUP reads certificates and keys off the shards' loops: with a
+    certificate path that blocks its reader (a FIFO nobody writes yet),
+    the only shard goes on serving, TLS clients included; the file, once
+    it opens, is refused (not a regular file) and the running configuration
+    stays; a reload with another certificate then serves it, while a
+    connection made before goes on."""
+    d = certs(env)
+    up, lp, lt = env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    fifo = env.path("cert.fifo")
+    os.mkfifo(fifo)
+
+    def cfg(cert, key):
+        return T.write_cfg(env, "reload.yaml", f"""shards: 1
+listeners:
+  - {{name: plain, listen: "127.0.0.1:{lp}", pool: p}}
+  - name: tls
+    listen: "127.0.0.1:{lt}"
+    pool: p
+    tls:
+      certificates: [{{cert: "{cert}", key: "{d}/{key}.key"}}]
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+
+    def cn(t):
+        return dict(x[0] for x in t.getpeercert()["subject"])["commonName"]
+
+    px = env.proxy(["--config", cfg(os.path.join(d, "server.pem"), "server")])
+    before = tls_connect(lt, client_ctx(d))
+    check(tls_echo(before, b"a") == "S" and cn(before) == "localhost", "TLS before the reloads")
+    cfg(fifo, "server")
+    px.p.send_signal(signal.SIGHUP)
+    time.sleep(0.3)  # the reload is now waiting for the FIFO
+    for i in range(20):
+        s = connect(lp, timeout=3)
+        try:
+            got = s.recv(100)
+        except socket.timeout:
+            raise Fail(f"connection {i}: no answer while a reload reads its certificate")
+        check(got.startswith(b"S"), f"connection {i}: {got!r}")
+        s.close()
+    t = tls_connect(lt, client_ctx(d), timeout=3)
+    check(tls_echo(t, b"b") == "S", "no TLS while a reload reads its certificate")
+    t.close()
+    w = open(fifo, "w")  # lets the reader's open return
+    w.close()
+    env.wait_for(px, r"reload of \S+ refused; the running configuration stays: listener tls: tls: .*not a "
+                     r"regular file")
+    # Another certificate: new clients get it, the old session goes on.
+    ctx = client_ctx(d)
+    ctx.check_hostname = False
+    cfg(os.path.join(d, "other.pem"), "other")
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reloaded: 2 listeners")
+    t = tls_connect(lt, ctx)
+    check(cn(t) == "other.test", f"after the reload the certificate is {cn(t)}")
+    check(tls_echo(t, b"c") == "S", "no TLS after the reload")
+    t.close()
+    before.sendall(b"z")
+    check(before.recv(10) == b"z", "the connection made before the reloads broke")
+    before.close()
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def refused_port(port):
+    """True when nothing listens on port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except OSError:
+        return True
+
+
 def t_tls_slow(env):
     """A client that sends its hello a byte at a time is ended by
     handshake_timeout, however long it keeps sending."""

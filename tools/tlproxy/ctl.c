@@ -32,7 +32,7 @@ void tlp_ctl_msg(tl_shard *s, uint64_t t, uint64_t payload)
 	switch (type) {
 	case TLP_MSG_RELOAD:
 		if (tl_shard_id(s) == 0 && payload)
-			tlp_reload((struct tlp_config *)(uintptr_t)payload);
+			tlp_reload((struct tlp_reload_req *)(uintptr_t)payload);
 		return;
 	case TLP_MSG_CTLTICK:
 		if (tl_shard_id(s) != 0 || !tlp_cp.running)

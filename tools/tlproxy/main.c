@@ -374,7 +374,9 @@ static void close_inherited(void)
 static void do_reload(void)
 {
 	struct tlp_config *cfg;
+	struct tlp_reload_req *req;
 	struct tlp_diag *d;
+	char err[512];
 
 	if (!cfg_path) {
 		tlp_log("SIGHUP: nothing to reload (started from the command line, not --config)");
@@ -392,10 +394,27 @@ static void do_reload(void)
 		return;
 	}
 	free(d);
-	if (!tlp_w.post0 ||
-	    tl_post(tlp_w.post0, tlp_ctl_token(TLP_MSG_RELOAD, 0), (uint64_t)(uintptr_t)cfg) < 0) {
-		tlp_log("reload: shard 0 cannot take it now; send SIGHUP again");
+	/* Certificates and keys are read and parsed here, off every shard's
+	 * loop: shard 0 only builds the generation from what they made. */
+	req = calloc(1, sizeof *req);
+	if (!req) {
 		tlp_config_free(cfg);
+		return;
+	}
+	req->cfg = cfg;
+	if (tlp_tls_make(cfg, &req->tls, err, sizeof err) < 0) {
+		tlp_log("reload of %s refused; the running configuration stays: %s", cfg_path, err);
+		tlp_config_free(cfg);
+		free(req);
+		tlp_sd_notify("READY=1");
+		return;
+	}
+	if (!tlp_w.post0 ||
+	    tl_post(tlp_w.post0, tlp_ctl_token(TLP_MSG_RELOAD, 0), (uint64_t)(uintptr_t)req) < 0) {
+		tlp_log("reload: shard 0 cannot take it now; send SIGHUP again");
+		tlp_tls_made_free(&req->tls);
+		tlp_config_free(cfg);
+		free(req);
 	}
 }
 
@@ -405,6 +424,7 @@ int main(int argc, char **argv)
 	struct tlp_args args;
 	struct tlp_config *cfg;
 	struct tlp_gen *gen;
+	struct tlp_tls_made made;
 	tl_runtime_config rc;
 	tl_runtime *rt;
 	uint32_t nshards, cap, pool, spl_pipes = 0, spl_size = 0;
@@ -612,7 +632,12 @@ int main(int argc, char **argv)
 		w->tls |= cfg->listeners[i].tls.enabled;
 	for (uint32_t i = 0; i < cfg->npools; i++)
 		w->tls |= cfg->pools[i].tls.enabled;
-	gen = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
+	if (tlp_tls_make(cfg, &made, err, sizeof err) < 0) {
+		fprintf(stderr, "tlproxy: %s\n", err);
+		goto fail;
+	}
+	gen = tlp_gen_build(cfg, &made, w->tick_ns, err, sizeof err);
+	tlp_tls_made_free(&made);
 	cfg = NULL; /* the generation owns it now (or freed it) */
 	if (!gen) {
 		fprintf(stderr, "tlproxy: %s\n", err);

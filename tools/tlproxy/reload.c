@@ -11,8 +11,9 @@
 
 /* Calls: reload -> resolve, plane, world, sdnotify. */
 
-void tlp_reload(struct tlp_config *cfg)
+void tlp_reload(struct tlp_reload_req *req)
 {
+	struct tlp_config *cfg = req->cfg;
 	struct tlp_world *w = &tlp_w;
 	struct tlp_gen *old = atomic_load(&w->gen), *g;
 	char err[256];
@@ -36,7 +37,9 @@ void tlp_reload(struct tlp_config *cfg)
 			tlp_log("reload: shards and cpus change only with a restart");
 	if (cfg->spin_us != old->cfg->spin_us)
 		tlp_log("reload: spin_us changes only with a restart");
-	g = tlp_gen_build(cfg, w->tick_ns, err, sizeof err);
+	g = tlp_gen_build(cfg, &req->tls, w->tick_ns, err, sizeof err);
+	tlp_tls_made_free(&req->tls);
+	free(req);
 	if (!g) {
 		tlp_log("reload failed: %s; the running configuration stays", err);
 		return;

@@ -5,9 +5,10 @@
 /* Calls: reload -> resolve, plane, world, sdnotify. */
 #include "world.h"
 
-/* Apply cfg (which it then owns): build its generation, move the
- * registries to it and publish it; on an error the running configuration
- * stays and the reason is logged. Tells systemd READY=1 when done. */
-void tlp_reload(struct tlp_config *cfg);
+/* Apply req's configuration with its TLS contexts (req, which it then
+ * owns, with both): build its generation, move the registries to it and
+ * publish it; on an error the running configuration stays and the reason
+ * is logged. Tells systemd READY=1 when done. */
+void tlp_reload(struct tlp_reload_req *req);
 
 #endif /* TLP_RELOAD_H */

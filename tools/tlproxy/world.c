@@ -488,8 +488,8 @@ static int read_ticket_key(const char *path, uint8_t key[TL_TLS_TICKET_KEY_SIZE]
 	return 0;
 }
 
-/* Make listener lc's server config: its files are read now (at setup, or
- * on the control shard at a reload). 0, or -1 with the reason in err. */
+/* Make listener lc's server config: its files are read now (on the main
+ * thread: tlp_tls_make). 0, or -1 with the reason in err. */
 static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **out, char *err,
 		      size_t errlen)
 {
@@ -565,6 +565,42 @@ static int pool_tls_config(const struct tlp_pool_cfg *pc, struct tl_tls_config *
 	return 0;
 }
 
+int tlp_tls_make(const struct tlp_config *cfg, struct tlp_tls_made *m, char *err, size_t errlen)
+{
+	m->l = calloc(cfg->nlisteners ? cfg->nlisteners : 1, sizeof *m->l);
+	m->p = calloc(cfg->npools ? cfg->npools : 1, sizeof *m->p);
+	if (!m->l || !m->p) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < cfg->npools; i++)
+		if (cfg->pools[i].tls.enabled && pool_tls_config(&cfg->pools[i], &m->p[i], err, errlen) < 0)
+			goto fail;
+	for (uint32_t i = 0; i < cfg->nlisteners; i++)
+		if (cfg->listeners[i].tls.enabled &&
+		    tls_config(&cfg->listeners[i], &m->l[i], err, errlen) < 0)
+			goto fail;
+	m->n[0] = cfg->nlisteners;
+	m->n[1] = cfg->npools;
+	return 0;
+fail:
+	m->n[0] = cfg->nlisteners;
+	m->n[1] = cfg->npools;
+	tlp_tls_made_free(m);
+	return -1;
+}
+
+void tlp_tls_made_free(struct tlp_tls_made *m)
+{
+	for (uint32_t i = 0; m->l && i < m->n[0]; i++)
+		tl_tls_config_unref(m->l[i]);
+	for (uint32_t i = 0; m->p && i < m->n[1]; i++)
+		tl_tls_config_unref(m->p[i]);
+	free(m->l);
+	free(m->p);
+	m->l = m->p = NULL;
+}
+
 void tlp_gen_put(struct tlp_gen *g)
 {
 	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
@@ -585,7 +621,8 @@ void tlp_gen_put(struct tlp_gen *g)
 	free(g);
 }
 
-struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *err, size_t errlen)
+struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, struct tlp_tls_made *m, uint64_t tick_ns,
+			      char *err, size_t errlen)
 {
 	struct tlp_world *w = &tlp_w;
 	struct tlp_gen *g = calloc(1, sizeof *g);
@@ -609,9 +646,11 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			goto fail;
 		}
 		g->pc_by_gp[g->pools[i]->idx] = &cfg->pools[i];
-		if (cfg->pools[i].tls.enabled &&
-		    pool_tls_config(&cfg->pools[i], &g->tls_by_gp[g->pools[i]->idx], err, errlen) < 0)
-			goto fail;
+		if (cfg->pools[i].tls.enabled) {
+			/* made off the loop (tlp_tls_make): taken from m */
+			g->tls_by_gp[g->pools[i]->idx] = m->p[i];
+			m->p[i] = NULL;
+		}
 		for (uint32_t k = 0; k < cfg->pools[i].nservers; k++) {
 			const struct tlp_endpoint *ep = &cfg->pools[i].servers[k].ep;
 
@@ -647,8 +686,10 @@ struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *er
 			for (uint32_t k = 0; k < lc->nsni; k++)
 				l->sni_pool[k] = g->pools[lc->sni[k].target];
 		}
-		if (lc->tls.enabled && tls_config(lc, &l->tls, err, errlen) < 0)
-			goto fail;
+		if (lc->tls.enabled) {
+			l->tls = m->l[i];
+			m->l[i] = NULL;
+		}
 		/* A TLS listener routes by the name its handshake brought. */
 		l->peek = !lc->tls.enabled && (lc->nsni > 0 || tlp_netset_count(&lc->proxy_from) > 0);
 		l->queue_t = ticks(lc->queue_timeout_ns, tick_ns);

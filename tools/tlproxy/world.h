@@ -343,10 +343,32 @@ struct tlp_host {
 };
 
 /* world.c: registries, views, generations and server states. */
-/* Build a generation from cfg (which it then owns) on the thread that owns
- * the registries; servers of host names take their addresses from the last
- * lookup (or none yet). Returns it with one reference, or NULL. */
-struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, uint64_t tick_ns, char *err, size_t errlen);
+/* The TLS contexts of a configuration, made from its certificate, key, CA
+ * and ticket-key files by tlp_tls_make on the main thread (at the start,
+ * and on SIGHUP before shard 0 gets the reload), so that no shard's loop
+ * waits for a disk or for parsing keys: per listener and per pool of the
+ * configuration (NULL: plain). */
+struct tlp_tls_made {
+	struct tl_tls_config **l, **p;
+	uint32_t n[2];          /* listeners, pools */
+};
+/* A reload as the main thread hands it to shard 0 (TLP_MSG_RELOAD): the
+ * configuration and its TLS contexts, already made. */
+struct tlp_reload_req {
+	struct tlp_config *cfg;
+	struct tlp_tls_made tls;
+};
+/* Make cfg's contexts into *m. 0, or -1 with the reason in err (m then
+ * holds nothing). */
+int tlp_tls_make(const struct tlp_config *cfg, struct tlp_tls_made *m, char *err, size_t errlen);
+/* Drop what m still holds (what no generation took). */
+void tlp_tls_made_free(struct tlp_tls_made *m);
+/* Build a generation from cfg (which it then owns) and its TLS contexts
+ * (it takes those of m it uses) on the thread that owns the registries;
+ * servers of host names take their addresses from the last lookup (or none
+ * yet). Returns it with one reference, or NULL. */
+struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, struct tlp_tls_made *m, uint64_t tick_ns,
+			      char *err, size_t errlen);
 void tlp_gen_put(struct tlp_gen *g);
 void tlp_view_put(struct tlp_view *v);
 /* Make a new view of gp from its configuration and the addresses its host
@@ -379,7 +401,7 @@ enum {
 	TLP_MSG_GEN = 1,     /* payload: struct tlp_gen *, one reference for the receiver */
 	TLP_MSG_VIEW = 2,    /* payload: struct tlp_view *, likewise; arg: pool index */
 	TLP_MSG_ROOM = 3,    /* arg: pool index: a server slot came free somewhere */
-	TLP_MSG_RELOAD = 4,  /* shard 0, from the main thread: payload struct tlp_config * */
+	TLP_MSG_RELOAD = 4,  /* shard 0, from the main thread: payload struct tlp_reload_req * */
 	TLP_MSG_SWEEP = 5,   /* the wheel's timer */
 	TLP_MSG_CTLTICK = 6, /* shard 0: health, DNS and collection timer */
 	TLP_MSG_ORPHAN = 7,  /* Closed of a handle that belongs to nothing */
