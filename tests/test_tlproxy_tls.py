@@ -928,7 +928,8 @@ def start_s_server(env, d, cert, port):
 def t_tls_origin(env):
     """A pool's tls: towards openssl s_server -www: a server whose
     certificate verifies is reached, self-signed and wrong-name ones are
-    refused with the reason counted and logged; then a plain client, an
+    refused with the reason counted and logged, and so is an expired one;
+    then a plain client, an
     originating tlproxy, a terminating one and a plain server in a row
     carry 16 MiB each way (8 under the sanitizers), checked by SHA-256."""
     d = certs(env)
@@ -936,6 +937,8 @@ def t_tls_origin(env):
     start_s_server(env, d, "server", good)
     start_s_server(env, d, "self", selfp)
     start_s_server(env, d, "wrong", wrong)
+    expp = env.port()
+    start_s_server(env, d, "expired", expp)
     log = env.path("access.log")
     ca = os.path.join(d, "ca.pem")
     cfg = T.write_cfg(env, "origin.yaml", f"""
@@ -947,11 +950,14 @@ pools:
   - {{name: good, servers: [{{address: "127.0.0.1:{good}"}}], tls: {{ca: "{ca}"}}}}
   - {{name: self, servers: [{{address: "127.0.0.1:{selfp}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
   - {{name: wrong, servers: [{{address: "127.0.0.1:{wrong}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+  - {{name: expired, servers: [{{address: "127.0.0.1:{expp}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
 """)
     text = open(cfg).read()
     lself = int(re.search(r'name: self, listen: "127\.0\.0\.1:(\d+)"', text).group(1))
     lwrong = env.port()
-    text = text.replace("pools:\n", f'  - {{name: wrong, listen: "127.0.0.1:{lwrong}", pool: wrong}}\npools:\n', 1)
+    lexp = env.port()
+    text = text.replace("pools:\n", f'  - {{name: wrong, listen: "127.0.0.1:{lwrong}", pool: wrong}}\n'
+                        f'  - {{name: expired, listen: "127.0.0.1:{lexp}", pool: expired}}\npools:\n', 1)
     open(cfg, "w").write(text)
     px = env.proxy(["--config", cfg])
     fd0 = env.fds(px)
@@ -971,12 +977,15 @@ pools:
     check(page.startswith(b"HTTP/1.0 200") and b"s_server" in page, f"no page through the pool: {page[:200]!r}")
     check(get(lself) == b"", "a self-signed server was not refused")
     check(get(lwrong) == b"", "a server whose certificate names another host was not refused")
+    check(get(lexp) == b"", "a server whose certificate expired was not refused")
     env.wait_stat(px, "tls_server_handshakes", "ok", 1)
     env.wait_stat(px, "tls_server_handshakes", "cert-untrusted", 1)
     env.wait_stat(px, "tls_server_handshakes", "cert-name", 1)
+    env.wait_stat(px, "tls_server_handshakes", "cert-expired", 1)
+    env.wait_for(px, r"pool expired: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-expired")
     env.wait_for(px, r"pool self: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-untrusted")
     env.wait_for(px, r"pool wrong: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-name")
-    text = log_lines(log, 3)
+    text = log_lines(log, 4)
     check(re.search(r" good .* end=done retries=0 up_tls=1\.[23]\n", text), f"log: {text!r}")
     check(re.search(r" self .* end=server_tls_handshake retries=0 up_tls=failed up_reason=cert-untrusted\n", text),
           f"log: {text!r}")
