@@ -927,7 +927,8 @@ def start_s_server(env, d, cert, port):
 
 def t_tls_origin(env):
     """A pool's tls: towards openssl s_server -www: a server whose
-    certificate verifies is reached, self-signed and wrong-name ones are
+    certificate verifies is reached, and the connections after the first
+    resume its session; self-signed and wrong-name ones are
     refused with the reason counted and logged, and so is an expired one;
     then a plain client, an
     originating tlproxy, a terminating one and a plain server in a row
@@ -975,18 +976,29 @@ pools:
 
     page = get(lp)
     check(page.startswith(b"HTTP/1.0 200") and b"s_server" in page, f"no page through the pool: {page[:200]!r}")
+    # The next connections to that server resume a session instead of a
+    # full handshake: each shard keeps the resume data of its first one
+    # once it ended, so of 6 connections on the 2 shards at most 2 are
+    # full handshakes.
+    env.wait_stat(px, "conns_open", "0", 0)
+    for i in range(5):
+        check(get(lp).startswith(b"HTTP/1.0 200"), f"no page through the pool, connection {i + 2}")
+        env.wait_stat(px, "conns_open", "0", 0)
+    env.wait_stat(px, "tls_server_handshakes", "ok", 6)
+    env.wait_stat(px, "tls_server_resumed", "0", 4, op=">=")
     check(get(lself) == b"", "a self-signed server was not refused")
     check(get(lwrong) == b"", "a server whose certificate names another host was not refused")
     check(get(lexp) == b"", "a server whose certificate expired was not refused")
-    env.wait_stat(px, "tls_server_handshakes", "ok", 1)
     env.wait_stat(px, "tls_server_handshakes", "cert-untrusted", 1)
     env.wait_stat(px, "tls_server_handshakes", "cert-name", 1)
     env.wait_stat(px, "tls_server_handshakes", "cert-expired", 1)
     env.wait_for(px, r"pool expired: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-expired")
     env.wait_for(px, r"pool self: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-untrusted")
     env.wait_for(px, r"pool wrong: server 127\.0\.0\.1:\d+: TLS handshake failed: cert-name")
-    text = log_lines(log, 4)
+    text = log_lines(log, 9)
     check(re.search(r" good .* end=done retries=0 up_tls=1\.[23]\n", text), f"log: {text!r}")
+    check(len(re.findall(r" good .* end=done retries=0 up_tls=1\.[23] up_resumed=1\n", text)) >= 4,
+          f"log: {text!r}")
     check(re.search(r" self .* end=server_tls_handshake retries=0 up_tls=failed up_reason=cert-untrusted\n", text),
           f"log: {text!r}")
     env.wait_stat(px, "conns_open", "0", 0)

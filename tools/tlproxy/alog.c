@@ -176,8 +176,9 @@ static const char *version(uint16_t v)
 
 /* A TLS client's fields: " tls=1.3 cipher=... sni=... alpn=... resumed=0
  * hs_ms=..." once its handshake is done, " tls=failed reason=... sni=..."
- * when it failed; then a TLS server's " up_tls=1.3" or " up_tls=failed
- * up_reason=..."; "" for plain sides. */
+ * when it failed; then a TLS server's " up_tls=1.3" (" up_resumed=1" after
+ * it when that session resumed) or " up_tls=failed up_reason=..."; "" for
+ * plain sides. */
 static void fmt_tls(const struct tlp_alog_rec *r, char *buf, size_t cap)
 {
 	const struct tlp_alog_tls *t = &r->tls;
@@ -203,7 +204,8 @@ static void fmt_tls(const struct tlp_alog_rec *r, char *buf, size_t cap)
 			snprintf(buf + n, cap - (size_t)n, " up_tls=failed up_reason=%s",
 				 t->up_reason ? tl_tls_reason_name(t->up_reason) : "none");
 		else
-			snprintf(buf + n, cap - (size_t)n, " up_tls=%s", version(t->up_version));
+			snprintf(buf + n, cap - (size_t)n, " up_tls=%s%s", version(t->up_version),
+				 t->up_resumed ? " up_resumed=1" : "");
 	}
 }
 

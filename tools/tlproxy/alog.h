@@ -17,6 +17,7 @@ struct tlp_alog_tls {
 	uint16_t up_version;   /* the server's: 0x0303 / 0x0304; 0: none agreed */
 	uint16_t version;      /* 0x0303 / 0x0304; 0: none agreed */
 	uint8_t resumed;       /* 1: resumed from a ticket */
+	uint8_t up_resumed;    /* 1: the server's session resumed from a ticket */
 	uint8_t reason;        /* TL_TLS_R_* of a failed handshake; 0 */
 	uint32_t hs_us;        /* handshake time, microseconds */
 	char cipher[32];

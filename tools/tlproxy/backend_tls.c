@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "conn.h"
+#include "side.h"
 
 /*
  * The name a server is asked for: the pool's server_name, else the host
@@ -55,8 +56,23 @@ void tlp_origin_start(struct tlp_shard *sh, struct tlp_conn *c)
 	sh->tlr[ci].sides |= 2;
 	server_name(c, name, sizeof name);
 	o.server_name = name[0] ? name : NULL;
+	if (sh->tk && c->srv->row >= 0 && c->srv->row < TLP_SRV_ROWS) {
+		/* Resume the last full session with this server (side.h
+		 * keeps it); one the server no longer takes is a full
+		 * handshake, which replaces it. */
+		const struct tlp_ticket *k = &sh->tk[c->srv->row];
+
+		if (k->len && k->srv_id == c->srv->id && k->gen_ver == c->gen->ver) {
+			o.resume = k->b;
+			o.resume_len = k->len;
+		}
+	}
 	if (tl_tls_client(sh->tls, c->gen->tls_by_gp[c->gp->idx], c->h[1], &o, tok(ci, 1, OP_CLOSE, 0),
-			  &c->ts[1]) < 0) {
+			  &c->ts[1]) < 0 &&
+	    (!o.resume ||
+	     tl_tls_client(sh->tls, c->gen->tls_by_gp[c->gp->idx], c->h[1],
+			   &(tl_tls_client_opts){.server_name = o.server_name}, tok(ci, 1, OP_CLOSE, 0),
+			   &c->ts[1]) < 0)) {
 		tlp_conn_end(sh, c, TLP_END_BUSY, 0);
 		return;
 	}
@@ -102,6 +118,12 @@ void tlp_origin_on_hs(struct tlp_shard *sh, struct tlp_conn *c, const tl_complet
 	if (got)
 		r->up_version = in.version;
 	tl_shard_counter_add(sh->s, tlp_w.st_tls_up, 1);
+	if (got && in.resumed) {
+		r->up_resumed = 1;
+		tl_shard_counter_add(sh->s, tlp_w.st_tls_up_resumed, 1);
+	} else {
+		side_keep_ticket(sh, c); /* a TLS 1.2 ticket is here already */
+	}
 	if (c->state != C_CONNECT)
 		return; /* ending meanwhile */
 	tlp_forward(sh, c);

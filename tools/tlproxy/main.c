@@ -233,7 +233,8 @@ static int declare_stats(tl_runtime *rt)
 	w->st_tls_hs = tl_runtime_stat(rt, "tls_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
 	w->st_tls_resumed = tl_runtime_counter(rt, "tls_resumed");
 	w->st_tls_up = tl_runtime_stat(rt, "tls_server_handshakes", TL_STAT_COUNTER, TL_TLS_R_COUNT_);
-	if (w->st_tls_hs < 0 || w->st_tls_resumed < 0 || w->st_tls_up < 0)
+	w->st_tls_up_resumed = tl_runtime_counter(rt, "tls_server_resumed");
+	if (w->st_tls_hs < 0 || w->st_tls_resumed < 0 || w->st_tls_up < 0 || w->st_tls_up_resumed < 0)
 		return -1;
 	tl_runtime_stat_label(rt, w->st_tls_hs, "ok");
 	tl_runtime_stat_label(rt, w->st_tls_up, "ok");
@@ -594,7 +595,7 @@ int main(int argc, char **argv)
 				rows += cfg->pools[i].servers[k].ep.kind == TLP_EP_HOST ? 2 * TL_RESOLVE_MAX : 2;
 		w->srv_rows = rows > TLP_SRV_ROWS ? TLP_SRV_ROWS : (uint32_t)rows;
 	}
-	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + 2 * TL_TLS_R_COUNT_ + 1;
+	rc.stats_values = TLP_END_COUNT + 16 + TLP_SPL_ST_ROWS + 2 + 2 * w->srv_rows + 2 * TL_TLS_R_COUNT_ + 2;
 	rc.stats_values += TLP_UDP_ST_VALUES;
 	rc.grace_ns = cfg->drain_timeout_ns;
 	rc.on_launch = tlp_shard_launch;

@@ -72,9 +72,37 @@ static inline int side_shutdown(struct tlp_shard *sh, struct tlp_conn *c, int d,
 
 /* Close side s (abort: the peer sees a reset); its completion, the stream's
  * close or the session's Closed, comes with token t. */
+/* A TLS server side (s 1) whose session was a full handshake: keep what
+ * resumes it for the next connection to its server on this shard (a
+ * TLS 1.3 ticket comes after the handshake, with the first reads, so it
+ * is taken at the end as well as at the handshake; backend_tls.c offers
+ * it). */
+static inline void side_keep_ticket(struct tlp_shard *sh, struct tlp_conn *c)
+{
+	struct tlp_ticket *k;
+	tl_tls_info in;
+	int n;
+
+	if (!sh->tk || !c->srv || c->srv->row < 0 || c->srv->row >= TLP_SRV_ROWS)
+		return;
+	k = &sh->tk[c->srv->row];
+	if (k->len && k->srv_id == c->srv->id && k->gen_ver == c->gen->ver)
+		return; /* it has one: resumed sessions do not replace it */
+	if (tl_tls_info_get(sh->tls, c->ts[1], &in) < 0 || !in.version || in.resumed)
+		return;
+	n = tl_tls_resume_data(sh->tls, c->ts[1], k->b, TLP_TICKET_MAX);
+	if (n <= 0)
+		return;
+	k->len = (uint32_t)n;
+	k->srv_id = c->srv->id;
+	k->gen_ver = c->gen->ver;
+}
+
 static inline void side_close(struct tlp_shard *sh, struct tlp_conn *c, int s, int abort,
 			      uint64_t t)
 {
+	if (s == 1 && side_tls(c, 1) && !abort)
+		side_keep_ticket(sh, c);
 	if (side_tls(c, s))
 		tl_tls_close(sh->tls, c->ts[s], abort ? TL_TLS_CLOSE_ABORT : 0, t);
 	else if (abort)

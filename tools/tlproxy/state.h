@@ -44,6 +44,17 @@
 #define PEEK_SMALL (PEEK_REC - 20)
 #define PK_CHUNK 64
 #define PEEK_BIG 64
+/* A server's resume data (tl_tls_resume_data: a ticket, its secrets and
+ * the server's certificate chain), kept per shard and server row: for the
+ * server srv_id, under generation gen_ver (a reload drops them, as its CA
+ * or names may differ); len 0: none. */
+#define TLP_TICKET_MAX 8192
+struct tlp_ticket {
+	uint64_t srv_id, gen_ver;
+	uint32_t len;
+	uint8_t b[TLP_TICKET_MAX];
+};
+
 #define HB_SIZE 640 /* a v2 header with its TLS TLVs (backend.c, pp_tls) */
 
 /* Operation kinds in a connection token. */
@@ -239,6 +250,10 @@ struct tlp_shard {
 	 * at the start; and a record per connection slot for the log. */
 	struct tl_tls_ctx *tls;
 	struct tlp_alog_tls *tlr;
+	/* Resumption towards tls: pools' servers: per server row, the resume
+	 * data of the last session with it on this shard that was a full
+	 * handshake (side.h keeps it, backend_tls.c offers it); NULL: no TLS. */
+	struct tlp_ticket *tk;
 };
 _Static_assert(TLP_REG_POOLS <= 65536, "room_list holds pool indexes in 16 bits");
 

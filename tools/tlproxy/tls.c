@@ -44,10 +44,12 @@ int tlp_tls_shard_init(struct tlp_shard *sh)
 		return r;
 	}
 	sh->tlr = calloc(sh->cap, sizeof *sh->tlr);
+	/* a server row's resume data (touched only for tls: pools' servers) */
+	sh->tk = calloc(TLP_SRV_ROWS, sizeof *sh->tk);
 	/* the writes of plaintext leases, as sh->lw the loop's */
 	sh->tlw = calloc(cc.plain_buffers, sizeof *sh->tlw);
 	sh->ntlw = sh->tlw ? cc.plain_buffers : 0;
-	return sh->tlr && sh->tlw ? 0 : -ENOMEM;
+	return sh->tlr && sh->tlw && sh->tk ? 0 : -ENOMEM;
 }
 
 void tlp_tls_shard_free(struct tlp_shard *sh)
@@ -57,6 +59,10 @@ void tlp_tls_shard_free(struct tlp_shard *sh)
 	sh->tls = NULL;
 	free(sh->tlr);
 	sh->tlr = NULL;
+	if (sh->tk)
+		explicit_bzero(sh->tk, TLP_SRV_ROWS * sizeof *sh->tk); /* secrets */
+	free(sh->tk);
+	sh->tk = NULL;
 	free(sh->tlw);
 	sh->tlw = NULL;
 	sh->ntlw = 0;

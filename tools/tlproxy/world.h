@@ -317,6 +317,7 @@ struct tlp_world {
 	int tls;                    /* the first configuration has a tls: listener or
 				     * pool: each shard makes its TLS context */
 	int st_tls_up;              /* "tls_server_handshakes": as tls_handshakes, towards servers */
+	int st_tls_up_resumed;      /* "tls_server_resumed": of those, resumed from a ticket */
 	/* Room for held clients (accept.c, "holding clients"): each shard's
 	 * flag says it holds clients or stopped accepts and wants a
 	 * TLP_MSG_RESUME when a connection ends elsewhere; npaused counts the
