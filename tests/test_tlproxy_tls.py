@@ -552,6 +552,51 @@ pools:
     check(env.stop(px) == 0, "tlproxy did not exit 0")
 
 
+def t_tls_reload_first(env):
+    """A process started without TLS takes its first tls: listener and
+    tls: pool at a reload: each shard makes its TLS context then, and TLS
+    clients are served through to a TLS server."""
+    d = certs(env)
+    up, lp, lt, lo = env.port(), env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+    ts = env.port()
+    start_s_server(env, d, "server", ts)
+    ca = os.path.join(d, "ca.pem")
+    head = f"""listeners:
+  - {{name: plain, listen: "127.0.0.1:{lp}", pool: p}}
+"""
+    pools = f"""pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+"""
+    path = T.write_cfg(env, "first.yaml", head + pools)
+    px = env.proxy(["--config", path])
+    T.write_cfg(env, "first.yaml", head + f"""  - name: tls
+    listen: "127.0.0.1:{lt}"
+    pool: p
+    tls:
+      certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
+  - {{name: orig, listen: "127.0.0.1:{lo}", pool: s}}
+""" + pools + f"""  - {{name: s, servers: [{{address: "127.0.0.1:{ts}"}}], tls: {{ca: "{ca}", server_name: localhost}}}}
+""")
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reloaded: 3 listeners")
+    t_end = time.time() + 10  # the shards bind the new listeners as the generation reaches them
+    while refused_port(lt) or refused_port(lo):
+        check(time.time() < t_end, "the listeners the reload added are not there")
+        time.sleep(0.05)
+    for i in range(4):  # on both shards
+        t = tls_connect(lt, client_ctx(d))
+        check(tls_echo(t, b"%d" % i) == "S", f"TLS client {i} after the reload")
+        t.close()
+        s = connect(lo)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        page = T.recv_all(s)
+        s.close()
+        check(page.startswith(b"HTTP/1.0 200"), f"no page from the TLS server after the reload: {page[:100]!r}")
+    check("no TLS context" not in px.text(), "a shard had no TLS context")
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
 def refused_port(port):
     """True when nothing listens on port."""
     try:

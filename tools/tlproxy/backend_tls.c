@@ -47,7 +47,7 @@ void tlp_origin_start(struct tlp_shard *sh, struct tlp_conn *c)
 	tl_op op;
 
 	if (!sh->tls) {
-		/* A reload gave a pool tls: in a process started without any. */
+		/* The shard could not make its TLS context (logged). */
 		tlp_conn_end(sh, c, TLP_END_SERVER_TLS, 0);
 		return;
 	}

@@ -318,6 +318,12 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 		struct tlp_gen *g = (struct tlp_gen *)(uintptr_t)payload_of(e);
 		int r;
 
+		/* A generation that brings the first tls: listener or pool:
+		 * the shard's TLS context is made now, on its loop. */
+		if (!SH(s)->tls && tlp_gen_has_tls(g) && (r = tlp_tls_shard_init(SH(s), 1)) < 0)
+			tlp_log("reload: shard %u: no TLS context (its TLS clients and servers "
+				"fail until a restart): %s",
+				SH(s)->id, tl_strerror(r));
 		tlp_shard_use_gen(s, g);
 		tlp_shard_listen(s, g);
 		if ((r = tlp_udp_use(SH(s), g)) < 0)
@@ -459,7 +465,7 @@ int tlp_shard_launch(tl_shard *s, void *arg)
 		sh->c[i].wslot = NONE;
 	}
 	sh->free_head = 0;
-	if (tlp_tls_shard_init(sh) < 0)
+	if (tlp_tls_shard_init(sh, tlp_w.tls) < 0)
 		goto nomem;
 	for (uint32_t i = 0; i < W_SIZE; i++)
 		sh->wheel[i] = NONE;

@@ -23,12 +23,12 @@
  * client's access-log line.
  */
 
-int tlp_tls_shard_init(struct tlp_shard *sh)
+int tlp_tls_shard_init(struct tlp_shard *sh, int want)
 {
 	tl_tls_ctx_config cc;
 	int r;
 
-	if (!tlp_w.tls)
+	if (!want || sh->tls)
 		return 0;
 	tl_tls_ctx_config_init(&cc);
 	cc.token_tag = TLP_H_TLS;
@@ -49,7 +49,10 @@ int tlp_tls_shard_init(struct tlp_shard *sh)
 	/* the writes of plaintext leases, as sh->lw the loop's */
 	sh->tlw = calloc(cc.plain_buffers, sizeof *sh->tlw);
 	sh->ntlw = sh->tlw ? cc.plain_buffers : 0;
-	return sh->tlr && sh->tlw && sh->tk ? 0 : -ENOMEM;
+	if (sh->tlr && sh->tlw && sh->tk)
+		return 0;
+	tlp_tls_shard_free(sh); /* no session yet: the context can go now */
+	return -ENOMEM;
 }
 
 void tlp_tls_shard_free(struct tlp_shard *sh)
@@ -75,8 +78,7 @@ void tlp_tls_start(struct tlp_shard *sh, struct tlp_conn *c)
 	tl_op op;
 
 	if (!sh->tls) {
-		/* A reload gave a listener tls: in a process started without
-		 * any: its contexts come with a restart. */
+		/* The shard could not make its TLS context (logged). */
 		tlp_conn_end(sh, c, TLP_END_TLS, 0);
 		return;
 	}

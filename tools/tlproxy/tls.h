@@ -5,9 +5,12 @@
 /* Calls: tls -> backend, conn, state, world. */
 #include "state.h"
 
-/* Make sh's TLS context (and its log records) when the first
- * configuration has a tls: listener (tlp_w.tls). 0, or a negative errno. */
-int tlp_tls_shard_init(struct tlp_shard *sh);
+/* Make sh's TLS context (and its log records, its tickets towards
+ * servers) if want and it has none: at the launch when the configuration
+ * has a tls: listener or pool (tlp_w.tls), or at the reload that brings
+ * the first one (on the shard's loop). 0, or a negative errno (then it has
+ * none). */
+int tlp_tls_shard_init(struct tlp_shard *sh, int want);
 /* Free what tlp_tls_shard_init made; call once the shard's loop is gone. */
 void tlp_tls_shard_free(struct tlp_shard *sh);
 /* An admitted client of a tls: listener: start its session and handshake,

@@ -601,6 +601,17 @@ void tlp_tls_made_free(struct tlp_tls_made *m)
 	m->l = m->p = NULL;
 }
 
+int tlp_gen_has_tls(const struct tlp_gen *g)
+{
+	for (uint32_t i = 0; i < g->cfg->nlisteners; i++)
+		if (g->cfg->listeners[i].tls.enabled)
+			return 1;
+	for (uint32_t i = 0; i < g->cfg->npools; i++)
+		if (g->cfg->pools[i].tls.enabled)
+			return 1;
+	return 0;
+}
+
 void tlp_gen_put(struct tlp_gen *g)
 {
 	if (!g || atomic_fetch_sub(&g->refs, 1) != 1)

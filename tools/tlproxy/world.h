@@ -371,6 +371,8 @@ void tlp_tls_made_free(struct tlp_tls_made *m);
 struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, struct tlp_tls_made *m, uint64_t tick_ns,
 			      char *err, size_t errlen);
 void tlp_gen_put(struct tlp_gen *g);
+/* Has g a tls: listener or pool? */
+int tlp_gen_has_tls(const struct tlp_gen *g);
 void tlp_view_put(struct tlp_view *v);
 /* Make a new view of gp from its configuration and the addresses its host
  * names resolved to (shard 0 or setup). */
