@@ -1255,8 +1255,12 @@ static void test_tls(void)
 	if (r == 0)
 		tlp_config_free(c);
 	one_error(POOL("    tls: {key: /k}\n"), "t.yaml:8:16: pools[0].tls: ", "key without cert");
-	one_error(POOL("    proxy_protocol: v2\n    tls: {}\n"), "t.yaml:9:10: pools[0].tls: ",
-		  "proxy_protocol is not sent before TLS yet");
+	/* A PROXY header goes before the pool's TLS. */
+	r = parse(POOL("    proxy_protocol: v2\n    tls: {}\n"), &c, &d);
+	T_TRUE(r == 0 && c->pools[0].tls.enabled && c->pools[0].proxy_protocol == TLP_PP_SEND_V2,
+	       "proxy_protocol with tls");
+	if (r == 0)
+		tlp_config_free(c);
 	r = tlp_args_parse(7, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
 					 "--tls-cert", "/c.pem", "--tls-key", "/c.key", NULL},
 			   &a, err, sizeof err);

@@ -378,7 +378,8 @@ class PP2Server:
     and keeps its TLVs (type: value; PP2_TYPE_SSL as its client byte,
     verify and sub-TLVs), then answers "ok" and closes."""
 
-    def __init__(self, port):
+    def __init__(self, port, tls=None):
+        self.tls = tls  # an ssl server context: TLS after the header
         self.ls = socket.socket()
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.ls.bind(("127.0.0.1", port))
@@ -425,6 +426,14 @@ class PP2Server:
                     body += d
                 addr = {0x11: 12, 0x21: 36, 0x31: 216}.get(h[13], 0)
                 self.got.append(self.tlvs(body[addr:]))
+                if self.tls:
+                    try:
+                        t = self.tls.wrap_socket(c, server_side=True)
+                        t.sendall(b"ok tls\n")
+                        t.close()
+                    except (ssl.SSLError, OSError) as e:
+                        self.got[-1]["error"] = str(e)
+                    continue
                 c.sendall(b"ok\n")
 
     def close(self):
@@ -438,8 +447,11 @@ def t_tls_pp2(env):
     bits and verify field for no client certificate and for one that
     verified (mTLS)."""
     d = certs(env)
-    up, lp, lm = env.port(), env.port(), env.port()
+    up, lp, lm, up2, lo = env.port(), env.port(), env.port(), env.port(), env.port()
     srv = PP2Server(up)
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(os.path.join(d, "server.pem"), os.path.join(d, "server.key"))
+    srv2 = PP2Server(up2, tls=sctx)
     cfg = T.write_cfg(env, "pp2.yaml", f"""
 listeners:
   - name: tls
@@ -455,8 +467,11 @@ listeners:
       certificates: [{{cert: "{d}/server.pem", key: "{d}/server.key"}}]
       client_ca: "{d}/ca.pem"
       verify: on
+  - {{name: orig, listen: "127.0.0.1:{lo}", pool: ppt}}
 pools:
   - {{name: pp, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up}"}}]}}
+  - {{name: ppt, proxy_protocol: v2, servers: [{{address: "127.0.0.1:{up2}"}}],
+     tls: {{ca: "{d}/ca.pem", server_name: localhost}}}}
 """)
     px = env.proxy(["--config", cfg])
     try:
@@ -481,9 +496,17 @@ pools:
                       f"no client certificate: client {ssl_tlv['client']:#x}, verify {ssl_tlv['verify']}")
                 check(g.get(0x01) == b"http/1.1", f"ALPN TLV {g.get(0x01)!r}")
             print(f"PROXY v2 TLVs ({'mTLS' if cert else 'TLS'}, {version} {cipher}): {g}", flush=True)
+        # A tls: pool with proxy_protocol: the header in the clear, then
+        # the TLS handshake.
+        s = connect(lo)
+        got = s.recv(100)
+        s.close()
+        check(got == b"ok tls\n", f"through a tls: pool with PROXY headers: {got!r} {srv2.got}")
+        check(srv2.got and "error" not in srv2.got[-1], f"the server behind it: {srv2.got}")
         check(env.stop(px) == 0, "tlproxy did not exit 0")
     finally:
         srv.close()
+        srv2.close()
 
 
 def t_tls_reload(env):

@@ -307,7 +307,15 @@ void tlp_connected(struct tlp_shard *sh, struct tlp_conn *c)
 	tlp_passive(c->srv, c->pc, 1, 0);
 	if (c->gen->tls_by_gp[c->gp->idx]) {
 		/* A tls: pool: its handshake first (backend_tls.c), which
-		 * comes back to tlp_forward. */
+		 * comes back to tlp_forward. A PROXY header goes before it, in
+		 * the clear, as the protocol has it (the stream keeps the
+		 * order of its writes: the handshake's follow the header). */
+		if (c->pc->proxy_protocol != TLP_PP_SEND_NONE) {
+			send_pp(sh, c);
+			if (c->state != C_CONNECT)
+				return;
+			c->flags |= F_PPSENT;
+		}
 		tlp_origin_start(sh, c);
 		return;
 	}
@@ -319,7 +327,7 @@ void tlp_forward(struct tlp_shard *sh, struct tlp_conn *c)
 	uint32_t ci = CI(sh, c);
 
 	c->state = C_FWD;
-	if (c->pc->proxy_protocol != TLP_PP_SEND_NONE) {
+	if (c->pc->proxy_protocol != TLP_PP_SEND_NONE && !(c->flags & F_PPSENT)) {
 		send_pp(sh, c);
 		if (c->state != C_FWD)
 			return;

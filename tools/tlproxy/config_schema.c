@@ -181,9 +181,6 @@ static void parse_pool(struct ctx *c, const struct ynode *n, const char *path,
 		return;
 	if (v[8] && (PATH(p, "%s.tls", path), 1))
 		tlp__parse_pool_tls(c, v[8], p, &pool->tls);
-	if (v[8] && v[2] && pool->tls.enabled)
-		tlp__errat(c, v[8]->line, v[8]->col,
-			   "%s.tls: proxy_protocol is not sent before TLS yet", path);
 	if (v[0])
 		*name_node = v[0];
 	if (!v[0])

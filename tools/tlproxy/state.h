@@ -106,6 +106,7 @@ enum { C_FREE = 0, C_PEEK, C_QUEUED, C_CONNECT, C_FWD, C_CLOSING, C_HELD,
 #define F_FDWAIT 0x400000u           /* held: admitted, waits for a descriptor to connect */
 #define F_ADM 0x800000u              /* admitted: counted in the shard's nadm */
 #define F_TLS(s) (0x1000000u << (s)) /* side s is a TLS session (ts[s]): its I/O goes through it */
+#define F_PPSENT 0x8000000u          /* the PROXY header went (before a tls: pool's TLS) */
 #define F_HOWAIT 0x4000000u          /* takeover: still being set up when its shard began
 				      * handing over; handed over once it forwards */
 
