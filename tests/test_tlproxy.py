@@ -3920,24 +3920,26 @@ def ho_record(t, body, ver=HO_VER, nfds=0):
     return b"TLHO" + struct.pack("<HHIB3x", ver, t, len(body), nfds) + body
 
 
+def recv_exact(s, n):
+    """n bytes from stream s, or fewer if it ends first."""
+    b = b""
+    while len(b) < n:
+        d = s.recv(n - len(b))
+        if not d:
+            break
+        b += d
+    return b
+
+
 def ho_reply(s, timeout=5):
     """The record the other side answers with: (version, type, body)."""
     s.settimeout(timeout)
-    hdr = b""
-    while len(hdr) < 16:
-        d = s.recv(16 - len(hdr))
-        if not d:
-            return None
-        hdr += d
+    hdr = recv_exact(s, 16)
+    if len(hdr) < 16:
+        return None
     magic, ver, t, n = hdr[:4], *struct.unpack("<HHI", hdr[4:12])
     check(magic == b"TLHO", f"handover reply magic {magic!r}")
-    body = b""
-    while len(body) < n:
-        d = s.recv(n - len(body))
-        if not d:
-            break
-        body += d
-    return ver, t, body
+    return ver, t, recv_exact(s, n)
 
 
 def t_takeover_refuse(env):

@@ -409,21 +409,10 @@ class PP2Server:
                 return
             with c:
                 c.settimeout(5)
-                h = b""
-                while len(h) < 16:
-                    d = c.recv(16 - len(h))
-                    if not d:
-                        break
-                    h += d
+                h = T.recv_exact(c, 16)
                 if len(h) < 16:
                     continue
-                n = h[14] << 8 | h[15]
-                body = b""
-                while len(body) < n:
-                    d = c.recv(n - len(body))
-                    if not d:
-                        break
-                    body += d
+                body = T.recv_exact(c, h[14] << 8 | h[15])
                 addr = {0x11: 12, 0x21: 36, 0x31: 216}.get(h[13], 0)
                 self.got.append(self.tlvs(body[addr:]))
                 if self.tls:

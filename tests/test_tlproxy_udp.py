@@ -491,14 +491,14 @@ def t_ipv6(env):
     t_sizes(env, socket.AF_INET6)
 
 
-class SizedReplies:
-    """A UDP server whose reply to a request b"N" is N bytes (a reply
-    longer than the request, which no echo gives), on a thread."""
+class UdpServer:
+    """A UDP server on 127.0.0.1 and a thread of its own: each datagram
+    goes to answer(data, addr), which subclasses define."""
 
     def __init__(self):
         self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.s.bind(("127.0.0.1", 0))
-        self.s.settimeout(0.2)
+        self.s.settimeout(0.1)
         self.port = self.s.getsockname()[1]
         self.run = True
         self.t = threading.Thread(target=self.loop, daemon=True)
@@ -507,16 +507,26 @@ class SizedReplies:
     def loop(self):
         while self.run:
             try:
-                q, a = self.s.recvfrom(70000)
+                d, a = self.s.recvfrom(70000)
             except socket.timeout:
                 continue
-            n = int(q)
-            self.s.sendto(bytes((i * 7 + n) & 0xff for i in range(n)), a)
+            except OSError:
+                return
+            self.answer(d, a)
 
     def stop(self):
         self.run = False
-        self.t.join()
+        self.t.join(5)
         self.s.close()
+
+
+class SizedReplies(UdpServer):
+    """A UDP server whose reply to a request b"N" is N bytes (a reply
+    longer than the request, which no echo gives)."""
+
+    def answer(self, q, a):
+        n = int(q)
+        self.s.sendto(bytes((i * 7 + n) & 0xff for i in range(n)), a)
 
 
 def t_large(env):
@@ -777,44 +787,29 @@ listeners:
         hole.close()
 
 
-class TaggingServer:
+class TaggingServer(UdpServer):
     """A UDP server that answers each datagram with it and the source port
     it came from ("payload@port"), so a client sees which socket of the
     proxy's carries its session; a payload starting with "slow" is
     answered 0.4 s later (a reply still owed while the proxy changes)."""
 
     def __init__(self):
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.s.bind(("127.0.0.1", 0))
-        self.s.settimeout(0.1)
-        self.port = self.s.getsockname()[1]
-        self.stopping = False
         self.timers = []
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
+        super().__init__()
 
-    def run(self):
-        while not self.stopping:
-            try:
-                d, a = self.s.recvfrom(65535)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            r = d + b"@%d" % a[1]
-            if d.startswith(b"slow"):
-                t = threading.Timer(0.4, self.s.sendto, (r, a))
-                t.start()
-                self.timers.append(t)
-            else:
-                self.s.sendto(r, a)
+    def answer(self, d, a):
+        r = d + b"@%d" % a[1]
+        if d.startswith(b"slow"):
+            t = threading.Timer(0.4, self.s.sendto, (r, a))
+            t.start()
+            self.timers.append(t)
+        else:
+            self.s.sendto(r, a)
 
     def stop(self):
-        self.stopping = True
-        self.t.join(5)
         for t in self.timers:
             t.cancel()
-        self.s.close()
+        super().stop()
 
 
 def ask(s, port, payload, timeout=3.0):

@@ -155,16 +155,15 @@ int tlp_shard_adopt(tl_shard *s, struct tlp_ho_in *in)
 	/* Count it where the old process did: its server, the limits. */
 	{
 		struct tlp_view *v = sh->lp[gp->idx].v;
+		int e = tlp_view_find(v, hc->srv);
 
-		for (uint32_t i = 0; v && i < v->n; i++)
-			if (!strcmp(v->e[i].srv->label, hc->srv)) {
-				c->srv = v->e[i].srv;
-				c->vidx = i;
-				c->flags |= F_SRV;
-				atomic_fetch_add_explicit(&c->srv->conns, 1, memory_order_relaxed);
-				srv_count(sh, c->srv, 1);
-				break;
-			}
+		if (e >= 0) {
+			c->srv = v->e[e].srv;
+			c->vidx = (uint32_t)e;
+			c->flags |= F_SRV;
+			atomic_fetch_add_explicit(&c->srv->conns, 1, memory_order_relaxed);
+			srv_count(sh, c->srv, 1);
+		}
 	}
 	if (w->max_conns) {
 		c->flags |= F_WCOUNT;

@@ -475,6 +475,65 @@ static void give_back(struct tlp_shard *sh, uint32_t k, uint32_t si, uint32_t le
 	tl_lease_release(sh->loop, lease);
 }
 
+/* Free slot si, for a client of listening socket k: its receive of its
+ * server's replies on x->up, into a buffer of its own (a listener with
+ * large datagrams: the top of the listener's stack, taken by claim) or
+ * pooled leases. 0 or a negative errno (no buffer then). */
+static int arm_up(struct tlp_shard *sh, uint32_t si, uint32_t k)
+{
+	struct usess *x = &sh->udp->s[si];
+	const struct ulst *ls = &sh->udp->lst[sh->udp->sock[k].gi];
+	tl_op op;
+	int r;
+
+	x->sock = k;
+	x->jbuf = NULL;
+	if (!ls->j.mem)
+		return tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
+	x->jbuf = ls->j.mem + (size_t)ls->j.free[ls->j.nfree - 1] * ls->dgmax;
+	if ((r = arm_srecv(sh, si)) < 0)
+		x->jbuf = NULL;
+	return r;
+}
+
+/* Slot si, the free list's head (its x->up receiving: arm_up), opens for
+ * client peer of socket k (arm_up's) under the socket's listener and
+ * generation: taken off the free list, counted, its state reset; the
+ * caller sets its times, counters and server, and puts it in the table
+ * (hash_in). */
+static void claim(struct tlp_shard *sh, uint32_t si, uint32_t k, const tl_addr *peer)
+{
+	struct tlp_udp *u = sh->udp;
+	struct usess *x = &u->s[si];
+	struct usock *us = &u->sock[k];
+	struct ulst *ls = &u->lst[us->gi];
+
+	u->free_head = x->next;
+	if (x->jbuf)
+		ls->j.nfree--;
+	x->peer = *peer;
+	x->pending = x->wq = 0;
+	x->ho = x->stray = 0;
+	x->state = U_OPEN;
+	x->closed = 0;
+	x->cause = 0;
+	x->err = 0;
+	x->gp = us->lr->pool;
+	x->lr = us->lr;
+	x->gen = us->gen;
+	tlp_gen_hold(sh, x->gen);
+	ls->nsess++;
+	us->nsess++;
+	u->nopen++;
+	u->open_dirty = 1;
+}
+
+static void hash_in(struct tlp_udp *u, uint32_t si, uint32_t hv)
+{
+	u->s[si].next = u->bucket[hv & u->mask];
+	u->bucket[hv & u->mask] = si;
+}
+
 /* A new session for a client of socket k: its server and socket. The
  * slot, or NONE with the drop counted. */
 static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *peer, uint32_t hv)
@@ -486,7 +545,6 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	struct tlp_srv *srv = NULL;
 	uint8_t ntried = 0;
 	tl_addr any;
-	tl_op op;
 	uint32_t si;
 	int r;
 
@@ -505,52 +563,25 @@ static uint32_t open_session(struct tlp_shard *sh, uint32_t k, const tl_addr *pe
 	memset(&any, 0, sizeof any);
 	any.sa.sa_family = srv->addr.sa.sa_family;
 	x->up = TL_HANDLE_NONE;
-	x->sock = k;
-	x->jbuf = NULL;
 	/* A Unix server has no UDP way to it. */
 	r = srv->unix_path ? -EAFNOSUPPORT : tl_udp_bind(sh->loop, &any, &x->up);
-	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0) {
-		if (ls->j.mem) {
-			x->jbuf = ls->j.mem + (size_t)ls->j.free[ls->j.nfree - 1] * ls->dgmax;
-			r = arm_srecv(sh, si);
-		} else {
-			r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
-		}
-	}
+	if (r == 0 && (r = tl_udp_connect(sh->loop, x->up, &srv->addr)) == 0)
+		r = arm_up(sh, si, k);
 	if (r < 0) {
 		if (!tl_handle_eq(x->up, TL_HANDLE_NONE))
 			tl_close(sh->loop, x->up, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 		x->up = TL_HANDLE_NONE;
-		x->jbuf = NULL;
 		atomic_fetch_sub_explicit(&srv->conns, 1, memory_order_relaxed);
 		srv_count(sh, srv, -1);
 		u->d[TLP_UDP_ST_DROP_ERROR]++;
 		return NONE;
 	}
-	u->free_head = x->next;
-	if (x->jbuf)
-		ls->j.nfree--;
-	x->peer = *peer;
-	x->pending = x->wq = 0;
-	x->stray = 0;
-	x->state = U_OPEN;
-	x->closed = 0;
-	x->cause = 0;
-	x->err = 0;
+	claim(sh, si, k, peer);
 	x->t0 = x->t_act = tl_now(sh->loop);
 	memset(x->dg, 0, sizeof x->dg);
 	memset(x->bytes, 0, sizeof x->bytes);
 	x->srv = srv;
-	x->gp = us->lr->pool;
-	x->lr = us->lr;
-	x->gen = us->gen;
-	tlp_gen_hold(sh, x->gen);
-	x->next = u->bucket[hv & u->mask];
-	u->bucket[hv & u->mask] = si;
-	ls->nsess++;
-	us->nsess++;
-	u->nopen++;
-	u->open_dirty = 1;
+	hash_in(u, si, hv);
 	u->d[TLP_UDP_ST_SESSIONS]++;
 	return si;
 }
@@ -1371,7 +1402,6 @@ int tlp_udp_adopt(struct tlp_shard *sh, struct tlp_ho_in *in)
 	struct usess *x;
 	struct ulst *ls;
 	tl_addr peer;
-	tl_op op;
 	int r;
 
 	while (u && ino && k < u->nsock &&
@@ -1402,55 +1432,31 @@ int tlp_udp_adopt(struct tlp_shard *sh, struct tlp_ho_in *in)
 	if ((r = tl_adopt(sh->loop, in->fd[1], &x->up)) < 0)
 		goto fail;
 	in->fd[1] = -1;
-	x->sock = k;
-	x->jbuf = NULL;
-	if (ls->j.mem) {
-		x->jbuf = ls->j.mem + (size_t)ls->j.free[ls->j.nfree - 1] * ls->dgmax;
-		r = arm_srecv(sh, si);
-	} else {
-		r = tl_udp_recv_start(sh->loop, x->up, utok(K_URECV, si, NO_LEASE), &op);
-	}
-	if (r < 0) {
+	if ((r = arm_up(sh, si, k)) < 0) {
 		tl_close(sh->loop, x->up, tlp_ctl_token(TLP_MSG_ORPHAN, 0));
 		x->up = TL_HANDLE_NONE;
-		x->jbuf = NULL;
 		goto fail;
 	}
-	u->free_head = x->next;
-	if (x->jbuf)
-		ls->j.nfree--;
-	x->peer = peer;
+	claim(sh, si, k, &peer);
 	x->pending = hc->pending;
-	x->wq = 0;
-	x->state = U_OPEN;
-	x->ho = 0;
-	x->stray = 0;
-	x->closed = 0;
-	x->cause = 0;
-	x->err = 0;
 	x->t_act = tl_now(sh->loop);
 	x->t0 = x->t_act - hc->age_ns;
 	x->dg[0] = hc->dgrams[0];
 	x->dg[1] = hc->dgrams[1];
 	x->bytes[0] = hc->bytes[0];
 	x->bytes[1] = hc->bytes[1];
-	x->lr = us->lr;
-	x->gen = us->gen;
-	x->gp = us->lr->pool;
 	x->srv = NULL;
-	tlp_gen_hold(sh, x->gen);
 	/* Count it where the old process did: its server, if the pool still
 	 * has it (else it forwards on, counted nowhere). */
 	if (x->gp && !strcmp(x->gp->name, hc->pool)) {
 		const struct tlp_view *v = sh->lp[x->gp->idx].v;
+		int e = tlp_view_find(v, hc->srv);
 
-		for (uint32_t i = 0; v && i < v->n; i++)
-			if (!strcmp(v->e[i].srv->label, hc->srv)) {
-				x->srv = v->e[i].srv;
-				atomic_fetch_add_explicit(&x->srv->conns, 1, memory_order_relaxed);
-				srv_count(sh, x->srv, 1);
-				break;
-			}
+		if (e >= 0) {
+			x->srv = v->e[e].srv;
+			atomic_fetch_add_explicit(&x->srv->conns, 1, memory_order_relaxed);
+			srv_count(sh, x->srv, 1);
+		}
 	}
 	/* A client of it whose datagram came to us before the session did has
 	 * a session of ours already: the one handed over, whose server knows
@@ -1466,12 +1472,7 @@ int tlp_udp_adopt(struct tlp_shard *sh, struct tlp_ho_in *in)
 		if (u->s[old].lr->cfg->responses != TLP_RESPONSES_ANY && !u->s[old].pending)
 			end(sh, old, TLP_END_DONE, 0);
 	}
-	x->next = u->bucket[hv & u->mask];
-	u->bucket[hv & u->mask] = si;
-	ls->nsess++;
-	us->nsess++;
-	u->nopen++;
-	u->open_dirty = 1;
+	hash_in(u, si, hv);
 	close(in->fd[0]);
 	free(in);
 	return 0;

@@ -567,6 +567,8 @@ static int pool_tls_config(const struct tlp_pool_cfg *pc, struct tl_tls_config *
 
 int tlp_tls_make(const struct tlp_config *cfg, struct tlp_tls_made *m, char *err, size_t errlen)
 {
+	m->n[0] = cfg->nlisteners;
+	m->n[1] = cfg->npools;
 	m->l = calloc(cfg->nlisteners ? cfg->nlisteners : 1, sizeof *m->l);
 	m->p = calloc(cfg->npools ? cfg->npools : 1, sizeof *m->p);
 	if (!m->l || !m->p) {
@@ -580,12 +582,8 @@ int tlp_tls_make(const struct tlp_config *cfg, struct tlp_tls_made *m, char *err
 		if (cfg->listeners[i].tls.enabled &&
 		    tls_config(&cfg->listeners[i], &m->l[i], err, errlen) < 0)
 			goto fail;
-	m->n[0] = cfg->nlisteners;
-	m->n[1] = cfg->npools;
 	return 0;
 fail:
-	m->n[0] = cfg->nlisteners;
-	m->n[1] = cfg->npools;
 	tlp_tls_made_free(m);
 	return -1;
 }

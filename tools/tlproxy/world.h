@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/un.h>
 
 #include "turnloop.h"
@@ -371,6 +372,14 @@ void tlp_tls_made_free(struct tlp_tls_made *m);
 struct tlp_gen *tlp_gen_build(struct tlp_config *cfg, struct tlp_tls_made *m, uint64_t tick_ns,
 			      char *err, size_t errlen);
 void tlp_gen_put(struct tlp_gen *g);
+/* The entry of view v (NULL: none) whose server's label is label, or -1. */
+static inline int tlp_view_find(const struct tlp_view *v, const char *label)
+{
+	for (uint32_t i = 0; v && i < v->n; i++)
+		if (!strcmp(v->e[i].srv->label, label))
+			return (int)i;
+	return -1;
+}
 /* Has g a tls: listener or pool? */
 int tlp_gen_has_tls(const struct tlp_gen *g);
 void tlp_view_put(struct tlp_view *v);
