@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "turnloop/loop.h"
+#include "tl_config.h"
 
 /* ---- The core's slots, as drivers see them ---- */
 
@@ -455,6 +456,9 @@ struct tl_driver {
 extern const struct tl_driver tl__driver_epoll;
 extern const struct tl_driver tl__driver_uring;
 extern const struct tl_driver tl__driver_sim;
+#if TL_HAVE_DPDK
+extern const struct tl_driver tl__driver_dpdk;
+#endif
 
 /* ---- What the core offers drivers (lib/loop.c) ---- */
 

@@ -34,6 +34,10 @@ static const struct tl_driver *by_kind(int kind)
 		return &tl__driver_uring;
 	case TL_DRIVER_SIM:
 		return &tl__driver_sim;
+#if TL_HAVE_DPDK
+	case TL_DRIVER_DPDK:
+		return &tl__driver_dpdk;
+#endif
 	default:
 		return NULL;
 	}
@@ -41,6 +45,10 @@ static const struct tl_driver *by_kind(int kind)
 
 static int kind_of(const struct tl_driver *dv)
 {
+#if TL_HAVE_DPDK
+	if (dv == &tl__driver_dpdk)
+		return TL_DRIVER_DPDK;
+#endif
 	return dv == &tl__driver_uring ? TL_DRIVER_URING
 	       : dv == &tl__driver_sim ? TL_DRIVER_SIM
 				       : TL_DRIVER_EPOLL;
@@ -59,14 +67,16 @@ static int env_kind(void)
 		return TL_DRIVER_URING;
 	if (!strcmp(env, "sim"))
 		return TL_DRIVER_SIM;
+	if (!strcmp(env, "dpdk"))
+		return TL_DRIVER_DPDK;
 	return -EINVAL;
 }
 
 static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, int wake_fd,
 		 struct tl_drv **d)
 {
-	if (!dv->init)
-		return -ENOTSUP;
+	if (!dv || !dv->init)
+		return -ENOTSUP; /* not built in (DPDK without -Ddpdk=enabled) */
 	return dv->init(l, cfg, wake_fd, d);
 }
 
@@ -74,6 +84,11 @@ static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, i
 static void failed(const char *fmt, const struct tl_driver *dv, const char *by, int r)
 {
 	char hint[96] = "";
+	if (!dv) { /* a kind this build left out */
+		snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, "dpdk", by,
+			 strerror(-r), "; this build has no DPDK driver (-Ddpdk=enabled)");
+		return;
+	}
 	if (dv->init_hint)
 		dv->init_hint(r, hint, sizeof hint);
 	snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, dv->name, by,
@@ -104,7 +119,7 @@ static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl
 	int kind = env_kind();
 	if (kind < 0) {
 		snprintf(proc.info.last_error, sizeof proc.info.last_error,
-			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim)", getenv("TL_DRIVER"));
+			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim, dpdk)", getenv("TL_DRIVER"));
 		return -EINVAL;
 	}
 	char hint[96] = "";

@@ -325,9 +325,16 @@ static void expect_handle_enoent(tl_loop *l, tl_handle h, const char *what)
 		{ "tl_splice", tl_splice(l, h, h, sizeof buf, 1, &op) },
 		{ "tl_sendfile", tl_sendfile(l, 0, 0, sizeof buf, h, 1, &op) },
 	};
-	for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
-		H_TRUE(r[i].rc == -ENOENT, "%s(%s handle %#llx) returned %d%s", r[i].fn, what,
+	/* A driver without splices refuses them before it looks at handles
+	 * (turnloop/loop.h, tl_splice). */
+	int nosplice = !(tl_loop_caps(l) & TL_CAP_SPLICE);
+	for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+		int want = nosplice && (!strcmp(r[i].fn, "tl_splice") || !strcmp(r[i].fn, "tl_sendfile"))
+				   ? -ENOTSUP
+				   : -ENOENT;
+		H_TRUE(r[i].rc == want, "%s(%s handle %#llx) returned %d%s", r[i].fn, what,
 		       (unsigned long long)h.v, r[i].rc, h_errname(r[i].rc));
+	}
 }
 
 static void expect_op_enoent(tl_loop *l, tl_op op, const char *what)
@@ -3251,6 +3258,15 @@ static void udp_round_trip(int family)
 	tl_loop *l = c.loop;
 	if (!h_need_cap(l, TL_CAP_UDP) || (family == AF_INET6 && !h_need_ipv6()))
 		goto out;
+	if (family == AF_INET6 && !strcmp(tl_loop_driver(l), "dpdk")) {
+		/* A documented gap (docs/DPDK.md): its bind is -EAFNOSUPPORT. */
+		tl_addr v6;
+		tl_handle x;
+		h_loopback(&v6, AF_INET6, 0);
+		H_EQ(tl_udp_bind(l, &v6, &x), -EAFNOSUPPORT);
+		h_skip("the DPDK driver serves IPv4 only");
+		goto out;
+	}
 	tl_handle a, b;
 	tl_addr any, aa, ba;
 	h_loopback(&any, family, 0);

@@ -447,7 +447,7 @@ static void write_written(enum ww_end how)
 	tl_loop *l = c.loop;
 	uint8_t *src = malloc((size_t)WW_N * WW_LEN), *got = malloc((size_t)WW_N * WW_LEN + 1);
 	H_TRUE_FATAL(src && got, "malloc");
-	if (how == WW_DETACH && !h_need_cap(l, TL_CAP_DETACH))
+	if (!h_need_cap(l, TL_CAP_TCP) || (how == WW_DETACH && !h_need_cap(l, TL_CAP_DETACH)))
 		goto out;
 	tl_handle srv, cli;
 	H_EQ_FATAL(h_pair(&c, &c, AF_INET, &srv, &cli), 0);

@@ -991,6 +991,25 @@ int main(void)
 		return 1;
 	}
 	printf("noalloc: driver %s\n", tl_loop_driver(loop));
+	if (!(tl_loop_caps(loop) & TL_CAP_TCP) && (tl_loop_caps(loop) & TL_CAP_UDP)) {
+		/* A datagram driver (DPDK): the datagram phase alone. */
+		unsigned long udp_allocs = 0;
+		const char *drv = tl_loop_driver(loop); /* a static string */
+		int udp_echoed = udp_phase(&udp_allocs);
+		tl_completion out[64];
+		for (int k = 0; k < 200 && tl_alive(loop); k++)
+			tl_turn(loop, 10 * 1000000ll, out, 64, NULL);
+		int close_rc = tl_loop_close(loop);
+		if (udp_echoed <= 0 || udp_allocs || close_rc) {
+			fprintf(stderr, "noalloc: driver %s: datagram phase %d, %lu allocator calls "
+				"(want 0), tl_loop_close %d\n", drv, udp_echoed,
+				udp_allocs, close_rc);
+			return 1;
+		}
+		printf("noalloc: driver %s has datagrams only: %d datagrams echoed, 0 allocator "
+		       "calls\n", drv, udp_echoed);
+		return 0;
+	}
 	if (!(tl_loop_caps(loop) & TL_CAP_TCP)) {
 		printf("SKIP noalloc: driver %s lacks TCP\n", tl_loop_driver(loop));
 		tl_loop_close(loop);

@@ -1,4 +1,4 @@
-/* tests/test_fallback.c: with io_uring_setup refused by seccomp, the default driver falls back to epoll (and tells why), a forced io_uring fails clearly, and a process never mixes drivers. */
+/* tests/test_fallback.c: with io_uring_setup refused by seccomp, the default driver falls back to epoll (and tells why), a forced io_uring fails clearly, a DPDK driver that cannot start says why, and a process never mixes drivers. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include "tl_config.h"
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <CUnit/Basic.h>
@@ -183,6 +184,33 @@ static int child_forced(int by_env)
 	return 0;
 }
 
+/* TL_DRIVER=dpdk: a build without the driver refuses it (-ENOTSUP) and
+ * says so; a build with it, given no EAL arguments (TL_DPDK unset),
+ * refuses with -EINVAL and names the setting. Nothing is left open. */
+static int child_dpdk(int unused)
+{
+	(void)unused;
+	setenv("TL_DRIVER", "dpdk", 1);
+	unsetenv("TL_DPDK");
+	int fds = h_fd_count();
+	tl_loop *l = NULL;
+	int rc = tl_loop_new(&l, NULL);
+	CHECK(l == NULL);
+	tl_driver_info info;
+	tl_driver_info_get(&info);
+#if TL_HAVE_DPDK
+	CHECK(rc == -EINVAL);
+	CHECK(strstr(info.last_error, "TL_DPDK") != NULL);
+#else
+	CHECK(rc == -ENOTSUP);
+	CHECK(strstr(info.last_error, "-Ddpdk=enabled") != NULL);
+#endif
+	CHECK(strstr(info.last_error, "driver dpdk (forced by TL_DRIVER)") == info.last_error);
+	CHECK(info.how == TL_HOW_NONE);
+	CHECK(h_fd_count() == fds);
+	return 0;
+}
+
 /* One driver kind per process (contract 10): the first default loop came up
  * on io_uring; io_uring is refused afterwards (as RLIMIT_MEMLOCK can do for a
  * later shard): the next default loop fails with the driver's error instead
@@ -305,6 +333,7 @@ static void test_forced_env_fails(void) { quiet_child(child_forced, 1); }
 static void test_forced_config_fails(void) { quiet_child(child_forced, 0); }
 static void test_one_kind_per_process(void) { quiet_child(child_one_kind, 0); }
 static void test_fallback_holds(void) { quiet_child(child_fallback_holds, 0); }
+static void test_dpdk_refused(void) { quiet_child(child_dpdk, 0); }
 
 int main(void)
 {
@@ -317,7 +346,8 @@ int main(void)
 	    !CU_add_test(s, "forced_by_env_fails", test_forced_env_fails) ||
 	    !CU_add_test(s, "forced_by_config_fails", test_forced_config_fails) ||
 	    !CU_add_test(s, "one_kind_per_process", test_one_kind_per_process) ||
-	    !CU_add_test(s, "fallback_holds", test_fallback_holds)) {
+	    !CU_add_test(s, "fallback_holds", test_fallback_holds) ||
+	    !CU_add_test(s, "dpdk_refused_with_reason", test_dpdk_refused)) {
 		CU_cleanup_registry();
 		return 1;
 	}

@@ -1,0 +1,183 @@
+/* drivers/dpdk/dpdk_int.h: the DPDK driver's private structures, seen only by its own files. */
+#ifndef TL_DPDK_INT_H
+#define TL_DPDK_INT_H
+
+#include <stdint.h>
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include "driver.h"
+#include "dpdk.h"
+
+/*
+ * The DPDK driver (docs/DPDK.md) serves the runtime's datagram operations
+ * on a DPDK port instead of kernel sockets. The process sets up the EAL
+ * and one port once (port.c), with one RX and one TX queue per loop that
+ * may run on it; each loop claims a queue pair when it starts and gives it
+ * back when it is destroyed, and owns that pair alone, so no queue, mbuf
+ * pool or table of the driver is shared between threads.
+ *
+ * A datagram handle is a UDP port number of this loop (a table of 65,536
+ * entries maps a destination port to its handles). A received frame is
+ * checked (wire.c), then its mbuf waits on the handle's queue (at most
+ * DP_RCVQ, the socket buffer's part: beyond it the frame is dropped and
+ * counted, as a full socket drops) until a receive of the handle takes it:
+ * the payload is copied into the op's buffer or a pooled lease and the
+ * mbuf goes back to the pool. Sends queue on the loop's transmit list in
+ * submission order; the poll turns each into a frame (headers and
+ * checksums in software unless the port offloads them) and hands them to
+ * the TX ring in one burst. A send completes when the ring took its frame;
+ * what the ring refuses stays queued, in order, for the next poll: a full
+ * ring is backpressure, never a drop.
+ *
+ * Neighbours: the loop answers ARP for its address and learns the sender
+ * of every ARP and IPv4 frame addressed to it. A send to an address not
+ * learnt yet waits (off the transmit list) while the driver asks by ARP,
+ * up to DP_ARP_TRIES times DP_ARP_EVERY_NS; then it ends with
+ * -EHOSTUNREACH. A send to the port's own address goes out of the port
+ * like any other (a net_ring port brings it back; a NIC does not).
+ */
+
+/* Datagrams a handle's queue holds before the next ones are dropped. */
+#define DP_RCVQ 512
+/* Frames per RX or TX burst. */
+#define DP_BURST 32
+/* Neighbour table entries (a power of two) and the ARP schedule. */
+#define DP_NEIGH 256
+#define DP_ARP_EVERY_NS (200ull * 1000 * 1000)
+#define DP_ARP_TRIES 5
+/* IPv4 addresses a port may have (TL_DPDK_ADDR lists them). */
+#define DP_ADDRS 8
+/* The largest UDP payload one frame carries (no IP fragmentation). */
+#define DP_MTU 1500
+#define DP_MAX_PAYLOAD (DP_MTU - 20 - 8)
+
+/* What the driver keeps in each mbuf's private area (port.c sizes it). */
+struct dp_meta {
+	struct rte_mbuf *next; /* the handle's receive queue */
+	uint32_t sip, dip;     /* source and destination (network order) */
+	uint16_t sport, dport; /* network order */
+	uint16_t off, len;     /* the UDP payload in the mbuf's data */
+	uint16_t full;         /* the payload's length as the UDP header says */
+};
+
+static inline struct dp_meta *dp_meta(struct rte_mbuf *m)
+{
+	return (struct dp_meta *)rte_mbuf_to_priv(m);
+}
+
+/* A datagram handle's state, in its slot's drv words. */
+struct dp_h {
+	struct rte_mbuf *qhead, *qtail; /* received, not yet taken */
+	uint32_t rhead, rtail;          /* its receives, oldest first */
+	uint32_t rdy_next, rdy_prev;    /* the loop's ready list (TL_NIL ends) */
+	uint32_t chain;                 /* next handle bound to the same port */
+	uint32_t peer_ip;               /* connected: the peer (network order) */
+	uint16_t peer_port, lport;      /* network order; peer_port 0: not connected */
+	uint16_t qlen;
+	uint8_t flags;                  /* DPH_* */
+	uint8_t addr;                   /* bound to: 0 any, else ips[addr - 1] */
+};
+_Static_assert(sizeof(struct dp_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "dp_h fits");
+#define DPH(h) ((struct dp_h *)(void *)(h)->u.drv)
+
+#define DPH_READY 0x01     /* on the ready list */
+#define DPH_REUSEPORT 0x02
+#define DPH_LEASE_WAIT 0x04 /* waits for a pooled buffer */
+#define DPH_BOUND 0x08     /* in the port table */
+
+/* An operation's state, in its slot's drv words. */
+struct dp_o {
+	uint32_t next;     /* the list it is on */
+	uint8_t where;     /* DPO_* */
+	uint8_t tries;     /* ARP requests sent for it */
+	uint16_t _pad;
+	uint64_t due;      /* waiting for a neighbour: next ARP request */
+};
+_Static_assert(sizeof(struct dp_o) <= sizeof(((struct tl_opslot *)0)->drv), "dp_o fits");
+#define DPO(o) ((struct dp_o *)(void *)(o)->drv)
+
+enum { DPO_NONE = 0, DPO_RECV, DPO_TX, DPO_NEIGH };
+
+struct dp_neigh {
+	uint32_t ip;  /* 0: free */
+	struct rte_ether_addr mac;
+	uint8_t state; /* 1: known */
+};
+
+/* A list of ops linked through dp_o.next. */
+struct dp_list {
+	uint32_t head, tail;
+};
+
+struct tl_drv {
+	tl_loop *loop;
+	struct tl_hslot *hs;
+	struct tl_opslot *os;
+	int wake_fd;
+	uint16_t port, queue;
+	struct rte_mempool *mp;
+	struct rte_ether_addr mac;
+	uint32_t ip;           /* the port's first IPv4 address (network order) */
+	uint32_t ips[DP_ADDRS];/* all of them */
+	uint32_t nips;
+	uint64_t tx_offload;   /* RTE_ETH_TX_OFFLOAD_* the port has that the driver uses */
+	uint32_t *bound;       /* UDP port (host order) -> first handle slot, TL_NIL */
+	uint16_t next_port;    /* the next ephemeral port to try */
+	struct dp_list tx;     /* sends waiting for the TX ring */
+	struct dp_list nw;     /* sends waiting for a neighbour */
+	uint32_t rdy_head, rdy_tail; /* handles with datagrams and receives to match */
+	uint32_t *lwait, nlwait;     /* handles waiting for a pooled buffer */
+	uint64_t spin_ns, nap_ns;    /* the idle policy (dp_poll) */
+	uint64_t last_work;          /* when a poll last found work */
+	uint64_t link_at;            /* when to look at the link next */
+	uint8_t link_up;
+	struct rte_mbuf *ctl[DP_BURST]; /* ARP frames to send before the sends */
+	uint32_t nctl;
+	struct dp_neigh neigh[DP_NEIGH];
+	struct tl_dpdk_stats st;
+};
+
+/* port.c: the process's EAL and port. */
+struct dp_port_info {
+	uint16_t port;
+	struct rte_ether_addr mac;
+	uint32_t ips[DP_ADDRS], nips;
+	uint64_t tx_offload;
+	uint64_t rx_offload;
+};
+/* Set the EAL and the port up if not yet (TL_DPDK, TL_DPDK_ADDR,
+ * TL_DPDK_PORT, TL_DPDK_QUEUES), then claim a free queue pair: 0 and *q,
+ * *mp, *info; or a negative errno (-EINVAL: a setting is missing or bad,
+ * -EBUSY: every queue pair is taken, or the EAL's error). */
+int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info);
+/* Give queue pair q back (its RX ring drained first). */
+void tl__dp_unclaim(uint16_t q);
+/* Why the last tl__dp_claim failed, in words ("" if it did not). */
+const char *tl__dp_why(void);
+
+/* wire.c: frames. */
+uint64_t tl__dp_now(void);
+/* One received frame: checked, counted, and queued on its handle, answered
+ * (ARP), or freed. */
+void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m);
+/* Build the frame of send op o on handle h into m: 0, 1 when the
+ * neighbour is not known yet (m untouched), or a negative errno for the
+ * op's terminal. */
+int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, struct rte_mbuf *m);
+/* Queue an ARP request for ip on the control frames. */
+void tl__dp_arp_ask(struct tl_drv *d, uint32_t ip);
+/* 1 + the index of ip among the port's addresses, or 0. */
+static inline uint32_t tl__dp_mine(const struct tl_drv *d, uint32_t ip)
+{
+	for (uint32_t i = 0; i < d->nips; i++)
+		if (d->ips[i] == ip)
+			return i + 1;
+	return 0;
+}
+/* The neighbour entry of ip, or NULL. */
+struct dp_neigh *tl__dp_neigh(struct tl_drv *d, uint32_t ip);
+
+/* driver.c: a handle got a datagram (put it on the ready list). */
+void tl__dp_ready(struct tl_drv *d, struct tl_hslot *h);
+
+#endif

@@ -1,0 +1,453 @@
+/* tests/test_dpdk.c: the DPDK driver on a port made of two rings: frames put on the wire by hand and read off it: ARP, neighbours, every drop counted, a full TX ring as backpressure, a full handle queue. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <CUnit/Basic.h>
+#include <rte_arp.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <rte_eth_ring.h>
+#include <rte_eal.h>
+#include <pthread.h>
+#include <sched.h>
+#include <rte_udp.h>
+#include "harness.h"
+#include "dpdk.h"
+
+/*
+ * The test sets the EAL up itself and makes its port from two rings
+ * (rte_eth_from_rings): what it puts on `in` the loop receives, and what
+ * the loop sends waits on `out` until the test takes it. The loops use
+ * that EAL and port (TL_DPDK unset, TL_DPDK_PORT set here), one queue
+ * pair, so one loop at a time.
+ */
+
+static struct rte_ring *in, *out;
+static struct rte_mempool *tp; /* the test's own frames */
+static struct rte_ether_addr port_mac;
+static const struct rte_ether_addr peer_mac = {{0x02, 0, 0, 0, 0x42, 0x01}};
+#define LOOP_IP 0x7f000001u /* TL_DPDK_ADDR's first address */
+#define PEER_IP 0x0a090909u
+
+static tl_loop *new_loop(h_ctx *c)
+{
+	tl_loop *l = h_loop();
+	h_ctx_init(c, l);
+	return l;
+}
+
+static struct tl_dpdk_stats st(tl_loop *l)
+{
+	struct tl_dpdk_stats s;
+	memset(&s, 0, sizeof s);
+	H_EQ(tl__dpdk_stats(l, &s), 0);
+	return s;
+}
+
+/* Take every frame off the wire (what the loop sent since its last poll). */
+static unsigned take(struct rte_mbuf **m, unsigned max)
+{
+	return rte_ring_dequeue_burst(out, (void **)m, max, NULL);
+}
+
+static void put(struct rte_mbuf *m)
+{
+	H_EQ(rte_ring_enqueue(in, m), 0);
+}
+
+/* A UDP frame from PEER_IP:sport to dip:dport with payload pay[0..len);
+ * how spoils it: 1 the IPv4 checksum, 2 the UDP checksum, 3 a fragment,
+ * 4 another MAC, 5 a UDP length past the IP packet's end, 6 IPv6. */
+static struct rte_mbuf *udp_frame(uint32_t dip, uint16_t sport, uint16_t dport, const void *pay,
+				  uint16_t len, int how)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 20 + 8 + len);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
+	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
+	eh->src_addr = peer_mac;
+	eh->dst_addr = port_mac;
+	if (how == 4)
+		eh->dst_addr.addr_bytes[5] ^= 1;
+	eh->ether_type = rte_cpu_to_be_16(how == 6 ? RTE_ETHER_TYPE_IPV6 : RTE_ETHER_TYPE_IPV4);
+	memset(ip, 0, sizeof *ip);
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->total_length = rte_cpu_to_be_16((uint16_t)(20 + 8 + len));
+	ip->src_addr = htonl(PEER_IP);
+	ip->dst_addr = htonl(dip);
+	if (how == 3)
+		ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG);
+	u->src_port = htons(sport);
+	u->dst_port = htons(dport);
+	u->dgram_len = rte_cpu_to_be_16((uint16_t)(8 + len + (how == 5 ? 10 : 0)));
+	u->dgram_cksum = 0;
+	memcpy(u + 1, pay, len);
+	ip->hdr_checksum = rte_ipv4_cksum(ip);
+	u->dgram_cksum = rte_ipv4_udptcp_cksum(ip, u);
+	if (how == 1)
+		ip->hdr_checksum ^= 0x0101;
+	if (how == 2)
+		u->dgram_cksum ^= 0x0101;
+	return m;
+}
+
+static struct rte_mbuf *arp_frame(uint16_t op, uint32_t sip, uint32_t tip)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 28);
+	struct rte_arp_hdr *ah = (struct rte_arp_hdr *)(eh + 1);
+	eh->src_addr = peer_mac;
+	if (op == RTE_ARP_OP_REQUEST)
+		memset(&eh->dst_addr, 0xff, 6);
+	else
+		eh->dst_addr = port_mac;
+	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP);
+	ah->arp_hardware = rte_cpu_to_be_16(RTE_ARP_HRD_ETHER);
+	ah->arp_protocol = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+	ah->arp_hlen = 6;
+	ah->arp_plen = 4;
+	ah->arp_opcode = rte_cpu_to_be_16(op);
+	ah->arp_data.arp_sha = peer_mac;
+	ah->arp_data.arp_sip = htonl(sip);
+	ah->arp_data.arp_tha = op == RTE_ARP_OP_REQUEST ? (struct rte_ether_addr){{0}} : port_mac;
+	ah->arp_data.arp_tip = htonl(tip);
+	return m;
+}
+
+static tl_handle bind_port(tl_loop *l, uint16_t port)
+{
+	tl_addr a;
+	memset(&a, 0, sizeof a);
+	a.in.sin_family = AF_INET;
+	a.in.sin_addr.s_addr = htonl(LOOP_IP);
+	a.in.sin_port = htons(port);
+	tl_handle h = TL_HANDLE_NONE;
+	H_EQ(tl_udp_bind(l, &a, &h), 0);
+	return h;
+}
+
+static tl_addr peer_addr(uint32_t ip, uint16_t port)
+{
+	tl_addr a;
+	memset(&a, 0, sizeof a);
+	a.in.sin_family = AF_INET;
+	a.in.sin_addr.s_addr = htonl(ip);
+	a.in.sin_port = htons(port);
+	return a;
+}
+
+/* The loop answers an ARP request for its address; the answer is on the
+ * wire, addressed to the asker, and a later send to the asker needs no
+ * question of its own. */
+static void test_arp_answered(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	put(arp_frame(RTE_ARP_OP_REQUEST, PEER_IP, LOOP_IP));
+	h_turn(&c, 0);
+	struct rte_mbuf *m[8];
+	unsigned n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[0], struct rte_ether_hdr *);
+		struct rte_arp_hdr *ah = (struct rte_arp_hdr *)(eh + 1);
+		H_EQ(rte_be_to_cpu_16(eh->ether_type), RTE_ETHER_TYPE_ARP);
+		H_EQ(rte_be_to_cpu_16(ah->arp_opcode), RTE_ARP_OP_REPLY);
+		H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &peer_mac), "reply to the asker");
+		H_TRUE(rte_is_same_ether_addr(&ah->arp_data.arp_sha, &port_mac), "the port's MAC");
+		H_EQ(ntohl(ah->arp_data.arp_sip), LOOP_IP);
+		H_EQ(ntohl(ah->arp_data.arp_tip), PEER_IP);
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	/* The asker was learnt: a datagram to it goes out at once, to its MAC. */
+	tl_handle h = bind_port(l, 5300);
+	tl_addr to = peer_addr(PEER_IP, 9);
+	tl_op op;
+	H_EQ(tl_udp_send(l, h, "hi", 2, &to, 1, &op), 0);
+	int i = h_wait_op(&c, op);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 2);
+	n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[0], struct rte_ether_hdr *);
+		struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
+		struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
+		H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &peer_mac), "sent to the learnt MAC");
+		H_EQ(ntohl(ip->src_addr), LOOP_IP);
+		H_EQ(ntohs(u->src_port), 5300);
+		H_EQ(ntohs(u->dst_port), 9);
+		H_EQ(rte_raw_cksum(ip, 20), 0xffff);
+		H_EQ(rte_ipv4_udptcp_cksum(ip, u), 0xffff);
+		H_TRUE(!memcmp(u + 1, "hi", 2), "payload");
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.arp_in, 1);
+	H_EQ(s.arp_out, 1);
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* A send to an address not learnt yet asks by ARP and waits; the answer
+ * sends it. One never answered ends with -EHOSTUNREACH after the tries. */
+static void test_neighbour_wait(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_handle h = bind_port(l, 5301);
+	tl_addr to = peer_addr(PEER_IP, 7), lost = peer_addr(0x0a060606u, 7);
+	tl_op op, op2;
+	H_EQ(tl_udp_send(l, h, "abc", 3, &to, 1, &op), 0);
+	H_EQ(tl_udp_send(l, h, "x", 1, &lost, 2, &op2), 0);
+	h_turn(&c, 0);
+	struct rte_mbuf *m[8];
+	unsigned n = take(m, 8);
+	H_EQ(n, 2); /* two questions, no datagram */
+	for (unsigned k = 0; k < n; k++) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[k], struct rte_ether_hdr *);
+		H_EQ(rte_be_to_cpu_16(eh->ether_type), RTE_ETHER_TYPE_ARP);
+		H_TRUE(rte_is_broadcast_ether_addr(&eh->dst_addr), "asked to everyone");
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	H_EQ(h_find_term(&c.log, op), -1);
+	put(arp_frame(RTE_ARP_OP_REPLY, PEER_IP, LOOP_IP));
+	int i = h_wait_op(&c, op);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 3);
+	/* Only the answered one went out; the other keeps asking. */
+	uint64_t t0 = h_wall_ns();
+	i = h_wait_op_ms(&c, op2, 3000);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, -EHOSTUNREACH);
+	H_TRUE(h_wall_ns() - t0 > 500 * H_MS, "gave up only after its tries");
+	n = take(m, 8);
+	unsigned udp = 0, arp = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[k], struct rte_ether_hdr *);
+		if (rte_be_to_cpu_16(eh->ether_type) == RTE_ETHER_TYPE_ARP)
+			arp++;
+		else
+			udp++;
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	/* The loop's own poll may have taken some of its frames back off the
+	 * ring (dropped as not its own): count them through the stats too. */
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.unreachable, 1);
+	H_TRUE(s.arp_out >= 5, "%llu ARP requests", (unsigned long long)s.arp_out);
+	H_TRUE(udp <= 1, "%u datagrams", udp);
+	(void)arp;
+	h_close(&c, h, 3);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* Each kind of bad frame is dropped and counted under its reason, none
+ * reaches the handle; a good one after them does, with its source. */
+static void test_drops_counted(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_handle h = bind_port(l, 5302);
+	tl_op r;
+	H_EQ(tl_udp_recv_start(l, h, 1, &r), 0);
+	struct tl_dpdk_stats s0 = st(l);
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 1)); /* IPv4 checksum */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 2)); /* UDP checksum */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 3)); /* a fragment */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 4)); /* another MAC */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 5)); /* UDP length too long */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 6)); /* IPv6 */
+	put(udp_frame(0x0a000001u, 40000, 5302, "bad", 3, 0)); /* another IP */
+	put(udp_frame(LOOP_IP, 40000, 5399, "bad", 3, 0)); /* no handle */
+	put(udp_frame(LOOP_IP, 40001, 5302, "good", 4, 0));
+	H_TRUE(h_wait_count(&c, 1, 2000), "the good datagram arrived");
+	h_idle(&c, 20);
+	H_EQ(h_count_op(&c.log, r, 0), 1);
+	int i = h_find_op(&c.log, r, 0);
+	if (i >= 0) {
+		H_EQ(c.log.v[i].result, 4);
+		H_EQ(ntohl(c.log.v[i].u.recv.from.in.sin_addr.s_addr), PEER_IP);
+		H_EQ(ntohs(c.log.v[i].u.recv.from.in.sin_port), 40001);
+	}
+	h_release_leases(&c, 0);
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.drop_bad - s0.drop_bad, 3);
+	H_EQ(s.drop_frag - s0.drop_frag, 1);
+	H_EQ(s.drop_not_ours - s0.drop_not_ours, 2);
+	H_EQ(s.drop_proto - s0.drop_proto, 1);
+	H_EQ(s.drop_no_port - s0.drop_no_port, 1);
+	H_EQ(s.rx_datagrams - s0.rx_datagrams, 1);
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* A full TX ring holds sends back (counted) and they go, in order, when it
+ * has room: none is lost. */
+static void test_tx_full_is_backpressure(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_handle a = bind_port(l, 5303);
+	put(arp_frame(RTE_ARP_OP_REPLY, PEER_IP, LOOP_IP)); /* the peer is known */
+	h_turn(&c, 0);
+	/* Fill the TX ring, as a port whose wire is busy. */
+	unsigned filled = 0;
+	for (;;) {
+		struct rte_mbuf *m = udp_frame(PEER_IP, 1, 1, "x", 1, 0);
+		if (rte_ring_enqueue(out, m) != 0) {
+			rte_pktmbuf_free(m);
+			break;
+		}
+		filled++;
+	}
+	H_TRUE(filled > 100, "ring filled with %u", filled);
+	tl_addr to = peer_addr(PEER_IP, 9);
+	enum { N = 40 };
+	tl_op s[N];
+	static uint32_t pay[N];
+	for (int k = 0; k < N; k++) {
+		pay[k] = (uint32_t)k;
+		H_EQ(tl_udp_send(l, a, &pay[k], 4, &to, 100 + (uint64_t)k, &s[k]), 0);
+	}
+	h_idle(&c, 20);
+	H_TRUE(st(l).tx_full >= 1, "the ring refused a burst");
+	for (int k = 0; k < N; k++)
+		H_EQ(h_find_term(&c.log, s[k]), -1);
+	/* The wire drains: every send completes, and the frames are on the
+	 * ring in the order sent. */
+	struct rte_mbuf *m[64];
+	unsigned n, junk = 0;
+	while ((n = take(m, 64)) > 0) {
+		junk += n;
+		rte_pktmbuf_free_bulk(m, n);
+	}
+	H_EQ(junk, filled);
+	for (int k = 0; k < N; k++) {
+		int i = h_wait_op(&c, s[k]);
+		if (i >= 0)
+			H_EQ(c.log.v[i].result, 4);
+	}
+	uint32_t want = 0;
+	while ((n = take(m, 64)) > 0) {
+		for (unsigned k = 0; k < n; k++) {
+			uint32_t got;
+			memcpy(&got, rte_pktmbuf_mtod_offset(m[k], uint8_t *, 42), 4);
+			H_EQ(got, want);
+			want++;
+		}
+		rte_pktmbuf_free_bulk(m, n);
+	}
+	H_EQ(want, N);
+	h_close(&c, a, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* A handle with no receive keeps 512 datagrams, as a socket buffer does;
+ * more are dropped and counted, and a receive then gets the first ones. */
+static void test_handle_queue_full(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_handle h = bind_port(l, 5305);
+	for (int round = 0; round < 3; round++) {
+		for (int k = 0; k < 200; k++) {
+			uint16_t v = (uint16_t)(round * 200 + k);
+			put(udp_frame(LOOP_IP, 40000, 5305, &v, 2, 0));
+		}
+		h_turn(&c, 0);
+		h_turn(&c, 0);
+	}
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.drop_rcvq, 600 - 512);
+	uint8_t buf[8];
+	tl_op r;
+	H_EQ(tl_udp_recv(l, h, buf, sizeof buf, 1, &r), 0);
+	int i = h_wait_op(&c, r);
+	if (i >= 0) {
+		H_EQ(c.log.v[i].result, 2);
+		uint16_t v;
+		memcpy(&v, buf, 2);
+		H_EQ(v, 0);
+	}
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	h_init();
+	/* The EAL on ordinary memory, and a port made of two rings. */
+	char *eal[] = {"test_dpdk", "--no-huge", "-m", "128", "--no-pci", "--no-shconf",
+		       "--no-telemetry", "-l", "0", "--log-level=*:error", NULL};
+	cpu_set_t cs;
+	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
+	char cpu[8];
+	for (int k = 0; k < CPU_SETSIZE; k++)
+		if (CPU_ISSET(k, &cs)) {
+			snprintf(cpu, sizeof cpu, "%d", k);
+			eal[8] = cpu;
+			break;
+		}
+	if (rte_eal_init(10, eal) < 0) {
+		fprintf(stderr, "test_dpdk: rte_eal_init failed\n");
+		return 1;
+	}
+	in = rte_ring_create("t_in", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	out = rte_ring_create("t_out", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	int port = in && out ? rte_eth_from_rings("tl_test", &in, 1, &out, 1, 0) : -1;
+	tp = rte_pktmbuf_pool_create("test_frames", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	if (port < 0 || !tp) {
+		fprintf(stderr, "test_dpdk: cannot make the ring port or the pool\n");
+		return 1;
+	}
+	char pn[16];
+	snprintf(pn, sizeof pn, "%d", port);
+	setenv("TL_DPDK_PORT", pn, 1);
+	setenv("TL_DPDK_QUEUES", "1", 1);
+	unsetenv("TL_DPDK");
+	tl_config cfg;
+	tl_config_init(&cfg);
+	tl_loop *l = NULL;
+	int rc = tl_loop_new(&l, &cfg);
+	if (rc != 0 || strcmp(tl_loop_driver(l), "dpdk") != 0) {
+		tl_driver_info di;
+		tl_driver_info_get(&di);
+		fprintf(stderr, "test_dpdk: no DPDK loop (%d): %s\n", rc, di.last_error);
+		return 1;
+	}
+	tl_loop_close(l);
+	rte_eth_macaddr_get((uint16_t)port, &port_mac);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	CU_pSuite s = CU_add_suite("dpdk", NULL, NULL);
+	CU_add_test(s, "arp_answered", test_arp_answered);
+	CU_add_test(s, "neighbour_wait", test_neighbour_wait);
+	CU_add_test(s, "drops_counted", test_drops_counted);
+	CU_add_test(s, "tx_full_is_backpressure", test_tx_full_is_backpressure);
+	CU_add_test(s, "handle_queue_full", test_handle_queue_full);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
