@@ -1175,7 +1175,7 @@ static void test_tls(void)
 	static struct tlp_diag d;
 	struct tlp_args a;
 	char err[256];
-	int r = parse(LST("    tls:\n      certificates:\n        - {cert: /c.pem, key: /c.key}\n"
+	int r = parse(LST("    tls:\n      certificates:\n        - {cert: /c.pem, key: /c.key, ocsp: /c.ocsp}\n"
 			  "        - {cert: /o.pem, names: \"o.test,*.w.test\"}\n"
 			  "      alpn: \"h2,http/1.1\"\n      min_version: \"1.3\"\n"
 			  "      ciphers: AES-256-GCM\n      client_ca: /ca.pem\n"
@@ -1190,7 +1190,8 @@ static void test_tls(void)
 		T_TRUE(t->enabled && t->ncerts == 2, "two certificates");
 		T_TRUE(t->ncerts == 2 && !strcmp(t->certs[0].cert, "/c.pem") &&
 			       !strcmp(t->certs[0].key, "/c.key") && !t->certs[0].names &&
-			       !t->certs[1].key && !strcmp(t->certs[1].names, "o.test,*.w.test"),
+			       !strcmp(t->certs[0].ocsp, "/c.ocsp") && !t->certs[1].key &&
+			       !t->certs[1].ocsp && !strcmp(t->certs[1].names, "o.test,*.w.test"),
 		       "certificates as written");
 		T_TRUE(!strcmp(t->alpn, "h2,http/1.1") && !strcmp(t->ciphers, "AES-256-GCM") &&
 			       !strcmp(t->client_ca, "/ca.pem"),
@@ -1269,6 +1270,10 @@ static void test_tls(void)
 		 "127.0.0.1:2", "--tls-key", "/k", NULL);
 	args_bad("--splice is for plain TCP", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
 		 "--tls-cert", "/c", "--tls-key", "/k", "--splice", NULL);
+	args_bad("--tls-ocsp is for --tls-cert", "--listen", "127.0.0.1:1", "--upstream",
+		 "127.0.0.1:2", "--tls-ocsp", "/o", NULL);
+	args_bad("--tls-ocsp needs a value", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+		 "--tls-cert", "/c", "--tls-key", "/k", "--tls-ocsp", NULL);
 	r = tlp_args_parse(9, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
 					 "--tls-cert", "/c.pem", "--tls-key", "/c.key", NULL},
 			   &a, err, sizeof err);
@@ -1277,9 +1282,21 @@ static void test_tls(void)
 		const struct tlp_tls_cfg *t = &a.cfg->listeners[0].tls;
 
 		T_TRUE(t->enabled && t->ncerts == 1 && !strcmp(t->certs[0].cert, "/c.pem") &&
-			       !strcmp(t->certs[0].key, "/c.key") &&
+			       !strcmp(t->certs[0].key, "/c.key") && !t->certs[0].ocsp &&
 			       t->handshake_timeout_ns == 10000000000ull,
 		       "--tls-cert/--tls-key: one certificate");
+		tlp_config_free(a.cfg);
+	}
+	r = tlp_args_parse(11, (char *[]){"tlproxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
+					  "--tls-cert", "/c.pem", "--tls-key", "/c.key", "--tls-ocsp", "/c.ocsp",
+					  NULL},
+			   &a, err, sizeof err);
+	T_EQ(r, 0);
+	if (r == 0) {
+		const struct tlp_tls_cfg *t = &a.cfg->listeners[0].tls;
+
+		T_TRUE(t->ncerts == 1 && t->certs[0].ocsp && !strcmp(t->certs[0].ocsp, "/c.ocsp"),
+		       "--tls-ocsp: the certificate's staple");
 		tlp_config_free(a.cfg);
 	}
 }

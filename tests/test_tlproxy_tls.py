@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/test_tlproxy_tls.py: tlproxy terminating and originating TLS, end to end with openssl (s_client, s_server), curl and Python's ssl: handshakes, SNI, ALPN, mTLS, the handshake deadline, refused server certificates, bulk by hash, the stats and log fields, a takeover.
+"""tests/test_tlproxy_tls.py: tlproxy terminating and originating TLS, end to end with openssl (s_client, s_server), curl and Python's ssl: handshakes, SNI, ALPN, mTLS, OCSP staples, the handshake deadline, refused server certificates, bulk by hash, the stats and log fields, a takeover.
 
 Usage: test_tlproxy_tls.py TLPROXY TLSHARD TLECHO CASE    (exit 0 pass, 1 fail, 77 skip)
 
@@ -607,6 +607,102 @@ def t_tls_reload_first(env):
         check(page.startswith(b"HTTP/1.0 200"), f"no page from the TLS server after the reload: {page[:100]!r}")
     check("no TLS context" not in px.text(), "a shard had no TLS context")
     check(env.stop(px) == 0, "tlproxy did not exit 0")
+
+
+def s_client_status(port, d, name, *extra):
+    """openssl s_client -status, verifying against the CA: its output."""
+    r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", name, "-status",
+                        "-CAfile", os.path.join(d, "ca.pem"), "-verify_return_error", *extra],
+                       input="", capture_output=True, text=True, timeout=20)
+    check("Verify return code: 0 (ok)" in r.stdout, f"s_client to {name} did not verify: {r.stdout[-1500:]}")
+    return r.stdout
+
+
+def stapled(out):
+    return "OCSP Response Status: successful" in out and re.search(r"^\s*Cert Status: good$", out, re.M)
+
+
+def t_tls_ocsp(env):
+    """OCSP staples per certificate: openssl s_client -status gets the
+    staple of the certificate that has one (TLS 1.3 and 1.2) and none for
+    the SNI name of one that has none; a reload reads the staple again
+    (another file), and one whose staple cannot be read is refused with the
+    reason while the running one goes on stapling; --tls-ocsp staples for
+    --tls-cert; a staple that cannot be read, or that is not for its
+    certificate, stops the start with one line."""
+    d = certs(env)
+    up, lp, lc = env.port(), env.port(), env.port()
+    env.serve("ident=S", "127.0.0.1", up)
+
+    def cfg(ocsp, first="server", name="ocsp.yaml"):
+        return T.write_cfg(env, name, f"""shards: 1
+max_conns: 100
+listeners:
+  - name: tls
+    listen: "127.0.0.1:{lp}"
+    pool: p
+    tls:
+      certificates:
+        - {{cert: "{d}/{first}.pem", key: "{d}/{first}.key", ocsp: "{ocsp}"}}
+        - {{cert: "{d}/other.pem", key: "{d}/other.key"}}
+pools:
+  - {{name: p, servers: [{{address: "127.0.0.1:{up}"}}]}}
+""")
+
+    px = env.proxy(["--config", cfg(os.path.join(d, "server.ocsp"))])
+    out = s_client_status(lp, d, "localhost")
+    check(stapled(out), f"no staple for localhost: {out[-2500:]}")
+    out = s_client_status(lp, d, "localhost", "-tls1_2")
+    check(stapled(out), f"no staple for localhost over TLS 1.2: {out[-2500:]}")
+    out = s_client_status(lp, d, "other.test")
+    check("OCSP response: no response sent" in out and "OCSP Response Status" not in out,
+          f"other.test, whose certificate has no staple, got one: {out[-2500:]}")
+    t = tls_connect(lp, client_ctx(d))
+    check(tls_echo(t, b"o") == "S", "no echo through the stapling listener")
+    t.close()
+    # A reload reads the staple again, from the file it names now.
+    copy = env.path("copy.ocsp")
+    with open(os.path.join(d, "server.ocsp"), "rb") as f, open(copy, "wb") as g:
+        g.write(f.read())
+    cfg(copy)
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reloaded: 1 listeners")
+    out = s_client_status(lp, d, "localhost")
+    check(stapled(out), f"no staple after the reload: {out[-2500:]}")
+    # A staple that cannot be read refuses the reload; the running one stays.
+    missing = env.path("missing.ocsp")
+    cfg(missing)
+    px.p.send_signal(signal.SIGHUP)
+    env.wait_for(px, r"reload of \S+ refused; the running configuration stays: listener tls: tls: "
+                     + re.escape(missing) + ": ")
+    out = s_client_status(lp, d, "localhost")
+    check(stapled(out), f"no staple after a refused reload: {out[-2500:]}")
+    env.wait_stat(px, "tls_handshakes", "ok", 6)
+    check(env.stop(px) == 0, "tlproxy did not exit 0")
+    # The command line's certificate.
+    tls = ["--tls-cert", os.path.join(d, "server.pem"), "--tls-key", os.path.join(d, "server.key")]
+    px2 = env.proxy(["--listen", f"127.0.0.1:{lc}", "--upstream", f"127.0.0.1:{up}", "--shards", "1"] + tls
+                    + ["--tls-ocsp", os.path.join(d, "server.ocsp")], name="tlproxy-cli")
+    out = s_client_status(lc, d, "localhost")
+    check(stapled(out), f"no staple from --tls-ocsp: {out[-2500:]}")
+    check(env.stop(px2) == 0, "the second tlproxy did not exit 0")
+    # Staples that stop the start: one line each, exit 1 (2: the command line).
+    for what, argv, code, want in (
+            ("--tls-ocsp MISSING", ["--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--max-conns", "100"]
+             + tls + ["--tls-ocsp", missing], 1,
+             "tlproxy: listener default: tls: " + re.escape(missing) + r": No such file or directory"),
+            ("ocsp: MISSING", ["--config", cfg(missing, name="missing.yaml")], 1,
+             "tlproxy: listener tls: tls: " + re.escape(missing) + r": No such file or directory"),
+            ("another certificate's staple",
+             ["--config", cfg(os.path.join(d, "server.ocsp"), first="other", name="mismatch.yaml")], 1,
+             "tlproxy: listener tls: tls: " + re.escape(os.path.join(d, "server.ocsp"))
+             + ": the OCSP response is not for this certificate"),
+            ("--tls-ocsp alone", ["--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--tls-ocsp",
+                                  os.path.join(d, "server.ocsp")], 2,
+             r"tlproxy: --tls-ocsp is for --tls-cert .*")):
+        r = subprocess.run([env.tlproxy] + argv, capture_output=True, text=True, timeout=30)
+        check(r.returncode == code and re.fullmatch(want + "\n", r.stderr),
+              f"{what}: exit {r.returncode} (want {code}), {r.stderr!r}")
 
 
 def refused_port(port):

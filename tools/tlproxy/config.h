@@ -151,7 +151,7 @@ struct tlp_socket_cfg {
 	uint32_t rcvbuf, sndbuf; /* bytes; 0 = the system's default */
 };
 
-/* TLS termination of a listener (tls: in YAML, --tls-cert/--tls-key). */
+/* TLS termination of a listener (tls: in YAML, --tls-cert/--tls-key/--tls-ocsp). */
 #define TLP_TLS_CERTS_MAX 64      /* certificates per listener */
 #define TLP_TLS_PATH_MAX 4096     /* a file name */
 
@@ -159,6 +159,7 @@ struct tlp_tls_cert_cfg {
 	const char *cert;  /* PEM: the certificate and its chain */
 	const char *key;   /* PEM private key; NULL: in cert */
 	const char *names; /* SNI names it answers, comma separated; NULL: its own */
+	const char *ocsp;  /* a DER OCSP response to staple; NULL: none */
 };
 
 enum tlp_tls_verify { TLP_TLS_VERIFY_OFF = 0, TLP_TLS_VERIFY_OPTIONAL, TLP_TLS_VERIFY_ON };
@@ -289,7 +290,8 @@ struct tlp_args {
  *         [--splice-pipe-size SIZE] [--max-conns N]
  *         [--connect-timeout D] [--idle-timeout D] [--half-close on|off]
  *         [--udp [--responses N] [--sessions N] [--max-datagram N]]
- *         [--tls-cert FILE --tls-key FILE] (TLS termination; not with --splice)
+ *         [--tls-cert FILE --tls-key FILE [--tls-ocsp FILE]] (TLS termination; not
+ *         with --splice; --tls-ocsp: a DER OCSP response stapled to --tls-cert)
  * tlproxy --config FILE | --check FILE
  *
  * --listen and --upstream may be repeated (up to the model's limits). The

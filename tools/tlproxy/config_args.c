@@ -26,7 +26,8 @@ static int takes_value(const char *o)
 		"--config", "--check", "--listen", "--upstream", "--shards", "--cpus", "--balance",
 		"--proxy-protocol", "--max-conns", "--splice-pipes", "--splice-pipe-size",
 		"--connect-timeout", "--drain-timeout", "--idle-timeout", "--tls-cert", "--tls-key",
-		"--half-close", "--spin-us", "--max-datagram", "--responses", "--sessions",
+		"--tls-ocsp", "--half-close", "--spin-us", "--max-datagram", "--responses",
+		"--sessions",
 	};
 
 	for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
@@ -48,7 +49,7 @@ const char *tlp_args_usage(void)
 			 "               [--shards N | --cpus LIST] [--balance %s]\n"
 			 "               [--proxy-protocol none|v1|v2] [--splice] [--splice-pipes N]\n"
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
-			 "               [--tls-cert FILE --tls-key FILE]\n"
+			 "               [--tls-cert FILE --tls-key FILE [--tls-ocsp FILE]]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
 			 "               [--drain-timeout D] [--spin-us N]\n"
 			 "               [--udp [--responses N] [--sessions N] [--max-datagram N]]\n"
@@ -104,7 +105,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096, dgmax = TLP_UDP_DGRAM_DFLT;
 	uint32_t spin = TLP_SPIN_US_DFLT;
 	int idle_given = 0;
-	const char *tls_cert = NULL, *tls_key = NULL;
+	const char *tls_cert = NULL, *tls_key = NULL, *tls_ocsp = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
 	struct {
 		const char *s;
@@ -315,6 +316,8 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			tls_cert = v;
 		} else if (!strcmp(o, "--tls-key")) {
 			tls_key = v;
+		} else if (!strcmp(o, "--tls-ocsp")) {
+			tls_ocsp = v;
 		} else if (!strcmp(o, "--half-close")) {
 			if (strcmp(v, "on") && strcmp(v, "off")) {
 				fail(err, errlen, "--half-close: '%s' is not on or off",
@@ -395,6 +398,10 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		fail(err, errlen, "--tls-cert and --tls-key go together");
 		goto out;
 	}
+	if (tls_ocsp && !tls_cert) {
+		fail(err, errlen, "--tls-ocsp is for --tls-cert (its OCSP staple)");
+		goto out;
+	}
 	if (tls_cert && udp) {
 		fail(err, errlen, "--tls-cert is for TCP listeners: not with --udp");
 		goto out;
@@ -451,13 +458,17 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			struct tlp_tls_cert_cfg *k = tlp__zalloc(&c, arena, sizeof *k);
 			char *cp = tlp__zalloc(&c, arena, strlen(tls_cert) + 1);
 			char *kp = tlp__zalloc(&c, arena, strlen(tls_key) + 1);
+			char *op = tls_ocsp ? tlp__zalloc(&c, arena, strlen(tls_ocsp) + 1) : NULL;
 
 			if (c.nomem)
 				goto nomem_cfg;
 			memcpy(cp, tls_cert, strlen(tls_cert));
 			memcpy(kp, tls_key, strlen(tls_key));
+			if (op)
+				memcpy(op, tls_ocsp, strlen(tls_ocsp));
 			k->cert = cp;
 			k->key = kp;
+			k->ocsp = op;
 			l->tls.enabled = 1;
 			l->tls.certs = k;
 			l->tls.ncerts = 1;

@@ -1,4 +1,4 @@
-/* tools/tlproxy/config_tls.c: the tls: mappings of a listener (certificates with their SNI names, ALPN, versions, ciphers, client CA, handshake timeout) and of a pool (verification, CA, SNI name, client certificate) into the model. */
+/* tools/tlproxy/config_tls.c: the tls: mappings of a listener (certificates with their SNI names and OCSP staples, ALPN, versions, ciphers, client CA, handshake timeout) and of a pool (verification, CA, SNI name, client certificate) into the model. */
 /* Calls: config_tls -> config (the YAML helpers of config_int.h). Files are
  * only named here: they are read when a generation is built (world.c). */
 #include <string.h>
@@ -30,11 +30,11 @@ static void get_version(struct ctx *c, const struct ynode *n, const char *path, 
 static void parse_cert(struct ctx *c, const struct ynode *n, const char *path,
 		       struct tlp_tls_cert_cfg *k)
 {
-	static const char *const keys[] = {"cert", "key", "names"};
-	const struct ynode *v[3];
+	static const char *const keys[] = {"cert", "key", "names", "ocsp"};
+	const struct ynode *v[4];
 	char p[300];
 
-	if (tlp__take(c, n, path, keys, 3, v))
+	if (tlp__take(c, n, path, keys, 4, v))
 		return;
 	if (!v[0])
 		tlp__errat(c, n->line, n->col, "%s: cert is required", path);
@@ -44,6 +44,8 @@ static void parse_cert(struct ctx *c, const struct ynode *n, const char *path,
 		tlp__get_text(c, v[1], p, TLP_TLS_PATH_MAX, 0, &k->key, NULL);
 	if (v[2] && (PATH(p, "%s.names", path), 1))
 		tlp__get_text(c, v[2], p, 64 * 1024, 0, &k->names, NULL);
+	if (v[3] && (PATH(p, "%s.ocsp", path), 1))
+		tlp__get_text(c, v[3], p, TLP_TLS_PATH_MAX, 0, &k->ocsp, NULL);
 }
 
 /* What a listener's and a pool's tls: share: alpn, the version range and

@@ -502,7 +502,7 @@ static int tls_config(const struct tlp_listener_cfg *lc, struct tl_tls_config **
 	memset(&st, 0, sizeof st);
 	for (uint32_t i = 0; i < t->ncerts && i < TLP_TLS_CERTS_MAX; i++)
 		certs[i] = (tl_tls_cert){.cert_file = t->certs[i].cert, .key_file = t->certs[i].key,
-					 .names = t->certs[i].names};
+					 .ocsp_file = t->certs[i].ocsp, .names = t->certs[i].names};
 	st.role = TL_TLS_SERVER;
 	st.certs = certs;
 	st.ncerts = t->ncerts;
