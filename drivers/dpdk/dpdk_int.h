@@ -78,7 +78,7 @@ struct dp_h {
 	uint8_t addr;                   /* bound to: 0 any, else ips[addr - 1] */
 };
 _Static_assert(sizeof(struct dp_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "dp_h fits");
-#define DPH(h) ((struct dp_h *)(void *)(h)->u.drv)
+static inline struct dp_h *DPH(struct tl_hslot *h) { return (struct dp_h *)h->u.drv; }
 
 #define DPH_READY 0x01     /* on the ready list */
 #define DPH_REUSEPORT 0x02
@@ -94,7 +94,7 @@ struct dp_o {
 	uint64_t due;      /* waiting for a neighbour: next ARP request */
 };
 _Static_assert(sizeof(struct dp_o) <= sizeof(((struct tl_opslot *)0)->drv), "dp_o fits");
-#define DPO(o) ((struct dp_o *)(void *)(o)->drv)
+static inline struct dp_o *DPO(struct tl_opslot *o) { return (struct dp_o *)o->drv; }
 
 enum { DPO_NONE = 0, DPO_RECV, DPO_TX, DPO_NEIGH };
 
@@ -107,6 +107,7 @@ struct dp_neigh {
 /* A list of ops linked through dp_o.next. */
 struct dp_list {
 	uint32_t head, tail;
+	uint32_t n;
 };
 
 struct tl_drv {
@@ -131,6 +132,7 @@ struct tl_drv {
 	uint64_t last_work;          /* when a poll last found work */
 	uint64_t link_at;            /* when to look at the link next */
 	uint8_t link_up;
+	uint8_t registered;          /* tl__dp_claim made this thread an lcore */
 	struct rte_mbuf *ctl[DP_BURST]; /* ARP frames to send before the sends */
 	uint32_t nctl;
 	struct dp_neigh neigh[DP_NEIGH];
@@ -148,10 +150,14 @@ struct dp_port_info {
 /* Set the EAL and the port up if not yet (TL_DPDK, TL_DPDK_ADDR,
  * TL_DPDK_PORT, TL_DPDK_QUEUES), then claim a free queue pair: 0 and *q,
  * *mp, *info; or a negative errno (-EINVAL: a setting is missing or bad,
- * -EBUSY: every queue pair is taken, or the EAL's error). */
-int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info);
-/* Give queue pair q back (its RX ring drained first). */
-void tl__dp_unclaim(uint16_t q);
+ * -EBUSY: every queue pair is taken, or the EAL's error). A calling thread
+ * the EAL did not start is registered as an lcore (*registered 1). */
+int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info,
+		 int *registered);
+/* Give queue pair q back (its RX ring drained first, this lcore's cached
+ * mbufs back in the pool) and unregister the thread if the claim did.
+ * Called on the thread that claimed it. */
+void tl__dp_unclaim(uint16_t q, int registered);
 /* Why the last tl__dp_claim failed, in words ("" if it did not). */
 const char *tl__dp_why(void);
 

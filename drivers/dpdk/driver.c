@@ -22,6 +22,7 @@ static void l_push(struct tl_drv *d, struct dp_list *q, struct tl_opslot *o, uin
 	else
 		DPO(&d->os[q->tail])->next = o->idx;
 	q->tail = o->idx;
+	q->n++;
 }
 
 static struct tl_opslot *l_pop(struct tl_drv *d, struct dp_list *q)
@@ -32,6 +33,7 @@ static struct tl_opslot *l_pop(struct tl_drv *d, struct dp_list *q)
 	q->head = DPO(o)->next;
 	if (q->head == TL_NIL)
 		q->tail = TL_NIL;
+	q->n--;
 	DPO(o)->where = DPO_NONE;
 	return o;
 }
@@ -44,6 +46,7 @@ static void l_unpop(struct tl_drv *d, struct dp_list *q, struct tl_opslot *o, ui
 	q->head = o->idx;
 	if (q->tail == TL_NIL)
 		q->tail = o->idx;
+	q->n++;
 }
 
 static int l_remove(struct tl_drv *d, struct dp_list *q, struct tl_opslot *o)
@@ -59,6 +62,7 @@ static int l_remove(struct tl_drv *d, struct dp_list *q, struct tl_opslot *o)
 			DPO(&d->os[prev])->next = next;
 		if (q->tail == i)
 			q->tail = prev;
+		q->n--;
 		DPO(o)->where = DPO_NONE;
 		return 1;
 	}
@@ -206,10 +210,10 @@ static void flush_tx(struct tl_drv *d)
 	while (d->tx.head != TL_NIL) {
 		struct rte_mbuf *m[DP_BURST];
 		struct tl_opslot *ops[DP_BURST];
-		uint32_t k = 0;
-		if (rte_pktmbuf_alloc_bulk(d->mp, m, DP_BURST) != 0)
+		uint32_t k = 0, want = d->tx.n < DP_BURST ? d->tx.n : DP_BURST;
+		if (rte_pktmbuf_alloc_bulk(d->mp, m, want) != 0)
 			return; /* the pool is empty: received frames hold it; next poll */
-		while (k < DP_BURST) {
+		while (k < want) {
 			struct tl_opslot *o = l_pop(d, &d->tx);
 			if (!o)
 				break;
@@ -246,7 +250,7 @@ static void flush_tx(struct tl_drv *d)
 		d->st.tx_frames += sent;
 		for (uint32_t i = 0; i < sent; i++)
 			tl__drv_event(d->loop, ops[i], ops[i]->u.dg.len, TL_F_TERMINAL, TL_NO_LEASE);
-		rte_pktmbuf_free_bulk(m + sent, DP_BURST - sent);
+		rte_pktmbuf_free_bulk(m + sent, want - sent);
 		if (sent < k) {
 			d->st.tx_full++;
 			for (uint32_t i = k; i-- > sent;)
@@ -275,6 +279,7 @@ static void run_neigh(struct tl_drv *d, uint64_t now)
 					DPO(&d->os[prev])->next = next;
 				if (d->nw.tail == i)
 					d->nw.tail = prev;
+				d->nw.n--;
 				p->where = DPO_NONE;
 				d->st.unreachable++;
 				tl__drv_event(d->loop, o, -EHOSTUNREACH, TL_F_TERMINAL, TL_NO_LEASE);
@@ -554,7 +559,7 @@ static int dp_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	} else if (p->where == DPO_NEIGH) {
 		found = l_remove(d, &d->nw, o);
 	} else if (p->where == DPO_RECV && h) {
-		struct dp_list q = {DPH(h)->rhead, DPH(h)->rtail};
+		struct dp_list q = {DPH(h)->rhead, DPH(h)->rtail, 0};
 		found = l_remove(d, &q, o);
 		DPH(h)->rhead = q.head;
 		DPH(h)->rtail = q.tail;
@@ -614,7 +619,8 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 		return -ENOMEM;
 	}
 	struct dp_port_info pi;
-	int r = tl__dp_claim(&d->queue, &d->mp, &pi);
+	int reg = 0;
+	int r = tl__dp_claim(&d->queue, &d->mp, &pi, &reg);
 	if (r < 0) {
 		free(d->bound);
 		free(d->lwait);
@@ -639,6 +645,7 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	d->rdy_head = d->rdy_tail = TL_NIL;
 	d->next_port = (uint16_t)(32768 + ((uint32_t)getpid() * 7919u + d->queue * 4099u) % 28232);
 	d->st.queue = d->queue;
+	d->registered = (uint8_t)reg;
 	*out = d;
 	return 0;
 }
@@ -654,7 +661,7 @@ static void dp_destroy(struct tl_drv *d)
 {
 	for (uint32_t i = 0; i < d->nctl; i++)
 		rte_pktmbuf_free(d->ctl[i]);
-	tl__dp_unclaim(d->queue);
+	tl__dp_unclaim(d->queue, d->registered);
 	free(d->bound);
 	free(d->lwait);
 	free(d);

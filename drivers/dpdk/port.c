@@ -12,9 +12,10 @@
 #include <rte_mbuf.h>
 #include "dpdk_int.h"
 
-/* Queue pairs at most, and mbufs per pair's pool. */
+/* Queue pairs at most, mbufs per pair's pool, and its per-lcore cache. */
 #define DP_QMAX 64
 #define DP_MBUFS 8191
+#define DP_CACHE 256
 #define DP_RXD 1024
 #define DP_TXD 1024
 
@@ -141,9 +142,13 @@ static int setup_port(void)
 		char name[RTE_MEMPOOL_NAMESIZE];
 		snprintf(name, sizeof name, "tl_p%u_q%u", (unsigned)port, q);
 		/* Each pool serves one queue pair, used by one thread at a
-		 * time (the claim hands it over under P.mu): single-producer,
-		 * single-consumer, no per-lcore cache. */
-		P.mp[q] = rte_pktmbuf_pool_create_by_ops(name, DP_MBUFS, 0,
+		 * time (the claim hands it over under P.mu): a single-producer,
+		 * single-consumer ring. The per-lcore cache (each loop's thread
+		 * is an lcore: tl__dp_claim registers it) hands back the
+		 * buffers freed last, still in the CPU's cache; without it
+		 * the ring gives the one freed longest ago, a cache miss on
+		 * every frame built or received. */
+		P.mp[q] = rte_pktmbuf_pool_create_by_ops(name, DP_MBUFS, DP_CACHE,
 							 (uint16_t)RTE_ALIGN(sizeof(struct dp_meta), RTE_MBUF_PRIV_ALIGN),
 							 RTE_MBUF_DEFAULT_BUF_SIZE, sock, "ring_sp_sc");
 		if (!P.mp[q])
@@ -194,13 +199,21 @@ static int setup(void)
 	return setup_port();
 }
 
-int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info)
+int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info,
+		 int *registered)
 {
 	pthread_mutex_lock(&P.mu);
 	if (P.state == 0) {
 		P.why[0] = 0;
 		int r = setup();
 		P.state = r < 0 ? r : 1;
+	}
+	*registered = 0;
+	if (P.state == 1 && rte_lcore_id() == LCORE_ID_ANY) {
+		/* A thread the EAL did not start: make it an lcore, so the
+		 * pools' caches serve it (the PMD's own allocations too). */
+		if (rte_thread_register() == 0)
+			*registered = 1;
 	}
 	int r = P.state < 0 ? P.state : -EBUSY;
 	if (P.state == 1) {
@@ -217,6 +230,10 @@ int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info
 		if (r == -EBUSY)
 			fail(r, "%s", "every queue pair of the port is taken (TL_DPDK_QUEUES)");
 	}
+	if (r < 0 && *registered) {
+		rte_thread_unregister();
+		*registered = 0;
+	}
 	pthread_mutex_unlock(&P.mu);
 	if (r == 0) {
 		/* Frames left by the pair's last owner are not this loop's. */
@@ -228,13 +245,20 @@ int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info
 	return r;
 }
 
-void tl__dp_unclaim(uint16_t q)
+void tl__dp_unclaim(uint16_t q, int registered)
 {
 	struct rte_mbuf *m[DP_BURST];
 	uint16_t n;
 	while ((n = rte_eth_rx_burst(P.info.port, q, m, DP_BURST)) > 0)
 		rte_pktmbuf_free_bulk(m, n);
+	/* What this lcore's cache holds of the pool goes back to its ring
+	 * before another thread may own the pair. */
+	struct rte_mempool_cache *c = rte_mempool_default_cache(P.mp[q], rte_lcore_id());
+	if (c)
+		rte_mempool_cache_flush(c, P.mp[q]);
 	pthread_mutex_lock(&P.mu);
 	P.used[q] = 0;
+	if (registered)
+		rte_thread_unregister();
 	pthread_mutex_unlock(&P.mu);
 }

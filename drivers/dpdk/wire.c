@@ -40,6 +40,8 @@ static void learn(struct tl_drv *d, uint32_t ip, const struct rte_ether_addr *ma
 	if (!ip || rte_is_multicast_ether_addr(mac) || rte_is_zero_ether_addr(mac))
 		return;
 	struct dp_neigh *n = tl__dp_neigh(d, ip);
+	if (n && n->state && rte_is_same_ether_addr(&n->mac, mac))
+		return; /* known, as most senders are */
 	if (!n) {
 		uint32_t s = nslot(ip);
 		for (uint32_t i = 0; i < DP_NEIGH && d->neigh[s].ip; i++)
@@ -61,7 +63,9 @@ static void learn(struct tl_drv *d, uint32_t ip, const struct rte_ether_addr *ma
 		tx->tail = nw->tail;
 		for (uint32_t i = nw->head; i != TL_NIL; i = DPO(&d->os[i])->next)
 			DPO(&d->os[i])->where = DPO_TX;
+		tx->n += nw->n;
 		nw->head = nw->tail = TL_NIL;
+		nw->n = 0;
 	}
 }
 
