@@ -257,11 +257,11 @@ static int shard_setup(tl_shard *s)
 			    di.last_error);
 		return rc;
 	}
-	if (!(tl_loop_caps(s->loop) & TL_CAP_OS)) {
+	if (!(tl_loop_caps(s->loop) & TL_CAP_NET)) {
 		/* A server on the simulation driver would listen where nobody
 		 * can reach it. */
 		tl__rt_fail(rt, -ENOTSUP,
-			    "shard %u: the %s driver has no operating-system sockets "
+			    "shard %u: the %s driver reaches no network "
 			    "(it runs tests, not servers)", s->id, tl_loop_driver(s->loop));
 		return -ENOTSUP;
 	}

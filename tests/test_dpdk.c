@@ -17,6 +17,7 @@
 #include <rte_udp.h>
 #include "harness.h"
 #include "dpdk.h"
+#include "turnloop/runtime.h"
 
 /*
  * The test sets the EAL up itself and makes its port from two rings
@@ -392,6 +393,84 @@ static void test_handle_queue_full(void)
 	h_end(l, fds);
 }
 
+/* ---- the sharded runtime on the DPDK driver ---- */
+
+static tl_handle rt_h;
+
+static int rt_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	tl_loop *l = tl_shard_loop(s);
+	tl_addr a = peer_addr(LOOP_IP, 5400);
+	tl_op op;
+	int r = tl_udp_bind(l, &a, &rt_h);
+	return r < 0 ? r : tl_udp_recv_start(l, rt_h, 1, &op);
+}
+
+/* Echo each datagram to its sender (the lease goes back when the send
+ * ends: its token carries the lease's id). */
+static void rt_completion(tl_shard *s, const tl_completion *c)
+{
+	tl_loop *l = tl_shard_loop(s);
+	tl_op op;
+	if (c->kind == TL_K_RECV && (c->flags & TL_F_LEASE)) {
+		tl_udp_msg m = {.buf = c->u.recv.lease.data, .len = (uint32_t)c->result,
+				.to = &c->u.recv.from};
+		if (tl_udp_sendmsg(l, rt_h, &m, 1000 + c->u.recv.lease.id, &op) < 0)
+			tl_lease_release(l, c->u.recv.lease.id);
+	} else if (c->kind == TL_K_SEND && c->token >= 1000) {
+		tl_lease_release(l, (uint32_t)(c->token - 1000));
+	}
+}
+
+/* The sharded runtime runs a shard on the DPDK driver (it has TL_CAP_NET):
+ * a datagram put on the wire comes back echoed by the shard. */
+static void test_runtime_shard(void)
+{
+	int fds = h_begin();
+	tl_runtime_config cfg;
+	tl_runtime_config_init(&cfg);
+	cfg.no_env = 1;
+	cfg.bind = 0;
+	cfg.signals = 0;
+	cfg.plan.shards = 1;
+	cfg.plan.overcommit = 1;
+	cfg.on_launch = rt_launch;
+	cfg.on_completion = rt_completion;
+	tl_runtime *rt = NULL;
+	H_EQ_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	H_EQ(tl_runtime_launch(rt), 0);
+	put(arp_frame(RTE_ARP_OP_REPLY, PEER_IP, LOOP_IP));
+	put(udp_frame(LOOP_IP, 40002, 5400, "shard", 5, 0));
+	struct rte_mbuf *m[8];
+	unsigned got = 0, arp = 0;
+	uint64_t t0 = h_wall_ns();
+	while (!got && h_wall_ns() - t0 < 3000 * H_MS) {
+		unsigned n = take(m, 8);
+		for (unsigned k = 0; k < n; k++) {
+			struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[k], struct rte_ether_hdr *);
+			if (rte_be_to_cpu_16(eh->ether_type) != RTE_ETHER_TYPE_IPV4) {
+				arp++;
+				continue;
+			}
+			struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
+			struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
+			H_EQ(ntohs(u->src_port), 5400);
+			H_EQ(ntohs(u->dst_port), 40002);
+			H_TRUE(!memcmp(u + 1, "shard", 5), "echoed payload");
+			got++;
+		}
+		rte_pktmbuf_free_bulk(m, n);
+		if (!got)
+			h_sleep_ms(1);
+	}
+	H_EQ(got, 1);
+	tl_runtime_stop(rt);
+	H_EQ(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	h_end(NULL, fds);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -445,6 +524,7 @@ int main(void)
 	CU_add_test(s, "drops_counted", test_drops_counted);
 	CU_add_test(s, "tx_full_is_backpressure", test_tx_full_is_backpressure);
 	CU_add_test(s, "handle_queue_full", test_handle_queue_full);
+	CU_add_test(s, "runtime_shard", test_runtime_shard);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();

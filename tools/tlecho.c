@@ -452,8 +452,8 @@ int main(int argc, char **argv)
 			di.last_error[0] ? ": " : "", di.last_error);
 		return 1;
 	}
-	if (!(tl_loop_caps(loop) & TL_CAP_OS)) {
-		fprintf(stderr, "tlecho: the %s driver has no operating-system sockets "
+	if (!(tl_loop_caps(loop) & TL_CAP_NET)) {
+		fprintf(stderr, "tlecho: the %s driver reaches no network "
 				"(it runs tests, not servers)\n", tl_loop_driver(loop));
 		tl_loop_destroy(loop);
 		return 1;

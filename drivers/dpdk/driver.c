@@ -675,7 +675,7 @@ static uint64_t dp_now(struct tl_drv *d)
 
 const struct tl_driver tl__driver_dpdk = {
 	.name = "dpdk",
-	.caps = TL_CAP_UDP,
+	.caps = TL_CAP_UDP | TL_CAP_NET,
 	.init = dp_init,
 	.init_hint = dp_init_hint,
 	.destroy = dp_destroy,

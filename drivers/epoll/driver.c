@@ -441,7 +441,7 @@ static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
 
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH |
 		TL_CAP_POLL | TL_CAP_SPLICE,
 	.init = ep_init,
 	.destroy = ep_destroy,

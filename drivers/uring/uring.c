@@ -72,7 +72,7 @@ void tl__ur_init_hint(int err, char *buf, size_t len)
 
 const struct tl_driver tl__driver_uring = {
 	.name = "uring",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_DETACH |
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH |
 		TL_CAP_POLL | TL_CAP_SPLICE |
 		TL_DRV_CAP_KBUF,
 	.init = tl__ur_init,

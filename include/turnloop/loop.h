@@ -225,6 +225,10 @@ const char *tl_loop_driver(const tl_loop *loop);
  * and tl_udp_bind_opts with TL_UDP_GRO are -EOPNOTSUPP. */
 #define TL_CAP_UDP_GSO   (1u << 8)
 #define TL_CAP_UDP_GRO   (1u << 9)
+/* Handles reach the network: through the kernel's sockets (TL_CAP_OS) or
+ * through a NIC the driver owns (DPDK). A server needs it (the sharded
+ * runtime refuses a driver without it); the simulation driver lacks it. */
+#define TL_CAP_NET       (1u << 10)
 /* The capability flags (TL_CAP_*) of the loop's driver. */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
