@@ -450,6 +450,10 @@ struct tl_driver {
 	 * happened), or another negative errno (refused). cancel() is then
 	 * called with h == NULL. NULL exactly when fs_route is. */
 	int (*fs_submit)(struct tl_drv *d, struct tl_opslot *op, const struct tl_fs_native_req *req);
+
+	/* Add the driver's own counters to *out (tl_loop_stats_get: the nic_*
+	 * fields). May be NULL. */
+	void (*stats)(struct tl_drv *d, tl_loop_stats *out);
 };
 
 /* The built-in drivers (NULL where not compiled in). */

@@ -686,6 +686,8 @@ void tl_loop_stats_get(const tl_loop *l, tl_loop_stats *out)
 	out->queued = l->qlen;
 	out->timers = l->timers.n;
 	out->leases_out = l->lpool.out;
+	if (l->dv->stats)
+		l->dv->stats(l->d, out);
 }
 
 void tl_loop_destroy(tl_loop *l)

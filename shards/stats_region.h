@@ -10,7 +10,7 @@
 #include "turnloop/stats.h"
 
 /*
- * Layout version 2 of /dev/shm/turnloop-<uid>/<pid>:
+ * Layout version 3 of /dev/shm/turnloop-<uid>/<pid>:
  *
  *   [0, sizeof hdr)                        struct tl__stats_hdr
  *   [families_off, + capacity * 48)        struct tl__stats_fam, one per family

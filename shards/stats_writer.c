@@ -433,6 +433,10 @@ void tl__rt_publish(tl_shard *s, uint64_t now)
 	st->queued = ls.queued;
 	st->timers = ls.timers;
 	st->leases_out = ls.leases_out;
+	st->nic_rx = ls.nic_rx;
+	st->nic_tx = ls.nic_tx;
+	st->nic_drops = ls.nic_drops;
+	st->nic_tx_full = ls.nic_tx_full;
 	tl__mesh_depths(s, &inbound, &backlog);
 	st->mesh_inbound = inbound;
 	st->mesh_backlog = backlog;

@@ -14,10 +14,12 @@
 #include <rte_eal.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <rte_udp.h>
 #include "harness.h"
 #include "dpdk.h"
 #include "turnloop/runtime.h"
+#include "turnloop/stats.h"
 
 /*
  * The test sets the EAL up itself and makes its port from two rings
@@ -424,7 +426,8 @@ static void rt_completion(tl_shard *s, const tl_completion *c)
 }
 
 /* The sharded runtime runs a shard on the DPDK driver (it has TL_CAP_NET):
- * a datagram put on the wire comes back echoed by the shard. */
+ * a datagram put on the wire comes back echoed by the shard, and the
+ * shard's frames in, out and dropped reach the live stats region. */
 static void test_runtime_shard(void)
 {
 	int fds = h_begin();
@@ -465,6 +468,23 @@ static void test_runtime_shard(void)
 			h_sleep_ms(1);
 	}
 	H_EQ(got, 1);
+	/* One frame for nobody, to be counted as dropped. */
+	put(udp_frame(LOOP_IP, 40002, 5999, "lost", 4, 0));
+	tl_stats_reader *sr = NULL;
+	H_EQ(tl_stats_open(&sr, getpid()), 0);
+	tl_stats_shard sh;
+	memset(&sh, 0, sizeof sh);
+	t0 = h_wall_ns();
+	while (sr && h_wall_ns() - t0 < 3000 * H_MS) {
+		H_EQ(tl_stats_shard_get(sr, 0, &sh, NULL, 0), 0);
+		if (sh.nic_rx >= 3 && sh.nic_tx >= 1 && sh.nic_drops >= 1)
+			break;
+		h_sleep_ms(5);
+	}
+	H_TRUE(sh.nic_rx >= 3, "%llu frames in", (unsigned long long)sh.nic_rx);
+	H_TRUE(sh.nic_tx >= 1, "%llu frames out", (unsigned long long)sh.nic_tx);
+	H_EQ(sh.nic_drops, 1);
+	tl_stats_close(sr);
 	tl_runtime_stop(rt);
 	H_EQ(tl_runtime_run(rt), 0);
 	tl_runtime_destroy(rt);

@@ -214,12 +214,12 @@ static void test_reader_checks(void)
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	CU_ASSERT_PTR_NULL(r);
 	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 7"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 2"));
-	/* Version 1, the layout before this one, too. */
-	h->version = 1;
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 3"));
+	/* Version 2, the layout before this one, too. */
+	h->version = 2;
 	write_region(path, buf, full);
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 1 is not known"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 2 is not known"));
 
 	h = good_region(buf, 2);
 	h->magic ^= 1;

@@ -390,9 +390,11 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 		rxb = d->st.rx_frames;
 		work(d, now);
 		if (tl__drv_queued(l) != before || d->st.rx_frames != rxb) {
+			/* Frames that made no completion (dropped, or waiting
+			 * for a receive) end the wait too, so the turn ends and
+			 * a runtime publishes the counters they changed. */
 			d->last_work = now;
-			if (tl__drv_queued(l) != before)
-				return 0;
+			return 0;
 		}
 	}
 	info->zero_event_waits++;
@@ -673,6 +675,16 @@ static uint64_t dp_now(struct tl_drv *d)
 	return tl__dp_now();
 }
 
+static void dp_stats(struct tl_drv *d, tl_loop_stats *out)
+{
+	const struct tl_dpdk_stats *s = &d->st;
+	out->nic_rx = s->rx_frames;
+	out->nic_tx = s->tx_frames;
+	out->nic_drops = s->drop_bad + s->drop_frag + s->drop_proto + s->drop_not_ours +
+			 s->drop_no_port + s->drop_rcvq;
+	out->nic_tx_full = s->tx_full;
+}
+
 const struct tl_driver tl__driver_dpdk = {
 	.name = "dpdk",
 	.caps = TL_CAP_UDP | TL_CAP_NET,
@@ -691,6 +703,7 @@ const struct tl_driver tl__driver_dpdk = {
 	.poll = dp_poll,
 	.lease_returned = dp_lease_returned,
 	.pause = dp_pause,
+	.stats = dp_stats,
 };
 
 int tl__dpdk_stats(tl_loop *loop, struct tl_dpdk_stats *out)

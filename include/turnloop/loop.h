@@ -968,6 +968,12 @@ typedef struct tl_loop_stats {
 	 * of them those that found nothing and parked after all (or used up
 	 * their wait). */
 	uint64_t spins, spin_parks;
+	/* A driver that owns a NIC (DPDK, docs/DPDK.md): frames its queue
+	 * pair received and sent, frames it dropped (every reason: malformed,
+	 * fragments, other protocols or hosts, no handle on the port, a
+	 * handle's queue full), and TX bursts the ring took only part of (the
+	 * rest waited: backpressure, not a drop). 0 on the other drivers. */
+	uint64_t nic_rx, nic_tx, nic_drops, nic_tx_full;
 } tl_loop_stats;
 /* Copy the loop's counters into *out (the loop's thread; out not NULL). */
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);
