@@ -93,7 +93,7 @@ static int setup_port(void)
 	uint32_t port, nq;
 	int r;
 	if ((r = env_u32("TL_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &port)) < 0 ||
-	    (r = env_u32("TL_DPDK_QUEUES", 4, 1, DP_QMAX, &nq)) < 0)
+	    (r = env_u32("TL_DPDK_QUEUES", 1, 1, DP_QMAX, &nq)) < 0)
 		return r;
 	/* TL_DPDK_ADDR: the port's IPv4 addresses, comma separated; the
 	 * first is the source of what the loops send. */
