@@ -30,6 +30,7 @@
  */
 
 static struct rte_ring *in, *out;
+static uint16_t port_id;
 static struct rte_mempool *tp; /* the test's own frames */
 static struct rte_ether_addr port_mac;
 static const struct rte_ether_addr peer_mac = {{0x02, 0, 0, 0, 0x42, 0x01}};
@@ -362,6 +363,48 @@ static void test_tx_full_is_backpressure(void)
 	h_end(l, fds);
 }
 
+/* The link goes down: the loop stops polling the port (frames stay in the
+ * RX ring, sends wait); back up, both go on and nothing was lost. */
+static void test_link_down_stops_polling(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_handle h = bind_port(l, 5306);
+	put(arp_frame(RTE_ARP_OP_REPLY, PEER_IP, LOOP_IP));
+	h_turn(&c, 0);
+	struct rte_mbuf *m[8];
+	rte_pktmbuf_free_bulk(m, take(m, 8));
+	H_EQ(rte_eth_dev_set_link_down(port_id), 0);
+	h_idle(&c, 250); /* the loop looks at the link every 100 ms */
+	H_EQ(st(l).link_up, 0);
+	tl_op r, s;
+	H_EQ(tl_udp_recv_start(l, h, 1, &r), 0);
+	put(udp_frame(LOOP_IP, 40003, 5306, "down", 4, 0));
+	tl_addr to = peer_addr(PEER_IP, 9);
+	H_EQ(tl_udp_send(l, h, "out", 3, &to, 2, &s), 0);
+	h_idle(&c, 50);
+	H_EQ(h_count_op(&c.log, r, 0), 0);
+	H_EQ(h_find_term(&c.log, s), -1);
+	H_EQ(rte_ring_count(in), 1);
+	H_EQ(take(m, 8), 0);
+	H_EQ(rte_eth_dev_set_link_up(port_id), 0);
+	int i = h_wait_op(&c, s);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 3);
+	uint64_t t0 = h_wall_ns();
+	while (h_count_op(&c.log, r, 0) < 1 && h_wall_ns() - t0 < 2000 * H_MS)
+		h_turn(&c, 10 * H_MS);
+	H_EQ(h_count_op(&c.log, r, 0), 1);
+	h_release_leases(&c, 0);
+	unsigned n = take(m, 8);
+	H_EQ(n, 1);
+	rte_pktmbuf_free_bulk(m, n);
+	h_close(&c, h, 3);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* A handle with no receive keeps 512 datagrams, as a socket buffer does;
  * more are dropped and counted, and a receive then gets the first ones. */
 static void test_handle_queue_full(void)
@@ -535,7 +578,8 @@ int main(void)
 		return 1;
 	}
 	tl_loop_close(l);
-	rte_eth_macaddr_get((uint16_t)port, &port_mac);
+	port_id = (uint16_t)port;
+	rte_eth_macaddr_get(port_id, &port_mac);
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	CU_pSuite s = CU_add_suite("dpdk", NULL, NULL);
@@ -544,6 +588,7 @@ int main(void)
 	CU_add_test(s, "drops_counted", test_drops_counted);
 	CU_add_test(s, "tx_full_is_backpressure", test_tx_full_is_backpressure);
 	CU_add_test(s, "handle_queue_full", test_handle_queue_full);
+	CU_add_test(s, "link_down_stops_polling", test_link_down_stops_polling);
 	CU_add_test(s, "runtime_shard", test_runtime_shard);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

@@ -211,7 +211,7 @@ static void flush_tx(struct tl_drv *d)
 		struct rte_mbuf *m[DP_BURST];
 		struct tl_opslot *ops[DP_BURST];
 		uint32_t k = 0, want = d->tx.n < DP_BURST ? d->tx.n : DP_BURST;
-		if (rte_pktmbuf_alloc_bulk(d->mp, m, want) != 0)
+		if (!want || rte_pktmbuf_alloc_bulk(d->mp, m, want) != 0)
 			return; /* the pool is empty: received frames hold it; next poll */
 		while (k < want) {
 			struct tl_opslot *o = l_pop(d, &d->tx);
