@@ -439,8 +439,6 @@ static int dp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 {
 	if (sp->kind != TL_OPEN_UDP)
 		return -ENOTSUP;
-	if (sp->nso)
-		return -ENOTSUP; /* socket options: none on this driver */
 	if (sp->addr->sa.sa_family != AF_INET)
 		return -EAFNOSUPPORT; /* IPv6 is not served yet (docs/DPDK.md) */
 	if (sp->udp_flags & ~(TL_UDP_REUSEPORT | TL_UDP_PKTINFO))
@@ -541,13 +539,10 @@ static int dp_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	}
 	if (o->code != TL_OP_RECV)
 		return -ENOTSUP;
-	DPO(o)->next = TL_NIL;
-	DPO(o)->where = DPO_RECV;
-	if (e->rtail == TL_NIL)
-		e->rhead = o->idx;
-	else
-		DPO(&d->os[e->rtail])->next = o->idx;
-	e->rtail = o->idx;
+	struct dp_list q = {e->rhead, e->rtail, 0};
+	l_push(d, &q, o, DPO_RECV);
+	e->rhead = q.head;
+	e->rtail = q.tail;
 	tl__dp_ready(d, h);
 	return 0;
 }
