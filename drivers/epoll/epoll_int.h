@@ -4,6 +4,9 @@
 
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "driver.h"
 #include "sock.h"
 #include "splice_io.h"
@@ -36,6 +39,32 @@
  * open file, so closing a descriptor does not remove it while a duplicate
  * lives: the driver always deletes before it closes).
  */
+
+/*
+ * The stream calls of the hot path, made through syscall(2). In a process
+ * with more than one thread (a runtime's shards, the blocking pool, a
+ * program's signal thread) glibc makes read(2), send(2) and sendmsg(2)
+ * cancellation points: it switches the thread's cancellation state on
+ * before the call and off after it, about 30 instructions each way, some
+ * 120 of a proxied request's (four calls). turnloop never cancels a thread
+ * (a loop ends when it is told to, never by pthread_cancel), so the
+ * driver goes around that; syscall(2) returns -1 and sets errno as the
+ * wrappers do.
+ */
+static inline ssize_t ep_read(int fd, void *buf, size_t len)
+{
+	return syscall(SYS_read, fd, buf, len);
+}
+
+static inline ssize_t ep_send(int fd, const void *buf, size_t len, int flags)
+{
+	return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
+
+static inline ssize_t ep_sendmsg(int fd, const struct msghdr *mh, int flags)
+{
+	return syscall(SYS_sendmsg, fd, mh, flags);
+}
 
 struct ep_h {
 	uint32_t rhead, rtail; /* reads, accepts, receives */

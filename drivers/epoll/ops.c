@@ -144,7 +144,7 @@ static int run_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 			buf = o->u.rw.buf;
 			len = o->u.rw.len;
 		}
-		ssize_t n = read(h->fd, buf, len);
+		ssize_t n = ep_read(h->fd, buf, len);
 		if (n > 0) {
 			if ((size_t)n < len && !EH(h)->peer_end && !EH(h)->fdpass)
 				EH(h)->readable = 0;
@@ -180,11 +180,11 @@ static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		/* One buffer left goes by send(2): the kernel then copies in no
 		 * msghdr and no iovec array, and costs what write(2) does. */
 		if (o->u.wv.n - o->u.wv.cur == 1) {
-			n = send(h->fd, v0->iov_base, v0->iov_len, MSG_NOSIGNAL);
+			n = ep_send(h->fd, v0->iov_base, v0->iov_len, MSG_NOSIGNAL);
 		} else {
 			mh.msg_iov = v0;
 			mh.msg_iovlen = o->u.wv.n - o->u.wv.cur;
-			n = sendmsg(h->fd, &mh, MSG_NOSIGNAL);
+			n = ep_sendmsg(h->fd, &mh, MSG_NOSIGNAL);
 		}
 		if (n < 0) {
 			if (errno == EINTR)
