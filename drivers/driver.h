@@ -73,6 +73,10 @@ struct tl_hslot {
 	uint32_t head, tail; /* its ops, oldest first */
 	uint32_t next_free;
 	uint64_t close_token;
+	/* The host's pointer (tl_handle_set_data), the core's alone: tl_turn
+	 * copies it into every record naming this handle as it hands the
+	 * record out. Drivers never touch it. */
+	void *data;
 	/* Per-handle caps (contract 4.10, lib/caps.c): leases read from this
 	 * stream that the host holds, write bytes queued, and their limits.
 	 * Over either limit the core sets TL_HF_PAUSED and calls pause(). */

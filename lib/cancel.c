@@ -1,4 +1,4 @@
-/* lib/cancel.c: cancel, stop and close (contract 2): asking drivers, retrying what they could not take, and the handles' reference counts. */
+/* lib/cancel.c: cancel, stop and close (contract 2): asking drivers, retrying what they could not take, and the handles' reference counts and user pointers. */
 #include <errno.h>
 #include "sysmod.h"
 
@@ -198,5 +198,27 @@ int tl_set_ref(tl_loop *l, tl_handle id, int ref)
 		h->flags &= (uint8_t)~TL_HF_REF;
 		l->refs -= w;
 	}
+	return 0;
+}
+
+/* The pointer lives in the slot; tl__drain copies it into each record it
+ * hands out (loop.c), so a set is seen by every later record. */
+int tl_handle_set_data(tl_loop *l, tl_handle id, void *data)
+{
+	struct tl_hslot *h = tl__handle_get(l, id);
+	if (!h)
+		return -ENOENT;
+	h->data = data;
+	return 0;
+}
+
+int tl_handle_data_get(tl_loop *l, tl_handle id, void **data)
+{
+	if (!data)
+		return -EINVAL;
+	struct tl_hslot *h = tl__handle_get(l, id);
+	if (!h)
+		return -ENOENT;
+	*data = h->data;
 	return 0;
 }

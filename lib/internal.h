@@ -20,7 +20,7 @@ struct tl_qmeta {
 	uint8_t referenced; /* holds an alive() reference */
 	uint8_t closed;     /* a Closed record: release the handle on delivery */
 	uint8_t op_terminal;/* a terminal of an op: frees its slot and credit */
-	uint32_t hidx;
+	uint32_t hidx;      /* the handle the record names, TL_NIL if none */
 	uint32_t oidx;
 };
 
@@ -184,7 +184,8 @@ static inline tl_completion *tl__enqueue(tl_loop *l, int cls, int referenced)
 	l->qlen++;
 	l->buffered[cls]++;
 	l->refs += (uint64_t)referenced;
-	l->qm[i] = (struct tl_qmeta){.cls = (uint8_t)cls, .referenced = (uint8_t)referenced};
+	l->qm[i] = (struct tl_qmeta){.cls = (uint8_t)cls, .referenced = (uint8_t)referenced,
+				     .hidx = TL_NIL};
 	tl_completion *c = &l->q[i];
 	c->aux = 0;
 	return c;

@@ -258,6 +258,7 @@ struct tl_hslot *tl__handle_new(tl_loop *l, uint8_t type)
 	h->pending = 0;
 	h->head = h->tail = TL_NIL;
 	h->close_token = 0;
+	h->data = NULL;
 	h->spl_head = TL_NIL;
 	memset(&h->u, 0, sizeof h->u);
 	tl__caps_init(l, h, NULL);
@@ -624,6 +625,10 @@ int tl__drv_accept(tl_loop *l, struct tl_opslot *o, int fd, const tl_addr *peer,
 	return 0;
 }
 
+/* tl__drain copies every record it hands out: keep one within two cache
+ * lines (it is exactly 128 bytes on 64-bit targets). */
+_Static_assert(sizeof(tl_completion) <= 128, "a completion fits two cache lines");
+
 /* Hand out up to cap queued completions, oldest first: a delivered
  * terminal frees its op slot and credit, a delivered Closed releases the
  * handle's OS object and slot. */
@@ -634,6 +639,10 @@ uint32_t tl__drain(tl_loop *l, tl_completion *out, uint32_t cap)
 		uint32_t i = l->qhead;
 		struct tl_qmeta m = l->qm[i];
 		out[n++] = l->q[i];
+		/* The handle's pointer as it is now (loop.h, tl_handle_set_data):
+		 * its slot lives until its Closed, the last record naming it, has
+		 * been handed out, just below. */
+		out[n - 1].data = m.hidx != TL_NIL ? l->h[m.hidx].data : NULL;
 		l->qhead = i + 1 == l->qcap ? 0 : i + 1;
 		l->qlen--;
 		l->buffered[m.cls]--;

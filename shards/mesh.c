@@ -533,6 +533,7 @@ static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t a
 	c.kind = kind;
 	c.flags = TL_F_TERMINAL;
 	c.aux = aux;
+	c.data = NULL;
 	c.u.mesh.payload = value;
 	c.u.mesh.arg = ptr;
 	c.u.mesh.conn = TL_HANDLE_NONE;
@@ -558,6 +559,7 @@ static void run_migrate(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
 		c.kind = TL_K_MESH;
 		c.flags = TL_F_TERMINAL;
 		c.aux = src | TL_MESH_MIGRATED;
+		c.data = NULL;
 		c.u.mesh.payload = m->a;
 		c.u.mesh.arg = NULL;
 		s->mesh_comp[TL_K_MESH]++;
@@ -632,6 +634,7 @@ int tl__mesh_receive(tl_shard *s, uint32_t budget)
 
 	c.op = TL_OP_NONE;
 	c.handle = TL_HANDLE_NONE;
+	c.data = NULL;
 	c.u.mesh.conn = TL_HANDLE_NONE;
 	for (uint32_t src = 0; src < s->n; src++) {
 		struct pair *p = &s->in[(size_t)src * s->n];

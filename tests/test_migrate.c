@@ -1,4 +1,4 @@
-/* tests/test_migrate.c: CUnit tests of tl_shard_migrate: a connection moved between shards mid-stream loses no byte; a target that cannot adopt closes it. */
+/* tests/test_migrate.c: CUnit tests of tl_shard_migrate: a connection moved between shards mid-stream loses no byte (and each shard's pointer for it stays behind); a target that cannot adopt closes it. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -53,6 +53,7 @@ static struct {
 	uint64_t bytes[2]; /* read on each shard, by that shard */
 	_Atomic int listen_port;
 	atomic_uint moves, eagains, cancelled, results, closed;
+	atomic_uint fresh; /* handles that arrived with no pointer (tl_handle_data_get) */
 	/* the refusal test */
 	int refuse;
 	atomic_int refused_result, target_got;
@@ -75,6 +76,15 @@ static void begin(tl_shard *s, tl_handle h, uint64_t payload)
 
 	memset(d, 0, sizeof *d);
 	d->h = h;
+	/* The pointer stays behind on the loop it was set on: an accepted or
+	 * adopted handle starts with NULL, whatever its last shard had set.
+	 * This shard sets its own, which each completion of h then carries. */
+	void *p = d;
+	ST_CHECK(tl_handle_data_get(tl_shard_loop(s), h, &p) == 0);
+	ST_CHECK(p == NULL);
+	if (p == NULL)
+		atomic_fetch_add(&M.fresh, 1);
+	ST_CHECK(tl_handle_set_data(tl_shard_loop(s), h, d) == 0);
 	d->off = PAYLOAD_OFF(payload);
 	d->moved = PAYLOAD_MOVED(payload);
 	uint64_t off = d->off;
@@ -97,6 +107,8 @@ static void try_move(tl_shard *s, struct side *d)
 	}
 	ST_CHECK(rc == 0);
 	if (rc == 0) {
+		void *p;
+		ST_CHECK(tl_handle_data_get(tl_shard_loop(s), d->h, &p) == -ENOENT);
 		d->active = 0;
 		atomic_fetch_add(&M.moves, 1);
 	}
@@ -171,11 +183,11 @@ static void handler(tl_shard *s, const tl_completion *c)
 		begin(s, c->u.accept.conn, 0);
 		return;
 	case TL_K_READ:
-		ST_CHECK(d->active && c->handle.v == d->h.v);
+		ST_CHECK(d->active && c->handle.v == d->h.v && c->data == d);
 		on_read(s, d, c);
 		break;
 	case TL_K_WRITE:
-		ST_CHECK(d->active && c->handle.v == d->h.v && c->result > 0);
+		ST_CHECK(d->active && c->handle.v == d->h.v && c->result > 0 && c->data == d);
 		tl_lease_release(l, (uint32_t)(c->token & 0xffffu));
 		d->writes--;
 		break;
@@ -202,6 +214,7 @@ static void handler(tl_shard *s, const tl_completion *c)
 		return;
 	case TL_K_CLOSED:
 		if (c->token == TOK_CLOSE && d->active && c->handle.v == d->h.v) {
+			ST_CHECK(c->data == d);
 			d->active = 0;
 			atomic_store(&M.closed, 1);
 		}
@@ -373,6 +386,8 @@ static void test_migrate_mid_stream(void)
 			(unsigned long long)M.bytes[0], (unsigned long long)M.bytes[1]);
 	CU_ASSERT_TRUE(moves >= 6);
 	CU_ASSERT_EQUAL(atomic_load(&M.results), moves);
+	/* Accepted once, adopted at each move: never with a pointer. */
+	CU_ASSERT_EQUAL(atomic_load(&M.fresh), moves + 1);
 	/* The read-running way was used: -EAGAIN, and the read cancelled by it. */
 	CU_ASSERT_TRUE(atomic_load(&M.eagains) >= 1);
 	CU_ASSERT_TRUE(atomic_load(&M.cancelled) >= 1);

@@ -571,6 +571,136 @@ static void test_env(void)
 	st_end(fds);
 }
 
+/* ---- each handle's pointer, freed at the Closed of the runtime's stop ---- */
+
+#define TOK_DCONN 0xd0c0
+#define TOK_DREAD 0xd4ead
+
+/* The state a program keeps per handle, found from each completion. */
+struct hstate {
+	tl_handle h;
+	uint32_t shard;
+};
+
+static atomic_int d_live, d_made, d_freed, d_posts;
+static atomic_int d_accepted[MAXS], d_connected[MAXS];
+
+static void d_new(tl_shard *s, tl_handle h)
+{
+	struct hstate *st = malloc(sizeof *st);
+
+	ST_CHECK(st != NULL);
+	if (!st)
+		return;
+	st->h = h;
+	st->shard = tl_shard_id(s);
+	ST_CHECK(tl_handle_set_data(tl_shard_loop(s), h, st) == 0);
+	atomic_fetch_add(&d_live, 1);
+	atomic_fetch_add(&d_made, 1);
+}
+
+/* Each shard: a repeating timer, a listener accepting, and a connection
+ * to it, each with its state; the accepted end gets its own. */
+static int d_start(tl_shard *s, void *arg)
+{
+	tl_loop *l = tl_shard_loop(s);
+	tl_addr a;
+	tl_handle h;
+	tl_op op;
+
+	(void)arg;
+	ST_CHECK(tl_timer_start(l, tl_now(l) + 1000000, 1000000, TOK_TIMER, &h, &op) == 0);
+	d_new(s, h);
+	tl_addr_parse(&a, "127.0.0.1", 0);
+	if (tl_tcp_listen(l, &a, NULL, &h) != 0 || tl_local_addr(l, h, &a) != 0)
+		return -EIO;
+	ST_CHECK(tl_accept_start(l, h, TOK_ACCEPT, &op) == 0);
+	d_new(s, h);
+	ST_CHECK(tl_tcp_connect(l, &a, 0, TOK_DCONN, &h, &op) == 0);
+	d_new(s, h);
+	/* A mesh completion names no handle: it carries NULL. */
+	ST_CHECK(tl_shard_post(s, tl_shard_id(s), TOK_SELF, 0) == 0);
+	return 0;
+}
+
+static void d_handler(tl_shard *s, const tl_completion *c)
+{
+	struct hstate *st = c->data;
+	uint32_t me = tl_shard_id(s);
+
+	if (!c->handle.v) {
+		ST_CHECK(c->kind == TL_K_MESH && st == NULL);
+		atomic_fetch_add(&d_posts, 1);
+		return;
+	}
+	/* Every other completion names a handle that has its state. */
+	ST_CHECK(st != NULL);
+	if (!st)
+		return;
+	ST_CHECK(st->h.v == c->handle.v && st->shard == me);
+	if (c->kind == TL_K_ACCEPT && c->result == 0 && !(c->flags & TL_F_TERMINAL)) {
+		tl_op op;
+		d_new(s, c->u.accept.conn);
+		ST_CHECK(tl_read_start(tl_shard_loop(s), c->u.accept.conn, TOK_DREAD, &op) == 0);
+		atomic_fetch_add(&d_accepted[me], 1);
+	} else if (c->kind == TL_K_CONNECT && c->result == 0) {
+		atomic_fetch_add(&d_connected[me], 1);
+	} else if (c->kind == TL_K_CLOSED) {
+		/* The program closed nothing: every Closed is the runtime's. */
+		ST_CHECK(c->token == TL_RT_CLOSE_TOKEN);
+		free(st);
+		atomic_fetch_sub(&d_live, 1);
+		atomic_fetch_add(&d_freed, 1);
+	}
+}
+
+/* The runtime's own closes at a stop (TL_RT_CLOSE_TOKEN) carry each
+ * handle's pointer (tl_handle_set_data), so the program frees every
+ * handle's state there, with no list of its own: nothing is left. */
+static void test_stop_frees_handle_state(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("runtime/stop_frees_handle_state");
+	const uint32_t n = 2;
+
+	atomic_store(&d_live, 0);
+	atomic_store(&d_made, 0);
+	atomic_store(&d_freed, 0);
+	atomic_store(&d_posts, 0);
+	for (uint32_t i = 0; i < MAXS; i++) {
+		atomic_store(&d_accepted[i], 0);
+		atomic_store(&d_connected[i], 0);
+	}
+	st_config(&cfg, n);
+	cfg.on_launch = d_start;
+	cfg.on_completion = d_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
+	/* Stop once every shard holds all four handles. */
+	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
+	for (;;) {
+		uint32_t ready = 0;
+		for (uint32_t i = 0; i < n; i++)
+			ready += atomic_load(&d_accepted[i]) && atomic_load(&d_connected[i]);
+		if (ready == n || st_now_ns() >= dl)
+			break;
+		usleep(1000);
+	}
+	tl_runtime_stop(rt);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	for (uint32_t i = 0; i < n; i++) {
+		CU_ASSERT_EQUAL(atomic_load(&d_accepted[i]), 1);
+		CU_ASSERT_EQUAL(atomic_load(&d_connected[i]), 1);
+	}
+	CU_ASSERT_EQUAL(atomic_load(&d_posts), (int)n);
+	CU_ASSERT_EQUAL(atomic_load(&d_made), (int)(4 * n));
+	CU_ASSERT_EQUAL(atomic_load(&d_freed), atomic_load(&d_made));
+	CU_ASSERT_EQUAL(atomic_load(&d_live), 0);
+	st_end(fds);
+}
+
 /* ---- the stall detector ---- */
 
 static int slow_start(tl_shard *s, void *arg)
@@ -654,6 +784,7 @@ int main(void)
 	st_add(s, "start_fails", test_start_fails);
 	st_add(s, "setup_fails", test_setup_fails);
 	st_add(s, "env", test_env);
+	st_add(s, "stop_frees_handle_state", test_stop_frees_handle_state);
 	st_add(s, "stall", test_stall);
 	return st_run();
 }

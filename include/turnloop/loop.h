@@ -240,6 +240,43 @@ int tl_alive(const tl_loop *loop);
  * alive() count. 0, -ENOENT (stale/foreign), -EINVAL (closing). */
 int tl_set_ref(tl_loop *loop, tl_handle h, int ref);
 
+/*
+ * A pointer of the host's own per handle, which every completion naming
+ * the handle carries (tl_completion.data), its Closed included: state kept
+ * per connection, timer or listener is found from the completion, and
+ * freed at the Closed, whoever closed the handle (tl_close, tl_close_all,
+ * the sharded runtime at a stop: turnloop/runtime.h, TL_RT_CLOSE_TOKEN).
+ *
+ * The pointer is read when tl_turn hands a record out, not when its event
+ * happened: every record handed out after a set carries the new value,
+ * also records queued before it. A handle that tl_turn has not named yet
+ * (a connection just accepted, one tl_tcp_connect or tl_adopt just made,
+ * a new timer) carries it on every completion when it is set before the
+ * next tl_turn. A record is named by its handle field: an accept carries
+ * the listener's pointer (the accepted connection's is NULL until set),
+ * a splice or sendfile dst's, a connect the new stream's. Records naming
+ * no handle (posts, room, pool jobs and file requests, the runtime's mesh
+ * completions, the TLS layer's) carry NULL.
+ *
+ * A handle's pointer is NULL until set. It stays with the handle on its
+ * loop: tl_detach gives it up (read it first), a handle made by tl_adopt
+ * starts with NULL, and so does a connection tl_shard_migrate moved
+ * (turnloop/runtime.h). tl_loop_destroy drops the completions it has not
+ * handed out, Closed records too: a host that frees its state at Closed
+ * closes its handles and turns until they are gone first.
+ *
+ * The loop never reads through the pointer. Set it (NULL clears it) any
+ * time until h's Closed has been handed out, also while h is closing.
+ * 0, or -ENOENT (stale, foreign, or h's Closed already handed out).
+ * Allocates nothing.
+ */
+int tl_handle_set_data(tl_loop *loop, tl_handle h, void *data);
+
+/* Copy h's pointer (tl_handle_set_data; NULL if never set) into *data.
+ * 0, -ENOENT (stale, foreign, or h's Closed already handed out), -EINVAL
+ * (data NULL). */
+int tl_handle_data_get(tl_loop *loop, tl_handle h, void **data);
+
 /* ---- Completions ---- */
 
 enum tl_kind {
@@ -293,6 +330,8 @@ typedef struct tl_completion {
 	uint32_t aux;     /* kind-specific small value (pool: job class; tl_recv_fds:
 			   * descriptors received; mesh: turnloop/runtime.h;
 			   * TL_K_RECV with TL_F_TRUNC: the datagram's length) */
+	void *data;       /* the pointer of the handle it names (tl_handle_set_data)
+			   * when tl_turn handed it out; NULL when it names none */
 	union {
 		struct { tl_handle conn; tl_addr peer; } accept;
 		struct { tl_lease lease; } read;

@@ -95,8 +95,8 @@ static inline unsigned tl_token_handler(uint64_t token)
  *    (aux = the caller's id | TL_MESH_RESULT | TL_MESH_GATHER).
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
- * are TL_OP_NONE / TL_HANDLE_NONE, u.mesh.conn is TL_HANDLE_NONE unless
- * said otherwise.
+ * are TL_OP_NONE / TL_HANDLE_NONE, data is NULL, u.mesh.conn is
+ * TL_HANDLE_NONE unless said otherwise.
  */
 #define TL_MESH_RESULT 0x80000000u
 #define TL_MESH_MIGRATED 0x40000000u
@@ -226,7 +226,12 @@ void tl_runtime_drain(tl_runtime *rt);
 
 /* The token of the Closed completions of handles the runtime closes when a
  * shard stops (those the program had not closed itself); its handler byte
- * is 0, so they go to on_completion. */
+ * is 0, so they go to on_completion. Like every completion of a handle,
+ * each carries the handle's pointer (c->data, tl_handle_set_data in
+ * turnloop/loop.h): the program frees its state per handle there, and
+ * needs no list of its own to find it. A handle whose operations have not
+ * ended within drain_ns is destroyed with the loop and its Closed is not
+ * delivered. */
 #define TL_RT_CLOSE_TOKEN UINT64_C(0x00c105edc105ed00)
 
 /*
@@ -319,7 +324,9 @@ int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, u
  * connection is gone). Bytes not read yet stay in the kernel's socket and
  * are read by the new owner, and it succeeds only once the program has
  * been handed every completion of h, so a stream moves without losing a
- * byte.
+ * byte. h's pointer (tl_handle_set_data) stays behind: read it before the
+ * call if the state should travel (in payload, say); the new handle starts
+ * with NULL, and target's program sets its own.
  *
  * Returns 0 (h is stale from now on); -EAGAIN while completions of h are
  * still to reach the program: later in the batch of this pass that it is

@@ -43,7 +43,9 @@ extern "C" {
  * returns tl_tls_pending(). No user code runs inside the layer.
  *
  * A TLS completion is a tl_completion whose handle.v is the session's id
- * (tl_tls_id.v), op is the TLS op, token the host's:
+ * (tl_tls_id.v), op is the TLS op, token the host's, data NULL (the
+ * stream's pointer, tl_handle_set_data, stays on the stream's own
+ * completions, which the layer takes):
  *  - TL_K_TLS_HANDSHAKE (terminal): result 0 once the handshake is done,
  *    or a negative errno from the table below.
  *  - TL_K_READ: nonterminal with TL_F_LEASE: result plaintext bytes in
