@@ -15,8 +15,8 @@
  * it is handed out from there; otherwise its bytes are copied into the
  * buffer, lease by lease, until it is whole. The buffer only ever holds the
  * start of the stream's next message (or, after a peek, the bytes asked
- * for), so a message is copied at most once and never more than max bytes
- * of it.
+ * for), so a byte comes out of its lease at most once, and only when its
+ * message spans leases. A reader that waits for more holds no lease.
  */
 
 enum { FRAME_NONE, FRAME_DELIM, FRAME_PREFIX };
