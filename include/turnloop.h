@@ -25,7 +25,8 @@
  *    cannot fail:
  *     - void: the config initialisers (tl_config_init, ..._config_init),
  *       what ends an object whatever state it is in (tl_loop_destroy,
- *       tl_runtime_destroy, tl_plan_free, tl_stats_close, tl_poster_put),
+ *       tl_runtime_destroy, tl_plan_free, tl_stats_close, tl_poster_put,
+ *       tl_rbuf_fini),
  *       the requests tl_runtime_stop and tl_runtime_drain, the snapshots
  *       of counters (tl_loop_stats_get, tl_pool_loop_stats_get,
  *       tl_driver_info_get) and the setters tl_shard_set_data and
@@ -35,7 +36,8 @@
  *       tl_runtime_plan, tl_shard_loop, tl_shard_id, tl_shard_count,
  *       tl_shard_runtime, tl_shard_arg, tl_shard_data, tl_poster_get,
  *       tl_token, tl_token_data, tl_token_handler, tl_strerror,
- *       tl_error_detail;
+ *       tl_error_detail, tl_rbuf_buffered, tl_rbuf_leases, tl_wbuf_room,
+ *       tl_wbuf_pending;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
  *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas;
  *     - tl_close_all and tl_close_listeners return how many handles they
@@ -133,5 +135,6 @@
 #include "turnloop/watch.h"
 #include "turnloop/dns.h"
 #include "turnloop/tls.h"
+#include "turnloop/bufio.h"
 
 #endif

@@ -25,6 +25,7 @@
 #include <turnloop/dgram.h>
 #include <turnloop/signal.h>
 #include <turnloop/watch.h>
+#include <turnloop/bufio.h>
 
 /*
  * Exit status: 0 when the measured phase made no allocator call at all, 1 on
@@ -57,6 +58,13 @@
  * tl_recv_fds over a Unix-domain socketpair adopted by the loop. Adopting
  * (tl_adopt) and detaching are setup, not steady state, so the pair is
  * adopted before the phase and detached after it.
+ *
+ * Then a measured phase of buffered streams (turnloop/bufio.h,
+ * bufio_phase): a connection of the loop to itself, each side with a
+ * reader and a writer on memory of the test's, 16 requests of up to 3,000
+ * bytes a round (lines, so some span the 16 KiB leases) answered with
+ * length-prefixed replies coalesced per pass, and every 50 rounds the four
+ * objects ended and made again.
  *
  * The loop also holds a signal subscription (SIGUSR1) and a directory watch
  * (contract 5): every 100 round trips the client raises the signal and
@@ -965,6 +973,183 @@ static int udp_phase(unsigned long *allocs)
 	return rc < 0 ? rc : UDP_ROUNDS * UDP_BATCH;
 }
 
+/* ---- Buffered streams (turnloop/bufio.h) ---- */
+
+/* The client side sends BIO_BATCH lines a round through its writer (one
+ * write per pass); the server reads them with a reader framed by "\n" and
+ * answers each with its length, a 2-byte prefix and the digits, through
+ * its writer; the client's reader takes the replies. Readers and writers
+ * live in static memory and are made again every BIO_RENEW rounds. */
+enum { BIO_ROUNDS = 300, BIO_WARM = 30, BIO_BATCH = 16, BIO_LINE = 3000, BIO_RENEW = 50 };
+enum { TOK_BIO_SR = 960, TOK_BIO_CR, TOK_BIO_SW, TOK_BIO_CW, TOK_BIO_CONN };
+
+static struct {
+	tl_handle s, c;
+	tl_op sr, cr;
+	tl_rbuf srd, crd;
+	tl_wbuf swr, cwr;
+	tl_wbuf_list dirty;
+	uint8_t srd_mem[4096], crd_mem[64], swr_mem[8192], cwr_mem[65536];
+	uint8_t line[BIO_LINE];
+	uint32_t want[BIO_BATCH];
+	unsigned long assembled; /* requests that spanned leases */
+} bio;
+
+static int bio_make(void)
+{
+	if (tl_rbuf_init(&bio.srd, loop, bio.srd_mem, sizeof bio.srd_mem) != 0 ||
+	    tl_rbuf_set_delim(&bio.srd, "\n", 1) != 0 ||
+	    tl_rbuf_init(&bio.crd, loop, bio.crd_mem, sizeof bio.crd_mem) != 0 ||
+	    tl_rbuf_set_prefix(&bio.crd, 2, 0) != 0 ||
+	    tl_wbuf_init(&bio.swr, loop, bio.s, bio.swr_mem, sizeof bio.swr_mem, TOK_BIO_SW) != 0 ||
+	    tl_wbuf_init(&bio.cwr, loop, bio.c, bio.cwr_mem, sizeof bio.cwr_mem, TOK_BIO_CW) != 0 ||
+	    tl_wbuf_set_list(&bio.swr, &bio.dirty) != 0 || tl_wbuf_set_list(&bio.cwr, &bio.dirty) != 0)
+		return -1;
+	return 0;
+}
+
+static void bio_end(void)
+{
+	tl_rbuf_fini(&bio.srd);
+	tl_rbuf_fini(&bio.crd);
+	tl_wbuf_fini(&bio.swr);
+	tl_wbuf_fini(&bio.cwr);
+}
+
+static int bio_round(int i)
+{
+	for (int k = 0; k < BIO_BATCH; k++) {
+		uint32_t n = (uint32_t)(i * 131 + k * 977) % BIO_LINE;
+		bio.want[k] = n;
+		if (k % 2) {
+			if (tl_wbuf_append(&bio.cwr, bio.line, n) != 0 ||
+			    tl_wbuf_append(&bio.cwr, "\n", 1) != 0)
+				return -1;
+		} else {
+			uint8_t *p;
+			if (tl_wbuf_reserve(&bio.cwr, n + 1, &p) < (int)n + 1)
+				return -2;
+			memset(p, 'r', n);
+			p[n] = '\n';
+			if (tl_wbuf_commit(&bio.cwr, n + 1) != 0)
+				return -3;
+		}
+	}
+	if (tl_wbuf_flush_all(&bio.dirty) != 1)
+		return -4;
+	int got = 0;
+	tl_completion c[64];
+	for (int t = 0; t < 4000 && (got < BIO_BATCH || tl_wbuf_pending(&bio.swr) ||
+				     tl_wbuf_pending(&bio.cwr)); t++) {
+		int n = tl_turn(loop, 10 * 1000000ll, c, 64, NULL);
+		if (n < 0)
+			return -5;
+		for (int j = 0; j < n; j++) {
+			const tl_completion *x = &c[j];
+			const uint8_t *m;
+			uint32_t len;
+			int rc;
+			if (x->token == TOK_BIO_SW || x->token == TOK_BIO_CW) {
+				if (tl_wbuf_on_write(x->token == TOK_BIO_SW ? &bio.swr : &bio.cwr, x) <= 0)
+					return -6;
+			} else if (x->token == TOK_BIO_SR) {
+				if (tl_rbuf_feed(&bio.srd, x) != 0 || (x->flags & TL_F_TERMINAL))
+					return -7;
+				while ((rc = tl_rbuf_next(&bio.srd, &m, &len)) == 1) {
+					bio.assembled += m >= bio.srd_mem && m < bio.srd_mem + sizeof bio.srd_mem;
+					char d[16];
+					int k = snprintf(d, sizeof d, "%u", len);
+					uint8_t hdr[2] = {0, (uint8_t)k};
+					if (tl_wbuf_append(&bio.swr, hdr, 2) != 0 ||
+					    tl_wbuf_append(&bio.swr, d, (uint32_t)k) != 0)
+						return -8;
+				}
+				if (rc < 0)
+					return -9;
+			} else if (x->token == TOK_BIO_CR) {
+				if (tl_rbuf_feed(&bio.crd, x) != 0 || (x->flags & TL_F_TERMINAL))
+					return -10;
+				while ((rc = tl_rbuf_next(&bio.crd, &m, &len)) == 1) {
+					char d[16];
+					snprintf(d, sizeof d, "%u", bio.want[got]);
+					if (got >= BIO_BATCH || len != strlen(d) || memcmp(m, d, len) != 0)
+						return -11;
+					got++;
+				}
+				if (rc < 0)
+					return -12;
+			}
+		}
+		tl_wbuf_flush_all(&bio.dirty);
+	}
+	if (got != BIO_BATCH)
+		return -13;
+	if ((i + 1) % BIO_RENEW == 0) {
+		bio_end();
+		if (bio_make() != 0)
+			return -14;
+	}
+	return 0;
+}
+
+static int bio_phase(unsigned long *allocs)
+{
+	tl_addr a, at;
+	tl_handle l;
+	tl_op aop, cop;
+	if (tl_addr_parse(&a, "127.0.0.1", 0) != 0 || tl_tcp_listen(loop, &a, NULL, &l) != 0 ||
+	    tl_local_addr(loop, l, &at) != 0 || tl_accept(loop, l, TOK_BIO_CONN, &aop) != 0 ||
+	    tl_tcp_connect(loop, &at, 0, TOK_BIO_CONN, &bio.c, &cop) != 0)
+		return -20;
+	tl_completion c[16];
+	int done = 0;
+	for (int t = 0; t < 1000 && done < 2; t++) {
+		int n = tl_turn(loop, 10 * 1000000ll, c, 16, NULL);
+		for (int j = 0; j < n; j++) {
+			if (c[j].token != TOK_BIO_CONN || c[j].result < 0)
+				continue;
+			if (c[j].kind == TL_K_ACCEPT)
+				bio.s = c[j].u.accept.conn;
+			done++;
+		}
+	}
+	tl_close(loop, l, 0);
+	memset(bio.line, 'l', sizeof bio.line);
+	if (done < 2 || bio_make() != 0 || tl_read_start(loop, bio.s, TOK_BIO_SR, &bio.sr) != 0 ||
+	    tl_read_start(loop, bio.c, TOK_BIO_CR, &bio.cr) != 0)
+		return -21;
+	int rc = 0;
+	for (int i = 0; i < BIO_WARM && rc == 0; i++)
+		rc = bio_round(i);
+	unsigned long a0 = atomic_load(&calls_alloc) + atomic_load(&calls_free);
+	atomic_store(&counting, 1);
+	for (int i = 0; i < BIO_ROUNDS && rc == 0; i++)
+		rc = bio_round(i);
+	atomic_store(&counting, 0);
+	*allocs = atomic_load(&calls_alloc) + atomic_load(&calls_free) - a0;
+	tl_close(loop, bio.s, 0);
+	tl_close(loop, bio.c, 0);
+	for (int t = 0; t < 200; t++) { /* their last reads' leases to the readers */
+		int n = tl_turn(loop, 1000000ll, c, 16, NULL);
+		if (n <= 0)
+			break;
+		for (int j = 0; j < n; j++) {
+			if (c[j].token == TOK_BIO_SR)
+				tl_rbuf_feed(&bio.srd, &c[j]);
+			else if (c[j].token == TOK_BIO_CR)
+				tl_rbuf_feed(&bio.crd, &c[j]);
+			else if (c[j].token == TOK_BIO_SW)
+				tl_wbuf_on_write(&bio.swr, &c[j]);
+			else if (c[j].token == TOK_BIO_CW)
+				tl_wbuf_on_write(&bio.cwr, &c[j]);
+		}
+	}
+	bio_end();
+	if (rc == 0 && !bio.assembled)
+		rc = -22; /* no request spanned two leases: the phase missed the copying path */
+	return rc < 0 ? rc : BIO_ROUNDS * BIO_BATCH;
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -1116,6 +1301,9 @@ int main(void)
 	if (tl_loop_caps(loop) & TL_CAP_UDP)
 		udp_echoed = udp_phase(&udp_allocs);
 
+	unsigned long bio_allocs = 0;
+	int bio_msgs = bio_phase(&bio_allocs);
+
 	/* Tear down (not measured). */
 	tearing_down = 1;
 	for (int i = 0; i < MAXCONN; i++)
@@ -1193,6 +1381,19 @@ int main(void)
 		if (udp_allocs) {
 			fprintf(stderr, "noalloc: datagrams made %lu allocator calls (want 0)\n",
 				udp_allocs);
+			fail = 1;
+		}
+	}
+	if (bio_msgs < 0) {
+		fprintf(stderr, "noalloc: the buffered-stream phase failed at step %d\n", -bio_msgs);
+		fail = 1;
+	} else {
+		printf("noalloc: %d framed requests answered through bufio (%lu assembled across "
+		       "leases), %lu allocator calls during that phase\n", bio_msgs, bio.assembled,
+		       bio_allocs);
+		if (bio_allocs) {
+			fprintf(stderr, "noalloc: buffered streams made %lu allocator calls (want 0)\n",
+				bio_allocs);
 			fail = 1;
 		}
 	}

@@ -39,6 +39,10 @@ LAYERS = [
     ('lib/tls', 'lib/tls/ctx.c', 'turnloop_tls',
      ['turnloop.h', 'turnloop/tls.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + ['driver.h', 'detail.h', 'heap.h']),
+    ('lib/bufio', 'lib/bufio/bufio.c', 'turnloop_bufio',
+     ['turnloop.h', 'turnloop/bufio.h'],
+     CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + ['driver.h', 'detail.h', 'heap.h',
+                                                      'tl_config.h']),
     ('tools', 'tools/tlecho.c', 'tlecho.p',
      ['turnloop.h', 'cli.h', 'util.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + SOURCE_ROOT +
