@@ -37,7 +37,8 @@
  *       tl_token, tl_token_data, tl_token_handler, tl_strerror,
  *       tl_error_detail;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
- *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas;
+ *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas,
+ *       tl_shard_should_yield;
  *     - tl_close_all and tl_close_listeners return how many handles they
  *       started closing (unsigned).
  *
@@ -125,6 +126,7 @@
 #include "turnloop/plan.h"
 #include "turnloop/runtime.h"
 #include "turnloop/stats.h"
+#include "turnloop/sched.h"
 #include "turnloop/poll.h"
 #include "turnloop/signal.h"
 #include "turnloop/ewait.h"
