@@ -43,6 +43,7 @@ expect() {
 
 # (a) Every command, every kind of reply.
 expect PONG PING
+expect '"hi there"' ECHO "hi there"
 mget=
 for i in $(seq 1 20); do
 	[ "$(R SET k$i v$i)" = OK ] || fail "SET k$i"
@@ -80,7 +81,12 @@ expect OK SAVE
 [ -s "$tmp/tlkv-0.resp" ] && [ -s "$tmp/tlkv-1.resp" ] && ! ls "$tmp"/*.tmp 2>/dev/null &&
 	ok "SAVE wrote a file per shard, no temporary left" || fail "SAVE's files: $(ls "$tmp")"
 files="files:$tmp:25"
-expect '(integer) 25' DEL k4 k5 k6 k7 k8 k9 k10 k11 k12 k13 k14 k15 k16 k17 k18 k19 k20 n m fresh top big1 big2 big3 big4
+all="k4 k5 k6 k7 k8 k9 k10 k11 k12 k13 k14 k15 k16 k17 k18 k19 k20 n m fresh top big1 big2 big3 big4"
+expect '(integer) 25' DEL $all
+# The files replay with redis-cli --pipe (which ends with an empty line and an ECHO).
+cat "$tmp"/tlkv-*.resp | timeout 10 redis-cli -p "$port" --pipe >"$tmp/pipe" 2>&1 || fail "--pipe: $(cat "$tmp/pipe")"
+expect '"42"' GET n
+expect '(integer) 25' DEL $all
 expect '(integer) 0' DBSIZE
 
 # (b) redis-benchmark's keys (key:000000000000 .. key:000000000999) and its

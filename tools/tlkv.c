@@ -197,11 +197,11 @@ static void drain(struct conn *c) {
 	}
 }
 
-static int say(struct conn *c, const char *line, uint32_t n) { /* 0: no record free */
+static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
 	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL};
 	if (!o.w && !(o.r = rec_new(c))) return 0;
 	if (o.r) o.r->done = 1;
-	return reply(&o, line, n, NULL, 0), 1;
+	return reply(&o, head, hn, body, bn), 1; /* 0: no record is free */
 }
 
 /* The mesh refused (-ENOBUFS): wait for room to shard `to`, then go on where
@@ -333,7 +333,7 @@ static int gather(struct conn *c, int op) {
 	struct rec *r;
 	int rc = 0;
 	if (c->g.busy) return 0; /* goes on when the one in flight ends */
-	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"));
+	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
 		r->pending = kv.nshards;
@@ -352,7 +352,8 @@ static const struct cmd {
 	int8_t arity; /* exactly, or (negative) at least */
 } cmds[] = {{"get", OP_GET, K_KEY, 2}, {"set", OP_SET, K_KEY, 3}, {"incr", OP_INCR, K_KEY, 2},
 	    {"del", OP_DEL, K_EACH, -2}, {"mget", OP_GET, K_EACH, -2}, {"dbsize", OP_COUNT, K_ALL, 1},
-	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, 1}, {"quit", 0, K_QUIT, 1}};
+	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, -1}, {"echo", 0, K_PING, 2},
+	    {"quit", 0, K_QUIT, 1}};
 
 /* A line "<t><digits>\r\n" at p[*i..n), the number at most max: 1 (and *v),
  * 0 when not all here, -1 when bad. */
@@ -372,6 +373,7 @@ static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max,
 static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uint32_t *need, const char **why) {
 	uint32_t i = 0, cnt = 0, len = 0;
 	int r = line(p, n, &i, '*', MAX_ARGS, &cnt);
+	if (n >= 2 && p[0] == '\r' && p[1] == '\n') return *ac = 0, 2; /* an empty line (redis-cli --pipe) */
 	*why = p[0] != '*' ? "-ERR Protocol error: expected '*' (no inline commands)\r\n"
 			   : "-ERR Protocol error: invalid multibulk length\r\n";
 	if (r == 0) return *need = n + 1, 0;
@@ -392,22 +394,24 @@ static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uin
 static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	const struct cmd *k = NULL;
 	uint8_t b[24];
+	if (c->argi >= ac) return 1;
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds && !k; i++)
 		if (strlen(cmds[i].name) == av[0].n && !strncasecmp(cmds[i].name, (const char *)av[0].p, av[0].n)) k = &cmds[i];
-	if (c->argi >= ac) return 1;
-	if (!k) return say(c, S("-ERR unknown command\r\n")) ? (int)(c->argi = ac) : 0;
+	if (!k) return say(c, S("-ERR unknown command\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
 	if (k->arity > 0 ? ac != (uint32_t)k->arity : ac < (uint32_t)-k->arity)
-		return say(c, S("-ERR wrong number of arguments\r\n")) ? (int)(c->argi = ac) : 0;
+		return say(c, S("-ERR wrong number of arguments\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
 	switch (k->kind) {
 	case K_KEY: if (!route(c, k->op, 0, &av[1], ac > 2 ? &av[2] : NULL)) return 0; break;
 	case K_EACH: /* MGET: "*N", then each key's GET; DEL: each key's count, summed */
-		if (!c->argi && k->op == OP_GET && !say(c, (char *)b, num(b, '*', ac - 1))) return 0;
+		if (!c->argi && k->op == OP_GET && !say(c, b, num(b, '*', ac - 1), NULL, 0)) return 0;
 		for (c->argi += !c->argi; c->argi < ac; c->argi++)
 			if (!route(c, k->op, k->op == OP_DEL ? R_SUM | (c->argi == ac - 1 ? R_EMIT : 0) : 0, &av[c->argi], NULL))
 				return 0;
 		break;
 	case K_ALL: if (!gather(c, k->op)) return 0; break;
-	case K_PING: if (!say(c, S("+PONG\r\n"))) return 0; break;
+	case K_PING: /* PING, or ECHO (which redis-cli --pipe sends last) */
+		if (ac == 1 ? !say(c, S("+PONG\r\n"), NULL, 0) : !say(c, b, num(b, '$', av[1].n), av[1].p, av[1].n)) return 0;
+		break;
 	default: c->bye = "+OK\r\n", c->quit = 1; /* QUIT */
 	}
 	return c->argi = ac, 1;
