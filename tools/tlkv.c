@@ -120,13 +120,15 @@ static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, 
 
 /* ---- Replies ---- */
 
+static uint8_t *put(uint8_t *p, const void *s, size_t n) { return (uint8_t *)memcpy(p, s, n) + n; }
+
 static uint32_t num(uint8_t *p, char t, int64_t v) { /* "<t><v>\r\n" at p: its length */
 	char d[24], *e = d + sizeof d;
 	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
 	do *--e = (char)('0' + u % 10); while (u /= 10);
 	if (v < 0) *--e = '-';
 	*--e = t;
-	memcpy(mempcpy(p, e, (size_t)(d + sizeof d - e)), "\r\n", 2);
+	memcpy(put(p, e, (size_t)(d + sizeof d - e)), "\r\n", 2);
 	return (uint32_t)(d + sizeof d - e) + 2;
 }
 
@@ -153,7 +155,7 @@ static void reply(struct out *o, const void *head, uint32_t hn, const void *body
 	}
 	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = malloc(n)))) return ERR(o, "-ERR out of memory\r\n");
 	memcpy(p, head, hn);
-	if (body) memcpy(mempcpy(p + hn, body, bn), "\r\n", 2);
+	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
 	o->r->outlen = n;
 }
 
@@ -281,9 +283,9 @@ static int save_task(tl_shard *s, void *arg) {
 	for (; v->next <= sh->mask; v->next++) {
 		for (struct item *it = sh->b[v->next]; it; it = it->next, v->keys++) {
 			if (v->len >= CHUNK && !save_out(v)) return (int)v->err;
-			uint8_t *q = mempcpy(v->buf + v->len, "*3\r\n$3\r\nSET\r\n", 13);
-			q = mempcpy(mempcpy(q + num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
-			q = mempcpy(mempcpy(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
+			uint8_t *q = put(v->buf + v->len, "*3\r\n$3\r\nSET\r\n", 13);
+			q = put(put(q + num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
+			q = put(put(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
 			v->len = (uint64_t)(q - v->buf);
 		}
 		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) return v->next++, TL_TASK_MORE;
@@ -337,7 +339,7 @@ static int gather(struct conn *c, int op) {
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
 		r->pending = kv.nshards;
-		if ((rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, 0)) > 0) return c->inflight++, 1;
+		if ((rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c))) > 0) return c->inflight++, 1;
 		c->tail--;
 	}
 	if (op == OP_SAVE) atomic_store(&kv.saving, 0);
@@ -509,7 +511,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		r->result = x->result;
 		r->c->hold -= r->held;
 		done(r);
-	} else if ((c = (struct conn *)((char *)r - offsetof(struct conn, g)))->grec->op == OP_COUNT) {
+	} else if ((c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec->op == OP_COUNT) {
 		uint8_t b[24];
 		int64_t n = 0; /* DBSIZE: the parts add up (a SAVE's end: each shard posts it) */
 		struct out o = {NULL, c->grec};
