@@ -88,7 +88,11 @@ static struct {
 
 static uint64_t hash(const uint8_t *p, uint32_t n) {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w = 0;
-	for (; n >= 8; p += 8, n -= 8) memcpy(&w, p, 8), h = (h ^ w) * 0xff51afd7ed558ccdull, h ^= h >> 32;
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
 	w = 0;
 	memcpy(&w, p, n);
 	h = (h ^ w ^ (h >> 29)) * 0xc4ceb9fe1a85ec53ull;
@@ -113,9 +117,10 @@ static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, 
 	struct item *it;
 	if (!*p && sh->live >= kv.keys) return -ENOSPC;
 	if (!(it = realloc(*p, sizeof *it + kl + vl))) return -ENOMEM;
-	if (!*p) *it = (struct item){.h = h, .klen = kl}, memcpy(it->kv, k, kl), sh->live++;
+	if (!*p) { *it = (struct item){.h = h, .klen = kl}; memcpy(it->kv, k, kl); sh->live++; }
 	memcpy(it->kv + kl, v, it->vlen = vl);
-	return *p = it, 0;
+	*p = it;
+	return 0;
 }
 
 /* ---- Replies ---- */
@@ -138,7 +143,8 @@ static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal
 	if (n == neg || n > 20) return -1;
 	for (uint32_t i = neg; i < n; x = x * 10 + (uint64_t)(p[i++] - '0'))
 		if (p[i] < '0' || p[i] > '9' || x > (lim - (uint64_t)(p[i] - '0')) / 10) return -1;
-	return *v = neg ? (int64_t)(0 - x) : (int64_t)x, 0;
+	*v = neg ? (int64_t)(0 - x) : (int64_t)x;
+	return 0;
 }
 
 /* Where a reply goes: straight into the connection's writer (w, whose room
@@ -153,7 +159,7 @@ static void reply(struct out *o, const void *head, uint32_t hn, const void *body
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = malloc(n)))) return ERR(o, "-ERR out of memory\r\n");
+	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = malloc(n)))) { ERR(o, "-ERR out of memory\r\n"); return; }
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
 	o->r->outlen = n;
@@ -168,7 +174,7 @@ static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint
 	int rc = 0;
 	if (op == OP_GET && it) reply(o, b, num(b, '$', it->vlen), it->kv + kl, it->vlen);
 	else if (op == OP_GET) ERR(o, "$-1\r\n");
-	else if (op == OP_DEL) return it ? (*p = it->next, free(it), sh->live--, 1) : 0;
+	else if (op == OP_DEL && it) { *p = it->next; free(it); sh->live--; return 1; }
 	else if (op == OP_INCR && it && to_i64(it->kv + kl, it->vlen, &n) < 0)
 		ERR(o, "-ERR value is not an integer or out of range\r\n");
 	else if (op == OP_INCR && n == INT64_MAX) ERR(o, "-ERR increment or decrement would overflow\r\n");
@@ -193,26 +199,30 @@ static void drain(struct conn *c) {
 		struct rec *r = &c->rec[c->head % REC_N];
 		if (!r->done || tl_wbuf_room(&c->wr) < r->outlen + 24) return;
 		if (!(r->flags & R_SUM)) tl_wbuf_append(&c->wr, r->big ? r->big : r->out, r->outlen);
-		else if (c->sum += r->result, r->flags & R_EMIT) tl_wbuf_append(&c->wr, b, num(b, ':', c->sum)), c->sum = 0;
+		else c->sum += r->result;
+		if (r->flags & R_EMIT) { tl_wbuf_append(&c->wr, b, num(b, ':', c->sum)); c->sum = 0; }
 		free(r->big);
 		r->big = NULL;
 	}
 }
 
+/* A reply made here and now, in its place: 1, or 0 when no record is free. */
 static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
 	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL};
 	if (!o.w && !(o.r = rec_new(c))) return 0;
 	if (o.r) o.r->done = 1;
-	return reply(&o, head, hn, body, bn), 1; /* 0: no record is free */
+	reply(&o, head, hn, body, bn);
+	return 1;
 }
 
 /* The mesh refused (-ENOBUFS): wait for room to shard `to`, then go on where
  * c stopped; -EPIPE: the runtime is stopping. Returns 0 (stalled). */
 static int stalled(struct conn *c, uint32_t to, int rc) {
-	if (rc != -ENOBUFS) return c->quit = 1, 0;
+	if (rc != -ENOBUFS) { c->quit = 1; return 0; }
 	tl_shard_wait_room(c->sh->s, to, 0); /* -ENOBUFS: asked already */
 	c->sh->nwait += !c->waiting;
-	return c->waiting = 1, 0;
+	c->waiting = 1;
+	return 0;
 }
 
 static int64_t run_rec(tl_shard *s, void *arg) { /* on the key's owner */
@@ -235,15 +245,20 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	if (!(r = o.r = rec_new(c))) return 0;
 	*r = (struct rec){.c = c, .op = (uint8_t)op, .flags = (uint8_t)flags, .klen = k->n,
 			  .vlen = vl, .h = h, .key = k->p, .val = v ? v->p : NULL};
-	if (to == sh->id) return o.w = NULL, r->result = exec(sh, op, h, k->p, k->n, r->val, vl, &o), r->done = 1;
+	if (to == sh->id) { /* here, into the record */
+		o.w = NULL;
+		r->result = exec(sh, op, h, k->p, k->n, r->val, vl, &o);
+		return r->done = 1;
+	}
 	if (k->n + vl <= IN_N) { /* copied: the command's bytes may go at once */
 		r->key = memcpy(r->in, k->p, k->n);
 		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
 	}
-	if ((rc = tl_shard_submit_to(sh->s, to, run_rec, r, 0)) < 0) return c->tail--, stalled(c, to, rc);
+	if ((rc = tl_shard_submit_to(sh->s, to, run_rec, r, 0)) < 0) { c->tail--; return stalled(c, to, rc); }
 	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
 	c->inflight++;
-	return sh->nremote++, 1;
+	sh->nremote++;
+	return 1;
 }
 
 /* ---- SAVE: on each shard, a task writes the shard's keys to its own file ---- */
@@ -253,6 +268,7 @@ static int64_t save_finish(void *arg, tl_cancel_flag *cf) { /* on the blocking p
 	(void)cf;
 	if (!v->err && fsync(v->fd) < 0) v->err = -errno;
 	close(v->fd);
+	v->fd = -1;
 	if (!v->err && rename(v->tmp, v->path) < 0) v->err = -errno;
 	if (v->err) unlink(v->tmp);
 	return 0;
@@ -269,7 +285,8 @@ static void save_post(struct shard *sh) { /* to the shard that asked: the keys, 
 static int save_out(struct save *v) { /* write what the buffer holds: 1, or 0 (v->err) */
 	ssize_t w = v->len ? write(v->fd, v->buf, v->len) : 0;
 	v->err = w == (ssize_t)v->len ? 0 : w < 0 ? -errno : -EIO;
-	return v->len = 0, !v->err;
+	v->len = 0;
+	return !v->err;
 }
 
 /* The task: a slice of the walk over the buckets, each key as a SET command (a
@@ -288,7 +305,7 @@ static int save_task(tl_shard *s, void *arg) {
 			q = put(put(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
 			v->len = (uint64_t)(q - v->buf);
 		}
-		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) return v->next++, TL_TASK_MORE;
+		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) { v->next++; return TL_TASK_MORE; }
 	}
 	return save_out(v) ? TL_TASK_DONE : (int)v->err;
 }
@@ -303,9 +320,8 @@ static int64_t run_all(tl_shard *s, void *arg) {
 	snprintf(v->path, sizeof v->path, "%s/tlkv-%u.resp", kv.dir, sh->id);
 	snprintf(v->tmp, sizeof v->tmp, "%s.tmp", v->path);
 	/* open(2) here, one short call (on a slow filesystem: tl_fs_open, on the pool) */
-	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-		return v->err = -errno, save_post(sh), 0;
-	if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) save_finish(v, NULL), save_post(sh);
+	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) { v->err = -errno; save_post(sh); }
+	else if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { save_finish(v, NULL); save_post(sh); }
 	return 0;
 }
 
@@ -339,7 +355,8 @@ static int gather(struct conn *c, int op) {
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
 		r->pending = kv.nshards;
-		if ((rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c))) > 0) return c->inflight++, 1;
+		rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c));
+		if (rc > 0) { c->inflight++; return 1; }
 		c->tail--;
 	}
 	if (op == OP_SAVE) atomic_store(&kv.saving, 0);
@@ -366,7 +383,9 @@ static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max,
 	if (*s != t || e - s < 3 || e[-1] != '\r') return -1;
 	for (s++; s < e - 1; s++)
 		if (*s < '0' || *s > '9' || (x = x * 10 + (uint64_t)(*s - '0')) > max) return -1;
-	return *v = (uint32_t)x, *i = (uint32_t)(e + 1 - p), 1;
+	*v = (uint32_t)x;
+	*i = (uint32_t)(e + 1 - p);
+	return 1;
 }
 
 /* One command (an array of bulk strings) from p[0..n): its length, with
@@ -375,16 +394,18 @@ static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max,
 static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uint32_t *need, const char **why) {
 	uint32_t i = 0, cnt = 0, len = 0;
 	int r = line(p, n, &i, '*', MAX_ARGS, &cnt);
-	if (n >= 2 && p[0] == '\r' && p[1] == '\n') return *ac = 0, 2; /* an empty line (redis-cli --pipe) */
+	if (n >= 2 && p[0] == '\r' && p[1] == '\n') { *ac = 0; return 2; } /* an empty line (redis-cli --pipe) */
 	*why = p[0] != '*' ? "-ERR Protocol error: expected '*' (no inline commands)\r\n"
 			   : "-ERR Protocol error: invalid multibulk length\r\n";
-	if (r == 0) return *need = n + 1, 0;
+	if (r == 0) { *need = n + 1; return 0; }
 	if (r < 0 || cnt == 0) return -1;
 	*why = "-ERR Protocol error: invalid bulk length\r\n";
 	for (*ac = 0; *ac < cnt; ++*ac, i += len + 2) {
 		if ((r = line(p, n, &i, '$', VAL_MAX, &len)) < 0) return -1;
-		if (r == 0 || n - i < len + 2) /* each argument after this one takes 6 bytes or more */
-			return *need = (r ? i + len + 2 : n + 1) + 6 * (cnt - *ac - 1), 0;
+		if (r == 0 || n - i < len + 2) { /* each argument after this one takes 6 bytes or more */
+			*need = (r ? i + len + 2 : n + 1) + 6 * (cnt - *ac - 1);
+			return 0;
+		}
 		if (p[i + len] != '\r' || p[i + len + 1] != '\n') return -1;
 		av[*ac] = (struct arg){p + i, len};
 	}
@@ -414,9 +435,10 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	case K_PING: /* PING, or ECHO (which redis-cli --pipe sends last) */
 		if (ac == 1 ? !say(c, S("+PONG\r\n"), NULL, 0) : !say(c, b, num(b, '$', av[1].n), av[1].p, av[1].n)) return 0;
 		break;
-	default: c->bye = "+OK\r\n", c->quit = 1; /* QUIT */
+	default: c->bye = "+OK\r\n"; c->quit = 1; /* QUIT */
 	}
-	return c->argi = ac, 1;
+	c->argi = ac;
+	return 1;
 }
 
 /* Parse and run the commands c has read, as far as they can go now. */
@@ -430,31 +452,40 @@ static void serve(struct conn *c) {
 		if (n > 0 && (used = parse(p, (uint32_t)n, c->sh->av, &ac, &c->need, &why)) == 0) continue;
 		if (n < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
 			c->bye = n == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : n < 0 ? NULL : why;
-			return (void)(c->quit = 1);
+			c->quit = 1;
+			return;
 		}
 		/* Stalled, or an owner reads these bytes: consumed once that is over. */
 		if (!dispatch(c, c->sh->av, ac) || c->hold) return;
 		tl_rbuf_consume(&c->rd, (uint32_t)used);
-		c->need = 1, c->argi = 0, c->sh->ncmd++;
+		c->need = 1;
+		c->argi = 0;
+		c->sh->ncmd++;
 	}
 }
 
 /* ---- Connections, and everything a shard is handed ---- */
 
 static void conn_close(struct conn *c) {
-	if (!c->closing) c->closing = 1, tl_close(c->sh->loop, c->h, 0);
+	if (!c->closing) { c->closing = 1; tl_close(c->sh->loop, c->h, 0); }
 }
 
 /* Go on once what c waited for came: replies out, more commands, the end. */
 static void after(struct conn *c) {
 	if (c->closed) { /* freed once nothing in flight writes into it */
 		if (c->inflight) return;
-		tl_rbuf_fini(&c->rd), tl_wbuf_fini(&c->wr);
-		for (; c->head != c->tail; c->head++) free(c->rec[c->head % REC_N].big), c->rec[c->head % REC_N].big = NULL;
-		c->sh->nwait -= c->waiting, c->waiting = 0;
-		return (void)(c->next = c->sh->free, c->sh->free = c);
+		tl_rbuf_fini(&c->rd);
+		tl_wbuf_fini(&c->wr);
+		for (; c->head != c->tail; c->head++) { free(c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
+		c->sh->nwait -= c->waiting;
+		c->waiting = 0;
+		c->next = c->sh->free;
+		c->sh->free = c;
+		return;
 	}
-	drain(c), serve(c), drain(c);
+	drain(c);
+	serve(c);
+	drain(c);
 	if (c->closing || c->head != c->tail) return;
 	if (c->bye && !tl_wbuf_append(&c->wr, c->bye, (uint32_t)strlen(c->bye))) c->bye = NULL;
 	if ((c->quit || (c->eof && !tl_rbuf_buffered(&c->rd))) && !c->bye && !tl_wbuf_pending(&c->wr)) conn_close(c);
@@ -463,10 +494,12 @@ static void after(struct conn *c) {
 static void conn_open(struct shard *sh, tl_handle h) {
 	struct conn *c = sh->free ? sh->free : sh->fresh < kv.conns ? &sh->conns[sh->fresh++] : NULL;
 	tl_op op;
-	if (!c) return (void)tl_close(sh->loop, h, 0); /* --conns of them already */
+	if (!c) { tl_close(sh->loop, h, 0); return; } /* --conns of them already */
 	if (c == sh->free) sh->free = c->next;
 	memset(c, 0, offsetof(struct conn, rd));
-	c->sh = sh, c->h = h, c->need = 1;
+	c->sh = sh;
+	c->h = h;
+	c->need = 1;
 	tl_rbuf_init(&c->rd, sh->loop, c->rmem, CMD_MAX);
 	tl_wbuf_init(&c->wr, sh->loop, h, c->wmem, WBUF, 0);
 	tl_wbuf_set_list(&c->wr, &sh->dirty);
@@ -484,18 +517,18 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 	case TL_K_ACCEPT: if (x->result == 0) conn_open(sh, x->u.accept.conn); return;
 	case TL_K_READ:
 		if ((x->flags & (TL_F_LEASE | TL_F_EOF)) && tl_rbuf_feed(&c->rd, x) < 0)
-			tl_lease_release(sh->loop, x->u.read.lease.id), conn_close(c);
+			{ tl_lease_release(sh->loop, x->u.read.lease.id); conn_close(c); }
 		c->eof |= !!(x->flags & TL_F_EOF);
 		if ((x->flags & TL_F_TERMINAL) && !c->eof) conn_close(c); /* an error, or our close */
 		return after(c);
 	case TL_K_WRITE:
 		if (tl_wbuf_on_write(&c->wr, x) < 0) conn_close(c);
 		return after(c);
-	case TL_K_CLOSED: if (c) c->closed = 1, after(c); return; /* ours, or the runtime's at a stop */
+	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
 	case TL_K_ROOM: /* the mesh has room again for what it refused */
 		if (sh->sv.post_due) save_post(sh);
 		for (uint32_t i = 0; sh->nwait && i < sh->fresh; i++)
-			if (sh->conns[i].waiting) sh->conns[i].waiting = 0, sh->nwait--, after(&sh->conns[i]);
+			if (sh->conns[i].waiting) { sh->conns[i].waiting = 0; sh->nwait--; after(&sh->conns[i]); }
 		return;
 	case TL_K_POOL: return save_post(sh); /* a SAVE's fsync and rename are done */
 	case TL_K_MESH: break;
@@ -504,7 +537,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
 		if ((sh->sv.err = x->result) == -ECANCELED ||
 		    tl_blocking(sh->loop, save_finish, &sh->sv, TL_POOL_BOUNDED, 0, &op) < 0)
-			save_finish(&sh->sv, NULL), save_post(sh);
+			{ save_finish(&sh->sv, NULL); save_post(sh); }
 	} else if (!(x->aux & TL_MESH_RESULT)) { /* a post: a shard's save ended */
 		saved((struct rec *)(uintptr_t)tl_token_data(x->token), (int64_t)x->u.mesh.payload);
 	} else if (!(x->aux & TL_MESH_GATHER)) { /* a remote key's reply */
@@ -524,15 +557,17 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per connection at most */
 	struct shard *sh = tl_shard_data(s);
 	tl_wbuf_flush_all(&sh->dirty);
-	tl_shard_counter_add(s, kv.st_cmds, sh->ncmd), tl_shard_counter_add(s, kv.st_remote, sh->nremote);
+	tl_shard_counter_add(s, kv.st_cmds, sh->ncmd);
+	tl_shard_counter_add(s, kv.st_remote, sh->nremote);
 	sh->ncmd = sh->nremote = 0;
-	return (void)arg, sh->dirty.first != NULL;
+	(void)arg;
+	return sh->dirty.first != NULL;
 }
 
 static void on_drain(tl_shard *s, void *arg) { /* SIGTERM: answer what came, then close */
 	struct shard *sh = tl_shard_data(s);
 	for (uint32_t i = 0; i < sh->fresh; i++)
-		if (!sh->conns[i].closed && !sh->conns[i].closing) sh->conns[i].quit = 1, after(&sh->conns[i]);
+		if (!sh->conns[i].closed && !sh->conns[i].closing) { sh->conns[i].quit = 1; after(&sh->conns[i]); }
 	(void)arg;
 }
 
@@ -542,14 +577,18 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 	tl_handle lh;
 	tl_op op;
 	int rc;
-	sh->s = s, sh->loop = tl_shard_loop(s), sh->id = tl_shard_id(s), sh->sv.fd = -1;
+	sh->s = s;
+	sh->loop = tl_shard_loop(s);
+	sh->id = tl_shard_id(s);
+	sh->sv.fd = -1;
 	for (sh->mask = 1; sh->mask < kv.keys - 1; sh->mask = sh->mask * 2 + 1) {}
 	sh->b = calloc(sh->mask + 1, sizeof *sh->b);
 	sh->conns = calloc(kv.conns, sizeof *sh->conns);
 	if (!sh->b || !sh->conns || !(sh->sv.buf = malloc(CHUNK + 2 * REPLY_MAX))) return -ENOMEM;
 	tl_shard_set_data(s, sh);
 	if ((rc = tl_tcp_listen(sh->loop, &kv.addr, &lo, &lh)) < 0) return rc;
-	return (void)arg, tl_accept_start(sh->loop, lh, 0, &op);
+	(void)arg;
+	return tl_accept_start(sh->loop, lh, 0, &op);
 }
 
 int main(int argc, char **argv) {
@@ -577,11 +616,15 @@ int main(int argc, char **argv) {
 	while (rc.loop.pooled_buffers < 2 * kv.conns && rc.loop.pooled_buffers < 32768)
 		rc.loop.pooled_buffers *= 2; /* each reading stream keeps one */
 	rc.grace_ns = 5000000000ull;
-	rc.on_launch = on_launch, rc.on_completion = on_completion, rc.on_pass = on_pass, rc.on_drain = on_drain;
+	rc.on_launch = on_launch;
+	rc.on_completion = on_completion;
+	rc.on_pass = on_pass;
+	rc.on_drain = on_drain;
 	if ((r = tl_runtime_new(&rt, &rc)) == 0) {
 		kv.nshards = tl_runtime_shards(rt);
 		kv.group = tl_runtime_sched_group(rt, "save", 250); /* a fifth of a busy shard */
-		kv.st_cmds = tl_runtime_counter(rt, "cmds"), kv.st_remote = tl_runtime_counter(rt, "remote");
+		kv.st_cmds = tl_runtime_counter(rt, "cmds");
+		kv.st_remote = tl_runtime_counter(rt, "remote");
 		kv.sh = calloc(kv.nshards, sizeof *kv.sh);
 		r = kv.nshards > MAX_SHARDS ? -E2BIG : !kv.sh ? -ENOMEM : kv.group < 0 ? kv.group : 0;
 	}
@@ -593,13 +636,17 @@ int main(int argc, char **argv) {
 	}
 	if (r < 0) fprintf(stderr, "tlkv: %s %s\n", tl_strerror(r), tl_error_detail());
 	tl_runtime_destroy(rt); /* the threads are gone: free what the shards held */
+	while (tl_pool_shutdown() == -EBUSY) usleep(1000); /* a SAVE's last job, cut short */
 	for (uint32_t i = 0; kv.sh && i < kv.nshards; i++) {
 		struct shard *sh = &kv.sh[i];
 		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) free(sh->conns[j / REC_N].rec[j % REC_N].big);
 		for (uint64_t j = 0; sh->b && j <= sh->mask; j++)
 			for (struct item *it = sh->b[j], *n; it; it = n) n = it->next, free(it);
 		if (sh->s && sh->sv.fd >= 0) close(sh->sv.fd), unlink(sh->sv.tmp); /* a save the stop cut short */
-		free(sh->b), free(sh->conns), free(sh->sv.buf);
+		free(sh->b);
+		free(sh->conns);
+		free(sh->sv.buf);
 	}
-	return free(kv.sh), r < 0;
+	free(kv.sh);
+	return r < 0;
 }
