@@ -34,7 +34,7 @@ struct rec {
 	int64_t result;
 	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
 	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[], malloc'd */
-};
+} __attribute__((aligned(64))); /* the owner writes one while we fill the next */
 
 struct conn { /* a connection's state: every completion of its handle carries it */
 	struct shard *sh;
@@ -189,7 +189,7 @@ static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint
 
 static struct rec *rec_new(struct conn *c) {
 	struct rec *r = c->tail - c->head < REC_N ? &c->rec[c->tail++ % REC_N] : NULL;
-	if (r) *r = (struct rec){.c = c};
+	if (r) { r->c = c; r->flags = r->done = r->held = 0; r->outlen = 0; r->result = 0; r->big = NULL; }
 	return r;
 }
 
@@ -243,8 +243,8 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->wr) >= REPLY_MAX)
 		return exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
 	if (!(r = o.r = rec_new(c))) return 0;
-	*r = (struct rec){.c = c, .op = (uint8_t)op, .flags = (uint8_t)flags, .klen = k->n,
-			  .vlen = vl, .h = h, .key = k->p, .val = v ? v->p : NULL};
+	r->op = (uint8_t)op; r->flags = (uint8_t)flags; r->h = h;
+	r->key = k->p; r->klen = k->n; r->val = v ? v->p : NULL; r->vlen = vl;
 	if (to == sh->id) { /* here, into the record */
 		o.w = NULL;
 		r->result = exec(sh, op, h, k->p, k->n, r->val, vl, &o);
