@@ -153,9 +153,9 @@ typedef struct tl_runtime_config {
 	 * the shard's listeners: the program lets its connections finish (or
 	 * ends idle ones). The shard leaves the grace period when its loop is
 	 * no longer alive (tl_alive: no referenced socket or pending op; the
-	 * program can tl_set_ref(h, 0) what it does not want waited for) or
-	 * after grace_ns; then the stop of tl_runtime_stop follows. May be
-	 * NULL. */
+	 * program can tl_set_ref(h, 0) what it does not want waited for) and
+	 * no task is left (turnloop/sched.h), or after grace_ns; then the
+	 * stop of tl_runtime_stop follows. May be NULL. */
 	void (*on_drain)(tl_shard *s, void *arg);
 	/* On each shard once per pass; return nonzero while it has more work
 	 * (the next turn then does not block). */
