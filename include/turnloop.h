@@ -39,7 +39,8 @@
  *       tl_error_detail, tl_rbuf_buffered, tl_rbuf_leases, tl_wbuf_room,
  *       tl_wbuf_pending;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
- *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas;
+ *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas,
+ *       tl_shard_should_yield;
  *     - tl_close_all and tl_close_listeners return how many handles they
  *       started closing (unsigned).
  *
@@ -127,6 +128,7 @@
 #include "turnloop/plan.h"
 #include "turnloop/runtime.h"
 #include "turnloop/stats.h"
+#include "turnloop/sched.h"
 #include "turnloop/poll.h"
 #include "turnloop/signal.h"
 #include "turnloop/ewait.h"

@@ -49,6 +49,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	c->stats = 1;
 	c->stats_values = 64;
 	c->signals = 1;
+	tl__sched_config_init(c);
 }
 
 /* The first field of c out of its range (the detail of -EINVAL), or NULL. */
@@ -72,7 +73,7 @@ static const char *bad_field(const tl_runtime_config *c)
 		return "stats_values must be 1..TL_STATS_VALUES_MAX";
 	if (c->handlers[0])
 		return "handlers[0] must be NULL (token handler 0 is on_completion)";
-	return NULL;
+	return tl__sched_bad_field(c);
 }
 
 static void join_all(tl_runtime *rt)

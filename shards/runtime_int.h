@@ -13,10 +13,11 @@
 #include "stats_region.h"
 #include "turnloop/plan.h"
 #include "turnloop/runtime.h"
+#include "turnloop/sched.h"
 #include "turnloop/stats.h"
 
 /*
- * The runtime in five files, each one part of a shard's life:
+ * The runtime in six files, each one part of a shard's life:
  *
  *   arena.c         a shard thread's own jemalloc arena
  *   stats_writer.c  the live stats region: made, swept, published into,
@@ -25,6 +26,8 @@
  *                   receiving, results, room, migration
  *   shard.c         a shard's thread: setup, the pass, the phases of a
  *                   stop (run, grace, drain, wait, finish), teardown
+ *   sched.c         tasks and scheduling groups between turns, and the
+ *                   stall detector's report of where a slow pass went
  *   runtime.c       the runtime object: config, new, launch, run, stop,
  *                   drain, signals, destroy (its one teardown), getters
  *
@@ -111,6 +114,9 @@ struct tl_shard {
 	uint32_t nvals;
 	tl_stats_shard st;
 	int setup_rc;
+	/* sched.c's: its state, and its runnable tasks (0: it has none to run). */
+	struct tl__sched *sched;
+	uint32_t tasks;
 };
 
 struct tl_runtime {
@@ -154,6 +160,15 @@ struct tl_runtime {
 	int sig_installed;
 	_Atomic int arenas;
 	const char *arenas_why;
+
+	/* Scheduling groups declared (sched.c): [0] is main once any is,
+	 * each with the id of its stats family's row 0. */
+	struct tl__sched_decl {
+		char name[TL_SCHED_NAME_MAX];
+		uint32_t shares;
+		int stat;
+	} sgroups[TL_SCHED_GROUPS];
+	uint32_t nsgroups;
 };
 
 static inline uint64_t tl__rt_mono_ns(void)
@@ -161,6 +176,16 @@ static inline uint64_t tl__rt_mono_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The coarse clock (the last tick's CLOCK_MONOTONIC): a few ns to read,
+ * for marks that only need to tell milliseconds apart. */
+static inline uint64_t tl__rt_coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -238,6 +263,34 @@ void tl__mesh_end_gathers(tl_shard *s);
 void tl__mesh_gates_due(tl_shard *s);
 /* Messages waiting in this shard's inbound rings, results in its backlogs. */
 void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);
+
+/* ---- sched.c ---- */
+
+/* Where a pass's time went, for the stall report: the turn (exact, from
+ * tl_turn_info) and coarse marks after the handlers, the mesh and on_pass
+ * (0: that part did nothing, no mark was taken). */
+struct tl__pass_marks {
+	uint64_t turn_end;  /* the pass's start + the turn's waited_ns */
+	uint64_t turn_ns;   /* the turn outside its OS wait */
+	uint64_t handlers_end, mesh_end, on_pass_end;
+};
+
+/* The config's scheduling defaults, and the first bad field (or NULL). */
+void tl__sched_config_init(tl_runtime_config *c);
+const char *tl__sched_bad_field(const tl_runtime_config *c);
+/* The shard's scheduler: task records, groups (after its values exist).
+ * 0 or -ENOMEM; tl__sched_teardown copes with a failed setup. */
+int tl__sched_setup(tl_shard *s);
+void tl__sched_teardown(tl_shard *s);
+/* Run tasks for this pass (s->tasks != 0): t0 is the pass's start, idle
+ * its OS wait, active whether its handlers had work. 1 while tasks remain
+ * runnable. */
+int tl__sched_run(tl_shard *s, uint64_t t0, uint64_t idle, int active);
+/* The pass is over (busy ns outside OS waits): charge main, and report a
+ * stall naming where it went. */
+void tl__sched_pass_end(tl_shard *s, uint64_t busy, const struct tl__pass_marks *pm);
+/* The stop begins: end every task with -ECANCELED, refuse new ones. */
+void tl__sched_stop(tl_shard *s);
 
 /* ---- shard.c ---- */
 

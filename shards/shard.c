@@ -1,4 +1,4 @@
-/* shards/shard.c: a shard's thread (contract 9.2-9.6): setup (binding, arena, loop), the pass (turn, handlers, mesh, on_pass, publish, stall check), the phases of a stop (run, grace, drain, wait), the last mesh delivery and teardown. */
+/* shards/shard.c: a shard's thread (contract 9.2-9.6): setup (binding, arena, loop), the pass (turn, handlers, mesh, on_pass, tasks, publish, stall check), the phases of a stop (run, grace, drain, wait), the last mesh delivery and teardown. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,37 +21,52 @@ static void close_all(tl_shard *s)
 }
 
 /* One pass: turn, hand out completions, run arrived messages, let the
- * program poll, publish the mesh, account. Returns the turn's error. */
+ * program poll, run tasks (sched.c), publish the mesh, account. Returns
+ * the turn's error. */
 static int pass(tl_shard *s, int64_t timeout)
 {
 	tl_runtime *rt = s->rt;
 	tl_loop *l = s->loop;
 	/* A pass starts where the previous one ended (what happens between
 	 * two passes is the runtime's own work): one clock read per pass. */
-	uint64_t t0 = s->pass_end, t1, busy;
+	uint64_t t0 = s->pass_end, t1, busy, mesh_in = s->st.mesh_in;
+	struct tl__pass_marks pm = {0};
 	tl_turn_info ti;
 	int n, rc = 0, more;
 
 	ti.idle_ns = 0;
+	ti.waited_ns = 0;
 	n = tl_turn(l, timeout, s->batch, rt->cfg.batch, &ti);
 	if (n < 0) {
 		if (n != -EINTR)
 			rc = n;
 		n = 0;
 	}
+	pm.turn_end = t0 + ti.waited_ns;
+	pm.turn_ns = ti.waited_ns - ti.idle_ns;
 	s->bat_n = (uint32_t)n;
 	for (int i = 0; i < n; i++) {
 		s->bat_i = (uint32_t)i;
 		tl__rt_dispatch(s, &s->batch[i]);
 	}
 	s->bat_n = 0;
+	/* Coarse marks, and only after a part that did something: they name
+	 * where a stall went (sched.c) and cost a few ns. */
+	if (n)
+		pm.handlers_end = tl__rt_coarse_ns();
 	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
 	if (s->gates_due)
 		tl__mesh_gates_due(s);
 	if (s->nroom_wait || s->nbacklog)
 		tl__mesh_room_check(s, 0);
-	if (rt->cfg.on_pass)
+	if (s->st.mesh_in != mesh_in)
+		pm.mesh_end = tl__rt_coarse_ns();
+	if (rt->cfg.on_pass) {
 		more |= rt->cfg.on_pass(s, rt->cfg.arg) != 0;
+		pm.on_pass_end = tl__rt_coarse_ns();
+	}
+	if (s->tasks)
+		more |= tl__sched_run(s, t0, ti.idle_ns, n || more || s->st.mesh_in != mesh_in);
 	tl__mesh_flush(s);
 	s->pass_busy = more;
 
@@ -60,13 +75,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	busy = t1 - t0;
 	busy = busy > ti.idle_ns ? busy - ti.idle_ns : 0;
 	tl__rt_account_pass(s, busy);
-	if (rt->cfg.stall_ns && busy > rt->cfg.stall_ns) {
-		s->st.stalls++;
-		s->st.last_stall_ns = busy;
-		fprintf(stderr, "turnloop: stall on shard %u (cpu %d): a pass took %.3f ms (threshold %.3f ms)\n",
-			s->id, rt->plan.shards[s->id].pu_os_index, (double)busy / 1e6,
-			(double)rt->cfg.stall_ns / 1e6);
-	}
+	tl__sched_pass_end(s, busy, &pm); /* and the stall detector */
 	if (t1 - s->last_pub >= rt->cfg.stats_period_ns)
 		tl__rt_publish(s, t1);
 	return rc;
@@ -76,7 +85,7 @@ static int pass(tl_shard *s, int64_t timeout)
  * room wakes, so that it is safe to park when it says 0. */
 static int has_work(tl_shard *s)
 {
-	return s->pass_busy || s->gates_due || tl__mesh_inbound_ready(s) ||
+	return s->pass_busy || s->tasks || s->gates_due || tl__mesh_inbound_ready(s) ||
 	       tl__mesh_room_check(s, 1);
 }
 
@@ -117,6 +126,7 @@ static void begin_drain(tl_shard *s)
 	tl__rt_set_state(rt, TL_STATS_STOPPING);
 	if (rt->cfg.on_stop)
 		rt->cfg.on_stop(s, rt->cfg.arg);
+	tl__sched_stop(s);
 	close_all(s);
 	s->drain_deadline = tl__rt_mono_ns() + rt->cfg.drain_ns;
 }
@@ -246,7 +256,7 @@ static int shard_setup(tl_shard *s)
 	 * this thread's own, on its node. */
 	s->nvals = rt->nvals;
 	s->vals = calloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
-	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0)
+	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0 || tl__sched_setup(s) < 0)
 		goto nomem;
 	rc = tl_loop_new(&s->loop, &rt->cfg.loop);
 	if (rc < 0) {
@@ -283,6 +293,7 @@ static void shard_teardown(tl_shard *s)
 		s->loop = NULL;
 	}
 	tl__mesh_teardown(s);
+	tl__sched_teardown(s);
 	free(s->batch);
 	free(s->vals);
 	s->batch = NULL;

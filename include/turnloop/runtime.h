@@ -22,6 +22,7 @@ extern "C" {
  *         handler(s, c) for each completion;
  *         run mesh messages that arrived;   // posts, submit_to functions, results
  *         on_pass(s, arg) if set;           // "pollers": busy user work
+ *         run tasks, by their groups' shares; // turnloop/sched.h
  *         publish staged mesh messages, wake parked targets once each;
  *         publish live stats (at most every stats_period_ns).
  *     }
@@ -93,6 +94,8 @@ static inline unsigned tl_token_handler(uint64_t token)
  *    TL_MESH_MIGRATED.
  *  - the end of a tl_shard_gather() on the caller: see "Gathers" below
  *    (aux = the caller's id | TL_MESH_RESULT | TL_MESH_GATHER).
+ *  - the end of a task (turnloop/sched.h) on its shard: aux = the shard's
+ *    id | TL_MESH_RESULT | TL_MESH_TASK.
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
  * are TL_OP_NONE / TL_HANDLE_NONE, data is NULL, u.mesh.conn is
@@ -102,6 +105,7 @@ static inline unsigned tl_token_handler(uint64_t token)
 #define TL_MESH_MIGRATED 0x40000000u
 #define TL_MESH_GATHER 0x20000000u
 #define TL_MESH_GATE 0x10000000u
+#define TL_MESH_TASK 0x08000000u
 #define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
 
 /*
@@ -149,14 +153,20 @@ typedef struct tl_runtime_config {
 	 * the shard's listeners: the program lets its connections finish (or
 	 * ends idle ones). The shard leaves the grace period when its loop is
 	 * no longer alive (tl_alive: no referenced socket or pending op; the
-	 * program can tl_set_ref(h, 0) what it does not want waited for) or
-	 * after grace_ns; then the stop of tl_runtime_stop follows. May be
-	 * NULL. */
+	 * program can tl_set_ref(h, 0) what it does not want waited for) and
+	 * no task is left (turnloop/sched.h), or after grace_ns; then the
+	 * stop of tl_runtime_stop follows. May be NULL. */
 	void (*on_drain)(tl_shard *s, void *arg);
 	/* On each shard once per pass; return nonzero while it has more work
 	 * (the next turn then does not block). */
 	int (*on_pass)(tl_shard *s, void *arg);
 	void *arg;                    /* passed to on_launch/on_stop/on_drain/on_pass */
+	/* Cooperative scheduling (turnloop/sched.h). */
+	uint32_t sched_tasks;         /* task records per shard           64, <= 65536 */
+	uint32_t sched_shares;        /* shares of the handlers' group
+	                               * (TL_SCHED_MAIN)               1000, 1..10000 */
+	uint64_t sched_quantum_ns;    /* the most task time per pass
+	                               * (and so a request's wait)      100 us, 1 us..1 s */
 } tl_runtime_config;
 
 /* Fill *cfg with the defaults above. */
