@@ -107,6 +107,11 @@ struct tl_shard {
 	uint64_t drain_deadline, last_pub, pass_end;
 	uint64_t mesh_comp[TL_STATS_KINDS];
 	uint64_t cpu_read;  /* when cpu_ns was last read */
+	/* cfg.mesh_spin_ns (0 on a CPU shared with another shard), the end
+	 * of the current polling window (0: none), and whether the last pass
+	 * took mesh messages. */
+	uint64_t spin_ns, spin_until;
+	int mesh_got;
 	uint64_t *vals;     /* the program's values (tl_shard_counter_add, ...) */
 	uint32_t nvals;
 	tl_stats_shard st;

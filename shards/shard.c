@@ -28,7 +28,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	tl_loop *l = s->loop;
 	/* A pass starts where the previous one ended (what happens between
 	 * two passes is the runtime's own work): one clock read per pass. */
-	uint64_t t0 = s->pass_end, t1, busy;
+	uint64_t t0 = s->pass_end, t1, busy, in0;
 	tl_turn_info ti;
 	int n, rc = 0, more;
 
@@ -45,7 +45,12 @@ static int pass(tl_shard *s, int64_t timeout)
 		tl__rt_dispatch(s, &s->batch[i]);
 	}
 	s->bat_n = 0;
+	in0 = s->st.mesh_in;
 	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
+	/* Messages came: a polling window (mesh_spin) starts afresh. */
+	s->mesh_got = s->st.mesh_in != in0;
+	if (s->mesh_got)
+		s->spin_until = 0;
 	if (s->gates_due)
 		tl__mesh_gates_due(s);
 	if (s->nroom_wait || s->nbacklog)
@@ -78,6 +83,33 @@ static int has_work(tl_shard *s)
 {
 	return s->pass_busy || s->gates_due || tl__mesh_inbound_ready(s) ||
 	       tl__mesh_room_check(s, 1);
+}
+
+/*
+ * cfg.mesh_spin_ns: nothing to do, but a result is awaited or messages
+ * came in the last pass, so more are likely soon: poll (passes that do
+ * not block) instead of parking, for up to mesh_spin_ns from the first
+ * pass that found nothing. Polling, this shard is not parked, so a sender
+ * neither makes a system call to wake it nor waits for it to be
+ * scheduled. 1 while the window lasts; 0 to park.
+ */
+static int mesh_spin(tl_shard *s)
+{
+	uint64_t win = s->spin_ns;
+
+	if (!win)
+		return 0;
+	if (!s->spin_until) {
+		if (!s->inflight_total && !s->mesh_got)
+			return 0;
+		s->spin_until = s->pass_end + win;
+		return 1;
+	}
+	if (s->pass_end < s->spin_until)
+		return 1;
+	s->spin_until = 0; /* used up: park; the next message starts another */
+	s->mesh_got = 0;
+	return 0;
 }
 
 /* Nothing left in the loop: no live handle, op or queued completion. */
@@ -206,6 +238,8 @@ static void shard_run(tl_shard *s)
 			break;
 		if (has_work(s))
 			timeout = 0;
+		else if (timeout != 0 && mesh_spin(s))
+			timeout = 0;
 		else if (timeout != 0)
 			tl__rt_publish(s, s->pass_end); /* about to park: leave fresh numbers */
 		rc = pass(s, timeout);
@@ -237,6 +271,13 @@ static int shard_setup(tl_shard *s)
 			return rc;
 		}
 	}
+	/* Polling for replies on a CPU that another shard shares (a plan
+	 * with more shards than CPUs) would keep it from the shard whose
+	 * reply this one waits for. */
+	s->spin_ns = rt->cfg.mesh_spin_ns;
+	for (uint32_t j = 0; j < rt->n; j++)
+		if (j != s->id && rt->plan.shards[j].pu_os_index == p->pu_os_index)
+			s->spin_ns = 0;
 	/* After the binding, so that the arena's first pages are touched
 	 * on the shard's node. */
 	tl__rt_arena_setup(s);

@@ -119,6 +119,15 @@ typedef struct tl_runtime_config {
 	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
 	uint32_t mesh_inflight;       /* submit_to in flight per pair      1024, <= 65536
 	                               * (docs/MESH.md, "Sizing the mesh") */
+	/* A shard with calls awaiting their results, or that took mesh
+	 * messages in its last pass, polls its rings and its loop without
+	 * blocking for up to this long before it parks, so that a reply or
+	 * the next message that comes meanwhile costs no wake-up on either
+	 * side (docs/MESH.md, "Polling before parking"). A shard with nothing
+	 * in flight, or on a CPU another shard shares, parks at once. The
+	 * price: up to this much CPU each time such a shard would park.
+	 * 0: park at once.                                   20 us, <= 1 ms */
+	uint64_t mesh_spin_ns;
 	uint32_t batch;               /* completions per turn                256, <= 65536 */
 	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
 	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
