@@ -98,6 +98,7 @@ static void teardown(tl_runtime *rt)
 		join_all(rt);
 	}
 	signals_restore(rt);
+	tl__foreign_destroy(rt); /* blocks still queued, after the threads */
 	if (rt->shards)
 		for (uint32_t i = 0; i < rt->n; i++) {
 			tl_poster_put(rt->shards[i].poster);

@@ -16,7 +16,7 @@
 #include "turnloop/stats.h"
 
 /*
- * The runtime in five files, each one part of a shard's life:
+ * The runtime in six files, each one part of a shard's life:
  *
  *   arena.c         a shard thread's own jemalloc arena
  *   stats_writer.c  the live stats region: made, swept, published into,
@@ -25,6 +25,8 @@
  *                   receiving, results, room, migration
  *   shard.c         a shard's thread: setup, the pass, the phases of a
  *                   stop (run, grace, drain, wait, finish), teardown
+ *   foreign.c       blocks freed on the shard that allocated them
+ *                   (tl_shard_alloc, tl_shard_free)
  *   runtime.c       the runtime object: config, new, launch, run, stop,
  *                   drain, signals, destroy (its one teardown), getters
  *
@@ -77,6 +79,17 @@ struct out {
 	 * so each gated result takes the oldest. The credits bound it. */
 	tl_mesh_gate **gq;
 	uint32_t gq_head, gq_len;
+	/* Blocks to free on this target were refused (foreign.c): wake
+	 * when the ring has room. */
+	uint32_t free_wait;
+};
+
+/* Blocks this shard freed that wait to go to one owner (foreign.c),
+ * linked through their headers. */
+struct tl__freeq {
+	void *head;
+	uint32_t n;
+	uint32_t listed; /* in shard.fdirty */
 };
 
 struct tl_shard {
@@ -96,7 +109,7 @@ struct tl_shard {
 	/* The shard thread's own. */
 	alignas(TL__CACHE_LINE) struct out *out;
 	uint32_t *dirty;
-	uint32_t ndirty, nroom_wait, nbacklog;
+	uint32_t ndirty, nroom_wait, nbacklog, nfree_wait;
 	uint64_t inflight_total;
 	tl_mesh_gather *gathers; /* in flight from this shard (tl_shard_gather) */
 	tl_mesh_gate *gates_due; /* closed gates with nothing in flight, to deliver */
@@ -112,6 +125,12 @@ struct tl_shard {
 	 * took mesh messages. */
 	uint64_t spin_ns, spin_until;
 	int mesh_got;
+	/* foreign.c: per owner, the blocks freed here that wait to go to it
+	 * (fq[t]; read by t at the stop, freed by the runtime's teardown),
+	 * and the owners that have some (fdirty). */
+	struct tl__freeq *fq;
+	uint32_t *fdirty;
+	uint32_t nfdirty;
 	uint64_t *vals;     /* the program's values (tl_shard_counter_add, ...) */
 	uint32_t nvals;
 	tl_stats_shard st;
@@ -243,6 +262,27 @@ void tl__mesh_end_gathers(tl_shard *s);
 void tl__mesh_gates_due(tl_shard *s);
 /* Messages waiting in this shard's inbound rings, results in its backlogs. */
 void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);
+
+/* Send a list of blocks (foreign.c) to their owner t as one message: 0,
+ * -ENOBUFS (refused: the shard is woken when there is room), -EPIPE. */
+int tl__mesh_post_free(tl_shard *s, uint32_t t, void *head);
+
+/* ---- foreign.c ---- */
+
+/* The shard's queues of blocks for their owners (shard thread, at setup):
+ * 0 or -ENOMEM. */
+int tl__foreign_setup(tl_shard *s);
+/* Send each owner what waits for it (the end of a pass). */
+void tl__foreign_flush(tl_shard *s);
+/* A list of blocks another shard freed, which this shard allocated: free
+ * them. */
+void tl__foreign_take(tl_shard *s, void *head);
+/* At the stop, after the last handlers ran and with every shard here:
+ * free the blocks the others still hold for this shard. */
+void tl__foreign_finish(tl_shard *s);
+/* Free what is still queued anywhere, and the queues (teardown, once the
+ * threads are gone). */
+void tl__foreign_destroy(tl_runtime *rt);
 
 /* ---- shard.c ---- */
 

@@ -57,6 +57,8 @@ static int pass(tl_shard *s, int64_t timeout)
 		tl__mesh_room_check(s, 0);
 	if (rt->cfg.on_pass)
 		more |= rt->cfg.on_pass(s, rt->cfg.arg) != 0;
+	if (s->nfdirty)
+		tl__foreign_flush(s);
 	tl__mesh_flush(s);
 	s->pass_busy = more;
 
@@ -161,6 +163,8 @@ static void finish(tl_shard *s)
 	tl_runtime *rt = s->rt;
 	uint64_t dl;
 
+	if (s->nfdirty) /* blocks freed for their owners go while the mesh is open */
+		tl__foreign_flush(s);
 	tl__mesh_close(s);
 	pthread_barrier_wait(&rt->barrier);
 	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
@@ -182,6 +186,7 @@ static void finish(tl_shard *s)
 	}
 	while (s->gates_due) /* gates closed by the last handlers */
 		tl__mesh_gates_due(s);
+	tl__foreign_finish(s);
 	tl__rt_publish(s, tl__rt_mono_ns());
 }
 
@@ -287,7 +292,7 @@ static int shard_setup(tl_shard *s)
 	 * this thread's own, on its node. */
 	s->nvals = rt->nvals;
 	s->vals = calloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
-	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0)
+	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0 || tl__foreign_setup(s) < 0)
 		goto nomem;
 	rc = tl_loop_new(&s->loop, &rt->cfg.loop);
 	if (rc < 0) {
