@@ -21,6 +21,7 @@ enum {
 	MSG_MIGRATED = 4,
 	MSG_GCALL = 5,   /* a gather's part: token is the caller's tl_mesh_gather */
 	MSG_GRESULT = 6, /* its result, token as sent */
+	MSG_FREE = 7,    /* blocks to free here (foreign.c): a is the list */
 };
 #define MSG_TYPE(b) ((uint32_t)(b))
 #define MSG_WORD(b) ((int32_t)((b) >> 32))
@@ -136,6 +137,26 @@ int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload
 	if (tl_unlikely(rc))
 		return rc;
 	stage(s, target, &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_POST});
+	return 0;
+}
+
+int tl__mesh_post_free(tl_shard *s, uint32_t t, void *head)
+{
+	struct out *o = &s->out[t];
+	int rc = can_send(s, t);
+
+	if (rc) {
+		if (rc == -ENOBUFS && !o->free_wait) {
+			o->free_wait = 1;
+			s->nfree_wait++;
+		}
+		return rc;
+	}
+	if (o->free_wait) {
+		o->free_wait = 0;
+		s->nfree_wait--;
+	}
+	stage(s, t, &(struct tl_mesh_msg){.a = (uint64_t)(uintptr_t)head, .b = MSG_FREE});
 	return 0;
 }
 
@@ -605,6 +626,9 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 	case MSG_MIGRATE:
 		run_migrate(s, src, m);
 		break;
+	case MSG_FREE:
+		tl__foreign_take(s, (void *)(uintptr_t)m->a);
+		break;
 	case MSG_MIGRATED:
 		s->out[src].inflight--;
 		s->inflight_total--;
@@ -718,13 +742,13 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 
 	if (!arm && s->nbacklog)
 		push_backlogs(s);
-	if (!s->nroom_wait && !s->nbacklog)
+	if (!s->nroom_wait && !s->nbacklog && !s->nfree_wait)
 		return 0;
 	for (uint32_t t = 0; t < s->n; t++) {
 		struct out *o = &s->out[t];
 		struct tl__spsc *r = &s->outp[t].ring;
 
-		if (!o->room_wait && !o->bl_len)
+		if (!o->room_wait && !o->bl_len && !o->free_wait)
 			continue;
 		/* A wait for a credit too: the result that returns it comes
 		 * through an inbound ring, whose publisher wakes this shard. */
@@ -741,7 +765,8 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 		}
 		atomic_exchange_explicit(&s->outp[t].want_room, 1, memory_order_seq_cst);
 		r->tail_cache = atomic_load_explicit(&r->tail, memory_order_seq_cst);
-		if (r->mask + 1 - (o->head - r->tail_cache) && (credit || o->bl_len))
+		if (r->mask + 1 - (o->head - r->tail_cache) &&
+		    (credit || o->bl_len || o->free_wait))
 			ready = 1;
 	}
 	return ready;
@@ -757,6 +782,10 @@ void tl__mesh_close(tl_shard *s)
 		s->out[t].bl_len = 0;
 	}
 	s->nbacklog = 0;
+	/* Blocks still queued for their owners wait for tl__foreign_finish. */
+	for (uint32_t t = 0; t < s->n; t++)
+		s->out[t].free_wait = 0;
+	s->nfree_wait = 0;
 	tl__mesh_flush(s);
 }
 

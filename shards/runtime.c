@@ -41,6 +41,7 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	c->mesh_capacity = 1024;
 	c->mesh_budget = 256;
 	c->mesh_inflight = 1024;
+	c->mesh_spin_ns = 20000;
 	c->batch = 256;
 	c->stall_ns = 25 * 1000000ull;
 	c->drain_ns = 5 * 1000000000ull;
@@ -61,6 +62,8 @@ static const char *bad_field(const tl_runtime_config *c)
 		return "mesh_budget must be 1..65536";
 	if (!c->mesh_inflight || c->mesh_inflight > 65536)
 		return "mesh_inflight must be 1..65536";
+	if (c->mesh_spin_ns > 1000000)
+		return "mesh_spin_ns must be at most 1 ms";
 	if (!c->batch || c->batch > 65536)
 		return "batch must be 1..65536";
 	if (!c->drain_ns)
@@ -96,6 +99,7 @@ static void teardown(tl_runtime *rt)
 		join_all(rt);
 	}
 	signals_restore(rt);
+	tl__foreign_destroy(rt); /* blocks still queued, after the threads */
 	if (rt->shards)
 		for (uint32_t i = 0; i < rt->n; i++) {
 			tl_poster_put(rt->shards[i].poster);

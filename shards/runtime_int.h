@@ -28,6 +28,8 @@
  *                   stop (run, grace, drain, wait, finish), teardown
  *   sched.c         tasks and scheduling groups between turns, and the
  *                   stall detector's report of where a slow pass went
+ *   foreign.c       blocks freed on the shard that allocated them
+ *                   (tl_shard_alloc, tl_shard_free)
  *   runtime.c       the runtime object: config, new, launch, run, stop,
  *                   drain, signals, destroy (its one teardown), getters
  *
@@ -80,6 +82,17 @@ struct out {
 	 * so each gated result takes the oldest. The credits bound it. */
 	tl_mesh_gate **gq;
 	uint32_t gq_head, gq_len;
+	/* Blocks to free on this target were refused (foreign.c): wake
+	 * when the ring has room. */
+	uint32_t free_wait;
+};
+
+/* Blocks this shard freed that wait to go to one owner (foreign.c),
+ * linked through their headers. */
+struct tl__freeq {
+	void *head;
+	uint32_t n;
+	uint32_t listed; /* in shard.fdirty */
 };
 
 struct tl_shard {
@@ -99,7 +112,7 @@ struct tl_shard {
 	/* The shard thread's own. */
 	alignas(TL__CACHE_LINE) struct out *out;
 	uint32_t *dirty;
-	uint32_t ndirty, nroom_wait, nbacklog;
+	uint32_t ndirty, nroom_wait, nbacklog, nfree_wait;
 	uint64_t inflight_total;
 	tl_mesh_gather *gathers; /* in flight from this shard (tl_shard_gather) */
 	tl_mesh_gate *gates_due; /* closed gates with nothing in flight, to deliver */
@@ -110,6 +123,17 @@ struct tl_shard {
 	uint64_t drain_deadline, last_pub, pass_end;
 	uint64_t mesh_comp[TL_STATS_KINDS];
 	uint64_t cpu_read;  /* when cpu_ns was last read */
+	/* cfg.mesh_spin_ns (0 on a CPU shared with another shard), the end
+	 * of the current polling window (0: none), and whether the last pass
+	 * took mesh messages. */
+	uint64_t spin_ns, spin_until;
+	int mesh_got;
+	/* foreign.c: per owner, the blocks freed here that wait to go to it
+	 * (fq[t]; read by t at the stop, freed by the runtime's teardown),
+	 * and the owners that have some (fdirty). */
+	struct tl__freeq *fq;
+	uint32_t *fdirty;
+	uint32_t nfdirty;
 	uint64_t *vals;     /* the program's values (tl_shard_counter_add, ...) */
 	uint32_t nvals;
 	tl_stats_shard st;
@@ -291,6 +315,26 @@ int tl__sched_run(tl_shard *s, uint64_t t0, uint64_t idle, int active);
 void tl__sched_pass_end(tl_shard *s, uint64_t busy, const struct tl__pass_marks *pm);
 /* The stop begins: end every task with -ECANCELED, refuse new ones. */
 void tl__sched_stop(tl_shard *s);
+/* Send a list of blocks (foreign.c) to their owner t as one message: 0,
+ * -ENOBUFS (refused: the shard is woken when there is room), -EPIPE. */
+int tl__mesh_post_free(tl_shard *s, uint32_t t, void *head);
+
+/* ---- foreign.c ---- */
+
+/* The shard's queues of blocks for their owners (shard thread, at setup):
+ * 0 or -ENOMEM. */
+int tl__foreign_setup(tl_shard *s);
+/* Send each owner what waits for it (the end of a pass). */
+void tl__foreign_flush(tl_shard *s);
+/* A list of blocks another shard freed, which this shard allocated: free
+ * them. */
+void tl__foreign_take(tl_shard *s, void *head);
+/* At the stop, after the last handlers ran and with every shard here:
+ * free the blocks the others still hold for this shard. */
+void tl__foreign_finish(tl_shard *s);
+/* Free what is still queued anywhere, and the queues (teardown, once the
+ * threads are gone). */
+void tl__foreign_destroy(tl_runtime *rt);
 
 /* ---- shard.c ---- */
 

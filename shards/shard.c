@@ -55,6 +55,10 @@ static int pass(tl_shard *s, int64_t timeout)
 	if (n)
 		pm.handlers_end = tl__rt_coarse_ns();
 	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
+	/* Messages came: a polling window (mesh_spin) starts afresh. */
+	s->mesh_got = s->st.mesh_in != mesh_in;
+	if (s->mesh_got)
+		s->spin_until = 0;
 	if (s->gates_due)
 		tl__mesh_gates_due(s);
 	if (s->nroom_wait || s->nbacklog)
@@ -67,6 +71,8 @@ static int pass(tl_shard *s, int64_t timeout)
 	}
 	if (s->tasks)
 		more |= tl__sched_run(s, t0, ti.idle_ns, n || more || s->st.mesh_in != mesh_in);
+	if (s->nfdirty)
+		tl__foreign_flush(s);
 	tl__mesh_flush(s);
 	s->pass_busy = more;
 
@@ -87,6 +93,33 @@ static int has_work(tl_shard *s)
 {
 	return s->pass_busy || s->tasks || s->gates_due || tl__mesh_inbound_ready(s) ||
 	       tl__mesh_room_check(s, 1);
+}
+
+/*
+ * cfg.mesh_spin_ns: nothing to do, but a result is awaited or messages
+ * came in the last pass, so more are likely soon: poll (passes that do
+ * not block) instead of parking, for up to mesh_spin_ns from the first
+ * pass that found nothing. Polling, this shard is not parked, so a sender
+ * neither makes a system call to wake it nor waits for it to be
+ * scheduled. 1 while the window lasts; 0 to park.
+ */
+static int mesh_spin(tl_shard *s)
+{
+	uint64_t win = s->spin_ns;
+
+	if (!win)
+		return 0;
+	if (!s->spin_until) {
+		if (!s->inflight_total && !s->mesh_got)
+			return 0;
+		s->spin_until = s->pass_end + win;
+		return 1;
+	}
+	if (s->pass_end < s->spin_until)
+		return 1;
+	s->spin_until = 0; /* used up: park; the next message starts another */
+	s->mesh_got = 0;
+	return 0;
 }
 
 /* Nothing left in the loop: no live handle, op or queued completion. */
@@ -139,6 +172,8 @@ static void finish(tl_shard *s)
 	tl_runtime *rt = s->rt;
 	uint64_t dl;
 
+	if (s->nfdirty) /* blocks freed for their owners go while the mesh is open */
+		tl__foreign_flush(s);
 	tl__mesh_close(s);
 	pthread_barrier_wait(&rt->barrier);
 	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
@@ -160,6 +195,7 @@ static void finish(tl_shard *s)
 	}
 	while (s->gates_due) /* gates closed by the last handlers */
 		tl__mesh_gates_due(s);
+	tl__foreign_finish(s);
 	tl__rt_publish(s, tl__rt_mono_ns());
 }
 
@@ -216,6 +252,8 @@ static void shard_run(tl_shard *s)
 			break;
 		if (has_work(s))
 			timeout = 0;
+		else if (timeout != 0 && mesh_spin(s))
+			timeout = 0;
 		else if (timeout != 0)
 			tl__rt_publish(s, s->pass_end); /* about to park: leave fresh numbers */
 		rc = pass(s, timeout);
@@ -247,6 +285,13 @@ static int shard_setup(tl_shard *s)
 			return rc;
 		}
 	}
+	/* Polling for replies on a CPU that another shard shares (a plan
+	 * with more shards than CPUs) would keep it from the shard whose
+	 * reply this one waits for. */
+	s->spin_ns = rt->cfg.mesh_spin_ns;
+	for (uint32_t j = 0; j < rt->n; j++)
+		if (j != s->id && rt->plan.shards[j].pu_os_index == p->pu_os_index)
+			s->spin_ns = 0;
 	/* After the binding, so that the arena's first pages are touched
 	 * on the shard's node. */
 	tl__rt_arena_setup(s);
@@ -256,7 +301,8 @@ static int shard_setup(tl_shard *s)
 	 * this thread's own, on its node. */
 	s->nvals = rt->nvals;
 	s->vals = calloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
-	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0 || tl__sched_setup(s) < 0)
+	if (!s->batch || !s->vals || tl__mesh_setup(s) < 0 || tl__sched_setup(s) < 0 ||
+	    tl__foreign_setup(s) < 0)
 		goto nomem;
 	rc = tl_loop_new(&s->loop, &rt->cfg.loop);
 	if (rc < 0) {

@@ -123,6 +123,15 @@ typedef struct tl_runtime_config {
 	uint32_t mesh_budget;         /* messages taken per ring per pass    256, <= 65536 */
 	uint32_t mesh_inflight;       /* submit_to in flight per pair      1024, <= 65536
 	                               * (docs/MESH.md, "Sizing the mesh") */
+	/* A shard with calls awaiting their results, or that took mesh
+	 * messages in its last pass, polls its rings and its loop without
+	 * blocking for up to this long before it parks, so that a reply or
+	 * the next message that comes meanwhile costs no wake-up on either
+	 * side (docs/MESH.md, "Polling before parking"). A shard with nothing
+	 * in flight, or on a CPU another shard shares, parks at once. The
+	 * price: up to this much CPU each time such a shard would park.
+	 * 0: park at once.                                   20 us, <= 1 ms */
+	uint64_t mesh_spin_ns;
 	uint32_t batch;               /* completions per turn                256, <= 65536 */
 	uint64_t stall_ns;            /* a pass slower than this is a stall  25 ms; 0 = off */
 	uint64_t drain_ns;            /* drain bound before handles are destroyed  5 s */
@@ -153,9 +162,9 @@ typedef struct tl_runtime_config {
 	 * the shard's listeners: the program lets its connections finish (or
 	 * ends idle ones). The shard leaves the grace period when its loop is
 	 * no longer alive (tl_alive: no referenced socket or pending op; the
-	 * program can tl_set_ref(h, 0) what it does not want waited for) or
-	 * after grace_ns; then the stop of tl_runtime_stop follows. May be
-	 * NULL. */
+	 * program can tl_set_ref(h, 0) what it does not want waited for) and
+	 * no task is left (turnloop/sched.h), or after grace_ns; then the
+	 * stop of tl_runtime_stop follows. May be NULL. */
 	void (*on_drain)(tl_shard *s, void *arg);
 	/* On each shard once per pass; return nonzero while it has more work
 	 * (the next turn then does not block). */
@@ -517,6 +526,60 @@ int tl_shard_credits(const tl_shard *s, uint32_t target);
  * request for target is already pending), -EPIPE (mesh closed).
  */
 int tl_shard_wait_room(tl_shard *s, uint32_t target, uint64_t token);
+
+/* ---- Memory handed back to the shard that allocated it ---- */
+
+/*
+ * Each shard allocates from its own jemalloc arena (tl_runtime_arenas), and
+ * the stats count bytes per shard thread: a block one shard allocates and
+ * another frees is counted as allocated on the first for good and freed
+ * on the second, and takes the cross-arena path through the freeing
+ * thread's cache. Blocks that travel between shards (a value stored on
+ * its key's owner, a buffer handed over with a message) can instead be
+ * allocated with tl_shard_alloc and freed with tl_shard_free from any
+ * shard: the free is carried back to the allocating shard, which frees it
+ * there (docs/MESH.md, "Freeing on the owner").
+ */
+
+/*
+ * Allocate size bytes (0 is allowed) from this shard's allocator, aligned
+ * as malloc aligns, and remember this shard as the block's owner in 16
+ * bytes before it. Free it only with tl_shard_free (never free(): the
+ * pointer is not malloc's). Call from s's own thread. Returns the block,
+ * or NULL when out of memory (or size too large).
+ */
+void *tl_shard_alloc(tl_shard *s, size_t size);
+
+/*
+ * Free p, a block of tl_shard_alloc (NULL is a no-op), from shard s's
+ * thread, on the shard that allocated it: at once when that is s, else
+ * queued for its owner. Queued blocks are linked through their own 16
+ * bytes (freeing never allocates) and go to the owner as one mesh message
+ * per 64 blocks, and at the end of s's pass; the owner frees them between
+ * its turns. What s wrote to the block before the call happens-before the
+ * owner's free (the mesh's release and acquire). When the mesh refuses
+ * (the ring to the owner full), the blocks stay queued and go once it
+ * has room (s is woken for it): none is dropped or freed elsewhere. At a
+ * stop, blocks queued before the mesh closed reach their owner as
+ * messages; the rest (freed by the last handlers of the stop) are freed
+ * by their owner after every shard has handled its last completion;
+ * tl_runtime_destroy frees anything left (nothing, unless a shard never
+ * reached its stop).
+ *
+ * The block is freed at once on this thread instead: with s NULL (any
+ * thread: the way to free blocks once tl_runtime_run has returned, or a
+ * block of a runtime already destroyed), when per-shard arenas are off
+ * (tl_runtime_arenas 0: -Djemalloc=disabled, sanitizer builds; then this
+ * is a plain free), or when the block comes from another runtime that
+ * still runs.
+ *
+ * Returns 0 (freed now, or p NULL), 1 (queued for its owner), or -EINVAL
+ * (the 16 bytes before p do not hold a live block's mark, e.g. a block
+ * already freed here or a pointer into the middle of one: nothing was
+ * done). That check is best effort: passing any pointer but one from
+ * tl_shard_alloc (one from malloc, say) is undefined.
+ */
+int tl_shard_free(tl_shard *s, void *p);
 
 /* ---- Deprecated names (kept for one release; turnloop.h lists them) ---- */
 
