@@ -33,7 +33,7 @@ struct rec {
 	uint64_t h;
 	int64_t result;
 	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
-	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[], malloc'd */
+	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[] (tl_shard_alloc) */
 } __attribute__((aligned(64))); /* the owner writes one while we fill the next */
 
 struct conn { /* a connection's state: every completion of its handle carries it */
@@ -148,8 +148,8 @@ static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal
 }
 
 /* Where a reply goes: straight into the connection's writer (w, whose room
- * was checked), or into a record that waits for its turn (r). */
-struct out { tl_wbuf *w; struct rec *r; };
+ * was checked), or into a record that waits for its turn (r), made by shard s. */
+struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
 
 static void reply(struct out *o, const void *head, uint32_t hn, const void *body, uint32_t bn) {
 	uint32_t n = hn + (body ? bn + 2 : 0);
@@ -159,7 +159,7 @@ static void reply(struct out *o, const void *head, uint32_t hn, const void *body
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = malloc(n)))) { ERR(o, "-ERR out of memory\r\n"); return; }
+	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n)))) { ERR(o, "-ERR out of memory\r\n"); return; }
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
 	o->r->outlen = n;
@@ -201,14 +201,14 @@ static void drain(struct conn *c) {
 		if (!(r->flags & R_SUM)) tl_wbuf_append(&c->wr, r->big ? r->big : r->out, r->outlen);
 		else c->sum += r->result;
 		if (r->flags & R_EMIT) { tl_wbuf_append(&c->wr, b, num(b, ':', c->sum)); c->sum = 0; }
-		free(r->big);
+		tl_shard_free(c->sh->s, r->big); /* on the shard that made it */
 		r->big = NULL;
 	}
 }
 
 /* A reply made here and now, in its place: 1, or 0 when no record is free. */
 static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
-	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL};
+	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL, c->sh->s};
 	if (!o.w && !(o.r = rec_new(c))) return 0;
 	if (o.r) o.r->done = 1;
 	reply(&o, head, hn, body, bn);
@@ -227,7 +227,7 @@ static int stalled(struct conn *c, uint32_t to, int rc) {
 
 static int64_t run_rec(tl_shard *s, void *arg) { /* on the key's owner */
 	struct rec *r = arg;
-	struct out o = {NULL, r};
+	struct out o = {NULL, r, s};
 	return exec(tl_shard_data(s), r->op, r->h, r->key, r->klen, r->val, r->vlen, &o);
 }
 
@@ -237,7 +237,7 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	struct shard *sh = c->sh;
 	uint64_t h = hash(k->p, k->n);
 	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
-	struct out o = {&c->wr, NULL};
+	struct out o = {&c->wr, NULL, sh->s};
 	struct rec *r;
 	int rc;
 	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->wr) >= REPLY_MAX)
@@ -335,7 +335,7 @@ static void done(struct rec *r) { /* a reply owed is made: out it goes in its tu
 
 /* On the shard that asked: one shard's save ended (res: its keys, or an error). */
 static void saved(struct rec *r, int64_t res) {
-	struct out o = {NULL, r};
+	struct out o = {NULL, r, r->c->sh->s};
 	char b[96];
 	r->result = res < 0 && r->result >= 0 ? res : r->result;
 	if (--r->pending) return;
@@ -476,7 +476,7 @@ static void after(struct conn *c) {
 		if (c->inflight) return;
 		tl_rbuf_fini(&c->rd);
 		tl_wbuf_fini(&c->wr);
-		for (; c->head != c->tail; c->head++) { free(c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
+		for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
 		c->sh->nwait -= c->waiting;
 		c->waiting = 0;
 		c->next = c->sh->free;
@@ -547,7 +547,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 	} else if ((c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec->op == OP_COUNT) {
 		uint8_t b[24];
 		int64_t n = 0; /* DBSIZE: the parts add up (a SAVE's end: each shard posts it) */
-		struct out o = {NULL, c->grec};
+		struct out o = {NULL, c->grec, s};
 		for (uint32_t t = 0; t < kv.nshards; t++) n += c->parts[t].result;
 		x->result < 0 ? ERR(&o, "-ERR shutting down\r\n") : reply(&o, b, num(b, ':', n), NULL, 0);
 		done(c->grec);
@@ -639,7 +639,7 @@ int main(int argc, char **argv) {
 	while (tl_pool_shutdown() == -EBUSY) usleep(1000); /* a SAVE's last job, cut short */
 	for (uint32_t i = 0; kv.sh && i < kv.nshards; i++) {
 		struct shard *sh = &kv.sh[i];
-		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) free(sh->conns[j / REC_N].rec[j % REC_N].big);
+		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) tl_shard_free(NULL, sh->conns[j / REC_N].rec[j % REC_N].big);
 		for (uint64_t j = 0; sh->b && j <= sh->mask; j++)
 			for (struct item *it = sh->b[j], *n; it; it = n) n = it->next, free(it);
 		if (sh->s && sh->sv.fd >= 0) close(sh->sv.fd), unlink(sh->sv.tmp); /* a save the stop cut short */
