@@ -1,0 +1,652 @@
+/* tools/tlkv.c: a sharded key-value server speaking the Redis protocol: each shard owns the keys that hash to it, commands on other keys go to their owner over the mesh, and each connection's replies leave in request order; the model program of docs/GUIDE-SHARDED.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <turnloop.h>
+
+/* Limits: a key or value 512 KiB, a command 1 MiB or 1024 arguments; 64
+ * replies owed per connection (a deeper pipeline waits for them). */
+enum { MAX_SHARDS = 64, MAX_ARGS = 1024, VAL_MAX = 512 << 10, CMD_MAX = 1 << 20, WBUF = 1 << 20,
+       REPLY_MAX = VAL_MAX + 64, REC_N = 64, IN_N = 96, OUT_N = 64, CHUNK = 64 << 10 };
+enum { OP_GET, OP_SET, OP_INCR, OP_DEL, OP_COUNT, OP_SAVE, K_KEY, K_EACH, K_ALL, K_PING, K_QUIT };
+enum { R_SUM = 1, R_EMIT = 2 }; /* DEL's parts add up; its last part replies with the sum */
+#define S(lit) lit, (uint32_t)(sizeof lit - 1)
+#define ERR(o, lit) reply(o, S(lit), NULL, 0)
+
+struct item { struct item *next; uint64_t h; uint32_t klen, vlen; uint8_t kv[]; }; /* key, value */
+struct arg { const uint8_t *p; uint32_t n; };
+
+/* A reply owed to a client, in request order in its connection's ring. For a
+ * remote key the owner runs it (run_rec) and writes the reply in here: the
+ * mesh makes those writes visible before the result comes back to us. */
+struct rec {
+	struct conn *c;
+	uint8_t op, flags, done, held; /* held: the owner reads key and val in our read view */
+	uint32_t klen, vlen, outlen, pending;
+	uint64_t h;
+	int64_t result;
+	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
+	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[] (tl_shard_alloc) */
+} __attribute__((aligned(64))); /* the owner writes one while we fill the next */
+
+struct conn { /* a connection's state: every completion of its handle carries it */
+	struct shard *sh;
+	tl_handle h;
+	uint32_t need, argi, head, tail, inflight, hold; /* hold: records that are held */
+	uint8_t quit, eof, closing, closed, waiting;
+	const char *bye;   /* the line before the close: QUIT's +OK, a protocol error */
+	int64_t sum;
+	struct conn *next; /* on the free list */
+	struct rec *grec;  /* the reply that its gather answers */
+	tl_rbuf rd;        /* from here on: set up at accept, or kept */
+	tl_wbuf wr;
+	tl_mesh_gather g;
+	tl_mesh_part parts[MAX_SHARDS];
+	struct rec rec[REC_N];
+	uint8_t rmem[CMD_MAX], wmem[WBUF];
+};
+
+struct save { /* a shard's part of a SAVE, whose reply r is on shard origin */
+	struct rec *r;
+	int fd, post_due;
+	uint32_t origin;
+	int64_t err;
+	uint64_t next, keys, len;
+	uint8_t *buf;
+	char path[4200], tmp[4210];
+};
+
+struct shard {
+	tl_shard *s;
+	tl_loop *loop;
+	uint32_t id, fresh, nwait;
+	struct item **b; /* the buckets: a power of two, --keys or more */
+	uint64_t mask, live, ncmd, nremote;
+	struct conn *conns, *free;
+	tl_wbuf_list dirty;
+	struct save sv;
+	struct arg av[MAX_ARGS];
+};
+
+static struct {
+	tl_addr addr;
+	const char *dir;
+	uint32_t keys, conns, nshards;
+	int local, group, st_cmds, st_remote;
+	atomic_int saving;
+	struct shard *sh;
+} kv = {.dir = ".", .keys = 1u << 20, .conns = 1024};
+
+/* ---- The table: a fixed array of buckets, chains of malloc'd items ---- */
+
+static uint64_t hash(const uint8_t *p, uint32_t n) {
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w = 0;
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	w = 0;
+	memcpy(&w, p, n);
+	h = (h ^ w ^ (h >> 29)) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 32);
+}
+
+static uint32_t owner(const struct shard *sh, uint64_t h) { /* the hash's top half, scaled */
+	return kv.local ? sh->id : (uint32_t)(((h >> 32) * kv.nshards) >> 32);
+}
+
+/* The link to key k's item; *link is NULL when k is not there (insert there). */
+static struct item **find(struct shard *sh, uint64_t h, const uint8_t *k, uint32_t kl) {
+	struct item **p = &sh->b[h & sh->mask];
+	while (*p && ((*p)->h != h || (*p)->klen != kl || memcmp((*p)->kv, k, kl))) p = &(*p)->next;
+	return p;
+}
+
+/* Items are malloc'd: with jemalloc, from the shard's own arena; a SET whose
+ * value keeps its size class reuses the memory (realloc). */
+static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, uint32_t kl,
+	       const uint8_t *v, uint32_t vl) {
+	struct item *it;
+	if (!*p && sh->live >= kv.keys) return -ENOSPC;
+	if (!(it = realloc(*p, sizeof *it + kl + vl))) return -ENOMEM;
+	if (!*p) { *it = (struct item){.h = h, .klen = kl}; memcpy(it->kv, k, kl); sh->live++; }
+	memcpy(it->kv + kl, v, it->vlen = vl);
+	*p = it;
+	return 0;
+}
+
+/* ---- Replies ---- */
+
+static uint8_t *put(uint8_t *p, const void *s, size_t n) { return (uint8_t *)memcpy(p, s, n) + n; }
+
+static uint32_t num(uint8_t *p, char t, int64_t v) { /* "<t><v>\r\n" at p: its length */
+	char d[24], *e = d + sizeof d;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	do *--e = (char)('0' + u % 10); while (u /= 10);
+	if (v < 0) *--e = '-';
+	*--e = t;
+	memcpy(put(p, e, (size_t)(d + sizeof d - e)), "\r\n", 2);
+	return (uint32_t)(d + sizeof d - e) + 2;
+}
+
+static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal number */
+	uint32_t neg = n && p[0] == '-';
+	uint64_t x = 0, lim = (uint64_t)INT64_MAX + neg;
+	if (n == neg || n > 20) return -1;
+	for (uint32_t i = neg; i < n; x = x * 10 + (uint64_t)(p[i++] - '0'))
+		if (p[i] < '0' || p[i] > '9' || x > (lim - (uint64_t)(p[i] - '0')) / 10) return -1;
+	*v = neg ? (int64_t)(0 - x) : (int64_t)x;
+	return 0;
+}
+
+/* Where a reply goes: straight into the connection's writer (w, whose room
+ * was checked), or into a record that waits for its turn (r), made by shard s. */
+struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
+
+static void reply(struct out *o, const void *head, uint32_t hn, const void *body, uint32_t bn) {
+	uint32_t n = hn + (body ? bn + 2 : 0);
+	uint8_t *p;
+	if (o->w) { /* head, then (with a body) the body and "\r\n" */
+		tl_wbuf_append(o->w, head, hn);
+		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
+		return;
+	}
+	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n)))) { ERR(o, "-ERR out of memory\r\n"); return; }
+	memcpy(p, head, hn);
+	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
+	o->r->outlen = n;
+}
+
+/* One key's command, on the shard that owns the key. Returns DEL's count. */
+static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint32_t kl,
+		    const uint8_t *v, uint32_t vl, struct out *o) {
+	struct item **p = find(sh, h, k, kl), *it = *p;
+	uint8_t b[24];
+	int64_t n = 0;
+	int rc = 0;
+	if (op == OP_GET && it) reply(o, b, num(b, '$', it->vlen), it->kv + kl, it->vlen);
+	else if (op == OP_GET) ERR(o, "$-1\r\n");
+	else if (op == OP_DEL && it) { *p = it->next; free(it); sh->live--; return 1; }
+	else if (op == OP_INCR && it && to_i64(it->kv + kl, it->vlen, &n) < 0)
+		ERR(o, "-ERR value is not an integer or out of range\r\n");
+	else if (op == OP_INCR && n == INT64_MAX) ERR(o, "-ERR increment or decrement would overflow\r\n");
+	else if (op == OP_INCR && !(rc = set(sh, p, h, k, kl, b + 1, num(b, ':', n + 1) - 3)))
+		reply(o, b, num(b, ':', n + 1), NULL, 0);
+	else if (op == OP_SET && !(rc = set(sh, p, h, k, kl, v, vl))) ERR(o, "+OK\r\n");
+	if (rc) rc == -ENOSPC ? ERR(o, "-ERR table full (--keys)\r\n") : ERR(o, "-ERR out of memory\r\n");
+	return 0;
+}
+
+/* ---- A connection's replies, in request order ---- */
+
+static struct rec *rec_new(struct conn *c) {
+	struct rec *r = c->tail - c->head < REC_N ? &c->rec[c->tail++ % REC_N] : NULL;
+	if (r) { r->c = c; r->flags = r->done = r->held = 0; r->outlen = 0; r->result = 0; r->big = NULL; }
+	return r;
+}
+
+/* Hand the records whose turn has come to the writer, while it has room. */
+static void drain(struct conn *c) {
+	for (uint8_t b[24]; c->head != c->tail; c->head++) {
+		struct rec *r = &c->rec[c->head % REC_N];
+		if (!r->done || tl_wbuf_room(&c->wr) < r->outlen + 24) return;
+		if (!(r->flags & R_SUM)) tl_wbuf_append(&c->wr, r->big ? r->big : r->out, r->outlen);
+		else c->sum += r->result;
+		if (r->flags & R_EMIT) { tl_wbuf_append(&c->wr, b, num(b, ':', c->sum)); c->sum = 0; }
+		tl_shard_free(c->sh->s, r->big); /* on the shard that made it */
+		r->big = NULL;
+	}
+}
+
+/* A reply made here and now, in its place: 1, or 0 when no record is free. */
+static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
+	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL, c->sh->s};
+	if (!o.w && !(o.r = rec_new(c))) return 0;
+	if (o.r) o.r->done = 1;
+	reply(&o, head, hn, body, bn);
+	return 1;
+}
+
+/* The mesh refused (-ENOBUFS): wait for room to shard `to`, then go on where
+ * c stopped; -EPIPE: the runtime is stopping. Returns 0 (stalled). */
+static int stalled(struct conn *c, uint32_t to, int rc) {
+	if (rc != -ENOBUFS) { c->quit = 1; return 0; }
+	tl_shard_wait_room(c->sh->s, to, 0); /* -ENOBUFS: asked already */
+	c->sh->nwait += !c->waiting;
+	c->waiting = 1;
+	return 0;
+}
+
+static int64_t run_rec(tl_shard *s, void *arg) { /* on the key's owner */
+	struct rec *r = arg;
+	struct out o = {NULL, r, s};
+	return exec(tl_shard_data(s), r->op, r->h, r->key, r->klen, r->val, r->vlen, &o);
+}
+
+/* One key's command: run here (into the writer when no reply is owed before
+ * it), or sent to the key's owner. 1 when done or sent, 0 stalled. */
+static int route(struct conn *c, int op, int flags, const struct arg *k, const struct arg *v) {
+	struct shard *sh = c->sh;
+	uint64_t h = hash(k->p, k->n);
+	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
+	struct out o = {&c->wr, NULL, sh->s};
+	struct rec *r;
+	int rc;
+	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->wr) >= REPLY_MAX)
+		return exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
+	if (!(r = o.r = rec_new(c))) return 0;
+	r->op = (uint8_t)op; r->flags = (uint8_t)flags; r->h = h;
+	r->key = k->p; r->klen = k->n; r->val = v ? v->p : NULL; r->vlen = vl;
+	if (to == sh->id) { /* here, into the record */
+		o.w = NULL;
+		r->result = exec(sh, op, h, k->p, k->n, r->val, vl, &o);
+		return r->done = 1;
+	}
+	if (k->n + vl <= IN_N) { /* copied: the command's bytes may go at once */
+		r->key = memcpy(r->in, k->p, k->n);
+		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
+	}
+	if ((rc = tl_shard_submit_to(sh->s, to, run_rec, r, 0)) < 0) { c->tail--; return stalled(c, to, rc); }
+	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
+	c->inflight++;
+	sh->nremote++;
+	return 1;
+}
+
+/* ---- SAVE: on each shard, a task writes the shard's keys to its own file ---- */
+
+static int64_t save_finish(void *arg, tl_cancel_flag *cf) { /* on the blocking pool */
+	struct save *v = arg;
+	(void)cf;
+	if (!v->err && fsync(v->fd) < 0) v->err = -errno;
+	close(v->fd);
+	v->fd = -1;
+	if (!v->err && rename(v->tmp, v->path) < 0) v->err = -errno;
+	if (v->err) unlink(v->tmp);
+	return 0;
+}
+
+static void save_post(struct shard *sh) { /* to the shard that asked: the keys, or the error */
+	struct save *v = &sh->sv;
+	int64_t res = v->err ? v->err : (int64_t)v->keys;
+	int rc = tl_shard_post(sh->s, v->origin, tl_token(0, (uintptr_t)v->r), (uint64_t)res);
+	v->fd = -1;
+	if ((v->post_due = rc == -ENOBUFS)) tl_shard_wait_room(sh->s, v->origin, 0);
+}
+
+static int save_out(struct save *v) { /* write what the buffer holds: 1, or 0 (v->err) */
+	ssize_t w = v->len ? write(v->fd, v->buf, v->len) : 0;
+	v->err = w == (ssize_t)v->len ? 0 : w < 0 ? -errno : -EIO;
+	v->len = 0;
+	return !v->err;
+}
+
+/* The task: a slice of the walk over the buckets, each key as a SET command (a
+ * file `redis-cli --pipe` replays), written every CHUNK bytes: write(2) copies
+ * into the page cache, some µs a chunk (where writes can block, a network
+ * filesystem, tl_fs_write hands them to the pool). A key set or deleted
+ * during the walk may be in the file or not; every other one is. */
+static int save_task(tl_shard *s, void *arg) {
+	struct save *v = arg;
+	struct shard *sh = tl_shard_data(s);
+	for (; v->next <= sh->mask; v->next++) {
+		for (struct item *it = sh->b[v->next]; it; it = it->next, v->keys++) {
+			if (v->len >= CHUNK && !save_out(v)) return (int)v->err;
+			uint8_t *q = put(v->buf + v->len, "*3\r\n$3\r\nSET\r\n", 13);
+			q = put(put(q + num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
+			q = put(put(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
+			v->len = (uint64_t)(q - v->buf);
+		}
+		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) { v->next++; return TL_TASK_MORE; }
+	}
+	return save_out(v) ? TL_TASK_DONE : (int)v->err;
+}
+
+/* A gather's part, on each shard: count its keys, or start its save. */
+static int64_t run_all(tl_shard *s, void *arg) {
+	struct rec *r = arg;
+	struct shard *sh = tl_shard_data(s);
+	struct save *v = &sh->sv;
+	if (r->op == OP_COUNT) return (int64_t)sh->live;
+	*v = (struct save){.r = r, .origin = r->c->sh->id, .buf = v->buf};
+	snprintf(v->path, sizeof v->path, "%s/tlkv-%u.resp", kv.dir, sh->id);
+	snprintf(v->tmp, sizeof v->tmp, "%s.tmp", v->path);
+	/* open(2) here, one short call (on a slow filesystem: tl_fs_open, on the pool) */
+	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) { v->err = -errno; save_post(sh); }
+	else if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { save_finish(v, NULL); save_post(sh); }
+	return 0;
+}
+
+static void after(struct conn *c);
+
+static void done(struct rec *r) { /* a reply owed is made: out it goes in its turn */
+	r->done = 1;
+	r->c->inflight--;
+	after(r->c);
+}
+
+/* On the shard that asked: one shard's save ended (res: its keys, or an error). */
+static void saved(struct rec *r, int64_t res) {
+	struct out o = {NULL, r, r->c->sh->s};
+	char b[96];
+	r->result = res < 0 && r->result >= 0 ? res : r->result;
+	if (--r->pending) return;
+	if (r->result >= 0) ERR(&o, "+OK\r\n");
+	else reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)r->result)), NULL, 0);
+	atomic_store(&kv.saving, 0);
+	done(r);
+}
+
+/* A command for every shard (DBSIZE, SAVE): a gather, one at a time per
+ * connection. 1 when sent, 0 stalled. Its end: on_completion. */
+static int gather(struct conn *c, int op) {
+	struct rec *r;
+	int rc = 0;
+	if (c->g.busy) return 0; /* goes on when the one in flight ends */
+	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
+	if ((r = c->grec = rec_new(c))) {
+		r->op = (uint8_t)op;
+		r->pending = kv.nshards;
+		rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c));
+		if (rc > 0) { c->inflight++; return 1; }
+		c->tail--;
+	}
+	if (op == OP_SAVE) atomic_store(&kv.saving, 0);
+	return r ? stalled(c, c->g.blocked, rc) : 0;
+}
+
+/* ---- Commands ---- */
+
+static const struct cmd {
+	const char *name;
+	uint8_t op, kind;
+	int8_t arity; /* exactly, or (negative) at least */
+} cmds[] = {{"get", OP_GET, K_KEY, 2}, {"set", OP_SET, K_KEY, 3}, {"incr", OP_INCR, K_KEY, 2},
+	    {"del", OP_DEL, K_EACH, -2}, {"mget", OP_GET, K_EACH, -2}, {"dbsize", OP_COUNT, K_ALL, 1},
+	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, -1}, {"echo", 0, K_PING, 2},
+	    {"quit", 0, K_QUIT, 1}};
+
+/* A line "<t><digits>\r\n" at p[*i..n), the number at most max: 1 (and *v),
+ * 0 when not all here, -1 when bad. */
+static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max, uint32_t *v) {
+	const uint8_t *s = p + *i, *e = memchr(s, '\n', n - *i < 16 ? n - *i : 16);
+	uint64_t x = 0;
+	if (!e) return n - *i < 16 ? 0 : -1;
+	if (*s != t || e - s < 3 || e[-1] != '\r') return -1;
+	for (s++; s < e - 1; s++)
+		if (*s < '0' || *s > '9' || (x = x * 10 + (uint64_t)(*s - '0')) > max) return -1;
+	*v = (uint32_t)x;
+	*i = (uint32_t)(e + 1 - p);
+	return 1;
+}
+
+/* One command (an array of bulk strings) from p[0..n): its length, with
+ * av[0..*ac) pointing into p; 0 when not whole yet (*need: how many bytes it
+ * takes at least); -1 when bad (*why: the error line). */
+static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uint32_t *need, const char **why) {
+	uint32_t i = 0, cnt = 0, len = 0;
+	int r = line(p, n, &i, '*', MAX_ARGS, &cnt);
+	if (n >= 2 && p[0] == '\r' && p[1] == '\n') { *ac = 0; return 2; } /* an empty line (redis-cli --pipe) */
+	*why = p[0] != '*' ? "-ERR Protocol error: expected '*' (no inline commands)\r\n"
+			   : "-ERR Protocol error: invalid multibulk length\r\n";
+	if (r == 0) { *need = n + 1; return 0; }
+	if (r < 0 || cnt == 0) return -1;
+	*why = "-ERR Protocol error: invalid bulk length\r\n";
+	for (*ac = 0; *ac < cnt; ++*ac, i += len + 2) {
+		if ((r = line(p, n, &i, '$', VAL_MAX, &len)) < 0) return -1;
+		if (r == 0 || n - i < len + 2) { /* each argument after this one takes 6 bytes or more */
+			*need = (r ? i + len + 2 : n + 1) + 6 * (cnt - *ac - 1);
+			return 0;
+		}
+		if (p[i + len] != '\r' || p[i + len + 1] != '\n') return -1;
+		av[*ac] = (struct arg){p + i, len};
+	}
+	return (int)i;
+}
+
+/* Run the command av[0..ac) from argument c->argi on: 1 when all of it is done
+ * or sent, 0 when it stalled (it goes on from c->argi later). */
+static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
+	const struct cmd *k = NULL;
+	uint8_t b[24];
+	if (c->argi >= ac) return 1;
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds && !k; i++)
+		if (strlen(cmds[i].name) == av[0].n && !strncasecmp(cmds[i].name, (const char *)av[0].p, av[0].n)) k = &cmds[i];
+	if (!k) return say(c, S("-ERR unknown command\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
+	if (k->arity > 0 ? ac != (uint32_t)k->arity : ac < (uint32_t)-k->arity)
+		return say(c, S("-ERR wrong number of arguments\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
+	switch (k->kind) {
+	case K_KEY: if (!route(c, k->op, 0, &av[1], ac > 2 ? &av[2] : NULL)) return 0; break;
+	case K_EACH: /* MGET: "*N", then each key's GET; DEL: each key's count, summed */
+		if (!c->argi && k->op == OP_GET && !say(c, b, num(b, '*', ac - 1), NULL, 0)) return 0;
+		for (c->argi += !c->argi; c->argi < ac; c->argi++)
+			if (!route(c, k->op, k->op == OP_DEL ? R_SUM | (c->argi == ac - 1 ? R_EMIT : 0) : 0, &av[c->argi], NULL))
+				return 0;
+		break;
+	case K_ALL: if (!gather(c, k->op)) return 0; break;
+	case K_PING: /* PING, or ECHO (which redis-cli --pipe sends last) */
+		if (ac == 1 ? !say(c, S("+PONG\r\n"), NULL, 0) : !say(c, b, num(b, '$', av[1].n), av[1].p, av[1].n)) return 0;
+		break;
+	default: c->bye = "+OK\r\n"; c->quit = 1; /* QUIT */
+	}
+	c->argi = ac;
+	return 1;
+}
+
+/* Parse and run the commands c has read, as far as they can go now. */
+static void serve(struct conn *c) {
+	const uint8_t *p;
+	const char *why = NULL;
+	uint32_t ac;
+	int n, used = 0;
+	while (!c->hold && !c->quit && !c->closing) {
+		if ((n = tl_rbuf_peek(&c->rd, c->need, &p)) == 0) return; /* wait for the next read */
+		if (n > 0 && (used = parse(p, (uint32_t)n, c->sh->av, &ac, &c->need, &why)) == 0) continue;
+		if (n < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
+			c->bye = n == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : n < 0 ? NULL : why;
+			c->quit = 1;
+			return;
+		}
+		/* Stalled, or an owner reads these bytes: consumed once that is over. */
+		if (!dispatch(c, c->sh->av, ac) || c->hold) return;
+		tl_rbuf_consume(&c->rd, (uint32_t)used);
+		c->need = 1;
+		c->argi = 0;
+		c->sh->ncmd++;
+	}
+}
+
+/* ---- Connections, and everything a shard is handed ---- */
+
+static void conn_close(struct conn *c) {
+	if (!c->closing) { c->closing = 1; tl_close(c->sh->loop, c->h, 0); }
+}
+
+/* Go on once what c waited for came: replies out, more commands, the end. */
+static void after(struct conn *c) {
+	if (c->closed) { /* freed once nothing in flight writes into it */
+		if (c->inflight) return;
+		tl_rbuf_fini(&c->rd);
+		tl_wbuf_fini(&c->wr);
+		for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
+		c->sh->nwait -= c->waiting;
+		c->waiting = 0;
+		c->next = c->sh->free;
+		c->sh->free = c;
+		return;
+	}
+	drain(c);
+	serve(c);
+	drain(c);
+	if (c->closing || c->head != c->tail) return;
+	if (c->bye && !tl_wbuf_append(&c->wr, c->bye, (uint32_t)strlen(c->bye))) c->bye = NULL;
+	if ((c->quit || (c->eof && !tl_rbuf_buffered(&c->rd))) && !c->bye && !tl_wbuf_pending(&c->wr)) conn_close(c);
+}
+
+static void conn_open(struct shard *sh, tl_handle h) {
+	struct conn *c = sh->free ? sh->free : sh->fresh < kv.conns ? &sh->conns[sh->fresh++] : NULL;
+	tl_op op;
+	if (!c) { tl_close(sh->loop, h, 0); return; } /* --conns of them already */
+	if (c == sh->free) sh->free = c->next;
+	memset(c, 0, offsetof(struct conn, rd));
+	c->sh = sh;
+	c->h = h;
+	c->need = 1;
+	tl_rbuf_init(&c->rd, sh->loop, c->rmem, CMD_MAX);
+	tl_wbuf_init(&c->wr, sh->loop, h, c->wmem, WBUF, 0);
+	tl_wbuf_set_list(&c->wr, &sh->dirty);
+	tl_mesh_gather_init(&c->g, c->parts, MAX_SHARDS);
+	tl_handle_set_data(sh->loop, h, c); /* every completion of h carries c */
+	if (tl_read_start(sh->loop, h, 0, &op) < 0) conn_close(c);
+}
+
+static void on_completion(tl_shard *s, const tl_completion *x) {
+	struct shard *sh = tl_shard_data(s);
+	struct conn *c = x->data;
+	struct rec *r = x->u.mesh.arg;
+	tl_op op;
+	switch (x->kind) {
+	case TL_K_ACCEPT: if (x->result == 0) conn_open(sh, x->u.accept.conn); return;
+	case TL_K_READ:
+		if ((x->flags & (TL_F_LEASE | TL_F_EOF)) && tl_rbuf_feed(&c->rd, x) < 0)
+			{ tl_lease_release(sh->loop, x->u.read.lease.id); conn_close(c); }
+		c->eof |= !!(x->flags & TL_F_EOF);
+		if ((x->flags & TL_F_TERMINAL) && !c->eof) conn_close(c); /* an error, or our close */
+		return after(c);
+	case TL_K_WRITE:
+		if (tl_wbuf_on_write(&c->wr, x) < 0) conn_close(c);
+		return after(c);
+	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
+	case TL_K_ROOM: /* the mesh has room again for what it refused */
+		if (sh->sv.post_due) save_post(sh);
+		for (uint32_t i = 0; sh->nwait && i < sh->fresh; i++)
+			if (sh->conns[i].waiting) { sh->conns[i].waiting = 0; sh->nwait--; after(&sh->conns[i]); }
+		return;
+	case TL_K_POOL: return save_post(sh); /* a SAVE's fsync and rename are done */
+	case TL_K_MESH: break;
+	default: return;
+	}
+	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
+		if ((sh->sv.err = x->result) == -ECANCELED ||
+		    tl_blocking(sh->loop, save_finish, &sh->sv, TL_POOL_BOUNDED, 0, &op) < 0)
+			{ save_finish(&sh->sv, NULL); save_post(sh); }
+	} else if (!(x->aux & TL_MESH_RESULT)) { /* a post: a shard's save ended */
+		saved((struct rec *)(uintptr_t)tl_token_data(x->token), (int64_t)x->u.mesh.payload);
+	} else if (!(x->aux & TL_MESH_GATHER)) { /* a remote key's reply */
+		r->result = x->result;
+		r->c->hold -= r->held;
+		done(r);
+	} else if ((c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec->op == OP_COUNT) {
+		uint8_t b[24];
+		int64_t n = 0; /* DBSIZE: the parts add up (a SAVE's end: each shard posts it) */
+		struct out o = {NULL, c->grec, s};
+		for (uint32_t t = 0; t < kv.nshards; t++) n += c->parts[t].result;
+		x->result < 0 ? ERR(&o, "-ERR shutting down\r\n") : reply(&o, b, num(b, ':', n), NULL, 0);
+		done(c->grec);
+	}
+}
+
+static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per connection at most */
+	struct shard *sh = tl_shard_data(s);
+	tl_wbuf_flush_all(&sh->dirty);
+	tl_shard_counter_add(s, kv.st_cmds, sh->ncmd);
+	tl_shard_counter_add(s, kv.st_remote, sh->nremote);
+	sh->ncmd = sh->nremote = 0;
+	(void)arg;
+	return sh->dirty.first != NULL;
+}
+
+static void on_drain(tl_shard *s, void *arg) { /* SIGTERM: answer what came, then close */
+	struct shard *sh = tl_shard_data(s);
+	for (uint32_t i = 0; i < sh->fresh; i++)
+		if (!sh->conns[i].closed && !sh->conns[i].closing) { sh->conns[i].quit = 1; after(&sh->conns[i]); }
+	(void)arg;
+}
+
+static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as it is used */
+	struct shard *sh = &kv.sh[tl_shard_id(s)];
+	tl_listen_opts lo = {.backlog = 1024, .reuseport = 1}; /* a listener per shard */
+	tl_handle lh;
+	tl_op op;
+	int rc;
+	sh->s = s;
+	sh->loop = tl_shard_loop(s);
+	sh->id = tl_shard_id(s);
+	sh->sv.fd = -1;
+	for (sh->mask = 1; sh->mask < kv.keys - 1; sh->mask = sh->mask * 2 + 1) {}
+	sh->b = calloc(sh->mask + 1, sizeof *sh->b);
+	sh->conns = calloc(kv.conns, sizeof *sh->conns);
+	if (!sh->b || !sh->conns || !(sh->sv.buf = malloc(CHUNK + 2 * REPLY_MAX))) return -ENOMEM;
+	tl_shard_set_data(s, sh);
+	if ((rc = tl_tcp_listen(sh->loop, &kv.addr, &lo, &lh)) < 0) return rc;
+	(void)arg;
+	return tl_accept_start(sh->loop, lh, 0, &op);
+}
+
+int main(int argc, char **argv) {
+	unsigned long port = 6379, shards = 0, v;
+	tl_runtime_config rc;
+	tl_runtime *rt = NULL;
+	int r = 0;
+	for (int i = 1; i < argc && !r; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
+		v = strtoul(val, NULL, 10);
+		if (!strcmp(a, "--local")) kv.local = 1; /* every key local: each shard owns a key space */
+		else if (i++, !strcmp(a, "--port") && v && v < 65536) port = v;
+		else if (!strcmp(a, "--shards") && v && v <= MAX_SHARDS) shards = v;
+		else if (!strcmp(a, "--keys") && v && v <= 1u << 30) kv.keys = (uint32_t)v;
+		else if (!strcmp(a, "--conns") && v && v <= 16384) kv.conns = (uint32_t)v;
+		else if (!strcmp(a, "--save-dir") && *val) kv.dir = val;
+		else r = 2;
+	}
+	if (r || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)port) < 0)
+		return fprintf(stderr, "usage: tlkv [--port P] [--shards N] [--keys N] [--conns N] [--save-dir DIR] [--local]\n"), 2;
+	tl_runtime_config_init(&rc);
+	rc.plan.shards = (uint32_t)shards; /* 0: one per core (TL_CPUS: which) */
+	rc.loop.max_handles = kv.conns + 64;
+	rc.loop.max_ops = 4 * kv.conns + 1024;
+	while (rc.loop.pooled_buffers < 2 * kv.conns && rc.loop.pooled_buffers < 32768)
+		rc.loop.pooled_buffers *= 2; /* each reading stream keeps one */
+	rc.grace_ns = 5000000000ull;
+	rc.on_launch = on_launch;
+	rc.on_completion = on_completion;
+	rc.on_pass = on_pass;
+	rc.on_drain = on_drain;
+	if ((r = tl_runtime_new(&rt, &rc)) == 0) {
+		kv.nshards = tl_runtime_shards(rt);
+		kv.group = tl_runtime_sched_group(rt, "save", 250); /* a fifth of a busy shard */
+		kv.st_cmds = tl_runtime_counter(rt, "cmds");
+		kv.st_remote = tl_runtime_counter(rt, "remote");
+		kv.sh = calloc(kv.nshards, sizeof *kv.sh);
+		r = kv.nshards > MAX_SHARDS ? -E2BIG : !kv.sh ? -ENOMEM : kv.group < 0 ? kv.group : 0;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (r == 0 && (r = tl_runtime_launch(rt)) == 0) {
+		fprintf(stderr, "tlkv: listening on 127.0.0.1:%lu, %u shard%s%s\n", port, kv.nshards,
+			kv.nshards > 1 ? "s" : "", kv.local ? ", every key local" : "");
+		r = tl_runtime_run(rt);
+	}
+	if (r < 0) fprintf(stderr, "tlkv: %s %s\n", tl_strerror(r), tl_error_detail());
+	tl_runtime_destroy(rt); /* the threads are gone: free what the shards held */
+	while (tl_pool_shutdown() == -EBUSY) usleep(1000); /* a SAVE's last job, cut short */
+	for (uint32_t i = 0; kv.sh && i < kv.nshards; i++) {
+		struct shard *sh = &kv.sh[i];
+		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) tl_shard_free(NULL, sh->conns[j / REC_N].rec[j % REC_N].big);
+		for (uint64_t j = 0; sh->b && j <= sh->mask; j++)
+			for (struct item *it = sh->b[j], *n; it; it = n) n = it->next, free(it);
+		if (sh->s && sh->sv.fd >= 0) close(sh->sv.fd), unlink(sh->sv.tmp); /* a save the stop cut short */
+		free(sh->b);
+		free(sh->conns);
+		free(sh->sv.buf);
+	}
+	free(kv.sh);
+	return r < 0;
+}
