@@ -165,8 +165,12 @@ int tl_rbuf_next(tl_rbuf *r, const uint8_t **msg, uint32_t *len);
  * n is then what that lease has left), else r assembles exactly min bytes
  * into its buffer (n is at least min: what that buffer holds). min 0 is 1.
  * The view is valid as tl_rbuf_next's. A parser that finds no whole message
- * in the n bytes asks again for more (min = n + 1, or exactly the size it
- * now knows); 0 means r holds fewer than min bytes (feed the next read),
+ * in the n bytes asks again for more: the size it now knows the message
+ * needs, or a lower bound of it. Asking for n + 1 works too, but while r
+ * assembles (its buffer holds the message's start) each such call copies
+ * one more byte, so a parser that re-parses from the start on each call
+ * goes quadratic in the message's length; 0 means r holds fewer than min
+ * bytes (feed the next read),
  * and r then holds no lease. Errors as tl_rbuf_next's: -EMSGSIZE for min
  * above r's max, -EPROTO for fewer than min bytes at the stream's end when
  * some are held; -EINVAL (not sticky) for r or data NULL. With framing set,
