@@ -2,11 +2,14 @@
 #
 #   proc_ticks PID [DEFAULT]    utime+stime+cutime+cstime, in clock ticks (a
 #                               zombie's are final and still counted)
+#   proc_user_sys PID [DEFAULT] the same split in two: utime+cutime, then
+#                               stime+cstime (user space, then the kernel),
+#                               one line, two numbers (DEFAULT as given)
 #   proc_rss_kib PID [DEFAULT]  VmRSS in KiB
 #   proc_fds PID [DEFAULT]      open descriptors
 #   proc_alive PID              status 0 if PID runs (exists, not a zombie)
 #
-# Each prints one whole number and returns 0. When the process is gone (no
+# Each prints one whole number (proc_user_sys two) and returns 0. When the process is gone (no
 # /proc entry, a zombie for RSS and descriptors, or the entry vanishing
 # while it is read) it prints DEFAULT and returns 0 if DEFAULT was given,
 # else prints nothing and returns 1. They print nothing on stderr, run no
@@ -44,6 +47,17 @@ proc_ticks() {
 	if _proc_stat "$pid" && [[ ${_proc_f[11]} =~ ^[0-9]+$ && ${_proc_f[12]} =~ ^[0-9]+$ &&
 		${_proc_f[13]} =~ ^[0-9]+$ && ${_proc_f[14]} =~ ^[0-9]+$ ]]; then
 		echo $((_proc_f[11] + _proc_f[12] + _proc_f[13] + _proc_f[14]))
+	else
+		_proc_gone "$@"
+	fi
+}
+
+proc_user_sys() {
+	local pid=$1 _proc_f
+	shift
+	if _proc_stat "$pid" && [[ ${_proc_f[11]} =~ ^[0-9]+$ && ${_proc_f[12]} =~ ^[0-9]+$ &&
+		${_proc_f[13]} =~ ^[0-9]+$ && ${_proc_f[14]} =~ ^[0-9]+$ ]]; then
+		echo "$((_proc_f[11] + _proc_f[13])) $((_proc_f[12] + _proc_f[14]))"
 	else
 		_proc_gone "$@"
 	fi

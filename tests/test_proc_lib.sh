@@ -28,6 +28,21 @@ live=$!
 pids+=("$live")
 t=$(proc_ticks "$live" 2>"$err") || fail "proc_ticks of a live process failed"
 num "$t" || fail "proc_ticks of a live process: '$t'"
+us=$(proc_user_sys "$live" 2>>"$err") || fail "proc_user_sys of a live process failed"
+[[ $us =~ ^[0-9]+\ [0-9]+$ ]] || fail "proc_user_sys of a live process: '$us'"
+# The split adds up to the total: a process that burns CPU in user space.
+sh -c 'while :; do :; done' &
+spin=$!
+pids+=("$spin")
+sleep 0.5
+read -r u s < <(proc_user_sys "$spin" "x x")
+t=$(proc_ticks "$spin" x)
+num "$u" && num "$s" && num "$t" || fail "proc_user_sys/proc_ticks of a spinning process: '$u' '$s' '$t'"
+if num "$u" && num "$s" && num "$t"; then
+	[ "$u" -gt 0 ] || fail "proc_user_sys: a process spinning in user space shows user time $u"
+	[ $((u + s)) -le "$t" ] && [ $((u + s)) -ge $((t - 5)) ] || fail "proc_user_sys $u + $s against proc_ticks $t"
+fi
+kill "$spin" 2>/dev/null || true
 r=$(proc_rss_kib "$live" -1 2>>"$err")
 num "$r" && [ "$r" -gt 0 ] || fail "proc_rss_kib of a live process: '$r'"
 f=$(proc_fds "$live" -1 2>>"$err")
@@ -61,7 +76,7 @@ shopt -q nullglob && fail "proc_fds left nullglob on"
 sleep 0.01 &
 gone=$!
 wait "$gone" || true
-for f in proc_ticks proc_rss_kib proc_fds; do
+for f in proc_ticks proc_user_sys proc_rss_kib proc_fds; do
 	out=$($f "$gone" NA 2>>"$err") || fail "$f of a vanished pid with a default failed"
 	[ "$out" = NA ] || fail "$f of a vanished pid: '$out', not the default"
 	if out=$($f "$gone" 2>>"$err"); then
