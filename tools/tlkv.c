@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 #include <turnloop.h>
 
@@ -115,6 +114,7 @@ static struct item **find(struct shard *sh, uint64_t h, const uint8_t *k, uint32
 static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, uint32_t kl,
 	       const uint8_t *v, uint32_t vl) {
 	struct item *it;
+	if (*p && (*p)->vlen == vl) return memcpy((*p)->kv + kl, v, vl), 0; /* in place */
 	if (!*p && sh->live >= kv.keys) return -ENOSPC;
 	if (!(it = realloc(*p, sizeof *it + kl + vl))) return -ENOMEM;
 	if (!*p) { *it = (struct item){.h = h, .klen = kl}; memcpy(it->kv, k, kl); sh->live++; }
@@ -153,16 +153,17 @@ struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
 
 static void reply(struct out *o, const void *head, uint32_t hn, const void *body, uint32_t bn) {
 	uint32_t n = hn + (body ? bn + 2 : 0);
-	uint8_t *p;
-	if (o->w) { /* head, then (with a body) the body and "\r\n" */
+	uint8_t b[OUT_N], *p = o->w ? b : n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n));
+	if (o->w && n > OUT_N) { /* a long one: the head, then the body and "\r\n" */
 		tl_wbuf_append(o->w, head, hn);
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n)))) { ERR(o, "-ERR out of memory\r\n"); return; }
+	if (!p) { ERR(o, "-ERR out of memory\r\n"); return; }
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
-	o->r->outlen = n;
+	if (o->w) tl_wbuf_append(o->w, b, n); /* a short one in one append */
+	else o->r->outlen = n;
 }
 
 /* One key's command, on the shard that owns the key. Returns DEL's count. */
@@ -374,17 +375,20 @@ static const struct cmd {
 	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, -1}, {"echo", 0, K_PING, 2},
 	    {"quit", 0, K_QUIT, 1}};
 
-/* A line "<t><digits>\r\n" at p[*i..n), the number at most max: 1 (and *v),
- * 0 when not all here, -1 when bad. */
+/* A line "<t><digits>\r\n" of at most 16 bytes at p[*i..n), the number at
+ * most max: 1 (and *v), 0 when not all here, -1 when bad. */
 static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max, uint32_t *v) {
-	const uint8_t *s = p + *i, *e = memchr(s, '\n', n - *i < 16 ? n - *i : 16);
+	const uint8_t *s = p + *i, *e = s + (n - *i < 16 ? n - *i : 16), *d = s + 1;
+	int more = n - *i < 16 ? 0 : -1; /* what running out of bytes means */
 	uint64_t x = 0;
-	if (!e) return n - *i < 16 ? 0 : -1;
-	if (*s != t || e - s < 3 || e[-1] != '\r') return -1;
-	for (s++; s < e - 1; s++)
-		if (*s < '0' || *s > '9' || (x = x * 10 + (uint64_t)(*s - '0')) > max) return -1;
+	if (s == e) return more;
+	if (*s != t) return -1;
+	for (; d < e && *d >= '0' && *d <= '9'; d++)
+		if ((x = x * 10 + (uint64_t)(*d - '0')) > max) return -1;
+	if (d + 1 >= e) return d < e && *d != '\r' ? -1 : more;
+	if (d == s + 1 || d[0] != '\r' || d[1] != '\n') return -1;
 	*v = (uint32_t)x;
-	*i = (uint32_t)(e + 1 - p);
+	*i = (uint32_t)(d + 2 - p);
 	return 1;
 }
 
@@ -418,8 +422,10 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	const struct cmd *k = NULL;
 	uint8_t b[24];
 	if (c->argi >= ac) return 1;
-	for (size_t i = 0; i < sizeof cmds / sizeof *cmds && !k; i++)
-		if (strlen(cmds[i].name) == av[0].n && !strncasecmp(cmds[i].name, (const char *)av[0].p, av[0].n)) k = &cmds[i];
+	for (size_t i = 0, j; i < sizeof cmds / sizeof *cmds && !k; i++) { /* names are lower case */
+		for (j = 0; j < av[0].n && cmds[i].name[j] == (av[0].p[j] | 0x20); j++) {}
+		k = j == av[0].n && !cmds[i].name[j] ? &cmds[i] : NULL;
+	}
 	if (!k) return say(c, S("-ERR unknown command\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
 	if (k->arity > 0 ? ac != (uint32_t)k->arity : ac < (uint32_t)-k->arity)
 		return say(c, S("-ERR wrong number of arguments\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
