@@ -66,7 +66,7 @@ const char *tlshard_state_name(uint32_t state);
 enum tlshard_how {
 	H_FIELD = 0, /* the uint64_t at off */
 	H_COMPL,     /* the completions of every kind, summed */
-	H_LIVE,      /* bytes the shard's arena holds: alloc - freed; none without an arena */
+	H_LIVE,      /* bytes the shard's thread allocated less what it freed; none without an arena */
 	H_QUANT,     /* a quantile (q) of the interval's pass times, ns; none without passes */
 	H_MEAN,      /* the interval's growth of off per growth of per; none when per did not grow */
 	H_KINDS,     /* completions[]: one value per completion kind */
