@@ -1,7 +1,9 @@
-# bench/counts-lib.sh: what bench/echo-counts and bench/proxy-counts share,
-# sourced by each (not run on its own): from a callgrind profile and an
-# strace -c summary of a run of SECS and of 2 x SECS, the cost of one
-# operation (round trip, request), start-up and shutdown left out.
+# bench/counts-lib.sh: what bench/echo-counts, bench/proxy-counts and
+# bench/cpu-split share, sourced by each (not run on its own): from a
+# callgrind profile and an strace -c summary of a run of SECS and of 2 x
+# SECS, the cost of one operation (round trip, request), start-up and
+# shutdown left out; and the proxy benches' nginx backend and nginx stream
+# peer, configured as ../shared/bench/proxy-compare configures them.
 
 # counts_ir FILE: the profile's instructions, fprintf's own (inclusive) left
 # out: under valgrind that is the runtime's stall warning (a pass the tool
@@ -35,4 +37,33 @@ counts_row() {
 			}
 			printf "%-10s %9s %9.3f %9.1f  %s\n", name, ir, all, (waits > 0 ? 1 / waits : 0), line
 		}' "$4" "$5"
+}
+
+# counts_backend DIR PORT BYTES: start the backend the proxies forward to,
+# nginx on CPU 0 answering GET /index.html with BYTES bytes over keep-alive
+# on 127.0.0.1:PORT, its files in DIR; its pid in counts_backend_pid.
+counts_backend() {
+	head -c "$3" /dev/zero | tr '\0' x >"$1/index.html"
+	mkdir -p "$1/logs"
+	cat >"$1/backend.conf" <<CONF
+daemon off; master_process off; worker_processes 1; error_log $1/logs/backend.err warn; pid $1/backend.pid;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 100000000; server { listen 127.0.0.1:$2; root $1; } }
+CONF
+	taskset -c 0 nginx -p "$1" -c "$1/backend.conf" &
+	counts_backend_pid=$!
+	sleep 0.3
+}
+
+# counts_nginx_stream DIR PORT UPSTREAM: write the nginx stream peer's
+# config (one worker) for a listener on PORT forwarding to UPSTREAM, in DIR;
+# print its command.
+counts_nginx_stream() {
+	cat >"$1/stream-$2.conf" <<CONF
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off; master_process off; worker_processes 1; error_log $1/logs/stream.err warn; pid $1/stream-$2.pid;
+events { worker_connections 4000; }
+stream { server { listen 127.0.0.1:$2; proxy_pass 127.0.0.1:$3; } }
+CONF
+	echo "nginx -p $1 -c $1/stream-$2.conf"
 }
