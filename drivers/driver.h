@@ -399,6 +399,13 @@ struct tl_driver {
 	int (*submit)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *op);
 	/* Ask for the op's cancellation. */
 	int (*cancel)(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *op);
+	/* tl_try_write on stream h (not closing): send what the OS takes of
+	 * buf[0..len) now, without an op and without an event; the bytes
+	 * taken (1..len), -EAGAIN when none (the OS buffer is full, a connect
+	 * is pending, or h's write queue holds anything: order is kept), or
+	 * the OS error, reported once as a write would report it. May be NULL
+	 * (tl_try_write is then -ENOTSUP). */
+	int64_t (*try_write)(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len);
 
 	/* Flush submissions and wait at most timeout_ns (< 0: no limit) for events,
 	 * in at most one OS wait; report events through tl__drv_*. timeout 0 is a

@@ -301,6 +301,27 @@ int tl_write(tl_loop *l, tl_handle h, const void *buf, uint32_t len, uint64_t to
 	return tl_writev(l, h, &v, 1, token, op);
 }
 
+int64_t tl_try_write(tl_loop *l, tl_handle hid, const void *buf, uint32_t len)
+{
+	if (!buf && len)
+		return -EINVAL;
+	struct tl_hslot *h = tl__handle_get(l, hid);
+	if (!h)
+		return -ENOENT;
+	if (h->type != TL_H_STREAM || (h->flags & TL_HF_CLOSING))
+		return -EINVAL;
+	if (!l->dv->try_write)
+		return -ENOTSUP;
+	if (!len)
+		return 0;
+	int64_t n = l->dv->try_write(l->d, h, buf, len);
+	/* Bytes taken are a write's progress for h's idle deadline, as a
+	 * write's completion would be (deadline.c). */
+	if (n > 0 && tl_unlikely(l->dl.nidle))
+		tl__dl_touch(l, h);
+	return n;
+}
+
 int tl_shutdown(tl_loop *l, tl_handle hid, uint64_t token, tl_op *oid)
 {
 	int err;

@@ -3948,7 +3948,7 @@ static const struct test_def tests[] = {
 static const struct test_def *const tables[] = { tests, tl_contract_streams, tl_contract_caps,
 							 tl_contract_sockets, tl_contract_deadlines,
 							 tl_contract_handover, tl_contract_poll, tl_contract_signal, tl_contract_proc, tl_contract_tty,
-							 tl_contract_splice, tl_contract_dgram, tl_contract_data };
+							 tl_contract_splice, tl_contract_dgram, tl_contract_data, tl_contract_try_write };
 
 /* A test is selected when no filter is given or "suite/name" contains one. */
 static int selected(const struct test_def *t, int argc, char **argv)

@@ -29,6 +29,7 @@ extern const struct test_def tl_contract_tty[];     /* contract_tty.c: 5 termina
 extern const struct test_def tl_contract_splice[];  /* contract_splice.c: 4.11 */
 extern const struct test_def tl_contract_dgram[];   /* contract_dgram.c: D1-D10 */
 extern const struct test_def tl_contract_data[];    /* contract_data.c: the pointer per handle */
+extern const struct test_def tl_contract_try_write[]; /* contract_try_write.c: 4.4a */
 
 /* tl_now() + ms. */
 static inline uint64_t in_ms(tl_loop *l, uint64_t ms)

@@ -442,7 +442,7 @@ static void ep_embed_deadline(struct tl_drv *d, uint64_t at)
 const struct tl_driver tl__driver_epoll = {
 	.name = "epoll",
 	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_UNIX | TL_CAP_EMBED | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH |
-		TL_CAP_POLL | TL_CAP_SPLICE,
+		TL_CAP_POLL | TL_CAP_SPLICE | TL_CAP_WRITE_AT_ONCE,
 	.init = ep_init,
 	.destroy = ep_destroy,
 	.now = tl__ep_now,
@@ -458,6 +458,7 @@ const struct tl_driver tl__driver_epoll = {
 	.probed_caps = ep_probed_caps,
 	.submit = ep_submit,
 	.cancel = ep_cancel,
+	.try_write = tl__ep_try_write,
 	.poll = ep_poll,
 	.lease_returned = ep_lease_returned,
 	.pause = ep_pause,

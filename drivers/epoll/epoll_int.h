@@ -131,6 +131,7 @@ int tl__ep_q_remove(tl_loop *l, uint32_t *head, uint32_t *tail, struct tl_opslot
 struct tl_hslot *tl__ep_splice_waiter(struct tl_drv *d, struct tl_hslot *h);
 int tl__ep_splice_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__ep_run_wop(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int64_t tl__ep_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len);
 void tl__ep_run_handle(struct tl_drv *d, struct tl_hslot *h);
 /* A pooled buffer for a read or receive of h, or TL_NO_LEASE with h parked
  * until one comes back (ops.c). */

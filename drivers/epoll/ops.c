@@ -221,6 +221,31 @@ static int run_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	}
 }
 
+/* tl_try_write: the send run_write would make for a write at the queue's
+ * empty head, with nothing queued or reported. */
+int64_t tl__ep_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
+{
+	struct ep_h *e = EH(h);
+	(void)d;
+	if (e->whead != TL_NIL || !e->writable || e->connecting)
+		return -EAGAIN;
+	for (;;) {
+		ssize_t n = ep_send(h->fd, buf, len, MSG_NOSIGNAL);
+		if (n >= 0) {
+			if ((size_t)n < len)
+				e->writable = 0; /* full: the rest waits for an edge */
+			return n ? n : -EAGAIN;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			e->writable = 0;
+			return -EAGAIN;
+		}
+		return -errno;
+	}
+}
+
 /* Descriptors go with the first sendmsg that moves bytes; the rest of the
  * payload follows as plain bytes (a short send is continued like a write). */
 static int run_send_fds(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)

@@ -387,6 +387,15 @@ out:
 	return r;
 }
 
+static int64_t sim_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
+{
+	lock();
+	struct sim_sock *s = sock_of(d, h);
+	int64_t r = s ? tl__sim_try_write(d, s, buf, len) : -EBADF;
+	unlock();
+	return r;
+}
+
 static int sim_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	int r = 0;
@@ -575,6 +584,7 @@ const struct tl_driver tl__driver_sim = {
 	.sockopt = sim_sockopt,
 	.submit = sim_submit,
 	.cancel = sim_cancel,
+	.try_write = sim_try_write,
 	.poll = sim_poll,
 	.lease_returned = sim_lease_returned,
 	.pause = sim_pause,

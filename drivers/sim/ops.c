@@ -304,6 +304,42 @@ static int run_write(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 	return 1;
 }
 
+/* tl_try_write, under the world's lock: what run_write does for a write at
+ * an empty queue's head, at once, with nothing reported (a write's error is
+ * the return value, once). A short take is drawn as run_write draws one. */
+int64_t tl__sim_try_write(struct tl_drv *d, struct sim_sock *s, const void *buf, uint32_t len)
+{
+	if (s->whead != TL_NIL || s->cs == CS_WAITING)
+		return -EAGAIN;
+	if (s->err) {
+		int e = s->err;
+		s->err = 0;
+		return -e;
+	}
+	if (s->broken || s->wr_shut)
+		return -EPIPE;
+	if (s->cs != CS_CONNECTED)
+		return -ENOTCONN;
+	struct sim_sock *p = s->peer;
+	if (!p && s->is_unix)
+		return -EPIPE;
+	if (!p) {
+		/* As run_write: out they go, answered by a reset. */
+		tl__sim_abort_side(d, s, ECONNRESET);
+		return len;
+	}
+	uint32_t space = p->cap - p->len, n = len < space ? len : space;
+	if (!n)
+		return -EAGAIN;
+	if (n > SIM_MSS && tl__sim_draw(d, TL_SIM_SHORT_IO))
+		n = SIM_MSS + tl__sim_below(d, n - SIM_MSS);
+	tl__sim_hash_u64(d, ((uint64_t)s->idx << 32) | n); /* a replay checks it */
+	tl__sim_ring_put(p, buf, n);
+	tl__sim_seg_add(p, n);
+	tl__sim_sched(d, p);
+	return n;
+}
+
 static int run_shutdown(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 {
 	if (s->err)

@@ -219,6 +219,7 @@ void tl__sim_promote(struct tl_drv *a, struct sim_sock *L);
 void tl__sim_close_sock(struct tl_drv *a, struct sim_sock *s);
 void tl__sim_ack_cancel(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o);
 void tl__sim_run_queue(struct tl_drv *d, struct sim_sock *s, uint32_t *head, uint32_t *tail);
+int64_t tl__sim_try_write(struct tl_drv *d, struct sim_sock *s, const void *buf, uint32_t len);
 void tl__sim_run_due(struct tl_drv *d, uint64_t now);
 /* splice.c */
 int tl__sim_run_splice(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o);

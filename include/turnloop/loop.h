@@ -229,6 +229,12 @@ const char *tl_loop_driver(const tl_loop *loop);
  * through a NIC the driver owns (DPDK). A server needs it (the sharded
  * runtime refuses a driver without it); the simulation driver lacks it. */
 #define TL_CAP_NET       (1u << 10)
+/* tl_write sends at once, inside the call, when nothing is queued ahead
+ * of it, and tl_try_write works (epoll): each write is a system call of
+ * its own, so tl_try_write costs the same call and saves the operation
+ * and its completion. The simulation driver has tl_try_write too (as a
+ * model) but not this flag. */
+#define TL_CAP_WRITE_AT_ONCE (1u << 11)
 /* The capability flags (TL_CAP_*) of the loop's driver. */
 uint32_t tl_loop_caps(const tl_loop *loop);
 
@@ -640,6 +646,29 @@ int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t
  * a segment with a length and no base). */
 int tl_writev(tl_loop *loop, tl_handle h, const struct iovec *iov, int n, uint64_t token,
 	      tl_op *op);
+/*
+ * Write what stream h's socket takes of buf[0..len) now, without an
+ * operation: no completion follows, and buf is the caller's again when
+ * the call returns. Order is kept: while h has a write, shutdown, splice
+ * or connect queued, nothing is taken. Returns the bytes taken, 1..len
+ * (fewer than len when the socket's buffer filled: write the rest with
+ * tl_write), 0 when len is 0, -EAGAIN when none were taken (write them
+ * with tl_write, which completes once the socket has room), or the error
+ * a write's completion would carry (-EPIPE, -ECONNRESET, ...; reported
+ * once, as there); -ENOENT (stale or foreign), -EINVAL (buf NULL with
+ * len > 0, h not a stream, h closing), -ENOTSUP where the driver has no
+ * such path (io_uring: its writes ride the turn's one io_uring_enter, and
+ * which of a stream's are still in the ring is the ring's to know; DPDK).
+ * Bytes taken are progress for h's idle deadline, as a write's completion
+ * is. No callback runs inside it. Contract 4.4a (docs/DECISIONS.md).
+ *
+ * What it is for: a forwarder that writes each lease it read (a proxy)
+ * gives the lease back at once instead of at a completion, and saves the
+ * operation, its completion and the dispatch to its handler. Drivers that
+ * have it send at once in tl_write too (TL_CAP_WRITE_AT_ONCE): the same
+ * system call, less work around it (docs/PERFORMANCE.md).
+ */
+int64_t tl_try_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len);
 /* Half-close the write side once all earlier writes are out: a terminal
  * TL_K_SHUTDOWN with result 0. Returns as any submission. */
 int tl_shutdown(tl_loop *loop, tl_handle h, uint64_t token, tl_op *op);
