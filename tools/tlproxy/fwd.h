@@ -17,12 +17,52 @@ void tlp_fwd_eof(struct tlp_shard *sh, struct tlp_conn *c, int s);
 /* A splice from side s completed (e). */
 void tlp_on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_completion *e);
 
+/*
+ * Writing a lease at once. Where the driver sends inside tl_write anyway
+ * (TL_CAP_WRITE_AT_ONCE: epoll), a read's lease is first offered to
+ * tl_try_write: the same send(2), but no operation, no completion and no
+ * pass through tlp_on_conn to give the lease back, which is about a third
+ * of a proxied request's work in user space (docs/PERFORMANCE.md). What
+ * the socket does not take (part, or all: its buffer is full, or writes
+ * are queued ahead) goes by tl_write as before, so backpressure and order
+ * are unchanged. Not for a TLS side (the session writes records) nor
+ * during a takeover (it counts every write in flight). Returns 1 when the
+ * write is done (the lease is back, or the connection ended on its error),
+ * else 0 with *p and *n what is left to write.
+ */
+static inline int write_now(struct tlp_shard *sh, struct tlp_conn *c, int d, const void **p,
+			    uint32_t *n, uint32_t arg)
+{
+	int64_t k = tl_try_write(sh->loop, c->h[d], *p, *n);
+
+	if (k == (int64_t)*n) {
+		side_lease_free(sh, arg);
+		return 1;
+	}
+	if (k > 0) {
+		*p = (const uint8_t *)*p + k;
+		*n -= (uint32_t)k;
+		return 0;
+	}
+	if (k == -EAGAIN)
+		return 0;
+	/* The destination is gone, as a write's completion would say: its
+	 * source is reset. */
+	side_lease_free(sh, arg);
+	tlp_conn_end(sh, c, d == 0 ? TLP_END_CLIENT_ERROR : TLP_END_SERVER_ERROR, 1 << (d ^ 1));
+	return 1;
+}
+
 static inline void write_buf(struct tlp_shard *sh, struct tlp_conn *c, int d, const void *p,
 			     uint32_t n, int op, uint32_t arg)
 {
-	uint32_t seq = sh->wseq++;
+	uint32_t seq;
 	tl_op id;
 
+	if (op == OP_WRITE && sh->write_now && !side_tls(c, d) && !(c->flags & F_HO) &&
+	    write_now(sh, c, d, &p, &n, arg))
+		return;
+	seq = sh->wseq++;
 	switch (op) {
 	case OP_WRITE: {
 		struct tlp_lw *lw = side_lw(sh, arg); /* a loop lease, or a TLS one */

@@ -429,6 +429,7 @@ int tlp_shard_launch(tl_shard *s, void *arg)
 	sh->s = s;
 	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
+	sh->write_now = (tl_loop_caps(sh->loop) & TL_CAP_WRITE_AT_ONCE) != 0;
 	/* The table: the connections admitted, and HELD_MAX held past a
 	 * limit. */
 	sh->admit_cap = w->conn_cap;

@@ -171,6 +171,7 @@ struct tlp_shard {
 	tl_shard *s;
 	tl_loop *loop;
 	uint32_t id;
+	int write_now; /* a lease is written with tl_try_write first (fwd.h) */
 	struct tlp_conn *c;
 	uint32_t cap, free_head, nopen;
 	/* the timeout wheel */
