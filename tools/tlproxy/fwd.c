@@ -6,7 +6,9 @@
 /*
  * Forwarding in one paragraph. Each side's stream reads with tl_read_start:
  * every read completion carries a pooled lease, which is written as is to
- * the other side and released when that write completes. The lease counts
+ * the other side and released when that write completes (on epoll the
+ * socket usually takes it at once, and it is released there: write_now in
+ * fwd.h). The lease counts
  * against the stream it was read from (the loop's per-stream cap), so a
  * destination that does not take its bytes stops its source by itself:
  * backpressure without a copy and without a buffer of our own. An idle

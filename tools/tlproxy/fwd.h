@@ -21,8 +21,8 @@ void tlp_on_splice(struct tlp_shard *sh, struct tlp_conn *c, int s, const tl_com
  * Writing a lease at once. Where the driver sends inside tl_write anyway
  * (TL_CAP_WRITE_AT_ONCE: epoll), a read's lease is first offered to
  * tl_try_write: the same send(2), but no operation, no completion and no
- * pass through tlp_on_conn to give the lease back, which is about a third
- * of a proxied request's work in user space (docs/PERFORMANCE.md). What
+ * pass through tlp_on_conn to give the lease back: nearly half of a
+ * proxied request's instructions (docs/PERFORMANCE.md). What
  * the socket does not take (part, or all: its buffer is full, or writes
  * are queued ahead) goes by tl_write as before, so backpressure and order
  * are unchanged. Not for a TLS side (the session writes records) nor
