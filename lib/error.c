@@ -48,6 +48,12 @@ const char *tl_strerror(int code)
 	case -ENOTSUP: return "Operation not supported (turnloop: not supported by this driver or platform)";
 	case -EPIPE: return "Broken pipe (turnloop: loop, poster or pool endpoint closed)";
 	case -EBUSY: return "Device or resource busy (turnloop: the loop still has live handles)";
+#ifdef TL_OWN_KEY_CODES
+	case -ENOKEY: return "Required key not available";
+	case -EKEYEXPIRED: return "Key has expired";
+	case -EKEYREVOKED: return "Key has been revoked";
+	case -EKEYREJECTED: return "Key was rejected by service";
+#endif
 	default: return code < 0 ? strerror(-code) : "not an error code";
 	}
 }

@@ -4,6 +4,18 @@
 
 #include <errno.h>
 
+/* The key codes that tls.h returns for certificates (-ENOKEY, -EKEYEXPIRED,
+ * -EKEYREVOKED, -EKEYREJECTED) are Linux's; where <errno.h> has none of them
+ * (Windows, the BSDs) they get values of turnloop's own, above every errno
+ * there, and tl_strerror names them. */
+#if !defined(ENOKEY) && !defined(EKEYEXPIRED) && !defined(EKEYREVOKED) && !defined(EKEYREJECTED)
+#define TL_OWN_KEY_CODES 1
+#define ENOKEY 32001
+#define EKEYEXPIRED 32002
+#define EKEYREVOKED 32003
+#define EKEYREJECTED 32004
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -4,10 +4,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/uio.h>
-#include <netinet/in.h>
 
 #include "turnloop/error.h"
+#include "turnloop/platform.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -644,7 +643,7 @@ int tl_write(tl_loop *loop, tl_handle h, const void *buf, uint32_t len, uint64_t
  * is copied, the buffers are not), as tl_write: result = the bytes of all
  * segments. Returns as any submission (-EINVAL: iov NULL, n out of range,
  * a segment with a length and no base). */
-int tl_writev(tl_loop *loop, tl_handle h, const struct iovec *iov, int n, uint64_t token,
+int tl_writev(tl_loop *loop, tl_handle h, const tl_iovec *iov, int n, uint64_t token,
 	      tl_op *op);
 /*
  * Write what stream h's socket takes of buf[0..len) now, without an

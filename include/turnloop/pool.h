@@ -4,7 +4,6 @@
 
 #include <stdint.h>
 #include <sys/stat.h>
-#include <netdb.h>
 #include "turnloop/loop.h"
 
 #ifdef __cplusplus

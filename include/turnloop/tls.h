@@ -3,7 +3,6 @@
 #define TURNLOOP_TLS_H
 
 #include <stdint.h>
-#include <sys/uio.h>
 #include "turnloop/loop.h"
 
 #ifdef __cplusplus
@@ -380,7 +379,7 @@ int tl_tls_write(tl_tls_ctx *ctx, tl_tls_id id, const void *buf, uint32_t len, u
  * the array is copied, the buffers are not); small segments share records.
  * Result: the total. Returns as tl_tls_write (-EINVAL for a total of 0 or
  * over 4 GiB - 1). */
-int tl_tls_writev(tl_tls_ctx *ctx, tl_tls_id id, const struct iovec *iov, int n, uint64_t token,
+int tl_tls_writev(tl_tls_ctx *ctx, tl_tls_id id, const tl_iovec *iov, int n, uint64_t token,
 		  tl_op *op);
 
 /*

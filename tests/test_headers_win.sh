@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tests/test_headers_win.sh: the public headers compile for Windows. Each of
+# include/ alone, then all of them with the checks that tie them to Winsock:
+# tl_iovec has WSABUF's layout, and every error code a header names
+# (-EXXX) exists there. Compiled with Debian's mingw-w64 C compiler, which
+# tools/setup.sh installs.
+# Usage: test_headers_win.sh SOURCE_ROOT
+set -euo pipefail
+root=$1
+cc=x86_64-w64-mingw32-gcc
+command -v "$cc" >/dev/null || {
+	echo "test_headers_win: $cc is not installed (apt-get install gcc-mingw-w64-x86-64)" >&2
+	exit 1
+}
+flags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$root/include")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Each header alone, two at a time. WIN32_LEAN_AND_MEAN halves what
+# <winsock2.h> pulls in; the checks below compile without it.
+n=0
+for h in "$root"/include/turnloop.h "$root"/include/turnloop/*.h; do
+	rel=${h#"$root/include/"}
+	printf '#include "%s"\n' "$rel" >"$tmp/alone$n.c"
+	n=$((n + 1))
+done
+# shellcheck disable=SC2016
+if ! printf '%s\n' "$tmp"/alone*.c | xargs -P 2 -I{} sh -c '"$0" "$@" {} || { echo "test_headers_win: $(cat {}) does not compile alone for Windows" >&2; exit 255; }' \
+	"$cc" "${flags[@]}" -DWIN32_LEAN_AND_MEAN; then
+	exit 1
+fi
+[ "$n" -ge 10 ] || { echo "test_headers_win: only $n headers found under $root/include" >&2; exit 1; }
+codes=$(grep -ho -- '-E[A-Z0-9]\{3,\}' "$root"/include/turnloop.h "$root"/include/turnloop/*.h | sort -u | sed 's/^-//')
+[ -n "$codes" ] || { echo "test_headers_win: no error codes found in the headers" >&2; exit 1; }
+{
+	echo '#include <turnloop.h>'
+	echo '#include <stddef.h>'
+	echo '_Static_assert(sizeof(tl_iovec) == sizeof(WSABUF), "tl_iovec is not WSABUF-sized");'
+	echo '_Static_assert(offsetof(tl_iovec, iov_len) == offsetof(WSABUF, len), "iov_len is not WSABUF.len");'
+	echo '_Static_assert(offsetof(tl_iovec, iov_base) == offsetof(WSABUF, buf), "iov_base is not WSABUF.buf");'
+	echo '_Static_assert(sizeof(((tl_addr *)0)->in6) == sizeof(struct sockaddr_in6), "tl_addr");'
+	for c in $codes; do
+		printf '#ifndef %s\n#error "%s, named by a public header, is not defined on Windows"\n#endif\n' "$c" "$c"
+	done
+	echo 'int main(void) { return 0; }'
+} >"$tmp/all.c"
+"$cc" "${flags[@]}" "$tmp/all.c" || { echo "test_headers_win: the public headers' Windows checks failed" >&2; exit 1; }
+echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined"
