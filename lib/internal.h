@@ -5,10 +5,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
-#include <pthread.h>
 #include "turnloop/loop.h"
 #include "driver.h"
 #include "heap.h"
+#include "os.h"
 #include "mpsc.h"
 
 /* Event classes with their own per-turn budget and queue reserve. */
@@ -39,7 +39,7 @@ struct tl_poster {
 	atomic_uint_fast64_t wakes_sent, wakes_coalesced;
 	struct tl_mpsc posts;
 	atomic_uint_fast64_t room_bits; /* set by loops we are waiting on */
-	pthread_mutex_t wmu; /* guards waiters */
+	tl__os_mutex wmu; /* guards waiters */
 	atomic_uint nwaiters; /* written under wmu, read without it by the consumer */
 	uint32_t maxwaiters;
 	struct tl_room_waiter { struct tl_poster *who; uint32_t bit; } *waiters;
@@ -79,7 +79,7 @@ struct tl_loop {
 	uint32_t probed;     /* capability flags the driver found at init (probed_caps) */
 	struct tl_poster *poster;
 	uint32_t owner;
-	pthread_t thread;
+	tl__os_thread thread;
 	tl_config cfg;
 	uint64_t spin;       /* cfg.spin_ns where the driver and mode allow it, else 0 */
 

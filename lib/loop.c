@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/mman.h>
 #include <sys/un.h>
 #include "sysmod.h"
 #include "tl_config.h"
@@ -101,8 +100,8 @@ static size_t lease_bytes(const tl_loop *l)
  */
 static uint8_t *lease_map(size_t n)
 {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
+	void *p = tl__os_map(n);
+	if (!p)
 		return NULL;
 #if TL_HAVE_VALGRIND
 	(void)VALGRIND_MAKE_MEM_UNDEFINED(p, n);
@@ -117,7 +116,7 @@ static void free_tables(tl_loop *l)
 	free(l->q);
 	free(l->qm);
 	if (l->lease_mem)
-		munmap(l->lease_mem, lease_bytes(l));
+		tl__os_unmap(l->lease_mem, lease_bytes(l));
 	free(l->lease_free);
 	free(l->lease_out);
 	free(l->lease_owner);
@@ -142,7 +141,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 		return -ENOMEM;
 	l->cfg = *cfg;
 	l->owner = new_owner();
-	l->thread = pthread_self();
+	l->thread = tl__os_thread_self();
 	l->h = calloc(cfg->max_handles, sizeof *l->h);
 	l->o = calloc(cfg->max_ops, sizeof *l->o);
 	/* Every terminal completion and every Closed has a reserved place, and
@@ -240,7 +239,7 @@ int tl__drv_shared(const tl_loop *l)
 
 void tl__drv_wake(tl_loop *l)
 {
-	if (!pthread_equal(l->thread, pthread_self()))
+	if (!tl__os_thread_is(l->thread))
 		tl_poster_wake(l->poster);
 }
 

@@ -24,7 +24,7 @@ int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out)
 		return -ENOMEM;
 	}
 	p->maxwaiters = waiters;
-	pthread_mutex_init(&p->wmu, NULL);
+	tl__os_mutex_init(&p->wmu);
 	atomic_init(&p->refs, 1);
 	atomic_init(&p->closed, 0);
 	atomic_init(&p->state, TL_PARK_RUNNING);
@@ -49,7 +49,7 @@ void tl_poster_put(tl_poster *p)
 		tl_poster_put(p->waiters[i].who);
 	close(p->efd);
 	tl__mpsc_free(&p->posts);
-	pthread_mutex_destroy(&p->wmu);
+	tl__os_mutex_destroy(&p->wmu);
 	free(p->waiters);
 	free(p);
 }
@@ -111,7 +111,7 @@ void tl__poster_running(struct tl_poster *p)
 
 void tl__poster_wake_waiters(struct tl_poster *p)
 {
-	pthread_mutex_lock(&p->wmu);
+	tl__os_mutex_lock(&p->wmu);
 	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
 	for (uint32_t i = 0; i < n; i++) {
 		struct tl_poster *who = p->waiters[i].who;
@@ -120,7 +120,7 @@ void tl__poster_wake_waiters(struct tl_poster *p)
 		tl_poster_put(who);
 	}
 	atomic_store_explicit(&p->nwaiters, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&p->wmu);
+	tl__os_mutex_unlock(&p->wmu);
 }
 
 void tl__poster_close(struct tl_poster *p)
@@ -134,7 +134,7 @@ void tl__poster_close(struct tl_poster *p)
 int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit)
 {
 	int r = 0;
-	pthread_mutex_lock(&p->wmu);
+	tl__os_mutex_lock(&p->wmu);
 	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
 	if (atomic_load(&p->closed)) {
 		r = -EPIPE;
@@ -154,7 +154,7 @@ int tl__poster_add_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t b
 			atomic_fetch_add(&who->refs, 1);
 		}
 	}
-	pthread_mutex_unlock(&p->wmu);
+	tl__os_mutex_unlock(&p->wmu);
 	return r;
 }
 
@@ -168,7 +168,7 @@ void tl__poster_room_check(struct tl_poster *p)
 int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t bit)
 {
 	int found = 0;
-	pthread_mutex_lock(&p->wmu);
+	tl__os_mutex_lock(&p->wmu);
 	uint32_t n = atomic_load_explicit(&p->nwaiters, memory_order_relaxed);
 	for (uint32_t i = 0; i < n; i++) {
 		if (p->waiters[i].who == who && p->waiters[i].bit == bit) {
@@ -178,7 +178,7 @@ int tl__poster_del_waiter(struct tl_poster *p, struct tl_poster *who, uint32_t b
 			break;
 		}
 	}
-	pthread_mutex_unlock(&p->wmu);
+	tl__os_mutex_unlock(&p->wmu);
 	if (found)
 		tl_poster_put(who);
 	return found;

@@ -1,6 +1,5 @@
 /* lib/select.c: the process's driver: chosen once (forced, io_uring, or the epoll fallback), held for every later loop, and why. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +19,10 @@
  */
 
 static struct {
-	pthread_mutex_t mu;
+	tl__os_mutex mu;
 	const struct tl_driver *dv; /* the process's driver; NULL until decided */
 	tl_driver_info info;
-} proc = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} proc = {.mu = TL__OS_MUTEX_INIT};
 
 static const struct tl_driver *by_kind(int kind)
 {
@@ -102,9 +101,9 @@ static int start_named(tl_loop *l, const tl_config *cfg, int wake_fd,
 	*dv = by_kind(cfg->driver);
 	int r = start(*dv, l, cfg, wake_fd, d);
 	if (r < 0) {
-		pthread_mutex_lock(&proc.mu);
+		tl__os_mutex_lock(&proc.mu);
 		failed("driver %s%s is unavailable: %s%s", *dv, " (named by the loop's config)", r);
-		pthread_mutex_unlock(&proc.mu);
+		tl__os_mutex_unlock(&proc.mu);
 		/* A named io_uring that cannot start is "unavailable". */
 		if (*dv == &tl__driver_uring)
 			r = -ENOTSUP;
@@ -166,7 +165,7 @@ int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct
 {
 	if (cfg->driver != TL_DRIVER_DEFAULT)
 		return start_named(l, cfg, wake_fd, dv, d);
-	pthread_mutex_lock(&proc.mu);
+	tl__os_mutex_lock(&proc.mu);
 	int r;
 	if (!proc.dv) {
 		r = decide(l, cfg, wake_fd, dv, d);
@@ -177,7 +176,7 @@ int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct
 			failed("driver %s%s could not start for a new loop: %s%s", *dv,
 			       " (the process's driver)", r);
 	}
-	pthread_mutex_unlock(&proc.mu);
+	tl__os_mutex_unlock(&proc.mu);
 	return r;
 }
 
@@ -185,7 +184,7 @@ void tl_driver_info_get(tl_driver_info *out)
 {
 	if (!out)
 		return;
-	pthread_mutex_lock(&proc.mu);
+	tl__os_mutex_lock(&proc.mu);
 	*out = proc.info;
-	pthread_mutex_unlock(&proc.mu);
+	tl__os_mutex_unlock(&proc.mu);
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "tl_config.h"
+#include "os.h"
 #include "spsc.h"
 #include "stats_region.h"
 #include "turnloop/plan.h"
@@ -194,24 +195,6 @@ struct tl_runtime {
 	} sgroups[TL_SCHED_GROUPS];
 	uint32_t nsgroups;
 };
-
-static inline uint64_t tl__rt_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* The coarse clock (the last tick's CLOCK_MONOTONIC): a few ns to read,
- * for marks that only need to tell milliseconds apart. */
-static inline uint64_t tl__rt_coarse_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Hand a completion to the handler its token names, else on_completion:
  * the one place a shard runs the program's handlers (turn batches in

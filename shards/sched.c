@@ -282,7 +282,7 @@ int tl_shard_should_yield(const tl_shard *s)
 {
 	const struct tl__sched *q = s->sched;
 
-	return q && q->running && !before(tl__rt_mono_ns(), q->slice_end);
+	return q && q->running && !before(tl__os_mono_ns(), q->slice_end);
 }
 
 int tl_shard_group_stats_get(const tl_shard *s, uint32_t group, tl_group_stats *out)
@@ -353,7 +353,7 @@ static uint64_t run_one(tl_shard *s, struct group *g, uint64_t now, uint64_t sli
 	q->slice_end = slice_end;
 	rc = t->fn(s, t->arg);
 	q->running = 0;
-	t1 = tl__rt_mono_ns();
+	t1 = tl__os_mono_ns();
 	charge(q, g, t1 - now);
 	g->runs++;
 	if (g->vals)
@@ -370,7 +370,7 @@ static uint64_t run_one(tl_shard *s, struct group *g, uint64_t now, uint64_t sli
 		return t1;
 	}
 	end_task(s, g, rc);
-	now = tl__rt_mono_ns();
+	now = tl__os_mono_ns();
 	charge(q, g, now - t1);
 	return now;
 }
@@ -379,7 +379,7 @@ int tl__sched_run(tl_shard *s, uint64_t t0, uint64_t idle, int active)
 {
 	struct tl__sched *q = s->sched;
 	struct group *m = &q->g[0];
-	uint64_t now = tl__rt_mono_ns(), end, h;
+	uint64_t now = tl__os_mono_ns(), end, h;
 
 	h = now - t0;
 	h = h > idle ? h - idle : 0;

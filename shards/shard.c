@@ -53,7 +53,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	/* Coarse marks, and only after a part that did something: they name
 	 * where a stall went (sched.c) and cost a few ns. */
 	if (n)
-		pm.handlers_end = tl__rt_coarse_ns();
+		pm.handlers_end = tl__os_coarse_ns();
 	more = tl__mesh_receive(s, rt->cfg.mesh_budget);
 	/* Messages came: a polling window (mesh_spin) starts afresh. */
 	s->mesh_got = s->st.mesh_in != mesh_in;
@@ -64,10 +64,10 @@ static int pass(tl_shard *s, int64_t timeout)
 	if (s->nroom_wait || s->nbacklog)
 		tl__mesh_room_check(s, 0);
 	if (s->st.mesh_in != mesh_in)
-		pm.mesh_end = tl__rt_coarse_ns();
+		pm.mesh_end = tl__os_coarse_ns();
 	if (rt->cfg.on_pass) {
 		more |= rt->cfg.on_pass(s, rt->cfg.arg) != 0;
-		pm.on_pass_end = tl__rt_coarse_ns();
+		pm.on_pass_end = tl__os_coarse_ns();
 	}
 	if (s->tasks)
 		more |= tl__sched_run(s, t0, ti.idle_ns, n || more || s->st.mesh_in != mesh_in);
@@ -76,7 +76,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	tl__mesh_flush(s);
 	s->pass_busy = more;
 
-	t1 = tl__rt_mono_ns();
+	t1 = tl__os_mono_ns();
 	s->pass_end = t1;
 	busy = t1 - t0;
 	busy = busy > ti.idle_ns ? busy - ti.idle_ns : 0;
@@ -146,7 +146,7 @@ static void begin_grace(tl_shard *s)
 	tl_close_listeners(s->loop, TL_RT_CLOSE_TOKEN);
 	if (rt->cfg.on_drain)
 		rt->cfg.on_drain(s, rt->cfg.arg);
-	s->drain_deadline = tl__rt_mono_ns() + rt->cfg.grace_ns;
+	s->drain_deadline = tl__os_mono_ns() + rt->cfg.grace_ns;
 }
 
 /* The stop begins (a hard stop, or the end of the grace period): the
@@ -161,7 +161,7 @@ static void begin_drain(tl_shard *s)
 		rt->cfg.on_stop(s, rt->cfg.arg);
 	tl__sched_stop(s);
 	close_all(s);
-	s->drain_deadline = tl__rt_mono_ns() + rt->cfg.drain_ns;
+	s->drain_deadline = tl__os_mono_ns() + rt->cfg.drain_ns;
 }
 
 /* The last phase, once every shard has drained: close the mesh, wait until
@@ -176,7 +176,7 @@ static void finish(tl_shard *s)
 		tl__foreign_flush(s);
 	tl__mesh_close(s);
 	pthread_barrier_wait(&rt->barrier);
-	s->pass_end = tl__rt_mono_ns(); /* waiting for the others is no stall */
+	s->pass_end = tl__os_mono_ns(); /* waiting for the others is no stall */
 	while (tl__mesh_receive(s, UINT32_MAX))
 		;
 	/* Once every shard has run what was sent to it, no function of a
@@ -185,8 +185,8 @@ static void finish(tl_shard *s)
 	pthread_barrier_wait(&rt->barrier);
 	tl__mesh_end_gathers(s);
 	close_all(s);
-	dl = tl__rt_mono_ns() + rt->cfg.drain_ns;
-	while (!loop_empty(s) && tl__rt_mono_ns() < dl) {
+	dl = tl__os_mono_ns() + rt->cfg.drain_ns;
+	while (!loop_empty(s) && tl__os_mono_ns() < dl) {
 		if (pass(s, 10 * 1000000) < 0)
 			break;
 		if (nhandles(s) > s->last_nhandles)
@@ -196,7 +196,7 @@ static void finish(tl_shard *s)
 	while (s->gates_due) /* gates closed by the last handlers */
 		tl__mesh_gates_due(s);
 	tl__foreign_finish(s);
-	tl__rt_publish(s, tl__rt_mono_ns());
+	tl__rt_publish(s, tl__os_mono_ns());
 }
 
 static void shard_run(tl_shard *s)
@@ -213,10 +213,10 @@ static void shard_run(tl_shard *s)
 		}
 	}
 	tl__mesh_flush(s);
-	tl__rt_publish(s, tl__rt_mono_ns());
+	tl__rt_publish(s, tl__os_mono_ns());
 	/* The first turn must not park: on_pass has not run yet. */
 	s->pass_busy = 1;
-	s->pass_end = tl__rt_mono_ns();
+	s->pass_end = tl__os_mono_ns();
 	for (;;) {
 		int64_t timeout = -1;
 
@@ -224,7 +224,7 @@ static void shard_run(tl_shard *s)
 		    !atomic_load_explicit(&rt->stop, memory_order_acquire))
 			begin_grace(s);
 		if (s->phase == PH_GRACE) {
-			uint64_t now = tl__rt_mono_ns();
+			uint64_t now = tl__os_mono_ns();
 
 			if (atomic_load_explicit(&rt->stop, memory_order_acquire) ||
 			    (!tl_alive(s->loop) && !has_work(s)) || now >= s->drain_deadline)
@@ -235,7 +235,7 @@ static void shard_run(tl_shard *s)
 		if (s->phase == PH_RUN && atomic_load_explicit(&rt->stop, memory_order_acquire))
 			begin_drain(s);
 		if (s->phase == PH_DRAIN) {
-			uint64_t now = tl__rt_mono_ns();
+			uint64_t now = tl__os_mono_ns();
 
 			if (nhandles(s) > s->last_nhandles)
 				close_all(s);

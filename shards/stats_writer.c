@@ -274,7 +274,7 @@ static void region_init(tl_runtime *rt)
 	h->uid = (uint32_t)geteuid();
 	h->capacity = cap;
 	h->start_time = start;
-	h->started_ns = tl__rt_mono_ns();
+	h->started_ns = tl__os_mono_ns();
 	h->stall_ns = rt->cfg.stall_ns;
 	h->period_ns = rt->cfg.stats_period_ns;
 	h->families_off = (uint32_t)tl__stats_families_off();
@@ -394,15 +394,6 @@ static void pool_publish(tl_shard *s, tl_stats_shard *st)
 	}
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
-		return 0;
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Copy the shard's counters into its record under the sequence lock. Uses
  * the loop's public stats only (a constant-time copy). */
 void tl__rt_publish(tl_shard *s, uint64_t now)
@@ -418,7 +409,7 @@ void tl__rt_publish(tl_shard *s, uint64_t now)
 	 * period, so a shard that parks often pays for it once per period and
 	 * a parked one's figure is at most one period behind. */
 	if (now - s->cpu_read >= s->rt->cfg.stats_period_ns || !s->cpu_read) {
-		st->cpu_ns = thread_cpu_ns();
+		st->cpu_ns = tl__os_thread_cpu_ns();
 		s->cpu_read = now;
 	}
 	st->turns = ls.turns;

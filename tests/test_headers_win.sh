@@ -4,6 +4,7 @@
 # tl_iovec has WSABUF's layout, and every error code a header names
 # (-EXXX) exists there. Compiled with Debian's mingw-w64 C compiler, which
 # tools/setup.sh installs.
+# The platform layer's header (lib/shared/os.h) is compiled for Windows too.
 # Usage: test_headers_win.sh SOURCE_ROOT
 set -euo pipefail
 root=$1
@@ -44,4 +45,24 @@ codes=$(grep -ho -- '-E[A-Z0-9]\{3,\}' "$root"/include/turnloop.h "$root"/includ
 	echo 'int main(void) { return 0; }'
 } >"$tmp/all.c"
 "$cc" "${flags[@]}" "$tmp/all.c" || { echo "test_headers_win: the public headers' Windows checks failed" >&2; exit 1; }
-echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined"
+# The platform layer's Windows branch (lib/shared/os.h), every function
+# type-checked by a call.
+cat >"$tmp/os.c" <<'C'
+#include "os.h"
+int main(void)
+{
+	tl__os_mutex m;
+	tl__os_thread t = tl__os_thread_self();
+	void *p = tl__os_map(4096);
+	tl__os_mutex_init(&m);
+	tl__os_mutex_lock(&m);
+	tl__os_mutex_unlock(&m);
+	tl__os_mutex_destroy(&m);
+	if (p)
+		tl__os_unmap(p, 4096);
+	return (int)(tl__os_mono_ns() + tl__os_coarse_ns() + tl__os_thread_cpu_ns()) + tl__os_thread_is(t);
+}
+C
+"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$root/lib/shared" "$tmp/os.c" ||
+	{ echo "test_headers_win: lib/shared/os.h does not compile for Windows" >&2; exit 1; }
+echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined; the platform layer compiles"

@@ -25,36 +25,36 @@ SHARD_PRIVATE = ['runtime_int.h', 'spsc.h', 'stats_region.h']
 SOURCE_ROOT = ['lib/core.h', 'drivers/driver.h', 'shards/runtime_int.h']
 LAYERS = [
     ('drivers', 'drivers/epoll/ops.c', 'turnloop_drivers',
-     ['driver.h', 'sock.h', 'splice_io.h', 'heap.h', 'tl_config.h', 'turnloop.h'],
+     ['driver.h', 'sock.h', 'splice_io.h', 'heap.h', 'os.h', 'tl_config.h', 'turnloop.h'],
      CORE_PRIVATE + SHARD_PRIVATE + ['uring_int.h', 'sim_int.h'] + SOURCE_ROOT),
     ('drivers (io_uring)', 'drivers/uring/net.c', 'turnloop_drivers',
      ['driver.h', 'uring.h'],
      CORE_PRIVATE + SHARD_PRIVATE + ['epoll_int.h', 'sim_int.h']),
     ('shards', 'shards/runtime.c', 'turnloop_shards',
-     ['runtime_int.h', 'spsc.h', 'detail.h', 'tl_config.h', 'turnloop.h'],
+     ['runtime_int.h', 'spsc.h', 'detail.h', 'os.h', 'tl_config.h', 'turnloop.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + ['driver.h', 'sock.h'] + SOURCE_ROOT),
     ('lib', 'lib/loop.c', 'libturnloop.so',
-     ['core.h', 'internal.h', 'pool/job.h', 'driver.h', 'detail.h', 'tl_config.h'],
+     ['core.h', 'internal.h', 'pool/job.h', 'driver.h', 'detail.h', 'os.h', 'tl_config.h'],
      DRIVER_PRIVATE + SHARD_PRIVATE + SOURCE_ROOT),
     ('lib/tls', 'lib/tls/ctx.c', 'turnloop_tls',
      ['turnloop.h', 'turnloop/tls.h'],
-     CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + ['driver.h', 'detail.h', 'heap.h']),
+     CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + ['driver.h', 'detail.h', 'heap.h', 'os.h']),
     ('lib/bufio', 'lib/bufio/bufio.c', 'turnloop_bufio',
      ['turnloop.h', 'turnloop/bufio.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + ['driver.h', 'detail.h', 'heap.h',
-                                                      'tl_config.h']),
+                                                      'os.h', 'tl_config.h']),
     ('tools', 'tools/tlecho.c', 'tlecho.p',
      ['turnloop.h', 'cli.h', 'util.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + SOURCE_ROOT +
-     ['driver.h', 'sock.h', 'detail.h', 'heap.h', 'tl_config.h']),
+     ['driver.h', 'sock.h', 'detail.h', 'heap.h', 'os.h', 'tl_config.h']),
     ('tools/tlproxy', 'tools/tlproxy/alog.c', 'tlproxy.p',
      ['turnloop.h', 'config.h', 'util.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + SOURCE_ROOT +
-     ['driver.h', 'detail.h', 'heap.h', 'tl_config.h']),
+     ['driver.h', 'detail.h', 'heap.h', 'os.h', 'tl_config.h']),
     ('tools/tlhttp', 'tools/tlhttp/main.c', 'tlhttp.p',
      ['turnloop.h', 'tlhttp/parse.h', 'util.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + SHARD_PRIVATE + SOURCE_ROOT +
-     ['driver.h', 'detail.h', 'heap.h', 'tl_config.h']),
+     ['driver.h', 'detail.h', 'heap.h', 'os.h', 'tl_config.h']),
 ]
 # Folders whose files may not climb out of their own layer.
 LAYER_DIRS = ['drivers', 'shards', 'lib', 'tools', 'bench']

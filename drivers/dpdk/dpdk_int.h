@@ -6,6 +6,7 @@
 #include <rte_ether.h>
 #include <rte_mbuf.h>
 #include "driver.h"
+#include "os.h"
 #include "dpdk.h"
 
 /*
@@ -162,7 +163,6 @@ void tl__dp_unclaim(uint16_t q, int registered);
 const char *tl__dp_why(void);
 
 /* wire.c: frames. */
-uint64_t tl__dp_now(void);
 /* One received frame: checked, counted, and queued on its handle, answered
  * (ARP), or freed. */
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m);

@@ -228,7 +228,7 @@ static void flush_tx(struct tl_drv *d)
 				/* Ask for the neighbour now; the send waits. */
 				l_push(d, &d->nw, o, DPO_NEIGH);
 				DPO(o)->tries = 1;
-				DPO(o)->due = tl__dp_now() + DP_ARP_EVERY_NS;
+				DPO(o)->due = tl__os_mono_ns() + DP_ARP_EVERY_NS;
 				uint32_t dip = o->u.dg.addr.sa.sa_family == AF_INET
 						       ? o->u.dg.addr.in.sin_addr.s_addr
 						       : DPH(h)->peer_ip;
@@ -355,7 +355,7 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 {
 	tl_loop *l = d->loop;
 	uint32_t before = tl__drv_queued(l);
-	uint64_t now = tl__dp_now();
+	uint64_t now = tl__os_mono_ns();
 	uint64_t rxb = d->st.rx_frames;
 	work(d, now);
 	if (tl__drv_queued(l) != before || d->st.rx_frames != rxb)
@@ -367,7 +367,7 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 	info->waits++;
 	uint64_t limit = timeout_ns < 0 ? UINT64_MAX : now + (uint64_t)timeout_ns;
 	for (uint32_t spins = 0;; spins++) {
-		now = tl__dp_now();
+		now = tl__os_mono_ns();
 		if (now >= limit)
 			break;
 		if (now - d->last_work < d->spin_ns) {
@@ -385,7 +385,7 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 				woken(d);
 				return 0;
 			}
-			now = tl__dp_now();
+			now = tl__os_mono_ns();
 		}
 		rxb = d->st.rx_frames;
 		work(d, now);
@@ -667,7 +667,7 @@ static void dp_destroy(struct tl_drv *d)
 static uint64_t dp_now(struct tl_drv *d)
 {
 	(void)d;
-	return tl__dp_now();
+	return tl__os_mono_ns();
 }
 
 static void dp_stats(struct tl_drv *d, tl_loop_stats *out)

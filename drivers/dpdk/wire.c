@@ -9,13 +9,6 @@
 #include <rte_ethdev.h>
 #include "dpdk_int.h"
 
-uint64_t tl__dp_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- neighbours ---- */
 
 static uint32_t nslot(uint32_t ip)

@@ -10,13 +10,13 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include "epoll_int.h"
+#include "os.h"
 #include "../dgram_io.h"
 
 uint64_t tl__ep_now(struct tl_drv *d)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	(void)d;
+	return tl__os_mono_ns();
 }
 
 static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)

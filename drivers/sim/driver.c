@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include "os.h"
 #include "sim_int.h"
 
 /* ---- the driver interface ---- */
@@ -447,13 +448,6 @@ static int real_wait(struct tl_drv *d, int64_t timeout_ns, int *err)
 	return 1;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 {
 	tl_loop *l = d->loop;
@@ -486,9 +480,9 @@ static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *i
 		else if (until - start < budget)
 			budget = until - start;
 		if (budget) {
-			uint64_t t0 = mono_ns();
+			uint64_t t0 = tl__os_mono_ns();
 			woke = real_wait(d, (int64_t)budget, &r);
-			uint64_t spent = woke ? mono_ns() - t0 : budget;
+			uint64_t spent = woke ? tl__os_mono_ns() - t0 : budget;
 			advance(start + (spent < budget ? spent : budget));
 			tl__sim_run_due(d, now_ns());
 			if (woke || r < 0)

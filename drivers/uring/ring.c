@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include "uring_int.h"
+#include "os.h"
 
 /*
  * Ops do not reach the kernel from submit(): they join a start list, and
@@ -25,9 +26,8 @@
 
 uint64_t tl__ur_now(struct tl_drv *d)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	(void)d;
+	return tl__os_mono_ns();
 }
 
 /* Make the SQEs prepared so far visible to the kernel; returns how many it

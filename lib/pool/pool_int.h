@@ -8,6 +8,7 @@
 #include <time.h>
 #include <hwloc.h>
 #include "internal.h"
+#include "os.h"
 #include "turnloop/pool.h"
 #include "job.h"
 #include "queue.h"
@@ -66,13 +67,6 @@ struct tl_pool_loop {
 	uint32_t nfree;
 	tl_pool_loop_stats st;
 };
-
-static inline uint64_t tl__pool_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the pool itself, between its files ---- */
 

@@ -103,7 +103,7 @@ static void hook_native(tl_loop *l, struct tl_opslot *o, tl_completion *c, int64
 		j->res = res;
 		j->value = (uint64_t)res;
 	}
-	j->t_end = tl__pool_now();
+	j->t_end = tl__os_mono_ns();
 	pl->st.completed++;
 	pl->st.cancelled += (uint64_t)cancelled;
 	c->aux = j->aux;
@@ -125,7 +125,7 @@ void tl__pool_requeue(tl_loop *l, struct tl_job *j)
 	struct tl_pool_loop *pl = l->pool;
 	int set = j->rsv;
 	j->rsv = -1;
-	j->t_submit = j->t_start = j->t_end = tl__pool_now();
+	j->t_submit = j->t_start = j->t_end = tl__os_mono_ns();
 	atomic_store_explicit(&j->state, TL_JOB_QUEUED, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->poster->refs, 1, memory_order_relaxed);
 	/* Cannot fail: the reservation holds the queue slot. */
@@ -147,7 +147,7 @@ int tl__pool_native_begin(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j,
 	j->op_idx = o->idx;
 	j->op_gen = o->gen;
 	j->cls = TL_POOL_BOUNDED;
-	j->t_submit = j->t_start = j->t_end = tl__pool_now();
+	j->t_submit = j->t_start = j->t_end = tl__os_mono_ns();
 	o->u.pool.job = j;
 	atomic_store_explicit(&j->state, TL_JOB_NATIVE, memory_order_relaxed);
 	*out = o;
@@ -357,7 +357,7 @@ int tl__pool_submit(tl_loop *l, struct tl_pool_loop *pl, struct tl_job *j, int c
 	j->op_idx = o->idx;
 	j->op_gen = o->gen;
 	j->cls = (uint8_t)cls;
-	j->t_submit = tl__pool_now();
+	j->t_submit = tl__os_mono_ns();
 	j->t_start = j->t_end = j->t_submit;
 	o->u.pool.job = j;
 	atomic_store_explicit(&j->state, TL_JOB_QUEUED, memory_order_relaxed);

@@ -69,9 +69,9 @@ static void run_job(struct tl_job *j)
 	if (atomic_compare_exchange_strong_explicit(&j->state, &st, to, memory_order_acq_rel,
 						    memory_order_acquire) &&
 	    to == TL_JOB_RUNNING) {
-		j->t_start = tl__pool_now();
+		j->t_start = tl__os_mono_ns();
 		j->ops->run(j);
-		j->t_end = tl__pool_now();
+		j->t_end = tl__os_mono_ns();
 		/* Release: a loop being destroyed waits for this before it lets
 		 * the caller reuse memory the request used. */
 		atomic_store_explicit(&j->state, TL_JOB_DONE, memory_order_release);
@@ -146,7 +146,7 @@ static struct tl_job *search(struct tl_bset *s)
 	    !atomic_compare_exchange_strong(&s->spinning, &zero, 1))
 		return NULL;
 	struct tl_job *j = NULL;
-	uint64_t t0 = tl__pool_now();
+	uint64_t t0 = tl__os_mono_ns();
 	if (t0 < atomic_load_explicit(&s->spin_off_until, memory_order_relaxed)) {
 		atomic_store(&s->spinning, 0);
 		return NULL;
@@ -158,7 +158,7 @@ static struct tl_job *search(struct tl_bset *s)
 			tl__cpu_relax();
 			continue;
 		}
-		uint64_t t = tl__pool_now();
+		uint64_t t = tl__os_mono_ns();
 		if (t - t0 > p->spin_ns || atomic_load_explicit(&p->stopping, memory_order_relaxed))
 			break;
 		/*
@@ -170,7 +170,7 @@ static struct tl_job *search(struct tl_bset *s)
 		 */
 		if (i >= SPIN_PAUSES) {
 			sched_yield();
-			uint64_t t2 = tl__pool_now();
+			uint64_t t2 = tl__os_mono_ns();
 			if (t2 - t > SPIN_PREEMPTED_NS) {
 				atomic_store_explicit(&s->spin_off_until, t2 + SPIN_BACKOFF_NS,
 						      memory_order_relaxed);

@@ -1,0 +1,190 @@
+/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, a lock, thread identity, memory mapping), one inline function each. */
+#ifndef TL_OS_H
+#define TL_OS_H
+
+/*
+ * The library, the runtime and the drivers read clocks, take the poster's
+ * and the driver choice's locks, ask which thread they run on and map the
+ * loop's lease memory only through these, so a port to another OS adds a
+ * branch here instead of editing each caller (libuv's src/unix and src/win
+ * split the same way). Each is small enough to inline: the monotonic clock
+ * is read on every turn.
+ *
+ * POSIX is what builds and runs today. The Windows branch is compiled by
+ * tests/test_headers_win.sh with the mingw-w64 compiler and has not run:
+ * the library does not build for Windows yet (docs/DESIGN.md).
+ *
+ * Not here yet, and still POSIX in their own files: the notifier (the
+ * poster's eventfd, which a Windows driver would replace with its
+ * completion port), descriptors, and the blocking pool's threads and
+ * condition variables (lib/pool/).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef _WIN32
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+typedef SRWLOCK tl__os_mutex;
+#define TL__OS_MUTEX_INIT SRWLOCK_INIT
+typedef DWORD tl__os_thread;
+#else
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+typedef pthread_mutex_t tl__os_mutex;
+#define TL__OS_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER /* a static tl__os_mutex's initialiser */
+typedef pthread_t tl__os_thread;
+#endif
+
+/* ---- clocks, in nanoseconds ---- */
+
+#ifdef _WIN32
+/* 100 ns units (FILETIME) to ns. */
+static inline uint64_t tl__os_ft_ns(FILETIME ft)
+{
+	return ((uint64_t)ft.dwHighDateTime << 32 | ft.dwLowDateTime) * 100u;
+}
+#else
+static inline uint64_t tl__os_ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+#endif
+
+/* The monotonic clock: what deadlines, timers and every "now" use. */
+static inline uint64_t tl__os_mono_ns(void)
+{
+#ifdef _WIN32
+	static LARGE_INTEGER freq; /* fixed at boot: a race writes the same value */
+	LARGE_INTEGER c;
+	if (!freq.QuadPart)
+		QueryPerformanceFrequency(&freq);
+	QueryPerformanceCounter(&c);
+	uint64_t f = (uint64_t)freq.QuadPart, v = (uint64_t)c.QuadPart;
+	return v / f * 1000000000ull + v % f * 1000000000ull / f;
+#else
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return tl__os_ts_ns(&ts);
+#endif
+}
+
+/* The same clock at the last scheduler tick: a few ns to read, for marks
+ * that only need to tell milliseconds apart. */
+static inline uint64_t tl__os_coarse_ns(void)
+{
+#ifdef _WIN32
+	return GetTickCount64() * 1000000ull;
+#else
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return tl__os_ts_ns(&ts);
+#endif
+}
+
+/* CPU time the calling thread has used, user and system; 0 when the OS
+ * does not say. */
+static inline uint64_t tl__os_thread_cpu_ns(void)
+{
+#ifdef _WIN32
+	FILETIME created, exited, sys, user;
+	if (!GetThreadTimes(GetCurrentThread(), &created, &exited, &sys, &user))
+		return 0;
+	return tl__os_ft_ns(sys) + tl__os_ft_ns(user);
+#else
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return 0;
+	return tl__os_ts_ns(&ts);
+#endif
+}
+
+/* ---- a lock ---- */
+
+static inline void tl__os_mutex_init(tl__os_mutex *m)
+{
+#ifdef _WIN32
+	InitializeSRWLock(m);
+#else
+	pthread_mutex_init(m, NULL);
+#endif
+}
+
+static inline void tl__os_mutex_lock(tl__os_mutex *m)
+{
+#ifdef _WIN32
+	AcquireSRWLockExclusive(m);
+#else
+	pthread_mutex_lock(m);
+#endif
+}
+
+static inline void tl__os_mutex_unlock(tl__os_mutex *m)
+{
+#ifdef _WIN32
+	ReleaseSRWLockExclusive(m);
+#else
+	pthread_mutex_unlock(m);
+#endif
+}
+
+static inline void tl__os_mutex_destroy(tl__os_mutex *m)
+{
+#ifdef _WIN32
+	(void)m; /* an SRW lock holds nothing to free */
+#else
+	pthread_mutex_destroy(m);
+#endif
+}
+
+/* ---- thread identity ---- */
+
+static inline tl__os_thread tl__os_thread_self(void)
+{
+#ifdef _WIN32
+	return GetCurrentThreadId();
+#else
+	return pthread_self();
+#endif
+}
+
+/* 1 when the calling thread is t. */
+static inline int tl__os_thread_is(tl__os_thread t)
+{
+#ifdef _WIN32
+	return t == GetCurrentThreadId();
+#else
+	return pthread_equal(t, pthread_self()) != 0;
+#endif
+}
+
+/* ---- memory mapping ---- */
+
+/* n bytes of zeroed, private, read-write memory that the OS backs only as
+ * it is touched; NULL when it refuses. */
+static inline void *tl__os_map(size_t n)
+{
+#ifdef _WIN32
+	return VirtualAlloc(NULL, n, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+#else
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+#endif
+}
+
+/* Give back a mapping of n bytes that tl__os_map made. */
+static inline void tl__os_unmap(void *p, size_t n)
+{
+#ifdef _WIN32
+	(void)n;
+	VirtualFree(p, 0, MEM_RELEASE);
+#else
+	munmap(p, n);
+#endif
+}
+
+#endif
