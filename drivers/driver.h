@@ -122,7 +122,7 @@ struct tl_opslot {
 	uint64_t token;
 	union {
 		struct { uint8_t *buf; uint32_t len; } rw;
-		struct { struct iovec iov[TL_IOV_MAX]; uint32_t n, cur; size_t off, total; } wv;
+		struct { tl_iovec iov[TL_IOV_MAX]; uint32_t n, cur; size_t off, total; } wv;
 		/* Datagrams (turnloop/dgram.h). Send: addr (family 0: the
 		 * connected peer), local (family 0: the kernel's choice), seg
 		 * (UDP_SEGMENT, 0: none). Receive: the driver fills addr (the

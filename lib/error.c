@@ -1,10 +1,10 @@
 /* lib/error.c: tl_strerror, the per-thread error detail, and address helpers. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "detail.h"
+#include "os.h"
 #include "turnloop/error.h"
 #include "turnloop/loop.h"
 

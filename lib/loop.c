@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/un.h>
 #include "sysmod.h"
 #include "tl_config.h"
 #if TL_HAVE_VALGRIND

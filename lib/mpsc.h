@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "os.h"
 
 /*
  * Each cell carries a sequence number (Vyukov's bounded queue): a producer
@@ -31,7 +32,7 @@ static inline int tl__mpsc_init(struct tl_mpsc *r, uint32_t cap)
 	uint64_t n = 1;
 	while (n < cap)
 		n <<= 1;
-	r->cells = aligned_alloc(64, ((n * sizeof *r->cells) + 63) & ~(size_t)63);
+	r->cells = tl__os_aligned_alloc(64, ((n * sizeof *r->cells) + 63) & ~(size_t)63);
 	if (!r->cells)
 		return -1;
 	for (uint64_t i = 0; i < n; i++)
@@ -44,7 +45,7 @@ static inline int tl__mpsc_init(struct tl_mpsc *r, uint32_t cap)
 
 static inline void tl__mpsc_free(struct tl_mpsc *r)
 {
-	free(r->cells);
+	tl__os_aligned_free(r->cells);
 	r->cells = NULL;
 }
 

@@ -1,7 +1,6 @@
 /* lib/stream.c: streams: listen, accept, connect, read, write, shutdown (datagrams: lib/dgram.c). */
 #include <errno.h>
 #include <string.h>
-#include <sys/un.h>
 #include "sysmod.h"
 
 /* ---- sockets ---- */
@@ -261,7 +260,7 @@ int tl_read_start(tl_loop *l, tl_handle h, uint64_t token, tl_op *op)
 	return read_common(l, h, NULL, 0, TL_OPF_POOLED | TL_OPF_MULTI, token, op);
 }
 
-int tl_writev(tl_loop *l, tl_handle hid, const struct iovec *iov, int n, uint64_t token,
+int tl_writev(tl_loop *l, tl_handle hid, const tl_iovec *iov, int n, uint64_t token,
 	      tl_op *oid)
 {
 	if (!iov || n < 1 || n > TL_IOV_MAX || !oid)
@@ -297,7 +296,7 @@ int tl_write(tl_loop *l, tl_handle h, const void *buf, uint32_t len, uint64_t to
 {
 	if (!buf && len)
 		return -EINVAL;
-	struct iovec v = {(void *)(uintptr_t)buf, len};
+	tl_iovec v = {.iov_base = (void *)(uintptr_t)buf, .iov_len = len};
 	return tl_writev(l, h, &v, 1, token, op);
 }
 

@@ -171,7 +171,7 @@ void tl__dns_destroy(tl_loop *l);
  * here, tty.c). */
 int tl__stdio_read(tl_loop *l, struct tl_hslot *h, void *buf, uint32_t len, uint16_t flags,
 		   uint64_t token, tl_op *oid);
-int tl__stdio_writev(tl_loop *l, struct tl_hslot *h, const struct iovec *iov, int n,
+int tl__stdio_writev(tl_loop *l, struct tl_hslot *h, const tl_iovec *iov, int n,
 		     uint64_t token, tl_op *oid);
 
 #endif

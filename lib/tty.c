@@ -347,7 +347,7 @@ int tl__stdio_read(tl_loop *l, struct tl_hslot *h, void *buf, uint32_t len, uint
 	return 0;
 }
 
-int tl__stdio_writev(tl_loop *l, struct tl_hslot *h, const struct iovec *iov, int n,
+int tl__stdio_writev(tl_loop *l, struct tl_hslot *h, const tl_iovec *iov, int n,
 		     uint64_t token, tl_op *oid)
 {
 	if (h->flags & TL_HF_CLOSING)

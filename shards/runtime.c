@@ -112,8 +112,8 @@ static void teardown(tl_runtime *rt)
 		pthread_barrier_destroy(&rt->barrier);
 	tl__rt_region_destroy(rt);
 	tl_plan_free(&rt->plan);
-	free(rt->pairs);
-	free(rt->shards);
+	tl__os_aligned_free(rt->pairs);
+	tl__os_aligned_free(rt->shards);
 	free(rt->vkind);
 	pthread_mutex_destroy(&rt->mu);
 	pthread_mutex_destroy(&rt->meta_mu);
@@ -165,8 +165,8 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 		rc = -EINVAL;
 		goto fail;
 	}
-	rt->pairs = aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * rt->n * sizeof *rt->pairs);
-	rt->shards = aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * sizeof *rt->shards);
+	rt->pairs = tl__os_aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * rt->n * sizeof *rt->pairs);
+	rt->shards = tl__os_aligned_alloc(TL__CACHE_LINE, (size_t)rt->n * sizeof *rt->shards);
 	rt->vkind = calloc(cfg->stats_values, 1);
 	if (rt->pairs)
 		memset(rt->pairs, 0, (size_t)rt->n * rt->n * sizeof *rt->pairs);

@@ -295,7 +295,7 @@ static int shard_setup(tl_shard *s)
 	/* After the binding, so that the arena's first pages are touched
 	 * on the shard's node. */
 	tl__rt_arena_setup(s);
-	s->st.tid = (int32_t)gettid();
+	s->st.tid = (int32_t)tl__os_tid();
 	s->batch = malloc((size_t)rt->cfg.batch * sizeof *s->batch);
 	/* The families are final now (declared before start); the values are
 	 * this thread's own, on its node. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "os.h"
 
 /*
  * A Lamport ring: the producer owns head, the consumer owns tail, both count
@@ -46,7 +47,7 @@ _Static_assert(sizeof(void *) != 8 || sizeof(struct tl_mesh_msg) == 32,
 /*
  * The struct is 64-byte aligned (three lines: producer, consumer, read-only
  * shared), so whoever embeds or allocates it must honour that: a member of
- * a struct, a static, a local, or aligned_alloc(TL__CACHE_LINE, ...), not a
+ * a struct, a static, a local, or tl__os_aligned_alloc(TL__CACHE_LINE, ...), not a
  * plain malloc.
  */
 struct tl__spsc {
@@ -78,11 +79,11 @@ static inline int tl__spsc_init(struct tl__spsc *r, uint32_t cap)
 	while (c < cap)
 		c <<= 1;
 	memset(r, 0, sizeof *r);
-	/* aligned_alloc wants a size that is a multiple of the alignment;
+	/* tl__os_aligned_alloc wants a size that is a multiple of the alignment;
 	 * a capacity of 1 is 32 bytes. */
 	bytes = c * sizeof(struct tl_mesh_msg);
 	bytes = (bytes + TL__CACHE_LINE - 1) & ~(size_t)(TL__CACHE_LINE - 1);
-	r->slots = aligned_alloc(TL__CACHE_LINE, bytes);
+	r->slots = tl__os_aligned_alloc(TL__CACHE_LINE, bytes);
 	if (!r->slots)
 		return -ENOMEM;
 	memset(r->slots, 0, bytes);
@@ -98,7 +99,7 @@ static inline void tl__spsc_free(struct tl__spsc *r)
 {
 	if (!r)
 		return;
-	free(r->slots);
+	tl__os_aligned_free(r->slots);
 	memset(r, 0, sizeof *r);
 }
 

@@ -53,12 +53,12 @@ static void pool_free(struct tl_pool *p)
 {
 	if (p->sets) {
 		for (uint32_t i = 0; i < p->nsets; i++) {
-			free(p->sets[i].q.cells);
-			free(p->sets[i].w);
+			tl__os_aligned_free(p->sets[i].q.cells);
+			tl__os_aligned_free(p->sets[i].w);
 			if (p->sets[i].cpuset)
 				hwloc_bitmap_free(p->sets[i].cpuset);
 		}
-		free(p->sets);
+		tl__os_aligned_free(p->sets);
 	}
 	if (p->lrec) {
 		for (uint32_t i = 0; i < p->cfg.long_max; i++)
@@ -89,7 +89,7 @@ static int build_sets(struct tl_pool *p)
 	}
 	uint32_t count = ns ? ns : 1;
 	size_t bytes = ((count * sizeof *p->sets) + 63) & ~(size_t)63;
-	p->sets = aligned_alloc(64, bytes);
+	p->sets = tl__os_aligned_alloc(64, bytes);
 	if (!p->sets)
 		return -ENOMEM;
 	memset(p->sets, 0, bytes);
@@ -102,7 +102,7 @@ static int build_sets(struct tl_pool *p)
 		s->cpuset = hwloc_bitmap_dup(ns ? nodes[i]->cpuset
 					      : hwloc_topology_get_topology_cpuset(p->topo));
 		size_t wb = ((p->cfg.workers_per_node * sizeof *s->w) + 63) & ~(size_t)63;
-		s->w = aligned_alloc(64, wb);
+		s->w = tl__os_aligned_alloc(64, wb);
 		if (!s->cpuset || !s->w || tl__jq_init(&s->q, p->cfg.queue_per_node) < 0)
 			return -ENOMEM;
 		memset(s->w, 0, wb);

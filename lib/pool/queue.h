@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include "os.h"
 
 struct tl_job;
 
@@ -34,13 +35,13 @@ struct tl_jq {
 };
 
 /* Twice the admission bound: see tl__jq_push for why slack helps. 0 or
- * -ENOMEM; the cells are freed with free(q->cells). */
+ * -ENOMEM; the cells are freed with tl__os_aligned_free(q->cells). */
 static inline int tl__jq_init(struct tl_jq *q, uint32_t cap)
 {
 	uint64_t n = 2;
 	while (n < 2 * (uint64_t)cap)
 		n <<= 1;
-	q->cells = aligned_alloc(64, ((n * sizeof *q->cells) + 63) & ~(size_t)63);
+	q->cells = tl__os_aligned_alloc(64, ((n * sizeof *q->cells) + 63) & ~(size_t)63);
 	if (!q->cells)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n; i++) {

@@ -1,11 +1,12 @@
-/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, a lock, thread identity, memory mapping), one inline function each. */
+/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, a lock, thread identity, aligned blocks, memory mapping), one inline function each. */
 #ifndef TL_OS_H
 #define TL_OS_H
 
 /*
  * The library, the runtime and the drivers read clocks, take the poster's
- * and the driver choice's locks, ask which thread they run on and map the
- * loop's lease memory only through these, so a port to another OS adds a
+ * and the driver choice's locks, ask which thread they run on, allocate
+ * cache-aligned rings and map the loop's lease memory only through these (and get the socket headers the
+ * public ones leave out, Unix-domain addresses and address text, here), so a port to another OS adds a
  * branch here instead of editing each caller (libuv's src/unix and src/win
  * split the same way). Each is small enough to inline: the monotonic clock
  * is read on every turn.
@@ -27,14 +28,21 @@
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
+#include <winsock2.h> /* before windows.h, which would pull in the old winsock.h */
+#include <ws2tcpip.h> /* inet_pton, inet_ntop */
 #include <windows.h>
+#include <afunix.h>   /* struct sockaddr_un */
 typedef SRWLOCK tl__os_mutex;
 #define TL__OS_MUTEX_INIT SRWLOCK_INIT
 typedef DWORD tl__os_thread;
 #else
 #include <pthread.h>
-#include <sys/mman.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h> /* inet_pton, inet_ntop */
+#include <sys/mman.h>
+#include <sys/un.h>    /* struct sockaddr_un */
 typedef pthread_mutex_t tl__os_mutex;
 #define TL__OS_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER /* a static tl__os_mutex's initialiser */
 typedef pthread_t tl__os_thread;
@@ -152,6 +160,16 @@ static inline tl__os_thread tl__os_thread_self(void)
 #endif
 }
 
+/* The OS's number for the calling thread: what ps, top and tlshard show. */
+static inline long tl__os_tid(void)
+{
+#ifdef _WIN32
+	return (long)GetCurrentThreadId();
+#else
+	return (long)gettid();
+#endif
+}
+
 /* 1 when the calling thread is t. */
 static inline int tl__os_thread_is(tl__os_thread t)
 {
@@ -162,7 +180,29 @@ static inline int tl__os_thread_is(tl__os_thread t)
 #endif
 }
 
-/* ---- memory mapping ---- */
+/* ---- memory ---- */
+
+/* size bytes aligned to align (a power of two; size a multiple of it), from
+ * the process's allocator; NULL when it has none. Free it with
+ * tl__os_aligned_free, never free(): Windows keeps such blocks apart. */
+static inline void *tl__os_aligned_alloc(size_t align, size_t size)
+{
+#ifdef _WIN32
+	return _aligned_malloc(size, align);
+#else
+	return aligned_alloc(align, size);
+#endif
+}
+
+static inline void tl__os_aligned_free(void *p)
+{
+#ifdef _WIN32
+	_aligned_free(p);
+#else
+	free(p);
+#endif
+}
+
 
 /* n bytes of zeroed, private, read-write memory that the OS backs only as
  * it is touched; NULL when it refuses. */
