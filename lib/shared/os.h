@@ -82,11 +82,14 @@ static inline uint64_t tl__os_mono_ns(void)
 }
 
 /* The same clock at the last scheduler tick: a few ns to read, for marks
- * that only need to tell milliseconds apart. */
+ * that only need to tell milliseconds apart. Its values are compared with
+ * tl__os_mono_ns's (the stall report, shards/sched.c), so it must share
+ * that clock's origin: Windows' tick count does not, and QPC itself is
+ * cheap there, so Windows reads the fine clock. */
 static inline uint64_t tl__os_coarse_ns(void)
 {
 #ifdef _WIN32
-	return GetTickCount64() * 1000000ull;
+	return tl__os_mono_ns();
 #else
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
