@@ -15,9 +15,9 @@
  * Windows (mingw-w64 or MSVC): <winsock2.h> and <ws2tcpip.h>, which declare
  * the same socket address structs; tl_iovec has the two fields of struct
  * iovec by name, laid out as Winsock's WSABUF (length first, 32 bits).
- * Only the headers build for Windows so far (tests/meson.build compiles
- * each of them with the mingw-w64 compiler); docs/DESIGN.md says what the
- * library runs on.
+ * The library does not build for Windows yet: tests/test_headers_win.sh
+ * compiles every public header (and the sources the port has reached) with
+ * the mingw-w64 compiler; docs/DESIGN.md says what runs where.
  */
 
 #include <stddef.h>
