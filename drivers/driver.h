@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "turnloop/loop.h"
 #include "tl_config.h"
+#include "os.h"
 
 /* ---- The core's slots, as drivers see them ---- */
 
@@ -339,11 +340,12 @@ struct tl_driver {
 	const char *name;
 	uint32_t caps; /* TL_CAP_* */
 
-	/* Set up one instance for loop. wake_fd is an eventfd owned by the core
-	 * (it outlives the driver): the driver watches it and drains it when it
-	 * becomes readable. Returns 0 or a negative errno (then the core may fall
-	 * back to another driver). */
-	int (*init)(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
+	/* Set up one instance for loop. wake is the loop's notifier, owned by
+	 * the core (it outlives the driver): the driver waits for it beside its
+	 * own events (on POSIX, its descriptor's readability) and drains it when
+	 * it fires (lib/shared/os.h). Returns 0 or a negative errno (then the
+	 * core may fall back to another driver). */
+	int (*init)(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out);
 	/* Why init failed with err, in words the core appends to the reason
 	 * it records (tl_proc_info.last_error): "; ..." written to buf (len
 	 * bytes, NUL-terminated), or "" when there is nothing to add. May be

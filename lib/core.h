@@ -72,7 +72,7 @@ int tl__connect_opts_check(tl_loop *loop, const tl_addr *dst, const tl_connect_o
 /* Start l's driver (select.c): the one cfg names, else the process's
  * driver, chosen by the first such loop (contract 10). Sets *dv and *d.
  * 0, -EINVAL, -ENOTSUP or the driver's error. */
-int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+int tl__driver_start(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const struct tl_driver **dv,
 		     struct tl_drv **d);
 
 /*

@@ -35,7 +35,7 @@ struct tl_poster {
 	atomic_int refs;
 	atomic_int closed;
 	atomic_int state; /* TL_PARK_*: the notifier's view of the loop */
-	int efd;          /* eventfd the driver watches */
+	tl__os_notifier wake; /* what the driver waits on beside its events */
 	atomic_uint_fast64_t wakes_sent, wakes_coalesced;
 	struct tl_mpsc posts;
 	atomic_uint_fast64_t room_bits; /* set by loops we are waiting on */
@@ -207,7 +207,7 @@ void tl__poster_close(struct tl_poster *p);
 int tl__poster_begin(struct tl_poster *p);   /* 1 if a wake arrived */
 int tl__poster_park(struct tl_poster *p);    /* 0: parked; 1: a wake came, do not block */
 void tl__poster_running(struct tl_poster *p);
-void tl__poster_signal(struct tl_poster *p); /* make efd readable (embed mode) */
+void tl__poster_signal(struct tl_poster *p); /* fire the notifier (embed mode) */
 void tl__poster_wake_waiters(struct tl_poster *p);
 /* Register who to hear when p has room: 0 registered, 1 room is there now
  * (nothing registered), -ENOBUFS, -EPIPE. */

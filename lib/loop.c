@@ -180,7 +180,7 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	r = tl__poster_new(cfg->post_capacity, cfg->room_waiters, &l->poster);
 	if (r < 0)
 		goto fail;
-	r = tl__driver_start(l, cfg, l->poster->efd, &l->dv, &l->d);
+	r = tl__driver_start(l, cfg, &l->poster->wake, &l->dv, &l->d);
 	if (r == 0 && l->dv->probed_caps)
 		l->probed = l->dv->probed_caps(l->d);
 	if (r < 0)

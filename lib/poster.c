@@ -1,8 +1,6 @@
 /* lib/poster.c: the cross-thread endpoint of a loop: notifier, poster, room waiters. */
 #include <errno.h>
 #include <stdlib.h>
-#include <unistd.h>
-#include <sys/eventfd.h>
 #include "internal.h"
 
 int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out)
@@ -10,15 +8,14 @@ int tl__poster_new(uint32_t capacity, uint32_t waiters, struct tl_poster **out)
 	struct tl_poster *p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
-	p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (p->efd < 0) {
-		int e = -errno;
+	int e = tl__os_notifier_open(&p->wake);
+	if (e < 0) {
 		free(p);
 		return e;
 	}
 	p->waiters = calloc(waiters ? waiters : 1, sizeof *p->waiters);
 	if (!p->waiters || tl__mpsc_init(&p->posts, capacity) < 0) {
-		close(p->efd);
+		tl__os_notifier_close(&p->wake);
 		free(p->waiters);
 		free(p);
 		return -ENOMEM;
@@ -47,7 +44,7 @@ void tl_poster_put(tl_poster *p)
 	/* Waiters registered here hold references on their own posters. */
 	for (uint32_t i = 0; i < atomic_load(&p->nwaiters); i++)
 		tl_poster_put(p->waiters[i].who);
-	close(p->efd);
+	tl__os_notifier_close(&p->wake);
 	tl__mpsc_free(&p->posts);
 	tl__os_mutex_destroy(&p->wmu);
 	free(p->waiters);
@@ -56,10 +53,7 @@ void tl_poster_put(tl_poster *p)
 
 void tl__poster_signal(struct tl_poster *p)
 {
-	uint64_t one = 1;
-	/* EAGAIN means the counter is already non-zero: it is readable anyway. */
-	ssize_t r = write(p->efd, &one, sizeof one);
-	(void)r;
+	tl__os_notifier_signal(&p->wake);
 }
 
 int tl_poster_wake(tl_poster *p)
@@ -96,7 +90,7 @@ int tl__poster_begin(struct tl_poster *p)
 int tl__poster_park(struct tl_poster *p)
 {
 	/* The exchange orders against the producers' exchange in tl_poster_wake:
-	 * either they see PARKED and write the eventfd, or we see NOTIFIED. */
+	 * either they see PARKED and fire the notifier, or we see NOTIFIED. */
 	if (atomic_exchange(&p->state, TL_PARK_PARKED) == TL_PARK_NOTIFIED) {
 		atomic_store(&p->state, TL_PARK_RUNNING);
 		return 1;

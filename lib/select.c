@@ -71,12 +71,12 @@ static int env_kind(void)
 	return -EINVAL;
 }
 
-static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, int wake_fd,
+static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, tl__os_notifier *wake,
 		 struct tl_drv **d)
 {
 	if (!dv || !dv->init)
 		return -ENOTSUP; /* not built in (DPDK without -Ddpdk=enabled) */
-	return dv->init(l, cfg, wake_fd, d);
+	return dv->init(l, cfg, wake, d);
 }
 
 /* Note (under proc.mu) why a loop could not start its driver. */
@@ -95,11 +95,11 @@ static void failed(const char *fmt, const struct tl_driver *dv, const char *by, 
 }
 
 /* A loop whose config names its driver: exempt from the process's choice. */
-static int start_named(tl_loop *l, const tl_config *cfg, int wake_fd,
+static int start_named(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake,
 		       const struct tl_driver **dv, struct tl_drv **d)
 {
 	*dv = by_kind(cfg->driver);
-	int r = start(*dv, l, cfg, wake_fd, d);
+	int r = start(*dv, l, cfg, wake, d);
 	if (r < 0) {
 		tl__os_mutex_lock(&proc.mu);
 		failed("driver %s%s is unavailable: %s%s", *dv, " (named by the loop's config)", r);
@@ -112,7 +112,7 @@ static int start_named(tl_loop *l, const tl_config *cfg, int wake_fd,
 }
 
 /* The first default loop: decide the process's driver (under proc.mu). */
-static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const struct tl_driver **dv,
 		  struct tl_drv **d)
 {
 	int kind = env_kind();
@@ -125,7 +125,7 @@ static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl
 	int r;
 	if (kind != TL_DRIVER_DEFAULT) {
 		*dv = by_kind(kind);
-		r = start(*dv, l, cfg, wake_fd, d);
+		r = start(*dv, l, cfg, wake, d);
 		if (r < 0) {
 			failed("driver %s%s is unavailable: %s%s", *dv, " (forced by TL_DRIVER)", r);
 			return *dv == &tl__driver_uring ? -ENOTSUP : r;
@@ -135,11 +135,11 @@ static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl
 			 (*dv)->name);
 	} else {
 		*dv = &tl__driver_uring;
-		r = start(*dv, l, cfg, wake_fd, d);
+		r = start(*dv, l, cfg, wake, d);
 		if (r < 0) {
 			int uerr = r;
 			*dv = &tl__driver_epoll;
-			r = start(*dv, l, cfg, wake_fd, d);
+			r = start(*dv, l, cfg, wake, d);
 			if (r < 0) {
 				failed("no driver could start: %s%s %s%s", *dv, "", r);
 				return r;
@@ -160,18 +160,18 @@ static int decide(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl
 	return 0;
 }
 
-int tl__driver_start(tl_loop *l, const tl_config *cfg, int wake_fd, const struct tl_driver **dv,
+int tl__driver_start(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const struct tl_driver **dv,
 		     struct tl_drv **d)
 {
 	if (cfg->driver != TL_DRIVER_DEFAULT)
-		return start_named(l, cfg, wake_fd, dv, d);
+		return start_named(l, cfg, wake, dv, d);
 	tl__os_mutex_lock(&proc.mu);
 	int r;
 	if (!proc.dv) {
-		r = decide(l, cfg, wake_fd, dv, d);
+		r = decide(l, cfg, wake, dv, d);
 	} else {
 		*dv = proc.dv;
-		r = start(*dv, l, cfg, wake_fd, d);
+		r = start(*dv, l, cfg, wake, d);
 		if (r < 0)
 			failed("driver %s%s could not start for a new loop: %s%s", *dv,
 			       " (the process's driver)", r);

@@ -61,6 +61,14 @@ int main(void)
 	tl__os_mutex_lock(&m);
 	tl__os_mutex_unlock(&m);
 	tl__os_mutex_destroy(&m);
+	tl__os_notifier n;
+	if (tl__os_notifier_open(&n) == 0) {
+		tl__os_notifier_bind_port(&n, NULL, 0);
+		tl__os_notifier_signal(&n);
+		(void)tl__os_notifier_drain(&n);
+		(void)tl__os_notifier_wait(&n, 1000);
+		tl__os_notifier_close(&n);
+	}
 	if (p)
 		tl__os_unmap(p, 4096);
 	return (int)(tl__os_mono_ns() + tl__os_coarse_ns() + tl__os_thread_cpu_ns()) + tl__os_thread_is(t);
@@ -72,8 +80,9 @@ C
 # errors, the build's configuration with every optional library off (none
 # of them is built for Windows here), and the include folders of their layer.
 PORTED="lib/cancel.c lib/caps.c lib/deadline.c lib/dgram.c lib/error.c lib/ewait.c lib/handover.c
-lib/heap.c lib/lease.c lib/loop.c lib/select.c lib/sockopt.c lib/stream.c lib/sys.c lib/turn.c
-shards/foreign.c shards/mesh.c shards/sched.c shards/shard.c"
+lib/heap.c lib/lease.c lib/loop.c lib/poster.c lib/select.c lib/sockopt.c lib/stream.c lib/sys.c lib/turn.c
+shards/foreign.c shards/mesh.c shards/sched.c shards/shard.c
+drivers/sim/driver.c drivers/sim/net.c drivers/sim/ops.c"
 mkdir "$tmp/config"
 sed 's/^\(#define TL_HAVE_[A-Z0-9_]*\) 1$/\1 0/' "$build/config/tl_config.h" >"$tmp/config/tl_config.h"
 grep -q 'TL_HAVE_' "$tmp/config/tl_config.h" || { echo "test_headers_win: no configuration in $build/config" >&2; exit 1; }
@@ -90,4 +99,4 @@ if ! printf '%s\n' $PORTED | R="$root" xargs -P 2 -I{} sh -c '"$0" "$@" "$R/{}" 
 	"$cc" "${srcflags[@]}"; then
 	exit 1
 fi
-echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined; the platform layer and $nsrc sources of the loop core and the runtime compile"
+echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined; the platform layer and $nsrc sources of the loop core, the runtime and the simulation driver compile"

@@ -115,7 +115,7 @@ struct tl_drv {
 	tl_loop *loop;
 	struct tl_hslot *hs;
 	struct tl_opslot *os;
-	int wake_fd;
+	tl__os_notifier *wake; /* the loop's notifier */
 	uint16_t port, queue;
 	struct rte_mempool *mp;
 	struct rte_ether_addr mac;

@@ -337,8 +337,7 @@ static void work(struct tl_drv *d, uint64_t now)
 /* 1 if the notifier was written (a post, a wake, a cross-loop event). */
 static int woken(struct tl_drv *d)
 {
-	uint64_t v;
-	return read(d->wake_fd, &v, sizeof v) == (ssize_t)sizeof v;
+	return tl__os_notifier_drain(d->wake);
 }
 
 /*
@@ -378,7 +377,7 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			uint64_t nap = limit - now < d->nap_ns ? limit - now : d->nap_ns;
 			struct timespec ts = {.tv_sec = (time_t)(nap / 1000000000ull),
 					      .tv_nsec = (long)(nap % 1000000000ull)};
-			struct pollfd pf = {.fd = d->wake_fd, .events = POLLIN};
+			struct pollfd pf = {.fd = tl__os_notifier_fd(d->wake), .events = POLLIN};
 			d->st.naps++;
 			int n = ppoll(&pf, 1, &ts, NULL);
 			if (n > 0) {
@@ -599,7 +598,7 @@ static uint64_t env_us(const char *name, uint64_t def)
 	return v * 1000;
 }
 
-static int dp_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)
+static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out)
 {
 	uint64_t spin = env_us("TL_DPDK_SPIN_US", 200), nap = env_us("TL_DPDK_NAP_US", 250);
 	if (spin == UINT64_MAX || nap == UINT64_MAX || nap == 0)
@@ -629,7 +628,7 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	d->loop = loop;
 	d->hs = tl__drv_handle(loop, 0);
 	d->os = tl__drv_op(loop, 0);
-	d->wake_fd = wake_fd;
+	d->wake = wake;
 	d->port = pi.port;
 	d->mac = pi.mac;
 	memcpy(d->ips, pi.ips, sizeof d->ips);

@@ -19,7 +19,7 @@ uint64_t tl__ep_now(struct tl_drv *d)
 	return tl__os_mono_ns();
 }
 
-static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)
+static int ep_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out)
 {
 	struct tl_drv *d = calloc(1, sizeof *d);
 	if (!d)
@@ -27,7 +27,7 @@ static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	d->loop = loop;
 	d->hs = tl__drv_handle(loop, 0);
 	d->os = tl__drv_op(loop, 0);
-	d->wake_fd = wake_fd;
+	d->wake = wake;
 	d->rcap = 2 * cfg->max_handles + 1;
 	d->ready = malloc(d->rcap * sizeof *d->ready);
 	d->lwait = malloc(cfg->max_handles * sizeof *d->lwait);
@@ -38,7 +38,7 @@ static int ep_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_d
 	if (d->epfd < 0 || !d->ready || !d->lwait || !d->emfile)
 		goto fail;
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
-	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, wake_fd, &ev) < 0) {
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, tl__os_notifier_fd(wake), &ev) < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -386,9 +386,13 @@ static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 	for (int i = 0; i < n; i++) {
 		uint64_t tag = d->ev[i].data.u64;
 		uint32_t ev = d->ev[i].events;
-		if (tag == EV_WAKE || tag == EV_TIMER) {
+		if (tag == EV_WAKE) {
+			tl__os_notifier_drain(d->wake);
+			continue;
+		}
+		if (tag == EV_TIMER) {
 			uint64_t v;
-			ssize_t r = read(tag == EV_WAKE ? d->wake_fd : d->tfd, &v, sizeof v);
+			ssize_t r = read(d->tfd, &v, sizeof v);
 			(void)r;
 			continue;
 		}

@@ -96,7 +96,8 @@ struct tl_drv {
 	tl_loop *loop;
 	struct tl_hslot *hs;  /* the loop's tables, which never move (driver.h): */
 	struct tl_opslot *os; /* the hot paths index them without a call */
-	int epfd, wake_fd;
+	int epfd;
+	tl__os_notifier *wake; /* the loop's notifier */
 	int tfd;           /* embedded loops: a timerfd for the next deadline */
 	uint64_t tfd_at;
 	uint32_t *ready, rcap, rhead, rlen; /* ring of handle slots */

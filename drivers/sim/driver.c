@@ -1,12 +1,10 @@
 /* drivers/sim/driver.c: the simulation driver's table of operations and its test controls (drivers/sim.h). */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include "os.h"
 #include "sim_int.h"
 
@@ -28,7 +26,7 @@ static int env_seed(uint64_t *seed)
 	return 0;
 }
 
-static int sim_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)
+static int sim_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out)
 {
 	uint64_t seed = cfg->sim_seed;
 	struct tl_sim_faults f;
@@ -39,7 +37,7 @@ static int sim_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_
 	if (!d)
 		return -ENOMEM;
 	d->loop = loop;
-	d->wake_fd = wake_fd;
+	d->wake = wake;
 	d->f = f;
 	/* Room for every handle plus as many connections queued on listeners. */
 	d->nsocks = cfg->max_handles < (1u << 22) ? 2 * cfg->max_handles : (1u << 23);
@@ -428,24 +426,16 @@ static int sim_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	return r;
 }
 
-/* Wait on the wake eventfd for real, at most timeout_ns (< 0: no limit).
- * Called with the world locked; unlocks while waiting. 1 if woken. */
+/* Wait on the loop's notifier for real, at most timeout_ns (< 0: no
+ * limit). Called with the world locked; unlocks while waiting. 1 if woken. */
 static int real_wait(struct tl_drv *d, int64_t timeout_ns, int *err)
 {
-	struct timespec ts = {.tv_sec = timeout_ns / 1000000000, .tv_nsec = timeout_ns % 1000000000};
-	struct pollfd pf = {.fd = d->wake_fd, .events = POLLIN};
 	unlock();
-	int n = ppoll(&pf, 1, timeout_ns < 0 ? NULL : &ts, NULL);
-	int e = errno;
+	int n = tl__os_notifier_wait(d->wake, timeout_ns);
 	lock();
 	d->st.real_waits++;
-	*err = n < 0 && e != EINTR ? -e : 0;
-	if (n <= 0)
-		return 0;
-	uint64_t v;
-	ssize_t rd = read(d->wake_fd, &v, sizeof v);
-	(void)rd;
-	return 1;
+	*err = n < 0 ? n : 0;
+	return n > 0;
 }
 
 static int sim_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)

@@ -1,16 +1,14 @@
 /* drivers/sim/net.c: the simulated world: virtual clock, knobs, seeded randomness, sockets, addresses and connections. */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include "sim_int.h"
 
 struct tl__sim_world tl__sim_w = {
-	.mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP,
+	.mu = TL__OS_RMUTEX_INIT,
 	.clock = SIM_T0,
 	.next_port = PORT_LO,
 };

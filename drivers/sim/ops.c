@@ -1,12 +1,10 @@
 /* drivers/sim/ops.c: running operations on simulated sockets, in submission order per direction. */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include "sim_int.h"
 
 /* ---- op queues ---- */
@@ -231,7 +229,7 @@ static void gather(struct tl_opslot *o, struct sim_sock *p, uint32_t n)
 {
 	uint32_t done = 0;
 	while (done < n && o->u.wv.cur < o->u.wv.n) {
-		struct iovec *v = &o->u.wv.iov[o->u.wv.cur];
+		tl_iovec *v = &o->u.wv.iov[o->u.wv.cur];
 		uint32_t k = v->iov_len < n - done ? (uint32_t)v->iov_len : n - done;
 		if (k) {
 			tl__sim_ring_put(p, v->iov_base, k);

@@ -2,11 +2,10 @@
 #ifndef TL_SIM_INT_H
 #define TL_SIM_INT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <sys/un.h>
 #include "driver.h"
+#include "os.h" /* the world lock; struct sockaddr_un */
 #include "heap.h"
 #include "sim.h"
 
@@ -121,7 +120,7 @@ _Static_assert(sizeof(struct sim_o) <= sizeof(((struct tl_opslot *)0)->drv), "si
 
 struct tl_drv {
 	tl_loop *loop;
-	int wake_fd;
+	tl__os_notifier *wake; /* the loop's notifier */
 	uint32_t order;
 	uint64_t seed, rng, trace, seq;
 	struct tl_sim_faults f;
@@ -137,15 +136,15 @@ struct tl_drv {
 
 /* The world every sim loop of the process shares (see above). */
 struct tl__sim_world {
-	pthread_mutex_t mu;
+	tl__os_rmutex mu;
 	_Atomic uint64_t clock;
 	uint32_t nloops, created, next_port;
 	struct sim_sock *bound;
 };
 extern struct tl__sim_world tl__sim_w;
 
-static inline void lock(void) { pthread_mutex_lock(&tl__sim_w.mu); }
-static inline void unlock(void) { pthread_mutex_unlock(&tl__sim_w.mu); }
+static inline void lock(void) { tl__os_rmutex_lock(&tl__sim_w.mu); }
+static inline void unlock(void) { tl__os_rmutex_unlock(&tl__sim_w.mu); }
 
 static inline uint64_t now_ns(void)
 {

@@ -78,7 +78,7 @@ static int vg_wait(struct tl_drv *d, unsigned submit, const struct __kernel_time
 	 * where the kernel does not signal the ring's eventfd for the deferred
 	 * task work of the wake poll (shards parked under valgrind hung). */
 	struct pollfd pf[2] = {{.fd = d->vg_efd, .events = POLLIN},
-			       {.fd = d->wake_fd, .events = POLLIN}};
+			       {.fd = tl__os_notifier_fd(d->wake), .events = POLLIN}};
 	struct timespec t;
 	if (ts) {
 		t.tv_sec = ts->tv_sec;
@@ -94,7 +94,7 @@ static int arm_wake(struct tl_drv *d)
 	struct io_uring_sqe *s = sqe_get(d);
 	if (!s)
 		return -ENOBUFS;
-	io_uring_prep_poll_multishot(s, d->wake_fd, POLLIN);
+	io_uring_prep_poll_multishot(s, tl__os_notifier_fd(d->wake), POLLIN);
 	io_uring_sqe_set_data64(s, (uint64_t)TAG_WAKE << TAG_SHIFT);
 	d->wake_armed = 1;
 	return 0;
@@ -102,9 +102,7 @@ static int arm_wake(struct tl_drv *d)
 
 static void drain_wake(struct tl_drv *d, unsigned cf)
 {
-	uint64_t v;
-	ssize_t r = read(d->wake_fd, &v, sizeof v);
-	(void)r;
+	tl__os_notifier_drain(d->wake);
 	if (!(cf & IORING_CQE_F_MORE))
 		d->wake_armed = 0; /* run_starts re-arms it */
 }
@@ -423,13 +421,13 @@ void tl__ur_destroy(struct tl_drv *d)
 	free(d);
 }
 
-int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out)
+int tl__ur_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out)
 {
 	struct tl_drv *d = calloc(1, sizeof *d);
 	if (!d)
 		return -ENOMEM;
 	d->loop = loop;
-	d->wake_fd = wake_fd;
+	d->wake = wake;
 	d->embed = cfg->embed;
 	d->max_ops = cfg->max_ops;
 	d->ops = tl__drv_op(loop, 0);

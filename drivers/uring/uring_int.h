@@ -148,7 +148,8 @@ struct ur_fdmsg {
 struct tl_drv {
 	struct io_uring ring;
 	tl_loop *loop;
-	int wake_fd, embed, reg_ring, wake_armed;
+	tl__os_notifier *wake; /* the loop's notifier */
+	int embed, reg_ring, wake_armed;
 	int vg;                 /* running under valgrind */
 	int vg_efd;             /* see vg_wait; -1 unless under valgrind */
 	int send_flags;         /* MSG_NOSIGNAL | MSG_WAITALL */
@@ -454,7 +455,7 @@ static inline void recycle(struct tl_drv *d, uint32_t id)
 void tl__ur_init_hint(int err, char *buf, size_t len);
 
 /* ring.c: the driver table's init, destroy, now, poll and embed entries */
-int tl__ur_init(tl_loop *loop, const tl_config *cfg, int wake_fd, struct tl_drv **out);
+int tl__ur_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out);
 void tl__ur_destroy(struct tl_drv *d);
 uint64_t tl__ur_now(struct tl_drv *d);
 int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info);

@@ -15,10 +15,9 @@
  * tests/test_headers_win.sh with the mingw-w64 compiler and has not run:
  * the library does not build for Windows yet (docs/DESIGN.md).
  *
- * Not here yet, and still POSIX in their own files: the notifier (the
- * poster's eventfd, which a Windows driver would replace with its
- * completion port), descriptors, and the blocking pool's threads and
- * condition variables (lib/pool/).
+ * The notifier (the poster's wake-up, which every driver watches) is here
+ * too. Not here yet, and still POSIX in their own files: descriptors, and
+ * the blocking pool's threads and condition variables (lib/pool/).
  */
 
 #include <stddef.h>
@@ -32,15 +31,19 @@
 #include <ws2tcpip.h> /* inet_pton, inet_ntop */
 #include <windows.h>
 #include <afunix.h>   /* struct sockaddr_un */
+#include <errno.h>
 typedef SRWLOCK tl__os_mutex;
 #define TL__OS_MUTEX_INIT SRWLOCK_INIT
 typedef DWORD tl__os_thread;
 #else
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h> /* inet_pton, inet_ntop */
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/un.h>    /* struct sockaddr_un */
 typedef pthread_mutex_t tl__os_mutex;
@@ -152,6 +155,48 @@ static inline void tl__os_mutex_destroy(tl__os_mutex *m)
 #endif
 }
 
+/* A recursive lock: the thread holding it may take it again (the
+ * simulation driver's world lock, whose entry points nest). */
+#ifdef _WIN32
+typedef struct tl__os_rmutex {
+	SRWLOCK m;
+	volatile LONG owner; /* the holder's thread id, 0 when free */
+	unsigned depth;
+} tl__os_rmutex;
+#define TL__OS_RMUTEX_INIT {SRWLOCK_INIT, 0, 0}
+#else
+typedef pthread_mutex_t tl__os_rmutex;
+#define TL__OS_RMUTEX_INIT PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP /* static only */
+#endif
+
+static inline void tl__os_rmutex_lock(tl__os_rmutex *m)
+{
+#ifdef _WIN32
+	LONG me = (LONG)GetCurrentThreadId();
+	if (InterlockedCompareExchange(&m->owner, 0, 0) == me) { /* only we write our id */
+		m->depth++;
+		return;
+	}
+	AcquireSRWLockExclusive(&m->m);
+	InterlockedExchange(&m->owner, me);
+	m->depth = 1;
+#else
+	pthread_mutex_lock(m);
+#endif
+}
+
+static inline void tl__os_rmutex_unlock(tl__os_rmutex *m)
+{
+#ifdef _WIN32
+	if (--m->depth)
+		return;
+	InterlockedExchange(&m->owner, 0);
+	ReleaseSRWLockExclusive(&m->m);
+#else
+	pthread_mutex_unlock(m);
+#endif
+}
+
 /* ---- thread identity ---- */
 
 static inline tl__os_thread tl__os_thread_self(void)
@@ -229,5 +274,115 @@ static inline void tl__os_unmap(void *p, size_t n)
 	munmap(p, n);
 #endif
 }
+
+/* ---- the notifier: many threads wake one waiting loop ---- */
+
+/*
+ * A loop's poster signals it when another thread posts to it while it is
+ * parked (lib/poster.c); the loop's driver waits for that signal beside its
+ * own events. Signals coalesce: any number before a drain is one wake-up.
+ * POSIX: an eventfd, which each driver watches with its own mechanism
+ * (epoll, a multishot poll on io_uring, ppoll) through tl__os_notifier_fd.
+ * Windows: an auto-reset event, until a driver that waits on a completion
+ * port binds it (tl__os_notifier_bind_port); from then on a signal is a
+ * completion packet posted to that port, the one wait an IOCP loop makes.
+ */
+typedef struct tl__os_notifier {
+#ifdef _WIN32
+	HANDLE event;
+	HANDLE port;    /* set once, before any thread can signal */
+	ULONG_PTR key;  /* the packets' completion key */
+#else
+	int fd;
+#endif
+} tl__os_notifier;
+
+/* Make n: 0, or a negative errno. */
+static inline int tl__os_notifier_open(tl__os_notifier *n)
+{
+#ifdef _WIN32
+	n->port = NULL;
+	n->key = 0;
+	n->event = CreateEventW(NULL, FALSE, FALSE, NULL);
+	return n->event ? 0 : -ENOMEM;
+#else
+	n->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	return n->fd < 0 ? -errno : 0;
+#endif
+}
+
+static inline void tl__os_notifier_close(tl__os_notifier *n)
+{
+#ifdef _WIN32
+	CloseHandle(n->event);
+#else
+	close(n->fd);
+#endif
+}
+
+/* Wake the waiter, from any thread. A signal already pending absorbs this
+ * one (the eventfd's counter is non-zero: EAGAIN, still readable). */
+static inline void tl__os_notifier_signal(tl__os_notifier *n)
+{
+#ifdef _WIN32
+	if (n->port)
+		PostQueuedCompletionStatus(n->port, 0, n->key, NULL);
+	else
+		SetEvent(n->event);
+#else
+	uint64_t one = 1;
+	ssize_t r = write(n->fd, &one, sizeof one);
+	(void)r;
+#endif
+}
+
+/* Forget a pending signal, on the waiter's thread: 1 if there was one.
+ * (A bound Windows notifier's packets are consumed by the port's wait.) */
+static inline int tl__os_notifier_drain(tl__os_notifier *n)
+{
+#ifdef _WIN32
+	return !n->port && WaitForSingleObject(n->event, 0) == WAIT_OBJECT_0;
+#else
+	uint64_t v;
+	return read(n->fd, &v, sizeof v) == (ssize_t)sizeof v;
+#endif
+}
+
+/* Sleep until a signal or timeout_ns (negative: no limit), for a driver
+ * with no wait of its own: 1 signalled (and drained), 0 timed out, or a
+ * negative errno. Windows waits in milliseconds, rounded up. */
+static inline int tl__os_notifier_wait(tl__os_notifier *n, int64_t timeout_ns)
+{
+#ifdef _WIN32
+	DWORD ms = timeout_ns < 0 ? INFINITE
+		   : timeout_ns >= (int64_t)0xfffffffe * 1000000 ? 0xfffffffe
+		   : (DWORD)((timeout_ns + 999999) / 1000000);
+	DWORD r = WaitForSingleObject(n->event, ms);
+	return r == WAIT_OBJECT_0 ? 1 : r == WAIT_TIMEOUT ? 0 : -EIO;
+#else
+	struct pollfd pf = {.fd = n->fd, .events = POLLIN};
+	struct timespec ts = {(time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000)};
+	int r = ppoll(&pf, 1, timeout_ns < 0 ? NULL : &ts, NULL);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return r > 0 ? tl__os_notifier_drain(n), 1 : 0;
+#endif
+}
+
+#ifdef _WIN32
+/* From now on signals are packets with key `key` on port: call before the
+ * notifier is shared with other threads. */
+static inline void tl__os_notifier_bind_port(tl__os_notifier *n, HANDLE port, ULONG_PTR key)
+{
+	n->port = port;
+	n->key = key;
+}
+#else
+/* The descriptor a POSIX driver watches for readability. */
+static inline int tl__os_notifier_fd(const tl__os_notifier *n)
+{
+	return n->fd;
+}
+#endif
 
 #endif
