@@ -27,10 +27,12 @@ static struct {
 static const struct tl_driver *by_kind(int kind)
 {
 	switch (kind) {
+#if TL_HAVE_KERNEL_DRIVERS
 	case TL_DRIVER_EPOLL:
 		return &tl__driver_epoll;
 	case TL_DRIVER_URING:
 		return &tl__driver_uring;
+#endif
 	case TL_DRIVER_SIM:
 		return &tl__driver_sim;
 #if TL_HAVE_DPDK
@@ -48,9 +50,14 @@ static int kind_of(const struct tl_driver *dv)
 	if (dv == &tl__driver_dpdk)
 		return TL_DRIVER_DPDK;
 #endif
-	return dv == &tl__driver_uring ? TL_DRIVER_URING
-	       : dv == &tl__driver_sim ? TL_DRIVER_SIM
-				       : TL_DRIVER_EPOLL;
+#if TL_HAVE_KERNEL_DRIVERS
+	if (dv == &tl__driver_uring)
+		return TL_DRIVER_URING;
+	if (dv == &tl__driver_epoll)
+		return TL_DRIVER_EPOLL;
+#endif
+	(void)dv;
+	return TL_DRIVER_SIM;
 }
 
 /* The kind TL_DRIVER names: TL_DRIVER_DEFAULT when unset or empty, -EINVAL
@@ -79,13 +86,17 @@ static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, t
 	return dv->init(l, cfg, wake, d);
 }
 
-/* Note (under proc.mu) why a loop could not start its driver. */
-static void failed(const char *fmt, const struct tl_driver *dv, const char *by, int r)
+/* Note (under proc.mu) why a loop could not start its driver (dv NULL:
+ * kind's, which this build left out). */
+static void failed(const char *fmt, const struct tl_driver *dv, int kind, const char *by, int r)
 {
 	char hint[96] = "";
-	if (!dv) { /* a kind this build left out */
-		snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, "dpdk", by,
-			 strerror(-r), "; this build has no DPDK driver (-Ddpdk=enabled)");
+	if (!dv) {
+		int dpdk = kind == TL_DRIVER_DPDK;
+		snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt,
+			 dpdk ? "dpdk" : kind == TL_DRIVER_EPOLL ? "epoll" : "uring", by, strerror(-r),
+			 dpdk ? "; this build has no DPDK driver (-Ddpdk=enabled)"
+			      : "; this build has no kernel drivers (a Windows build: docs/WINDOWS.md)");
 		return;
 	}
 	if (dv->init_hint)
@@ -102,10 +113,10 @@ static int start_named(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake,
 	int r = start(*dv, l, cfg, wake, d);
 	if (r < 0) {
 		tl__os_mutex_lock(&proc.mu);
-		failed("driver %s%s is unavailable: %s%s", *dv, " (named by the loop's config)", r);
+		failed("driver %s%s is unavailable: %s%s", *dv, cfg->driver, " (named by the loop's config)", r);
 		tl__os_mutex_unlock(&proc.mu);
 		/* A named io_uring that cannot start is "unavailable". */
-		if (*dv == &tl__driver_uring)
+		if (cfg->driver == TL_DRIVER_URING)
 			r = -ENOTSUP;
 	}
 	return r;
@@ -121,19 +132,26 @@ static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const
 			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim, dpdk)", getenv("TL_DRIVER"));
 		return -EINVAL;
 	}
-	char hint[96] = "";
 	int r;
 	if (kind != TL_DRIVER_DEFAULT) {
 		*dv = by_kind(kind);
 		r = start(*dv, l, cfg, wake, d);
 		if (r < 0) {
-			failed("driver %s%s is unavailable: %s%s", *dv, " (forced by TL_DRIVER)", r);
-			return *dv == &tl__driver_uring ? -ENOTSUP : r;
+			failed("driver %s%s is unavailable: %s%s", *dv, kind, " (forced by TL_DRIVER)", r);
+			return kind == TL_DRIVER_URING ? -ENOTSUP : r;
 		}
 		proc.info.how = TL_HOW_ENV;
 		snprintf(proc.info.reason, sizeof proc.info.reason, "%s (forced by TL_DRIVER)",
 			 (*dv)->name);
 	} else {
+#if !TL_HAVE_KERNEL_DRIVERS
+		/* No default yet where the OS's own driver is not built: a loop
+		 * names the simulation driver (cfg.driver or TL_DRIVER=sim). */
+		*dv = NULL;
+		failed("driver %s%s is unavailable: %s%s", NULL, TL_DRIVER_URING, " (the default)", -ENOTSUP);
+		return -ENOTSUP;
+#else
+		char hint[96] = "";
 		*dv = &tl__driver_uring;
 		r = start(*dv, l, cfg, wake, d);
 		if (r < 0) {
@@ -141,7 +159,7 @@ static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const
 			*dv = &tl__driver_epoll;
 			r = start(*dv, l, cfg, wake, d);
 			if (r < 0) {
-				failed("no driver could start: %s%s %s%s", *dv, "", r);
+				failed("no driver could start: %s%s %s%s", *dv, TL_DRIVER_EPOLL, "", r);
 				return r;
 			}
 			if (tl__driver_uring.init_hint)
@@ -154,6 +172,7 @@ static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const
 			proc.info.how = TL_HOW_DEFAULT;
 			snprintf(proc.info.reason, sizeof proc.info.reason, "uring (default)");
 		}
+#endif
 	}
 	proc.dv = *dv;
 	proc.info.kind = kind_of(*dv);
@@ -173,7 +192,7 @@ int tl__driver_start(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, co
 		*dv = proc.dv;
 		r = start(*dv, l, cfg, wake, d);
 		if (r < 0)
-			failed("driver %s%s could not start for a new loop: %s%s", *dv,
+			failed("driver %s%s could not start for a new loop: %s%s", *dv, proc.info.kind,
 			       " (the process's driver)", r);
 	}
 	tl__os_mutex_unlock(&proc.mu);

@@ -1,4 +1,4 @@
-/* lib/signal.c: per-loop signal subscriptions, the process-wide handler behind them, and the table of loops that handlers and other threads wake. */
+/* lib/signal.c: per-loop signal subscriptions and the process-wide handler behind them; the handler wakes loops through the table of loops (lib/xloop.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,10 +9,8 @@
 
 /*
  * A signal handler may run on any thread at any moment, so it touches only
- * the static table below (never freed memory) and atomics, and wakes a loop
- * through tl_poster_wake (async-signal-safe). An entry stays in place for
- * its loop's life; users tells tl__xloop_put when no handler or notifier
- * can still hold the loop's poster, and only then is the reference let go.
+ * the static table of loops (lib/xloop.c: never freed memory) and atomics,
+ * and wakes a loop through tl_poster_wake (async-signal-safe).
  *
  * Dispositions: the first subscription or hook of a signal installs the
  * handler and keeps the action it replaced; when the last goes, that
@@ -21,10 +19,7 @@
 
 #define NSIGS 64
 
-static struct tl_xloop xtab[TL_XLOOPS];
-static _Atomic uint32_t xhw; /* entries below this may be live */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static struct {
 	uint32_t subs;      /* subscriptions of the process */
@@ -41,92 +36,6 @@ struct tl_sigloc {
 	uint8_t hit[NSIGS];    /* ... and whether the signal came since it looked */
 	int undelivered;       /* some subscription's count waits for room */
 };
-
-/* ---- the table ---- */
-
-/* A forked child must not wake its parent's loops (their eventfds are
- * shared with the parent): forget every entry. */
-static void atfork_child(void)
-{
-	for (uint32_t i = 0; i < TL_XLOOPS; i++) {
-		atomic_store(&xtab[i].sigmask, 0);
-		atomic_store(&xtab[i].ewmask, 0);
-		atomic_store(&xtab[i].poster, NULL);
-		atomic_store(&xtab[i].users, 0);
-	}
-	atomic_store(&xhw, 0);
-}
-
-static void atfork_setup(void)
-{
-	pthread_atfork(NULL, NULL, atfork_child);
-}
-
-int tl__xloop_get(tl_loop *l)
-{
-	if (l->x)
-		return 0;
-	pthread_once(&atfork_once, atfork_setup);
-	pthread_mutex_lock(&mu);
-	uint32_t i = 0;
-	while (i < TL_XLOOPS && atomic_load(&xtab[i].poster))
-		i++;
-	if (i == TL_XLOOPS) {
-		pthread_mutex_unlock(&mu);
-		return -ENOBUFS;
-	}
-	struct tl_xloop *x = &xtab[i];
-	atomic_store(&x->sigmask, 0);
-	atomic_store(&x->sigpending, 0);
-	for (int s = 0; s < NSIGS; s++)
-		atomic_store(&x->sigcount[s], 0);
-	atomic_store(&x->ewmask, 0);
-	atomic_store(&x->ewnotified, 0);
-	atomic_store(&x->poster, tl_poster_get(l));
-	if (atomic_load(&xhw) < i + 1)
-		atomic_store(&xhw, i + 1);
-	pthread_mutex_unlock(&mu);
-	l->x = x;
-	return 0;
-}
-
-void tl__xloop_put(tl_loop *l)
-{
-	struct tl_xloop *x = l->x;
-	if (!x)
-		return;
-	pthread_mutex_lock(&mu);
-	atomic_store(&x->sigmask, 0);
-	atomic_store(&x->ewmask, 0);
-	struct tl_poster *p = atomic_exchange(&x->poster, NULL);
-	pthread_mutex_unlock(&mu);
-	/* A handler or notifier that read the poster before it went is done
-	 * with it in a few instructions. */
-	while (atomic_load(&x->users))
-		;
-	tl_poster_put(p);
-	l->x = NULL;
-}
-
-uint32_t tl__xloop_each(size_t mask_off, uint64_t bits,
-			void (*fn)(struct tl_xloop *x, struct tl_poster *p, void *arg), void *arg)
-{
-	uint32_t n = atomic_load(&xhw), hits = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		struct tl_xloop *x = &xtab[i];
-		_Atomic uint64_t *m = (_Atomic uint64_t *)((char *)x + mask_off);
-		if (!(atomic_load(m) & bits))
-			continue;
-		atomic_fetch_add(&x->users, 1);
-		struct tl_poster *p = atomic_load(&x->poster);
-		if (p) {
-			fn(x, p, arg);
-			hits++;
-		}
-		atomic_fetch_sub(&x->users, 1);
-	}
-	return hits;
-}
 
 /* ---- the handler and dispositions ---- */
 

@@ -50,7 +50,7 @@ static inline int tl__sys_one_op(const struct tl_hslot *h)
 	return h->type == TL_H_POLL || h->type == TL_H_SIGNAL || h->type == TL_H_WATCH;
 }
 
-/* ---- the process's table of loops (signal.c) ---- */
+/* ---- the process's table of loops (xloop.c) ---- */
 
 /* The part of a loop that signal handlers and other threads reach: one
  * entry of a static table, so that a stale pointer never names freed

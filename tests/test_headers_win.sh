@@ -5,8 +5,8 @@
 # (-EXXX) exists there. Compiled with Debian's mingw-w64 C compiler, which
 # tools/setup.sh installs.
 # The platform layer's header (lib/shared/os.h) is compiled for Windows too,
-# and so is every source file of the loop core and the runtime that the port
-# has reached (PORTED below: the list only grows).
+# and so is every source file of the runtime that the port has reached but
+# the Windows build does not build yet (PORTED below).
 # Usage: test_headers_win.sh SOURCE_ROOT BUILD_ROOT
 set -euo pipefail
 root=$1
@@ -76,13 +76,12 @@ int main(void)
 C
 "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$root/lib/shared" "$tmp/os.c" ||
 	{ echo "test_headers_win: lib/shared/os.h does not compile for Windows" >&2; exit 1; }
-# The sources that compile for Windows, with the project's warnings as
-# errors, the build's configuration with every optional library off (none
-# of them is built for Windows here), and the include folders of their layer.
-PORTED="lib/cancel.c lib/caps.c lib/deadline.c lib/dgram.c lib/error.c lib/ewait.c lib/handover.c
-lib/heap.c lib/lease.c lib/loop.c lib/poster.c lib/select.c lib/sockopt.c lib/stream.c lib/sys.c lib/turn.c
-shards/foreign.c shards/mesh.c shards/sched.c shards/shard.c
-drivers/sim/driver.c drivers/sim/net.c drivers/sim/ops.c"
+# The sources that compile for Windows but are not in its build yet (the
+# Windows build itself, tools/check's build-win, compiles the loop core and
+# the simulation driver), with the project's warnings as errors, the
+# build's configuration with every optional library off (none of them is
+# built for Windows here), and the include folders of their layer.
+PORTED="shards/foreign.c shards/mesh.c shards/sched.c shards/shard.c"
 mkdir "$tmp/config"
 sed 's/^\(#define TL_HAVE_[A-Z0-9_]*\) 1$/\1 0/' "$build/config/tl_config.h" >"$tmp/config/tl_config.h"
 grep -q 'TL_HAVE_' "$tmp/config/tl_config.h" || { echo "test_headers_win: no configuration in $build/config" >&2; exit 1; }
@@ -99,4 +98,4 @@ if ! printf '%s\n' $PORTED | R="$root" xargs -P 2 -I{} sh -c '"$0" "$@" "$R/{}" 
 	"$cc" "${srcflags[@]}"; then
 	exit 1
 fi
-echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined; the platform layer and $nsrc sources of the loop core, the runtime and the simulation driver compile"
+echo "test_headers_win: $n headers compile for Windows; tl_iovec is WSABUF; $(echo $codes | wc -w) error codes defined; the platform layer and $nsrc sources of the runtime compile"

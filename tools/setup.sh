@@ -27,6 +27,26 @@ tl_install() {
 	}
 }
 
+# tl_install_bare PKG...: install what is missing of PKG without the packages they
+# recommend (the test command's wine: about 1.2 GB so, much more with them).
+tl_install_bare() {
+	local p missing=
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "turnloop: missing packages:$missing (run: sudo apt-get install --no-install-recommends$missing)" >&2
+		return 1
+	fi
+	echo "turnloop: installing$missing" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
+		echo "turnloop: apt-get install$missing failed" >&2
+		return 1
+	}
+}
+
 # tl_build DIR TYPE [meson options...]: configure once, then build.
 tl_build() {
 	local dir=$1 type=$2

@@ -97,9 +97,9 @@ static int run_sendfile(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *
 			return 0; /* the peer's reads wake us */
 		if (n > (int64_t)sizeof buf)
 			n = sizeof buf;
-		ssize_t r;
+		long r;
 		do
-			r = pread(o->u.sp.file, buf, (size_t)n, (off_t)o->u.sp.off);
+			r = tl__os_pread(o->u.sp.file, buf, (size_t)n, o->u.sp.off);
 		while (r < 0 && errno == EINTR);
 		if (r <= 0) {
 			tl__sim_report(d, o, r < 0 ? -errno : (int64_t)o->u.sp.moved,

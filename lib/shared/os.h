@@ -1,23 +1,24 @@
-/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, a lock, thread identity, aligned blocks, memory mapping), one inline function each. */
+/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, locks, thread identity, aligned blocks, memory mapping, positioned file reads, the notifier), one inline function each. */
 #ifndef TL_OS_H
 #define TL_OS_H
 
 /*
- * The library, the runtime and the drivers read clocks, take the poster's
- * and the driver choice's locks, ask which thread they run on, allocate
- * cache-aligned rings and map the loop's lease memory only through these (and get the socket headers the
- * public ones leave out, Unix-domain addresses and address text, here), so a port to another OS adds a
- * branch here instead of editing each caller (libuv's src/unix and src/win
- * split the same way). Each is small enough to inline: the monotonic clock
- * is read on every turn.
+ * The library, the runtime and the drivers read clocks, take the poster's,
+ * the driver choice's and the simulated world's locks, ask which thread
+ * they run on, allocate cache-aligned rings, map the loop's lease memory
+ * and wake a parked loop only through these (and get the socket headers
+ * the public ones leave out, Unix-domain addresses and address text,
+ * here), so a port to another OS adds a branch here instead of editing
+ * each caller (libuv's src/unix and src/win split the same way). Each is
+ * small enough to inline: the monotonic clock is read on every turn.
  *
- * POSIX is what builds and runs today. The Windows branch is compiled by
- * tests/test_headers_win.sh with the mingw-w64 compiler and has not run:
- * the library does not build for Windows yet (docs/DESIGN.md).
+ * POSIX is what the whole tree builds on. The Windows branch runs in the
+ * Windows build (cross/mingw-w64.ini; docs/WINDOWS.md): the loop core and
+ * the simulation driver, under wine in the test command.
  *
- * The notifier (the poster's wake-up, which every driver watches) is here
- * too. Not here yet, and still POSIX in their own files: descriptors, and
- * the blocking pool's threads and condition variables (lib/pool/).
+ * Not here yet, and still POSIX in their own files: descriptors (the
+ * public calls take an int), and the blocking pool's threads and
+ * condition variables (lib/pool/).
  */
 
 #include <stddef.h>
@@ -32,6 +33,7 @@
 #include <windows.h>
 #include <afunix.h>   /* struct sockaddr_un */
 #include <errno.h>
+#include <io.h>       /* _get_osfhandle */
 typedef SRWLOCK tl__os_mutex;
 #define TL__OS_MUTEX_INIT SRWLOCK_INIT
 typedef DWORD tl__os_thread;
@@ -272,6 +274,34 @@ static inline void tl__os_unmap(void *p, size_t n)
 	VirtualFree(p, 0, MEM_RELEASE);
 #else
 	munmap(p, n);
+#endif
+}
+
+/* ---- files ---- */
+
+/* pread(2): up to n bytes of file descriptor fd from offset off, leaving
+ * its position alone: how many (0 at the end), or -1 with errno set. */
+static inline long tl__os_pread(int fd, void *buf, size_t n, uint64_t off)
+{
+#ifdef _WIN32
+	HANDLE h = (HANDLE)_get_osfhandle(fd);
+	OVERLAPPED ov = {0};
+	DWORD got = 0;
+	if (h == INVALID_HANDLE_VALUE) {
+		errno = EBADF;
+		return -1;
+	}
+	ov.Offset = (DWORD)off;
+	ov.OffsetHigh = (DWORD)(off >> 32);
+	if (!ReadFile(h, buf, n > 0x7fffffff ? 0x7fffffff : (DWORD)n, &got, &ov)) {
+		if (GetLastError() == ERROR_HANDLE_EOF)
+			return 0;
+		errno = EIO;
+		return -1;
+	}
+	return (long)got;
+#else
+	return (long)pread(fd, buf, n, (off_t)off);
 #endif
 }
 
