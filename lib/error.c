@@ -54,6 +54,31 @@ const char *tl_strerror(int code)
 	case -EKEYREVOKED: return "Key has been revoked";
 	case -EKEYREJECTED: return "Key was rejected by service";
 #endif
+#ifdef _WIN32
+	/* The C runtime's strerror knows only the old C codes, not the POSIX
+	 * network ones (mingw-w64 numbers them from 100). */
+	case -EADDRINUSE: return "Address already in use";
+	case -EADDRNOTAVAIL: return "Cannot assign requested address";
+	case -EAFNOSUPPORT: return "Address family not supported by protocol";
+	case -EBADMSG: return "Bad message";
+	case -ECONNABORTED: return "Software caused connection abort";
+	case -ECONNREFUSED: return "Connection refused";
+	case -ECONNRESET: return "Connection reset by peer";
+	case -EDESTADDRREQ: return "Destination address required";
+	case -EHOSTUNREACH: return "No route to host";
+	case -EINPROGRESS: return "Operation now in progress";
+	case -EISCONN: return "Transport endpoint is already connected";
+	case -EMSGSIZE: return "Message too long";
+	case -ENETDOWN: return "Network is down";
+	case -ENETRESET: return "Network dropped connection on reset";
+	case -ENETUNREACH: return "Network is unreachable";
+	case -ENOPROTOOPT: return "Protocol not available";
+	case -ENOTCONN: return "Transport endpoint is not connected";
+	case -ENOTSOCK: return "Socket operation on non-socket";
+	case -EOPNOTSUPP: return "Operation not supported on socket";
+	case -EPROTO: return "Protocol error";
+	case -EWOULDBLOCK: return "Operation would block";
+#endif
 	default: return code < 0 ? strerror(-code) : "not an error code";
 	}
 }

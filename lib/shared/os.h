@@ -277,6 +277,15 @@ static inline void tl__os_unmap(void *p, size_t n)
 #endif
 }
 
+/* ---- errors ---- */
+
+#ifdef _WIN32
+/* A Winsock (WSAE*) or Win32 (ERROR_*) code as the contract's negative
+ * errno: one table for every Windows caller (lib/os_win.c); -EIO for a
+ * code it does not list. */
+int tl__os_win_error(unsigned long code);
+#endif
+
 /* ---- files ---- */
 
 /* pread(2): up to n bytes of file descriptor fd from offset off, leaving
