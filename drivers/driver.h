@@ -476,6 +476,9 @@ extern const struct tl_driver tl__driver_sim;
 #if TL_HAVE_DPDK
 extern const struct tl_driver tl__driver_dpdk;
 #endif
+#ifdef _WIN32
+extern const struct tl_driver tl__driver_iocp; /* drivers/iocp/ */
+#endif
 
 /* ---- What the core offers drivers (lib/loop.c) ---- */
 

@@ -53,7 +53,7 @@ static int valid_config(const tl_config *c)
 		return 0;
 	if (!c->handle_write_bytes || c->handle_write_bytes > TL_MAX_WRITE_CAP)
 		return 0;
-	if (c->driver < TL_DRIVER_DEFAULT || c->driver > TL_DRIVER_DPDK)
+	if (c->driver < TL_DRIVER_DEFAULT || c->driver > TL_DRIVER_IOCP)
 		return 0;
 	/* The kernel rounds a pipe up to a power of two pages; 1 MiB is its
 	 * default fs.pipe-max-size, past which only privileged users go. */

@@ -27,7 +27,7 @@ static struct {
 static const struct tl_driver *by_kind(int kind)
 {
 	switch (kind) {
-#if TL_HAVE_KERNEL_DRIVERS
+#if TL_HAVE_LINUX_DRIVERS
 	case TL_DRIVER_EPOLL:
 		return &tl__driver_epoll;
 	case TL_DRIVER_URING:
@@ -38,6 +38,10 @@ static const struct tl_driver *by_kind(int kind)
 #if TL_HAVE_DPDK
 	case TL_DRIVER_DPDK:
 		return &tl__driver_dpdk;
+#endif
+#ifdef _WIN32
+	case TL_DRIVER_IOCP:
+		return &tl__driver_iocp;
 #endif
 	default:
 		return NULL;
@@ -50,7 +54,11 @@ static int kind_of(const struct tl_driver *dv)
 	if (dv == &tl__driver_dpdk)
 		return TL_DRIVER_DPDK;
 #endif
-#if TL_HAVE_KERNEL_DRIVERS
+#ifdef _WIN32
+	if (dv == &tl__driver_iocp)
+		return TL_DRIVER_IOCP;
+#endif
+#if TL_HAVE_LINUX_DRIVERS
 	if (dv == &tl__driver_uring)
 		return TL_DRIVER_URING;
 	if (dv == &tl__driver_epoll)
@@ -75,6 +83,8 @@ static int env_kind(void)
 		return TL_DRIVER_SIM;
 	if (!strcmp(env, "dpdk"))
 		return TL_DRIVER_DPDK;
+	if (!strcmp(env, "iocp"))
+		return TL_DRIVER_IOCP;
 	return -EINVAL;
 }
 
@@ -92,11 +102,12 @@ static void failed(const char *fmt, const struct tl_driver *dv, int kind, const 
 {
 	char hint[96] = "";
 	if (!dv) {
-		int dpdk = kind == TL_DRIVER_DPDK;
+		static const char *const name[] = {"default", "epoll", "uring", "sim", "dpdk", "iocp"};
 		snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt,
-			 dpdk ? "dpdk" : kind == TL_DRIVER_EPOLL ? "epoll" : "uring", by, strerror(-r),
-			 dpdk ? "; this build has no DPDK driver (-Ddpdk=enabled)"
-			      : "; this build has no kernel drivers (a Windows build: docs/WINDOWS.md)");
+			 kind >= 0 && kind <= TL_DRIVER_IOCP ? name[kind] : "?", by, strerror(-r),
+			 kind == TL_DRIVER_DPDK   ? "; this build has no DPDK driver (-Ddpdk=enabled)"
+			 : kind == TL_DRIVER_IOCP ? "; IOCP is Windows' driver (docs/WINDOWS.md)"
+						  : "; this build has no Linux drivers (a Windows build: docs/WINDOWS.md)");
 		return;
 	}
 	if (dv->init_hint)
@@ -129,7 +140,7 @@ static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const
 	int kind = env_kind();
 	if (kind < 0) {
 		snprintf(proc.info.last_error, sizeof proc.info.last_error,
-			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim, dpdk)", getenv("TL_DRIVER"));
+			 "TL_DRIVER=%.60s is not a driver (epoll, uring, sim, dpdk, iocp)", getenv("TL_DRIVER"));
 		return -EINVAL;
 	}
 	int r;
@@ -144,12 +155,16 @@ static int decide(tl_loop *l, const tl_config *cfg, tl__os_notifier *wake, const
 		snprintf(proc.info.reason, sizeof proc.info.reason, "%s (forced by TL_DRIVER)",
 			 (*dv)->name);
 	} else {
-#if !TL_HAVE_KERNEL_DRIVERS
-		/* No default yet where the OS's own driver is not built: a loop
-		 * names the simulation driver (cfg.driver or TL_DRIVER=sim). */
-		*dv = NULL;
-		failed("driver %s%s is unavailable: %s%s", NULL, TL_DRIVER_URING, " (the default)", -ENOTSUP);
-		return -ENOTSUP;
+#ifdef _WIN32
+		/* Windows: completion ports, its one driver of its own. */
+		*dv = &tl__driver_iocp;
+		r = start(*dv, l, cfg, wake, d);
+		if (r < 0) {
+			failed("driver %s%s is unavailable: %s%s", *dv, TL_DRIVER_IOCP, " (the default)", r);
+			return r;
+		}
+		proc.info.how = TL_HOW_DEFAULT;
+		snprintf(proc.info.reason, sizeof proc.info.reason, "iocp (default)");
 #else
 		char hint[96] = "";
 		*dv = &tl__driver_uring;

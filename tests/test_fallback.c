@@ -211,6 +211,26 @@ static int child_dpdk(int unused)
 	return 0;
 }
 
+/* TL_DRIVER=iocp on Linux: Windows' driver is refused (-ENOTSUP) with the
+ * reason, and nothing is decided or left open. */
+static int child_iocp(int unused)
+{
+	(void)unused;
+	setenv("TL_DRIVER", "iocp", 1);
+	int fds = h_fd_count();
+	tl_loop *l = NULL;
+	int rc = tl_loop_new(&l, NULL);
+	CHECK(l == NULL);
+	CHECK(rc == -ENOTSUP);
+	tl_driver_info info;
+	tl_driver_info_get(&info);
+	CHECK(strstr(info.last_error, "driver iocp (forced by TL_DRIVER)") == info.last_error);
+	CHECK(strstr(info.last_error, "IOCP is Windows' driver") != NULL);
+	CHECK(info.how == TL_HOW_NONE);
+	CHECK(h_fd_count() == fds);
+	return 0;
+}
+
 /* One driver kind per process (contract 10): the first default loop came up
  * on io_uring; io_uring is refused afterwards (as RLIMIT_MEMLOCK can do for a
  * later shard): the next default loop fails with the driver's error instead
@@ -334,6 +354,7 @@ static void test_forced_config_fails(void) { quiet_child(child_forced, 0); }
 static void test_one_kind_per_process(void) { quiet_child(child_one_kind, 0); }
 static void test_fallback_holds(void) { quiet_child(child_fallback_holds, 0); }
 static void test_dpdk_refused(void) { quiet_child(child_dpdk, 0); }
+static void test_iocp_refused(void) { quiet_child(child_iocp, 0); }
 
 int main(void)
 {
@@ -347,7 +368,8 @@ int main(void)
 	    !CU_add_test(s, "forced_by_config_fails", test_forced_config_fails) ||
 	    !CU_add_test(s, "one_kind_per_process", test_one_kind_per_process) ||
 	    !CU_add_test(s, "fallback_holds", test_fallback_holds) ||
-	    !CU_add_test(s, "dpdk_refused_with_reason", test_dpdk_refused)) {
+	    !CU_add_test(s, "dpdk_refused_with_reason", test_dpdk_refused) ||
+	    !CU_add_test(s, "iocp_refused_with_reason", test_iocp_refused)) {
 		CU_cleanup_registry();
 		return 1;
 	}

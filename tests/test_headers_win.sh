@@ -63,7 +63,7 @@ int main(void)
 	tl__os_mutex_destroy(&m);
 	tl__os_notifier n;
 	if (tl__os_notifier_open(&n) == 0) {
-		tl__os_notifier_bind_port(&n, NULL, 0);
+		(void)tl__os_notifier_port(&n, 1);
 		tl__os_notifier_signal(&n);
 		(void)tl__os_notifier_drain(&n);
 		(void)tl__os_notifier_wait(&n, 1000);

@@ -83,13 +83,16 @@ unsigned tl_addr_len(const tl_addr *a);
  * epoll|sim|dpdk in the environment if set, else io_uring, else epoll when
  * io_uring cannot be set up); see tl_driver_info_get(). TL_DRIVER_DPDK
  * serves datagrams only, on a DPDK port, in a build with -Ddpdk=enabled
- * (else it is -ENOTSUP); docs/DPDK.md sets it up. */
+ * (else it is -ENOTSUP); docs/DPDK.md sets it up. TL_DRIVER_IOCP is
+ * Windows' completion ports, the default there (TL_DRIVER=iocp), TCP
+ * streams so far (docs/WINDOWS.md); -ENOTSUP on other systems. */
 enum tl_driver_kind {
 	TL_DRIVER_DEFAULT = 0,
 	TL_DRIVER_EPOLL = 1,
 	TL_DRIVER_URING = 2,
 	TL_DRIVER_SIM = 3,
 	TL_DRIVER_DPDK = 4,
+	TL_DRIVER_IOCP = 5,
 };
 
 /*

@@ -323,13 +323,15 @@ static inline long tl__os_pread(int fd, void *buf, size_t n, uint64_t off)
  * POSIX: an eventfd, which each driver watches with its own mechanism
  * (epoll, a multishot poll on io_uring, ppoll) through tl__os_notifier_fd.
  * Windows: an auto-reset event, until a driver that waits on a completion
- * port binds it (tl__os_notifier_bind_port); from then on a signal is a
- * completion packet posted to that port, the one wait an IOCP loop makes.
+ * port asks the notifier for one (tl__os_notifier_port); from then on a
+ * signal is a packet posted to that port, the one wait an IOCP loop makes.
+ * The notifier owns the port, so a late signal from another thread never
+ * reaches a port the driver has closed.
  */
 typedef struct tl__os_notifier {
 #ifdef _WIN32
 	HANDLE event;
-	HANDLE port;    /* set once, before any thread can signal */
+	HANDLE port;    /* made once, before any thread can signal; NULL: the event */
 	ULONG_PTR key;  /* the packets' completion key */
 #else
 	int fd;
@@ -354,6 +356,8 @@ static inline void tl__os_notifier_close(tl__os_notifier *n)
 {
 #ifdef _WIN32
 	CloseHandle(n->event);
+	if (n->port)
+		CloseHandle(n->port);
 #else
 	close(n->fd);
 #endif
@@ -409,12 +413,17 @@ static inline int tl__os_notifier_wait(tl__os_notifier *n, int64_t timeout_ns)
 }
 
 #ifdef _WIN32
-/* From now on signals are packets with key `key` on port: call before the
- * notifier is shared with other threads. */
-static inline void tl__os_notifier_bind_port(tl__os_notifier *n, HANDLE port, ULONG_PTR key)
+/* A completion port of the notifier's own (it closes it), on which every
+ * signal from now on is a packet with key `key` and no OVERLAPPED: for a
+ * driver that waits on a port. Call before the notifier is shared with
+ * other threads. NULL when Windows refuses one. */
+static inline HANDLE tl__os_notifier_port(tl__os_notifier *n, ULONG_PTR key)
 {
-	n->port = port;
-	n->key = key;
+	if (!n->port) {
+		n->port = CreateIoCompletionPort(INVALID_HANDLE_VALUE, NULL, 0, 1);
+		n->key = key;
+	}
+	return n->port;
 }
 #else
 /* The descriptor a POSIX driver watches for readability. */

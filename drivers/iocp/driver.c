@@ -1,0 +1,239 @@
+/* drivers/iocp/driver.c: the IOCP driver's instance, sockets and turn: set-up, handles, and one GetQueuedCompletionStatusEx per poll. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "iocp_int.h"
+
+static void io_free(struct tl_drv *d)
+{
+	if (!d)
+		return;
+	if (d->ops)
+		tl__os_unmap(d->ops, d->ops_len);
+	free(d->lwait);
+	free(d);
+}
+
+static int wsa_fn(SOCKET s, GUID g, void *fn, size_t len)
+{
+	DWORD got = 0;
+	return WSAIoctl(s, SIO_GET_EXTENSION_FUNCTION_POINTER, &g, sizeof g, fn, (DWORD)len, &got, NULL,
+			NULL);
+}
+
+/* AcceptEx, ConnectEx and GetAcceptExSockaddrs are reached through a
+ * socket: 0, or the error. */
+static int load_fns(struct tl_drv *d)
+{
+	GUID ga = WSAID_ACCEPTEX, gc = WSAID_CONNECTEX, gs = WSAID_GETACCEPTEXSOCKADDRS;
+	SOCKET s = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
+	if (s == INVALID_SOCKET)
+		return tl__os_win_error((unsigned long)WSAGetLastError());
+	int r = wsa_fn(s, ga, &d->acceptex, sizeof d->acceptex) ||
+		wsa_fn(s, gc, &d->connectex, sizeof d->connectex) ||
+		wsa_fn(s, gs, &d->acceptaddrs, sizeof d->acceptaddrs);
+	int e = r ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
+	closesocket(s);
+	return e;
+}
+
+static int io_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, struct tl_drv **out)
+{
+	WSADATA wd;
+	int r = -ENOMEM;
+	if (WSAStartup(MAKEWORD(2, 2), &wd) != 0)
+		return -ENOTSUP;
+	struct tl_drv *d = calloc(1, sizeof *d);
+	if (!d)
+		goto fail;
+	d->loop = loop;
+	d->hs = tl__drv_handle(loop, 0);
+	d->os = tl__drv_op(loop, 0);
+	d->ops_len = (size_t)cfg->max_ops * sizeof *d->ops;
+	d->ops = tl__os_map(d->ops_len); /* backed as op slots are used */
+	d->lwait = calloc(cfg->max_handles ? cfg->max_handles : 1, sizeof *d->lwait);
+	if (!d->ops || !d->lwait)
+		goto fail;
+	/* The notifier's port: its wake-ups and our sockets' completions
+	 * arrive on the one object the turn waits on. */
+	d->port = tl__os_notifier_port(wake, IO_KEY_WAKE);
+	if (!d->port)
+		goto fail;
+	if ((r = load_fns(d)) < 0)
+		goto fail;
+	*out = d;
+	return 0;
+fail:
+	io_free(d);
+	WSACleanup();
+	return r;
+}
+
+static void io_destroy(struct tl_drv *d)
+{
+	io_free(d);
+	WSACleanup();
+}
+
+static uint64_t io_now(struct tl_drv *d)
+{
+	(void)d;
+	return tl__os_mono_ns();
+}
+
+static void reset_h(struct tl_hslot *h)
+{
+	*IH(h) = (struct io_h){.rhead = TL_NIL, .rtail = TL_NIL, .whead = TL_NIL, .wtail = TL_NIL};
+}
+
+static int associate(struct tl_drv *d, SOCKET s)
+{
+	if (!CreateIoCompletionPort((HANDLE)s, d->port, 0, 0))
+		return tl__os_win_error(GetLastError());
+	return 0;
+}
+
+static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
+{
+	if (sp->kind != TL_OPEN_TCP_LISTEN && sp->kind != TL_OPEN_TCP_STREAM)
+		return -ENOTSUP; /* UDP and Unix-domain sockets: not yet (docs/WINDOWS.md) */
+	if (sp->nso || (sp->opts && (sp->opts->reuseport || sp->opts->defer_accept || sp->opts->fastopen)) ||
+	    (sp->conn && (sp->conn->freebind || sp->conn->transparent || sp->conn->bind_no_port)))
+		return -ENOTSUP; /* socket options: not yet */
+	const tl_addr *a = sp->kind == TL_OPEN_TCP_LISTEN ? sp->addr : NULL;
+	int fam = sp->addr->sa.sa_family;
+	SOCKET s = WSASocketW(fam, SOCK_STREAM, IPPROTO_TCP, NULL, 0, WSA_FLAG_OVERLAPPED);
+	if (s == INVALID_SOCKET)
+		return tl__os_win_error((unsigned long)WSAGetLastError());
+	tl_addr any;
+	int r = 0;
+	if (!a) { /* ConnectEx needs a bound socket: the source, or any */
+		if (sp->conn && sp->conn->source.sa.sa_family) {
+			a = &sp->conn->source;
+		} else {
+			memset(&any, 0, sizeof any);
+			any.sa.sa_family = (ADDRESS_FAMILY)fam;
+			a = &any;
+		}
+	}
+	if (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
+	    (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0))
+		r = tl__os_win_error((unsigned long)WSAGetLastError());
+	if (!r)
+		r = associate(d, s);
+	if (r) {
+		closesocket(s);
+		return r;
+	}
+	h->fd = (int)(intptr_t)s;
+	if (fam == AF_INET6)
+		h->flags |= TL_HF_V6;
+	reset_h(h);
+	return 0;
+}
+
+static int io_attach(struct tl_drv *d, struct tl_hslot *h)
+{
+	reset_h(h);
+	return associate(d, io_sock(h));
+}
+
+static void io_release(struct tl_drv *d, struct tl_hslot *h)
+{
+	(void)d;
+	if (h->fd == -1)
+		return;
+	if (h->flags & TL_HF_ABORT) { /* the peer sees a reset */
+		struct linger lg = {1, 0};
+		setsockopt(io_sock(h), SOL_SOCKET, SO_LINGER, (char *)&lg, sizeof lg);
+	}
+	closesocket(io_sock(h));
+	h->fd = -1;
+}
+
+static int io_local_addr(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	int len = sizeof *out;
+	(void)d;
+	memset(out, 0, sizeof *out);
+	return getsockname(io_sock(h), &out->sa, &len) ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
+}
+
+static int io_peer_addr(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
+{
+	int len = sizeof *out;
+	(void)d;
+	memset(out, 0, sizeof *out);
+	return getpeername(io_sock(h), &out->sa, &len) ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
+}
+
+/* One wait on the port: at most as many completions as the turn has room
+ * for (each may be a nonterminal event), in the milliseconds Windows waits
+ * in (rounded up). */
+static int io_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
+{
+	uint32_t room = tl__drv_room(d->loop);
+	ULONG max = room < IO_BATCH ? room : IO_BATCH, got = 0;
+	DWORD ms = timeout_ns < 0 ? INFINITE
+		   : timeout_ns >= (int64_t)0xfffffffe * 1000000 ? 0xfffffffe
+		   : (DWORD)((timeout_ns + 999999) / 1000000);
+	if (!max) { /* no room this turn: the completions wait in the port */
+		info->discovery_polls++;
+		return 0;
+	}
+	if (ms)
+		info->waits++;
+	else
+		info->discovery_polls++;
+	if (!GetQueuedCompletionStatusEx(d->port, d->ev, max, &got, ms, FALSE)) {
+		DWORD e = GetLastError();
+		if (e == WAIT_TIMEOUT) {
+			if (ms)
+				info->zero_event_waits++;
+			return 0;
+		}
+		return tl__os_win_error(e);
+	}
+	for (ULONG i = 0; i < got; i++) {
+		if (!d->ev[i].lpOverlapped)
+			continue; /* the notifier: the core looks at its rings */
+		tl__io_complete(d, d->ev[i].lpOverlapped);
+	}
+	return 0;
+}
+
+static void io_lease_returned(struct tl_drv *d, uint32_t id)
+{
+	(void)id;
+	while (d->nlwait) {
+		struct tl_hslot *h = &d->hs[d->lwait[--d->nlwait]];
+		if (h->type == TL_H_FREE)
+			continue;
+		IH(h)->lease_wait = 0;
+		tl__io_kick(d, h);
+	}
+}
+
+static void io_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
+{
+	if (!paused)
+		tl__io_kick(d, h);
+}
+
+const struct tl_driver tl__driver_iocp = {
+	.name = "iocp",
+	.caps = TL_CAP_TCP | TL_CAP_OS | TL_CAP_NET,
+	.init = io_init,
+	.destroy = io_destroy,
+	.now = io_now,
+	.open = io_open,
+	.attach = io_attach,
+	.release = io_release,
+	.local_addr = io_local_addr,
+	.peer_addr = io_peer_addr,
+	.submit = tl__io_submit,
+	.cancel = tl__io_cancel,
+	.poll = io_poll,
+	.lease_returned = io_lease_returned,
+	.pause = io_pause,
+};

@@ -1,0 +1,89 @@
+/* drivers/iocp/iocp_int.h: the IOCP driver's private structures, seen only by its own files. */
+#ifndef TL_IOCP_INT_H
+#define TL_IOCP_INT_H
+
+#include <stdint.h>
+#include "driver.h" /* os.h: winsock2.h, windows.h */
+#include <mswsock.h>
+
+/*
+ * Windows' I/O completion ports. Every socket is associated with the loop's
+ * port once (open, attach); each operation the OS runs is one overlapped
+ * call whose OVERLAPPED sits in the driver's own record for the op slot
+ * (struct io_op: made at init for every slot, so nothing is allocated per
+ * operation), and its completion, dequeued by the turn's one
+ * GetQueuedCompletionStatusEx, names the record and so the op. The
+ * notifier's wake-ups are packets on the same port (lib/shared/os.h), so
+ * the turn waits on one object.
+ *
+ * Order. Each handle keeps two queues, as the epoll driver does: reads
+ * and accepts, and connect, writes and shutdown. Only the head of each is
+ * in the OS at a time (one WSARecv, one WSASend), so a write never
+ * overtakes another and a read never holds more than one pooled buffer.
+ * A multishot op (accepts, pooled reads) stays at its queue's head and is
+ * posted again after each completion while it lives.
+ *
+ * Cancellation is asked with CancelIoEx; the op's terminal is its own
+ * completion (ERROR_OPERATION_ABORTED, or its result if it finished
+ * first). An op still queued behind the head is taken off at once.
+ *
+ * Pooled reads take their buffer when they are posted (the kernel fills
+ * the buffer it was given; there is no provided-buffer ring), only while
+ * the stream is under its caps and the pool lets it (tl__drv_lease_may);
+ * otherwise the stream waits on the lease-wait list.
+ */
+
+struct io_h {
+	uint32_t rhead, rtail;  /* accepts, reads */
+	uint32_t whead, wtail;  /* connect, writes, shutdown */
+	uint8_t rbusy, wbusy;   /* the queue's head is in the OS */
+	uint8_t connecting, lease_wait;
+};
+_Static_assert(sizeof(struct io_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "io_h fits");
+
+#define IO_ADDR_LEN (sizeof(struct sockaddr_in6) + 16) /* AcceptEx: each address's room */
+
+struct io_op {
+	OVERLAPPED ov;
+	uint32_t qnext;   /* its queue, TL_NIL at the tail */
+	uint32_t lease;   /* a pooled read's buffer while it is posted */
+	uint8_t inflight; /* posted, its completion not yet dequeued */
+	uint8_t cancelled;
+	SOCKET accepted;  /* an AcceptEx's new socket */
+	uint8_t addrs[2 * IO_ADDR_LEN];
+};
+
+#define IO_KEY_WAKE 1 /* the notifier's packets (sockets' completions have key 0) */
+#define IO_BATCH 256
+
+struct tl_drv {
+	tl_loop *loop;
+	struct tl_hslot *hs;
+	struct tl_opslot *os;
+	HANDLE port; /* the notifier's: it outlives the driver */
+	struct io_op *ops;
+	size_t ops_len;
+	uint32_t *lwait, nlwait;
+	LPFN_ACCEPTEX acceptex;
+	LPFN_CONNECTEX connectex;
+	LPFN_GETACCEPTEXSOCKADDRS acceptaddrs;
+	OVERLAPPED_ENTRY ev[IO_BATCH];
+};
+
+static inline struct io_h *IH(struct tl_hslot *h)
+{
+	return (struct io_h *)h->u.drv;
+}
+
+static inline SOCKET io_sock(const struct tl_hslot *h)
+{
+	return (SOCKET)(intptr_t)h->fd; /* handles are 32-bit significant, sign-extended */
+}
+
+/* net.c: the operations */
+int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov);
+void tl__io_kick(struct tl_drv *d, struct tl_hslot *h);
+
+#endif

@@ -1,0 +1,346 @@
+/* drivers/iocp/net.c: the IOCP driver's stream operations: accept, connect, reads into the caller's buffer or a lease, gathered writes, shutdown, and their cancellation. */
+#include <errno.h>
+#include <string.h>
+#include "iocp_int.h"
+
+static struct io_op *IO(struct tl_drv *d, const struct tl_opslot *o)
+{
+	return &d->ops[o->idx];
+}
+
+static int is_rside(const struct tl_opslot *o)
+{
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ;
+}
+
+/* ---- the per-handle queues ---- */
+
+static void q_push(struct tl_drv *d, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	IO(d, o)->qnext = TL_NIL;
+	if (*tail == TL_NIL)
+		*head = o->idx;
+	else
+		d->ops[*tail].qnext = o->idx;
+	*tail = o->idx;
+}
+
+static void q_pop(struct tl_drv *d, uint32_t *head, uint32_t *tail)
+{
+	*head = d->ops[*head].qnext;
+	if (*head == TL_NIL)
+		*tail = TL_NIL;
+}
+
+static int q_remove(struct tl_drv *d, uint32_t *head, uint32_t *tail, struct tl_opslot *o)
+{
+	uint32_t prev = TL_NIL;
+	for (uint32_t i = *head; i != TL_NIL; prev = i, i = d->ops[i].qnext) {
+		if (i != o->idx)
+			continue;
+		if (prev == TL_NIL)
+			*head = d->ops[i].qnext;
+		else
+			d->ops[prev].qnext = d->ops[i].qnext;
+		if (*tail == i)
+			*tail = prev;
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- posting the heads ---- */
+
+static int last_error(void)
+{
+	return tl__os_win_error((unsigned long)WSAGetLastError());
+}
+
+/* Post accept op o on listener h: 1 posted, 0 ended here (its terminal
+ * reported). */
+static int post_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_op *io = IO(d, o);
+	int fam = h->flags & TL_HF_V6 ? AF_INET6 : AF_INET;
+	DWORD got = 0;
+	io->accepted = WSASocketW(fam, SOCK_STREAM, IPPROTO_TCP, NULL, 0, WSA_FLAG_OVERLAPPED);
+	if (io->accepted == INVALID_SOCKET) {
+		tl__drv_event(d->loop, o, last_error(), TL_F_TERMINAL, TL_NO_LEASE);
+		return 0;
+	}
+	memset(&io->ov, 0, sizeof io->ov);
+	if (!d->acceptex(io_sock(h), io->accepted, io->addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &got, &io->ov) &&
+	    WSAGetLastError() != ERROR_IO_PENDING) {
+		int e = last_error();
+		closesocket(io->accepted);
+		io->accepted = INVALID_SOCKET;
+		tl__drv_event(d->loop, o, e, TL_F_TERMINAL, TL_NO_LEASE);
+		return 0;
+	}
+	io->inflight = 1;
+	return 1;
+}
+
+/* Post read op o: 1 posted, 0 waits (paused, no lease: kick again later),
+ * -1 ended here. */
+static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_op *io = IO(d, o);
+	WSABUF b;
+	DWORD flags = 0;
+	io->lease = TL_NO_LEASE;
+	if (o->flags & TL_OPF_POOLED) {
+		uint32_t size, count;
+		/* Over a cap (lib/caps.c): bytes stay in the socket until pause(0). */
+		if (h->flags & TL_HF_PAUSED)
+			return 0;
+		if (tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
+			io->lease = tl__drv_lease_take(d->loop);
+		if (io->lease == TL_NO_LEASE) {
+			if (!IH(h)->lease_wait) {
+				IH(h)->lease_wait = 1;
+				d->lwait[d->nlwait++] = h->idx;
+			}
+			return 0;
+		}
+		b.buf = (char *)tl__drv_lease_base(d->loop, &size, &count) + (size_t)io->lease * size;
+		b.len = size;
+	} else {
+		b.buf = (char *)o->u.rw.buf;
+		b.len = o->u.rw.len;
+	}
+	memset(&io->ov, 0, sizeof io->ov);
+	if (WSARecv(io_sock(h), &b, 1, NULL, &flags, &io->ov, NULL) != 0 &&
+	    WSAGetLastError() != WSA_IO_PENDING) {
+		int e = last_error();
+		if (io->lease != TL_NO_LEASE)
+			tl__drv_lease_drop(d->loop, io->lease);
+		io->lease = TL_NO_LEASE;
+		tl__drv_event(d->loop, o, e, TL_F_TERMINAL, TL_NO_LEASE);
+		return -1;
+	}
+	io->inflight = 1;
+	return 1;
+}
+
+/* Post write op o from where it got to: 1 posted, 0 ended here. */
+static int post_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_op *io = IO(d, o);
+	memset(&io->ov, 0, sizeof io->ov);
+	/* tl_iovec is WSABUF's layout (include/turnloop/platform.h). */
+	if (WSASend(io_sock(h), (WSABUF *)&o->u.wv.iov[o->u.wv.cur], o->u.wv.n - o->u.wv.cur, NULL, 0,
+		    &io->ov, NULL) != 0 &&
+	    WSAGetLastError() != WSA_IO_PENDING) {
+		tl__drv_event(d->loop, o, last_error(), TL_F_TERMINAL, TL_NO_LEASE);
+		return 0;
+	}
+	io->inflight = 1;
+	return 1;
+}
+
+/* Post what each queue's head needs, as far as order allows. */
+void tl__io_kick(struct tl_drv *d, struct tl_hslot *h)
+{
+	struct io_h *e = IH(h);
+	while (!e->rbusy && e->rhead != TL_NIL) {
+		struct tl_opslot *o = &d->os[e->rhead];
+		int r = o->code == TL_OP_ACCEPT ? post_accept(d, h, o) : post_read(d, h, o);
+		if (r == 1)
+			e->rbusy = 1;
+		else if (r == 0 && o->code == TL_OP_READ)
+			break; /* waits for room */
+		else
+			q_pop(d, &e->rhead, &e->rtail);
+	}
+	while (!e->wbusy && !e->connecting && e->whead != TL_NIL) {
+		struct tl_opslot *o = &d->os[e->whead];
+		if (o->code == TL_OP_WRITE && post_write(d, h, o)) {
+			e->wbusy = 1;
+			break;
+		}
+		if (o->code == TL_OP_SHUTDOWN)
+			tl__drv_event(d->loop, o, shutdown(io_sock(h), SD_SEND) ? last_error() : 0,
+				      TL_F_TERMINAL, TL_NO_LEASE);
+		q_pop(d, &e->whead, &e->wtail);
+	}
+}
+
+static int start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_op *io = IO(d, o);
+	memset(&io->ov, 0, sizeof io->ov);
+	if (!d->connectex(io_sock(h), &o->u.conn.addr.sa, (int)tl_addr_len(&o->u.conn.addr), NULL, 0, NULL,
+			  &io->ov) &&
+	    WSAGetLastError() != ERROR_IO_PENDING)
+		return last_error(); /* nothing happened */
+	io->inflight = 1;
+	IH(h)->connecting = 1;
+	q_push(d, &IH(h)->whead, &IH(h)->wtail, o);
+	IH(h)->wbusy = 1;
+	return 0;
+}
+
+int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_h *e = IH(h);
+	struct io_op *io = IO(d, o);
+	io->inflight = io->cancelled = 0;
+	io->lease = TL_NO_LEASE;
+	io->accepted = INVALID_SOCKET;
+	switch (o->code) {
+	case TL_OP_CONNECT:
+		return start_connect(d, h, o);
+	case TL_OP_ACCEPT:
+	case TL_OP_READ:
+		q_push(d, &e->rhead, &e->rtail, o);
+		break;
+	case TL_OP_WRITE:
+	case TL_OP_SHUTDOWN:
+		q_push(d, &e->whead, &e->wtail, o);
+		break;
+	default:
+		return -ENOTSUP;
+	}
+	tl__io_kick(d, h);
+	return 0;
+}
+
+int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	struct io_h *e = IH(h);
+	struct io_op *io = IO(d, o);
+	if (io->inflight) {
+		/* Its own completion ends it (ERROR_OPERATION_ABORTED, or its
+		 * result if it finished first: then CancelIoEx finds nothing). */
+		io->cancelled = 1;
+		CancelIoEx((HANDLE)io_sock(h), &io->ov);
+		return 0;
+	}
+	int found = is_rside(o) ? q_remove(d, &e->rhead, &e->rtail, o) : q_remove(d, &e->whead, &e->wtail, o);
+	if (!found)
+		return -ENOENT;
+	tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
+	tl__io_kick(d, h);
+	return 0;
+}
+
+/* ---- completions ---- */
+
+static void accept_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err)
+{
+	struct io_op *io = IO(d, o);
+	int multi = o->flags & TL_OPF_MULTI;
+	SOCKET s = io->accepted;
+	io->accepted = INVALID_SOCKET;
+	if (!err) {
+		SOCKET ls = io_sock(h);
+		struct sockaddr *local, *remote;
+		int llen = 0, rlen = 0;
+		tl_addr peer;
+		setsockopt(s, SOL_SOCKET, SO_UPDATE_ACCEPT_CONTEXT, (char *)&ls, sizeof ls);
+		d->acceptaddrs(io->addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &local, &llen, &remote, &rlen);
+		memset(&peer, 0, sizeof peer);
+		memcpy(&peer, remote, (size_t)rlen < sizeof peer ? (size_t)rlen : sizeof peer);
+		if (tl__drv_accept(d->loop, o, (int)(intptr_t)s, &peer, !multi || io->cancelled) < 0)
+			closesocket(s);
+		if (!multi || io->cancelled || !(o->flags & TL_OPF_LIVE))
+			goto ended;
+		return; /* posted again by the kick */
+	}
+	closesocket(s);
+	/* A client that reset before its accept finished is the OS's business:
+	 * a multishot accept goes on. */
+	if (multi && !io->cancelled && (err == -ECONNRESET || err == -ECONNABORTED))
+		return;
+	tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
+ended:
+	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+}
+
+static void read_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n)
+{
+	struct io_op *io = IO(d, o);
+	int multi = o->flags & TL_OPF_MULTI;
+	uint32_t lease = io->lease;
+	io->lease = TL_NO_LEASE;
+	if (!err && n > 0) {
+		int last = !multi || io->cancelled;
+		tl__drv_event(d->loop, o, n, last && !multi ? TL_F_TERMINAL : 0, lease);
+		lease = TL_NO_LEASE; /* the host's now */
+		if (!last)
+			return; /* posted again by the kick */
+		if (!multi)
+			goto ended;
+		err = -ECANCELED; /* the bytes came first; now its end */
+	}
+	if (lease != TL_NO_LEASE)
+		tl__drv_lease_drop(d->loop, lease);
+	tl__drv_event(d->loop, o, err ? err : 0, TL_F_TERMINAL | (err ? 0 : TL_F_EOF), TL_NO_LEASE);
+ended:
+	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+}
+
+static void write_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n)
+{
+	if (!err) {
+		size_t left = n;
+		o->u.wv.off += n;
+		while (left && o->u.wv.cur < o->u.wv.n) {
+			tl_iovec *v = &o->u.wv.iov[o->u.wv.cur];
+			if (left >= v->iov_len) {
+				left -= v->iov_len;
+				o->u.wv.cur++;
+			} else {
+				v->iov_base = (uint8_t *)v->iov_base + left;
+				v->iov_len -= (unsigned long)left;
+				left = 0;
+			}
+		}
+		while (o->u.wv.cur < o->u.wv.n && !o->u.wv.iov[o->u.wv.cur].iov_len)
+			o->u.wv.cur++;
+		if (o->u.wv.cur < o->u.wv.n && !IO(d, o)->cancelled)
+			return; /* the rest: posted again by the kick */
+		if (o->u.wv.cur < o->u.wv.n)
+			err = -ECANCELED;
+	}
+	tl__drv_event(d->loop, o, err ? err : (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
+	q_pop(d, &IH(h)->whead, &IH(h)->wtail);
+}
+
+/* The completion of the op whose record holds ov. */
+void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov)
+{
+	struct io_op *io = tl_container_of(ov, struct io_op, ov);
+	struct tl_opslot *o = &d->os[io - d->ops];
+	struct tl_hslot *h = &d->hs[o->hidx];
+	DWORD n = 0, fl = 0;
+	int err = 0;
+	if (!WSAGetOverlappedResult(io_sock(h), ov, &n, FALSE, &fl))
+		err = last_error();
+	io->inflight = 0;
+	switch (o->code) {
+	case TL_OP_ACCEPT:
+		IH(h)->rbusy = 0;
+		accept_done(d, h, o, err);
+		break;
+	case TL_OP_READ:
+		IH(h)->rbusy = 0;
+		read_done(d, h, o, err, n);
+		break;
+	case TL_OP_CONNECT:
+		IH(h)->wbusy = 0;
+		IH(h)->connecting = 0;
+		if (!err && setsockopt(io_sock(h), SOL_SOCKET, SO_UPDATE_CONNECT_CONTEXT, NULL, 0) != 0)
+			err = last_error();
+		tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
+		q_pop(d, &IH(h)->whead, &IH(h)->wtail);
+		break;
+	case TL_OP_WRITE:
+		IH(h)->wbusy = 0;
+		write_done(d, h, o, err, n);
+		break;
+	}
+	if (h->type != TL_H_FREE)
+		tl__io_kick(d, h);
+}
