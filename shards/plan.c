@@ -8,88 +8,11 @@
 
 #include <hwloc.h>
 
+#include "cpulist.h"
 #include "detail.h"
 #include "turnloop/plan.h"
 
-/* ---- CPU lists ---- */
-
-typedef int (*range_fn)(void *ctx, unsigned lo, unsigned hi);
-
-/* One decimal number below limit. Capping while reading keeps the
- * arithmetic far from overflow (limit <= TL_PLAN_MAX_CPU). */
-static int read_num(const char **pp, unsigned limit, unsigned *out)
-{
-	const char *p = *pp;
-	unsigned v = 0;
-
-	if (*p < '0' || *p > '9')
-		return -EINVAL;
-	while (*p >= '0' && *p <= '9') {
-		v = v * 10 + (unsigned)(*p - '0');
-		if (v >= limit)
-			return -EINVAL;
-		p++;
-	}
-	*pp = p;
-	*out = v;
-	return 0;
-}
-
-/* The one parser behind every CPU list, so TL_CPUS, req->cpus, req->allowed
- * and tl_cpulist_parse() accept exactly the same language. */
-static int walk_cpulist(const char *s, unsigned limit, range_fn fn, void *ctx)
-{
-	const char *p = s;
-
-	if (!s || !*s)
-		return -EINVAL;
-	for (;;) {
-		unsigned lo, hi;
-		int rc;
-
-		if (read_num(&p, limit, &lo))
-			return -EINVAL;
-		hi = lo;
-		if (*p == '-') {
-			p++;
-			if (read_num(&p, limit, &hi) || hi < lo)
-				return -EINVAL;
-		}
-		rc = fn(ctx, lo, hi);
-		if (rc)
-			return rc;
-		if (*p == '\0')
-			return 0;
-		if (*p != ',')
-			return -EINVAL;
-		p++;
-	}
-}
-
-static int words_add(void *ctx, unsigned lo, unsigned hi)
-{
-	uint64_t *w = ctx;
-
-	for (unsigned c = lo; c <= hi; c++)
-		w[c / 64] |= UINT64_C(1) << (c % 64);
-	return 0;
-}
-
-int tl_cpulist_parse(const char *s, uint64_t *mask_words, size_t nwords)
-{
-	unsigned limit = TL_PLAN_MAX_CPU;
-	int rc;
-
-	if (!s || !mask_words || nwords == 0)
-		return -EINVAL;
-	if (nwords < TL_PLAN_MAX_CPU / 64)
-		limit = (unsigned)nwords * 64;
-	memset(mask_words, 0, nwords * sizeof *mask_words);
-	rc = walk_cpulist(s, limit, words_add, mask_words);
-	if (rc)
-		memset(mask_words, 0, nwords * sizeof *mask_words);
-	return rc;
-}
+/* ---- CPU lists (the language: cpulist.c) ---- */
 
 static int bitmap_add(void *ctx, unsigned lo, unsigned hi)
 {
@@ -113,7 +36,7 @@ static int cpulist_bitmap(const char *s, hwloc_bitmap_t *out)
 	*out = NULL;
 	if (!set)
 		return -ENOMEM;
-	rc = walk_cpulist(s, TL_PLAN_MAX_CPU, bitmap_add, set);
+	rc = tl__cpulist_walk(s, TL_PLAN_MAX_CPU, bitmap_add, set);
 	if (rc) {
 		hwloc_bitmap_free(set);
 		return rc;
@@ -402,9 +325,9 @@ static int compute(tl_plan *out, const tl_plan_request *req, const char *synthet
 	if (req->shards > TL_PLAN_MAX_SHARDS)
 		return -EINVAL;
 	/* Reject a bad list before paying for a topology load. */
-	if (req->cpus && walk_cpulist(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
+	if (req->cpus && tl__cpulist_walk(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
 		return -EINVAL;
-	if (req->allowed && walk_cpulist(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
+	if (req->allowed && tl__cpulist_walk(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
 		return -EINVAL;
 
 	rc = load_topology(&topo, synthetic, 0);
@@ -473,7 +396,7 @@ int tl_plan_from_env(tl_plan_request *req)
 	/* Work on a copy so that a bad variable leaves *req untouched. */
 	r = *req;
 	if (!r.cpus && (v = getenv("TL_CPUS")) && *v) {
-		if (walk_cpulist(v, TL_PLAN_MAX_CPU, no_add, NULL)) {
+		if (tl__cpulist_walk(v, TL_PLAN_MAX_CPU, no_add, NULL)) {
 			tl__detail_set("TL_CPUS='%s' is not a CPU list (like 0-3,6; CPUs below %u)",
 				       shown(v, b, sizeof b), TL_PLAN_MAX_CPU);
 			return -EINVAL;
@@ -606,10 +529,10 @@ static int explain(const tl_plan_request *req, const char *synthetic, int rc, ch
 	if (req->shards > TL_PLAN_MAX_SHARDS)
 		return why_say(&w, "%u shards is more than a plan takes (%u)", req->shards,
 			       TL_PLAN_MAX_SHARDS);
-	if (req->cpus && walk_cpulist(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
+	if (req->cpus && tl__cpulist_walk(req->cpus, TL_PLAN_MAX_CPU, no_add, NULL))
 		return why_say(&w, "'%s' is not a CPU list (like 0-3,6; CPUs below %u)", req->cpus,
 			       TL_PLAN_MAX_CPU);
-	if (req->allowed && walk_cpulist(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
+	if (req->allowed && tl__cpulist_walk(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
 		return why_say(&w, "'%s' is not a CPU list (like 0-3,6)", req->allowed);
 	if (rc != -EINVAL)
 		return why_say(&w, "cannot load the topology%s%s: %s", synthetic ? " " : "",
