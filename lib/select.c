@@ -92,8 +92,19 @@ static int start(const struct tl_driver *dv, tl_loop *l, const tl_config *cfg, t
 		 struct tl_drv **d)
 {
 	if (!dv || !dv->init)
-		return -ENOTSUP; /* not built in (DPDK without -Ddpdk=enabled) */
+		return -ENOTSUP; /* not built in: DPDK without -Ddpdk=enabled, another OS's driver */
 	return dv->init(l, cfg, wake, d);
+}
+
+/* The words for error r in a reason: the C library's (Windows' C runtime
+ * names none of the network codes: tl_strerror does). */
+static const char *err_text(int r)
+{
+#ifdef _WIN32
+	return tl_strerror(r);
+#else
+	return strerror(-r);
+#endif
 }
 
 /* Note (under proc.mu) why a loop could not start its driver (dv NULL:
@@ -104,7 +115,7 @@ static void failed(const char *fmt, const struct tl_driver *dv, int kind, const 
 	if (!dv) {
 		static const char *const name[] = {"default", "epoll", "uring", "sim", "dpdk", "iocp"};
 		snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt,
-			 kind >= 0 && kind <= TL_DRIVER_IOCP ? name[kind] : "?", by, strerror(-r),
+			 kind >= 0 && kind <= TL_DRIVER_IOCP ? name[kind] : "?", by, err_text(r),
 			 kind == TL_DRIVER_DPDK   ? "; this build has no DPDK driver (-Ddpdk=enabled)"
 			 : kind == TL_DRIVER_IOCP ? "; IOCP is Windows' driver (docs/WINDOWS.md)"
 						  : "; this build has no Linux drivers (a Windows build: docs/WINDOWS.md)");
@@ -113,7 +124,7 @@ static void failed(const char *fmt, const struct tl_driver *dv, int kind, const 
 	if (dv->init_hint)
 		dv->init_hint(r, hint, sizeof hint);
 	snprintf(proc.info.last_error, sizeof proc.info.last_error, fmt, dv->name, by,
-		 strerror(-r), hint);
+		 err_text(r), hint);
 }
 
 /* A loop whose config names its driver: exempt from the process's choice. */

@@ -115,6 +115,9 @@ static void test_driver_choice(void)
 	CHECK(r == -ENOTSUP, "the other OS's driver: %d (%s)", r, tl_strerror(r));
 	if (r == 0)
 		tl_loop_destroy(l);
+	tl_driver_info_get(&info);
+	CHECK(strstr(info.last_error, "is unavailable") && !strstr(info.last_error, "Unknown error"),
+	      "why: '%s'", info.last_error);
 }
 
 static void test_timer_and_post(int kind)
