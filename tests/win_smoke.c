@@ -223,6 +223,25 @@ static void test_stream(int kind)
 	CHECK(wait_for(l, TL_K_ACCEPT, 1, &c) == 0 && c.result == 0, "accept: %lld", (long long)c.result);
 	sh = c.u.accept.conn;
 
+	/* Socket options, where the driver has them: TCP_NODELAY on by
+	 * default (accepted streams too), keep-alive and a buffer set and
+	 * read back. */
+	if (kind != TL_DRIVER_SIM) {
+		int64_t v = 0;
+		CHECK(tl_sockopt_get(l, sh, TL_SO_NODELAY, &v) == 0 && v == 1, "NODELAY on accepted: %lld",
+		      (long long)v);
+		CHECK(tl_sockopt_get(l, ch, TL_SO_NODELAY, &v) == 0 && v == 1, "NODELAY on connected: %lld",
+		      (long long)v);
+		CHECK(tl_sockopt_set(l, ch, TL_SO_KEEPALIVE, 1) == 0 &&
+			      tl_sockopt_get(l, ch, TL_SO_KEEPALIVE, &v) == 0 && v == 1,
+		      "KEEPALIVE: %lld", (long long)v);
+		CHECK(tl_sockopt_set(l, ch, TL_SO_RCVBUF, 131072) == 0 &&
+			      tl_sockopt_get(l, ch, TL_SO_RCVBUF, &v) == 0 && v >= 131072,
+		      "RCVBUF: %lld", (long long)v);
+		r = tl_sockopt_set(l, ch, TL_SO_MARK, 1);
+		CHECK(r == -ENOTSUP, "SO_MARK on Windows: %d", r);
+	}
+
 	for (size_t i = 0; i < sizeof out; i++)
 		out[i] = (uint8_t)(i * 7 + 3);
 	CHECK(tl_write(l, ch, out, sizeof out, 3, &op) == 0, "tl_write");

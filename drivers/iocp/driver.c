@@ -93,20 +93,74 @@ static int associate(struct tl_drv *d, SOCKET s)
 	return 0;
 }
 
+/* Where option opt lives on Windows: 1, or 0 when Windows has none
+ * (SO_MARK, TCP_DEFER_ACCEPT, TCP_FASTOPEN on a listener). */
+static int opt_where(int opt, int v6, int *level, int *name)
+{
+	switch (opt) {
+	case TL_SO_NODELAY: *level = IPPROTO_TCP; *name = TCP_NODELAY; return 1;
+	case TL_SO_KEEPALIVE: *level = SOL_SOCKET; *name = SO_KEEPALIVE; return 1;
+	case TL_SO_KEEPIDLE: *level = IPPROTO_TCP; *name = TCP_KEEPIDLE; return 1;
+	case TL_SO_KEEPINTVL: *level = IPPROTO_TCP; *name = TCP_KEEPINTVL; return 1;
+	case TL_SO_KEEPCNT: *level = IPPROTO_TCP; *name = TCP_KEEPCNT; return 1;
+	case TL_SO_RCVBUF: *level = SOL_SOCKET; *name = SO_RCVBUF; return 1;
+	case TL_SO_SNDBUF: *level = SOL_SOCKET; *name = SO_SNDBUF; return 1;
+	case TL_SO_TCLASS:
+		*level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+		*name = v6 ? IPV6_TCLASS : IP_TOS;
+		return 1;
+	default: return 0; /* TL_SO_USER_TIMEOUT (TCP_MAXRT counts seconds), MARK, DEFER_ACCEPT, FASTOPEN */
+	}
+}
+
+static int sock_opt(SOCKET s, int v6, int set, int opt, int64_t *value)
+{
+	int level, name, v = set ? (int)*value : 0, len = sizeof v;
+	if (!opt_where(opt, v6, &level, &name))
+		return -ENOTSUP;
+	if (set ? setsockopt(s, level, name, (char *)&v, sizeof v) : getsockopt(s, level, name, (char *)&v, &len))
+		return tl__os_win_error((unsigned long)WSAGetLastError());
+	if (!set)
+		*value = opt == TL_SO_NODELAY || opt == TL_SO_KEEPALIVE ? !!v : v;
+	return 0;
+}
+
+static int io_sockopt(struct tl_drv *d, struct tl_hslot *h, int set, int opt, int64_t *value)
+{
+	(void)d;
+	return sock_opt(io_sock(h), !!(h->flags & TL_HF_V6), set, opt, value);
+}
+
+/* TCP_NODELAY on (the contract's default; accepted streams inherit the
+ * listener's), then the spec's list in order: 0 or the first error. */
+static int open_opts(SOCKET s, int v6, const struct tl_open_spec *sp)
+{
+	int64_t on = 1;
+	int r = sock_opt(s, v6, 1, TL_SO_NODELAY, &on);
+	for (uint32_t i = 0; !r && i < sp->nso; i++) {
+		int64_t v = sp->so[i].value;
+		r = sock_opt(s, v6, 1, sp->so[i].opt, &v);
+	}
+	return r;
+}
+
 static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
 {
 	if (sp->kind != TL_OPEN_TCP_LISTEN && sp->kind != TL_OPEN_TCP_STREAM)
 		return -ENOTSUP; /* UDP and Unix-domain sockets: not yet (docs/WINDOWS.md) */
-	if (sp->nso || (sp->opts && (sp->opts->reuseport || sp->opts->defer_accept || sp->opts->fastopen)) ||
+	/* What Windows has no way to do: one port over several listeners,
+	 * deferred or fast-open accepts, a foreign or unreserved source. */
+	if ((sp->kind == TL_OPEN_TCP_LISTEN &&
+	     (sp->opts->reuseport || sp->opts->defer_accept || sp->opts->fastopen)) ||
 	    (sp->conn && (sp->conn->freebind || sp->conn->transparent || sp->conn->bind_no_port)))
-		return -ENOTSUP; /* socket options: not yet */
+		return -ENOTSUP;
 	const tl_addr *a = sp->kind == TL_OPEN_TCP_LISTEN ? sp->addr : NULL;
 	int fam = sp->addr->sa.sa_family;
 	SOCKET s = WSASocketW(fam, SOCK_STREAM, IPPROTO_TCP, NULL, 0, WSA_FLAG_OVERLAPPED);
 	if (s == INVALID_SOCKET)
 		return tl__os_win_error((unsigned long)WSAGetLastError());
 	tl_addr any;
-	int r = 0;
+	int r = open_opts(s, fam == AF_INET6, sp);
 	if (!a) { /* ConnectEx needs a bound socket: the source, or any */
 		if (sp->conn && sp->conn->source.sa.sa_family) {
 			a = &sp->conn->source;
@@ -116,8 +170,8 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 			a = &any;
 		}
 	}
-	if (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
-	    (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0))
+	if (!r && (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
+		   (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0)))
 		r = tl__os_win_error((unsigned long)WSAGetLastError());
 	if (!r)
 		r = associate(d, s);
@@ -231,6 +285,7 @@ const struct tl_driver tl__driver_iocp = {
 	.release = io_release,
 	.local_addr = io_local_addr,
 	.peer_addr = io_peer_addr,
+	.sockopt = io_sockopt,
 	.submit = tl__io_submit,
 	.cancel = tl__io_cancel,
 	.poll = io_poll,

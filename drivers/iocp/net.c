@@ -238,6 +238,7 @@ static void accept_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 		struct sockaddr *local, *remote;
 		int llen = 0, rlen = 0;
 		tl_addr peer;
+		/* The listener's options (TCP_NODELAY among them) pass to s here. */
 		setsockopt(s, SOL_SOCKET, SO_UPDATE_ACCEPT_CONTEXT, (char *)&ls, sizeof ls);
 		d->acceptaddrs(io->addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &local, &llen, &remote, &rlen);
 		memset(&peer, 0, sizeof peer);
