@@ -10,7 +10,7 @@
 
 /*
  * Compiled instead of poll.c, signal.c, proc.c, tty.c, watch.c and
- * splice.c where those do not build (win/meson.build). Their public calls
+ * splice.c where those do not build (lib/meson.build's Windows block). Their public calls
  * exist and refuse with -ENOTSUP, so a program links and learns at run
  * time what the platform lacks (docs/WINDOWS.md names each). No handle or
  * op of theirs can exist, so the core's hooks into them find nothing to

@@ -13,8 +13,8 @@
  * small enough to inline: the monotonic clock is read on every turn.
  *
  * POSIX is what the whole tree builds on. The Windows branch runs in the
- * Windows build (cross/mingw-w64.ini; docs/WINDOWS.md): the loop core and
- * the simulation driver, under wine in the test command.
+ * Windows build (cross/mingw-w64.ini; docs/WINDOWS.md): the loop core, the
+ * IOCP driver and the simulation driver, under wine in the test command.
  *
  * Not here yet, and still POSIX in their own files: descriptors (the
  * public calls take an int), and the blocking pool's threads and
