@@ -46,8 +46,13 @@ __attribute__((unused, noinline)) static const char *check_errname(long long v)
 	if (v >= 0 || v < -4095)
 		return "";
 	char *b = buf[k++ & 3];
+#ifdef _WIN32
+	/* The C runtime names no errno values; tl_strerror's words are in the failure's own line. */
+	snprintf(b, sizeof buf[0], " (-errno %lld)", -v);
+#else
 	const char *name = strerrorname_np((int)-v);
 	snprintf(b, sizeof buf[0], " (-%s)", name ? name : "?");
+#endif
 	return b;
 }
 
