@@ -69,6 +69,9 @@ static const struct {
 	{ERROR_BROKEN_PIPE, EPIPE},
 	{ERROR_DISK_FULL, ENOSPC},
 	{ERROR_DIRECTORY, ENOTDIR},
+	{ERROR_DIR_NOT_EMPTY, ENOTEMPTY},
+	{ERROR_SHARING_VIOLATION, EBUSY}, /* another handle shares no access: POSIX never refuses so */
+	{ERROR_FILENAME_EXCED_RANGE, ENAMETOOLONG},
 	{ERROR_BUSY, EBUSY},
 	{ERROR_SEM_TIMEOUT, ETIMEDOUT},
 	{ERROR_MORE_DATA, EMSGSIZE},  /* a datagram longer than the buffer */

@@ -49,18 +49,44 @@ codes=$(grep -ho -- '-E[A-Z0-9]\{3,\}' "$root"/include/turnloop.h "$root"/includ
 } >"$tmp/all.c"
 "$cc" "${flags[@]}" "$tmp/all.c" || { echo "test_headers_win: the public headers' Windows checks failed" >&2; exit 1; }
 # The platform layer's Windows branch (lib/shared/os.h), every function
-# type-checked by a call.
+# type-checked by a call, and the topology interface's header (topo.h).
 cat >"$tmp/os.c" <<'C'
 #include "os.h"
+#include "topo.h"
+static TL__OS_THREAD_FN thread_fn(void *arg)
+{
+	tl__os_thread_name("probe");
+	tl__os_yield();
+	tl__os_sleep_us(1);
+	(void)arg;
+	return 0;
+}
 int main(void)
 {
 	tl__os_mutex m;
+	tl__os_cond c;
 	tl__os_thread t = tl__os_thread_self();
+	tl__os_thread_handle th;
+	_Atomic uint32_t word = 0;
+	tl__cpuset cpus;
+	char b[4];
 	void *p = tl__os_map(4096);
 	tl__os_mutex_init(&m);
+	tl__os_cond_init(&c);
 	tl__os_mutex_lock(&m);
+	(void)tl__os_cond_timedwait(&c, &m, tl__os_mono_ns() + 1000);
 	tl__os_mutex_unlock(&m);
+	tl__os_cond_signal(&c);
+	tl__os_cond_broadcast(&c);
+	tl__os_cond_destroy(&c);
 	tl__os_mutex_destroy(&m);
+	if (tl__os_thread_start(&th, thread_fn, NULL) == 0)
+		tl__os_thread_join(th);
+	tl__os_addr_wake(&word, 1);
+	tl__cpuset_zero(&cpus);
+	tl__cpuset_add(&cpus, (unsigned)tl__os_cpu());
+	(void)tl__os_pwrite(0, b, 0, 0);
+	(void)tl__os_pread(0, b, sizeof b, 0);
 	tl__os_notifier n;
 	if (tl__os_notifier_open(&n) == 0) {
 		(void)tl__os_notifier_port(&n, 1);
@@ -71,7 +97,10 @@ int main(void)
 	}
 	if (p)
 		tl__os_unmap(p, 4096);
-	return (int)(tl__os_mono_ns() + tl__os_coarse_ns() + tl__os_thread_cpu_ns()) + tl__os_thread_is(t);
+	if (word)
+		tl__os_addr_wait(&word, 1);
+	return (int)(tl__os_mono_ns() + tl__os_coarse_ns() + tl__os_thread_cpu_ns()) + tl__os_thread_is(t) +
+	       tl__cpuset_last(&cpus) + (int)tl__cpuset_count(&cpus) + tl__cpuset_has(&cpus, 0);
 }
 C
 "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$root/lib/shared" "$tmp/os.c" ||

@@ -15,9 +15,10 @@
  * Windows (mingw-w64 or MSVC): <winsock2.h> and <ws2tcpip.h>, which declare
  * the same socket address structs; tl_iovec has the two fields of struct
  * iovec by name, laid out as Winsock's WSABUF (length first, 32 bits).
- * The library does not build for Windows yet: tests/test_headers_win.sh
- * compiles every public header (and the sources the port has reached) with
- * the mingw-w64 compiler; docs/DESIGN.md says what runs where.
+ * Directory entry types (DT_*), which Windows' headers lack, are defined
+ * here for tl_dirent. tests/test_headers_win.sh compiles every public
+ * header with the mingw-w64 compiler; docs/WINDOWS.md says what of the
+ * library builds and runs there.
  */
 
 #include <stddef.h>
@@ -32,6 +33,20 @@ typedef struct tl_iovec {
 	unsigned long iov_len;
 	void *iov_base;
 } tl_iovec;
+
+/* A directory entry's type (tl_dirent.type, turnloop/pool.h): Windows'
+ * headers have no d_type, so its values are named here, with Linux's
+ * numbers. */
+#ifndef DT_UNKNOWN
+#define DT_UNKNOWN 0
+#define DT_FIFO 1
+#define DT_CHR 2
+#define DT_DIR 4
+#define DT_BLK 6
+#define DT_REG 8
+#define DT_LNK 10
+#define DT_SOCK 12
+#endif
 #else
 #include <sys/uio.h>
 #include <sys/socket.h>

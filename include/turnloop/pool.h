@@ -77,7 +77,10 @@ typedef struct tl_pool_config {
 	 * Otherwise a hwloc synthetic description ("pack:2 numa:1 core:2 pu:1")
 	 * or the path of a hwloc XML export (ends in ".xml"): the per-node sets,
 	 * queues and stats exist, but no thread is bound (for tests and for
-	 * planning on another machine's shape). The string is copied. */
+	 * planning on another machine's shape). The string is copied. On
+	 * Windows, where no hwloc is built, a synthetic description is read
+	 * by the runtime's own parser ("type:count" levels) and an XML path
+	 * is -ENOTSUP. */
 	const char *topology;
 } tl_pool_config;
 
@@ -91,7 +94,8 @@ void tl_pool_config_init(tl_pool_config *cfg);
  * Returns 0 when launched, or when the pool already runs with an equal
  * configuration; -EINVAL for an invalid configuration, a topology
  * description hwloc rejects, or one that differs from the running pool's;
- * -ENOMEM; or the negated error of hwloc or pthread_create.
+ * -ENOMEM; -ENOTSUP (an XML topology on Windows); or the negated error of
+ * hwloc or of starting a thread.
  */
 int tl_pool_launch(const tl_pool_config *cfg);
 

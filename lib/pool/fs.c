@@ -1,10 +1,16 @@
 /* lib/pool/fs.c: typed file requests (tl_fs_*), run natively by the driver where it can, else on the bounded pool. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef _WIN32
+#include <direct.h> /* _mkdir, _rmdir */
+#include <io.h>
+#else
+#include <dirent.h>
 #include <unistd.h>
+#endif
+#include "os.h"
 #include "fs.h"
 
 /*
@@ -24,6 +30,136 @@
  */
 
 /* ---- worker side ---- */
+
+#ifdef _WIN32
+/*
+ * The C runtime's names for what POSIX calls the same: read, write, close,
+ * stat, fstat, unlink, rmdir, and fsync as _commit (FlushFileBuffers).
+ * Win32 where the runtime's call differs from POSIX's: open is CreateFile
+ * sharing read, write and delete (the runtime's _open shares no delete,
+ * so a file it holds open could not be renamed or unlinked, which POSIX
+ * allows), made a runtime descriptor by _open_osfhandle; rename replaces
+ * an existing target as POSIX's does (MoveFileEx); mkdir has no mode
+ * (_mkdir: Windows' ACLs, not mode bits, guard a directory); and a
+ * directory is listed with FindFirstFile. Positioned reads and writes are
+ * the platform layer's (ReadFile and WriteFile at an OVERLAPPED offset).
+ */
+#define FS_OPEN(p, fl, m) win_open(p, fl, m)
+#define FS_CLOSE(fd) _close(fd)
+#define FS_READ(fd, b, n) _read(fd, b, n)
+#define FS_WRITE(fd, b, n) _write(fd, b, n)
+#define FS_FSYNC(fd) _commit(fd)
+#define FS_UNLINK(p) _unlink(p)
+#define FS_MKDIR(p, m) ((void)(m), _mkdir(p))
+#define FS_RMDIR(p) _rmdir(p)
+
+/* A Win32 failure as -1 with errno set, as the C runtime's calls report. */
+static long win_fail(DWORD e)
+{
+	errno = -tl__os_win_error(e);
+	return -1;
+}
+
+/* open(2)'s flags as CreateFile's: the access of O_RDONLY, O_WRONLY or
+ * O_RDWR; O_CREAT, O_EXCL and O_TRUNC as the disposition; O_APPEND and
+ * O_TEXT kept by the runtime's descriptor (binary otherwise: no newline
+ * translation, as on POSIX). The handle is never inherited (O_CLOEXEC's
+ * counterpart). A file created without the owner's write bit (0200) is
+ * read-only, as _open makes it; the other mode bits have no counterpart. */
+static long win_open(const char *path, int flags, unsigned mode)
+{
+	DWORD access = (flags & _O_ACCMODE) == _O_WRONLY ? GENERIC_WRITE
+		       : (flags & _O_ACCMODE) == _O_RDWR ? GENERIC_READ | GENERIC_WRITE
+							  : GENERIC_READ;
+	DWORD disp = flags & _O_CREAT ? (flags & _O_EXCL    ? CREATE_NEW
+					 : flags & _O_TRUNC ? CREATE_ALWAYS
+							    : OPEN_ALWAYS)
+				       : flags & _O_TRUNC ? TRUNCATE_EXISTING
+							  : OPEN_EXISTING;
+	DWORD attr = (flags & _O_CREAT) && !(mode & _S_IWRITE) ? FILE_ATTRIBUTE_READONLY
+							       : FILE_ATTRIBUTE_NORMAL;
+	HANDLE h = CreateFileA(path, access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+			       NULL, disp, attr, NULL);
+	if (h == INVALID_HANDLE_VALUE)
+		return win_fail(GetLastError());
+	int fd = _open_osfhandle((intptr_t)h, flags & (_O_APPEND | _O_TEXT));
+	if (fd < 0) {
+		CloseHandle(h);
+		errno = EMFILE;
+		return -1;
+	}
+	return fd;
+}
+
+static long fs_rename(const char *from, const char *to)
+{
+	return MoveFileExA(from, to, MOVEFILE_REPLACE_EXISTING) ? 0 : win_fail(GetLastError());
+}
+
+/* FindFirstFile's listing, as getdents64's: entries with DT_DIR, DT_LNK
+ * (a reparse point: a symbolic link or a junction) or DT_REG; -ENOTDIR for
+ * a path that is not a directory. The cancellation flag is looked at
+ * between entries. */
+static int64_t list_dir(struct tl_job *j)
+{
+	struct tl_fs_job *f = tl__fs_job(j);
+	DWORD attr = GetFileAttributesA(f->path);
+	if (attr == INVALID_FILE_ATTRIBUTES)
+		return tl__os_win_error(GetLastError());
+	if (!(attr & FILE_ATTRIBUTE_DIRECTORY))
+		return -ENOTDIR;
+	char pat[MAX_PATH + 3];
+	size_t pl = strlen(f->path);
+	if (pl + 3 > sizeof pat)
+		return -ENAMETOOLONG;
+	memcpy(pat, f->path, pl);
+	if (pl && pat[pl - 1] != '/' && pat[pl - 1] != '\\')
+		pat[pl++] = '\\';
+	pat[pl++] = '*';
+	pat[pl] = 0;
+	WIN32_FIND_DATAA d;
+	HANDLE h = FindFirstFileA(pat, &d);
+	if (h == INVALID_HANDLE_VALUE)
+		return GetLastError() == ERROR_FILE_NOT_FOUND ? 0 : tl__os_win_error(GetLastError());
+	tl_dirent *out = f->buf;
+	uint32_t cap = f->len, stored = 0;
+	uint64_t total = 0;
+	int64_t res = 0;
+	do {
+		if (tl_pool_cancelled((tl_cancel_flag *)j))
+			break;
+		const char *nm = d.cFileName;
+		if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
+			continue;
+		total++;
+		if (stored < cap) {
+			size_t len = strnlen(nm, sizeof out->name - 1);
+			memcpy(out[stored].name, nm, len);
+			out[stored].name[len] = 0;
+			out[stored].type = d.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT ? DT_LNK
+					   : d.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY  ? DT_DIR
+											    : DT_REG;
+			stored++;
+		}
+	} while (FindNextFileA(h, &d));
+	if (GetLastError() != ERROR_NO_MORE_FILES && !tl_pool_cancelled((tl_cancel_flag *)j))
+		res = tl__os_win_error(GetLastError());
+	FindClose(h);
+	if (res < 0)
+		return res;
+	j->value = total;
+	return stored;
+}
+#else
+#define FS_OPEN(p, fl, m) open(p, (fl) | O_CLOEXEC, (mode_t)(m))
+#define FS_CLOSE(fd) close(fd)
+#define FS_READ(fd, b, n) read(fd, b, n)
+#define FS_WRITE(fd, b, n) write(fd, b, n)
+#define FS_FSYNC(fd) fsync(fd)
+#define FS_UNLINK(p) unlink(p)
+#define FS_MKDIR(p, m) mkdir(p, (mode_t)(m))
+#define FS_RMDIR(p) rmdir(p)
+#define fs_rename(a, b) rename(a, b)
 
 /* getdents64 into a stack buffer: no allocation, unlike opendir(). The
  * cancellation flag is looked at between batches. */
@@ -70,6 +206,7 @@ static int64_t list_dir(struct tl_job *j)
 	j->value = total;
 	return stored;
 }
+#endif
 
 static void fs_run(struct tl_job *j)
 {
@@ -80,28 +217,28 @@ static void fs_run(struct tl_job *j)
 	int fd = f->fd;
 	switch (f->code) {
 	case TL_FS_OPEN:
-		r = open(p, f->flags | O_CLOEXEC, (mode_t)f->mode);
+		r = FS_OPEN(p, f->flags, f->mode);
 		/* Loop already gone: nobody will ever see this descriptor. */
 		if (r >= 0 && tl__pool_loop_gone(j)) {
-			close((int)r);
+			FS_CLOSE((int)r);
 			errno = ECANCELED;
 			r = -1;
 		}
 		break;
 	case TL_FS_CLOSE:
-		r = close(fd);
+		r = FS_CLOSE(fd);
 		break;
 	case TL_FS_READ:
-		r = read(fd, f->buf, f->len);
+		r = FS_READ(fd, f->buf, f->len);
 		break;
 	case TL_FS_WRITE:
-		r = write(fd, f->buf, f->len);
+		r = FS_WRITE(fd, f->buf, f->len);
 		break;
 	case TL_FS_PREAD:
-		r = pread(fd, f->buf, f->len, (off_t)f->off);
+		r = tl__os_pread(fd, f->buf, f->len, f->off);
 		break;
 	case TL_FS_PWRITE:
-		r = pwrite(fd, f->buf, f->len, (off_t)f->off);
+		r = tl__os_pwrite(fd, f->buf, f->len, f->off);
 		break;
 	case TL_FS_STAT:
 		r = stat(p, &f->st);
@@ -110,19 +247,19 @@ static void fs_run(struct tl_job *j)
 		r = fstat(fd, &f->st);
 		break;
 	case TL_FS_FSYNC:
-		r = fsync(fd);
+		r = FS_FSYNC(fd);
 		break;
 	case TL_FS_UNLINK:
-		r = unlink(p);
+		r = FS_UNLINK(p);
 		break;
 	case TL_FS_RENAME:
-		r = rename(p, f->path2);
+		r = fs_rename(p, f->path2);
 		break;
 	case TL_FS_MKDIR:
-		r = mkdir(p, (mode_t)f->mode);
+		r = FS_MKDIR(p, f->mode);
 		break;
 	case TL_FS_RMDIR:
-		r = rmdir(p);
+		r = FS_RMDIR(p);
 		break;
 	case TL_FS_READDIR:
 		res = list_dir(j);
@@ -149,7 +286,7 @@ static void fs_deliver(struct tl_job *j, tl_completion *c, int cancelled)
 	case TL_FS_OPEN:
 		/* Never expose a descriptor the host did not get an Opened for. */
 		if (cancelled && j->res >= 0) {
-			close((int)j->res);
+			FS_CLOSE((int)j->res);
 			c->u.pool.value = (uint64_t)(int64_t)-ECANCELED;
 		}
 		break;
@@ -166,15 +303,17 @@ static void fs_deliver(struct tl_job *j, tl_completion *c, int cancelled)
 static void fs_discard(struct tl_job *j)
 {
 	if (tl__fs_job(j)->code == TL_FS_OPEN && j->res >= 0)
-		close((int)j->res);
+		FS_CLOSE((int)j->res);
 }
 
 static const struct tl_job_ops fs_ops = {
 	.run = fs_run,
 	.deliver = fs_deliver,
 	.discard = fs_discard,
+#ifndef _WIN32
 	.native_result = tl__fs_native_result,
 	.native_retry = tl__fs_native_retry,
+#endif
 };
 
 /* ---- the requests ---- */
@@ -230,11 +369,13 @@ static int fs_submit(tl_loop *l, uint8_t code, const struct fs_args *a, uint64_t
 	f->user_out = a->out;
 	if (a->buf)
 		j->user_mem = 1;
+#ifndef _WIN32
 	/* The driver's native path first, where it has one (its fs_route
 	 * decides). */
 	r = tl__fs_native_submit(l, pl, j, token, op);
 	if (r != -ENOTSUP)
 		return r;
+#endif
 	return tl__pool_submit(l, pl, j, TL_POOL_BOUNDED, TL_K_FS, token, -1, op);
 }
 

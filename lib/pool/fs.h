@@ -21,7 +21,9 @@ struct tl_fs_job {
 	char inl[TL_FS_INLINE_PATH];
 	union {
 		struct stat st;    /* pool: what stat/fstat wrote */
+#ifndef _WIN32
 		struct statx stx;  /* native: what the kernel wrote */
+#endif
 	};
 };
 _Static_assert(sizeof(struct tl_fs_job) <= sizeof(((struct tl_job *)0)->data), "tl_fs_job fits");
@@ -30,6 +32,10 @@ static inline struct tl_fs_job *tl__fs_job(struct tl_job *j)
 {
 	return (struct tl_fs_job *)j->data;
 }
+
+#ifndef _WIN32
+/* The driver's path (fs_native.c, io_uring's opcodes): not in the Windows
+ * build, whose requests all run on the pool. */
 
 /* Run the filled request j (its ops already the file requests') natively
  * through the loop's driver: 0 accepted (*op set, the record is the op's
@@ -41,5 +47,6 @@ int tl__fs_native_submit(tl_loop *loop, struct tl_pool_loop *pl, struct tl_job *
 /* The file requests' tl_job_ops entries for the driver's path. */
 void tl__fs_native_result(struct tl_job *j, int64_t res);
 int tl__fs_native_retry(tl_loop *loop, struct tl_opslot *op, struct tl_job *j, int64_t res);
+#endif
 
 #endif

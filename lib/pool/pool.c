@@ -1,10 +1,7 @@
 /* lib/pool/pool.c: the process-wide blocking pool: configuration, one bounded set per NUMA node, start, shutdown and statistics. */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <hwloc.h>
 #include "pool_int.h"
 
 /* The workers and the queue are in workers.c and queue.h; the loop's side
@@ -13,7 +10,7 @@
 
 #define SETS_MAX 1024u
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* start / shutdown / attach */
+static tl__os_mutex g_mu = TL__OS_MUTEX_INIT; /* start / shutdown / attach */
 static _Atomic(struct tl_pool *) g_pool;
 static _Atomic uint32_t g_readers; /* lock-free readers of g_pool (stats) */
 
@@ -55,22 +52,19 @@ static void pool_free(struct tl_pool *p)
 		for (uint32_t i = 0; i < p->nsets; i++) {
 			tl__os_aligned_free(p->sets[i].q.cells);
 			tl__os_aligned_free(p->sets[i].w);
-			if (p->sets[i].cpuset)
-				hwloc_bitmap_free(p->sets[i].cpuset);
 		}
 		tl__os_aligned_free(p->sets);
 	}
 	if (p->lrec) {
 		for (uint32_t i = 0; i < p->cfg.long_max; i++)
-			pthread_cond_destroy(&p->lrec[i].cv);
+			tl__os_cond_destroy(&p->lrec[i].cv);
 		free(p->lrec);
 	}
 	free(p->cpu2set);
-	if (p->topo)
-		hwloc_topology_destroy(p->topo);
-	pthread_mutex_destroy(&p->smu);
-	pthread_cond_destroy(&p->scv);
-	pthread_mutex_destroy(&p->lmu);
+	tl__topo_free(p->topo);
+	tl__os_mutex_destroy(&p->smu);
+	tl__os_cond_destroy(&p->scv);
+	tl__os_mutex_destroy(&p->lmu);
 	free(p->topo_str);
 	free(p);
 }
@@ -79,14 +73,12 @@ static void pool_free(struct tl_pool *p)
  * without NUMA objects) is one set spanning every CPU. */
 static int build_sets(struct tl_pool *p)
 {
-	int n = hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE);
-	hwloc_obj_t nodes[SETS_MAX];
+	uint32_t n = tl__topo_nodes(p->topo);
+	uint32_t nodes[SETS_MAX];
 	uint32_t ns = 0;
-	for (int i = 0; i < n && ns < SETS_MAX; i++) {
-		hwloc_obj_t o = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
-		if (o && o->cpuset && !hwloc_bitmap_iszero(o->cpuset))
-			nodes[ns++] = o;
-	}
+	for (uint32_t i = 0; i < n && ns < SETS_MAX; i++)
+		if (tl__cpuset_count(tl__topo_node_cpus(p->topo, i)))
+			nodes[ns++] = i;
 	uint32_t count = ns ? ns : 1;
 	size_t bytes = ((count * sizeof *p->sets) + 63) & ~(size_t)63;
 	p->sets = tl__os_aligned_alloc(64, bytes);
@@ -98,17 +90,16 @@ static int build_sets(struct tl_pool *p)
 		struct tl_bset *s = &p->sets[i];
 		s->pool = p;
 		s->idx = i;
-		s->node = ns ? (int)nodes[i]->os_index : 0;
-		s->cpuset = hwloc_bitmap_dup(ns ? nodes[i]->cpuset
-					      : hwloc_topology_get_topology_cpuset(p->topo));
+		s->node = ns ? tl__topo_node_os(p->topo, nodes[i]) : 0;
+		s->cpus = ns ? tl__topo_node_cpus(p->topo, nodes[i]) : tl__topo_cpus(p->topo);
 		size_t wb = ((p->cfg.workers_per_node * sizeof *s->w) + 63) & ~(size_t)63;
 		s->w = tl__os_aligned_alloc(64, wb);
-		if (!s->cpuset || !s->w || tl__jq_init(&s->q, p->cfg.queue_per_node) < 0)
+		if (!s->w || tl__jq_init(&s->q, p->cfg.queue_per_node) < 0)
 			return -ENOMEM;
 		memset(s->w, 0, wb);
 		s->nw = p->cfg.workers_per_node;
 	}
-	int last = hwloc_bitmap_last(hwloc_topology_get_topology_cpuset(p->topo));
+	int last = tl__cpuset_last(tl__topo_cpus(p->topo));
 	p->ncpu = last >= 0 ? (uint32_t)last + 1 : 1;
 	p->cpu2set = malloc(p->ncpu * sizeof *p->cpu2set);
 	if (!p->cpu2set)
@@ -116,7 +107,7 @@ static int build_sets(struct tl_pool *p)
 	for (uint32_t c = 0; c < p->ncpu; c++) {
 		p->cpu2set[c] = -1;
 		for (uint32_t i = 0; i < count; i++)
-			if (hwloc_bitmap_isset(p->sets[i].cpuset, c)) {
+			if (tl__cpuset_has(p->sets[i].cpus, c)) {
 				p->cpu2set[c] = (int32_t)i;
 				break;
 			}
@@ -124,24 +115,17 @@ static int build_sets(struct tl_pool *p)
 	return 0;
 }
 
+/* This machine's topology, or the configuration's description of one
+ * (lib/shared/topo.h: hwloc, or Windows' own); threads are bound only on
+ * this machine's. */
 static int load_topology(struct tl_pool *p)
 {
-	if (hwloc_topology_init(&p->topo) < 0) {
+	int r = tl__topo_load(&p->topo, p->topo_str);
+	if (r < 0) {
 		p->topo = NULL;
-		return -ENOMEM;
+		return r;
 	}
-	const char *t = p->topo_str;
-	if (t) {
-		size_t len = strlen(t);
-		int xml = len > 4 && !strcmp(t + len - 4, ".xml");
-		if (xml ? hwloc_topology_set_xml(p->topo, t) < 0
-			: hwloc_topology_set_synthetic(p->topo, t) < 0)
-			return xml && errno ? -errno : -EINVAL;
-	}
-	if (hwloc_topology_load(p->topo) < 0)
-		return errno ? -errno : -EINVAL;
-	/* Synthetic and XML topologies describe CPUs that are not ours. */
-	p->bind = !t && hwloc_topology_is_thissystem(p->topo);
+	p->bind = tl__topo_binds(p->topo);
 	return 0;
 }
 
@@ -151,9 +135,9 @@ static int pool_start_locked(const tl_pool_config *cfg, struct tl_pool **out)
 	if (!p)
 		return -ENOMEM;
 	p->cfg = *cfg;
-	pthread_mutex_init(&p->smu, NULL);
-	pthread_cond_init(&p->scv, NULL);
-	pthread_mutex_init(&p->lmu, NULL);
+	tl__os_mutex_init(&p->smu);
+	tl__os_cond_init(&p->scv);
+	tl__os_mutex_init(&p->lmu);
 	int r = -ENOMEM;
 	if (cfg->topology && !(p->topo_str = strdup(cfg->topology)))
 		goto fail;
@@ -169,18 +153,14 @@ static int pool_start_locked(const tl_pool_config *cfg, struct tl_pool **out)
 	p->lrec = calloc(cfg->long_max, sizeof *p->lrec);
 	if (!p->lrec)
 		goto fail;
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	for (uint32_t i = cfg->long_max; i-- > 0;) {
 		struct tl_lworker *w = &p->lrec[i];
-		pthread_cond_init(&w->cv, &ca);
+		tl__os_cond_init(&w->cv); /* timed waits on the monotonic clock */
 		w->pool = p;
 		w->bound = UINT32_MAX;
 		w->next = p->lfree;
 		p->lfree = w;
 	}
-	pthread_condattr_destroy(&ca);
 	r = tl__pool_workers_start(p);
 	if (r < 0)
 		goto fail;
@@ -200,14 +180,14 @@ int tl_pool_launch(const tl_pool_config *cfg)
 	}
 	if (!valid_config(cfg))
 		return -EINVAL;
-	pthread_mutex_lock(&g_mu);
+	tl__os_mutex_lock(&g_mu);
 	struct tl_pool *p = atomic_load(&g_pool);
 	int r = 0;
 	if (p)
 		r = same_config(p, cfg) ? 0 : -EINVAL;
 	else if ((r = pool_start_locked(cfg, &p)) == 0)
 		atomic_store(&g_pool, p);
-	pthread_mutex_unlock(&g_mu);
+	tl__os_mutex_unlock(&g_mu);
 	return r;
 }
 
@@ -219,10 +199,10 @@ int tl_pool_start(const tl_pool_config *cfg)
 
 int tl_pool_shutdown(void)
 {
-	pthread_mutex_lock(&g_mu);
+	tl__os_mutex_lock(&g_mu);
 	struct tl_pool *p = atomic_load(&g_pool);
 	if (!p) {
-		pthread_mutex_unlock(&g_mu);
+		tl__os_mutex_unlock(&g_mu);
 		return 0;
 	}
 	int busy = atomic_load(&p->loops) != 0;
@@ -236,13 +216,13 @@ int tl_pool_shutdown(void)
 			if (atomic_load(&s->w[k].busy))
 				busy = 1;
 	}
-	pthread_mutex_lock(&p->lmu);
+	tl__os_mutex_lock(&p->lmu);
 	for (uint32_t i = 0; i < p->nsets && !busy; i++)
 		if (atomic_load(&p->sets[i].long_busy))
 			busy = 1;
-	pthread_mutex_unlock(&p->lmu);
+	tl__os_mutex_unlock(&p->lmu);
 	if (busy) {
-		pthread_mutex_unlock(&g_mu);
+		tl__os_mutex_unlock(&g_mu);
 		return -EBUSY;
 	}
 	tl__pool_workers_stop(p);
@@ -250,9 +230,9 @@ int tl_pool_shutdown(void)
 	 * they load g_pool: wait for those that may have seen p. */
 	atomic_store(&g_pool, NULL);
 	while (atomic_load(&g_readers))
-		sched_yield();
+		tl__os_yield();
 	pool_free(p);
-	pthread_mutex_unlock(&g_mu);
+	tl__os_mutex_unlock(&g_mu);
 	return 0;
 }
 
@@ -262,7 +242,7 @@ int tl__pool_attach(struct tl_pool **out)
 {
 	/* Under the start lock, so that no shutdown can slip between finding
 	 * the pool and counting the loop in it. */
-	pthread_mutex_lock(&g_mu);
+	tl__os_mutex_lock(&g_mu);
 	struct tl_pool *p = atomic_load(&g_pool);
 	int r = 0;
 	if (!p) {
@@ -276,7 +256,7 @@ int tl__pool_attach(struct tl_pool **out)
 		atomic_fetch_add(&p->loops, 1);
 		*out = p;
 	}
-	pthread_mutex_unlock(&g_mu);
+	tl__os_mutex_unlock(&g_mu);
 	return r;
 }
 

@@ -2,13 +2,11 @@
 #ifndef TL_POOL_INT_H
 #define TL_POOL_INT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <time.h>
-#include <hwloc.h>
 #include "internal.h"
 #include "os.h"
+#include "topo.h"
 #include "turnloop/pool.h"
 #include "job.h"
 #include "queue.h"
@@ -72,14 +70,14 @@ struct tl_pool_loop {
 
 struct tl_bworker {
 	_Alignas(64) _Atomic uint32_t busy; /* own line: written per job */
-	pthread_t th;
+	tl__os_thread_handle th;
 	struct tl_bset *set;
 	uint32_t i;
 };
 
 struct tl_lworker {
-	pthread_t th;
-	pthread_cond_t cv;
+	tl__os_thread_handle th;
+	tl__os_cond cv;
 	struct tl_pool *pool;
 	struct tl_job *job;            /* handed under lmu */
 	struct tl_lworker *prev, *next; /* idle list of its set, or the free list */
@@ -105,7 +103,7 @@ struct tl_bset {
 	struct tl_pool *pool;
 	uint32_t idx;
 	int node;                  /* OS index of the NUMA node */
-	hwloc_bitmap_t cpuset;
+	const tl__cpuset *cpus;    /* its CPUs (the topology's) */
 	struct tl_bworker *w;
 	uint32_t nw;
 	struct tl_lworker *lidle;  /* parked long workers (under lmu) */
@@ -114,7 +112,7 @@ struct tl_bset {
 struct tl_pool {
 	tl_pool_config cfg;
 	char *topo_str;
-	hwloc_topology_t topo;
+	tl__topo *topo;
 	int bind;                 /* bind threads (this machine's topology) */
 	uint64_t spin_ns;
 	struct tl_bset *sets;
@@ -124,11 +122,11 @@ struct tl_pool {
 	_Atomic int stopping;
 	_Atomic uint32_t loops;   /* loops with pool state */
 
-	pthread_mutex_t smu;      /* start handshake */
-	pthread_cond_t scv;
+	tl__os_mutex smu;         /* start handshake */
+	tl__os_cond scv;
 	uint32_t started;
 
-	pthread_mutex_t lmu;      /* the whole long class */
+	tl__os_mutex lmu;         /* the whole long class */
 	struct tl_lworker *lrec;
 	struct tl_lworker *lfree;
 	uint32_t lthreads;

@@ -1,9 +1,7 @@
 /* lib/pool/port.c: the loop's side of the pool: job records, the result port, the core's hooks, submission and reservations. */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "pool_int.h"
 
 /* ---- records and the core's hooks ---- */
@@ -213,7 +211,7 @@ static void hook_detach(tl_loop *l)
 		struct tl_job *j = &pt->jobs[i];
 		while (j->user_mem &&
 		       atomic_load_explicit(&j->state, memory_order_acquire) == TL_JOB_RUNNING)
-			usleep(100);
+			tl__os_sleep_us(100);
 	}
 	tl__pool_detach(pl->pool);
 	l->pool = NULL;
@@ -242,7 +240,7 @@ static void port_free(struct tl_poster *p)
 
 static uint32_t auto_set(struct tl_pool *p)
 {
-	int cpu = sched_getcpu();
+	int cpu = tl__os_cpu();
 	if (cpu >= 0 && (uint32_t)cpu < p->ncpu && p->cpu2set[cpu] >= 0)
 		return (uint32_t)p->cpu2set[cpu];
 	return 0;

@@ -3,7 +3,6 @@
 #define TL_POOL_QUEUE_H
 
 #include <errno.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -81,7 +80,7 @@ static inline void tl__jq_push(struct tl_jq *q, struct tl_job *j)
 			if (++waits < 64)
 				tl__cpu_relax();
 			else
-				sched_yield();
+				tl__os_yield();
 			pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
 		} else {
 			pos = atomic_load_explicit(&q->tail, memory_order_relaxed);

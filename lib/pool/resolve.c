@@ -1,8 +1,13 @@
 /* lib/pool/resolve.c: getaddrinfo lookups (tl_resolve), one bounded pool job each. */
 #include <errno.h>
-#include <netdb.h>
 #include <string.h>
+#ifdef _WIN32
+#include <winsock2.h>
+#include <ws2tcpip.h> /* getaddrinfo, in Winsock */
+#else
+#include <netdb.h>
 #include <sys/socket.h>
+#endif
 #include "job.h"
 
 /* A lookup, in its job record's data words. The names are copied in, so the
@@ -28,12 +33,14 @@ static inline struct rs_job *RS(struct tl_job *j)
 	return (struct rs_job *)j->data;
 }
 
-/* Map getaddrinfo's codes to the project's errno convention (pool.h). */
+/* Map getaddrinfo's codes to the project's errno convention (pool.h).
+ * Winsock's are WSA* codes under the same names, without EAI_SYSTEM or
+ * EAI_ADDRFAMILY (and some headers make EAI_NODATA EAI_NONAME). */
 static int64_t eai_errno(int e)
 {
 	switch (e) {
 	case EAI_NONAME:
-#ifdef EAI_NODATA
+#if defined(EAI_NODATA) && EAI_NODATA != EAI_NONAME
 	case EAI_NODATA:
 #endif
 #ifdef EAI_ADDRFAMILY
@@ -44,8 +51,10 @@ static int64_t eai_errno(int e)
 		return -EAGAIN;
 	case EAI_MEMORY:
 		return -ENOMEM;
+#ifdef EAI_SYSTEM
 	case EAI_SYSTEM:
 		return errno ? -(int64_t)errno : -EIO;
+#endif
 	case EAI_FAMILY:
 	case EAI_SOCKTYPE:
 	case EAI_SERVICE:
@@ -68,7 +77,18 @@ static void rs_run(struct tl_job *j)
 	const char *host = q->has_host ? q->io.in.host : NULL;
 	const char *svc = q->has_service ? q->io.in.service : NULL;
 	errno = 0;
+#ifdef _WIN32
+	/* Winsock answers only a process that started it: count this lookup
+	 * as one more user (a reference count, cheap while the host holds
+	 * one, as the IOCP driver does). */
+	WSADATA wd;
+	int wsa = WSAStartup(MAKEWORD(2, 2), &wd) == 0;
 	int e = getaddrinfo(host, svc, &h, &res);
+	if (e && wsa)
+		WSACleanup();
+#else
+	int e = getaddrinfo(host, svc, &h, &res);
+#endif
 	if (e) {
 		j->res = eai_errno(e);
 		j->value = (uint64_t)j->res;
@@ -89,6 +109,10 @@ static void rs_run(struct tl_job *j)
 		}
 	}
 	freeaddrinfo(res);
+#ifdef _WIN32
+	if (wsa)
+		WSACleanup();
+#endif
 	q->n = n;
 	if (!n) {
 		j->res = -ENOENT;

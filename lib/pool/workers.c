@@ -1,15 +1,7 @@
 /* lib/pool/workers.c: the pool's two worker classes: bounded workers (queue, spinning, parking) and long workers. */
 #include <errno.h>
-#include <limits.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include "pool_int.h"
 
 /*
@@ -38,14 +30,15 @@
 #define SPIN_PREEMPTED_NS 5000u
 #define SPIN_BACKOFF_NS 2000000u
 
+/* The futex (WaitOnAddress on Windows: lib/shared/os.h). */
 static void futex_wait(_Atomic uint32_t *f, uint32_t v)
 {
-	syscall(SYS_futex, f, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+	tl__os_addr_wait(f, v);
 }
 
-static void futex_wake(_Atomic uint32_t *f, int n)
+static void futex_wake(_Atomic uint32_t *f, int all)
 {
-	syscall(SYS_futex, f, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+	tl__os_addr_wake(f, all);
 }
 
 /* ---- running one job (both classes) ---- */
@@ -103,7 +96,7 @@ static void bind_set(struct tl_pool *p, uint32_t set)
 	/* A failed binding (a cpuset changed under us) leaves the thread
 	 * unbound: slower, never wrong. */
 	if (p->bind)
-		(void)hwloc_set_cpubind(p->topo, p->sets[set].cpuset, HWLOC_CPUBIND_THREAD);
+		(void)tl__topo_bind(p->topo, p->sets[set].cpus);
 }
 
 /*
@@ -126,7 +119,7 @@ static void wake(struct tl_bset *s)
 	if (atomic_exchange(&s->wake_pending, 1))
 		return;
 	atomic_fetch_add_explicit(&s->futex, 1, memory_order_seq_cst);
-	futex_wake(&s->futex, 1);
+	futex_wake(&s->futex, 0);
 }
 
 /*
@@ -169,7 +162,7 @@ static struct tl_job *search(struct tl_bset *s)
 		 * for a while (the pool then behaves like a sleeping pool).
 		 */
 		if (i >= SPIN_PAUSES) {
-			sched_yield();
+			tl__os_yield();
 			uint64_t t2 = tl__os_mono_ns();
 			if (t2 - t > SPIN_PREEMPTED_NS) {
 				atomic_store_explicit(&s->spin_off_until, t2 + SPIN_BACKOFF_NS,
@@ -218,10 +211,10 @@ static void park(struct tl_bset *s)
 static void name_thread(char *name)
 {
 	name[15] = 0;
-	pthread_setname_np(pthread_self(), name);
+	tl__os_thread_name(name);
 }
 
-static void *bworker_main(void *arg)
+static TL__OS_THREAD_FN bworker_main(void *arg)
 {
 	struct tl_bworker *w = arg;
 	struct tl_bset *s = w->set;
@@ -230,10 +223,10 @@ static void *bworker_main(void *arg)
 	snprintf(name, sizeof name, "tlpool-%u-%u", s->idx, w->i);
 	name_thread(name);
 	bind_set(p, s->idx);
-	pthread_mutex_lock(&p->smu);
+	tl__os_mutex_lock(&p->smu);
 	p->started++;
-	pthread_cond_broadcast(&p->scv);
-	pthread_mutex_unlock(&p->smu);
+	tl__os_cond_broadcast(&p->scv);
+	tl__os_mutex_unlock(&p->smu);
 	for (;;) {
 		struct tl_job *j = tl__jq_pop(&s->q);
 		if (!j) {
@@ -252,7 +245,7 @@ static void *bworker_main(void *arg)
 		run_job(j);
 		atomic_store_explicit(&w->busy, 0, memory_order_release);
 	}
-	return NULL;
+	return 0;
 }
 
 int tl__pool_admit(struct tl_bset *s)
@@ -320,18 +313,18 @@ static void stat_add(_Atomic uint32_t *v, int d)
 			      memory_order_relaxed);
 }
 
-static void *lworker_main(void *arg)
+static TL__OS_THREAD_FN lworker_main(void *arg)
 {
 	struct tl_lworker *w = arg;
 	struct tl_pool *p = w->pool;
 	char name[32];
 	snprintf(name, sizeof name, "tllong-%u", w->id);
 	name_thread(name);
-	pthread_mutex_lock(&p->lmu);
+	tl__os_mutex_lock(&p->lmu);
 	for (;;) {
 		struct tl_job *j = w->job;
 		uint32_t set = w->set;
-		pthread_mutex_unlock(&p->lmu);
+		tl__os_mutex_unlock(&p->lmu);
 		/* Placed on the submitting loop's node; a parked worker handed a
 		 * job from another node moves there. */
 		if (w->bound != set) {
@@ -339,22 +332,18 @@ static void *lworker_main(void *arg)
 			w->bound = set;
 		}
 		run_job(j);
-		pthread_mutex_lock(&p->lmu);
+		tl__os_mutex_lock(&p->lmu);
 		stat_add(&p->sets[w->set].long_busy, -1);
 		w->job = NULL;
 		idle_push(p, w);
-		struct timespec dl;
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)p->cfg.long_idle_ms * 1000000ull;
-		dl.tv_sec += (time_t)(ns / 1000000000ull);
-		dl.tv_nsec = (long)(ns % 1000000000ull);
+		uint64_t dl = tl__os_mono_ns() + (uint64_t)p->cfg.long_idle_ms * 1000000ull;
 		while (!w->job) {
 			if (atomic_load(&p->stopping))
 				goto retire;
-			int r = pthread_cond_timedwait(&w->cv, &p->lmu, &dl);
+			int r = tl__os_cond_timedwait(&w->cv, &p->lmu, dl);
 			/* A job handed over during the wait is taken even if the
 			 * wait also timed out: it was promised to this worker. */
-			if (r == ETIMEDOUT && !w->job)
+			if (r == -ETIMEDOUT && !w->job)
 				goto retire;
 		}
 	}
@@ -366,25 +355,21 @@ retire:
 	 * shutdown) joins this thread, which is about to return. */
 	w->next = p->lfree;
 	p->lfree = w;
-	pthread_mutex_unlock(&p->lmu);
-	return NULL;
+	tl__os_mutex_unlock(&p->lmu);
+	return 0;
 }
 
-static int spawn(pthread_t *th, void *(*fn)(void *), void *arg)
+static int spawn(tl__os_thread_handle *th, TL__OS_THREAD_FN (*fn)(void *), void *arg)
 {
-	/* Pool threads take no signals: the process's handlers run on its
-	 * own threads, as they would without a pool. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int r = pthread_create(th, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return -r;
+	/* Pool threads take no signals (POSIX; tl__os_thread_start blocks
+	 * them): the process's handlers run on its own threads, as they
+	 * would without a pool. */
+	return tl__os_thread_start(th, fn, arg);
 }
 
 int tl__pool_long_submit(struct tl_pool *p, uint32_t si, struct tl_job *j)
 {
-	pthread_mutex_lock(&p->lmu);
+	tl__os_mutex_lock(&p->lmu);
 	struct tl_lworker *w = p->sets[si].lidle;
 	for (uint32_t k = 0; !w && k < p->nsets; k++)
 		w = p->sets[k].lidle;
@@ -397,12 +382,12 @@ int tl__pool_long_submit(struct tl_pool *p, uint32_t si, struct tl_job *j)
 		}
 		w->job = j;
 		stat_add(&p->sets[si].long_busy, 1);
-		pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&p->lmu);
+		tl__os_cond_signal(&w->cv);
+		tl__os_mutex_unlock(&p->lmu);
 		return 0;
 	}
 	if (p->lthreads >= p->cfg.long_max) {
-		pthread_mutex_unlock(&p->lmu);
+		tl__os_mutex_unlock(&p->lmu);
 		return -ENOBUFS;
 	}
 	w = p->lfree;
@@ -411,7 +396,7 @@ int tl__pool_long_submit(struct tl_pool *p, uint32_t si, struct tl_job *j)
 	if (w->joinable) {
 		/* A retired worker's thread: it has left the lock and is
 		 * returning, so this join is short. */
-		pthread_join(w->th, NULL);
+		tl__os_thread_join(w->th);
 		w->joinable = 0;
 	}
 	w->job = j;
@@ -423,14 +408,14 @@ int tl__pool_long_submit(struct tl_pool *p, uint32_t si, struct tl_job *j)
 		w->job = NULL;
 		w->next = p->lfree;
 		p->lfree = w;
-		pthread_mutex_unlock(&p->lmu);
+		tl__os_mutex_unlock(&p->lmu);
 		return r;
 	}
 	w->joinable = 1;
 	p->lthreads++;
 	stat_add(&p->sets[si].long_threads, 1);
 	stat_add(&p->sets[si].long_busy, 1);
-	pthread_mutex_unlock(&p->lmu);
+	tl__os_mutex_unlock(&p->lmu);
 	return 0;
 }
 
@@ -448,7 +433,7 @@ int tl__pool_workers_start(struct tl_pool *p)
 			w->i = k;
 			int r = spawn(&w->th, bworker_main, w);
 			if (r < 0) {
-				w->th = 0;
+				w->th = 0; /* no thread */
 				tl__pool_workers_stop(p);
 				return r;
 			}
@@ -457,10 +442,10 @@ int tl__pool_workers_start(struct tl_pool *p)
 	}
 	/* Return once every worker runs: thread start-up allocates, and it
 	 * must not overlap the loops' steady state. */
-	pthread_mutex_lock(&p->smu);
+	tl__os_mutex_lock(&p->smu);
 	while (p->started < want)
-		pthread_cond_wait(&p->scv, &p->smu);
-	pthread_mutex_unlock(&p->smu);
+		tl__os_cond_wait(&p->scv, &p->smu);
+	tl__os_mutex_unlock(&p->smu);
 	return 0;
 }
 
@@ -469,26 +454,26 @@ void tl__pool_workers_stop(struct tl_pool *p)
 	atomic_store(&p->stopping, 1);
 	for (uint32_t i = 0; i < p->nsets; i++) {
 		atomic_fetch_add(&p->sets[i].futex, 1);
-		futex_wake(&p->sets[i].futex, INT_MAX);
+		futex_wake(&p->sets[i].futex, 1);
 	}
 	for (uint32_t i = 0; i < p->nsets; i++)
 		for (uint32_t k = 0; k < p->sets[i].nw; k++)
 			if (p->sets[i].w[k].th)
-				pthread_join(p->sets[i].w[k].th, NULL);
-	pthread_mutex_lock(&p->lmu);
+				tl__os_thread_join(p->sets[i].w[k].th);
+	tl__os_mutex_lock(&p->lmu);
 	while (p->lthreads) {
 		for (uint32_t i = 0; i < p->nsets; i++)
 			for (struct tl_lworker *w = p->sets[i].lidle; w; w = w->next)
-				pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&p->lmu);
-		usleep(1000);
-		pthread_mutex_lock(&p->lmu);
+				tl__os_cond_signal(&w->cv);
+		tl__os_mutex_unlock(&p->lmu);
+		tl__os_sleep_us(1000);
+		tl__os_mutex_lock(&p->lmu);
 	}
-	pthread_mutex_unlock(&p->lmu);
+	tl__os_mutex_unlock(&p->lmu);
 	if (p->lrec)
 		for (uint32_t i = 0; i < p->cfg.long_max; i++)
 			if (p->lrec[i].joinable) {
-				pthread_join(p->lrec[i].th, NULL);
+				tl__os_thread_join(p->lrec[i].th);
 				p->lrec[i].joinable = 0;
 			}
 }

@@ -1,4 +1,4 @@
-/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, locks, thread identity, aligned blocks, memory mapping, positioned file reads, the notifier), one inline function each. */
+/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, locks, condition variables, threads, thread identity, waits on an address, the current CPU, aligned blocks, memory mapping, positioned file reads and writes, the notifier), one inline function each. */
 #ifndef TL_OS_H
 #define TL_OS_H
 
@@ -14,11 +14,13 @@
  *
  * POSIX is what the whole tree builds on. The Windows branch runs in the
  * Windows build (cross/mingw-w64.ini; docs/WINDOWS.md): the loop core, the
- * IOCP driver and the simulation driver, under wine in the test command.
+ * blocking pool, the IOCP driver and the simulation driver, under wine in
+ * the test command.
  *
- * Not here yet, and still POSIX in their own files: descriptors (the
- * public calls take an int), and the blocking pool's threads and
- * condition variables (lib/pool/).
+ * The blocking pool (lib/pool/) reaches its threads, condition variables
+ * and the futex its workers park on through here too; its topology (NUMA
+ * nodes, binding) is lib/shared/topo.h. Not here yet: descriptors (the
+ * public calls take an int).
  */
 
 #include <stddef.h>
@@ -34,23 +36,37 @@
 #include <afunix.h>   /* struct sockaddr_un */
 #include <errno.h>
 #include <io.h>       /* _get_osfhandle */
+#include <process.h>  /* _beginthreadex */
+#include <stdatomic.h>
 typedef SRWLOCK tl__os_mutex;
 #define TL__OS_MUTEX_INIT SRWLOCK_INIT
+typedef CONDITION_VARIABLE tl__os_cond;
 typedef DWORD tl__os_thread;
+typedef HANDLE tl__os_thread_handle;
+#define TL__OS_THREAD_FN unsigned __stdcall
 #else
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h> /* inet_pton, inet_ntop */
+#include <linux/futex.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/un.h>    /* struct sockaddr_un */
 typedef pthread_mutex_t tl__os_mutex;
 #define TL__OS_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER /* a static tl__os_mutex's initialiser */
+typedef pthread_cond_t tl__os_cond;
 typedef pthread_t tl__os_thread;
+typedef pthread_t tl__os_thread_handle;
+#define TL__OS_THREAD_FN void *
 #endif
 
 /* ---- clocks, in nanoseconds ---- */
@@ -199,6 +215,194 @@ static inline void tl__os_rmutex_unlock(tl__os_rmutex *m)
 #endif
 }
 
+/* ---- a condition variable, used with a tl__os_mutex ---- */
+
+/* Make c; its timed waits count on the monotonic clock (tl__os_mono_ns). */
+static inline void tl__os_cond_init(tl__os_cond *c)
+{
+#ifdef _WIN32
+	InitializeConditionVariable(c);
+#else
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &ca);
+	pthread_condattr_destroy(&ca);
+#endif
+}
+
+static inline void tl__os_cond_destroy(tl__os_cond *c)
+{
+#ifdef _WIN32
+	(void)c; /* a condition variable holds nothing to free */
+#else
+	pthread_cond_destroy(c);
+#endif
+}
+
+/* Release m, sleep until c is signalled (or spuriously), take m again. */
+static inline void tl__os_cond_wait(tl__os_cond *c, tl__os_mutex *m)
+{
+#ifdef _WIN32
+	SleepConditionVariableSRW(c, m, INFINITE, 0);
+#else
+	pthread_cond_wait(c, m);
+#endif
+}
+
+/* tl__os_cond_wait until deadline_ns on the monotonic clock: 0 when woken
+ * (or spuriously), -ETIMEDOUT once the deadline has passed. m is held
+ * again either way. Windows waits in milliseconds, rounded up. */
+static inline int tl__os_cond_timedwait(tl__os_cond *c, tl__os_mutex *m, uint64_t deadline_ns)
+{
+#ifdef _WIN32
+	uint64_t now = tl__os_mono_ns();
+	if (now >= deadline_ns)
+		return -ETIMEDOUT;
+	uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+	if (SleepConditionVariableSRW(c, m, ms >= INFINITE ? INFINITE - 1 : (DWORD)ms, 0))
+		return 0;
+	return GetLastError() == ERROR_TIMEOUT ? -ETIMEDOUT : 0;
+#else
+	struct timespec ts = {(time_t)(deadline_ns / 1000000000ull),
+			      (long)(deadline_ns % 1000000000ull)};
+	return pthread_cond_timedwait(c, m, &ts) == ETIMEDOUT ? -ETIMEDOUT : 0;
+#endif
+}
+
+/* Wake one waiter of c / every waiter of c. */
+static inline void tl__os_cond_signal(tl__os_cond *c)
+{
+#ifdef _WIN32
+	WakeConditionVariable(c);
+#else
+	pthread_cond_signal(c);
+#endif
+}
+
+static inline void tl__os_cond_broadcast(tl__os_cond *c)
+{
+#ifdef _WIN32
+	WakeAllConditionVariable(c);
+#else
+	pthread_cond_broadcast(c);
+#endif
+}
+
+/* ---- threads ---- */
+
+/*
+ * A thread's function is written `static TL__OS_THREAD_FN fn(void *arg)`
+ * and returns 0: a void * on POSIX, the unsigned __stdcall function
+ * _beginthreadex calls on Windows. A tl__os_thread_handle is what joins it
+ * (pthread_t; a HANDLE on Windows); the zero value is no thread.
+ */
+
+/* Start fn(arg) on a new thread, *t set: 0, or a negative errno. The
+ * thread starts with every signal blocked (POSIX), so the process's
+ * handlers run on its own threads as they would without the runtime's;
+ * Windows has no signals to block. */
+static inline int tl__os_thread_start(tl__os_thread_handle *t, TL__OS_THREAD_FN (*fn)(void *),
+				      void *arg)
+{
+#ifdef _WIN32
+	uintptr_t h = _beginthreadex(NULL, 0, fn, arg, 0, NULL);
+	if (!h)
+		return errno ? -errno : -EAGAIN;
+	*t = (HANDLE)h;
+	return 0;
+#else
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int r = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -r;
+#endif
+}
+
+/* Wait for thread t to return, and free what it held (a Windows handle). */
+static inline void tl__os_thread_join(tl__os_thread_handle t)
+{
+#ifdef _WIN32
+	WaitForSingleObject(t, INFINITE);
+	CloseHandle(t);
+#else
+	pthread_join(t, NULL);
+#endif
+}
+
+#ifdef _WIN32
+/* Windows 10 1607 and later; mingw-w64 10's headers lack them. */
+WINBASEAPI HRESULT WINAPI SetThreadDescription(HANDLE thread, PCWSTR description);
+WINBASEAPI HRESULT WINAPI GetThreadDescription(HANDLE thread, PWSTR *description);
+#endif
+
+/* Name the calling thread, as top -H, gdb and Windows' debuggers show it:
+ * Linux keeps 15 bytes, so name must be at most that; ASCII. */
+static inline void tl__os_thread_name(const char *name)
+{
+#ifdef _WIN32
+	WCHAR w[64];
+	size_t i = 0;
+	for (; name[i] && i < 63; i++)
+		w[i] = (WCHAR)(unsigned char)name[i];
+	w[i] = 0;
+	(void)SetThreadDescription(GetCurrentThread(), w);
+#else
+	pthread_setname_np(pthread_self(), name);
+#endif
+}
+
+/* Give the CPU to another ready thread, if there is one. */
+static inline void tl__os_yield(void)
+{
+#ifdef _WIN32
+	SwitchToThread();
+#else
+	sched_yield();
+#endif
+}
+
+/* Sleep for at least us microseconds (Windows: whole milliseconds, rounded
+ * up). */
+static inline void tl__os_sleep_us(uint32_t us)
+{
+#ifdef _WIN32
+	Sleep((us + 999) / 1000);
+#else
+	usleep(us);
+#endif
+}
+
+/* ---- waiting on an address: the pool's futex ---- */
+
+/* Sleep while *addr == v: returns at once if it differs, after a
+ * tl__os_addr_wake on addr, or spuriously; callers look again. Linux: the
+ * futex (private to the process); Windows: WaitOnAddress. */
+static inline void tl__os_addr_wait(_Atomic uint32_t *addr, uint32_t v)
+{
+#ifdef _WIN32
+	WaitOnAddress((volatile VOID *)addr, &v, sizeof v, INFINITE);
+#else
+	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+#endif
+}
+
+/* Wake one sleeper on addr, or all of them (all != 0). Change *addr first:
+ * a sleeper that has not slept yet then sees the new value. */
+static inline void tl__os_addr_wake(_Atomic uint32_t *addr, int all)
+{
+#ifdef _WIN32
+	if (all)
+		WakeByAddressAll((PVOID)addr);
+	else
+		WakeByAddressSingle((PVOID)addr);
+#else
+	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, all ? INT_MAX : 1, NULL, NULL, 0);
+#endif
+}
+
 /* ---- thread identity ---- */
 
 static inline tl__os_thread tl__os_thread_self(void)
@@ -227,6 +431,21 @@ static inline int tl__os_thread_is(tl__os_thread t)
 	return t == GetCurrentThreadId();
 #else
 	return pthread_equal(t, pthread_self()) != 0;
+#endif
+}
+
+/* The CPU the calling thread runs on, numbered as the OS numbers CPUs
+ * (Windows: 64 × its processor group + its number in the group, the
+ * numbering lib/shared/topo.h's CPU sets use there); -1 when the OS does
+ * not say. It may have moved by the time the caller looks. */
+static inline int tl__os_cpu(void)
+{
+#ifdef _WIN32
+	PROCESSOR_NUMBER pn;
+	GetCurrentProcessorNumberEx(&pn);
+	return (int)pn.Group * 64 + (int)pn.Number;
+#else
+	return sched_getcpu();
 #endif
 }
 
@@ -288,29 +507,58 @@ int tl__os_win_error(unsigned long code);
 
 /* ---- files ---- */
 
+#ifdef _WIN32
+/* A positioned read (write != 0: write) of descriptor fd's handle. On a
+ * handle opened for synchronous I/O (the C runtime's are) Windows moves
+ * the position to the end of what it transferred, where pread(2) leaves it
+ * alone: it is put back, which is not atomic against another thread using
+ * the same descriptor's position meanwhile. */
+static inline long tl__os_win_prw(int fd, void *buf, size_t n, uint64_t off, int write)
+{
+	HANDLE h = (HANDLE)_get_osfhandle(fd);
+	OVERLAPPED ov = {0};
+	LARGE_INTEGER zero = {0}, pos;
+	DWORD got = 0, want = n > 0x7fffffff ? 0x7fffffff : (DWORD)n;
+	if (h == INVALID_HANDLE_VALUE) {
+		errno = EBADF;
+		return -1;
+	}
+	int seekable = SetFilePointerEx(h, zero, &pos, FILE_CURRENT) != 0;
+	ov.Offset = (DWORD)off;
+	ov.OffsetHigh = (DWORD)(off >> 32);
+	BOOL ok = write ? WriteFile(h, buf, want, &got, &ov) : ReadFile(h, buf, want, &got, &ov);
+	DWORD e = ok ? 0 : GetLastError();
+	if (seekable)
+		SetFilePointerEx(h, pos, NULL, FILE_BEGIN);
+	if (!ok) {
+		if (!write && e == ERROR_HANDLE_EOF)
+			return 0;
+		errno = -tl__os_win_error(e);
+		return -1;
+	}
+	return (long)got;
+}
+#endif
+
 /* pread(2): up to n bytes of file descriptor fd from offset off, leaving
  * its position alone: how many (0 at the end), or -1 with errno set. */
 static inline long tl__os_pread(int fd, void *buf, size_t n, uint64_t off)
 {
 #ifdef _WIN32
-	HANDLE h = (HANDLE)_get_osfhandle(fd);
-	OVERLAPPED ov = {0};
-	DWORD got = 0;
-	if (h == INVALID_HANDLE_VALUE) {
-		errno = EBADF;
-		return -1;
-	}
-	ov.Offset = (DWORD)off;
-	ov.OffsetHigh = (DWORD)(off >> 32);
-	if (!ReadFile(h, buf, n > 0x7fffffff ? 0x7fffffff : (DWORD)n, &got, &ov)) {
-		if (GetLastError() == ERROR_HANDLE_EOF)
-			return 0;
-		errno = EIO;
-		return -1;
-	}
-	return (long)got;
+	return tl__os_win_prw(fd, buf, n, off, 0);
 #else
 	return (long)pread(fd, buf, n, (off_t)off);
+#endif
+}
+
+/* pwrite(2): up to n bytes of buf to descriptor fd at offset off, leaving
+ * its position alone: how many, or -1 with errno set. */
+static inline long tl__os_pwrite(int fd, const void *buf, size_t n, uint64_t off)
+{
+#ifdef _WIN32
+	return tl__os_win_prw(fd, (void *)(uintptr_t)buf, n, off, 1);
+#else
+	return (long)pwrite(fd, buf, n, (off_t)off);
 #endif
 }
 
