@@ -37,6 +37,15 @@
  * there; and they run only on a failure. */
 #define CHECK_REPORTER_ __attribute__((unused, noinline, cold))
 
+/* The printf archetype of the reporters' formats: on mingw-w64, "printf"
+ * means msvcrt's (no %zu, %hhu); a program built with
+ * __USE_MINGW_ANSI_STDIO=1 has C99's, so GCC checks C99's. */
+#if defined(_WIN32) && defined(__USE_MINGW_ANSI_STDIO) && __USE_MINGW_ANSI_STDIO
+#define CHECK_PRINTF_ gnu_printf
+#else
+#define CHECK_PRINTF_ printf
+#endif
+
 /* " (-ENOENT)" for a negative errno in -4095..-1, "" otherwise: for
  * messages (of failures, and of skips). The last four results stay valid. */
 __attribute__((unused, noinline)) static const char *check_errname(long long v)
@@ -67,7 +76,7 @@ CHECK_REPORTER_ static void check_where_(const char *ctx, const char *file, int 
 
 /* The rest of it: a message (its format starts with a space), and the end
  * of the line. */
-CHECK_REPORTER_ __attribute__((format(printf, 1, 2))) static void check_say_(const char *fmt, ...)
+CHECK_REPORTER_ __attribute__((format(CHECK_PRINTF_, 1, 2))) static void check_say_(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifndef _WIN32
 #include <sys/socket.h>
+#endif
 #include <CUnit/CUnit.h>
 
 /* An echo server written the usual way: each read's lease is written back

@@ -2,11 +2,13 @@
 #include "contract.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifndef _WIN32
+#include <poll.h>
 #include <sys/socket.h>
+#endif
 #include <turnloop/poll.h>
 #include <CUnit/CUnit.h>
 
@@ -417,6 +419,22 @@ static void test_data_poll(void)
 	tl_loop *l = c.loop;
 	if (!h_need_cap(l, TL_CAP_POLL))
 		goto out;
+#ifdef _WIN32
+	/* No pipes to poll (WSAPoll watches sockets): a UDP socket on
+	 * loopback made readable by a datagram it sends itself. */
+	SOCKET s = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP);
+	H_TRUE_FATAL(s != INVALID_SOCKET, "socket: %d", WSAGetLastError());
+	tl_addr sa;
+	int slen = sizeof sa;
+	h_loopback(&sa, AF_INET, 0);
+	H_EQ_FATAL(bind(s, &sa.sa, (int)sizeof sa.in), 0);
+	H_EQ_FATAL(getsockname(s, &sa.sa, &slen), 0);
+	tl_handle ph;
+	tl_op pop;
+	H_EQ_FATAL(tl_poll_start(l, (int)(intptr_t)s, POLLIN, 1, &ph, &pop), 0);
+	H_EQ(tl_handle_set_data(l, ph, P(1)), 0);
+	H_EQ(sendto(s, "r", 1, 0, &sa.sa, slen), 1);
+#else
 	int p[2];
 	H_EQ_FATAL(pipe(p), 0);
 	tl_handle ph;
@@ -424,6 +442,7 @@ static void test_data_poll(void)
 	H_EQ_FATAL(tl_poll_start(l, p[0], POLLIN, 1, &ph, &pop), 0);
 	H_EQ(tl_handle_set_data(l, ph, P(1)), 0);
 	H_EQ(write(p[1], "r", 1), 1);
+#endif
 	int i = wait_rec(&c, pop, 0, 1);
 	H_TRUE(i < 0 || c.log.v[i].kind == TL_K_POLL, "poll");
 	H_TRUE(data_at(&c, i) == P(1), "readiness carries %p", data_at(&c, i));
@@ -432,8 +451,12 @@ static void test_data_poll(void)
 	H_TRUE(data_at(&c, i) == P(1), "Stopped carries %p", data_at(&c, i));
 	i = h_wait_closed(&c, ph);
 	H_TRUE(data_at(&c, i) == P(1), "Closed carries %p", data_at(&c, i));
+#ifdef _WIN32
+	closesocket(s);
+#else
 	close(p[0]);
 	close(p[1]);
+#endif
 out:
 	h_ctx_fini(&c);
 	h_end(l, fds);

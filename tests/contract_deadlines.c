@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifndef _WIN32
 #include <sys/socket.h>
+#endif
 #include <CUnit/CUnit.h>
 
 /* The idle duration of these tests: long enough that a loaded host turns

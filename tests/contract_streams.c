@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#ifndef _WIN32
 #include <sys/socket.h>
+#endif
 #include <CUnit/CUnit.h>
 
 /* The three read forms of contract 4.3. */
@@ -484,7 +486,7 @@ static void write_written(enum ww_end how)
 		H_EQ_FATAL(tl_shutdown(l, srv, 21, &sh), 0);
 	}
 	if (how == WW_DETACH && fd >= 0)
-		close(fd);
+		h_sock_close(fd);
 	int eof = 0;
 	int64_t n = h_read_exact(&c, cli, got, (uint32_t)WW_N * WW_LEN + 1, &eof);
 	H_TRUE(eof, "no end of stream after %lld bytes", (long long)n);

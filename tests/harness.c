@@ -4,30 +4,131 @@
 #endif
 #include "harness.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _WIN32
+#include <pthread.h>
+#include <sched.h>
+#include <windows.h>
+#include <winternl.h>
+#else
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
+#endif
 #include <turnloop/poll.h>
 
 static char cur_name[160];
 static int skip_total;
 static int skipped_now;
 static unsigned test_timeout_s = H_TEST_TIMEOUT_S;
+#ifdef _WIN32
+static volatile int sigpipes; /* Windows has no SIGPIPE: a send to a reset socket fails */
+#else
 static volatile sig_atomic_t sigpipes;
+#endif
 
 /* ---- Messages ---- */
 
 /* ---- Frame ---- */
 
+#ifdef _WIN32
+/*
+ * The watchdog on Windows: a thread of its own (made once, so it is in
+ * every test's handle count alike) that waits on an event until the
+ * running test's deadline; past it, it names the test and ends the
+ * process with 1, as SIGALRM does on Linux. h_begin sets the deadline
+ * and h_end clears it, each waking the thread.
+ */
+static HANDLE dog_event;
+static volatile LONG64 dog_deadline_ms; /* GetTickCount64 time; 0: disarmed */
+
+static DWORD WINAPI dog_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		LONG64 dl = InterlockedCompareExchange64(&dog_deadline_ms, 0, 0);
+		ULONGLONG now = GetTickCount64();
+		DWORD wait = INFINITE;
+		if (dl && (ULONGLONG)dl <= now) {
+			static const char m1[] = "\nWATCHDOG: test ";
+			static const char m2[] = " did not finish in time (a turn hung?)\n";
+			fwrite(m1, 1, sizeof m1 - 1, stderr);
+			fwrite(cur_name, 1, strlen(cur_name), stderr);
+			fwrite(m2, 1, sizeof m2 - 1, stderr);
+			fflush(stderr);
+			fflush(stdout);
+			/* Not ExitProcess: its DLL detach could wait for a lock a killed thread held. */
+			TerminateProcess(GetCurrentProcess(), 1);
+		}
+		if (dl)
+			wait = (DWORD)((ULONGLONG)dl - now);
+		WaitForSingleObject(dog_event, wait);
+	}
+	return 0;
+}
+
+static void *warm_leaf(void *arg)
+{
+	sched_yield();
+	return arg;
+}
+
+static void *warm_thread(void *arg)
+{
+	/* Contention on winpthreads' own mutexes (each gets its event at its
+	 * first contention, and keeps it) and the C runtime's locks. */
+	for (int i = 0; i < 50; i++) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, warm_leaf, NULL) == 0)
+			pthread_join(t, NULL);
+		free(malloc(64 + (size_t)i * 8));
+	}
+	return arg;
+}
+
+/* What the C runtime, winpthreads and Winsock make once, at their first
+ * use, and keep (winpthreads: an event and a thread handle at the first
+ * pthread_create, an event per internal mutex at its first contention;
+ * Winsock: an event at the first IPv6 socket): made here,
+ * before any test counts handles, as main's first loop does on Linux. */
+static void warm_up(void)
+{
+	pthread_t t[4];
+	int made = 0;
+	while (made < 4 && pthread_create(&t[made], NULL, warm_thread, NULL) == 0)
+		made++;
+	while (made > 0)
+		pthread_join(t[--made], NULL);
+	static const int fam[2] = {AF_INET, AF_INET6}, type[2] = {SOCK_STREAM, SOCK_DGRAM};
+	for (int f = 0; f < 2; f++)
+		for (int k = 0; k < 2; k++) {
+			SOCKET s = socket(fam[f], type[k], 0);
+			if (s == INVALID_SOCKET)
+				continue;
+			struct sockaddr_storage a;
+			memset(&a, 0, sizeof a);
+			a.ss_family = (ADDRESS_FAMILY)fam[f];
+			bind(s, (struct sockaddr *)&a, f ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+			closesocket(s);
+		}
+	fflush(stderr);
+}
+
+static void dog_arm(unsigned s)
+{
+	InterlockedExchange64(&dog_deadline_ms, s ? (LONG64)(GetTickCount64() + (ULONGLONG)s * 1000) : 0);
+	SetEvent(dog_event);
+}
+#define alarm(s) dog_arm(s)
+#else
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -45,6 +146,7 @@ static void on_sigpipe(int sig)
 	(void)sig;
 	sigpipes++;
 }
+#endif
 
 static int slow_factor = 1;
 
@@ -62,6 +164,24 @@ void h_init(void)
 	t = getenv("TL_TEST_TIMEOUT");
 	if (t && atoi(t) > 0)
 		test_timeout_s = (unsigned)atoi(t);
+#ifdef _WIN32
+	/* Winsock for the tests' own sockets, up for the whole run: the IOCP
+	 * driver's loops start and end it too, and the simulation driver's do
+	 * not, so without this the handle count would change with its state. */
+	WSADATA wd;
+	if (WSAStartup(MAKEWORD(2, 2), &wd) != 0) {
+		fprintf(stderr, "WSAStartup failed\n");
+		exit(1);
+	}
+	dog_event = CreateEventW(NULL, FALSE, FALSE, NULL);
+	HANDLE th = dog_event ? CreateThread(NULL, 0, dog_main, NULL, 0, NULL) : NULL;
+	if (!th) {
+		fprintf(stderr, "the watchdog thread: error %lu\n", GetLastError());
+		exit(1);
+	}
+	CloseHandle(th);
+	warm_up();
+#else
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_alarm;
@@ -70,6 +190,7 @@ void h_init(void)
 	 * the whole program; count the signal instead and fail that test. */
 	sa.sa_handler = on_sigpipe;
 	sigaction(SIGPIPE, &sa, NULL);
+#endif
 	snprintf(cur_name, sizeof cur_name, "(setup)");
 }
 
@@ -78,6 +199,64 @@ const char *h_test_name(void)
 	return cur_name;
 }
 
+#ifdef _WIN32
+/* One entry of NtQuerySystemInformation's SystemHandleInformation (16). */
+struct h_sys_handle {
+	ULONG pid;
+	BYTE type, flags;
+	USHORT value;
+	PVOID object;
+	ACCESS_MASK access;
+};
+typedef NTSTATUS(NTAPI *h_qsi_fn)(ULONG, PVOID, ULONG, PULONG);
+
+/* The process's handles as the system lists them (wine's
+ * GetProcessHandleCount says 0): the count, or -1. */
+static int sys_handle_count(void)
+{
+	static h_qsi_fn q;
+	static ULONG len = 1 << 16;
+	if (!q) {
+		HMODULE nt = GetModuleHandleA("ntdll.dll");
+		q = nt ? (h_qsi_fn)(void (*)(void))GetProcAddress(nt, "NtQuerySystemInformation") : NULL;
+		if (!q)
+			return -1;
+	}
+	for (;;) {
+		ULONG *b = malloc(len), got = 0;
+		if (!b)
+			return -1;
+		NTSTATUS st = q(16, b, len, &got);
+		if (st == (NTSTATUS)0xC0000004L) { /* STATUS_INFO_LENGTH_MISMATCH */
+			free(b);
+			len *= 2;
+			continue;
+		}
+		if (st != 0) {
+			free(b);
+			return -1;
+		}
+		/* ULONG count, then the entries (pointer-aligned). */
+		struct h_sys_handle *e = (struct h_sys_handle *)(void *)((char *)b + sizeof(void *));
+		ULONG n = b[0], me = GetCurrentProcessId();
+		int k = 0;
+		for (ULONG i = 0; i < n; i++)
+			k += e[i].pid == me;
+		free(b);
+		return k;
+	}
+}
+
+/* Open handles of the process (sockets, ports, events, threads, files):
+ * GetProcessHandleCount, or the system's list where it says 0 (wine). */
+int h_fd_count(void)
+{
+	DWORD n = 0;
+	if (GetProcessHandleCount(GetCurrentProcess(), &n) && n > 0)
+		return (int)n;
+	return sys_handle_count();
+}
+#else
 int h_fd_count(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -91,6 +270,7 @@ int h_fd_count(void)
 	closedir(d);
 	return n - 1; /* the directory stream's own descriptor */
 }
+#endif
 
 int h_begin(void)
 {
@@ -192,7 +372,11 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 	case TL_CAP_UNIX: {
 		what = "Unix-domain sockets";
 		char path[64];
+#ifdef _WIN32
+		snprintf(path, sizeof path, "tl-contract-probe-%lu", GetCurrentProcessId());
+#else
 		snprintf(path, sizeof path, "/tmp/tl-contract-probe-%d", (int)getpid());
+#endif
 		rc = tl_unix_listen(loop, path, NULL, &h);
 		if (rc == 0)
 			unlink(path);
@@ -205,12 +389,22 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 	case TL_CAP_POLL: {
 		what = "polling OS descriptors (tl_poll_start)";
 		tl_op op;
+#ifdef _WIN32
+		/* A socket: the only kind WSAPoll would watch. */
+		SOCKET p0 = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP);
+		if (p0 == INVALID_SOCKET) {
+			rc = -EIO;
+			break;
+		}
+		rc = tl_poll_start(loop, (int)(intptr_t)p0, POLLIN, 0, &h, &op);
+#else
 		int p[2];
 		if (pipe2(p, O_CLOEXEC) != 0) {
 			rc = -errno;
 			break;
 		}
 		rc = tl_poll_start(loop, p[0], POLLIN, 0, &h, &op);
+#endif
 		if (rc == 0) { /* a driver that has it after all: clean up, fail */
 			h_ctx c;
 			h_ctx_init(&c, loop);
@@ -218,8 +412,12 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 			h_ctx_fini(&c);
 			h.v = 0;
 		}
+#ifdef _WIN32
+		closesocket(p0);
+#else
 		close(p[0]);
 		close(p[1]);
+#endif
 		break;
 	}
 	case TL_CAP_OS: {
@@ -245,7 +443,7 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		if (rc == 0)
 			rc = tl_detach(loop, u, &fd);
 		if (rc == 0) {
-			close(fd); /* detached after all: not the loop's to close */
+			h_sock_close(fd); /* detached after all: not the loop's to close */
 		} else if (u.v) {
 			h_ctx c;
 			h_ctx_init(&c, loop);
@@ -274,6 +472,35 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 	return 0;
 }
 
+#ifdef _WIN32
+char *h_mkdtemp(char *tmpl)
+{
+	if (!_mktemp(tmpl) || mkdir(tmpl) != 0)
+		return NULL;
+	return tmpl;
+}
+
+int h_need_ipv6(void)
+{
+	SOCKET fd = socket(AF_INET6, SOCK_STREAM, IPPROTO_TCP);
+	if (fd == INVALID_SOCKET) {
+		h_skip("no IPv6 sockets: Winsock error %d", WSAGetLastError());
+		return 0;
+	}
+	struct sockaddr_in6 a;
+	memset(&a, 0, sizeof a);
+	a.sin6_family = AF_INET6;
+	a.sin6_addr = in6addr_loopback;
+	int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+	int e = WSAGetLastError();
+	closesocket(fd);
+	if (rc != 0) {
+		h_skip("cannot bind ::1: Winsock error %d", e);
+		return 0;
+	}
+	return 1;
+}
+#else
 int h_need_ipv6(void)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -294,9 +521,27 @@ int h_need_ipv6(void)
 	}
 	return 1;
 }
+#endif
 
 /* ---- Time ---- */
 
+#ifdef _WIN32
+uint64_t h_wall_ns(void)
+{
+	static LARGE_INTEGER f;
+	LARGE_INTEGER c;
+	if (!f.QuadPart)
+		QueryPerformanceFrequency(&f);
+	QueryPerformanceCounter(&c);
+	uint64_t q = (uint64_t)c.QuadPart, hz = (uint64_t)f.QuadPart;
+	return q / hz * 1000000000ull + q % hz * 1000000000ull / hz;
+}
+
+void h_sleep_ms(int ms)
+{
+	Sleep((DWORD)ms);
+}
+#else
 uint64_t h_wall_ns(void)
 {
 	struct timespec ts;
@@ -310,6 +555,7 @@ void h_sleep_ms(int ms)
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
+#endif
 
 /* ---- Logs ---- */
 

@@ -16,7 +16,7 @@
  *     h_end(loop, fds);             // drain, tl_loop_close() == 0, fds back
  *
  * Every wait is bounded (H_WAIT_MS of wall time unless a test says otherwise),
- * and a watchdog (SIGALRM, H_TEST_TIMEOUT_S or $TL_TEST_TIMEOUT seconds) ends
+ * and a watchdog (SIGALRM, or a thread on Windows; H_TEST_TIMEOUT_S or $TL_TEST_TIMEOUT seconds) ends
  * the program with a message naming the test if a turn ever hangs.
  */
 
@@ -45,7 +45,8 @@ int h_slow(void);
 
 /* ---- Test frame: leak check, watchdog, skips ---- */
 
-/* Open descriptors of the process (entries of /proc/self/fd). */
+/* Open descriptors of the process (entries of /proc/self/fd; on Windows
+ * its handles, tests/harness.c says how). */
 int h_fd_count(void);
 /* Start a test: arms the watchdog, returns the descriptor count. */
 int h_begin(void);
@@ -61,7 +62,7 @@ tl_loop *h_loop(void);
 tl_loop *h_loop_cfg(const tl_config *cfg);
 
 /* Record the current test as skipped (printed as "SKIP suite/test: why"). */
-void h_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void h_skip(const char *fmt, ...) __attribute__((format(CHECK_PRINTF_, 1, 2)));
 /* Number of tests that called h_skip(). */
 int h_skip_count(void);
 /* 1 when the loop's driver has cap. Otherwise checks that the capability's
@@ -147,6 +148,22 @@ int64_t h_write_all(h_ctx *c, tl_handle h, const void *buf, uint32_t len);
 int64_t h_read_exact(h_ctx *c, tl_handle h, void *buf, uint32_t len, int *eof);
 /* Same addresses (family, port and IP)? */
 int h_addr_eq(const tl_addr *a, const tl_addr *b);
+
+/* Close a socket of the test's own (or one tl_detach gave back): close(2),
+ * or Winsock's closesocket on Windows, where a socket is no descriptor. */
+#ifdef _WIN32
+#define h_sock_close(fd) closesocket((SOCKET)(intptr_t)(fd))
+#else
+#define h_sock_close(fd) close(fd)
+#endif
+
+#ifdef _WIN32
+/* mkdtemp(3), which mingw-w64 lacks: the template's X's made unique, then
+ * the folder made (a "/tmp/..." template is the current drive's tmp folder:
+ * under wine, the Unix /tmp). */
+char *h_mkdtemp(char *tmpl);
+#define mkdtemp h_mkdtemp
+#endif
 
 /* The byte at offset i of the test streams (a pattern that shows order). */
 static inline uint8_t h_pattern(uint64_t i)
