@@ -240,6 +240,20 @@ static void test_stream(int kind)
 		      "RCVBUF: %lld", (long long)v);
 		r = tl_sockopt_set(l, ch, TL_SO_MARK, 1);
 		CHECK(r == -ENOTSUP, "SO_MARK on Windows: %d", r);
+
+		/* An IPv6 listener takes IPv4 clients too unless v6only says
+		 * not (Windows' default is the other way). */
+		tl_addr any6, to4;
+		tl_handle l6, c4;
+		tl_addr_parse(&any6, "::", 0);
+		CHECK(tl_tcp_listen(l, &any6, NULL, &l6) == 0 && tl_local_addr(l, l6, &any6) == 0, "listen on [::]");
+		tl_addr_parse(&to4, "127.0.0.1", ntohs(any6.in6.sin6_port));
+		CHECK(tl_tcp_connect(l, &to4, 0, 50, &c4, &op) == 0, "connect over IPv4");
+		CHECK(wait_for(l, TL_K_CONNECT, 50, &c) == 0 && c.result == 0,
+		      "an IPv4 client of an IPv6 listener: %lld (%s)", (long long)c.result, tl_strerror((int)c.result));
+		tl_close(l, c4, 51);
+		tl_close(l, l6, 52);
+		CHECK(wait_for(l, TL_K_CLOSED, 51, &c) == 0 && wait_for(l, TL_K_CLOSED, 52, &c) == 0, "closed");
 	}
 
 	for (size_t i = 0; i < sizeof out; i++)
@@ -369,6 +383,112 @@ static void test_errors(void)
 }
 #endif
 
+/* Datagrams (the contract's D-rules in brief): sends and a pooled
+ * multishot receive on loopback, several datagrams in one turn and in the
+ * order sent, a cut datagram flagged TL_F_TRUNC, the destination address
+ * with TL_UDP_PKTINFO, a send without an address refused until the handle
+ * is connected, and a cancelled receive's one terminal. */
+static void test_udp(int kind)
+{
+	tl_config cfg;
+	tl_loop *l;
+	tl_completion c, cs[16];
+	tl_handle a, b;
+	tl_op op;
+	tl_addr aa, ba;
+	tl_udp_opts uo = {.flags = TL_UDP_PKTINFO};
+	char small[8], msg[32];
+	tl_config_init(&cfg);
+	cfg.driver = kind;
+	if (tl_loop_new(&l, &cfg) != 0) {
+		CHECK(0, "tl_loop_new(%d)", kind);
+		return;
+	}
+	CHECK(tl_loop_caps(l) & TL_CAP_UDP, "TL_CAP_UDP on %s", tl_loop_driver(l));
+	tl_addr_parse(&aa, "127.0.0.1", 0);
+	tl_addr_parse(&ba, "127.0.0.1", 0);
+	CHECK(tl_udp_bind_opts(l, &aa, &uo, &a) == 0, "bind a");
+	CHECK(tl_udp_bind(l, &ba, &b) == 0, "bind b");
+	CHECK(tl_local_addr(l, a, &aa) == 0 && tl_local_addr(l, b, &ba) == 0, "local addresses");
+	if (kind != TL_DRIVER_SIM) {
+		tl_udp_opts rp = {.flags = TL_UDP_REUSEPORT};
+		tl_handle x;
+		int r = tl_udp_bind_opts(l, &ba, &rp, &x);
+		CHECK(r == -ENOTSUP, "TL_UDP_REUSEPORT on Windows: %d (%s)", r, tl_strerror(r));
+	}
+
+	/* Unconnected: a send without an address has nowhere to go. */
+	CHECK(tl_udp_send(l, b, "x", 1, NULL, 10, &op) == 0, "send without address");
+	CHECK(wait_for(l, TL_K_SEND, 10, &c) == 0 && c.result == -EDESTADDRREQ, "unconnected send: %lld",
+	      (long long)c.result);
+
+	/* A cut datagram: 8 of its 20 bytes, flagged. */
+	CHECK(tl_udp_recv(l, a, small, sizeof small, 11, &op) == 0, "recv small");
+	CHECK(tl_udp_send(l, b, "0123456789abcdefghij", 20, &aa, 12, &op) == 0, "send 20");
+	CHECK(wait_for(l, TL_K_SEND, 12, &c) == 0 && c.result == 20, "send 20: %lld", (long long)c.result);
+	CHECK(wait_for(l, TL_K_RECV, 11, &c) == 0 && c.result == 8 && (c.flags & TL_F_TRUNC) && c.aux > 8 &&
+		      !memcmp(small, "01234567", 8),
+	      "cut datagram: %lld, flags %x, aux %llu", (long long)c.result, c.flags, (unsigned long long)c.aux);
+	CHECK(c.u.recv.from.in.sin_port == ba.in.sin_port, "its source is b");
+	CHECK(c.u.recv.to.sa.sa_family == AF_INET && c.u.recv.to.in.sin_addr.s_addr == htonl(0x7f000001),
+	      "PKTINFO: the destination 127.0.0.1 (family %d)", c.u.recv.to.sa.sa_family);
+
+	/* 12 datagrams queued before the multishot receive starts: they come
+	 * in order, more than one in some turn. */
+	for (int i = 0; i < 12; i++) {
+		snprintf(msg, sizeof msg, "dgram %02d", i);
+		CHECK(tl_udp_send(l, b, msg, 8, &aa, 100 + (uint64_t)i, &op) == 0, "send %d", i);
+		CHECK(wait_for(l, TL_K_SEND, 100 + (uint64_t)i, &c) == 0 && c.result == 8, "sent %d", i);
+	}
+	tl_op rop;
+	CHECK(tl_udp_recv_start(l, a, 20, &rop) == 0, "recv_start");
+	int got = 0, most = 0, in_order = 1;
+	for (int spins = 0; got < 12 && spins < 500; spins++) {
+		int n = tl_turn(l, 10000000, cs, 16, NULL), here = 0;
+		for (int i = 0; i < n; i++) {
+			if (cs[i].kind != TL_K_RECV || cs[i].token != 20)
+				continue;
+			CHECK(!(cs[i].flags & TL_F_TERMINAL), "a nonterminal datagram: %lld", (long long)cs[i].result);
+			if (cs[i].result == 8 && (cs[i].flags & TL_F_LEASE)) {
+				const char *p = (const char *)cs[i].u.recv.lease.data;
+				snprintf(msg, sizeof msg, "dgram %02d", got);
+				in_order &= !memcmp(p, msg, 8);
+				tl_lease_release(l, cs[i].u.recv.lease.id);
+			}
+			got++, here++;
+		}
+		most = here > most ? here : most;
+	}
+	CHECK(got == 12 && in_order, "12 datagrams in order: %d, in order %d", got, in_order);
+	if (kind != TL_DRIVER_SIM)
+		CHECK(most > 1, "several datagrams in one turn: at most %d", most);
+	printf("%s: %d datagrams received in order, at most %d in one turn\n", tl_loop_driver(l), got, most);
+
+	/* Cancelled: one terminal, -ECANCELED. */
+	CHECK(tl_cancel(l, rop) == 0, "cancel the receive");
+	CHECK(wait_for(l, TL_K_RECV, 20, &c) == 0 && (c.flags & TL_F_TERMINAL) && c.result == -ECANCELED,
+	      "cancelled receive: %lld", (long long)c.result);
+
+	/* Connected: a send without an address goes to the peer. */
+	CHECK(tl_udp_connect(l, b, &aa) == 0, "connect b to a");
+	CHECK(tl_udp_recv(l, a, msg, sizeof msg, 30, &op) == 0, "recv");
+	CHECK(tl_udp_send(l, b, "peer", 4, NULL, 31, &op) == 0, "send to the peer");
+	CHECK(wait_for(l, TL_K_SEND, 31, &c) == 0 && c.result == 4, "send to the peer: %lld", (long long)c.result);
+	CHECK(wait_for(l, TL_K_RECV, 30, &c) == 0 && c.result == 4 && !memcmp(msg, "peer", 4),
+	      "received from the peer: %lld", (long long)c.result);
+
+	CHECK(tl_close(l, a, 40) == 0 && tl_close(l, b, 41) == 0, "close");
+	CHECK(wait_for(l, TL_K_CLOSED, 40, &c) == 0 && wait_for(l, TL_K_CLOSED, 41, &c) == 0, "closed");
+	tl_loop_stats st;
+	tl_loop_stats_get(l, &st);
+	CHECK(st.leases_out == 0 && !tl_alive(l), "leases held at the end: %u", (unsigned)st.leases_out);
+	int r = tl_loop_close(l);
+	CHECK(r == 0, "tl_loop_close: %d", r);
+	if (r)
+		tl_loop_destroy(l);
+	nsaved = 0;
+}
+
 int main(void)
 {
 #ifdef _WIN32
@@ -377,14 +497,16 @@ int main(void)
 	test_driver_choice();
 	test_timer_and_post(TL_DRIVER_SIM);
 	test_stream(TL_DRIVER_SIM);
+	test_udp(TL_DRIVER_SIM);
 #ifdef _WIN32
 	test_timer_and_post(TL_DRIVER_IOCP);
 	test_stream(TL_DRIVER_IOCP);
+	test_udp(TL_DRIVER_IOCP);
 #endif
 	if (failures) {
 		fprintf(stderr, "win_smoke: %d checks failed\n", failures);
 		return 1;
 	}
-	printf("win_smoke: the error table, and the loop core on the simulation and IOCP drivers (on Windows; the simulation driver elsewhere): driver choice, timer, a post across threads, a TCP stream, a cancelled read, a refused connect: all passed\n");
+	printf("win_smoke: the error table, and the loop core on the simulation and IOCP drivers (on Windows; the simulation driver elsewhere): driver choice, timer, a post across threads, a TCP stream, a cancelled read, a refused connect, datagrams: all passed\n");
 	return 0;
 }

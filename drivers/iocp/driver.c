@@ -21,17 +21,18 @@ static int wsa_fn(SOCKET s, GUID g, void *fn, size_t len)
 			NULL);
 }
 
-/* AcceptEx, ConnectEx and GetAcceptExSockaddrs are reached through a
- * socket: 0, or the error. */
+/* AcceptEx, ConnectEx, GetAcceptExSockaddrs and WSARecvMsg are reached
+ * through a socket: 0, or the error. */
 static int load_fns(struct tl_drv *d)
 {
-	GUID ga = WSAID_ACCEPTEX, gc = WSAID_CONNECTEX, gs = WSAID_GETACCEPTEXSOCKADDRS;
+	GUID ga = WSAID_ACCEPTEX, gc = WSAID_CONNECTEX, gs = WSAID_GETACCEPTEXSOCKADDRS, gr = WSAID_WSARECVMSG;
 	SOCKET s = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
 	if (s == INVALID_SOCKET)
 		return tl__os_win_error((unsigned long)WSAGetLastError());
 	int r = wsa_fn(s, ga, &d->acceptex, sizeof d->acceptex) ||
 		wsa_fn(s, gc, &d->connectex, sizeof d->connectex) ||
-		wsa_fn(s, gs, &d->acceptaddrs, sizeof d->acceptaddrs);
+		wsa_fn(s, gs, &d->acceptaddrs, sizeof d->acceptaddrs) ||
+		wsa_fn(s, gr, &d->recvmsg, sizeof d->recvmsg);
 	int e = r ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
 	closesocket(s);
 	return e;
@@ -146,8 +147,12 @@ static int open_opts(SOCKET s, int v6, const struct tl_open_spec *sp)
 
 static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
 {
+	if (sp->kind == TL_OPEN_UDP) {
+		reset_h(h);
+		return tl__io_udp_open(d, h, sp);
+	}
 	if (sp->kind != TL_OPEN_TCP_LISTEN && sp->kind != TL_OPEN_TCP_STREAM)
-		return -ENOTSUP; /* UDP and Unix-domain sockets: not yet (docs/WINDOWS.md) */
+		return -ENOTSUP; /* Unix-domain sockets: not yet (docs/WINDOWS.md) */
 	/* What Windows has no way to do: one port over several listeners,
 	 * deferred or fast-open accepts, a foreign or unreserved source. */
 	if ((sp->kind == TL_OPEN_TCP_LISTEN &&
@@ -161,6 +166,13 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 		return tl__os_win_error((unsigned long)WSAGetLastError());
 	tl_addr any;
 	int r = open_opts(s, fam == AF_INET6, sp);
+	if (!r && fam == AF_INET6 && sp->kind == TL_OPEN_TCP_LISTEN) {
+		/* Windows' IPv6 sockets default to IPv6 only, Linux's take IPv4
+		 * too: the option says which, on both. */
+		int v6only = !!sp->opts->v6only;
+		if (setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, (char *)&v6only, sizeof v6only))
+			r = tl__os_win_error((unsigned long)WSAGetLastError());
+	}
 	if (!a) { /* ConnectEx needs a bound socket: the source, or any */
 		if (sp->conn && sp->conn->source.sa.sa_family) {
 			a = &sp->conn->source;
@@ -276,7 +288,7 @@ static void io_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 
 const struct tl_driver tl__driver_iocp = {
 	.name = "iocp",
-	.caps = TL_CAP_TCP | TL_CAP_OS | TL_CAP_NET,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_OS | TL_CAP_NET,
 	.init = io_init,
 	.destroy = io_destroy,
 	.now = io_now,
@@ -285,6 +297,7 @@ const struct tl_driver tl__driver_iocp = {
 	.release = io_release,
 	.local_addr = io_local_addr,
 	.peer_addr = io_peer_addr,
+	.dgram_connect = tl__io_udp_connect,
 	.sockopt = io_sockopt,
 	.submit = tl__io_submit,
 	.cancel = tl__io_cancel,

@@ -46,10 +46,11 @@
  */
 
 struct io_h {
-	uint32_t rhead, rtail;  /* accepts, reads */
+	uint32_t rhead, rtail;  /* accepts, reads, datagram receives */
 	uint32_t whead, wtail;  /* connect, writes, shutdown */
 	uint8_t rbusy, wbusy;   /* the queue's head is in the OS */
 	uint8_t connecting, lease_wait;
+	uint8_t connected;      /* a datagram handle's tl_udp_connect */
 };
 _Static_assert(sizeof(struct io_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "io_h fits");
 
@@ -62,7 +63,14 @@ struct io_op {
 	uint8_t inflight; /* posted, its completion not yet dequeued */
 	uint8_t cancelled;
 	SOCKET accepted;  /* an AcceptEx's new socket */
-	uint8_t addrs[2 * IO_ADDR_LEN];
+	union {
+		uint8_t addrs[2 * IO_ADDR_LEN]; /* AcceptEx's two addresses */
+		struct {                        /* a datagram's WSARecvMsg or WSASendMsg */
+			WSAMSG msg;
+			WSABUF buf;
+			uint64_t ctl[8]; /* its control data (packet info) */
+		} dg;
+	} u;
 };
 
 #define IO_KEY_WAKE 1 /* the notifier's packets (sockets' completions have key 0) */
@@ -79,6 +87,7 @@ struct tl_drv {
 	LPFN_ACCEPTEX acceptex;
 	LPFN_CONNECTEX connectex;
 	LPFN_GETACCEPTEXSOCKADDRS acceptaddrs;
+	LPFN_WSARECVMSG recvmsg;
 	OVERLAPPED_ENTRY ev[IO_BATCH];
 };
 
@@ -97,5 +106,15 @@ int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov);
 void tl__io_kick(struct tl_drv *d, struct tl_hslot *h);
+int tl__io_last_error(void);
+void tl__io_rpop(struct tl_drv *d, struct tl_hslot *h);
+
+/* dgram.c: UDP sockets and their datagrams */
+int tl__io_udp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp);
+int tl__io_udp_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer);
+int tl__io_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+int tl__io_post_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+void tl__io_send_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n);
+void tl__io_recv_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n);
 
 #endif

@@ -10,7 +10,7 @@ static struct io_op *IO(struct tl_drv *d, const struct tl_opslot *o)
 
 static int is_rside(const struct tl_opslot *o)
 {
-	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ;
+	return o->code == TL_OP_ACCEPT || o->code == TL_OP_READ || o->code == TL_OP_RECV;
 }
 
 /* ---- the per-handle queues ---- */
@@ -49,12 +49,20 @@ static int q_remove(struct tl_drv *d, uint32_t *head, uint32_t *tail, struct tl_
 	return 0;
 }
 
+/* Take the head of h's read queue off it (its op ended). */
+void tl__io_rpop(struct tl_drv *d, struct tl_hslot *h)
+{
+	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+}
+
 /* ---- posting the heads ---- */
 
-static int last_error(void)
+int tl__io_last_error(void)
 {
 	return tl__os_win_error((unsigned long)WSAGetLastError());
 }
+
+#define last_error tl__io_last_error
 
 /* Post accept op o on listener h: 1 posted, 0 ended here (its terminal
  * reported). */
@@ -69,7 +77,7 @@ static int post_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 		return 0;
 	}
 	memset(&io->ov, 0, sizeof io->ov);
-	if (!d->acceptex(io_sock(h), io->accepted, io->addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &got, &io->ov) &&
+	if (!d->acceptex(io_sock(h), io->accepted, io->u.addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &got, &io->ov) &&
 	    WSAGetLastError() != ERROR_IO_PENDING) {
 		int e = last_error();
 		closesocket(io->accepted);
@@ -145,10 +153,12 @@ void tl__io_kick(struct tl_drv *d, struct tl_hslot *h)
 	struct io_h *e = IH(h);
 	while (!e->rbusy && e->rhead != TL_NIL) {
 		struct tl_opslot *o = &d->os[e->rhead];
-		int r = o->code == TL_OP_ACCEPT ? post_accept(d, h, o) : post_read(d, h, o);
+		int r = o->code == TL_OP_ACCEPT ? post_accept(d, h, o)
+			: o->code == TL_OP_RECV ? tl__io_post_recv(d, h, o)
+						: post_read(d, h, o);
 		if (r == 1)
 			e->rbusy = 1;
-		else if (r == 0 && o->code == TL_OP_READ)
+		else if (r == 0 && o->code != TL_OP_ACCEPT)
 			break; /* waits for room */
 		else
 			q_pop(d, &e->rhead, &e->rtail);
@@ -193,8 +203,11 @@ int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		return start_connect(d, h, o);
 	case TL_OP_ACCEPT:
 	case TL_OP_READ:
+	case TL_OP_RECV:
 		q_push(d, &e->rhead, &e->rtail, o);
 		break;
+	case TL_OP_SEND: /* in the OS at once: sends keep no order among themselves */
+		return tl__io_send(d, h, o);
 	case TL_OP_WRITE:
 	case TL_OP_SHUTDOWN:
 		q_push(d, &e->whead, &e->wtail, o);
@@ -217,6 +230,8 @@ int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		CancelIoEx((HANDLE)io_sock(h), &io->ov);
 		return 0;
 	}
+	if (o->code == TL_OP_SEND)
+		return -ENOENT; /* never queued: in the OS, or over */
 	int found = is_rside(o) ? q_remove(d, &e->rhead, &e->rtail, o) : q_remove(d, &e->whead, &e->wtail, o);
 	if (!found)
 		return -ENOENT;
@@ -240,7 +255,7 @@ static void accept_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 		tl_addr peer;
 		/* The listener's options (TCP_NODELAY among them) pass to s here. */
 		setsockopt(s, SOL_SOCKET, SO_UPDATE_ACCEPT_CONTEXT, (char *)&ls, sizeof ls);
-		d->acceptaddrs(io->addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &local, &llen, &remote, &rlen);
+		d->acceptaddrs(io->u.addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &local, &llen, &remote, &rlen);
 		memset(&peer, 0, sizeof peer);
 		memcpy(&peer, remote, (size_t)rlen < sizeof peer ? (size_t)rlen : sizeof peer);
 		if (tl__drv_accept(d->loop, o, (int)(intptr_t)s, &peer, !multi || io->cancelled) < 0)
@@ -340,6 +355,13 @@ void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov)
 	case TL_OP_WRITE:
 		IH(h)->wbusy = 0;
 		write_done(d, h, o, err, n);
+		break;
+	case TL_OP_RECV:
+		IH(h)->rbusy = 0;
+		tl__io_recv_done(d, h, o, err, n);
+		break;
+	case TL_OP_SEND:
+		tl__io_send_done(d, h, o, err, n);
 		break;
 	}
 	if (h->type != TL_H_FREE)
