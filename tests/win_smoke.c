@@ -241,6 +241,15 @@ static void test_stream(int kind)
 		r = tl_sockopt_set(l, ch, TL_SO_MARK, 1);
 		CHECK(r == -ENOTSUP, "SO_MARK on Windows: %d", r);
 
+		/* tl_try_write: taken at once, no completion; read back. */
+		char hello[8] = {0};
+		int64_t w = tl_try_write(l, ch, "hello", 5);
+		CHECK(w == 5, "tl_try_write: %lld", (long long)w);
+		CHECK(tl_read(l, sh, hello, sizeof hello, 60, &op) == 0, "tl_read");
+		CHECK(wait_for(l, TL_K_READ, 60, &c) == 0 && c.result == 5 && !memcmp(hello, "hello", 5),
+		      "read what tl_try_write sent: %lld", (long long)c.result);
+		CHECK(nsaved == 0, "completions besides the read: %d (kind %d)", nsaved, nsaved ? saved[0].kind : 0);
+
 		/* An IPv6 listener takes IPv4 clients too unless v6only says
 		 * not (Windows' default is the other way). */
 		tl_addr any6, to4;

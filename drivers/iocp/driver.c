@@ -145,6 +145,14 @@ static int open_opts(SOCKET s, int v6, const struct tl_open_spec *sp)
 	return r;
 }
 
+/* Streams are non-blocking for tl_try_write's send; their overlapped
+ * operations are not affected (they pend as on a blocking socket). */
+static int nonblocking(SOCKET s)
+{
+	u_long on = 1;
+	return ioctlsocket(s, FIONBIO, &on) ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
+}
+
 static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
 {
 	if (sp->kind == TL_OPEN_UDP) {
@@ -185,6 +193,8 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 	if (!r && (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
 		   (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0)))
 		r = tl__os_win_error((unsigned long)WSAGetLastError());
+	if (!r && sp->kind == TL_OPEN_TCP_STREAM)
+		r = nonblocking(s);
 	if (!r)
 		r = associate(d, s);
 	if (r) {
@@ -201,7 +211,24 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 static int io_attach(struct tl_drv *d, struct tl_hslot *h)
 {
 	reset_h(h);
-	return associate(d, io_sock(h));
+	int r = h->type == TL_H_STREAM ? nonblocking(io_sock(h)) : 0;
+	return r ? r : associate(d, io_sock(h));
+}
+
+/* tl_try_write: one send(), no operation and no completion, only while
+ * nothing of h's is queued to write or connecting (order is kept). */
+static int64_t io_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
+{
+	(void)d;
+	if (IH(h)->whead != TL_NIL || IH(h)->connecting)
+		return -EAGAIN;
+	int n = send(io_sock(h), (const char *)buf, (int)len, 0);
+	if (n > 0)
+		return n;
+	if (n == 0)
+		return -EAGAIN;
+	int e = WSAGetLastError();
+	return e == WSAEWOULDBLOCK ? -EAGAIN : tl__os_win_error((unsigned long)e);
 }
 
 static void io_release(struct tl_drv *d, struct tl_hslot *h)
@@ -301,6 +328,7 @@ const struct tl_driver tl__driver_iocp = {
 	.sockopt = io_sockopt,
 	.submit = tl__io_submit,
 	.cancel = tl__io_cancel,
+	.try_write = io_try_write,
 	.poll = io_poll,
 	.lease_returned = io_lease_returned,
 	.pause = io_pause,
