@@ -498,6 +498,69 @@ static void test_udp(int kind)
 	nsaved = 0;
 }
 
+#ifdef _WIN32
+/* tl_adopt on the IOCP driver: a listener and a UDP socket made with
+ * Winsock join the loop and work; a socket of a kind it does not take,
+ * and a number that is no socket, are refused and stay the caller's. */
+static void test_adopt(void)
+{
+	tl_config cfg;
+	tl_loop *l;
+	tl_completion c;
+	tl_handle lh, uh, ch;
+	tl_op op;
+	tl_addr a;
+	int alen = sizeof a;
+	tl_config_init(&cfg);
+	cfg.driver = TL_DRIVER_IOCP;
+	if (tl_loop_new(&l, &cfg) != 0) {
+		CHECK(0, "tl_loop_new");
+		return;
+	}
+	SOCKET ls = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
+	SOCKET us = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP);
+	SOCKET bare = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
+	tl_addr_parse(&a, "127.0.0.1", 0);
+	CHECK(bind(ls, &a.sa, sizeof a.in) == 0 && listen(ls, 16) == 0, "a Winsock listener");
+	CHECK(bind(us, &a.sa, sizeof a.in) == 0, "a Winsock UDP socket");
+	int r = tl_adopt(l, (int)(intptr_t)bare, &ch);
+	CHECK(r == -EINVAL, "a stream neither listening nor connected: %d", r);
+	r = tl_adopt(l, 0x7ffff0, &ch);
+	CHECK(r == -ENOTSOCK || r == -EBADF, "no socket: %d", r);
+	CHECK(tl_adopt(l, (int)(intptr_t)ls, &lh) == 0, "adopt the listener");
+	CHECK(tl_adopt(l, (int)(intptr_t)us, &uh) == 0, "adopt the UDP socket");
+	CHECK(getsockname(ls, &a.sa, &alen) == 0, "its port");
+	CHECK(tl_accept(l, lh, 1, &op) == 0, "tl_accept on the adopted listener");
+	CHECK(tl_tcp_connect(l, &a, 0, 2, &ch, &op) == 0, "connect to it");
+	CHECK(wait_for(l, TL_K_ACCEPT, 1, &c) == 0 && c.result == 0, "accepted: %lld", (long long)c.result);
+	tl_handle sh = c.u.accept.conn;
+	CHECK(wait_for(l, TL_K_CONNECT, 2, &c) == 0 && c.result == 0, "connected: %lld", (long long)c.result);
+	alen = sizeof a;
+	CHECK(getsockname(us, &a.sa, &alen) == 0, "its port");
+	char buf[8];
+	CHECK(tl_udp_recv(l, uh, buf, sizeof buf, 3, &op) == 0, "recv on the adopted UDP socket");
+	CHECK(tl_udp_send(l, uh, "self", 4, &a, 4, &op) == 0, "send to itself");
+	CHECK(wait_for(l, TL_K_RECV, 3, &c) == 0 && c.result == 4 && !memcmp(buf, "self", 4), "received: %lld",
+	      (long long)c.result);
+	tl_close(l, sh, 10);
+	tl_close(l, ch, 11);
+	tl_close(l, lh, 12);
+	tl_close(l, uh, 13);
+	for (int i = 0; i < 100 && tl_alive(l); i++) {
+		tl_completion cs[16];
+		tl_turn(l, 1000000, cs, 16, NULL);
+	}
+	CHECK(!tl_alive(l), "handles left open");
+	/* The refused socket is still the caller's, and open. */
+	CHECK(closesocket(bare) == 0, "the refused socket was left open");
+	r = tl_loop_close(l);
+	CHECK(r == 0, "tl_loop_close: %d", r);
+	if (r)
+		tl_loop_destroy(l);
+	nsaved = 0;
+}
+#endif
+
 int main(void)
 {
 #ifdef _WIN32
@@ -511,11 +574,12 @@ int main(void)
 	test_timer_and_post(TL_DRIVER_IOCP);
 	test_stream(TL_DRIVER_IOCP);
 	test_udp(TL_DRIVER_IOCP);
+	test_adopt();
 #endif
 	if (failures) {
 		fprintf(stderr, "win_smoke: %d checks failed\n", failures);
 		return 1;
 	}
-	printf("win_smoke: the error table, and the loop core on the simulation and IOCP drivers (on Windows; the simulation driver elsewhere): driver choice, timer, a post across threads, a TCP stream, a cancelled read, a refused connect, datagrams: all passed\n");
+	printf("win_smoke: the error table, and the loop core on the simulation and IOCP drivers (on Windows; the simulation driver elsewhere): driver choice, timer, a post across threads, a TCP stream, a cancelled read, a refused connect, datagrams, adopted sockets: all passed\n");
 	return 0;
 }

@@ -80,6 +80,16 @@ int tl__io_udp_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer
 	return icmp_reports(io_sock(h), TRUE);
 }
 
+/* An adopted UDP socket: non-blocking as ours are, ICMP errors reported
+ * only if it is connected. */
+void tl__io_udp_adopted(struct tl_hslot *h, int connected)
+{
+	u_long nb = 1;
+	IH(h)->connected = (uint8_t)!!connected;
+	ioctlsocket(io_sock(h), FIONBIO, &nb);
+	icmp_reports(io_sock(h), connected ? TRUE : FALSE);
+}
+
 /* ---- sends ---- */
 
 /* The control data that sends from o->u.dg.local: its length (0: none). */

@@ -215,6 +215,63 @@ static int io_attach(struct tl_drv *d, struct tl_hslot *h)
 	return r ? r : associate(d, io_sock(h));
 }
 
+/* tl_adopt: a listening or connected TCP socket, or a UDP one, made by
+ * the caller (Winsock's sockets are overlapped by default). Its kind is
+ * read from the socket; a stream is made non-blocking; it joins the loop's
+ * port last, so a failure leaves it as it was (a socket already on another
+ * port cannot join: -EINVAL). */
+static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
+{
+	SOCKET s = (SOCKET)(intptr_t)fd;
+	int type = 0, listening = 0, len = sizeof type;
+	tl_addr a;
+	int alen = sizeof a;
+	WSAPROTOCOL_INFOW pi;
+	int plen = sizeof pi;
+	if (getsockopt(s, SOL_SOCKET, SO_TYPE, (char *)&type, &len)) {
+		int e = WSAGetLastError();
+		return e == WSAENOTSOCK ? -ENOTSOCK : tl__os_win_error((unsigned long)e);
+	}
+	memset(&a, 0, sizeof a);
+	if (getsockname(s, &a.sa, &alen) && WSAGetLastError() != WSAEINVAL) /* unbound: EINVAL */
+		return tl__io_last_error();
+	if (getsockopt(s, SOL_SOCKET, SO_PROTOCOL_INFOW, (char *)&pi, &plen))
+		return tl__io_last_error();
+	if (pi.iAddressFamily != AF_INET && pi.iAddressFamily != AF_INET6)
+		return -EINVAL;
+	len = sizeof listening;
+	uint8_t kind;
+	int connected = getpeername(s, &a.sa, &alen) == 0;
+	if (type == SOCK_DGRAM && pi.iProtocol == IPPROTO_UDP) {
+		kind = TL_H_UDP;
+	} else if (type == SOCK_STREAM && pi.iProtocol == IPPROTO_TCP) {
+		if (getsockopt(s, SOL_SOCKET, SO_ACCEPTCONN, (char *)&listening, &len))
+			return tl__io_last_error();
+		if (!listening && !connected)
+			return -EINVAL; /* neither listening nor connected */
+		kind = listening ? TL_H_LISTEN : TL_H_STREAM;
+	} else {
+		return -EINVAL;
+	}
+	reset_h(h);
+	if (kind == TL_H_STREAM) {
+		int r = nonblocking(s);
+		if (r)
+			return r;
+	}
+	if (!CreateIoCompletionPort((HANDLE)s, d->port, 0, 0)) {
+		DWORD e = GetLastError();
+		return e == ERROR_INVALID_PARAMETER ? -EINVAL : tl__os_win_error(e);
+	}
+	h->type = kind;
+	h->fd = fd;
+	if (pi.iAddressFamily == AF_INET6)
+		h->flags |= TL_HF_V6;
+	if (kind == TL_H_UDP)
+		tl__io_udp_adopted(h, connected);
+	return 0;
+}
+
 /* tl_try_write: one send(), no operation and no completion, only while
  * nothing of h's is queued to write or connecting (order is kept). */
 static int64_t io_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
@@ -329,6 +386,7 @@ const struct tl_driver tl__driver_iocp = {
 	.submit = tl__io_submit,
 	.cancel = tl__io_cancel,
 	.try_write = io_try_write,
+	.adopt = io_adopt,
 	.poll = io_poll,
 	.lease_returned = io_lease_returned,
 	.pause = io_pause,

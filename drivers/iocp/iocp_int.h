@@ -112,6 +112,7 @@ void tl__io_rpop(struct tl_drv *d, struct tl_hslot *h);
 /* dgram.c: UDP sockets and their datagrams */
 int tl__io_udp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp);
 int tl__io_udp_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer);
+void tl__io_udp_adopted(struct tl_hslot *h, int connected);
 int tl__io_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__io_post_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__io_send_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n);
