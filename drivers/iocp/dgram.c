@@ -206,7 +206,8 @@ static int recv_buf(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, u
 }
 
 /* Post receive o (the head of h's read queue): 1 posted, 0 waits for room
- * or a lease, -1 ended here. */
+ * or a lease, or the error that ends it (tl__io_kick takes it off the
+ * queue, then reports it). */
 int tl__io_post_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
@@ -221,8 +222,7 @@ int tl__io_post_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		if (io->lease != TL_NO_LEASE)
 			tl__drv_lease_drop(d->loop, io->lease);
 		io->lease = TL_NO_LEASE;
-		tl__drv_event(d->loop, o, e, TL_F_TERMINAL, TL_NO_LEASE);
-		return -1;
+		return e;
 	}
 	io->inflight = 1;
 	return 1;
@@ -264,15 +264,17 @@ static void recv_local(struct io_op *io, struct tl_opslot *o)
 	}
 }
 
-/* One datagram of n bytes (err 0) or an error into o: its event. Returns
- * 1 when that was o's terminal. */
-static int deliver(struct tl_drv *d, struct io_op *io, struct tl_opslot *o, int err, DWORD n, uint32_t lease,
-		   uint32_t cap, int last)
+/* One datagram of n bytes (err 0) or an error into o, the head of h's
+ * read queue: its event. Returns 1 when that was o's terminal (o is then
+ * off the queue, taken off before the event as tl__io_kick says why). */
+static int deliver(struct tl_drv *d, struct tl_hslot *h, struct io_op *io, struct tl_opslot *o, int err,
+		   DWORD n, uint32_t lease, uint32_t cap, int last)
 {
 	uint32_t full;
 	if ((err = recv_result(err, cap, &n, &full)) < 0) {
 		if (lease != TL_NO_LEASE)
 			tl__drv_lease_drop(d->loop, lease);
+		tl__io_rpop(d, h);
 		tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
 		return 1;
 	}
@@ -282,6 +284,8 @@ static int deliver(struct tl_drv *d, struct io_op *io, struct tl_opslot *o, int 
 		tl__drv_lease_drop(d->loop, lease);
 		lease = TL_NO_LEASE;
 	}
+	if (last)
+		tl__io_rpop(d, h);
 	tl__drv_event(d->loop, o, n, last ? TL_F_TERMINAL : 0, lease);
 	return last;
 }
@@ -304,7 +308,7 @@ static int recv_more(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 			tl__drv_lease_drop(d->loop, lease);
 			return 0;
 		}
-		if (deliver(d, io, o, err, n, lease, len, 0))
+		if (deliver(d, h, io, o, err, n, lease, len, 0))
 			return 1;
 	}
 	return 0;
@@ -319,17 +323,19 @@ void tl__io_recv_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
 	if (io->cancelled && err == -ECANCELED) { /* aborted before a datagram came */
 		if (lease != TL_NO_LEASE)
 			tl__drv_lease_drop(d->loop, lease);
-		tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
-		goto ended;
+		goto cancelled;
 	}
-	if (deliver(d, io, o, err, n, lease, cap, !multi) || recv_more(d, h, o) ||
-	    !(o->flags & TL_OPF_LIVE)) /* over, or its terminal queued by the core */
-		goto ended;
+	if (deliver(d, h, io, o, err, n, lease, cap, !multi) || recv_more(d, h, o))
+		return; /* its terminal reported, o off the queue */
+	if (!(o->flags & TL_OPF_LIVE)) { /* its terminal queued by the core */
+		tl__io_rpop(d, h);
+		return;
+	}
 	if (!io->cancelled)
 		return; /* posted again by the kick */
 	/* Cancelled while its datagram was on the way: the datagram first
 	 * (delivered above), then its end (contract 2.5). */
+cancelled:
+	tl__io_rpop(d, h);
 	tl__drv_event(d->loop, o, -ECANCELED, TL_F_TERMINAL, TL_NO_LEASE);
-ended:
-	tl__io_rpop(d, h); /* o was the head: only the head is in the OS */
 }

@@ -145,12 +145,15 @@ static int open_opts(SOCKET s, int v6, const struct tl_open_spec *sp)
 	return r;
 }
 
-/* Streams are non-blocking for tl_try_write's send; their overlapped
- * operations are not affected (they pend as on a blocking socket). */
-static int nonblocking(SOCKET s)
+/* A socket's blocking mode (FIONBIO): 0 or the error. Streams stay
+ * blocking: under wine an overlapped WSASend on a non-blocking socket
+ * whose buffer is full fails at once with WSAEWOULDBLOCK and still queues a
+ * completion, so tl_try_write makes its own send non-blocking for the
+ * length of the call only. */
+static int set_nonblocking(SOCKET s, int on)
 {
-	u_long on = 1;
-	return ioctlsocket(s, FIONBIO, &on) ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
+	u_long v = (u_long)on;
+	return ioctlsocket(s, FIONBIO, &v) ? tl__os_win_error((unsigned long)WSAGetLastError()) : 0;
 }
 
 static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
@@ -193,8 +196,6 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 	if (!r && (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
 		   (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0)))
 		r = tl__os_win_error((unsigned long)WSAGetLastError());
-	if (!r && sp->kind == TL_OPEN_TCP_STREAM)
-		r = nonblocking(s);
 	if (!r)
 		r = associate(d, s);
 	if (r) {
@@ -211,8 +212,7 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 static int io_attach(struct tl_drv *d, struct tl_hslot *h)
 {
 	reset_h(h);
-	int r = h->type == TL_H_STREAM ? nonblocking(io_sock(h)) : 0;
-	return r ? r : associate(d, io_sock(h));
+	return associate(d, io_sock(h));
 }
 
 /* tl_adopt: a listening or connected TCP socket, or a UDP one, made by
@@ -254,11 +254,6 @@ static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 		return -EINVAL;
 	}
 	reset_h(h);
-	if (kind == TL_H_STREAM) {
-		int r = nonblocking(s);
-		if (r)
-			return r;
-	}
 	if (!CreateIoCompletionPort((HANDLE)s, d->port, 0, 0)) {
 		DWORD e = GetLastError();
 		return e == ERROR_INVALID_PARAMETER ? -EINVAL : tl__os_win_error(e);
@@ -272,20 +267,26 @@ static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 	return 0;
 }
 
-/* tl_try_write: one send(), no operation and no completion, only while
- * nothing of h's is queued to write or connecting (order is kept). */
+/* tl_try_write: one send() made non-blocking for the call (above), no
+ * operation and no completion, only while nothing of h's is queued to
+ * write or connecting (order is kept). */
 static int64_t io_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
 {
 	(void)d;
 	if (IH(h)->whead != TL_NIL || IH(h)->connecting)
 		return -EAGAIN;
-	int n = send(io_sock(h), (const char *)buf, (int)len, 0);
+	SOCKET s = io_sock(h);
+	int r = set_nonblocking(s, 1);
+	if (r)
+		return r;
+	int n = send(s, (const char *)buf, (int)len, 0);
+	int e = n < 0 ? WSAGetLastError() : 0;
+	set_nonblocking(s, 0);
 	if (n > 0)
 		return n;
-	if (n == 0)
+	if (n == 0 || e == WSAEWOULDBLOCK)
 		return -EAGAIN;
-	int e = WSAGetLastError();
-	return e == WSAEWOULDBLOCK ? -EAGAIN : tl__os_win_error((unsigned long)e);
+	return tl__os_win_error((unsigned long)e);
 }
 
 static void io_release(struct tl_drv *d, struct tl_hslot *h)

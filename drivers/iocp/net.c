@@ -64,33 +64,31 @@ int tl__io_last_error(void)
 
 #define last_error tl__io_last_error
 
-/* Post accept op o on listener h: 1 posted, 0 ended here (its terminal
- * reported). */
+/* Post accept op o on listener h: 1 posted, or the error that ends it
+ * (the caller takes it off the queue, then reports it: a terminal may
+ * bring the driver back in through pause(), and must find it gone). */
 static int post_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
 	int fam = h->flags & TL_HF_V6 ? AF_INET6 : AF_INET;
 	DWORD got = 0;
 	io->accepted = WSASocketW(fam, SOCK_STREAM, IPPROTO_TCP, NULL, 0, WSA_FLAG_OVERLAPPED);
-	if (io->accepted == INVALID_SOCKET) {
-		tl__drv_event(d->loop, o, last_error(), TL_F_TERMINAL, TL_NO_LEASE);
-		return 0;
-	}
+	if (io->accepted == INVALID_SOCKET)
+		return last_error();
 	memset(&io->ov, 0, sizeof io->ov);
 	if (!d->acceptex(io_sock(h), io->accepted, io->u.addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &got, &io->ov) &&
 	    WSAGetLastError() != ERROR_IO_PENDING) {
 		int e = last_error();
 		closesocket(io->accepted);
 		io->accepted = INVALID_SOCKET;
-		tl__drv_event(d->loop, o, e, TL_F_TERMINAL, TL_NO_LEASE);
-		return 0;
+		return e;
 	}
 	io->inflight = 1;
 	return 1;
 }
 
 /* Post read op o: 1 posted, 0 waits (paused, no lease: kick again later),
- * -1 ended here. */
+ * or the error that ends it (as post_accept's). */
 static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
@@ -124,14 +122,14 @@ static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 		if (io->lease != TL_NO_LEASE)
 			tl__drv_lease_drop(d->loop, io->lease);
 		io->lease = TL_NO_LEASE;
-		tl__drv_event(d->loop, o, e, TL_F_TERMINAL, TL_NO_LEASE);
-		return -1;
+		return e;
 	}
 	io->inflight = 1;
 	return 1;
 }
 
-/* Post write op o from where it got to: 1 posted, 0 ended here. */
+/* Post write op o from where it got to: 1 posted, or the error that ends
+ * it (as post_accept's). */
 static int post_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
@@ -139,15 +137,20 @@ static int post_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	/* tl_iovec is WSABUF's layout (include/turnloop/platform.h). */
 	if (WSASend(io_sock(h), (WSABUF *)&o->u.wv.iov[o->u.wv.cur], o->u.wv.n - o->u.wv.cur, NULL, 0,
 		    &io->ov, NULL) != 0 &&
-	    WSAGetLastError() != WSA_IO_PENDING) {
-		tl__drv_event(d->loop, o, last_error(), TL_F_TERMINAL, TL_NO_LEASE);
-		return 0;
-	}
+	    WSAGetLastError() != WSA_IO_PENDING)
+		return last_error();
 	io->inflight = 1;
 	return 1;
 }
 
-/* Post what each queue's head needs, as far as order allows. */
+/*
+ * Post what each queue's head needs, as far as order allows. An op that
+ * ends here leaves its queue before its terminal is reported: a terminal
+ * may bring the driver back in (a write's end lowers the stream's queued
+ * bytes, the core lifts a cap, pause(0) kicks again), and the nested kick
+ * must not find the op still at the head and post it twice. Completions
+ * keep the same order.
+ */
 void tl__io_kick(struct tl_drv *d, struct tl_hslot *h)
 {
 	struct io_h *e = IH(h);
@@ -156,23 +159,28 @@ void tl__io_kick(struct tl_drv *d, struct tl_hslot *h)
 		int r = o->code == TL_OP_ACCEPT ? post_accept(d, h, o)
 			: o->code == TL_OP_RECV ? tl__io_post_recv(d, h, o)
 						: post_read(d, h, o);
-		if (r == 1)
+		if (r == 1) {
 			e->rbusy = 1;
-		else if (r == 0 && o->code != TL_OP_ACCEPT)
-			break; /* waits for room */
-		else
+		} else if (r == 0) {
+			break; /* waits for room or a lease */
+		} else {
 			q_pop(d, &e->rhead, &e->rtail);
+			tl__drv_event(d->loop, o, r, TL_F_TERMINAL, TL_NO_LEASE);
+		}
 	}
 	while (!e->wbusy && !e->connecting && e->whead != TL_NIL) {
 		struct tl_opslot *o = &d->os[e->whead];
-		if (o->code == TL_OP_WRITE && post_write(d, h, o)) {
-			e->wbusy = 1;
-			break;
+		int r;
+		if (o->code == TL_OP_WRITE) {
+			if ((r = post_write(d, h, o)) == 1) {
+				e->wbusy = 1;
+				break;
+			}
+		} else { /* TL_OP_SHUTDOWN */
+			r = shutdown(io_sock(h), SD_SEND) ? last_error() : 0;
 		}
-		if (o->code == TL_OP_SHUTDOWN)
-			tl__drv_event(d->loop, o, shutdown(io_sock(h), SD_SEND) ? last_error() : 0,
-				      TL_F_TERMINAL, TL_NO_LEASE);
 		q_pop(d, &e->whead, &e->wtail);
+		tl__drv_event(d->loop, o, r, TL_F_TERMINAL, TL_NO_LEASE);
 	}
 }
 
@@ -258,20 +266,22 @@ static void accept_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 		d->acceptaddrs(io->u.addrs, 0, IO_ADDR_LEN, IO_ADDR_LEN, &local, &llen, &remote, &rlen);
 		memset(&peer, 0, sizeof peer);
 		memcpy(&peer, remote, (size_t)rlen < sizeof peer ? (size_t)rlen : sizeof peer);
-		if (tl__drv_accept(d->loop, o, (int)(intptr_t)s, &peer, !multi || io->cancelled) < 0)
+		int last = !multi || io->cancelled;
+		if (last) /* off the queue before its terminal (tl__io_kick says why) */
+			q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+		if (tl__drv_accept(d->loop, o, (int)(intptr_t)s, &peer, last) < 0)
 			closesocket(s);
-		if (!multi || io->cancelled || !(o->flags & TL_OPF_LIVE))
-			goto ended;
-		return; /* posted again by the kick */
+		if (!last && !(o->flags & TL_OPF_LIVE)) /* its terminal queued by the core */
+			q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+		return; /* or posted again by the kick */
 	}
 	closesocket(s);
 	/* A client that reset before its accept finished is the OS's business:
 	 * a multishot accept goes on. */
 	if (multi && !io->cancelled && (err == -ECONNRESET || err == -ECONNABORTED))
 		return;
-	tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
-ended:
 	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+	tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
 }
 
 static void read_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n)
@@ -281,20 +291,21 @@ static void read_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o,
 	uint32_t lease = io->lease;
 	io->lease = TL_NO_LEASE;
 	if (!err && n > 0) {
-		int last = !multi || io->cancelled;
-		tl__drv_event(d->loop, o, n, last && !multi ? TL_F_TERMINAL : 0, lease);
-		lease = TL_NO_LEASE; /* the host's now */
-		if (!last)
+		if (!multi) { /* off the queue before its terminal (tl__io_kick) */
+			q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+			tl__drv_event(d->loop, o, n, TL_F_TERMINAL, lease);
+			return;
+		}
+		tl__drv_event(d->loop, o, n, 0, lease); /* the lease is the host's now */
+		if (!io->cancelled)
 			return; /* posted again by the kick */
-		if (!multi)
-			goto ended;
+		lease = TL_NO_LEASE;
 		err = -ECANCELED; /* the bytes came first; now its end */
 	}
 	if (lease != TL_NO_LEASE)
 		tl__drv_lease_drop(d->loop, lease);
-	tl__drv_event(d->loop, o, err ? err : 0, TL_F_TERMINAL | (err ? 0 : TL_F_EOF), TL_NO_LEASE);
-ended:
 	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+	tl__drv_event(d->loop, o, err ? err : 0, TL_F_TERMINAL | (err ? 0 : TL_F_EOF), TL_NO_LEASE);
 }
 
 static void write_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n)
@@ -320,8 +331,8 @@ static void write_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 		if (o->u.wv.cur < o->u.wv.n)
 			err = -ECANCELED;
 	}
+	q_pop(d, &IH(h)->whead, &IH(h)->wtail); /* before its terminal (tl__io_kick) */
 	tl__drv_event(d->loop, o, err ? err : (int64_t)o->u.wv.total, TL_F_TERMINAL, TL_NO_LEASE);
-	q_pop(d, &IH(h)->whead, &IH(h)->wtail);
 }
 
 /* The completion of the op whose record holds ov. */
@@ -349,8 +360,8 @@ void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov)
 		IH(h)->connecting = 0;
 		if (!err && setsockopt(io_sock(h), SOL_SOCKET, SO_UPDATE_CONNECT_CONTEXT, NULL, 0) != 0)
 			err = last_error();
-		tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
 		q_pop(d, &IH(h)->whead, &IH(h)->wtail);
+		tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
 		break;
 	case TL_OP_WRITE:
 		IH(h)->wbusy = 0;
