@@ -561,9 +561,22 @@ static void test_adopt(void)
 }
 #endif
 
+#ifdef _WIN32
+/* A crash fails the run (under wine the process may exit 0 otherwise). */
+static LONG WINAPI on_crash(EXCEPTION_POINTERS *e)
+{
+	fprintf(stderr, "win_smoke: CRASH: exception 0x%08lx at %p\n",
+		(unsigned long)e->ExceptionRecord->ExceptionCode, e->ExceptionRecord->ExceptionAddress);
+	fflush(stderr);
+	TerminateProcess(GetCurrentProcess(), 3);
+	return EXCEPTION_EXECUTE_HANDLER;
+}
+#endif
+
 int main(void)
 {
 #ifdef _WIN32
+	SetUnhandledExceptionFilter(on_crash);
 	test_errors();
 #endif
 	test_driver_choice();

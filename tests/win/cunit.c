@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <windows.h>
 
 static CU_pSuite suites, suites_last;
 static CU_pSuite cur_suite;
@@ -22,8 +23,23 @@ static char *dup_name(const char *s)
 	return d;
 }
 
+/* A crash fails the run: under wine an unhandled exception goes to its
+ * debugger, and the process may still exit 0 (seen: a page fault in a
+ * test, then a passing run). The exception is named, the process ends with
+ * 3, as abort() does. */
+static LONG WINAPI on_crash(EXCEPTION_POINTERS *e)
+{
+	fprintf(stderr, "CRASH in %s/%s: exception 0x%08lx at %p\n", cur_suite ? cur_suite->pName : "?",
+		cur_test ? cur_test->pName : "?", (unsigned long)e->ExceptionRecord->ExceptionCode,
+		e->ExceptionRecord->ExceptionAddress);
+	fflush(stderr);
+	TerminateProcess(GetCurrentProcess(), 3);
+	return EXCEPTION_EXECUTE_HANDLER;
+}
+
 CU_ErrorCode CU_initialize_registry(void)
 {
+	SetUnhandledExceptionFilter(on_crash);
 	if (registry_up)
 		CU_cleanup_registry();
 	registry_up = 1;

@@ -1,5 +1,8 @@
-/* tests/win/test_cunit.c: the Windows build's CUnit stand-in keeps CUnit's word: a failed check fails its test and counts, a fatal one ends the test there, a passing one counts nothing, and a suite whose set-up fails fails the run. */
+/* tests/win/test_cunit.c: the Windows build's CUnit stand-in keeps CUnit's word: a failed check fails its test and counts, a fatal one ends the test there, a passing one counts nothing, and a suite whose set-up fails fails the run, and a crash ends the program with a failure. */
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <windows.h>
 
 #include <CUnit/Basic.h>
 
@@ -48,6 +51,13 @@ static void never_runs(void)
 	ran_second = 2;
 }
 
+static volatile uintptr_t bad_address = 16;
+
+static void crashes(void)
+{
+	*(volatile int *)bad_address = 1; /* a page fault */
+}
+
 static int failures;
 #define EXPECT(cond)                                                              \
 	do {                                                                      \
@@ -57,8 +67,15 @@ static int failures;
 		}                                                                 \
 	} while (0)
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "crash")) { /* the child of the last check */
+		CU_initialize_registry();
+		CU_pSuite cs = CU_add_suite("crashing", NULL, NULL);
+		CU_add_test(cs, "crashes", crashes);
+		CU_basic_run_tests();
+		return 0; /* never reached: the crash ends the process with 3 */
+	}
 	EXPECT(CU_initialize_registry() == CUE_SUCCESS);
 	CU_pSuite s = CU_add_suite("passing", NULL, NULL);
 	EXPECT(s && CU_add_test(s, "pass_all", pass_all));
@@ -85,6 +102,19 @@ int main(void)
 	EXPECT(ran_second == 1);
 	EXPECT(CU_get_current_test() == NULL && CU_get_current_suite() == NULL);
 	CU_cleanup_registry();
+
+	/* A crash in a test ends its program with a failure, not 0. */
+	char cmd[MAX_PATH + 16];
+	snprintf(cmd, sizeof cmd, "\"%s\" crash", argv[0]);
+	STARTUPINFOA si = {.cb = sizeof si};
+	PROCESS_INFORMATION pi;
+	DWORD code = 0;
+	EXPECT(CreateProcessA(NULL, cmd, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi));
+	WaitForSingleObject(pi.hProcess, 30000);
+	GetExitCodeProcess(pi.hProcess, &code);
+	CloseHandle(pi.hProcess);
+	CloseHandle(pi.hThread);
+	EXPECT(code == 3);
 	if (failures)
 		return 1;
 	printf("test_cunit: the stand-in records, stops and counts as CUnit does\n");
