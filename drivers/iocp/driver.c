@@ -196,6 +196,8 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 	if (!r && (bind(s, &a->sa, (int)tl_addr_len(a)) != 0 ||
 		   (sp->kind == TL_OPEN_TCP_LISTEN && listen(s, sp->opts->backlog ? sp->opts->backlog : 511) != 0)))
 		r = tl__os_win_error((unsigned long)WSAGetLastError());
+	if (!r && sp->kind == TL_OPEN_TCP_STREAM)
+		r = set_nonblocking(s, 1);
 	if (!r)
 		r = associate(d, s);
 	if (r) {
@@ -212,7 +214,8 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 static int io_attach(struct tl_drv *d, struct tl_hslot *h)
 {
 	reset_h(h);
-	return associate(d, io_sock(h));
+	int r = h->type == TL_H_STREAM ? set_nonblocking(io_sock(h), 1) : 0;
+	return r ? r : associate(d, io_sock(h));
 }
 
 /* tl_adopt: a listening or connected TCP socket, or a UDP one, made by
@@ -276,12 +279,8 @@ static int64_t io_try_write(struct tl_drv *d, struct tl_hslot *h, const void *bu
 	if (IH(h)->whead != TL_NIL || IH(h)->connecting)
 		return -EAGAIN;
 	SOCKET s = io_sock(h);
-	int r = set_nonblocking(s, 1);
-	if (r)
-		return r;
 	int n = send(s, (const char *)buf, (int)len, 0);
 	int e = n < 0 ? WSAGetLastError() : 0;
-	set_nonblocking(s, 0);
 	if (n > 0)
 		return n;
 	if (n == 0 || e == WSAEWOULDBLOCK)

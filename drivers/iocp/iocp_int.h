@@ -39,10 +39,14 @@
  * completion (ERROR_OPERATION_ABORTED, or its result if it finished
  * first). An op still queued behind the head is taken off at once.
  *
- * Pooled reads take their buffer when they are posted (the kernel fills
- * the buffer it was given; there is no provided-buffer ring), only while
- * the stream is under its caps and the pool lets it (tl__drv_lease_may);
- * otherwise the stream waits on the lease-wait list.
+ * Pooled reads hold no buffer while they wait: what is posted is a
+ * zero-byte WSARecv (libuv's way), whose completion says that bytes (or
+ * the end) are there; then the read takes a lease, only while the stream
+ * is under its caps and the pool lets it (tl__drv_lease_may), and a recv
+ * on the non-blocking socket fills it, again while more is there and the
+ * turn has room. So an idle stream holds no lease, as on epoll, and the
+ * caps hold as the core counts them. Without a lease the stream waits on
+ * the lease-wait list. Reads into the caller's buffer post that buffer.
  */
 
 struct io_h {
@@ -62,6 +66,7 @@ struct io_op {
 	uint32_t lease;   /* a pooled read's buffer while it is posted */
 	uint8_t inflight; /* posted, its completion not yet dequeued */
 	uint8_t cancelled;
+	uint8_t probe;    /* a pooled read's zero-byte WSARecv: bytes are there */
 	SOCKET accepted;  /* an AcceptEx's new socket */
 	union {
 		uint8_t addrs[2 * IO_ADDR_LEN]; /* AcceptEx's two addresses */

@@ -87,43 +87,28 @@ static int post_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 	return 1;
 }
 
-/* Post read op o: 1 posted, 0 waits (paused, no lease: kick again later),
- * or the error that ends it (as post_accept's). */
+/* Post read op o: 1 posted, 0 waits (paused: kick again later), or the
+ * error that ends it (as post_accept's). A pooled read posts a zero-byte
+ * WSARecv and takes its lease when bytes are there (iocp_int.h). */
 static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
-	WSABUF b;
+	WSABUF b = {0, NULL};
 	DWORD flags = 0;
 	io->lease = TL_NO_LEASE;
-	if (o->flags & TL_OPF_POOLED) {
-		uint32_t size, count;
-		/* Over a cap (lib/caps.c): bytes stay in the socket until pause(0). */
-		if (h->flags & TL_HF_PAUSED)
-			return 0;
-		if (tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
-			io->lease = tl__drv_lease_take(d->loop);
-		if (io->lease == TL_NO_LEASE) {
-			if (!IH(h)->lease_wait) {
-				IH(h)->lease_wait = 1;
-				d->lwait[d->nlwait++] = h->idx;
-			}
-			return 0;
-		}
-		b.buf = (char *)tl__drv_lease_base(d->loop, &size, &count) + (size_t)io->lease * size;
-		b.len = size;
-	} else {
+	io->probe = !!(o->flags & TL_OPF_POOLED);
+	/* Over a cap (lib/caps.c): bytes stay in the socket until pause(0);
+	 * waiting for a lease: until one comes back (lease_returned). */
+	if (io->probe && ((h->flags & TL_HF_PAUSED) || IH(h)->lease_wait))
+		return 0;
+	if (!io->probe) {
 		b.buf = (char *)o->u.rw.buf;
 		b.len = o->u.rw.len;
 	}
 	memset(&io->ov, 0, sizeof io->ov);
 	if (WSARecv(io_sock(h), &b, 1, NULL, &flags, &io->ov, NULL) != 0 &&
-	    WSAGetLastError() != WSA_IO_PENDING) {
-		int e = last_error();
-		if (io->lease != TL_NO_LEASE)
-			tl__drv_lease_drop(d->loop, io->lease);
-		io->lease = TL_NO_LEASE;
-		return e;
-	}
+	    WSAGetLastError() != WSA_IO_PENDING)
+		return last_error();
 	io->inflight = 1;
 	return 1;
 }
@@ -284,26 +269,70 @@ static void accept_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *
 	tl__drv_event(d->loop, o, err, TL_F_TERMINAL, TL_NO_LEASE);
 }
 
+/* A pooled read's probe came back with bytes (or the end) there: read them
+ * into leases, one recv each, while the stream is under its caps, the pool
+ * has a lease for it, the turn has room and more is there. Returns 1 when
+ * o ended (its terminal reported, o off the queue), 0 when it waits (the
+ * kick posts its probe again, or a lease or pause(0) kicks it). */
+static int read_leases(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	int multi = o->flags & TL_OPF_MULTI;
+	uint32_t size, count;
+	uint8_t *base = tl__drv_lease_base(d->loop, &size, &count);
+	while (!(h->flags & TL_HF_PAUSED) && (!multi || tl__drv_room(d->loop))) {
+		uint32_t lease = TL_NO_LEASE;
+		if (tl__drv_lease_may(tl__drv_lease_pool(d->loop), h))
+			lease = tl__drv_lease_take(d->loop);
+		if (lease == TL_NO_LEASE) {
+			if (!IH(h)->lease_wait) {
+				IH(h)->lease_wait = 1;
+				d->lwait[d->nlwait++] = h->idx;
+			}
+			return 0;
+		}
+		int n = recv(io_sock(h), (char *)base + (size_t)lease * size, (int)size, 0);
+		int e = n < 0 ? WSAGetLastError() : 0;
+		if (n > 0 && multi) {
+			tl__drv_event(d->loop, o, n, 0, lease); /* the lease is the host's now */
+			if ((uint32_t)n < size || !(o->flags & TL_OPF_LIVE))
+				break; /* drained (the probe tells of more), or ended by the core */
+			continue;
+		}
+		if (n <= 0)
+			tl__drv_lease_drop(d->loop, lease);
+		if (n < 0 && e == WSAEWOULDBLOCK)
+			return 0; /* nothing after all: the probe again */
+		/* One-shot bytes, the end of the stream, or an error: its terminal,
+		 * off the queue first (tl__io_kick says why). */
+		q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+		if (n > 0)
+			tl__drv_event(d->loop, o, n, TL_F_TERMINAL, lease);
+		else
+			tl__drv_event(d->loop, o, n < 0 ? tl__os_win_error((unsigned long)e) : 0,
+				      TL_F_TERMINAL | (n == 0 ? TL_F_EOF : 0), TL_NO_LEASE);
+		return 1;
+	}
+	if (!(o->flags & TL_OPF_LIVE)) { /* its terminal queued by the core */
+		q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+		return 1;
+	}
+	return 0;
+}
+
 static void read_done(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int err, DWORD n)
 {
 	struct io_op *io = IO(d, o);
-	int multi = o->flags & TL_OPF_MULTI;
-	uint32_t lease = io->lease;
-	io->lease = TL_NO_LEASE;
-	if (!err && n > 0) {
-		if (!multi) { /* off the queue before its terminal (tl__io_kick) */
-			q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
-			tl__drv_event(d->loop, o, n, TL_F_TERMINAL, lease);
-			return;
-		}
-		tl__drv_event(d->loop, o, n, 0, lease); /* the lease is the host's now */
-		if (!io->cancelled)
-			return; /* posted again by the kick */
-		lease = TL_NO_LEASE;
-		err = -ECANCELED; /* the bytes came first; now its end */
+	if (!err && io->probe && !io->cancelled) {
+		read_leases(d, h, o); /* then posted again by the kick, or it waits */
+		return;
 	}
-	if (lease != TL_NO_LEASE)
-		tl__drv_lease_drop(d->loop, lease);
+	if (!err && !io->probe && n > 0) { /* the caller's buffer: off the queue first */
+		q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
+		tl__drv_event(d->loop, o, n, TL_F_TERMINAL, TL_NO_LEASE);
+		return;
+	}
+	if (!err && io->cancelled)
+		err = -ECANCELED; /* its probe came back after the cancel: nothing taken */
 	q_pop(d, &IH(h)->rhead, &IH(h)->rtail);
 	tl__drv_event(d->loop, o, err ? err : 0, TL_F_TERMINAL | (err ? 0 : TL_F_EOF), TL_NO_LEASE);
 }
