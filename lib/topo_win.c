@@ -1,6 +1,7 @@
-/* lib/topo_win.c: lib/shared/topo.h on Windows: processor groups and NUMA nodes from GetLogicalProcessorInformationEx, binding by SetThreadGroupAffinity, and hwloc's synthetic descriptions read here. */
+/* lib/topo_win.c: lib/shared/topo.h on Windows: processor groups, NUMA nodes, cores and packages from GetLogicalProcessorInformationEx, the process affinity of each group, binding by SetThreadGroupAffinity and SetThreadIdealProcessorEx, and hwloc's synthetic descriptions read here. */
 #ifdef _WIN32
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "os.h"
@@ -12,7 +13,38 @@ struct tl_topo {
 	int *node_os;
 	tl__cpuset *node_cpus;
 	tl__cpuset cpus;
+	uint32_t npus;
+	tl__topo_pu *pus;
 };
+
+/* The first node (in tl__topo_node_* order) that has cpu, or -1. */
+static int node_of(const tl__topo *t, unsigned cpu)
+{
+	for (uint32_t i = 0; i < t->nnodes; i++)
+		if (tl__cpuset_has(&t->node_cpus[i], cpu))
+			return (int)i;
+	return -1;
+}
+
+/* The PUs: every CPU by number, each with its first node; core and
+ * package filled in by the caller (-1 until then). */
+static int pus_alloc(tl__topo *t)
+{
+	unsigned n = tl__cpuset_count(&t->cpus);
+	t->pus = calloc(n ? n : 1, sizeof *t->pus);
+	if (!t->pus)
+		return -ENOMEM;
+	for (unsigned c = 0; c < TL__CPUSET_MAX && t->npus < n; c++) {
+		if (!tl__cpuset_has(&t->cpus, c))
+			continue;
+		tl__topo_pu *p = &t->pus[t->npus++];
+		p->cpu = (int)c;
+		p->core = p->package = -1;
+		p->node = node_of(t, c);
+		p->node_os = p->node >= 0 ? t->node_os[p->node] : -1;
+	}
+	return 0;
+}
 
 /* Room for n nodes: 0 or -ENOMEM. */
 static int nodes_alloc(tl__topo *t, uint32_t n)
@@ -57,6 +89,61 @@ static SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX *lpi(LOGICAL_PROCESSOR_RELATIONSH
 #define LPI_NEXT(p) ((SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX *)((char *)(p) + (p)->Size))
 
 /*
+ * Number the objects of one relationship (cores, packages) densely in the
+ * order of their first CPU and store each PU's in *field (the offset of
+ * core or package in tl__topo_pu). Windows names none: they stay -1.
+ */
+static int number_objects(tl__topo *t, LOGICAL_PROCESSOR_RELATIONSHIP rel, size_t field)
+{
+	DWORD len;
+	int err = 0;
+	SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX *b = lpi(rel, &len, &err), *p;
+	if (!b)
+		return err == -ENOMEM ? err : 0;
+	int *rec = malloc(TL__CPUSET_MAX * sizeof *rec), nrec = 0;
+	if (!rec) {
+		free(b);
+		return -ENOMEM;
+	}
+	for (unsigned c = 0; c < TL__CPUSET_MAX; c++)
+		rec[c] = -1;
+	/* Each CPU's record, by the records' order. */
+	for (p = b; (char *)p < (char *)b + len; p = LPI_NEXT(p)) {
+		if (p->Relationship != rel)
+			continue;
+		for (WORD g = 0; g < p->Processor.GroupCount; g++) {
+			tl__cpuset s;
+			tl__cpuset_zero(&s);
+			add_mask(&s, p->Processor.GroupMask[g].Group, p->Processor.GroupMask[g].Mask);
+			for (unsigned c = 0; c < TL__CPUSET_MAX; c++)
+				if (tl__cpuset_has(&s, c) && rec[c] < 0)
+					rec[c] = nrec;
+		}
+		nrec++;
+	}
+	free(b);
+	/* Records renumbered in the order of their first CPU. */
+	int *dense = malloc((size_t)(nrec ? nrec : 1) * sizeof *dense), next = 0;
+	if (!dense) {
+		free(rec);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < nrec; i++)
+		dense[i] = -1;
+	for (uint32_t i = 0; i < t->npus; i++) {
+		int r = rec[t->pus[i].cpu];
+		if (r < 0)
+			continue;
+		if (dense[r] < 0)
+			dense[r] = next++;
+		*(int *)((char *)&t->pus[i] + field) = dense[r];
+	}
+	free(dense);
+	free(rec);
+	return 0;
+}
+
+/*
  * This machine. The CPUs are the active ones of every processor group
  * (RelationGroup); each NUMA node (RelationNumaNode) comes with one
  * GROUP_AFFINITY. Windows 11 and Server 2022 may split a node over several
@@ -64,6 +151,17 @@ static SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX *lpi(LOGICAL_PROCESSOR_RELATIONSH
  * as here, they give the node's primary group, the one its threads start
  * in. Nodes are sorted by number, as hwloc lists them.
  */
+/* The machine's PUs, their cores (RelationProcessorCore) and packages
+ * (RelationProcessorPackage). */
+static int load_machine_pus(tl__topo *t)
+{
+	if (pus_alloc(t) < 0 ||
+	    number_objects(t, RelationProcessorCore, offsetof(tl__topo_pu, core)) < 0 ||
+	    number_objects(t, RelationProcessorPackage, offsetof(tl__topo_pu, package)) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 static int load_machine(tl__topo *t)
 {
 	DWORD len;
@@ -78,8 +176,12 @@ static int load_machine(tl__topo *t)
 	free(b);
 	t->binds = 1;
 	b = lpi(RelationNumaNode, &len, &err);
-	if (!b)
-		return err == -ENOMEM ? err : 0; /* no nodes named: the caller takes every CPU as one */
+	if (!b) {
+		if (err == -ENOMEM)
+			return err;
+		/* No nodes named: the caller takes every CPU as one. */
+		return load_machine_pus(t);
+	}
 	uint32_t n = 0;
 	for (p = b; (char *)p < (char *)b + len; p = LPI_NEXT(p))
 		n += p->Relationship == RelationNumaNode;
@@ -102,41 +204,48 @@ static int load_machine(tl__topo *t)
 		add_mask(&t->node_cpus[i], p->NumaNode.GroupMask.Group, p->NumaNode.GroupMask.Mask);
 	}
 	free(b);
-	return 0;
+	return load_machine_pus(t);
 }
 
 /*
- * hwloc's synthetic description, the part of it the pool's tests and
- * configurations use: levels "type:count" from the top down, separated by
- * spaces (no attributes, no indexes). Types as hwloc names them
- * (package/pack/socket, group, die, numa/numanode/node, l1..l5 and their
- * i/cache forms, core, pu). Every level multiplies the ones above it; the
- * NUMA level (none: one node over everything) cuts the CPUs into nodes of
- * consecutive numbers; the last level's objects are the CPUs.
+ * hwloc's synthetic description, the part of it the pool's and the plan's
+ * tests and configurations use: levels "type:count" from the top down,
+ * separated by spaces (no attributes, no indexes). Types as hwloc names
+ * them (package/pack/socket, group, die, numa/numanode/node, l1..l5 and
+ * their i/cache forms, core, pu). Every level multiplies the ones above it;
+ * the last level's objects are the CPUs, numbered in order as hwloc does.
+ * The NUMA level (none: one node over everything) cuts the CPUs into nodes
+ * of consecutive numbers, the package and core levels (none: -1) into
+ * packages and cores likewise, numbered as hwloc's logical indexes are.
  */
+enum { LV_OTHER = 1, LV_NUMA, LV_PACKAGE, LV_CORE };
+
 static const struct {
 	const char *name;
-	int numa;
+	int kind;
 } levels_known[] = {
-	{"machine", 0}, {"package", 0}, {"pack", 0}, {"socket", 0}, {"group", 0}, {"die", 0},
-	{"numa", 1}, {"numanode", 1}, {"node", 1}, {"core", 0}, {"pu", 0}, {"l1", 0},
-	{"l2", 0}, {"l3", 0}, {"l4", 0}, {"l5", 0}, {"l1i", 0}, {"l2i", 0}, {"l3i", 0},
-	{"l1cache", 0}, {"l2cache", 0}, {"l3cache", 0}, {"l4cache", 0}, {"l5cache", 0},
-	{"cache", 0},
+	{"machine", LV_OTHER}, {"package", LV_PACKAGE}, {"pack", LV_PACKAGE},
+	{"socket", LV_PACKAGE}, {"group", LV_OTHER}, {"die", LV_OTHER}, {"numa", LV_NUMA},
+	{"numanode", LV_NUMA}, {"node", LV_NUMA}, {"core", LV_CORE}, {"pu", LV_OTHER},
+	{"l1", LV_OTHER}, {"l2", LV_OTHER}, {"l3", LV_OTHER}, {"l4", LV_OTHER}, {"l5", LV_OTHER},
+	{"l1i", LV_OTHER}, {"l2i", LV_OTHER}, {"l3i", LV_OTHER}, {"l1cache", LV_OTHER},
+	{"l2cache", LV_OTHER}, {"l3cache", LV_OTHER}, {"l4cache", LV_OTHER},
+	{"l5cache", LV_OTHER}, {"cache", LV_OTHER},
 };
 
-/* 1 for a level hwloc knows, 2 for the NUMA level, 0 for none. */
+/* The level's kind (LV_*), 0 for a name hwloc does not know. */
 static int known_level(const char *w, size_t n)
 {
 	for (size_t i = 0; i < sizeof levels_known / sizeof *levels_known; i++)
 		if (strlen(levels_known[i].name) == n && !_strnicmp(w, levels_known[i].name, n))
-			return 1 + levels_known[i].numa;
+			return levels_known[i].kind;
 	return 0;
 }
 
 static int load_synthetic(tl__topo *t, const char *s)
 {
-	uint64_t total = 1, nodes = 1;
+	/* Objects at the package, NUMA and core levels (0: no such level). */
+	uint64_t total = 1, nodes = 0, packages = 0, cores = 0;
 	int levels = 0;
 	while (*s) {
 		while (*s == ' ' || *s == '\t')
@@ -157,12 +266,18 @@ static int load_synthetic(tl__topo *t, const char *s)
 		total *= n;
 		if (total > TL__CPUSET_MAX)
 			return -EINVAL;
-		if (kind == 2)
+		if (kind == LV_NUMA)
 			nodes = total;
+		else if (kind == LV_PACKAGE)
+			packages = total;
+		else if (kind == LV_CORE)
+			cores = total;
 		levels++;
 	}
 	if (!levels)
 		return -EINVAL;
+	if (!nodes)
+		nodes = 1;
 	uint64_t per = total / nodes;
 	if (nodes_alloc(t, (uint32_t)nodes) < 0)
 		return -ENOMEM;
@@ -175,11 +290,29 @@ static int load_synthetic(tl__topo *t, const char *s)
 	}
 	for (uint64_t c = 0; c < total; c++)
 		tl__cpuset_add(&t->cpus, (unsigned)c);
+	if (pus_alloc(t) < 0)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->npus; i++) {
+		tl__topo_pu *p = &t->pus[i];
+		if (cores)
+			p->core = (int)((uint64_t)p->cpu / (total / cores));
+		if (packages)
+			p->package = (int)((uint64_t)p->cpu / (total / packages));
+	}
 	return 0;
 }
 
 int tl__topo_load(tl__topo **out, const char *desc)
 {
+	return tl__topo_load_ex(out, desc, 0);
+}
+
+/* Windows forbids no CPU but by the affinity: flags change nothing. */
+int tl__topo_load_ex(tl__topo **out, const char *desc, unsigned flags)
+{
+	(void)flags;
+	if (desc && !*desc)
+		return -EINVAL;
 	tl__topo *t = calloc(1, sizeof *t);
 	if (!t)
 		return -ENOMEM;
@@ -205,6 +338,7 @@ void tl__topo_free(tl__topo *t)
 		return;
 	free(t->node_os);
 	free(t->node_cpus);
+	free(t->pus);
 	free(t);
 }
 
@@ -228,6 +362,52 @@ const tl__cpuset *tl__topo_cpus(const tl__topo *t)
 	return &t->cpus;
 }
 
+uint32_t tl__topo_pus(const tl__topo *t)
+{
+	return t->npus;
+}
+
+const tl__topo_pu *tl__topo_pu_at(const tl__topo *t, uint32_t i)
+{
+	return &t->pus[i];
+}
+
+const tl__cpuset *tl__topo_existing(const tl__topo *t)
+{
+	return &t->cpus;
+}
+
+const tl__cpuset *tl__topo_allowed(const tl__topo *t)
+{
+	return &t->cpus;
+}
+
+/*
+ * The groups the process runs in (GetProcessGroupAffinity); for a process
+ * of one group its mask there (GetProcessAffinityMask, which answers 0 for
+ * a process of several), else every CPU of each of its groups.
+ */
+int tl__topo_affinity(const tl__topo *t, tl__cpuset *out)
+{
+	tl__cpuset_zero(out);
+	if (!t->binds)
+		return -ENOTSUP;
+	USHORT groups[TL__CPUSET_MAX / 64], n = TL__CPUSET_MAX / 64;
+	if (!GetProcessGroupAffinity(GetCurrentProcess(), &n, groups)) {
+		n = 1;
+		groups[0] = 0;
+	}
+	DWORD_PTR pm = 0, sm = 0;
+	if (n == 1 && GetProcessAffinityMask(GetCurrentProcess(), &pm, &sm) && pm) {
+		add_mask(out, groups[0], (KAFFINITY)pm);
+		return 0;
+	}
+	for (USHORT i = 0; i < n && i < TL__CPUSET_MAX / 64; i++)
+		if (groups[i] < TL__CPUSET_MAX / 64)
+			out->w[groups[i]] = t->cpus.w[groups[i]];
+	return 0;
+}
+
 int tl__topo_binds(const tl__topo *t)
 {
 	return t->binds;
@@ -249,5 +429,28 @@ int tl__topo_bind(const tl__topo *t, const tl__cpuset *set)
 		return 0;
 	}
 	return -EINVAL;
+}
+
+/* No thread memory policy on Windows: a thread's pages come from its ideal
+ * processor's node, so the CPU becomes the ideal one. -ENOSYS where the
+ * call is missing (wine 8). */
+int tl__topo_bind_memory(const tl__topo *t, int cpu, int node_os)
+{
+	(void)node_os;
+	if (!t->binds)
+		return -ENOTSUP;
+	if (cpu < 0 || cpu >= TL__CPUSET_MAX)
+		return -EINVAL;
+	PROCESSOR_NUMBER pn;
+	memset(&pn, 0, sizeof pn);
+	pn.Group = (WORD)(cpu / 64);
+	pn.Number = (BYTE)(cpu % 64);
+	if (!SetThreadIdealProcessorEx(GetCurrentThread(), &pn, NULL)) {
+		DWORD e = GetLastError();
+		/* Wine 8 has no such call: no memory placement to make, as
+		 * Linux without NUMA support says with ENOSYS. */
+		return e == ERROR_CALL_NOT_IMPLEMENTED ? -ENOSYS : tl__os_win_error(e);
+	}
+	return 0;
 }
 #endif

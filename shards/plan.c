@@ -1,4 +1,4 @@
-/* shards/plan.c: the shard plan, computed from the hwloc topology (contract 9.1 and 9.8). */
+/* shards/plan.c: the shard plan, computed from the machine's topology through lib/shared/topo.h (hwloc on Linux, processor groups on Windows; contract 9.1 and 9.8). */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -6,17 +6,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hwloc.h>
-
 #include "cpulist.h"
 #include "detail.h"
+#include "topo.h"
 #include "turnloop/plan.h"
 
 /* ---- CPU lists (the language: cpulist.c) ---- */
 
-static int bitmap_add(void *ctx, unsigned lo, unsigned hi)
+/*
+ * A parsed CPU list: the CPUs a topology can hold (tl__cpuset, below
+ * TL__CPUSET_MAX), and the lowest one beyond them, which no topology here
+ * has (-1 if none). TL_PLAN_MAX_CPU is above TL__CPUSET_MAX, so a list may
+ * name such a CPU, and it must still be told apart from an empty list.
+ */
+struct cpus {
+	tl__cpuset set;
+	int beyond;
+};
+
+static int cpus_add(void *ctx, unsigned lo, unsigned hi)
 {
-	return hwloc_bitmap_set_range(ctx, lo, (int)hi) ? -ENOMEM : 0;
+	struct cpus *c = ctx;
+
+	for (unsigned i = lo; i <= hi && i < TL__CPUSET_MAX; i++)
+		tl__cpuset_add(&c->set, i);
+	if (hi >= TL__CPUSET_MAX && c->beyond < 0)
+		c->beyond = lo > TL__CPUSET_MAX ? (int)lo : TL__CPUSET_MAX;
+	return 0;
 }
 
 static int no_add(void *ctx, unsigned lo, unsigned hi)
@@ -27,138 +43,60 @@ static int no_add(void *ctx, unsigned lo, unsigned hi)
 	return 0;
 }
 
-/* Parse s into a new hwloc bitmap at *out (NULL on failure). */
-static int cpulist_bitmap(const char *s, hwloc_bitmap_t *out)
+/* Parse s into *out: 0 or -EINVAL. */
+static int cpulist_set(const char *s, struct cpus *out)
 {
-	hwloc_bitmap_t set = hwloc_bitmap_alloc();
-	int rc;
-
-	*out = NULL;
-	if (!set)
-		return -ENOMEM;
-	rc = tl__cpulist_walk(s, TL_PLAN_MAX_CPU, bitmap_add, set);
-	if (rc) {
-		hwloc_bitmap_free(set);
-		return rc;
-	}
-	*out = set;
-	return 0;
+	tl__cpuset_zero(&out->set);
+	out->beyond = -1;
+	return tl__cpulist_walk(s, TL_PLAN_MAX_CPU, cpus_add, out);
 }
 
-/* ---- Topology ---- */
-
-static int ends_with(const char *s, const char *suffix)
+static void set_and(tl__cpuset *a, const tl__cpuset *b)
 {
-	size_t n = strlen(s), m = strlen(suffix);
-
-	return n >= m && strcmp(s + n - m, suffix) == 0;
+	for (unsigned i = 0; i < TL__CPUSET_MAX / 64; i++)
+		a->w[i] &= b->w[i];
 }
 
-/* hwloc reports failures as -1 plus errno; errno 0 would turn a failure
- * into success, hence the fallback. */
-static int hwloc_err(int fallback)
+/* The first CPU of want that set lacks, or -1. */
+static int first_missing(const struct cpus *want, const tl__cpuset *set)
 {
-	return errno > 0 ? -errno : -fallback;
-}
+	for (unsigned i = 0; i < TL__CPUSET_MAX / 64; i++) {
+		uint64_t w = want->set.w[i] & ~set->w[i];
 
-static int load_topology(hwloc_topology_t *out, const char *synthetic, unsigned long flags)
-{
-	hwloc_topology_t topo;
-	int rc;
-
-	*out = NULL;
-	if (synthetic && !*synthetic)
-		return -EINVAL;
-	if (hwloc_topology_init(&topo))
-		return -ENOMEM;
-	if (flags && hwloc_topology_set_flags(topo, flags)) {
-		hwloc_topology_destroy(topo);
-		return -EINVAL;
+		if (w)
+			return (int)(i * 64 + (unsigned)__builtin_ctzll(w));
 	}
-	if (synthetic) {
-		errno = 0;
-		if (ends_with(synthetic, ".xml"))
-			rc = hwloc_topology_set_xml(topo, synthetic);
-		else
-			rc = hwloc_topology_set_synthetic(topo, synthetic);
-		if (rc) {
-			/* A synthetic description hwloc cannot read is a bad
-			 * argument, whatever errno its parser left behind. */
-			rc = ends_with(synthetic, ".xml") ? hwloc_err(EINVAL) : -EINVAL;
-			hwloc_topology_destroy(topo);
-			return rc;
-		}
-	}
-	errno = 0;
-	if (hwloc_topology_load(topo)) {
-		rc = hwloc_err(EINVAL);
-		hwloc_topology_destroy(topo);
-		return rc;
-	}
-	*out = topo;
-	return 0;
-}
-
-/*
- * The PUs this plan may use. Without INCLUDE_DISALLOWED, hwloc has already
- * left out what the cgroup forbids; the CPU binding (taskset,
- * sched_setaffinity) is not part of that, so intersect it here. The process
- * binding is the union over its threads, so shard threads pinned by an
- * earlier plan do not shrink the next one.
- */
-static int allowed_set(hwloc_topology_t topo, const tl_plan_request *req,
-		       hwloc_bitmap_t *out)
-{
-	hwloc_bitmap_t set, extra = NULL;
-	int rc = -ENOMEM;
-
-	*out = NULL;
-	set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
-	if (!set)
-		return -ENOMEM;
-	if (hwloc_topology_is_thissystem(topo)) {
-		hwloc_bitmap_t bound = hwloc_bitmap_alloc();
-
-		if (!bound)
-			goto fail;
-		/* The process query walks /proc/self/task and gives up if
-		 * threads keep coming and going; the calling thread is the
-		 * next best witness. No binding support at all (ENOSYS)
-		 * means there is no restriction to honour. */
-		if ((hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 ||
-		     hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_THREAD) == 0) &&
-		    !hwloc_bitmap_iszero(bound) && hwloc_bitmap_and(set, set, bound)) {
-			hwloc_bitmap_free(bound);
-			goto fail;
-		}
-		hwloc_bitmap_free(bound);
-	}
-	if (req->allowed) {
-		rc = cpulist_bitmap(req->allowed, &extra);
-		if (rc)
-			goto fail;
-		rc = hwloc_bitmap_and(set, set, extra) ? -ENOMEM : 0;
-		hwloc_bitmap_free(extra);
-		if (rc)
-			goto fail;
-	}
-	if (hwloc_bitmap_iszero(set)) {
-		rc = -EINVAL;
-		goto fail;
-	}
-	*out = set;
-	return 0;
-fail:
-	hwloc_bitmap_free(set);
-	return rc;
+	return want->beyond;
 }
 
 /* ---- Planning ---- */
 
+/*
+ * The PUs this plan may use: what the system allows this process (the
+ * cgroup's cpuset on Linux: hwloc has left out what it forbids) within
+ * the process's CPU affinity (taskset, sched_setaffinity; Windows' process
+ * affinity), then within req->allowed. The affinity is the process's, the
+ * union over its threads, so shard threads pinned by an earlier plan do
+ * not shrink the next one.
+ */
+static int allowed_set(const tl__topo *topo, const tl_plan_request *req, tl__cpuset *out)
+{
+	tl__topo_usable(topo, out);
+	if (req->allowed) {
+		struct cpus extra;
+
+		if (cpulist_set(req->allowed, &extra))
+			return -EINVAL;
+		set_and(out, &extra.set);
+	}
+	return tl__cpuset_count(out) ? 0 : -EINVAL;
+}
+
 struct cand {
-	unsigned node_rank; /* NUMA node logical index, UINT32_MAX if none: sort key */
+	unsigned node_rank; /* NUMA node in topology order, UINT32_MAX if none: sort key */
 	unsigned core_rank; /* core logical index (or the PU's): sort key */
 	unsigned pu_rank;   /* PU logical index: sort key, unique */
+	int node;           /* the node's index in the topology, -1 if none */
 	tl_shard_place place;
 };
 
@@ -175,102 +113,75 @@ static int cand_cmp(const void *a, const void *b)
 	return 0;
 }
 
-/* The first NUMA node (hwloc order) local to the PU. A PU can be local to
- * several (DRAM plus HBM or CXL memory); the first is the ordinary one. */
-static hwloc_obj_t pu_node(hwloc_topology_t topo, hwloc_obj_t pu)
-{
-	hwloc_obj_t n = NULL;
-
-	while ((n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)))
-		if (n->cpuset && hwloc_bitmap_isset(n->cpuset, pu->os_index))
-			return n;
-	return NULL;
-}
-
 /* Fill cands (room for every PU) with the usable PUs; returns their number
  * or -ENOMEM. Without smt only the first usable PU of each core counts. */
-static int collect(hwloc_topology_t topo, hwloc_const_bitmap_t usable, int smt,
-		   struct cand *cands)
+static int collect(const tl__topo *topo, const tl__cpuset *usable, int smt, struct cand *cands)
 {
-	hwloc_bitmap_t seen = hwloc_bitmap_alloc();
-	hwloc_obj_t pu = NULL;
-	int n = 0;
+	uint32_t npu = tl__topo_pus(topo);
+	unsigned char *seen = NULL;
+	int ncores = 0, n = 0;
 
-	if (!seen)
+	for (uint32_t i = 0; i < npu; i++)
+		if (tl__topo_pu_at(topo, i)->core >= ncores)
+			ncores = tl__topo_pu_at(topo, i)->core + 1;
+	if (ncores && !(seen = calloc((size_t)ncores, 1)))
 		return -ENOMEM;
-	while ((pu = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PU, pu))) {
-		hwloc_obj_t core, node, pkg;
+	for (uint32_t i = 0; i < npu; i++) {
+		const tl__topo_pu *pu = tl__topo_pu_at(topo, i);
 		struct cand *c;
 
-		if (!hwloc_bitmap_isset(usable, pu->os_index))
+		if (pu->cpu < 0 || !tl__cpuset_has(usable, (unsigned)pu->cpu))
 			continue;
-		core = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu);
 		/* Some platforms report no cores: each PU is then its own. */
-		if (!core)
-			core = pu;
-		if (!smt && core != pu) {
-			if (hwloc_bitmap_isset(seen, core->logical_index))
+		if (!smt && pu->core >= 0) {
+			if (seen[pu->core])
 				continue;
-			if (hwloc_bitmap_set(seen, core->logical_index)) {
-				hwloc_bitmap_free(seen);
-				return -ENOMEM;
-			}
+			seen[pu->core] = 1;
 		}
-		node = pu_node(topo, pu);
-		pkg = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, pu);
 		c = &cands[n++];
-		c->node_rank = node ? node->logical_index : UINT32_MAX;
-		c->core_rank = core->logical_index;
-		c->pu_rank = pu->logical_index;
+		c->node_rank = pu->node >= 0 ? (unsigned)pu->node : UINT32_MAX;
+		c->core_rank = pu->core >= 0 ? (unsigned)pu->core : i;
+		c->pu_rank = i;
+		c->node = pu->node;
 		c->place.shard = 0;
-		c->place.pu_os_index = (int)pu->os_index;
-		c->place.core = (int)core->logical_index;
-		c->place.numa_node = node ? (int)node->os_index : -1;
-		c->place.package = pkg ? (int)pkg->logical_index : -1;
+		c->place.pu_os_index = pu->cpu;
+		c->place.core = pu->core >= 0 ? pu->core : (int)i;
+		c->place.numa_node = pu->node >= 0 ? pu->node_os : -1;
+		c->place.package = pu->package;
 	}
-	hwloc_bitmap_free(seen);
+	free(seen);
 	return n;
 }
 
 /* Everything after the topology is loaded: pick, order and assign PUs. */
-static int plan_from_topology(tl_plan *out, hwloc_topology_t topo,
-			      const tl_plan_request *req)
+static int plan_from_topology(tl_plan *out, const tl__topo *topo, const tl_plan_request *req)
 {
-	hwloc_bitmap_t usable = NULL, want = NULL, nodes = NULL;
+	tl__cpuset usable;
 	struct cand *cands = NULL;
-	int npu, n, rc;
-	uint32_t count;
+	unsigned char *nodes = NULL;
+	uint32_t npu, nnodes = tl__topo_nodes(topo), count;
+	int n, rc;
 
 	rc = allowed_set(topo, req, &usable);
 	if (rc)
 		return rc;
 	if (req->cpus) {
-		rc = cpulist_bitmap(req->cpus, &want);
-		if (rc)
-			goto out;
-		if (!hwloc_bitmap_isincluded(want, usable)) {
-			rc = -EINVAL;
-			goto out;
-		}
-		if (hwloc_bitmap_copy(usable, want)) {
-			rc = -ENOMEM;
-			goto out;
-		}
+		struct cpus want;
+
+		if (cpulist_set(req->cpus, &want) || first_missing(&want, &usable) >= 0)
+			return -EINVAL;
+		usable = want.set;
 	}
 
-	npu = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-	if (npu <= 0) {
-		rc = -EINVAL;
-		goto out;
-	}
-	cands = calloc((size_t)npu, sizeof *cands);
-	if (!cands) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	n = collect(topo, usable, req->smt, cands);
+	npu = tl__topo_pus(topo);
+	if (npu == 0)
+		return -EINVAL;
+	cands = calloc(npu, sizeof *cands);
+	if (!cands)
+		return -ENOMEM;
+	n = collect(topo, &usable, req->smt, cands);
 	if (n <= 0) {
-		/* 0: the allowed set named no PU hwloc knows. */
+		/* 0: the allowed set named no PU the topology has. */
 		rc = n < 0 ? n : -EINVAL;
 		goto out;
 	}
@@ -282,32 +193,32 @@ static int plan_from_topology(tl_plan *out, hwloc_topology_t topo,
 		goto out;
 	}
 	out->shards = calloc(count, sizeof *out->shards);
-	nodes = hwloc_bitmap_alloc();
+	nodes = calloc(nnodes ? nnodes : 1, 1);
 	if (!out->shards || !nodes) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	out->numa_nodes = 0;
 	for (uint32_t i = 0; i < count; i++) {
+		const struct cand *c = &cands[i % (uint32_t)n];
 		tl_shard_place *s = &out->shards[i];
 
-		*s = cands[i % (uint32_t)n].place;
+		*s = c->place;
 		s->shard = i;
-		if (s->numa_node >= 0 && hwloc_bitmap_set(nodes, (unsigned)s->numa_node)) {
-			rc = -ENOMEM;
-			goto out;
+		if (c->node >= 0 && (uint32_t)c->node < nnodes && !nodes[c->node]) {
+			nodes[c->node] = 1;
+			out->numa_nodes++;
 		}
 	}
 	out->count = count;
-	out->numa_nodes = (uint32_t)hwloc_bitmap_weight(nodes);
 	rc = 0;
 out:
 	if (rc) {
 		free(out->shards);
 		out->shards = NULL;
+		out->numa_nodes = 0;
 	}
-	hwloc_bitmap_free(nodes);
-	hwloc_bitmap_free(want);
-	hwloc_bitmap_free(usable);
+	free(nodes);
 	free(cands);
 	return rc;
 }
@@ -316,7 +227,7 @@ out:
 static int compute(tl_plan *out, const tl_plan_request *req, const char *synthetic)
 {
 	static const tl_plan_request defaults;
-	hwloc_topology_t topo;
+	tl__topo *topo;
 	int rc;
 
 	memset(out, 0, sizeof *out);
@@ -329,13 +240,15 @@ static int compute(tl_plan *out, const tl_plan_request *req, const char *synthet
 		return -EINVAL;
 	if (req->allowed && tl__cpulist_walk(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
 		return -EINVAL;
+	if (synthetic && !*synthetic)
+		return -EINVAL;
 
-	rc = load_topology(&topo, synthetic, 0);
+	rc = tl__topo_load(&topo, synthetic);
 	if (rc)
 		return rc;
 	rc = plan_from_topology(out, topo, req);
 	if (rc) {
-		hwloc_topology_destroy(topo);
+		tl__topo_free(topo);
 		memset(out, 0, sizeof *out);
 		return rc;
 	}
@@ -348,8 +261,7 @@ void tl_plan_free(tl_plan *p)
 	if (!p)
 		return;
 	free(p->shards);
-	if (p->topo)
-		hwloc_topology_destroy(p->topo);
+	tl__topo_free(p->topo);
 	memset(p, 0, sizeof *p);
 }
 
@@ -448,67 +360,65 @@ static int why_say(struct why *w, const char *fmt, ...)
 	return (size_t)n < w->len ? n : (int)w->len - 1;
 }
 
-/* set as a list like "0-3,6" ("none" when empty), in the caller's buf. */
-static const char *list_of(hwloc_const_bitmap_t set, char *buf, size_t len)
+/* set as a list like "0-3,6" ("none" when empty), in the caller's buf
+ * (cut to fit, as hwloc's list printer cuts). */
+static const char *list_of(const tl__cpuset *set, char *buf, size_t len)
 {
-	if (!set || hwloc_bitmap_iszero(set))
+	size_t off = 0;
+	int first = 1;
+
+	buf[0] = '\0';
+	for (unsigned c = 0; c < TL__CPUSET_MAX && off + 1 < len; c++) {
+		unsigned hi = c;
+		int w;
+
+		if (!tl__cpuset_has(set, c))
+			continue;
+		while (hi + 1 < TL__CPUSET_MAX && tl__cpuset_has(set, hi + 1))
+			hi++;
+		w = hi == c ? snprintf(buf + off, len - off, "%s%u", first ? "" : ",", c)
+			    : snprintf(buf + off, len - off, "%s%u-%u", first ? "" : ",", c, hi);
+		if (w < 0)
+			break;
+		off += (size_t)w < len - off ? (size_t)w : len - off - 1;
+		first = 0;
+		c = hi;
+	}
+	if (first)
 		snprintf(buf, len, "none");
-	else if (hwloc_bitmap_list_snprintf(buf, len, set) < 0)
-		snprintf(buf, len, "?");
 	return buf;
 }
 
-/* The first CPU of want that set lacks, or -1. */
-static int first_missing(hwloc_const_bitmap_t want, hwloc_const_bitmap_t set)
+#ifdef _WIN32
+#define AFFINITY_HINT "see start /affinity"
+#else
+#define AFFINITY_HINT "see taskset -p"
+#endif
+
+static int explain_cpus(struct why *w, const tl__topo *topo, const tl_plan_request *req,
+			const struct cpus *want)
 {
+	const tl__cpuset *all = tl__topo_existing(topo), *cg = tl__topo_allowed(topo);
+	tl__cpuset bound;
+	struct cpus extra;
+	char l1[256];
 	int c;
 
-	hwloc_bitmap_foreach_begin(c, want)
-	{
-		if (!hwloc_bitmap_isset(set, (unsigned)c))
-			return c;
-	}
-	hwloc_bitmap_foreach_end();
-	return -1;
-}
-
-static int explain_cpus(struct why *w, hwloc_topology_t topo, const tl_plan_request *req,
-			hwloc_const_bitmap_t want)
-{
-	hwloc_const_bitmap_t all = hwloc_topology_get_complete_cpuset(topo);
-	hwloc_const_bitmap_t cg = hwloc_topology_get_allowed_cpuset(topo);
-	hwloc_bitmap_t bound = hwloc_bitmap_alloc(), extra = NULL;
-	char l1[256];
-	int c, rc = 0;
-
-	if (!bound)
-		return why_say(w, "out of memory");
 	/* What exists, then what the cgroup allows, then the affinity. */
-	if ((c = first_missing(want, all)) >= 0) {
-		rc = why_say(w, "cpu %d does not exist (this machine has cpus %s)", c,
-			     list_of(all, l1, sizeof l1));
-		goto out;
-	}
-	if ((c = first_missing(want, cg)) >= 0) {
-		rc = why_say(w, "cpu %d is outside this process's cgroup cpuset (it allows %s)", c,
-			     list_of(cg, l1, sizeof l1));
-		goto out;
-	}
-	if (hwloc_topology_is_thissystem(topo) &&
-	    (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 ||
-	     hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_THREAD) == 0) &&
-	    !hwloc_bitmap_iszero(bound) && (c = first_missing(want, bound)) >= 0) {
-		rc = why_say(w, "cpu %d is outside this process's CPU affinity (it allows %s; "
-				"see taskset -p)", c, list_of(bound, l1, sizeof l1));
-		goto out;
-	}
-	if (req->allowed && cpulist_bitmap(req->allowed, &extra) == 0 &&
-	    (c = first_missing(want, extra)) >= 0)
-		rc = why_say(w, "cpu %d is outside the allowed set %s", c, req->allowed);
-out:
-	hwloc_bitmap_free(extra);
-	hwloc_bitmap_free(bound);
-	return rc;
+	if ((c = first_missing(want, all)) >= 0)
+		return why_say(w, "cpu %d does not exist (this machine has cpus %s)", c,
+			       list_of(all, l1, sizeof l1));
+	if ((c = first_missing(want, cg)) >= 0)
+		return why_say(w, "cpu %d is outside this process's cgroup cpuset (it allows %s)", c,
+			       list_of(cg, l1, sizeof l1));
+	if (tl__topo_affinity(topo, &bound) == 0 && tl__cpuset_count(&bound) &&
+	    (c = first_missing(want, &bound)) >= 0)
+		return why_say(w, "cpu %d is outside this process's CPU affinity (it allows %s; "
+				  AFFINITY_HINT ")", c, list_of(&bound, l1, sizeof l1));
+	if (req->allowed && cpulist_set(req->allowed, &extra) == 0 &&
+	    (c = first_missing(want, &extra.set)) >= 0)
+		return why_say(w, "cpu %d is outside the allowed set %s", c, req->allowed);
+	return 0;
 }
 
 /* Why compute(req, synthetic) failed with rc, into buf (len > 0): the
@@ -518,8 +428,8 @@ static int explain(const tl_plan_request *req, const char *synthetic, int rc, ch
 {
 	static const tl_plan_request defaults;
 	struct why w = {buf, len};
-	hwloc_bitmap_t want = NULL;
-	hwloc_topology_t topo;
+	struct cpus want;
+	tl__topo *topo;
 	tl_plan_request r;
 	tl_plan p;
 
@@ -534,27 +444,39 @@ static int explain(const tl_plan_request *req, const char *synthetic, int rc, ch
 			       TL_PLAN_MAX_CPU);
 	if (req->allowed && tl__cpulist_walk(req->allowed, TL_PLAN_MAX_CPU, no_add, NULL))
 		return why_say(&w, "'%s' is not a CPU list (like 0-3,6)", req->allowed);
+#ifdef _WIN32
+	if (rc == -ENOTSUP && synthetic)
+		return why_say(&w, "cannot load the topology %s: an XML export needs hwloc, "
+				   "which this build has not", synthetic);
+#endif
 	if (rc != -EINVAL)
 		return why_say(&w, "cannot load the topology%s%s: %s", synthetic ? " " : "",
 			       synthetic ? synthetic : "", strerror(-rc));
 	/* The disallowed PUs too, to tell a CPU that does not exist from one
 	 * the cgroup forbids. */
-	rc = load_topology(&topo, synthetic, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+	rc = synthetic && !*synthetic ? -EINVAL
+				      : tl__topo_load_ex(&topo, synthetic, TL__TOPO_DISALLOWED);
+#ifdef _WIN32
+	if (rc && synthetic)
+		return why_say(&w, "'%s' is not a topology this build can read (a synthetic "
+				   "description like \"pack:2 core:4 pu:2\"; XML needs hwloc)",
+			       synthetic);
+#else
 	if (rc && synthetic)
 		return why_say(&w, "'%s' is not a topology hwloc can read (a synthetic "
 				   "description like \"pack:2 core:4 pu:2\", or an XML file)",
 			       synthetic);
+#endif
 	if (rc)
 		return why_say(&w, "cannot load the machine's topology: %s", strerror(-rc));
-	if (req->cpus && cpulist_bitmap(req->cpus, &want) == 0) {
-		rc = explain_cpus(&w, topo, req, want);
-		hwloc_bitmap_free(want);
+	if (req->cpus && cpulist_set(req->cpus, &want) == 0) {
+		rc = explain_cpus(&w, topo, req, &want);
 		if (rc > 0) {
-			hwloc_topology_destroy(topo);
+			tl__topo_free(topo);
 			return rc;
 		}
 	}
-	hwloc_topology_destroy(topo);
+	tl__topo_free(topo);
 	/* The CPUs are fine, so the count is not: plan without it to see how
 	 * many shards the request can have. */
 	r = *req;
@@ -639,49 +561,29 @@ int tl_plan_format(const tl_plan *p, char *buf, size_t len)
 
 int tl_plan_bind_thread(const tl_plan *p, uint32_t shard)
 {
-	hwloc_topology_t topo;
-	hwloc_bitmap_t set;
+	const tl__topo *topo;
 	const tl_shard_place *s;
-	int rc = 0;
+	tl__cpuset one;
+	int rc;
 
 	if (!p || !p->topo || !p->shards || shard >= p->count)
 		return -EINVAL;
 	topo = p->topo;
-	/* Binding calls on a synthetic or XML topology succeed without doing
-	 * anything, which would hide a mistake; say so instead. */
-	if (!hwloc_topology_is_thissystem(topo))
+	/* Binding to a synthetic or XML topology's CPUs would bind to CPUs
+	 * that are not the ones described; say so instead. */
+	if (!tl__topo_binds(topo))
 		return -ENOTSUP;
 	s = &p->shards[shard];
-	set = hwloc_bitmap_alloc();
-	if (!set)
-		return -ENOMEM;
-
-	if (hwloc_bitmap_only(set, (unsigned)s->pu_os_index)) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	errno = 0;
-	if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD)) {
-		rc = hwloc_err(EINVAL);
-		goto out;
-	}
-	if (s->numa_node < 0)
-		goto out;
-	if (hwloc_bitmap_only(set, (unsigned)s->numa_node)) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	errno = 0;
-	if (hwloc_set_membind(topo, set, HWLOC_MEMBIND_BIND,
-			      HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET)) {
-		int err = errno;
-
-		if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) <= 1 &&
-		    (err == ENOSYS || err == EXDEV))
-			goto out;
-		rc = err > 0 ? -err : -EINVAL;
-	}
-out:
-	hwloc_bitmap_free(set);
+	if (s->pu_os_index < 0 || s->pu_os_index >= TL__CPUSET_MAX)
+		return -EINVAL;
+	tl__cpuset_zero(&one);
+	tl__cpuset_add(&one, (unsigned)s->pu_os_index);
+	rc = tl__topo_bind(topo, &one);
+	if (rc || s->numa_node < 0)
+		return rc;
+	rc = tl__topo_bind_memory(topo, s->pu_os_index, s->numa_node);
+	/* Nothing to choose on a single-node machine. */
+	if (tl__topo_nodes(topo) <= 1 && (rc == -ENOSYS || rc == -EXDEV))
+		rc = 0;
 	return rc;
 }

@@ -31,7 +31,7 @@ LAYERS = [
      ['driver.h', 'uring.h'],
      CORE_PRIVATE + SHARD_PRIVATE + ['epoll_int.h', 'sim_int.h']),
     ('shards', 'shards/runtime.c', 'turnloop_shards',
-     ['runtime_int.h', 'spsc.h', 'detail.h', 'os.h', 'tl_config.h', 'turnloop.h'],
+     ['runtime_int.h', 'spsc.h', 'detail.h', 'topo.h', 'os.h', 'tl_config.h', 'turnloop.h'],
      CORE_PRIVATE + DRIVER_PRIVATE + ['driver.h', 'sock.h'] + SOURCE_ROOT),
     ('lib', 'lib/loop.c', 'libturnloop.so',
      ['core.h', 'internal.h', 'pool/job.h', 'driver.h', 'detail.h', 'os.h', 'tl_config.h'],

@@ -1,15 +1,21 @@
-/* tests/test_plan.c: CUnit tests of the shard plan (shards/plan.c) on synthetic hwloc topologies and on the real machine. */
+/* tests/test_plan.c: CUnit tests of the shard plan (shards/plan.c) on synthetic hwloc topologies and on the real machine; on Linux and, as win-plan, on Windows. */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
+#endif
 
 #include <CUnit/Basic.h>
+#ifndef _WIN32
 #include <hwloc.h>
+#endif
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
@@ -21,6 +27,30 @@
 #endif
 
 #include "turnloop/plan.h"
+
+/*
+ * The same program runs on Windows (meson test win-plan, under wine),
+ * where the plan reads the machine through lib/topo_win.c: the synthetic
+ * topologies are read by its own parser, the real machine is the
+ * processor groups and the process affinity (SetProcessAffinityMask for
+ * taskset, SetThreadGroupAffinity's result for sched_getaffinity). Not
+ * built there: the XML test (an XML export needs hwloc, which the Windows
+ * build has not; tl_plan_compute refuses one with -ENOTSUP, which "bad
+ * topology" and "explain" check).
+ */
+#ifdef _WIN32
+static int setenv(const char *name, const char *value, int overwrite)
+{
+	(void)overwrite;
+	return _putenv_s(name, value);
+}
+
+/* An empty value removes the variable (_putenv_s). */
+static int unsetenv(const char *name)
+{
+	return _putenv_s(name, "");
+}
+#endif
 
 /* 2 packages x 2 NUMA nodes x 4 cores x 2 PUs: 32 PUs, 16 cores, 4 nodes.
  * hwloc numbers the PUs 0..31 in order, so core c holds PUs 2c and 2c+1,
@@ -355,6 +385,7 @@ static void test_bad_topology(void)
 	CU_ASSERT_TRUE(plan_is_zero(&p));
 }
 
+#ifndef _WIN32
 /* A topology saved as XML plans exactly like the synthetic one it came from. */
 static void test_xml(void)
 {
@@ -382,6 +413,7 @@ static void test_xml(void)
 	tl_plan_free(&p);
 	unlink(path);
 }
+#endif
 
 static void test_env(void)
 {
@@ -512,6 +544,121 @@ static void test_bind_synthetic(void)
 
 /* ---- the real machine ---- */
 
+#ifdef _WIN32
+/* The process affinity of group 0 (wine's only group). */
+static DWORD_PTR process_mask(void)
+{
+	DWORD_PTR pm = 0, sm = 0;
+
+	return GetProcessAffinityMask(GetCurrentProcess(), &pm, &sm) ? pm : 0;
+}
+
+static int in_affinity(int cpu)
+{
+	return cpu >= 0 && cpu < 64 && (process_mask() >> cpu & 1);
+}
+
+struct bind_job {
+	const tl_plan *plan;
+	uint32_t shard;
+	int rc;
+	int cpu_after;
+	int only_that_cpu;
+};
+
+/* In a thread of its own so the main thread keeps its full affinity. */
+static DWORD WINAPI bind_thread(void *arg)
+{
+	struct bind_job *j = arg;
+	int cpu = j->plan->shards[j->shard].pu_os_index;
+	PROCESSOR_NUMBER pn;
+	GROUP_AFFINITY ga;
+
+	j->rc = tl_plan_bind_thread(j->plan, j->shard);
+	GetCurrentProcessorNumberEx(&pn);
+	j->cpu_after = pn.Group * 64 + pn.Number;
+	j->only_that_cpu = GetThreadGroupAffinity(GetCurrentThread(), &ga) &&
+			   ga.Group == cpu / 64 && ga.Mask == (KAFFINITY)1 << cpu % 64;
+	return 0;
+}
+
+static void test_real_machine(void)
+{
+	DWORD_PTR mine = process_mask();
+	GROUP_AFFINITY before, now;
+	tl_plan p;
+	int ncpu = __builtin_popcountll((unsigned long long)mine);
+
+	CU_ASSERT_FATAL(ncpu > 0);
+	CU_ASSERT_FATAL(GetThreadGroupAffinity(GetCurrentThread(), &before));
+	CU_ASSERT_EQUAL_FATAL(tl_plan_compute(&p, NULL, NULL), 0);
+	CU_ASSERT_TRUE(p.count >= 1);
+	CU_ASSERT_TRUE((int)p.count <= ncpu);
+	CU_ASSERT_TRUE(p.numa_nodes >= 1);
+	for (uint32_t i = 0; i < p.count; i++) {
+		CU_ASSERT_EQUAL(p.shards[i].shard, i);
+		CU_ASSERT_TRUE(in_affinity(p.shards[i].pu_os_index));
+		CU_ASSERT_TRUE(p.shards[i].core >= 0);
+		/* One shard per core by default. */
+		for (uint32_t k = 0; k < i; k++)
+			CU_ASSERT_NOT_EQUAL(p.shards[i].core, p.shards[k].core);
+	}
+	CU_ASSERT_TRUE(numa_adjacent(&p));
+
+	for (uint32_t s = 0; s < p.count; s += p.count > 1 ? p.count - 1 : 1) {
+		struct bind_job j = { .plan = &p, .shard = s, .rc = -1 };
+		HANDLE t = CreateThread(NULL, 0, bind_thread, &j, 0, NULL);
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+		CU_ASSERT_EQUAL(WaitForSingleObject(t, INFINITE), WAIT_OBJECT_0);
+		CloseHandle(t);
+		CU_ASSERT_EQUAL(j.rc, 0);
+		CU_ASSERT_EQUAL(j.cpu_after, p.shards[s].pu_os_index);
+		CU_ASSERT_TRUE(j.only_that_cpu);
+	}
+	CU_ASSERT_EQUAL(tl_plan_bind_thread(&p, p.count), -EINVAL);
+	/* The binding happened in other threads: ours is untouched. */
+	CU_ASSERT_TRUE(GetThreadGroupAffinity(GetCurrentThread(), &now));
+	CU_ASSERT_TRUE(now.Group == before.Group && now.Mask == before.Mask);
+	CU_ASSERT_EQUAL(process_mask(), mine);
+	tl_plan_free(&p);
+}
+
+/* The plan follows the process affinity (SetProcessAffinityMask, start
+ * /affinity). */
+static void test_real_affinity(void)
+{
+	DWORD_PTR mine = process_mask();
+	tl_plan p;
+	int last = -1;
+
+	for (int c = 0; c < 64; c++)
+		if (mine >> c & 1)
+			last = c;
+	CU_ASSERT_FATAL(last >= 0);
+
+	CU_ASSERT_FATAL(SetProcessAffinityMask(GetCurrentProcess(), (DWORD_PTR)1 << last));
+	int rc = tl_plan_compute(&p, NULL, NULL);
+	CU_ASSERT_TRUE(SetProcessAffinityMask(GetCurrentProcess(), mine));
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_EQUAL(p.count, 1);
+	CU_ASSERT_EQUAL(p.shards[0].pu_os_index, last);
+	tl_plan_free(&p);
+
+	/* cpus narrows the real machine too; a CPU outside it is -EINVAL. */
+	char list[16];
+	snprintf(list, sizeof list, "%d", last);
+	tl_plan_request req = { .cpus = list };
+	CU_ASSERT_EQUAL_FATAL(tl_plan_compute(&p, &req, NULL), 0);
+	CU_ASSERT_EQUAL(p.count, 1);
+	CU_ASSERT_EQUAL(p.shards[0].pu_os_index, last);
+	tl_plan_free(&p);
+	req.cpus = "4095";
+	CU_ASSERT_EQUAL(tl_plan_compute(&p, &req, NULL), -EINVAL);
+	CU_ASSERT_TRUE(plan_is_zero(&p));
+}
+#else
+
 static int in_affinity(int cpu)
 {
 	cpu_set_t set;
@@ -624,6 +771,7 @@ static void test_real_affinity(void)
 	CU_ASSERT_EQUAL(tl_plan_compute(&p, &req, NULL), -EINVAL);
 	CU_ASSERT_TRUE(plan_is_zero(&p));
 }
+#endif
 
 /* The detail of a plan that cannot be met ("" and 0 when it can). */
 static const char *why_not(const tl_plan_request *req, const char *topo, int *rc)
@@ -640,7 +788,11 @@ static const char *why_not(const tl_plan_request *req, const char *topo, int *rc
 static void test_explain(void)
 {
 	tl_plan_request req = {0};
+#ifdef _WIN32
+	DWORD_PTR mine = process_mask();
+#else
 	cpu_set_t mine, one;
+#endif
 	int last = -1, rc;
 
 	/* A plan that can be met leaves no detail, even after one that
@@ -672,12 +824,39 @@ static void test_explain(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, TOPO, &rc), "'3-1' is not a CPU list"));
 	req.cpus = NULL;
 	req.shards = 0;
+#ifdef _WIN32
+	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, "pack:zero", &rc), "'pack:zero' is not a topology this build can read"));
+#else
 	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, "pack:zero", &rc), "'pack:zero' is not a topology hwloc can read"));
+#endif
 	CU_ASSERT_PTR_NOT_NULL(strstr(why_not(&req, "/nonexistent/topo.xml", &rc), "cannot load the topology /nonexistent/topo.xml"));
 	CU_ASSERT_EQUAL(tl_plan_compute(NULL, &req, TOPO), -EINVAL);
 	CU_ASSERT_STRING_EQUAL(tl_error_detail(), "no plan to fill (out is NULL)");
 
 	/* On the real machine: a CPU outside this thread's affinity. */
+#ifdef _WIN32
+	for (int c = 0; c < 64; c++)
+		if (mine >> c & 1)
+			last = c;
+	CU_ASSERT_FATAL(last >= 0);
+	if (__builtin_popcountll((unsigned long long)mine) < 2)
+		return; /* nothing to leave out */
+	CU_ASSERT_FATAL(SetProcessAffinityMask(GetCurrentProcess(), (DWORD_PTR)1 << last));
+	char list[16], want[160], got[200];
+	int first = -1;
+
+	for (int c = 0; c < last && first < 0; c++)
+		if (mine >> c & 1)
+			first = c;
+	snprintf(list, sizeof list, "%d", first);
+	req = (tl_plan_request){.cpus = list};
+	snprintf(got, sizeof got, "%s", why_not(&req, NULL, &rc));
+	CU_ASSERT_TRUE(SetProcessAffinityMask(GetCurrentProcess(), mine));
+	snprintf(want, sizeof want, "cpu %d is outside this process's CPU affinity (it allows %d; "
+				    "see start /affinity)", first, last);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_STRING_EQUAL(got, want);
+#else
 	CU_ASSERT_EQUAL_FATAL(sched_getaffinity(0, sizeof mine, &mine), 0);
 	for (int c = 0; c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &mine))
@@ -702,6 +881,7 @@ static void test_explain(void)
 				    "see taskset -p)", first, last);
 	CU_ASSERT_EQUAL(rc, -EINVAL);
 	CU_ASSERT_STRING_EQUAL(got, want);
+#endif
 }
 
 /* The variables' detail names the variable and shows its value, one line. */
@@ -762,7 +942,9 @@ int main(void)
 		{ "bad cpu lists", test_bad_cpu_lists },
 		{ "cpulist parser", test_cpulist_parse },
 		{ "bad topology", test_bad_topology },
+#ifndef _WIN32
 		{ "xml topology", test_xml },
+#endif
 		{ "environment", test_env },
 		{ "format", test_format },
 		{ "bind on synthetic", test_bind_synthetic },

@@ -1,4 +1,4 @@
-/* turnloop/plan.h: the shard plan: which CPU, core and NUMA node each shard runs on, from the hwloc topology (contract 9.1, 9.8). */
+/* turnloop/plan.h: the shard plan: which CPU, core and NUMA node each shard runs on, from the hwloc topology (Windows: processor groups) (contract 9.1, 9.8). */
 #ifndef TURNLOOP_PLAN_H
 #define TURNLOOP_PLAN_H
 
@@ -16,10 +16,18 @@ extern "C" {
  * once at setup from the hwloc topology and then only read. The calls keep
  * the rules at the top of turnloop.h.
  *
+ * Windows builds no hwloc: there the machine is what
+ * GetLogicalProcessorInformationEx says (processor groups, NUMA nodes,
+ * cores, packages), and a synthetic description is read by the library's
+ * own parser of hwloc's form; what differs is said below as "Windows".
+ *
  * Numbering: "cpu" (pu_os_index) and "numa" are the operating system's
- * numbers, the ones taskset, numactl and sched_getcpu() use. "core" and
- * "package" are hwloc logical indexes (dense, in topology order), because
- * the OS core id repeats across packages and so names nothing on its own.
+ * numbers, the ones taskset, numactl and sched_getcpu() use (Windows: 64 ×
+ * the processor group + the number within it, as hwloc numbers them
+ * there). "core" and "package" are hwloc logical indexes (dense, in
+ * topology order; Windows: in the order of their first CPU, the same
+ * thing), because the OS core id repeats across packages and so names
+ * nothing on its own.
  */
 
 /* Largest shard count a request may ask for. */
@@ -61,7 +69,7 @@ typedef struct tl_plan {
 	uint32_t count;          /* number of shards, >= 1 in a computed plan */
 	uint32_t numa_nodes;     /* distinct NUMA nodes the shards are on */
 	tl_shard_place *shards;  /* count entries, owned by the plan */
-	void *topo;              /* the hwloc topology, owned by the plan; opaque */
+	void *topo;              /* the topology (hwloc's on Linux), owned by the plan; opaque */
 } tl_plan;
 
 /*
@@ -69,10 +77,14 @@ typedef struct tl_plan {
  *
  * synthetic NULL: the real machine, restricted to what this process may use:
  * hwloc leaves out PUs the cgroup cpuset forbids, and the plan keeps only
- * PUs in the process's CPU binding (sched_setaffinity, taskset).
+ * PUs in the process's CPU binding (sched_setaffinity, taskset); Windows:
+ * the PUs of the process affinity of each of its processor groups
+ * (SetProcessAffinityMask, start /affinity).
  * Otherwise a hwloc synthetic description ("pack:2 numa:2 core:4 pu:2") or,
- * when the string ends in ".xml", the path of a hwloc XML export. Plans of
- * synthetic or XML topologies are for planning only: they cannot bind.
+ * when the string ends in ".xml", the path of a hwloc XML export (Windows:
+ * -ENOTSUP, reading one needs hwloc; synthetic descriptions of levels
+ * "type:count" without attributes work). Plans of synthetic or XML
+ * topologies are for planning only: they cannot bind.
  *
  * Order: shards of one NUMA node are adjacent, nodes in hwloc order, cores in
  * hwloc order within a node, and with smt the PUs of one core adjacent.
@@ -88,8 +100,9 @@ typedef struct tl_plan {
  * Returns 0; -EINVAL for out NULL, an empty or unparsable CPU list, a CPU
  * in req->cpus that is not allowed, an empty allowed set, shards above
  * TL_PLAN_MAX_SHARDS, too many shards without overcommit, or a synthetic
- * description hwloc rejects; -ENOMEM; or the negated errno hwloc reports
- * when the topology cannot be loaded (e.g. -ENOENT for a missing XML file).
+ * description hwloc (Windows: the library's parser) rejects; -ENOMEM; or the negated errno hwloc reports
+ * when the topology cannot be loaded (e.g. -ENOENT for a missing XML file;
+ * Windows: -ENOTSUP for any XML file).
  * Detail (tl_error_detail) on failure: which CPU of req->cpus (or TL_CPUS,
  * once tl_plan_from_env filled it in) is wrong and why (no such CPU on the
  * machine; outside the cgroup cpuset; outside the CPU affinity of the
@@ -153,7 +166,11 @@ int tl_cpulist_parse(const char *s, uint64_t *mask_words, size_t nwords);
 /*
  * Bind the calling thread to shard's PU and its memory allocations to that
  * PU's NUMA node (hwloc thread CPU binding and HWLOC_MEMBIND_BIND thread
- * memory binding). Different shard threads may call it concurrently on the
+ * memory binding). Windows: SetThreadGroupAffinity to the PU; it has no
+ * thread memory policy, a thread's pages coming from its ideal processor's
+ * node, so the PU is made the thread's ideal processor
+ * (SetThreadIdealProcessorEx; where that call is missing, as under wine 8,
+ * that is ENOSYS). Different shard threads may call it concurrently on the
  * same plan. On a single-node machine a memory binding refused with ENOSYS
  * or EXDEV is not an error (there is nothing to choose there).
  * Returns 0; -EINVAL (p NULL, not computed, or shard >= count); -ENOTSUP
