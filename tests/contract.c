@@ -3977,11 +3977,11 @@ static const struct test_def tests[] = {
 #ifdef _WIN32
 /* Windows: the files whose rules its drivers can serve (docs/WINDOWS.md);
  * handover, poll, signal, proc, tty and splice test modules that are
- * -ENOTSUP there (lib/sys_absent.c) or not yet in the IOCP driver, and
- * dgram needs UDP, not yet in it either. */
+ * -ENOTSUP there (lib/sys_absent.c) or not yet in the IOCP driver. */
 static const struct test_def *const tables[] = { tests, tl_contract_streams, tl_contract_caps,
 							 tl_contract_sockets, tl_contract_deadlines,
-							 tl_contract_data, tl_contract_try_write };
+							 tl_contract_dgram, tl_contract_data,
+							 tl_contract_try_write };
 #else
 static const struct test_def *const tables[] = { tests, tl_contract_streams, tl_contract_caps,
 							 tl_contract_sockets, tl_contract_deadlines,

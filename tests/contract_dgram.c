@@ -3,10 +3,19 @@
 
 #include <errno.h>
 #include <string.h>
+#ifndef _WIN32 /* Winsock's names come with turnloop/platform.h */
 #include <arpa/inet.h>
 #include <sys/socket.h>
+#endif
 #include <CUnit/CUnit.h>
 #include "sim.h"
+
+/* The IOCP driver (Windows): what Windows cannot give that Linux does is
+ * checked as the driver's refusal or bound, and recorded as a skip. */
+static int iocp(tl_loop *l)
+{
+	return strcmp(tl_loop_driver(l), "iocp") == 0;
+}
 
 static uint16_t port_of(const tl_addr *a)
 {
@@ -90,6 +99,17 @@ static void test_d1_bind_options(void)
 	H_EQ(tl_udp_bind_opts(l, &lo, &bad, &h1), -EINVAL);
 	if (!(tl_loop_caps(l) & TL_CAP_UDP_GRO))
 		H_EQ(tl_udp_bind_opts(l, &lo, &gro, &h1), -EOPNOTSUPP);
+	if (iocp(l)) {
+		/* Windows cannot spread one port's datagrams over sockets. */
+		H_EQ(tl_udp_bind_opts(l, &lo, &rp, &h1), -ENOTSUP);
+		H_EQ_FATAL(tl_udp_bind(l, &lo, &h1), 0);
+		H_EQ(tl_local_addr(l, h1, &a1), 0);
+		H_EQ(tl_udp_bind(l, &a1, &h3), -EADDRINUSE);
+		H_EQ(tl_udp_bind_opts(l, &a1, &rp, &h2), -ENOTSUP);
+		h_close(&c, h1, 1);
+		h_skip("TL_UDP_REUSEPORT has no Windows counterpart (-ENOTSUP checked)");
+		goto out;
+	}
 	H_EQ_FATAL(tl_udp_bind_opts(l, &lo, &rp, &h1), 0);
 	H_EQ(tl_local_addr(l, h1, &a1), 0);
 	H_EQ(tl_udp_bind(l, &a1, &h3), -EADDRINUSE);
@@ -162,7 +182,16 @@ static void test_d3_truncation(void)
 	if (i >= 0) {
 		H_EQ(c.log.v[i].result, 16);
 		H_TRUE(c.log.v[i].flags & TL_F_TRUNC, "flags %#x", c.log.v[i].flags);
-		H_EQ(c.log.v[i].aux, 100);
+		if (iocp(l)) {
+			/* Windows does not report a cut datagram's length: the
+			 * driver's aux is a lower bound, the buffer's length + 1. */
+			H_EQ(c.log.v[i].aux, sizeof buf + 1);
+			H_EQ(buf[15], 0x22);
+			h_skip("Windows does not report a truncated datagram's full length "
+			       "(aux = buffer length + 1 checked)");
+		} else {
+			H_EQ(c.log.v[i].aux, 100);
+		}
 	}
 	H_EQ(tl_udp_recv(l, a, buf, sizeof buf, 2, &r), 0);
 	send_wait(&c, b, &aa, 0x23, 16);
