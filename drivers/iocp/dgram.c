@@ -74,6 +74,10 @@ int tl__io_udp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_s
 int tl__io_udp_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer)
 {
 	(void)d;
+	/* An IPv6 peer on an IPv4 socket: the contract's code, which Windows
+	 * and wine do not agree on (WSAEAFNOSUPPORT, WSAEOPNOTSUPP). */
+	if (peer->sa.sa_family == AF_INET6 && !(h->flags & TL_HF_V6))
+		return -EAFNOSUPPORT;
 	if (connect(io_sock(h), &peer->sa, (int)tl_addr_len(peer)))
 		return tl__io_last_error();
 	IH(h)->connected = 1;

@@ -177,10 +177,12 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 		return tl__os_win_error((unsigned long)WSAGetLastError());
 	tl_addr any;
 	int r = open_opts(s, fam == AF_INET6, sp);
-	if (!r && fam == AF_INET6 && sp->kind == TL_OPEN_TCP_LISTEN) {
+	if (!r && fam == AF_INET6) {
 		/* Windows' IPv6 sockets default to IPv6 only, Linux's take IPv4
-		 * too: the option says which, on both. */
-		int v6only = !!sp->opts->v6only;
+		 * too (a listener's clients, a connect to a mapped address): a
+		 * listener's option says which, on both; a connect's socket
+		 * takes both, as on Linux. */
+		int v6only = sp->kind == TL_OPEN_TCP_LISTEN && sp->opts->v6only;
 		if (setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, (char *)&v6only, sizeof v6only))
 			r = tl__os_win_error((unsigned long)WSAGetLastError());
 	}
