@@ -542,6 +542,20 @@ static void test_adopt(void)
 	CHECK(tl_udp_send(l, uh, "self", 4, &a, 4, &op) == 0, "send to itself");
 	CHECK(wait_for(l, TL_K_RECV, 3, &c) == 0 && c.result == 4 && !memcmp(buf, "self", 4), "received: %lld",
 	      (long long)c.result);
+	/* An adopted stream is non-blocking: tl_try_write of more than the
+	 * socket takes returns what it took, and does not wait for a peer that
+	 * reads nothing (a blocking one would hang here). */
+	SOCKET raw = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
+	alen = sizeof a;
+	CHECK(getsockname(ls, &a.sa, &alen) == 0, "the listener's port");
+	CHECK(connect(raw, &a.sa, sizeof a.in) == 0, "a Winsock stream to the listener");
+	tl_handle ah = TL_HANDLE_NONE;
+	CHECK(tl_adopt(l, (int)(intptr_t)raw, &ah) == 0, "adopt the stream");
+	static uint8_t big[8 << 20];
+	int64_t took = tl_try_write(l, ah, big, sizeof big);
+	CHECK((took > 0 && took < (int64_t)sizeof big) || took == -EAGAIN,
+	      "tl_try_write of 8 MiB to a peer that reads nothing: %lld", (long long)took);
+	tl_close(l, ah, 14);
 	tl_close(l, sh, 10);
 	tl_close(l, ch, 11);
 	tl_close(l, lh, 12);

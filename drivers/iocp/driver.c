@@ -145,11 +145,10 @@ static int open_opts(SOCKET s, int v6, const struct tl_open_spec *sp)
 	return r;
 }
 
-/* A socket's blocking mode (FIONBIO): 0 or the error. Streams stay
- * blocking: under wine an overlapped WSASend on a non-blocking socket
- * whose buffer is full fails at once with WSAEWOULDBLOCK and still queues a
- * completion, so tl_try_write makes its own send non-blocking for the
- * length of the call only. */
+/* A socket's blocking mode (FIONBIO): 0 or the error. Streams are
+ * non-blocking, as libuv's are: a pooled read's recv after its zero-byte
+ * probe (net.c) and tl_try_write's send must not wait; the overlapped
+ * operations pend on such a socket as on a blocking one. */
 static int set_nonblocking(SOCKET s, int on)
 {
 	u_long v = (u_long)on;
@@ -259,6 +258,11 @@ static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 		return -EINVAL;
 	}
 	reset_h(h);
+	if (kind == TL_H_STREAM) {
+		int r = set_nonblocking(s, 1);
+		if (r)
+			return r;
+	}
 	if (!CreateIoCompletionPort((HANDLE)s, d->port, 0, 0)) {
 		DWORD e = GetLastError();
 		return e == ERROR_INVALID_PARAMETER ? -EINVAL : tl__os_win_error(e);
@@ -272,9 +276,9 @@ static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 	return 0;
 }
 
-/* tl_try_write: one send() made non-blocking for the call (above), no
- * operation and no completion, only while nothing of h's is queued to
- * write or connecting (order is kept). */
+/* tl_try_write: one send() on the non-blocking stream, no operation and
+ * no completion, only while nothing of h's is queued to write or
+ * connecting (order is kept). */
 static int64_t io_try_write(struct tl_drv *d, struct tl_hslot *h, const void *buf, uint32_t len)
 {
 	(void)d;
