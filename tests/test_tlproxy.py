@@ -176,6 +176,18 @@ def need_nobody():
 
 # ---- full duplex: both sides write while they read ----
 
+_say_lock = threading.Lock()
+
+
+def say(line):
+    """One line on stdout, whole: the serve() modes report from a thread per
+    connection, and print() writes the text and its newline apart, so two
+    reports could interleave into one line a test's pattern then misses."""
+    with _say_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def duplex_data(size, side, name):
     """size bytes one side sends: a random MiB, each copy marked with its
     index, the side and the shape, so that bytes out of place, from the other
@@ -343,7 +355,7 @@ def serve(argv):
                 break
             h.update(d)
             n += len(d)
-        print(f"got {n} {h.hexdigest()}", flush=True)
+        say(f"got {n} {h.hexdigest()}")
         c.close()
 
     def hello(c, name):
@@ -391,7 +403,7 @@ def serve(argv):
                 break
             h.update(d)
             n += len(d)
-        print(f"got {n} {h.hexdigest()}", flush=True)
+        say(f"got {n} {h.hexdigest()}")
         c.close()
 
     def watch_reset(c):
@@ -400,10 +412,10 @@ def serve(argv):
             while True:
                 d = c.recv(65536)
                 if not d:
-                    print("eof", flush=True)
+                    say("eof")
                     break
         except ConnectionResetError:
-            print("reset", flush=True)
+            say("reset")
         c.close()
 
     def download(c):
@@ -437,7 +449,7 @@ def serve(argv):
             buf += d
         name, size, wait, chunk = buf.decode().split()
         n, h = duplex_io(c, duplex_data(int(size), 2, name), int(wait), int(chunk))
-        print(f"got {name} {n} {h}", flush=True)
+        say(f"got {name} {n} {h}")
         c.close()
 
     if mode.startswith("download"):
