@@ -12,7 +12,7 @@
  * arena's memory back while user allocations from it live on, so runtimes
  * created one after another reuse the arena of the CPU rather than leaking
  * one per shard per runtime. */
-static pthread_mutex_t arena_mu = PTHREAD_MUTEX_INITIALIZER;
+static tl__os_mutex arena_mu = TL__OS_MUTEX_INIT;
 static unsigned *arena_of_cpu; /* arena + 1, 0 = none yet */
 static size_t arena_cap;
 
@@ -22,7 +22,7 @@ static int arena_for_cpu(int cpu, unsigned *out)
 
 	if (cpu < 0)
 		cpu = 0;
-	pthread_mutex_lock(&arena_mu);
+	tl__os_mutex_lock(&arena_mu);
 	if ((size_t)cpu >= arena_cap) {
 		size_t cap = (size_t)cpu + 64;
 		unsigned *v = realloc(arena_of_cpu, cap * sizeof *v);
@@ -48,7 +48,7 @@ static int arena_for_cpu(int cpu, unsigned *out)
 	}
 	*out = arena_of_cpu[cpu] - 1;
 out:
-	pthread_mutex_unlock(&arena_mu);
+	tl__os_mutex_unlock(&arena_mu);
 	return rc;
 }
 #endif

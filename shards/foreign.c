@@ -165,7 +165,7 @@ void tl__foreign_finish(tl_shard *s)
 		return;
 	/* Every shard has run its last handler, so no block is queued any
 	 * more: what the others hold for this shard is freed by it. */
-	pthread_barrier_wait(&rt->barrier);
+	tl__os_barrier_wait(&rt->barrier);
 	for (uint32_t src = 0; src < rt->n; src++) {
 		struct tl__freeq *q = &rt->shards[src].fq[s->id];
 

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime_int.h"
 
@@ -571,7 +570,7 @@ static void run_migrate(tl_shard *s, uint32_t src, const struct tl_mesh_msg *m)
 	int rc = tl_adopt(s->loop, fd, &c.u.mesh.conn);
 
 	if (rc < 0) {
-		close(fd);
+		tl__os_sock_close(fd);
 	} else {
 		c.token = m->token;
 		c.op = TL_OP_NONE;

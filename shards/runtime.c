@@ -1,6 +1,6 @@
 /* shards/runtime.c: the runtime object (contract 9.2, 9.6): its config, creation, launch of the shard threads, run, stop and drain, the SIGINT/SIGTERM hook, and its one teardown; the getters of a runtime and a shard. */
 #include <errno.h>
-#include <signal.h>
+#include <signal.h> /* SIGINT, SIGTERM */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,14 @@ void tl__rt_fail(tl_runtime *rt, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
-	pthread_mutex_lock(&rt->mu);
+	tl__os_mutex_lock(&rt->mu);
 	if (!rt->result) {
 		rt->result = rc < 0 ? rc : -EINVAL;
 		va_start(ap, fmt);
 		vsnprintf(rt->why, sizeof rt->why, fmt, ap);
 		va_end(ap);
 	}
-	pthread_mutex_unlock(&rt->mu);
+	tl__os_mutex_unlock(&rt->mu);
 }
 
 void tl__rt_wake_all(tl_runtime *rt)
@@ -82,7 +82,7 @@ static const char *bad_field(const tl_runtime_config *c)
 static void join_all(tl_runtime *rt)
 {
 	for (uint32_t i = 0; i < rt->ncreated; i++)
-		pthread_join(rt->shards[i].thread, NULL);
+		tl__os_thread_join(rt->shards[i].thread);
 	rt->joined = 1;
 }
 
@@ -109,15 +109,15 @@ static void teardown(tl_runtime *rt)
 		for (size_t i = 0; i < (size_t)rt->n * rt->n; i++)
 			tl__spsc_free(&rt->pairs[i].ring);
 	if (rt->barrier_ok)
-		pthread_barrier_destroy(&rt->barrier);
+		tl__os_barrier_destroy(&rt->barrier);
 	tl__rt_region_destroy(rt);
 	tl_plan_free(&rt->plan);
 	tl__os_aligned_free(rt->pairs);
 	tl__os_aligned_free(rt->shards);
 	free(rt->vkind);
-	pthread_mutex_destroy(&rt->mu);
-	pthread_mutex_destroy(&rt->meta_mu);
-	pthread_cond_destroy(&rt->cv);
+	tl__os_mutex_destroy(&rt->mu);
+	tl__os_mutex_destroy(&rt->meta_mu);
+	tl__os_cond_destroy(&rt->cv);
 	free(rt);
 }
 
@@ -150,9 +150,9 @@ int tl_runtime_new(tl_runtime **out, const tl_runtime_config *cfg)
 		return -ENOMEM;
 	rt->cfg = *cfg;
 	rt->stats_dfd = -1;
-	pthread_mutex_init(&rt->mu, NULL);
-	pthread_mutex_init(&rt->meta_mu, NULL);
-	pthread_cond_init(&rt->cv, NULL);
+	tl__os_mutex_init(&rt->mu);
+	tl__os_mutex_init(&rt->meta_mu);
+	tl__os_cond_init(&rt->cv);
 	atomic_init(&rt->arenas, TL_ARENAS);
 	rt->arenas_why = tl__rt_arenas_build_why();
 	rc = tl_plan_compute(&rt->plan, &req, NULL);
@@ -244,48 +244,43 @@ static void signals_restore(tl_runtime *rt)
 
 int tl_runtime_launch(tl_runtime *rt)
 {
-	sigset_t block, old;
 	int rc = 0;
 
 	tl__detail_clear();
 	if (!rt || rt->started)
 		return -EINVAL;
 	rt->started = 1;
-	if (pthread_barrier_init(&rt->barrier, NULL, rt->n)) {
+	if (tl__os_barrier_init(&rt->barrier, rt->n)) {
 		tl__rt_fail(rt, -ENOMEM, "cannot create the stop barrier");
 		rt->joined = 1;
 		tl__detail_set("%s", rt->why);
 		return rt->result;
 	}
 	rt->barrier_ok = 1;
-	/* Shard threads inherit a mask without SIGINT/SIGTERM, so those
-	 * signals reach the controlling thread's handler instead of
-	 * interrupting a shard's OS wait. */
-	sigemptyset(&block);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &block, &old);
+	/* Shard threads start without SIGINT/SIGTERM, so those signals
+	 * reach the controlling thread's handler instead of interrupting a
+	 * shard's OS wait. */
 	for (uint32_t i = 0; i < rt->n; i++) {
-		rc = pthread_create(&rt->shards[i].thread, NULL, tl__shard_main, &rt->shards[i]);
+		rc = tl__os_thread_start_ex(&rt->shards[i].thread, tl__shard_main, &rt->shards[i],
+					    TL__OS_BLOCK_STOP);
 		if (rc) {
-			tl__rt_fail(rt, -rc, "cannot start the thread of shard %u: %s", i, strerror(rc));
+			tl__rt_fail(rt, rc, "cannot start the thread of shard %u: %s", i, strerror(-rc));
 			break;
 		}
 		rt->ncreated++;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 
-	pthread_mutex_lock(&rt->mu);
+	tl__os_mutex_lock(&rt->mu);
 	while (rt->nready < rt->ncreated)
-		pthread_cond_wait(&rt->cv, &rt->mu);
+		tl__os_cond_wait(&rt->cv, &rt->mu);
 	rc = rt->ncreated < rt->n ? -EAGAIN : 0;
 	for (uint32_t i = 0; i < rt->ncreated && !rc; i++)
 		rc = rt->shards[i].setup_rc;
 	if (rc && rt->result)
 		rc = rt->result;
 	rt->go = rc ? -1 : 1;
-	pthread_cond_broadcast(&rt->cv);
-	pthread_mutex_unlock(&rt->mu);
+	tl__os_cond_broadcast(&rt->cv);
+	tl__os_mutex_unlock(&rt->mu);
 	if (rc) {
 		join_all(rt);
 		tl__rt_set_state(rt, TL_STATS_STOPPED);
@@ -323,11 +318,11 @@ int tl_runtime_run(tl_runtime *rt)
 		join_all(rt);
 		tl__rt_set_state(rt, TL_STATS_STOPPED);
 	}
-	pthread_mutex_lock(&rt->mu);
+	tl__os_mutex_lock(&rt->mu);
 	rc = rt->result;
 	if (rc < 0)
 		tl__detail_set("%s", rt->why);
-	pthread_mutex_unlock(&rt->mu);
+	tl__os_mutex_unlock(&rt->mu);
 	return rc;
 }
 

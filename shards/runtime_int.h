@@ -2,7 +2,6 @@
 #ifndef TL_SHARDS_RUNTIME_INT_H
 #define TL_SHARDS_RUNTIME_INT_H
 
-#include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -100,7 +99,7 @@ struct tl_shard {
 	/* Read-mostly, set up before the shard runs. */
 	tl_runtime *rt;
 	uint32_t id, n;
-	pthread_t thread;
+	tl__os_thread_handle thread;
 	tl_loop *loop;
 	tl_poster *poster;
 	void *data;        /* tl_shard_set_data */
@@ -151,11 +150,11 @@ struct tl_runtime {
 	struct pair *pairs;
 	tl_shard *shards;
 
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	tl__os_mutex mu;
+	tl__os_cond cv;
 	uint32_t nready, ncreated;
 	int go, started, joined, barrier_ok;
-	pthread_barrier_t barrier;
+	tl__os_barrier barrier;
 	_Atomic int stop;
 	_Atomic int drain;          /* tl_runtime_drain asked */
 	_Atomic int signals_seen;   /* SIGINT/SIGTERM so far: the first drains */
@@ -180,7 +179,7 @@ struct tl_runtime {
 	char (*labels)[TL_STATS_LABEL_MAX];
 	uint8_t *vkind;             /* TL_STAT_* of each value slot in use */
 	uint32_t nfams, nvals;
-	pthread_mutex_t meta_mu;    /* label changes from any thread */
+	tl__os_mutex meta_mu;    /* label changes from any thread */
 
 	int sig_installed;
 	_Atomic int arenas;
@@ -322,6 +321,6 @@ void tl__foreign_destroy(tl_runtime *rt);
 /* ---- shard.c ---- */
 
 /* A shard thread: set up, wait for the go, run, tear down. */
-void *tl__shard_main(void *arg);
+TL__OS_THREAD_FN tl__shard_main(void *arg);
 
 #endif /* TL_SHARDS_RUNTIME_INT_H */

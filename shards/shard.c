@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "runtime_int.h"
 #include "turnloop/error.h"
@@ -175,14 +174,14 @@ static void finish(tl_shard *s)
 	if (s->nfdirty) /* blocks freed for their owners go while the mesh is open */
 		tl__foreign_flush(s);
 	tl__mesh_close(s);
-	pthread_barrier_wait(&rt->barrier);
+	tl__os_barrier_wait(&rt->barrier);
 	s->pass_end = tl__os_mono_ns(); /* waiting for the others is no stall */
 	while (tl__mesh_receive(s, UINT32_MAX))
 		;
 	/* Once every shard has run what was sent to it, no function of a
 	 * gather still in flight can run any more: end those gathers, so
 	 * that their callers may free them. */
-	pthread_barrier_wait(&rt->barrier);
+	tl__os_barrier_wait(&rt->barrier);
 	tl__mesh_end_gathers(s);
 	close_all(s);
 	dl = tl__os_mono_ns() + rt->cfg.drain_ns;
@@ -276,7 +275,7 @@ static int shard_setup(tl_shard *s)
 	int rc;
 
 	snprintf(name, sizeof name, "tl-shard-%u", s->id);
-	pthread_setname_np(pthread_self(), name);
+	tl__os_thread_name(name);
 	if (rt->cfg.bind) {
 		rc = tl_plan_bind_thread(&rt->plan, s->id);
 		if (rc < 0) {
@@ -346,22 +345,22 @@ static void shard_teardown(tl_shard *s)
 	s->vals = NULL;
 }
 
-void *tl__shard_main(void *arg)
+TL__OS_THREAD_FN tl__shard_main(void *arg)
 {
 	tl_shard *s = arg;
 	tl_runtime *rt = s->rt;
 	int rc = shard_setup(s), go;
 
-	pthread_mutex_lock(&rt->mu);
+	tl__os_mutex_lock(&rt->mu);
 	s->setup_rc = rc;
 	rt->nready++;
-	pthread_cond_broadcast(&rt->cv);
+	tl__os_cond_broadcast(&rt->cv);
 	while (!rt->go)
-		pthread_cond_wait(&rt->cv, &rt->mu);
+		tl__os_cond_wait(&rt->cv, &rt->mu);
 	go = rt->go;
-	pthread_mutex_unlock(&rt->mu);
+	tl__os_mutex_unlock(&rt->mu);
 	if (rc == 0 && go > 0)
 		shard_run(s);
 	shard_teardown(s);
-	return NULL;
+	return 0;
 }

@@ -499,7 +499,7 @@ int tl_runtime_stat(tl_runtime *rt, const char *name, int kind, uint32_t rows)
 	}
 	if (rows > rt->cfg.stats_values - rt->nvals)
 		return -ENOBUFS;
-	pthread_mutex_lock(&rt->meta_mu);
+	tl__os_mutex_lock(&rt->meta_mu);
 	meta_begin(rt);
 	f = &rt->fams[rt->nfams];
 	memset(f, 0, sizeof *f);
@@ -513,7 +513,7 @@ int tl_runtime_stat(tl_runtime *rt, const char *name, int kind, uint32_t rows)
 	rt->hdr->families = rt->nfams;
 	rt->hdr->values = rt->nvals;
 	meta_end(rt);
-	pthread_mutex_unlock(&rt->meta_mu);
+	tl__os_mutex_unlock(&rt->meta_mu);
 	return (int)f->first;
 }
 
@@ -542,16 +542,16 @@ int tl_runtime_stat_label(tl_runtime *rt, int id, const char *label)
 	for (; label[n]; n++)
 		if (n + 1 >= TL_STATS_LABEL_MAX || !label_char(label[n]))
 			return -EINVAL;
-	pthread_mutex_lock(&rt->meta_mu);
+	tl__os_mutex_lock(&rt->meta_mu);
 	if ((uint32_t)id >= rt->nvals) {
-		pthread_mutex_unlock(&rt->meta_mu);
+		tl__os_mutex_unlock(&rt->meta_mu);
 		return -EINVAL;
 	}
 	meta_begin(rt);
 	memset(rt->labels[id], 0, TL_STATS_LABEL_MAX);
 	memcpy(rt->labels[id], label, n);
 	meta_end(rt);
-	pthread_mutex_unlock(&rt->meta_mu);
+	tl__os_mutex_unlock(&rt->meta_mu);
 	return 0;
 }
 

@@ -1,4 +1,4 @@
-/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, locks, condition variables, threads, thread identity, waits on an address, the current CPU, aligned blocks, memory mapping, positioned file reads and writes, the notifier), one inline function each. */
+/* lib/shared/os.h: the platform layer: what every layer needs of the OS that POSIX and Windows give differently (clocks, locks, condition variables, threads, barriers, thread identity, waits on an address, the current CPU, aligned blocks, memory mapping, positioned file reads and writes, the notifier), one inline function each. */
 #ifndef TL_OS_H
 #define TL_OS_H
 
@@ -43,6 +43,7 @@ typedef SRWLOCK tl__os_mutex;
 typedef CONDITION_VARIABLE tl__os_cond;
 typedef DWORD tl__os_thread;
 typedef HANDLE tl__os_thread_handle;
+typedef SYNCHRONIZATION_BARRIER tl__os_barrier;
 #define TL__OS_THREAD_FN unsigned __stdcall
 #else
 #include <errno.h>
@@ -66,6 +67,7 @@ typedef pthread_mutex_t tl__os_mutex;
 typedef pthread_cond_t tl__os_cond;
 typedef pthread_t tl__os_thread;
 typedef pthread_t tl__os_thread_handle;
+typedef pthread_barrier_t tl__os_barrier;
 #define TL__OS_THREAD_FN void *
 #endif
 
@@ -298,27 +300,47 @@ static inline void tl__os_cond_broadcast(tl__os_cond *c)
  * (pthread_t; a HANDLE on Windows); the zero value is no thread.
  */
 
-/* Start fn(arg) on a new thread, *t set: 0, or a negative errno. The
- * thread starts with every signal blocked (POSIX), so the process's
- * handlers run on its own threads as they would without the runtime's;
- * Windows has no signals to block. */
-static inline int tl__os_thread_start(tl__os_thread_handle *t, TL__OS_THREAD_FN (*fn)(void *),
-				      void *arg)
+/* What a new thread starts with blocked (POSIX; Windows has no signals
+ * to block): every signal, so the process's handlers run on its own
+ * threads as they would without the runtime's; or only SIGINT and SIGTERM
+ * (a shard: those reach the runtime's controlling thread, while a shard's
+ * loop may take others through turnloop/signal.h). */
+enum { TL__OS_BLOCK_ALL = 0, TL__OS_BLOCK_STOP = 1 };
+
+/* Start fn(arg) on a new thread, *t set, with the signals block says
+ * blocked: 0, or a negative errno. */
+static inline int tl__os_thread_start_ex(tl__os_thread_handle *t, TL__OS_THREAD_FN (*fn)(void *),
+					 void *arg, int block)
 {
 #ifdef _WIN32
+	(void)block;
 	uintptr_t h = _beginthreadex(NULL, 0, fn, arg, 0, NULL);
 	if (!h)
 		return errno ? -errno : -EAGAIN;
 	*t = (HANDLE)h;
 	return 0;
 #else
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	sigset_t mask, old;
+	if (block == TL__OS_BLOCK_STOP) {
+		sigemptyset(&mask);
+		sigaddset(&mask, SIGINT);
+		sigaddset(&mask, SIGTERM);
+		pthread_sigmask(SIG_BLOCK, &mask, &old);
+	} else {
+		sigfillset(&mask);
+		pthread_sigmask(SIG_SETMASK, &mask, &old);
+	}
 	int r = pthread_create(t, NULL, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return -r;
 #endif
+}
+
+/* tl__os_thread_start_ex with every signal blocked. */
+static inline int tl__os_thread_start(tl__os_thread_handle *t, TL__OS_THREAD_FN (*fn)(void *),
+				      void *arg)
+{
+	return tl__os_thread_start_ex(t, fn, arg, TL__OS_BLOCK_ALL);
 }
 
 /* Wait for thread t to return, and free what it held (a Windows handle). */
@@ -329,6 +351,36 @@ static inline void tl__os_thread_join(tl__os_thread_handle t)
 	CloseHandle(t);
 #else
 	pthread_join(t, NULL);
+#endif
+}
+
+/* ---- a barrier: n threads wait until all n are there ---- */
+
+/* 0, or a negative errno. */
+static inline int tl__os_barrier_init(tl__os_barrier *b, unsigned n)
+{
+#ifdef _WIN32
+	return InitializeSynchronizationBarrier(b, (LONG)n, -1) ? 0 : -ENOMEM;
+#else
+	return -pthread_barrier_init(b, NULL, n);
+#endif
+}
+
+static inline void tl__os_barrier_wait(tl__os_barrier *b)
+{
+#ifdef _WIN32
+	EnterSynchronizationBarrier(b, 0);
+#else
+	pthread_barrier_wait(b);
+#endif
+}
+
+static inline void tl__os_barrier_destroy(tl__os_barrier *b)
+{
+#ifdef _WIN32
+	DeleteSynchronizationBarrier(b);
+#else
+	pthread_barrier_destroy(b);
 #endif
 }
 
@@ -372,6 +424,19 @@ static inline void tl__os_sleep_us(uint32_t us)
 	Sleep((us + 999) / 1000);
 #else
 	usleep(us);
+#endif
+}
+
+/* ---- sockets ---- */
+
+/* Close socket fd, one the loop took from tl_detach or was given to adopt
+ * (Windows: a SOCKET as the public calls carry it, in an int). */
+static inline void tl__os_sock_close(int fd)
+{
+#ifdef _WIN32
+	closesocket((SOCKET)(intptr_t)fd);
+#else
+	close(fd);
 #endif
 }
 
