@@ -374,9 +374,11 @@ struct tl_driver {
 	int (*adopt)(struct tl_drv *d, struct tl_hslot *h, int fd);
 	/* Let go of h's OS object without closing it (tl_detach: h has no op
 	 * left, none of its events may follow): forget it in the OS wait set
-	 * and in the driver's lists. The core then frees h. Needed with
-	 * TL_CAP_DETACH. */
-	void (*detach)(struct tl_drv *d, struct tl_hslot *h);
+	 * and in the driver's lists. 0, and the core then frees h; or a
+	 * negative errno when the OS cannot let this one go (IOCP: a socket
+	 * that joined the port, where Windows cannot take it off), with h as
+	 * it was. Needed with TL_CAP_DETACH. */
+	int (*detach)(struct tl_drv *d, struct tl_hslot *h);
 	int (*local_addr)(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
 	/* Connect datagram handle h to peer (tl_udp_connect): 0 or a negative
 	 * errno. NULL: -ENOTSUP. */

@@ -72,8 +72,10 @@ int tl_detach(tl_loop *l, tl_handle id, int *fd)
 	}
 	if (queued_for(l, id))
 		return -EAGAIN;
-	*fd = h->fd;
-	l->dv->detach(l->d, h);
+	int fdv = h->fd, rc = l->dv->detach(l->d, h);
+	if (rc < 0)
+		return rc;
+	*fd = fdv;
 	h->fd = -1;
 	tl__handle_free(l, h);
 	return 0;

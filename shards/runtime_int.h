@@ -17,11 +17,12 @@
 #include "turnloop/stats.h"
 
 /*
- * The runtime in six files, each one part of a shard's life:
+ * The runtime in seven parts, each one part of a shard's life:
  *
  *   arena.c         a shard thread's own jemalloc arena
- *   stats_writer.c  the live stats region: made, swept, published into,
- *                   removed; the program's own stats (stats.c reads it)
+ *   stats_writer.c  the live stats region: made, published into, removed;
+ *                   the program's own stats (stats.c reads it); its home
+ *                   on the OS: stats_shm.c (POSIX), stats_shm_win.c
  *   mesh.c          the rings between shards: staging, publishing,
  *                   receiving, results, room, migration
  *   shard.c         a shard's thread: setup, the pass, the phases of a
@@ -170,6 +171,7 @@ struct tl_runtime {
 	int region_shm;
 	int stats_dfd;
 	int region_fd; /* the region's descriptor, holding its flock */
+	void *region_map; /* Windows: the mapping's handle */
 	char stats_dir[TL__STATS_DIR_MAX];
 	char region_name[16];
 	char stats_why[320];
@@ -228,6 +230,10 @@ const char *tl__rt_arenas_build_why(void);
 
 /* ---- stats_writer.c ---- */
 
+/* The region cannot be published: say why on stderr, once, and keep the
+ * reason in rt->stats_why. */
+void tl__rt_stats_off(tl_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Make the region (shared memory, or plain memory when stats are off or
  * cannot be published: rt->stats_why says why), then fill its header and
  * point each shard at its record. 0, -EBUSY (this process already
@@ -241,6 +247,19 @@ void tl__rt_set_state(tl_runtime *rt, uint32_t state);
 void tl__rt_publish(tl_shard *s, uint64_t now);
 /* Account one pass of busy ns: histogram, longest, stalls. */
 void tl__rt_account_pass(tl_shard *s, uint64_t busy);
+
+/* ---- stats_shm.c (POSIX), stats_shm_win.c (Windows): the region's home ---- */
+
+/* Make the shared region of size bytes (zeroed) where this user's readers
+ * find it: rt->region, region_size and region_shm set, with what the
+ * platform holds for it. 0, or a negative errno with the reason given to
+ * tl__rt_stats_off. */
+int tl__rt_shm_create(tl_runtime *rt, size_t size);
+/* Unmap it and take its name away (readers that hold it keep their view). */
+void tl__rt_shm_destroy(tl_runtime *rt);
+/* This process as the region's header names it: pid, user, start time
+ * (the units the platform's reader checks: /proc's ticks, FILETIME). */
+void tl__rt_shm_identity(int32_t *pid, uint32_t *uid, uint64_t *start);
 
 /* ---- mesh.c ---- */
 

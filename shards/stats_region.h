@@ -34,6 +34,8 @@
 /* The per-user directory and the region's name in it. */
 #define TL__STATS_DIR_FMT "/dev/shm/turnloop-%u"
 #define TL__STATS_DIR_MAX 64
+/* Windows: the named mapping of the process whose id is %s (stats_shm_win.c). */
+#define TL__STATS_WIN_NAME_FMT "Local\\turnloop-stats-%s"
 
 struct tl__stats_hdr {
 	uint64_t magic;          /* TL_STATS_MAGIC, written last at creation */

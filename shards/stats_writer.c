@@ -1,15 +1,9 @@
-/* shards/stats_writer.c: the writer of the live stats region (contract 9.7): the per-user directory it checks, stale regions it sweeps, the region it makes, publishes into under a sequence lock per shard and removes; the program's own counters and gauges. Its reader is shards/stats.c; their shared layout is stats_region.h. */
-#include <dirent.h>
+/* shards/stats_writer.c: the writer of the live stats region (contract 9.7): the region it makes (its home is the platform's: stats_shm.c, stats_shm_win.c), fills, publishes into under a sequence lock per shard and removes; the program's own counters and gauges. Its reader is shards/stats.c; their shared layout is stats_region.h. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 
 #include "detail.h"
 #include "runtime_int.h"
@@ -28,10 +22,7 @@ static void *region_at(tl_runtime *rt, size_t off)
 	return (char *)rt->region + off;
 }
 
-static void stats_off(tl_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* The region cannot be published: say why, once, and keep the reason. */
-static void stats_off(tl_runtime *rt, const char *fmt, ...)
+void tl__rt_stats_off(tl_runtime *rt, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -41,138 +32,11 @@ static void stats_off(tl_runtime *rt, const char *fmt, ...)
 	fprintf(stderr, "turnloop: live stats off: %s\n", rt->stats_why);
 }
 
-/*
- * Open this user's stats directory, creating it if needed, and check it: a
- * directory (O_DIRECTORY|O_NOFOLLOW: not a symbolic link) that belongs to
- * the effective user, with mode 0700. Every check is on the descriptor, so
- * what was checked is what is used. /dev/shm is sticky: nobody but its owner
- * (and root) can remove or rename the directory once it is there.
- */
-static int stats_dir(tl_runtime *rt)
-{
-	uid_t uid = geteuid();
-	struct stat st;
-	int dfd, rc;
-
-	snprintf(rt->stats_dir, sizeof rt->stats_dir, TL__STATS_DIR_FMT, (unsigned)uid);
-	if (mkdir(rt->stats_dir, 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		stats_off(rt, "cannot create %s: %s", rt->stats_dir, strerror(-rc));
-		return rc;
-	}
-	dfd = open(rt->stats_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0) {
-		rc = -errno;
-		if ((rc == -ELOOP || rc == -ENOTDIR) && lstat(rt->stats_dir, &st) == 0) {
-			stats_off(rt, "%s is not a directory but a %s of uid %u; it was not "
-				      "made by turnloop (remove it as root or as its owner)",
-				  rt->stats_dir, S_ISLNK(st.st_mode) ? "symbolic link" : "file",
-				  (unsigned)st.st_uid);
-			return -EPERM;
-		}
-		stats_off(rt, "cannot open %s: %s", rt->stats_dir, strerror(-rc));
-		return rc;
-	}
-	if (fstat(dfd, &st) < 0) {
-		rc = -errno;
-		stats_off(rt, "cannot check %s: %s", rt->stats_dir, strerror(-rc));
-		close(dfd);
-		return rc;
-	}
-	if (st.st_uid != uid) {
-		stats_off(rt, "%s belongs to uid %u, not to this process's user (uid %u): its "
-			      "regions could be read or forged by that user (remove it as root "
-			      "or as its owner)",
-			  rt->stats_dir, (unsigned)st.st_uid, (unsigned)uid);
-		close(dfd);
-		return -EPERM;
-	}
-	/* Ours: a mode the umask or a user's chmod left is set back. */
-	if ((st.st_mode & 07777) != 0700 && fchmod(dfd, 0700) < 0) {
-		rc = -errno;
-		stats_off(rt, "cannot set %s to mode 0700: %s", rt->stats_dir, strerror(-rc));
-		close(dfd);
-		return rc;
-	}
-	return dfd;
-}
-
-static int all_digits(const char *s)
-{
-	if (!*s)
-		return 0;
-	for (; *s; s++)
-		if (*s < '0' || *s > '9')
-			return 0;
-	return 1;
-}
-
-/*
- * Remove the regions of this user's processes that died without cleaning up
- * (SIGKILL, a crash). A writer holds an exclusive flock on its region from
- * the moment it creates it until it exits (TL_STATS_F_LOCKED), and the
- * kernel drops the lock with the process, however it ends: a region this
- * process can lock has no live writer. That holds across PID namespaces
- * sharing /dev/shm (containers, `unshare -p`), where a pid this process
- * cannot see in its /proc may still be alive: judging by pid would remove
- * live regions there. A region of an older writer without the flag is
- * judged by pid and start time, as before: gone, a zombie, or another start
- * time than the live process with that pid. A region still being made (no
- * magic yet) is left alone. Bounded: a start looks at 1024 entries at most.
- */
-static void sweep_stale(int dfd)
-{
-	int fd = dup(dfd), seen = 0;
-	struct dirent *e;
-	DIR *d;
-
-	if (fd < 0)
-		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
-	while ((e = readdir(d)) && seen++ < 1024) {
-		struct tl__stats_hdr h;
-		uint64_t start;
-		char state;
-		long pid;
-		int rfd, dead, rc;
-
-		if (!all_digits(e->d_name) || strlen(e->d_name) > 10)
-			continue;
-		pid = strtol(e->d_name, NULL, 10);
-		if (pid <= 0 || pid > 0x7fffffff || pid == (long)getpid())
-			continue;
-		rfd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-		if (rfd < 0)
-			continue;
-		if (pread(rfd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
-		    __atomic_load_n(&h.magic, __ATOMIC_ACQUIRE) != TL_STATS_MAGIC) {
-			close(rfd); /* being made, or not a region of ours */
-			continue;
-		}
-		if (h.version == TL_STATS_VERSION && (h.flags & TL_STATS_F_LOCKED)) {
-			/* Kept locked while unlinking: a lock taken means no writer. */
-			dead = flock(rfd, LOCK_EX | LOCK_NB) == 0;
-		} else {
-			rc = tl__proc_stat((int)pid, &start, &state);
-			dead = rc == -ESRCH || (rc == 0 && (state == 'Z' || state == 'X')) ||
-			       (rc == 0 && h.version == TL_STATS_VERSION && h.start_time != start);
-		}
-		if (dead)
-			unlinkat(dfd, e->d_name, 0);
-		close(rfd);
-	}
-	closedir(d);
-}
-
 /* Plain memory in place of the region (stats off, or not publishable), so
  * that the code path stays the same. */
 static int region_private(tl_runtime *rt, size_t size)
 {
-	void *mem = aligned_alloc(64, size);
+	void *mem = tl__os_aligned_alloc(64, size);
 
 	if (!mem)
 		return -ENOMEM;
@@ -186,70 +50,15 @@ static int region_create(tl_runtime *rt)
 {
 	size_t size = tl__stats_header_size(rt->cfg.stats_values) +
 		      (size_t)rt->n * tl__stats_stride(rt->cfg.stats_values);
-	int fd = -1, dfd, rc;
-	void *mem;
+	int rc;
 
 	if (!rt->cfg.stats)
 		return region_private(rt, size);
 	if (atomic_exchange(&region_owned, 1))
 		return -EBUSY;
-	dfd = stats_dir(rt);
-	if (dfd < 0) {
-		rc = dfd;
-		goto private;
-	}
-	sweep_stale(dfd);
-	snprintf(rt->region_name, sizeof rt->region_name, "%d", (int)getpid());
-	for (int tries = 0; tries < 2; tries++) {
-		fd = openat(dfd, rt->region_name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
-			    0600);
-		if (fd >= 0 || errno != EEXIST)
-			break;
-		/* Only this user can create entries in the directory, and this
-		 * process owns no region yet: one with our pid is a dead
-		 * process's. */
-		unlinkat(dfd, rt->region_name, 0);
-	}
-	if (fd < 0) {
-		rc = -errno;
-		stats_off(rt, "cannot create %s/%s: %s", rt->stats_dir, rt->region_name,
-			  strerror(-rc));
-		goto private_dir;
-	}
-	/* Held until the process ends (sweep_stale): before the magic is
-	 * written, so a region with a magic and no lock has no writer. */
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = -errno;
-		stats_off(rt, "cannot lock %s/%s: %s", rt->stats_dir, rt->region_name,
-			  strerror(-rc));
-		goto unlink;
-	}
-	/* openat applies the umask; the mode must be exactly 0600. */
-	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0) {
-		rc = -errno;
-		stats_off(rt, "cannot size %s/%s: %s", rt->stats_dir, rt->region_name,
-			  strerror(-rc));
-		goto unlink;
-	}
-	mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (mem == MAP_FAILED) {
-		rc = -errno;
-		stats_off(rt, "cannot map %s/%s: %s", rt->stats_dir, rt->region_name,
-			  strerror(-rc));
-		goto unlink;
-	}
-	rt->region = mem;
-	rt->region_size = size;
-	rt->region_shm = 1;
-	rt->region_fd = fd; /* holds the lock */
-	rt->stats_dfd = dfd;
-	return 0;
-unlink:
-	close(fd);
-	unlinkat(dfd, rt->region_name, 0);
-private_dir:
-	close(dfd);
-private:
+	rc = tl__rt_shm_create(rt, size);
+	if (rc == 0)
+		return 0;
 	rt->stats_rc = rc;
 	rt->region_name[0] = '\0';
 	atomic_store(&region_owned, 0);
@@ -262,7 +71,10 @@ static void region_init(tl_runtime *rt)
 	uint32_t cap = rt->cfg.stats_values;
 	uint64_t start = 0;
 
-	tl__proc_stat(0, &start, NULL);
+	int32_t pid;
+	uint32_t uid;
+
+	tl__rt_shm_identity(&pid, &uid, &start);
 	h->version = TL_STATS_VERSION;
 	h->header_size = (uint32_t)tl__stats_header_size(cap);
 	h->shards = rt->n;
@@ -270,8 +82,8 @@ static void region_init(tl_runtime *rt)
 	h->record_size = sizeof(tl_stats_shard);
 	h->flags = TL_STATS_F_POOL | TL_STATS_F_CPU | (rt->region_shm ? TL_STATS_F_LOCKED : 0);
 	atomic_init(&h->state, TL_STATS_STARTING);
-	h->pid = (int32_t)getpid();
-	h->uid = (uint32_t)geteuid();
+	h->pid = pid;
+	h->uid = uid;
 	h->capacity = cap;
 	h->start_time = start;
 	h->started_ns = tl__os_mono_ns();
@@ -317,15 +129,10 @@ void tl__rt_region_destroy(tl_runtime *rt)
 		return;
 	if (rt->region_shm) {
 		tl__rt_set_state(rt, TL_STATS_STOPPED);
-		munmap(rt->region, rt->region_size);
-		unlinkat(rt->stats_dfd, rt->region_name, 0);
-		close(rt->region_fd); /* the lock goes after the name */
-		rt->region_fd = -1;
-		close(rt->stats_dfd);
-		rt->stats_dfd = -1;
+		tl__rt_shm_destroy(rt);
 		atomic_store(&region_owned, 0);
 	} else {
-		free(rt->region);
+		tl__os_aligned_free(rt->region);
 	}
 	rt->region = NULL;
 	rt->hdr = NULL;

@@ -165,13 +165,14 @@ static int ep_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 
 /* The descriptor goes on living elsewhere: an epoll registration outlives
  * our descriptor while any other refers to the same file, so take it out. */
-static void ep_detach(struct tl_drv *d, struct tl_hslot *h)
+static int ep_detach(struct tl_drv *d, struct tl_hslot *h)
 {
 	if (EH(h)->registered)
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, h->fd, NULL);
 	EH(h)->registered = 0;
 	EH(h)->queued = 0; /* a stale ring entry is skipped */
 	h->fd = -1;
+	return 0;
 }
 
 

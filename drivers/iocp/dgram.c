@@ -59,8 +59,6 @@ int tl__io_udp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_s
 		r = tl__io_last_error();
 	if (!r && bind(s, &sp->addr->sa, (int)tl_addr_len(sp->addr)))
 		r = tl__io_last_error();
-	if (!r && !CreateIoCompletionPort((HANDLE)s, d->port, 0, 0))
-		r = tl__os_win_error(GetLastError());
 	if (r) {
 		closesocket(s);
 		return r;
@@ -129,8 +127,9 @@ int tl__io_send(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
 	WSAMSG *m = &io->u.dg.msg;
-	if (!o->u.dg.addr.sa.sa_family && !IH(h)->connected) {
-		tl__drv_event(d->loop, o, -EDESTADDRREQ, TL_F_TERMINAL, TL_NO_LEASE);
+	int r = !o->u.dg.addr.sa.sa_family && !IH(h)->connected ? -EDESTADDRREQ : tl__io_join(d, h);
+	if (r) {
+		tl__drv_event(d->loop, o, r, TL_F_TERMINAL, TL_NO_LEASE);
 		return 0;
 	}
 	memset(m, 0, sizeof *m);
@@ -217,6 +216,9 @@ int tl__io_post_recv(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	struct io_op *io = IO(d, o);
 	uint8_t *b;
 	uint32_t len;
+	int r = tl__io_join(d, h);
+	if (r)
+		return r;
 	if (!recv_buf(d, h, o, &b, &len, &io->lease))
 		return 0;
 	recv_msg(io, o, b, len);

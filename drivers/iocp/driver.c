@@ -62,6 +62,10 @@ static int io_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 		goto fail;
 	if ((r = load_fns(d)) < 0)
 		goto fail;
+	HMODULE nt = GetModuleHandleA("ntdll.dll");
+	if (nt)
+		d->setinfo = (LONG(WINAPI *)(HANDLE, void *, void *, ULONG, int))(void (*)(void))GetProcAddress(
+			nt, "NtSetInformationFile");
 	*out = d;
 	return 0;
 fail:
@@ -85,13 +89,6 @@ static uint64_t io_now(struct tl_drv *d)
 static void reset_h(struct tl_hslot *h)
 {
 	*IH(h) = (struct io_h){.rhead = TL_NIL, .rtail = TL_NIL, .whead = TL_NIL, .wtail = TL_NIL};
-}
-
-static int associate(struct tl_drv *d, SOCKET s)
-{
-	if (!CreateIoCompletionPort((HANDLE)s, d->port, 0, 0))
-		return tl__os_win_error(GetLastError());
-	return 0;
 }
 
 /* Where option opt lives on Windows: 1, or 0 when Windows has none
@@ -199,8 +196,6 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 		r = tl__os_win_error((unsigned long)WSAGetLastError());
 	if (!r && sp->kind == TL_OPEN_TCP_STREAM)
 		r = set_nonblocking(s, 1);
-	if (!r)
-		r = associate(d, s);
 	if (r) {
 		closesocket(s);
 		return r;
@@ -212,11 +207,39 @@ static int io_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 	return 0;
 }
 
+/* An accepted stream: it joins the port at its first operation. */
 static int io_attach(struct tl_drv *d, struct tl_hslot *h)
 {
 	reset_h(h);
-	int r = h->type == TL_H_STREAM ? set_nonblocking(io_sock(h), 1) : 0;
-	return r ? r : associate(d, io_sock(h));
+	return h->type == TL_H_STREAM ? set_nonblocking(io_sock(h), 1) : 0;
+}
+
+/* FILE_COMPLETION_INFORMATION, IO_STATUS_BLOCK, and the class for
+ * NtSetInformationFile that replaces a file's port. */
+struct io_port_info {
+	HANDLE port;
+	void *key;
+};
+struct io_status {
+	void *status;
+	ULONG_PTR info;
+};
+#define IO_FILE_REPLACE_COMPLETION 61
+
+/* tl_detach: a socket that never joined the port leaves as it came; one
+ * that did is taken off it (Windows 8.1 and later; wine cannot:
+ * -ENOTSUP, the socket stays on this loop). */
+static int io_detach(struct tl_drv *d, struct tl_hslot *h)
+{
+	if (IH(h)->joined) {
+		struct io_port_info none = {NULL, NULL};
+		struct io_status iosb;
+		if (!d->setinfo ||
+		    d->setinfo((HANDLE)io_sock(h), &iosb, &none, sizeof none, IO_FILE_REPLACE_COMPLETION) < 0)
+			return -ENOTSUP;
+	}
+	h->fd = -1;
+	return 0;
 }
 
 /* tl_adopt: a listening or connected TCP socket, or a UDP one, made by
@@ -267,6 +290,7 @@ static int io_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 		DWORD e = GetLastError();
 		return e == ERROR_INVALID_PARAMETER ? -EINVAL : tl__os_win_error(e);
 	}
+	IH(h)->joined = 1;
 	h->type = kind;
 	h->fd = fd;
 	if (pi.iAddressFamily == AF_INET6)
@@ -378,7 +402,7 @@ static void io_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 
 const struct tl_driver tl__driver_iocp = {
 	.name = "iocp",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_OS | TL_CAP_NET,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH,
 	.init = io_init,
 	.destroy = io_destroy,
 	.now = io_now,
@@ -393,6 +417,7 @@ const struct tl_driver tl__driver_iocp = {
 	.cancel = tl__io_cancel,
 	.try_write = io_try_write,
 	.adopt = io_adopt,
+	.detach = io_detach,
 	.poll = io_poll,
 	.lease_returned = io_lease_returned,
 	.pause = io_pause,

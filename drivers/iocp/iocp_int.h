@@ -19,8 +19,14 @@
 #endif
 
 /*
- * Windows' I/O completion ports. Every socket is associated with the loop's
- * port once (open, attach); each operation the OS runs is one overlapped
+ * Windows' I/O completion ports. A socket joins the loop's port at its
+ * first overlapped operation (tl__io_join), not when it is made: an
+ * accepted connection that the program hands to another loop first
+ * (tl_detach, the runtime's tl_shard_migrate) leaves without ever having
+ * joined, since Windows takes a socket off a port only from 8.1 on
+ * (FileReplaceCompletionInformation, which wine lacks); tl_adopt joins at
+ * once, so that a socket already on another port is refused there. Each
+ * operation the OS runs is one overlapped
  * call whose OVERLAPPED sits in the driver's own record for the op slot
  * (struct io_op: made at init for every slot, so nothing is allocated per
  * operation), and its completion, dequeued by the turn's one
@@ -55,6 +61,7 @@ struct io_h {
 	uint8_t rbusy, wbusy;   /* the queue's head is in the OS */
 	uint8_t connecting, lease_wait;
 	uint8_t connected;      /* a datagram handle's tl_udp_connect */
+	uint8_t joined;         /* the socket is on the loop's port */
 };
 _Static_assert(sizeof(struct io_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "io_h fits");
 
@@ -93,6 +100,8 @@ struct tl_drv {
 	LPFN_CONNECTEX connectex;
 	LPFN_GETACCEPTEXSOCKADDRS acceptaddrs;
 	LPFN_WSARECVMSG recvmsg;
+	/* ntdll's NtSetInformationFile: takes a socket off the port (detach). */
+	LONG(WINAPI *setinfo)(HANDLE f, void *iosb, void *info, ULONG len, int cls);
 	OVERLAPPED_ENTRY ev[IO_BATCH];
 };
 
@@ -107,6 +116,7 @@ static inline SOCKET io_sock(const struct tl_hslot *h)
 }
 
 /* net.c: the operations */
+int tl__io_join(struct tl_drv *d, struct tl_hslot *h);
 int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
 void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov);

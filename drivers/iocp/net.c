@@ -64,6 +64,18 @@ int tl__io_last_error(void)
 
 #define last_error tl__io_last_error
 
+/* h's socket on the loop's port, before its first overlapped operation
+ * (iocp_int.h): 0 or a negative errno. */
+int tl__io_join(struct tl_drv *d, struct tl_hslot *h)
+{
+	if (IH(h)->joined)
+		return 0;
+	if (!CreateIoCompletionPort((HANDLE)io_sock(h), d->port, 0, 0))
+		return tl__os_win_error(GetLastError());
+	IH(h)->joined = 1;
+	return 0;
+}
+
 /* Post accept op o on listener h: 1 posted, or the error that ends it
  * (the caller takes it off the queue, then reports it: a terminal may
  * bring the driver back in through pause(), and must find it gone). */
@@ -72,6 +84,9 @@ static int post_accept(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o
 	struct io_op *io = IO(d, o);
 	int fam = h->flags & TL_HF_V6 ? AF_INET6 : AF_INET;
 	DWORD got = 0;
+	int r = tl__io_join(d, h);
+	if (r)
+		return r;
 	io->accepted = WSASocketW(fam, SOCK_STREAM, IPPROTO_TCP, NULL, 0, WSA_FLAG_OVERLAPPED);
 	if (io->accepted == INVALID_SOCKET)
 		return last_error();
@@ -101,6 +116,9 @@ static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	 * waiting for a lease: until one comes back (lease_returned). */
 	if (io->probe && ((h->flags & TL_HF_PAUSED) || IH(h)->lease_wait))
 		return 0;
+	int r = tl__io_join(d, h);
+	if (r)
+		return r;
 	if (!io->probe) {
 		b.buf = (char *)o->u.rw.buf;
 		b.len = o->u.rw.len;
@@ -118,6 +136,9 @@ static int post_read(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 static int post_write(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
+	int r = tl__io_join(d, h);
+	if (r)
+		return r;
 	memset(&io->ov, 0, sizeof io->ov);
 	/* tl_iovec is WSABUF's layout (include/turnloop/platform.h). */
 	if (WSASend(io_sock(h), (WSABUF *)&o->u.wv.iov[o->u.wv.cur], o->u.wv.n - o->u.wv.cur, NULL, 0,
@@ -172,6 +193,9 @@ void tl__io_kick(struct tl_drv *d, struct tl_hslot *h)
 static int start_connect(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_op *io = IO(d, o);
+	int r = tl__io_join(d, h);
+	if (r)
+		return r;
 	memset(&io->ov, 0, sizeof io->ov);
 	if (!d->connectex(io_sock(h), &o->u.conn.addr.sa, (int)tl_addr_len(&o->u.conn.addr), NULL, 0, NULL,
 			  &io->ov) &&

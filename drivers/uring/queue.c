@@ -54,9 +54,10 @@ int tl__ur_adopt(struct tl_drv *d, struct tl_hslot *h, int fd)
 
 /* Every op of h has had its CQE (the core asks only then), so the kernel
  * holds nothing of ours on the descriptor. */
-void tl__ur_detach(struct tl_drv *d, struct tl_hslot *h)
+int tl__ur_detach(struct tl_drv *d, struct tl_hslot *h)
 {
 	h->fd = -1;
+	return 0;
 }
 
 void tl__ur_retry_fdwait(struct tl_drv *d)

@@ -501,7 +501,7 @@ void tl__ur_retry_fdwait(struct tl_drv *d);
 int tl__ur_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *s);
 int tl__ur_attach(struct tl_drv *d, struct tl_hslot *h);
 int tl__ur_adopt(struct tl_drv *d, struct tl_hslot *h, int fd);
-void tl__ur_detach(struct tl_drv *d, struct tl_hslot *h);
+int tl__ur_detach(struct tl_drv *d, struct tl_hslot *h);
 void tl__ur_release(struct tl_drv *d, struct tl_hslot *h);
 int tl__ur_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
 int tl__ur_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out);
