@@ -29,11 +29,6 @@ int tl_signal_start(tl_loop *loop, int signo, uint64_t token, tl_handle *h, tl_o
 	return -ENOTSUP;
 }
 
-int tl_signal_hook(int signo, void (*fn)(int signo))
-{
-	return -ENOTSUP;
-}
-
 int tl_spawn(tl_loop *loop, const tl_spawn_opts *opts, uint64_t token, tl_handle *proc,
 	     tl_op *exit_op, tl_handle pipes[3])
 {

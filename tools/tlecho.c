@@ -248,7 +248,14 @@ struct echo_shards {
 	struct echo_count { uint64_t conns, bytes; char pad[48]; } *count;
 	tl_tls_config *tls_cfg;      /* NULL without --tls-cert */
 	struct echo_tls *tls;        /* one per shard */
+	uint32_t next;               /* shard 0's: where the next connection goes */
 };
+
+/* Where the OS has no SO_REUSEPORT (Windows), shard 0 alone listens and
+ * hands each accepted connection to the next shard in turn
+ * (tl_shard_migrate: the socket moves before its first read); the others
+ * serve what they are handed. */
+#define HANDOFF_TAG 2
 
 static int shard_launch(tl_shard *s, void *arg)
 {
@@ -260,9 +267,16 @@ static int shard_launch(tl_shard *s, void *arg)
 	int r;
 
 	/* Every shard owns a listener on the same address; the kernel
-	 * spreads connections across them (SO_REUSEPORT). */
-	if ((r = tl_tcp_listen(loop, &e->addr, &lo, &lh)) < 0 ||
-	    (r = tl_accept_start(loop, lh, 0, &op)) < 0)
+	 * spreads connections across them (SO_REUSEPORT). Without it, shard
+	 * 0's listener is the one (HANDOFF_TAG). */
+	r = tl_tcp_listen(loop, &e->addr, &lo, &lh);
+	if (r == -ENOTSUP && tl_shard_id(s) != 0)
+		r = 0;
+	else if (r == -ENOTSUP && (lo.reuseport = 0, (r = tl_tcp_listen(loop, &e->addr, &lo, &lh)) == 0))
+		r = tl_accept_start(loop, lh, tl_token(HANDOFF_TAG, 0), &op);
+	else if (r == 0)
+		r = tl_accept_start(loop, lh, 0, &op);
+	if (r < 0)
 		return r;
 	if (e->tls_cfg) {
 		e->tls[tl_shard_id(s)].cfg = e->tls_cfg;
@@ -309,7 +323,19 @@ static void shard_completion(tl_shard *s, const tl_completion *c)
 	struct echo_shards *e = tl_shard_arg(s);
 	struct echo_count *n = &e->count[tl_shard_id(s)];
 	uint64_t before;
+	tl_completion acc;
 
+	if (c->kind == TL_K_MESH) {
+		/* A connection shard 0 handed here: served as if accepted here.
+		 * (The hand-off's result, back on shard 0, needs nothing: a
+		 * connection the target could not take it closed.) */
+		if (!(c->aux & TL_MESH_MIGRATED) || (c->aux & TL_MESH_RESULT))
+			return;
+		memset(&acc, 0, sizeof acc);
+		acc.kind = TL_K_ACCEPT;
+		acc.u.accept.conn = c->u.mesh.conn;
+		c = &acc;
+	}
 	before = n->bytes;
 	if (e->tls_cfg) {
 		if (c->kind == TL_K_ACCEPT && c->result == 0) {
@@ -324,6 +350,20 @@ static void shard_completion(tl_shard *s, const tl_completion *c)
 	}
 	if (n->bytes != before)
 		tl_shard_counter_add(s, e->idx_bytes, n->bytes - before);
+}
+
+/* Shard 0's accepts without SO_REUSEPORT (HANDOFF_TAG): of n connections
+ * one stays, the others go to the next shards in turn; one the mesh cannot
+ * take now (-ENOBUFS: a full ring or no credit) is served here. */
+static void shard_handoff(tl_shard *s, const tl_completion *c)
+{
+	struct echo_shards *e = tl_shard_arg(s);
+	uint32_t t = e->next++ % tl_runtime_shards(tl_shard_runtime(s));
+
+	if (c->kind == TL_K_ACCEPT && c->result == 0 && t != 0 &&
+	    tl_shard_migrate(s, c->u.accept.conn, t, 0, 0) == 0)
+		return;
+	shard_completion(s, c);
 }
 
 static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uint32_t shards,
@@ -344,6 +384,7 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	rc.loop = *cfg;
 	rc.on_launch = shard_launch;
 	rc.on_completion = shard_completion;
+	rc.handlers[HANDOFF_TAG] = shard_handoff;
 	if (tls_cfg) {
 		rc.handlers[TLS_TAG] = shard_tls_completion;
 		rc.on_pass = shard_tls_pass;
@@ -373,7 +414,9 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 		tl_runtime_destroy(rt);
 		return 1;
 	}
+#ifdef SIGPIPE
 	signal(SIGPIPE, SIG_IGN);
+#endif
 	r = tl_runtime_launch(rt);
 	if (r < 0) {
 		fprintf(stderr, "tlecho: cannot start: %s\n", tl_error_detail());
@@ -490,7 +533,9 @@ int main(int argc, char **argv)
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+#ifdef SIGPIPE
 	signal(SIGPIPE, SIG_IGN);
+#endif
 	tl_driver_info di;
 	tl_driver_info_get(&di);
 	fprintf(stderr, "tlecho: listening on %s:%u%s, driver %s\n", host, port, tls.x ? " (TLS)" : "",

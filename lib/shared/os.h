@@ -43,7 +43,11 @@ typedef SRWLOCK tl__os_mutex;
 typedef CONDITION_VARIABLE tl__os_cond;
 typedef DWORD tl__os_thread;
 typedef HANDLE tl__os_thread_handle;
-typedef SYNCHRONIZATION_BARRIER tl__os_barrier;
+typedef struct {
+	SRWLOCK mu;
+	CONDITION_VARIABLE cv;
+	unsigned n, waiting, gen;
+} tl__os_barrier; /* wine 8 has no SYNCHRONIZATION_BARRIER */
 #define TL__OS_THREAD_FN unsigned __stdcall
 #else
 #include <errno.h>
@@ -360,7 +364,11 @@ static inline void tl__os_thread_join(tl__os_thread_handle t)
 static inline int tl__os_barrier_init(tl__os_barrier *b, unsigned n)
 {
 #ifdef _WIN32
-	return InitializeSynchronizationBarrier(b, (LONG)n, -1) ? 0 : -ENOMEM;
+	InitializeSRWLock(&b->mu);
+	InitializeConditionVariable(&b->cv);
+	b->n = n;
+	b->waiting = b->gen = 0;
+	return n ? 0 : -EINVAL;
 #else
 	return -pthread_barrier_init(b, NULL, n);
 #endif
@@ -369,7 +377,17 @@ static inline int tl__os_barrier_init(tl__os_barrier *b, unsigned n)
 static inline void tl__os_barrier_wait(tl__os_barrier *b)
 {
 #ifdef _WIN32
-	EnterSynchronizationBarrier(b, 0);
+	AcquireSRWLockExclusive(&b->mu);
+	unsigned gen = b->gen;
+	if (++b->waiting == b->n) {
+		b->waiting = 0;
+		b->gen++;
+		WakeAllConditionVariable(&b->cv);
+	} else {
+		while (gen == b->gen)
+			SleepConditionVariableSRW(&b->cv, &b->mu, INFINITE, 0);
+	}
+	ReleaseSRWLockExclusive(&b->mu);
 #else
 	pthread_barrier_wait(b);
 #endif
@@ -378,7 +396,7 @@ static inline void tl__os_barrier_wait(tl__os_barrier *b)
 static inline void tl__os_barrier_destroy(tl__os_barrier *b)
 {
 #ifdef _WIN32
-	DeleteSynchronizationBarrier(b);
+	(void)b; /* SRW locks and condition variables hold nothing */
 #else
 	pthread_barrier_destroy(b);
 #endif

@@ -1,4 +1,4 @@
-/* lib/tls/stub.c: the TLS layer of a build without GnuTLS (-Dtls=disabled): every entry point says -ENOTSUP. */
+/* lib/tls/stub.c: the TLS layer of a build without GnuTLS (-Dtls=disabled, and the Windows build): every entry point says -ENOTSUP. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +7,11 @@
 static int none(char *err, size_t errlen)
 {
 	if (err && errlen)
+#ifdef _WIN32
+		snprintf(err, errlen, "the Windows build has no TLS yet");
+#else
 		snprintf(err, errlen, "this build has no TLS (configured with -Dtls=disabled)");
+#endif
 	return -ENOTSUP;
 }
 
@@ -70,7 +74,7 @@ int tl_tls_write(tl_tls_ctx *x, tl_tls_id id, const void *b, uint32_t l, uint64_
 	(void)x, (void)id, (void)b, (void)l, (void)t, (void)op;
 	return -ENOTSUP;
 }
-int tl_tls_writev(tl_tls_ctx *x, tl_tls_id id, const struct iovec *v, int n, uint64_t t, tl_op *op)
+int tl_tls_writev(tl_tls_ctx *x, tl_tls_id id, const tl_iovec *v, int n, uint64_t t, tl_op *op)
 {
 	(void)x, (void)id, (void)v, (void)n, (void)t, (void)op;
 	return -ENOTSUP;

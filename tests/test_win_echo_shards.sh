@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tests/test_win_echo_shards.sh TLECHO_EXE TLLOAD_EXE: the sharded runtime on Windows, under wine on
+# the IOCP driver: tlecho --shards 2 (one listener on shard 0, each other connection handed to
+# shard 1 by the mesh: Windows has no SO_REUSEPORT) serves tlload, 16 connections of 256-byte
+# round trips for 2 s, then a new connection every 10 round trips; each run must end with round
+# trips done and errors=0. Then SIGINT (wine's Ctrl+C) must drain the runtime: tlecho exits 0 and
+# reports connections and bytes on both shards. tlecho is stopped by its pid.
+set -u
+tlecho=$1
+tlload=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/win-echo-shards.XXXXXX")
+epid=
+cleanup() {
+	[ -n "$epid" ] && kill -KILL "$epid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	[ -f "$work/tlecho.err" ] && grep -v '^wine\|fixme' "$work/tlecho.err" | tail -5 >&2
+	exit 1
+}
+command -v wine >/dev/null || fail "wine is not installed (apt-get install --no-install-recommends wine wine64)"
+
+p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+wine "$tlecho" -p "$p" --host 127.0.0.1 --shards 2 >"$work/tlecho.out" 2>"$work/tlecho.err" &
+wpid=$!
+up=0
+for _ in $(seq 300); do
+	if python3 -c "import socket; socket.create_connection(('127.0.0.1', $p), 1).close()" 2>/dev/null; then
+		up=1
+		break
+	fi
+	kill -0 "$wpid" 2>/dev/null || break
+	sleep 0.1
+done
+[ $up = 1 ] || fail "tlecho never listened on port $p"
+# The Windows program's own process (wine's launcher may have forked it).
+epid=$(pgrep -f "tlecho.exe -p $p --host" | while read -r q; do
+	[ "$(ps -o comm= -p "$q")" != wine ] && echo "$q"; done | head -1)
+[ -n "$epid" ] || epid=$wpid
+grep -q "with 2 shards, driver iocp" "$work/tlecho.err" || fail "tlecho did not start 2 shards on iocp"
+
+run() { # name, tlload arguments...
+	local name=$1
+	shift
+	timeout 60 wine "$tlload" -p "$p" --host 127.0.0.1 "$@" >"$work/$name.out" 2>"$work/$name.err"
+	local rc=$?
+	local line
+	line=$(grep '^tlload ' "$work/$name.out")
+	[ $rc = 0 ] || fail "$name: tlload exited $rc: $line"
+	case $line in
+	*" errors=0 "*"driver=iocp"*) ;;
+	*) fail "$name: $line" ;;
+	esac
+	local rps=${line#*rps=}
+	rps=${rps%% *}
+	[ "$rps" -gt 0 ] || fail "$name: no round trips: $line"
+	echo "ok: $name: $line"
+}
+run steady -c 16 -s 256 -d 2
+run churn -c 16 -s 256 -d 2 --churn 10
+
+kill -INT "$epid"
+for _ in $(seq 200); do
+	kill -0 "$wpid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$wpid" 2>/dev/null && fail "tlecho did not stop within 20 s of SIGINT"
+wait "$wpid"
+rc=$?
+epid=
+[ $rc = 0 ] || fail "tlecho exited $rc after SIGINT"
+total=0
+for s in 0 1; do
+	line=$(grep "^tlecho: shard $s " "$work/tlecho.err") || fail "no count for shard $s"
+	n=$(echo "$line" | sed -n 's/.*: \([0-9]*\) connections, \([0-9]*\) bytes.*/\1 \2/p')
+	set -- $n
+	[ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ] || fail "shard $s served nothing: $line"
+	total=$((total + $1))
+	echo "ok: $line"
+done
+# 16 steady connections, then 16 churning ones for 2 s, every connection counted once
+[ $total -gt 32 ] || fail "only $total connections counted"
+echo "ok: $total connections over both shards"
