@@ -362,7 +362,7 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 	int rc = -ENOTSUP;
 	tl_handle h = TL_HANDLE_NONE;
 	tl_addr a;
-	const char *what = "?";
+	const char *what = "?", *why = "";
 	switch (cap) {
 	case TL_CAP_TCP:
 		what = "TCP";
@@ -385,11 +385,25 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		rc = tl_unix_listen(loop, path, NULL, &h);
 		if (rc == 0)
 			unlink(path);
+#ifdef _WIN32
+		/* Whether Winsock itself has AF_UNIX (Windows 10 1803 and
+		 * later; wine 8 has not): the skip says which it is. */
+		SOCKET u = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (u == INVALID_SOCKET && WSAGetLastError() == WSAEAFNOSUPPORT)
+			why = " (this system's Winsock has no AF_UNIX: WSAEAFNOSUPPORT)";
+		else
+			why = " (not built yet: this system's Winsock has AF_UNIX)";
+		if (u != INVALID_SOCKET)
+			closesocket(u);
+#endif
 		break;
 	}
 	case TL_CAP_EMBED:
 		what = "tl_loop_fd";
 		rc = tl_loop_fd(loop);
+#ifdef _WIN32
+		why = " (a completion port is no descriptor a host's poll or WaitForMultipleObjects can wait on)";
+#endif
 		break;
 	case TL_CAP_POLL: {
 		what = "polling OS descriptors (tl_poll_start)";
@@ -473,7 +487,7 @@ int h_need_cap(tl_loop *loop, uint32_t cap)
 		h_close(&c, h, 0);
 		h_ctx_fini(&c);
 	}
-	h_skip("driver %s lacks %s", tl_loop_driver(loop), what);
+	h_skip("driver %s lacks %s%s", tl_loop_driver(loop), what, why);
 	return 0;
 }
 
