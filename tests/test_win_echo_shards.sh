@@ -15,11 +15,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	[ -f "$work/tlecho.err" ] && grep -v '^wine\|fixme' "$work/tlecho.err" | tail -5 >&2
-	exit 1
-}
+. "$(dirname "$0")/win_common.sh"
+fail_tail=$work/tlecho.err
 command -v wine >/dev/null || fail "wine is not installed (apt-get install --no-install-recommends wine wine64)"
 
 p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -41,25 +38,8 @@ epid=$(pgrep -f "tlecho.exe -p $p --host" | while read -r q; do
 [ -n "$epid" ] || epid=$wpid
 grep -q "with 2 shards, driver iocp" "$work/tlecho.err" || fail "tlecho did not start 2 shards on iocp"
 
-run() { # name, tlload arguments...
-	local name=$1
-	shift
-	timeout 60 wine "$tlload" -p "$p" --host 127.0.0.1 "$@" >"$work/$name.out" 2>"$work/$name.err"
-	local rc=$?
-	local line
-	line=$(grep '^tlload ' "$work/$name.out")
-	[ $rc = 0 ] || fail "$name: tlload exited $rc: $line"
-	case $line in
-	*" errors=0 "*"driver=iocp"*) ;;
-	*) fail "$name: $line" ;;
-	esac
-	local rps=${line#*rps=}
-	rps=${rps%% *}
-	[ "$rps" -gt 0 ] || fail "$name: no round trips: $line"
-	echo "ok: $name: $line"
-}
-run steady -c 16 -s 256 -d 2
-run churn -c 16 -s 256 -d 2 --churn 10
+run_tlload steady "$p" -c 16 -s 256 -d 2
+run_tlload churn "$p" -c 16 -s 256 -d 2 --churn 10
 
 kill -INT "$epid"
 for _ in $(seq 200); do

@@ -12,10 +12,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/win_common.sh"
 command -v socat >/dev/null || fail "socat is not installed"
 command -v wine >/dev/null || fail "wine is not installed (apt-get install --no-install-recommends wine wine64)"
 
@@ -27,22 +24,5 @@ for _ in $(seq 100); do
 	sleep 0.05
 done
 
-run() { # name, tlload arguments...
-	local name=$1
-	shift
-	timeout 60 wine "$tlload" -p "$p" --host 127.0.0.1 "$@" >"$work/$name.out" 2>"$work/$name.err"
-	local rc=$?
-	local line
-	line=$(grep '^tlload ' "$work/$name.out")
-	[ $rc = 0 ] || fail "$name: tlload exited $rc: $line $(grep -v '^wine\|fixme' "$work/$name.err" | tail -3)"
-	case $line in
-	*" errors=0 "*"driver=iocp"*) ;;
-	*) fail "$name: $line" ;;
-	esac
-	local rps=${line#*rps=}
-	rps=${rps%% *}
-	[ "$rps" -gt 0 ] || fail "$name: no round trips: $line"
-	echo "ok: $name: $line"
-}
-run steady -c 16 -s 256 -d 2
-run churn -c 16 -s 256 -d 2 --churn 10
+run_tlload steady "$p" -c 16 -s 256 -d 2
+run_tlload churn "$p" -c 16 -s 256 -d 2 --churn 10
