@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <windows.h>
-#include <winternl.h>
+#include "win/handles.h"
 #else
 #include <dirent.h>
 #include <fcntl.h>
@@ -205,61 +205,10 @@ const char *h_test_name(void)
 }
 
 #ifdef _WIN32
-/* One entry of NtQuerySystemInformation's SystemHandleInformation (16). */
-struct h_sys_handle {
-	ULONG pid;
-	BYTE type, flags;
-	USHORT value;
-	PVOID object;
-	ACCESS_MASK access;
-};
-typedef NTSTATUS(NTAPI *h_qsi_fn)(ULONG, PVOID, ULONG, PULONG);
-
-/* The process's handles as the system lists them (wine's
- * GetProcessHandleCount says 0): the count, or -1. */
-static int sys_handle_count(void)
-{
-	static h_qsi_fn q;
-	static ULONG len = 1 << 16;
-	if (!q) {
-		HMODULE nt = GetModuleHandleA("ntdll.dll");
-		q = nt ? (h_qsi_fn)(void (*)(void))GetProcAddress(nt, "NtQuerySystemInformation") : NULL;
-		if (!q)
-			return -1;
-	}
-	for (;;) {
-		ULONG *b = malloc(len), got = 0;
-		if (!b)
-			return -1;
-		NTSTATUS st = q(16, b, len, &got);
-		if (st == (NTSTATUS)0xC0000004L) { /* STATUS_INFO_LENGTH_MISMATCH */
-			free(b);
-			len *= 2;
-			continue;
-		}
-		if (st != 0) {
-			free(b);
-			return -1;
-		}
-		/* ULONG count, then the entries (pointer-aligned). */
-		struct h_sys_handle *e = (struct h_sys_handle *)(void *)((char *)b + sizeof(void *));
-		ULONG n = b[0], me = GetCurrentProcessId();
-		int k = 0;
-		for (ULONG i = 0; i < n; i++)
-			k += e[i].pid == me;
-		free(b);
-		return k;
-	}
-}
-
-/* Open handles of the process (sockets, ports, events, threads, files):
- * GetProcessHandleCount, or the system's list where it says 0 (wine). */
+/* Open handles of the process (sockets, ports, events, threads, files). */
 int h_fd_count(void)
 {
-	DWORD n = 0;
-	if (GetProcessHandleCount(GetCurrentProcess(), &n) && n > 0)
-		return (int)n;
-	return sys_handle_count();
+	return win_handle_count();
 }
 #else
 int h_fd_count(void)

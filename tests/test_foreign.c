@@ -1,10 +1,10 @@
-/* tests/test_foreign.c: CUnit tests of blocks freed on the shard that allocated them (tl_shard_alloc, tl_shard_free): the per-shard allocation stays flat when one shard allocates and another frees, a batch the mesh refuses waits for room, blocks freed by the last handlers of a stop reach their owner, and the API's edges. */
+/* tests/test_foreign.c: CUnit tests of blocks freed on the shard that allocated them (tl_shard_alloc, tl_shard_free): the per-shard allocation stays flat when one shard allocates and another frees, a batch the mesh refuses waits for room, blocks freed by the last handlers of a stop reach their owner, and the API's edges; on Linux and, as win-foreign, on Windows. */
 #include <errno.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "shard_test.h"
+#include "os.h" /* yields and sleeps on both OSes */
 
 /* Spin until *flag is set, for at most 10 s. */
 static int wait_flag(atomic_int *flag)
@@ -15,7 +15,7 @@ static int wait_flag(atomic_int *flag)
 		if (st_now_ns() > dl)
 			return 0;
 		else
-			sched_yield();
+			tl__os_yield();
 	return 1;
 }
 
@@ -249,14 +249,14 @@ static void test_refused(void)
 	on = arenas_on(rt);
 	CU_ASSERT_TRUE(wait_flag(&R.freed));
 	/* Time for shard 1 to end its pass and park. */
-	usleep(20000);
+	tl__os_sleep_us(20000);
 	shard_bytes(r, 0, &a0, &f_before);
 	atomic_store(&R.release, 1);
 	/* Shard 0 takes the posts that filled its ring; shard 1, woken for
 	 * the room, sends its blocks, and shard 0 frees them: all before
 	 * any stop. */
 	for (int i = 0; on && i < 500 && !reached; i++) {
-		usleep(10000);
+		tl__os_sleep_us(10000);
 		shard_bytes(r, 0, &a0, &f0);
 		reached = f0 - f_before >= total;
 	}

@@ -1,11 +1,10 @@
-/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), and gates (one completion once every call under one is over, at a stop too). */
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), and gates (one completion once every call under one is over, at a stop too); on Linux and, as win-mesh-compose, on Windows. */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "shard_test.h"
+#include "os.h" /* yields on both OSes */
 
 #define NS 3
 #define ROUNDS 200
@@ -21,7 +20,7 @@ static int spin_until(atomic_int *flag)
 		if (st_now_ns() > dl)
 			return 0;
 		else
-			sched_yield();
+			tl__os_yield();
 	return 1;
 }
 

@@ -1,14 +1,17 @@
-/* tests/test_migrate.c: CUnit tests of tl_shard_migrate: a connection moved between shards mid-stream loses no byte (and each shard's pointer for it stays behind); a target that cannot adopt closes it. */
+/* tests/test_migrate.c: CUnit tests of tl_shard_migrate: a connection moved between shards mid-stream loses no byte (and each shard's pointer for it stays behind); a target that cannot adopt closes it; on Linux and, as win-migrate, on Windows. */
 #include <errno.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#ifndef _WIN32
+#include <poll.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#endif
 
 #include "shard_test.h"
+#include "os.h" /* the client's thread and sleeps on both OSes */
 
 /*
  * A plain client streams a pattern to a TCP connection that shard 0
@@ -19,7 +22,28 @@
  * cancels it) and call again once its terminal and the echo writes are in.
  * The client checks every byte it gets back, by offset, so a byte lost,
  * doubled or reordered anywhere across the moves fails the test.
+ *
+ * On Windows (win-migrate, the IOCP driver) the client's socket is
+ * Winsock's, polled by WSAPoll. A socket there joins the loop's completion
+ * port at its first overlapped operation and leaves it by
+ * FileReplaceCompletionInformation, which wine lacks: under wine a
+ * connection that has done I/O cannot move, and tl_shard_migrate answers
+ * -ENOTSUP (drivers/iocp/driver.c, io_detach). mid_stream checks that
+ * answer there, under wine only, and that the stream then goes on whole on
+ * its shard, and prints a SKIP line for the moves; target_refuses moves the
+ * connection before its first operation, which wine allows, and runs whole.
  */
+
+#ifdef _WIN32
+/* 1 under wine (its ntdll names its version), where a socket cannot leave
+ * its completion port. */
+static int under_wine(void)
+{
+	HMODULE nt = GetModuleHandleA("ntdll.dll");
+
+	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
+}
+#endif
 
 #define MIG_TOTAL (4u << 20)
 #define MIG_EVERY (256u << 10)
@@ -54,6 +78,7 @@ static struct {
 	_Atomic int listen_port;
 	atomic_uint moves, eagains, cancelled, results, closed;
 	atomic_uint fresh; /* handles that arrived with no pointer (tl_handle_data_get) */
+	atomic_uint notsup; /* Windows under wine: moves refused with -ENOTSUP */
 	/* the refusal test */
 	int refuse;
 	atomic_int refused_result, target_got;
@@ -105,6 +130,18 @@ static void try_move(tl_shard *s, struct side *d)
 		ST_CHECK(d->reading); /* nothing else may hold it */
 		return;
 	}
+#ifdef _WIN32
+	if (rc == -ENOTSUP && under_wine()) {
+		/* The socket has joined this loop's port and cannot leave it:
+		 * the stream stays here, read again, and moves no more. */
+		atomic_fetch_add(&M.notsup, 1);
+		d->moving = 0;
+		d->next_at = UINT64_MAX;
+		if (!d->reading && !d->eof)
+			start_reading(s, d);
+		return;
+	}
+#endif
 	ST_CHECK(rc == 0);
 	if (rc == 0) {
 		void *p;
@@ -272,7 +309,73 @@ struct client {
 	int bad, eof, err;
 };
 
-static void *client_main(void *arg)
+#ifdef _WIN32
+/* The last Winsock error as a positive errno value. */
+static int sock_errno(void)
+{
+	return -tl__os_win_error((unsigned long)WSAGetLastError());
+}
+
+/* The same client on Winsock: non-blocking, polled by WSAPoll. */
+static TL__OS_THREAD_FN client_main(void *arg)
+{
+	struct client *k = arg;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)k->port)};
+	static uint8_t buf[65536];
+	uint64_t dl = st_now_ns() + 40ull * 1000000000ull;
+	SOCKET fd = socket(AF_INET, SOCK_STREAM, 0);
+	u_long nb = 1;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd == INVALID_SOCKET || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+		k->err = sock_errno();
+		if (fd != INVALID_SOCKET)
+			closesocket(fd);
+		return 0;
+	}
+	ioctlsocket(fd, FIONBIO, &nb);
+	int shut = 0;
+	while (!k->eof && st_now_ns() < dl) {
+		WSAPOLLFD p = {.fd = fd, .events = POLLIN | (k->sent < MIG_TOTAL ? POLLOUT : 0)};
+		if (WSAPoll(&p, 1, 100) < 0)
+			break;
+		if (p.revents & POLLOUT) {
+			size_t n = MIG_TOTAL - k->sent < sizeof buf ? MIG_TOTAL - k->sent : sizeof buf;
+			for (size_t i = 0; i < n; i++)
+				buf[i] = pat(k->sent + i);
+			int w = send(fd, (const char *)buf, (int)n, 0);
+			if (w > 0)
+				k->sent += (uint64_t)w;
+			else if (w < 0 && WSAGetLastError() != WSAEWOULDBLOCK) {
+				k->err = sock_errno();
+				break;
+			}
+		}
+		if (k->sent == MIG_TOTAL && !shut) {
+			shutdown(fd, SD_SEND);
+			shut = 1;
+		}
+		if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+			int r = recv(fd, (char *)buf, sizeof buf, 0);
+			if (r == 0) {
+				k->eof = 1;
+			} else if (r > 0) {
+				for (int i = 0; i < r; i++)
+					if (buf[i] != pat(k->got + (uint64_t)i) && k->bad++ == 0)
+						fprintf(stderr, "  echo byte %llu differs\n",
+							(unsigned long long)(k->got + (uint64_t)i));
+				k->got += (uint64_t)r;
+			} else if (WSAGetLastError() != WSAEWOULDBLOCK) {
+				k->err = sock_errno();
+				break;
+			}
+		}
+	}
+	closesocket(fd);
+	return 0;
+}
+#else
+static TL__OS_THREAD_FN client_main(void *arg)
 {
 	struct client *k = arg;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)k->port)};
@@ -285,7 +388,7 @@ static void *client_main(void *arg)
 		k->err = errno ? errno : EIO;
 		if (fd >= 0)
 			close(fd);
-		return NULL;
+		return 0;
 	}
 	int shut = 0;
 	while (!k->eof && st_now_ns() < dl) {
@@ -325,22 +428,23 @@ static void *client_main(void *arg)
 		}
 	}
 	close(fd);
-	return NULL;
+	return 0;
 }
+#endif
 
 static int wait_port(void)
 {
 	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
 
 	while (!atomic_load(&M.listen_port) && st_now_ns() < dl)
-		usleep(1000);
+		tl__os_sleep_us(1000);
 	return atomic_load(&M.listen_port);
 }
 
 static void run(int refuse, struct client *k, tl_runtime_config *cfg)
 {
 	tl_runtime *rt;
-	pthread_t t;
+	tl__os_thread_handle t = 0;
 
 	memset(&M, 0, sizeof M);
 	M.refuse = refuse;
@@ -351,14 +455,14 @@ static void run(int refuse, struct client *k, tl_runtime_config *cfg)
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	k->port = wait_port();
 	CU_ASSERT_TRUE(k->port > 0);
-	if (k->port > 0 && pthread_create(&t, NULL, client_main, k) == 0)
-		pthread_join(t, NULL);
+	if (k->port > 0 && tl__os_thread_start(&t, client_main, k) == 0)
+		tl__os_thread_join(t);
 	/* Let the shards finish what the client's end started. */
 	uint64_t dl = st_now_ns() + 5ull * 1000000000ull;
 	while (st_now_ns() < dl &&
 	       (refuse ? atomic_load(&M.results) < 1
 		       : !atomic_load(&M.closed) || atomic_load(&M.results) < atomic_load(&M.moves)))
-		usleep(1000);
+		tl__os_sleep_us(1000);
 	tl_runtime_stop(rt);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
 	tl_runtime_destroy(rt);
@@ -380,6 +484,28 @@ static void test_migrate_mid_stream(void)
 	CU_ASSERT_EQUAL(k.got, MIG_TOTAL);
 	CU_ASSERT_EQUAL(k.bad, 0);
 	CU_ASSERT_TRUE(k.eof);
+#ifdef _WIN32
+	if (atomic_load(&M.notsup)) {
+		/* Under wine: the first move, once the read it cancelled had
+		 * ended, was refused; nothing moved, and the stream went on
+		 * whole on shard 0 (checked above). */
+		CU_ASSERT_EQUAL(atomic_load(&M.notsup), 1);
+		CU_ASSERT_EQUAL(atomic_load(&M.moves), 0);
+		CU_ASSERT_EQUAL(atomic_load(&M.results), 0);
+		CU_ASSERT_EQUAL(atomic_load(&M.fresh), 1);
+		CU_ASSERT_TRUE(atomic_load(&M.eagains) >= 1);
+		CU_ASSERT_TRUE(atomic_load(&M.cancelled) >= 1);
+		CU_ASSERT_EQUAL(M.bytes[0], MIG_TOTAL);
+		CU_ASSERT_EQUAL(M.bytes[1], 0);
+		CU_ASSERT_TRUE(atomic_load(&M.closed));
+		st_skip("moving a connection that has done I/O: wine lacks "
+			"FileReplaceCompletionInformation, so its socket cannot leave the loop's "
+			"completion port (tl_shard_migrate's -ENOTSUP checked, the stream whole "
+			"without the moves)");
+		st_end(fds);
+		return;
+	}
+#endif
 	unsigned moves = atomic_load(&M.moves);
 	printf("  moves %u, -EAGAIN %u, reads cancelled by it %u, results %u, bytes read on the shards %llu + %llu\n",
 			moves, atomic_load(&M.eagains), atomic_load(&M.cancelled), atomic_load(&M.results),

@@ -1,14 +1,12 @@
-/* tests/test_spsc.c: CUnit tests of the mesh ring (shards/spsc.h): limits, FIFO, all-or-nothing batches, two-thread stress. */
+/* tests/test_spsc.c: CUnit tests of the mesh ring (shards/spsc.h): limits, FIFO, all-or-nothing batches, two-thread stress; on Linux and, as win-spsc, on Windows. */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <CUnit/Basic.h>
 
-#include "spsc.h"
+#include "spsc.h" /* and os.h: the stress threads on both OSes */
 
 /* A message whose every field is derived from its sequence number, so the
  * consumer can tell a torn or misplaced copy from a correct one. */
@@ -197,7 +195,7 @@ static unsigned next_batch(uint64_t *x, unsigned max)
 	return 1 + (unsigned)(*x % max);
 }
 
-static void *producer(void *arg)
+static TL__OS_THREAD_FN producer(void *arg)
 {
 	struct stress *s = arg;
 	struct tl_mesh_msg batch[64];
@@ -216,7 +214,7 @@ static void *producer(void *arg)
 			if (tl__spsc_push(&s->ring, &m) == 0)
 				seq++;
 			else
-				sched_yield();
+				tl__os_yield();
 			continue;
 		}
 		for (unsigned k = 0; k < n; k++)
@@ -224,12 +222,12 @@ static void *producer(void *arg)
 		if (tl__spsc_push_n(&s->ring, batch, n) == 0)
 			seq += n;
 		else
-			sched_yield();
+			tl__os_yield();
 	}
-	return NULL;
+	return 0;
 }
 
-static void *consumer(void *arg)
+static TL__OS_THREAD_FN consumer(void *arg)
 {
 	struct stress *s = arg;
 	struct tl_mesh_msg out[64];
@@ -239,7 +237,7 @@ static void *consumer(void *arg)
 		size_t got = tl__spsc_pop_n(&s->ring, out, next_batch(&x, 64));
 
 		if (got == 0) {
-			sched_yield();
+			tl__os_yield();
 			continue;
 		}
 		for (size_t k = 0; k < got; k++) {
@@ -251,7 +249,7 @@ static void *consumer(void *arg)
 			s->received++;
 		}
 	}
-	return NULL;
+	return 0;
 }
 
 static void run_stress(uint32_t cap, uint64_t count, unsigned max_batch)
@@ -259,7 +257,7 @@ static void run_stress(uint32_t cap, uint64_t count, unsigned max_batch)
 	/* Static: the ring wants 64-byte alignment and a large stack frame
 	 * is not needed for that. */
 	static struct stress s;
-	pthread_t p, c;
+	tl__os_thread_handle p = 0, c = 0;
 
 	s.count = count;
 	s.max_batch = max_batch;
@@ -267,10 +265,10 @@ static void run_stress(uint32_t cap, uint64_t count, unsigned max_batch)
 	s.bad = 0;
 	s.first_bad = 0;
 	CU_ASSERT_EQUAL_FATAL(tl__spsc_init(&s.ring, cap), 0);
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&c, NULL, consumer, &s), 0);
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&p, NULL, producer, &s), 0);
-	CU_ASSERT_EQUAL(pthread_join(p, NULL), 0);
-	CU_ASSERT_EQUAL(pthread_join(c, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(tl__os_thread_start(&c, consumer, &s), 0);
+	CU_ASSERT_EQUAL_FATAL(tl__os_thread_start(&p, producer, &s), 0);
+	tl__os_thread_join(p);
+	tl__os_thread_join(c);
 	CU_ASSERT_EQUAL(s.received, count);
 	CU_ASSERT_EQUAL(s.bad, 0);
 	if (s.bad)
