@@ -339,6 +339,10 @@ struct xfer_shard {
 	uint16_t port; /* Windows: the port this shard listens on */
 };
 static struct xfer_shard X[MAXS];
+/* The first connection accepted is the transfer's; do_drain's probes that
+ * a listener took before the drain closed it are closed at once. */
+static _Atomic int xfer_taken;
+#define TOK_PROBE 0x3e18
 
 static void x_send(tl_loop *l, struct xfer_shard *x)
 {
@@ -388,6 +392,10 @@ static void x_handler(tl_shard *s, const tl_completion *c)
 	tl_loop *l = tl_shard_loop(s);
 
 	if (c->kind == TL_K_ACCEPT && c->result == 0 && !(c->flags & TL_F_TERMINAL)) {
+		if (atomic_exchange(&xfer_taken, 1)) {
+			ST_CHECK(tl_close(l, c->u.accept.conn, TOK_PROBE) == 0);
+			return;
+		}
 		ST_CHECK(x->conn.v == 0);
 		x->conn = c->u.accept.conn;
 		x->sent = 0;
@@ -532,6 +540,7 @@ static uint64_t x_read(int fd, void (*hook)(void *), void *arg, int *intact)
 static void x_config(tl_runtime_config *cfg)
 {
 	memset(X, 0, sizeof X);
+	atomic_store(&xfer_taken, 0);
 	for (uint32_t i = 0; i < CHUNK; i++)
 		xbuf[i] = (uint8_t)(i * 7 + 3);
 	xport = free_port();
