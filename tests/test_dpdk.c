@@ -508,7 +508,7 @@ static void snm(const uint8_t *a, uint8_t *g, struct rte_ether_addr *mac)
 }
 
 /* A UDP datagram from [PEER6]:sport to [dst]:dport; how spoils it: 1 the
- * checksum, 2 a zero checksum, 3 a hop-by-hop options header before it,
+ * checksum, 2 a zero checksum (len even), 3 a hop-by-hop options header before it,
  * 4 a fragment header before it. */
 static struct rte_mbuf *udp6_frame(const uint8_t *dst, uint16_t sport, uint16_t dport,
 				   const void *pay, uint16_t len, int how)
@@ -523,8 +523,18 @@ static struct rte_mbuf *udp6_frame(const uint8_t *dst, uint16_t sport, uint16_t 
 	seal6(PEER6, dst, IPPROTO_UDP, u, 8 + len, 6);
 	if (how == 1)
 		u[6] ^= 0x01;
-	if (how == 2)
+	if (how == 2) {
+		/* No checksum, on a datagram whose checksum would be 0xffff
+		 * (its last two bytes set so): the sum over it comes right
+		 * with the field 0 too, so only the rule that IPv6 has no
+		 * "no checksum" drops it. len is even. */
 		u[6] = u[7] = 0;
+		u[8 + len - 2] = u[8 + len - 1] = 0;
+		uint16_t adj = (uint16_t)(0xffff - sum6(PEER6, dst, IPPROTO_UDP, u, 8u + len));
+		u[8 + len - 2] = (uint8_t)(adj >> 8);
+		u[8 + len - 1] = (uint8_t)adj;
+		CU_ASSERT_EQUAL(sum6(PEER6, dst, IPPROTO_UDP, u, 8u + len), 0xffff);
+	}
 	uint8_t nh = IPPROTO_UDP;
 	if (how == 3) { /* hop-by-hop: next UDP, length 0 (8 bytes), PadN */
 		const uint8_t hbh[8] = {IPPROTO_UDP, 0, 1, 4, 0, 0, 0, 0};
@@ -825,7 +835,7 @@ static void test_ipv6_drops_counted(void)
 	H_EQ(tl_udp_recv_start(l, h, 1, &r), 0);
 	struct tl_dpdk_stats s0 = st(l);
 	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 1)); /* UDP checksum */
-	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 2)); /* no checksum */
+	put(udp6_frame(LOOP6, 40000, 5312, "bad!", 4, 2)); /* no checksum */
 	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 3)); /* hop-by-hop options */
 	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 4)); /* a fragment */
 	put(udp6_frame(LOST6, 40000, 5312, "bad", 3, 0)); /* another address */
