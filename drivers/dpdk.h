@@ -29,8 +29,8 @@ struct tl_dpdk_stats {
 
 /* How the port receives the multicast frames of IPv6 neighbour discovery
  * (solicited-node groups, all-nodes): none asked (no IPv6 address), its
- * multicast filter holds them, all multicast on (it has no filter list),
- * or as it passes frames (it has neither: net_ring, net_memif). */
+ * multicast list holds them (net_tap), all multicast on (it has no list:
+ * net_ring), or as it passes frames (it has neither: net_memif). */
 enum { TL_DPDK_MC_NONE = 0, TL_DPDK_MC_LIST, TL_DPDK_MC_ALL, TL_DPDK_MC_PORT };
 
 /* Copy loop's counters to *out: 0, or -ENOTSUP when loop does not run on

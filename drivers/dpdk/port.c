@@ -90,10 +90,10 @@ static int eal_args(char *buf, size_t len, char **argv, int max)
 
 /* Let the port receive the multicast frames neighbour discovery needs:
  * the solicited-node group of each IPv6 address and all-nodes. A port
- * that filters multicast by a list takes the list; one that has no list
- * (-ENOTSUP: net_ring, net_memif, net_tap, which filter nothing) is asked
- * for all multicast; one that has neither passes what it passes (the
- * driver's own check is in wire.c either way). */
+ * that filters multicast by a list takes the list (net_tap takes it and
+ * filters nothing); one that has no list is asked for all multicast
+ * (net_ring); one that has neither (net_memif) passes what it passes. The
+ * driver's own check (tl__dp_nd_mac) takes only its groups either way. */
 static void accept_nd_groups(uint16_t port)
 {
 	struct rte_ether_addr mc[DP_ADDRS + 1];
