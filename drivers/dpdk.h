@@ -13,16 +13,25 @@ struct tl_dpdk_stats {
 	uint64_t tx_full;        /* bursts the TX ring took only part of (the rest waited) */
 	uint64_t drop_bad;       /* malformed: short, bad lengths or checksums */
 	uint64_t drop_frag;      /* IPv4 fragments (not reassembled) */
-	uint64_t drop_proto;     /* not ARP, IPv4 or UDP (IPv6 among them) */
+	uint64_t drop_proto;     /* not ARP, IPv4, IPv6, UDP or ND */
 	uint64_t drop_not_ours;  /* for another MAC or IP address */
 	uint64_t drop_no_port;   /* no handle bound to the destination port */
 	uint64_t drop_rcvq;      /* the handle's queue was full */
 	uint64_t arp_in, arp_out;
-	uint64_t unreachable;    /* sends ended: no ARP answer */
+	uint64_t unreachable;    /* sends ended: no ARP or ND answer */
 	uint64_t naps, spins;    /* idle sleeps, and polls of the port while spinning */
+	uint64_t drop_ext6;      /* IPv6 packets with an extension header (none is followed) */
+	uint64_t nd_in, nd_out;  /* Neighbour Solicitations and Advertisements in and out */
 	uint32_t queue;          /* the queue pair's number */
 	uint8_t link_up;
+	uint8_t nd_mc;           /* how the port takes ND's multicast frames: TL_DPDK_MC_* */
 };
+
+/* How the port receives the multicast frames of IPv6 neighbour discovery
+ * (solicited-node groups, all-nodes): none asked (no IPv6 address), its
+ * multicast list holds them (net_tap), all multicast on (it has no list:
+ * net_ring), or as it passes frames (it has neither: net_memif). */
+enum { TL_DPDK_MC_NONE = 0, TL_DPDK_MC_LIST, TL_DPDK_MC_ALL, TL_DPDK_MC_PORT };
 
 /* Copy loop's counters to *out: 0, or -ENOTSUP when loop does not run on
  * the DPDK driver. */

@@ -3287,15 +3287,6 @@ static void udp_round_trip(int family)
 	tl_loop *l = c.loop;
 	if (!h_need_cap(l, TL_CAP_UDP) || (family == AF_INET6 && !h_need_ipv6()))
 		goto out;
-	if (family == AF_INET6 && !strcmp(tl_loop_driver(l), "dpdk")) {
-		/* A documented gap (docs/DPDK.md): its bind is -EAFNOSUPPORT. */
-		tl_addr v6;
-		tl_handle x;
-		h_loopback(&v6, AF_INET6, 0);
-		H_EQ(tl_udp_bind(l, &v6, &x), -EAFNOSUPPORT);
-		h_skip("the DPDK driver serves IPv4 only");
-		goto out;
-	}
 	tl_handle a, b;
 	tl_addr any, aa, ba;
 	h_loopback(&any, family, 0);

@@ -2,6 +2,7 @@
 #include "contract.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #ifndef _WIN32 /* Winsock's names come with turnloop/platform.h */
 #include <arpa/inet.h>
@@ -22,13 +23,32 @@ static uint16_t port_of(const tl_addr *a)
 	return ntohs(a->sa.sa_family == AF_INET6 ? a->in6.sin6_port : a->in.sin_port);
 }
 
-/* Two datagram handles on loopback IPv4 (opts for the first), their
- * addresses in *aa and *ba. 0 or -1 (failures recorded). */
+/* The family the rules run in: IPv4, or IPv6 with TL_TEST_UDP_FAMILY=6
+ * (the loopback address ::1, and TL_TEST_UDP_ADDR2 the second address
+ * of this host that D6 sends to). */
+static int fam(void)
+{
+	const char *e = getenv("TL_TEST_UDP_FAMILY");
+	return e && !strcmp(e, "6") ? AF_INET6 : AF_INET;
+}
+
+/* Whether a and b hold the same IP address (ports not compared). */
+static int same_ip(const tl_addr *a, const tl_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return 0;
+	if (a->sa.sa_family == AF_INET6)
+		return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16);
+	return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+}
+
+/* Two datagram handles on the loopback address of fam() (opts for the
+ * first), their addresses in *aa and *ba. 0 or -1 (failures recorded). */
 static int two(tl_loop *l, const tl_udp_opts *o, tl_handle *a, tl_addr *aa, tl_handle *b,
 	       tl_addr *ba)
 {
 	tl_addr lo;
-	h_loopback(&lo, AF_INET, 0);
+	h_loopback(&lo, fam(), 0);
 	H_EQ_FATAL(tl_udp_bind_opts(l, &lo, o, a), 0);
 	H_EQ_FATAL(tl_udp_bind(l, &lo, b), 0);
 	H_EQ(tl_local_addr(l, *a, aa), 0);
@@ -92,7 +112,7 @@ static void test_d1_bind_options(void)
 	if (!h_need_cap(l, TL_CAP_UDP))
 		goto out;
 	tl_addr lo, a1;
-	h_loopback(&lo, AF_INET, 0);
+	h_loopback(&lo, fam(), 0);
 	tl_handle h1, h2, h3;
 	tl_udp_opts bad = {.flags = 1u << 30}, rp = {.flags = TL_UDP_REUSEPORT},
 		    gro = {.flags = TL_UDP_GRO};
@@ -305,23 +325,29 @@ static void test_d6_pktinfo_and_source(void)
 	tl_loop *l = c.loop;
 	if (!h_need_cap(l, TL_CAP_UDP))
 		goto out;
+	/* The second address: 127.0.0.2 is this host too (all of 127/8 is
+	 * loopback); IPv6 has one loopback address, so the test is told
+	 * another (a DPDK port's second address). */
+	tl_addr lo, lo2;
+	h_loopback(&lo, fam(), 0);
+	const char *a2 = fam() == AF_INET6 ? getenv("TL_TEST_UDP_ADDR2") : "127.0.0.2";
+	if (!a2 || tl_addr_parse(&lo2, a2, 0) != 0 || lo2.sa.sa_family != fam()) {
+		h_skip("IPv6: no second address of this host to send to (TL_TEST_UDP_ADDR2)");
+		goto out;
+	}
 	tl_addr any;
-	memset(&any, 0, sizeof any);
-	any.in.sin_family = AF_INET;
-	any.in.sin_addr.s_addr = htonl(INADDR_ANY);
+	H_EQ_FATAL(tl_addr_parse(&any, fam() == AF_INET6 ? "::" : "0.0.0.0", 0), 0);
 	tl_udp_opts pi = {.flags = TL_UDP_PKTINFO};
 	tl_handle a, b;
 	H_EQ_FATAL(tl_udp_bind_opts(l, &any, &pi, &a), 0);
 	tl_addr aa;
 	H_EQ(tl_local_addr(l, a, &aa), 0);
-	tl_addr lo, lo2;
-	h_loopback(&lo, AF_INET, 0);
 	H_EQ_FATAL(tl_udp_bind(l, &lo, &b), 0);
-	/* 127.0.0.2 is this host too (all of 127/8 is loopback). */
-	lo2 = lo;
-	lo2.in.sin_addr.s_addr = htonl(0x7f000002);
 	tl_addr to = lo2;
-	to.in.sin_port = aa.in.sin_port;
+	if (fam() == AF_INET6)
+		to.in6.sin6_port = aa.in6.sin6_port;
+	else
+		to.in.sin_port = aa.in.sin_port;
 	uint8_t buf[64];
 	tl_op r;
 	H_EQ(tl_udp_recv(l, a, buf, sizeof buf, 1, &r), 0);
@@ -331,11 +357,11 @@ static void test_d6_pktinfo_and_source(void)
 	int i = h_wait_op(&c, r);
 	if (i >= 0) {
 		tl_addr got = c.log.v[i].u.recv.to;
-		H_EQ(got.sa.sa_family, AF_INET);
-		H_EQ(ntohl(got.in.sin_addr.s_addr), 0x7f000002);
+		H_EQ(got.sa.sa_family, fam());
+		H_TRUE(same_ip(&got, &lo2), "u.recv.to is not the address sent to (%s)", a2);
 		from = c.log.v[i].u.recv.from;
 	}
-	/* Answer from the address asked (127.0.0.2), not the kernel's pick. */
+	/* Answer from the address asked (the second), not the kernel's pick. */
 	H_EQ(tl_udp_recv(l, b, buf, sizeof buf, 2, &r), 0);
 	tl_op s;
 	tl_udp_msg m = {.buf = "re", .len = 2, .to = &from, .from = &lo2};
@@ -344,8 +370,77 @@ static void test_d6_pktinfo_and_source(void)
 	i = h_wait_op(&c, r);
 	if (i >= 0) {
 		H_EQ(c.log.v[i].result, 2);
-		H_EQ(ntohl(c.log.v[i].u.recv.from.in.sin_addr.s_addr), 0x7f000002);
+		H_TRUE(same_ip(&c.log.v[i].u.recv.from, &lo2), "the answer is not from %s", a2);
 		H_EQ(port_of(&c.log.v[i].u.recv.from), port_of(&aa));
+	}
+	h_close(&c, a, 4);
+	h_close(&c, b, 5);
+out:
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
+/* D6 (dual stack): an IPv6 handle bound to :: takes IPv4 datagrams too,
+ * their source IPv4-mapped (::ffff:127.0.0.1), the address they were
+ * sent to (TL_UDP_PKTINFO) IPv4 as the kernel gives it, and a send to an
+ * address goes out as IPv4: the IPv4 handle gets it from the IPv6
+ * handle's port. */
+static void test_d6_dual_stack(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	tl_loop *l = c.loop;
+	if (!h_need_cap(l, TL_CAP_UDP) || !h_need_ipv6())
+		goto out;
+	if (iocp(l)) {
+		h_skip("not run on IOCP: the rule is checked on the Linux drivers and DPDK");
+		goto out;
+	}
+	tl_addr any6, lo4, a6, b4;
+	H_EQ_FATAL(tl_addr_parse(&any6, "::", 0), 0);
+	h_loopback(&lo4, AF_INET, 0);
+	tl_udp_opts pi = {.flags = TL_UDP_PKTINFO};
+	tl_handle a, b;
+	H_EQ_FATAL(tl_udp_bind_opts(l, &any6, &pi, &a), 0);
+	H_EQ_FATAL(tl_udp_bind(l, &lo4, &b), 0);
+	H_EQ(tl_local_addr(l, a, &a6), 0);
+	H_EQ(tl_local_addr(l, b, &b4), 0);
+	H_EQ(a6.sa.sa_family, AF_INET6);
+	tl_addr to = lo4;
+	to.in.sin_port = a6.in6.sin6_port;
+	uint8_t buf[16];
+	tl_op r, s;
+	H_EQ(tl_udp_recv(l, a, buf, sizeof buf, 1, &r), 0);
+	send_wait(&c, b, &to, 0x66, 6);
+	tl_addr from;
+	memset(&from, 0, sizeof from);
+	int i = h_wait_op(&c, r);
+	if (i >= 0) {
+		tl_completion *x = &c.log.v[i];
+		H_EQ(x->result, 6);
+		from = x->u.recv.from;
+		tl_addr want;
+		H_EQ(tl_addr_parse(&want, "::ffff:127.0.0.1", 0), 0);
+		H_TRUE(same_ip(&from, &want) && port_of(&from) == port_of(&b4),
+		       "from is not [::ffff:127.0.0.1]:%u (family %d, port %u)", port_of(&b4),
+		       from.sa.sa_family, port_of(&from));
+		/* The kernel's IP_PKTINFO on such a socket: IPv4. */
+		H_EQ(x->u.recv.to.sa.sa_family, AF_INET);
+		H_TRUE(same_ip(&x->u.recv.to, &lo4), "u.recv.to is not 127.0.0.1");
+	}
+	/* The answer to the mapped address reaches the IPv4 handle. */
+	H_EQ(tl_udp_recv(l, b, buf, sizeof buf, 2, &r), 0);
+	if (from.sa.sa_family) {
+		H_EQ(tl_udp_send(l, a, "v4", 2, &from, 3, &s), 0);
+		h_wait_op(&c, s);
+		i = h_wait_op(&c, r);
+		if (i >= 0) {
+			H_EQ(c.log.v[i].result, 2);
+			H_EQ(c.log.v[i].u.recv.from.sa.sa_family, AF_INET);
+			H_TRUE(same_ip(&c.log.v[i].u.recv.from, &lo4), "not from 127.0.0.1");
+			H_EQ(port_of(&c.log.v[i].u.recv.from), port_of(&a6));
+		}
 	}
 	h_close(&c, a, 4);
 	h_close(&c, b, 5);
@@ -368,7 +463,7 @@ static void test_d7_connected(void)
 	tl_handle a, b, x;
 	tl_addr aa, ba, lo;
 	two(l, NULL, &a, &aa, &b, &ba);
-	h_loopback(&lo, AF_INET, 0);
+	h_loopback(&lo, fam(), 0);
 	H_EQ_FATAL(tl_udp_bind(l, &lo, &x), 0);
 	tl_op s;
 	H_EQ(tl_udp_send(l, b, "?", 1, NULL, 1, &s), 0);
@@ -376,9 +471,11 @@ static void test_d7_connected(void)
 	if (i >= 0)
 		H_EQ(c.log.v[i].result, -EDESTADDRREQ);
 	H_EQ(tl_udp_connect(l, a, &ba), 0);
-	tl_addr v6;
-	h_loopback(&v6, AF_INET6, 1);
-	H_EQ(tl_udp_connect(l, a, &v6), -EAFNOSUPPORT);
+	if (fam() == AF_INET) {
+		tl_addr v6;
+		h_loopback(&v6, AF_INET6, 1);
+		H_EQ(tl_udp_connect(l, a, &v6), -EAFNOSUPPORT);
+	}
 	H_EQ(tl_udp_connect(l, TL_HANDLE_NONE, &ba), -ENOENT);
 	uint8_t buf[16];
 	tl_op r;
@@ -420,7 +517,7 @@ static void test_d8_gso_gro(void)
 		goto out;
 	uint32_t caps = tl_loop_caps(l);
 	tl_addr lo;
-	h_loopback(&lo, AF_INET, 0);
+	h_loopback(&lo, fam(), 0);
 	tl_udp_opts gro = {.flags = TL_UDP_GRO};
 	tl_handle a, b, g;
 	tl_addr aa, ba, ga;
@@ -643,6 +740,7 @@ const struct test_def tl_contract_dgram[] = {
 	T("D datagrams", test_d4_multishot_order),
 	T("D datagrams", test_d5_lease_cap),
 	T("D datagrams", test_d6_pktinfo_and_source),
+	T("D datagrams", test_d6_dual_stack),
 	T("D datagrams", test_d7_connected),
 	T("D datagrams", test_d8_gso_gro),
 	T("D datagrams", test_d9_close_and_cancel),

@@ -945,12 +945,12 @@ static int udp_round(tl_handle a, tl_handle b, const tl_addr *aa, int i)
 	return sent == UDP_BATCH && echoed == UDP_BATCH && back == UDP_BATCH ? 0 : -10;
 }
 
-static int udp_phase(unsigned long *allocs)
+/* The datagram phase over loopback of family (IPv4: 127.0.0.1, IPv6: ::1). */
+static int udp_phase(int family, unsigned long *allocs)
 {
 	tl_addr lo, aa;
-	memset(&lo, 0, sizeof lo);
-	lo.in.sin_family = AF_INET;
-	lo.in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (tl_addr_parse(&lo, family == AF_INET6 ? "::1" : "127.0.0.1", 0) != 0)
+		return -19;
 	tl_handle a, b;
 	tl_op ra, rb;
 	if (tl_udp_bind(loop, &lo, &a) != 0 || tl_udp_bind(loop, &lo, &b) != 0 ||
@@ -970,6 +970,18 @@ static int udp_phase(unsigned long *allocs)
 	*allocs = atomic_load(&calls_alloc) + atomic_load(&calls_free) - a0;
 	tl_close(loop, a, 0);
 	tl_close(loop, b, 0);
+	/* Both closed (their receives' terminals taken) before another
+	 * phase starts. */
+	tl_completion c[32];
+	for (int t = 0, closed = 0; t < 400 && closed < 2; t++) {
+		int n = tl_turn(loop, 10 * 1000000ll, c, 32, NULL);
+		for (int j = 0; j < n; j++) {
+			if (c[j].kind == TL_K_CLOSED)
+				closed++;
+			else if (c[j].kind == TL_K_RECV && (c[j].flags & TL_F_LEASE))
+				tl_lease_release(loop, c[j].u.recv.lease.id);
+		}
+	}
 	return rc < 0 ? rc : UDP_ROUNDS * UDP_BATCH;
 }
 
@@ -1177,22 +1189,24 @@ int main(void)
 	}
 	printf("noalloc: driver %s\n", tl_loop_driver(loop));
 	if (!(tl_loop_caps(loop) & TL_CAP_TCP) && (tl_loop_caps(loop) & TL_CAP_UDP)) {
-		/* A datagram driver (DPDK): the datagram phase alone. */
-		unsigned long udp_allocs = 0;
+		/* A datagram driver (DPDK): the datagram phase alone, over
+		 * IPv4 and then IPv6 (the port has ::1 among its addresses). */
+		unsigned long udp_allocs = 0, udp6_allocs = 0;
 		const char *drv = tl_loop_driver(loop); /* a static string */
-		int udp_echoed = udp_phase(&udp_allocs);
+		int udp_echoed = udp_phase(AF_INET, &udp_allocs);
+		int udp6_echoed = udp_echoed > 0 ? udp_phase(AF_INET6, &udp6_allocs) : 0;
 		tl_completion out[64];
 		for (int k = 0; k < 200 && tl_alive(loop); k++)
 			tl_turn(loop, 10 * 1000000ll, out, 64, NULL);
 		int close_rc = tl_loop_close(loop);
-		if (udp_echoed <= 0 || udp_allocs || close_rc) {
-			fprintf(stderr, "noalloc: driver %s: datagram phase %d, %lu allocator calls "
-				"(want 0), tl_loop_close %d\n", drv, udp_echoed,
-				udp_allocs, close_rc);
+		if (udp_echoed <= 0 || udp_allocs || udp6_echoed <= 0 || udp6_allocs || close_rc) {
+			fprintf(stderr, "noalloc: driver %s: datagram phase IPv4 %d, %lu allocator "
+				"calls, IPv6 %d, %lu allocator calls (want 0), tl_loop_close %d\n",
+				drv, udp_echoed, udp_allocs, udp6_echoed, udp6_allocs, close_rc);
 			return 1;
 		}
-		printf("noalloc: driver %s has datagrams only: %d datagrams echoed, 0 allocator "
-		       "calls\n", drv, udp_echoed);
+		printf("noalloc: driver %s has datagrams only: %d datagrams echoed over IPv4 and "
+		       "%d over IPv6, 0 allocator calls\n", drv, udp_echoed, udp6_echoed);
 		return 0;
 	}
 	if (!(tl_loop_caps(loop) & TL_CAP_TCP)) {
@@ -1299,7 +1313,7 @@ int main(void)
 	unsigned long udp_allocs = 0;
 	int udp_echoed = 0;
 	if (tl_loop_caps(loop) & TL_CAP_UDP)
-		udp_echoed = udp_phase(&udp_allocs);
+		udp_echoed = udp_phase(AF_INET, &udp_allocs);
 
 	unsigned long bio_allocs = 0;
 	int bio_msgs = bio_phase(&bio_allocs);

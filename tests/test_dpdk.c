@@ -1,4 +1,4 @@
-/* tests/test_dpdk.c: the DPDK driver on a port made of two rings: frames put on the wire by hand and read off it: ARP, neighbours, every drop counted, a full TX ring as backpressure, a full handle queue. */
+/* tests/test_dpdk.c: the DPDK driver on a port made of two rings: frames put on the wire by hand and read off it: ARP, IPv6 neighbour discovery, neighbours, every drop counted, a full TX ring as backpressure, a full handle queue. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +65,8 @@ static void put(struct rte_mbuf *m)
 
 /* A UDP frame from PEER_IP:sport to dip:dport with payload pay[0..len);
  * how spoils it: 1 the IPv4 checksum, 2 the UDP checksum, 3 a fragment,
- * 4 another MAC, 5 a UDP length past the IP packet's end, 6 IPv6. */
+ * 4 another MAC, 5 a UDP length past the IP packet's end, 6 a protocol
+ * the driver has not (an experimental EtherType). */
 static struct rte_mbuf *udp_frame(uint32_t dip, uint16_t sport, uint16_t dport, const void *pay,
 				  uint16_t len, int how)
 {
@@ -78,7 +79,7 @@ static struct rte_mbuf *udp_frame(uint32_t dip, uint16_t sport, uint16_t dport, 
 	eh->dst_addr = port_mac;
 	if (how == 4)
 		eh->dst_addr.addr_bytes[5] ^= 1;
-	eh->ether_type = rte_cpu_to_be_16(how == 6 ? RTE_ETHER_TYPE_IPV6 : RTE_ETHER_TYPE_IPV4);
+	eh->ether_type = rte_cpu_to_be_16(how == 6 ? 0x88b5 : RTE_ETHER_TYPE_IPV4);
 	memset(ip, 0, sizeof *ip);
 	ip->version_ihl = RTE_IPV4_VHL_DEF;
 	ip->time_to_live = 64;
@@ -274,7 +275,7 @@ static void test_drops_counted(void)
 	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 3)); /* a fragment */
 	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 4)); /* another MAC */
 	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 5)); /* UDP length too long */
-	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 6)); /* IPv6 */
+	put(udp_frame(LOOP_IP, 40000, 5302, "bad", 3, 6)); /* another EtherType */
 	put(udp_frame(0x0a000001u, 40000, 5302, "bad", 3, 0)); /* another IP */
 	put(udp_frame(LOOP_IP, 40000, 5399, "bad", 3, 0)); /* no handle */
 	put(udp_frame(LOOP_IP, 40001, 5302, "good", 4, 0));
@@ -438,6 +439,436 @@ static void test_handle_queue_full(void)
 	h_end(l, fds);
 }
 
+/* ---- IPv6 and neighbour discovery ---- */
+
+/* TL_DPDK_ADDR's IPv6 address, a peer, and one nobody answers for. */
+static const uint8_t LOOP6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
+static const uint8_t PEER6[16] = {0x20, 0x01, 0x0d, 0xb8, [14] = 0x12, [15] = 0x34};
+static const uint8_t LOST6[16] = {0x20, 0x01, 0x0d, 0xb8, [14] = 0x66, [15] = 0x66};
+
+/* The ones' complement sum of IPv6's pseudo-header and l4[0..len), byte
+ * by byte (the test's own, not the driver's): 0xffff over a message
+ * whose checksum is right. */
+static uint16_t sum6(const uint8_t *src, const uint8_t *dst, uint8_t nh, const uint8_t *l4,
+		     uint32_t len)
+{
+	uint32_t s = 0;
+	for (int k = 0; k < 16; k += 2)
+		s += (uint32_t)(src[k] << 8 | src[k + 1]) + (uint32_t)(dst[k] << 8 | dst[k + 1]);
+	s += (len >> 16) + (len & 0xffff) + nh;
+	for (uint32_t k = 0; k < len; k += 2)
+		s += (uint32_t)l4[k] << 8 | (k + 1 < len ? l4[k + 1] : 0);
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)s;
+}
+
+/* Set the checksum at l4[at] (big-endian) so that the sum comes right. */
+static void seal6(const uint8_t *src, const uint8_t *dst, uint8_t nh, uint8_t *l4, uint32_t len,
+		  uint32_t at)
+{
+	l4[at] = l4[at + 1] = 0;
+	uint16_t c = (uint16_t)~sum6(src, dst, nh, l4, len);
+	if (nh == IPPROTO_UDP && !c)
+		c = 0xffff;
+	l4[at] = (uint8_t)(c >> 8);
+	l4[at + 1] = (uint8_t)c;
+}
+
+/* An IPv6 frame from src to dst (eth destination edst), next header nh,
+ * hop limit hop, carrying l4[0..len) as it is. */
+static struct rte_mbuf *ip6_frame(const uint8_t *src, const uint8_t *dst,
+				  const struct rte_ether_addr *edst, uint8_t nh, uint8_t hop,
+				  const uint8_t *l4, uint16_t len)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 40 + len);
+	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+	eh->src_addr = peer_mac;
+	eh->dst_addr = *edst;
+	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+	ip->vtc_flow = htonl(6u << 28);
+	ip->payload_len = htons(len);
+	ip->proto = nh;
+	ip->hop_limits = hop;
+	memcpy(ip->src_addr, src, 16);
+	memcpy(ip->dst_addr, dst, 16);
+	memcpy(ip + 1, l4, len);
+	return m;
+}
+
+/* The solicited-node group of a (ff02::1:ffXX:XXXX) and its MAC. */
+static void snm(const uint8_t *a, uint8_t *g, struct rte_ether_addr *mac)
+{
+	static const uint8_t pre[13] = {0xff, 0x02, [11] = 1, [12] = 0xff};
+	memcpy(g, pre, 13);
+	memcpy(g + 13, a + 13, 3);
+	*mac = (struct rte_ether_addr){{0x33, 0x33, g[12], g[13], g[14], g[15]}};
+}
+
+/* A UDP datagram from [PEER6]:sport to [dst]:dport; how spoils it: 1 the
+ * checksum, 2 a zero checksum (len even), 3 a hop-by-hop options header before it,
+ * 4 a fragment header before it. */
+static struct rte_mbuf *udp6_frame(const uint8_t *dst, uint16_t sport, uint16_t dport,
+				   const void *pay, uint16_t len, int how)
+{
+	uint8_t b[1600];
+	uint32_t ext = how >= 3 ? 8 : 0;
+	uint8_t *u = b + ext;
+	u[0] = (uint8_t)(sport >> 8), u[1] = (uint8_t)sport;
+	u[2] = (uint8_t)(dport >> 8), u[3] = (uint8_t)dport;
+	u[4] = (uint8_t)((8 + len) >> 8), u[5] = (uint8_t)(8 + len);
+	memcpy(u + 8, pay, len);
+	seal6(PEER6, dst, IPPROTO_UDP, u, 8 + len, 6);
+	if (how == 1)
+		u[6] ^= 0x01;
+	if (how == 2) {
+		/* No checksum, on a datagram whose checksum would be 0xffff
+		 * (its last two bytes set so): the sum over it comes right
+		 * with the field 0 too, so only the rule that IPv6 has no
+		 * "no checksum" drops it. len is even. */
+		u[6] = u[7] = 0;
+		u[8 + len - 2] = u[8 + len - 1] = 0;
+		uint16_t adj = (uint16_t)(0xffff - sum6(PEER6, dst, IPPROTO_UDP, u, 8u + len));
+		u[8 + len - 2] = (uint8_t)(adj >> 8);
+		u[8 + len - 1] = (uint8_t)adj;
+		CU_ASSERT_EQUAL(sum6(PEER6, dst, IPPROTO_UDP, u, 8u + len), 0xffff);
+	}
+	uint8_t nh = IPPROTO_UDP;
+	if (how == 3) { /* hop-by-hop: next UDP, length 0 (8 bytes), PadN */
+		const uint8_t hbh[8] = {IPPROTO_UDP, 0, 1, 4, 0, 0, 0, 0};
+		memcpy(b, hbh, 8);
+		nh = 0;
+	} else if (how == 4) { /* a fragment header, offset 0, more fragments */
+		const uint8_t fr[8] = {IPPROTO_UDP, 0, 0, 1, 0, 0, 0, 7};
+		memcpy(b, fr, 8);
+		nh = 44;
+	}
+	return ip6_frame(PEER6, dst, &port_mac, nh, 64, b, (uint16_t)(ext + 8 + len));
+}
+
+/* A Neighbour Solicitation for target from src (with a source link-layer
+ * option unless src is ::), to dst (eth edst); hop limit hop; bad 1: a
+ * wrong checksum. */
+static struct rte_mbuf *ns_frame(const uint8_t *src, const uint8_t *dst,
+				 const struct rte_ether_addr *edst, const uint8_t *target,
+				 uint8_t hop, int bad)
+{
+	static const uint8_t unspec[16];
+	uint8_t b[32] = {135, 0};
+	memcpy(b + 8, target, 16);
+	uint16_t len = 24;
+	if (memcmp(src, unspec, 16)) {
+		b[24] = 1, b[25] = 1;
+		memcpy(b + 26, peer_mac.addr_bytes, 6);
+		len = 32;
+	}
+	seal6(src, dst, IPPROTO_ICMPV6, b, len, 2);
+	if (bad)
+		b[3] ^= 0x10;
+	return ip6_frame(src, dst, edst, IPPROTO_ICMPV6, hop, b, len);
+}
+
+/* A solicited Neighbour Advertisement for target (at peer_mac) to LOOP6. */
+static struct rte_mbuf *na_frame(const uint8_t *target)
+{
+	uint8_t b[32] = {136, 0, 0, 0, 0x60};
+	memcpy(b + 8, target, 16);
+	b[24] = 2, b[25] = 1;
+	memcpy(b + 26, peer_mac.addr_bytes, 6);
+	seal6(target, LOOP6, IPPROTO_ICMPV6, b, 32, 2);
+	return ip6_frame(target, LOOP6, &port_mac, IPPROTO_ICMPV6, 255, b, 32);
+}
+
+static tl_addr addr6_of(const uint8_t *ip, uint16_t port)
+{
+	tl_addr a;
+	memset(&a, 0, sizeof a);
+	a.in6.sin6_family = AF_INET6;
+	memcpy(&a.in6.sin6_addr, ip, 16);
+	a.in6.sin6_port = htons(port);
+	return a;
+}
+
+/* The IPv6 header and ICMPv6 message of frame m: NULL unless it is one. */
+static struct rte_ipv6_hdr *icmp6_of(struct rte_mbuf *m, uint8_t **msg)
+{
+	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	if (rte_be_to_cpu_16(eh->ether_type) != RTE_ETHER_TYPE_IPV6)
+		return NULL;
+	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+	if (ip->proto != IPPROTO_ICMPV6)
+		return NULL;
+	*msg = (uint8_t *)(ip + 1);
+	return ip;
+}
+
+/* Check that m is the loop's Neighbour Advertisement for LOOP6 to PEER6,
+ * solicited: addresses, hop limit 255, checksum, flags, target and the
+ * target link-layer option. */
+static void check_na(struct rte_mbuf *m)
+{
+	uint8_t *na = NULL;
+	struct rte_ipv6_hdr *ip = icmp6_of(m, &na);
+	H_TRUE_FATAL(ip != NULL, "not an ICMPv6 frame");
+	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	uint32_t len = ntohs(ip->payload_len);
+	H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &peer_mac), "to the asker's MAC");
+	H_TRUE(rte_is_same_ether_addr(&eh->src_addr, &port_mac), "from the port's MAC");
+	H_TRUE(!memcmp(ip->src_addr, LOOP6, 16) && !memcmp(ip->dst_addr, PEER6, 16),
+	       "from the target to the asker");
+	H_EQ(ip->hop_limits, 255);
+	H_EQ(len, 32);
+	H_EQ(sum6(ip->src_addr, ip->dst_addr, IPPROTO_ICMPV6, na, len), 0xffff);
+	H_EQ(na[0], 136);
+	H_EQ(na[1], 0);
+	H_EQ(na[4], 0x60); /* solicited, override, not a router */
+	H_TRUE(!memcmp(na + 8, LOOP6, 16), "target: the port's address");
+	H_EQ(na[24], 2);
+	H_EQ(na[25], 1);
+	H_TRUE(!memcmp(na + 26, port_mac.addr_bytes, 6), "target link-layer: the port's MAC");
+}
+
+/* Neighbour Solicitations for the port's IPv6 address, to its
+ * solicited-node group and to the address itself, are answered with a
+ * right Advertisement; the asker is learnt from its source link-layer
+ * option, so a datagram to it goes out at once, to its MAC, with hop
+ * limit 64 and a right UDP checksum. One for another address, one with a
+ * bad checksum and one with a hop limit under 255 are dropped, counted,
+ * unanswered; from :: (duplicate address detection) the answer goes to
+ * all nodes. */
+static void test_nd_answered(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	struct tl_dpdk_stats s0 = st(l);
+	uint8_t g[16];
+	struct rte_ether_addr gmac;
+	snm(LOOP6, g, &gmac);
+	put(ns_frame(PEER6, g, &gmac, LOOP6, 255, 0));
+	h_turn(&c, 0);
+	struct rte_mbuf *m[8];
+	unsigned n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1)
+		check_na(m[0]);
+	rte_pktmbuf_free_bulk(m, n);
+	put(ns_frame(PEER6, LOOP6, &port_mac, LOOP6, 255, 0));
+	h_turn(&c, 0);
+	n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1)
+		check_na(m[0]);
+	rte_pktmbuf_free_bulk(m, n);
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.nd_in - s0.nd_in, 2);
+	H_EQ(s.nd_out - s0.nd_out, 2);
+	/* Not answered: another target, a bad checksum, a hop limit of 254
+	 * (a router passed it on). */
+	uint8_t g2[16];
+	struct rte_ether_addr gmac2;
+	snm(LOST6, g2, &gmac2);
+	put(ns_frame(PEER6, LOOP6, &port_mac, LOST6, 255, 0));
+	put(ns_frame(PEER6, g, &gmac, LOOP6, 255, 1));
+	put(ns_frame(PEER6, g, &gmac, LOOP6, 254, 0));
+	put(ns_frame(PEER6, g2, &gmac2, LOST6, 255, 0)); /* another group: not ours */
+	h_turn(&c, 0);
+	h_turn(&c, 0);
+	n = take(m, 8);
+	H_EQ(n, 0);
+	rte_pktmbuf_free_bulk(m, n);
+	struct tl_dpdk_stats s1 = st(l);
+	H_EQ(s1.drop_not_ours - s.drop_not_ours, 2);
+	H_EQ(s1.drop_bad - s.drop_bad, 2);
+	H_EQ(s1.nd_out, s.nd_out);
+	/* Duplicate address detection: from ::, to the group, no option. */
+	static const uint8_t unspec[16];
+	put(ns_frame(unspec, g, &gmac, LOOP6, 255, 0));
+	h_turn(&c, 0);
+	n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1) {
+		uint8_t *na = NULL;
+		struct rte_ipv6_hdr *ip = icmp6_of(m[0], &na);
+		static const uint8_t all[16] = {0xff, 0x02, [15] = 1};
+		H_TRUE_FATAL(ip != NULL, "an ICMPv6 frame");
+		H_TRUE(!memcmp(ip->dst_addr, all, 16), "to all nodes");
+		H_EQ(na[0], 136);
+		H_EQ(na[4], 0x20); /* override, not solicited */
+		H_EQ(sum6(ip->src_addr, ip->dst_addr, IPPROTO_ICMPV6, na, ntohs(ip->payload_len)),
+		     0xffff);
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	/* The asker was learnt from its option. */
+	tl_addr me = addr6_of(LOOP6, 5310), to = addr6_of(PEER6, 9);
+	tl_handle h;
+	H_EQ_FATAL(tl_udp_bind(l, &me, &h), 0);
+	tl_op op;
+	H_EQ(tl_udp_send(l, h, "six", 3, &to, 1, &op), 0);
+	int i = h_wait_op(&c, op);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 3);
+	n = take(m, 8);
+	H_EQ(n, 1);
+	if (n == 1) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[0], struct rte_ether_hdr *);
+		struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+		uint8_t *u = (uint8_t *)(ip + 1);
+		H_EQ(rte_be_to_cpu_16(eh->ether_type), RTE_ETHER_TYPE_IPV6);
+		H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &peer_mac), "sent to the learnt MAC");
+		H_EQ(ntohl(ip->vtc_flow) >> 28, 6);
+		H_EQ(ip->proto, IPPROTO_UDP);
+		H_EQ(ip->hop_limits, 64);
+		H_EQ(ntohs(ip->payload_len), 11);
+		H_TRUE(!memcmp(ip->src_addr, LOOP6, 16) && !memcmp(ip->dst_addr, PEER6, 16),
+		       "addresses");
+		H_EQ(u[0] << 8 | u[1], 5310);
+		H_EQ(u[2] << 8 | u[3], 9);
+		H_EQ(u[4] << 8 | u[5], 11);
+		H_TRUE(u[6] || u[7], "a UDP checksum (mandatory in IPv6)");
+		H_EQ(sum6(ip->src_addr, ip->dst_addr, IPPROTO_UDP, u, 11), 0xffff);
+		H_TRUE(!memcmp(u + 8, "six", 3), "payload");
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* A send to an IPv6 address not learnt yet asks by a Neighbour
+ * Solicitation (to the target's solicited-node group, from the send's
+ * source, with the port's link-layer address, a right checksum) and
+ * waits; the Advertisement sends it. One never answered asks again and
+ * ends with -EHOSTUNREACH after the tries, as ARP's do. */
+static void test_nd_learned(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	struct tl_dpdk_stats s0 = st(l);
+	tl_addr any = addr6_of((const uint8_t[16]){0}, 5311);
+	tl_handle h;
+	H_EQ_FATAL(tl_udp_bind(l, &any, &h), 0);
+	uint8_t peer[16];
+	memcpy(peer, PEER6, 16);
+	peer[13] = 0x77; /* not learnt by another test */
+	tl_addr to = addr6_of(peer, 7), lost = addr6_of(LOST6, 7);
+	tl_op op, op2;
+	H_EQ(tl_udp_send(l, h, "abc", 3, &to, 1, &op), 0);
+	H_EQ(tl_udp_send(l, h, "x", 1, &lost, 2, &op2), 0);
+	h_turn(&c, 0);
+	struct rte_mbuf *m[8];
+	unsigned n = take(m, 8);
+	H_EQ(n, 2); /* two solicitations, no datagram */
+	for (unsigned k = 0; k < n; k++) {
+		uint8_t *ns = NULL;
+		struct rte_ipv6_hdr *ip = icmp6_of(m[k], &ns);
+		H_TRUE_FATAL(ip != NULL, "an ICMPv6 frame");
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[k], struct rte_ether_hdr *);
+		const uint8_t *target = k == 0 ? peer : LOST6;
+		uint8_t g[16];
+		struct rte_ether_addr gmac;
+		snm(target, g, &gmac);
+		H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &gmac), "to the group's MAC");
+		H_TRUE(!memcmp(ip->dst_addr, g, 16), "to the solicited-node group");
+		H_TRUE(!memcmp(ip->src_addr, LOOP6, 16), "from the port's address");
+		H_EQ(ip->hop_limits, 255);
+		H_EQ(ns[0], 135);
+		H_TRUE(!memcmp(ns + 8, target, 16), "the target asked");
+		H_EQ(ns[24], 1);
+		H_TRUE(!memcmp(ns + 26, port_mac.addr_bytes, 6), "source link-layer: the port's MAC");
+		H_EQ(sum6(ip->src_addr, ip->dst_addr, IPPROTO_ICMPV6, ns, ntohs(ip->payload_len)),
+		     0xffff);
+	}
+	rte_pktmbuf_free_bulk(m, n);
+	H_EQ(h_find_term(&c.log, op), -1);
+	put(na_frame(peer));
+	int i = h_wait_op(&c, op);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, 3);
+	n = take(m, 8);
+	unsigned udp = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[k], struct rte_ether_hdr *);
+		struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+		if (ip->proto != IPPROTO_UDP)
+			continue;
+		udp++;
+		H_TRUE(rte_is_same_ether_addr(&eh->dst_addr, &peer_mac), "to the advertised MAC");
+		H_TRUE(!memcmp(ip->dst_addr, peer, 16), "to the peer");
+	}
+	H_EQ(udp, 1);
+	rte_pktmbuf_free_bulk(m, n);
+	uint64_t t0 = h_wall_ns();
+	i = h_wait_op_ms(&c, op2, 3000);
+	if (i >= 0)
+		H_EQ(c.log.v[i].result, -EHOSTUNREACH);
+	H_TRUE(h_wall_ns() - t0 > 500 * H_MS, "gave up only after its tries");
+	rte_pktmbuf_free_bulk(m, take(m, 8));
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.unreachable - s0.unreachable, 1);
+	H_TRUE(s.nd_out - s0.nd_out >= 6, "%llu solicitations",
+	       (unsigned long long)(s.nd_out - s0.nd_out));
+	H_EQ(s.nd_in - s0.nd_in, 1);
+	h_close(&c, h, 3);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
+/* IPv6 datagrams: a good one reaches an IPv6 handle with its source and
+ * (TL_UDP_PKTINFO) the address it was sent to; a bad UDP checksum and a
+ * zero one (invalid in IPv6) are dropped as malformed, a hop-by-hop
+ * options header and a fragment header under drop_ext6, another address
+ * and a port nobody bound under their reasons. */
+static void test_ipv6_drops_counted(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	tl_addr any = addr6_of((const uint8_t[16]){0}, 5312);
+	tl_udp_opts pi = {.flags = TL_UDP_PKTINFO};
+	tl_handle h;
+	H_EQ_FATAL(tl_udp_bind_opts(l, &any, &pi, &h), 0);
+	tl_op r;
+	H_EQ(tl_udp_recv_start(l, h, 1, &r), 0);
+	struct tl_dpdk_stats s0 = st(l);
+	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 1)); /* UDP checksum */
+	put(udp6_frame(LOOP6, 40000, 5312, "bad!", 4, 2)); /* no checksum */
+	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 3)); /* hop-by-hop options */
+	put(udp6_frame(LOOP6, 40000, 5312, "bad", 3, 4)); /* a fragment */
+	put(udp6_frame(LOST6, 40000, 5312, "bad", 3, 0)); /* another address */
+	put(udp6_frame(LOOP6, 40000, 5399, "bad", 3, 0)); /* no handle */
+	put(udp6_frame(LOOP6, 40001, 5312, "good", 4, 0));
+	H_TRUE(h_wait_count(&c, 1, 2000), "the good datagram arrived");
+	h_idle(&c, 20);
+	H_EQ(h_count_op(&c.log, r, 0), 1);
+	int i = h_find_op(&c.log, r, 0);
+	if (i >= 0) {
+		tl_completion *x = &c.log.v[i];
+		H_EQ(x->result, 4);
+		H_EQ(x->u.recv.from.sa.sa_family, AF_INET6);
+		H_TRUE(!memcmp(&x->u.recv.from.in6.sin6_addr, PEER6, 16), "from the peer");
+		H_EQ(ntohs(x->u.recv.from.in6.sin6_port), 40001);
+		H_EQ(x->u.recv.to.sa.sa_family, AF_INET6);
+		H_TRUE(!memcmp(&x->u.recv.to.in6.sin6_addr, LOOP6, 16), "to the port's address");
+		H_TRUE(x->flags & TL_F_LEASE, "in a lease");
+		if (x->flags & TL_F_LEASE)
+			H_TRUE(!memcmp(x->u.recv.lease.data, "good", 4), "payload");
+	}
+	h_release_leases(&c, 0);
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.drop_bad - s0.drop_bad, 2);
+	H_EQ(s.drop_ext6 - s0.drop_ext6, 2);
+	H_EQ(s.drop_not_ours - s0.drop_not_ours, 1);
+	H_EQ(s.drop_no_port - s0.drop_no_port, 1);
+	H_EQ(s.rx_datagrams - s0.rx_datagrams, 1);
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* ---- the sharded runtime on the DPDK driver ---- */
 
 static tl_handle rt_h;
@@ -588,6 +1019,9 @@ int main(void)
 	CU_add_test(s, "drops_counted", test_drops_counted);
 	CU_add_test(s, "tx_full_is_backpressure", test_tx_full_is_backpressure);
 	CU_add_test(s, "handle_queue_full", test_handle_queue_full);
+	CU_add_test(s, "nd_answered", test_nd_answered);
+	CU_add_test(s, "nd_learned", test_nd_learned);
+	CU_add_test(s, "ipv6_drops_counted", test_ipv6_drops_counted);
 	CU_add_test(s, "link_down_stops_polling", test_link_down_stops_polling);
 	CU_add_test(s, "runtime_shard", test_runtime_shard);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

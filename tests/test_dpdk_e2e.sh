@@ -3,7 +3,9 @@
 # against a peer in another process. CASE memif: the server end of a net_memif port, dpdk_peer the
 # client end (ARP, 2,000 datagrams of every size checked, bad frames not echoed). CASE tap: a net_tap
 # port in a network namespace of its own, the kernel on the other side of it, and a Python UDP
-# client that checks every echo (root and `ip netns` needed, else a skip, 77). Either way tlecho ends
+# client that checks every echo (root and `ip netns` needed, else a skip, 77). CASE tap6: the same
+# over IPv6, neighbour discovery both ways (no static entry), checked in the kernel's counters.
+# Either way tlecho ends
 # on SIGTERM with status 0 and counts exactly the datagrams the peer had echoed.
 set -euo pipefail
 case=$1 tlecho=$2 peer=$3
@@ -95,18 +97,20 @@ case_memif() {
 	stop_echo "$sent" "$bytes"
 }
 
-case_tap() {
+# Start tlecho --udp on a net_tap port in a namespace of its own, with the
+# port's addresses $1 (TL_DPDK_ADDR) and bound to $2.
+tap_up() {
 	[ "$(id -u)" = 0 ] || skip "needs root (a network namespace and a tap interface)"
 	command -v ip >/dev/null || skip "no ip command (iproute2)"
-	local name=tl-e2e-$$ out sent bytes rc=0
+	local name=tl-e2e-$$
 	ip netns add "$name" 2>"$work/netns.err" || skip "ip netns add failed: $(cat "$work/netns.err")"
 	ns=$name
 	# One queue pair: the kernel spreads what it sends over a tap
 	# interface's queues by its own hash, and a queue no loop claimed is
 	# never read (the default, 4, loses most flows and the kernel's ARP).
-	ip netns exec "$ns" env TL_DRIVER=dpdk TL_DPDK_ADDR=$srv_ip TL_DPDK_QUEUES=1 \
+	ip netns exec "$ns" env TL_DRIVER=dpdk TL_DPDK_ADDR="$1" TL_DPDK_QUEUES=1 \
 		TL_DPDK="${eal[*]} --file-prefix=$echo_prefix --vdev=net_tap0,iface=tltap0" \
-		"$tlecho" --udp -p $srv_port --host 0.0.0.0 2>"$work/tlecho.err" &
+		"$tlecho" --udp -p $srv_port --host "$2" 2>"$work/tlecho.err" &
 	echo_pid=$!
 	for _ in $(seq 200); do
 		ip netns exec "$ns" ip link show tltap0 >/dev/null 2>&1 && break
@@ -115,26 +119,32 @@ case_tap() {
 	done
 	ip netns exec "$ns" ip link show tltap0 >/dev/null 2>&1 || fail "no tltap0 in the namespace in 10 s"
 	wait_listening
-	# The kernel's end: an address on the tap interface. Its neighbour
-	# entry for the server comes from the driver's ARP answers.
-	ip netns exec "$ns" ip addr add $cli_ip/24 dev tltap0
-	ip netns exec "$ns" ip link set tltap0 up
-	ip netns exec "$ns" timeout 60 python3 - "$srv_ip" "$srv_port" "$cli_ip" >"$work/client.out" 2>&1 <<'EOF' || rc=$?
-# 500 datagrams of sizes 0-1472 in windows of 16 to the server; each echo must
-# be the datagram sent (a number and a pattern), from the server's address and
-# port, once. Missing echoes after 2 s fail.
+}
+
+# The kernel's UDP client in the namespace: client SERVER_IP PORT BIND_IP COUNT (IPv4 or
+# IPv6 by the addresses). The echoes so far are added up in $sent and $bytes.
+sent=0 bytes=0
+client() {
+	local rc=0 out n b
+	ip netns exec "$ns" timeout 60 python3 - "$@" >"$work/client.out" 2>&1 <<'EOF' || rc=$?
+# COUNT datagrams of sizes 0 to the most one frame carries (1472 bytes over IPv4,
+# 1452 over IPv6: no fragments) in windows of 16 to the server; each echo must be
+# the datagram sent (a number and a pattern), from the server's address and port,
+# once. Missing echoes after 2 s fail.
 import socket, sys, time
 srv = (sys.argv[1], int(sys.argv[2]))
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+top = 1452 if fam == socket.AF_INET6 else 1472
+s = socket.socket(fam, socket.SOCK_DGRAM)
 s.bind((sys.argv[3], 0))
 def size(i):
-    return i * 7919 % 1473 if i % 50 else (0, 1472)[i // 50 % 2]
+    return i * 7919 % (top + 1) if i % 50 else (0, top)[i // 50 % 2]
 def payload(i):
     n = size(i)
     head = i.to_bytes(4, "big")
     body = bytes((i * 7 + k * 13 + 0x5a) & 0xff for k in range(n))
     return (head + body[4:])[:n] if n >= 4 else body
-count, window, total = 500, 16, 0
+count, window, total = int(sys.argv[4]), 16, 0
 t0 = time.monotonic()
 for base in range(0, count, window):
     want = {}
@@ -150,8 +160,8 @@ for base in range(0, count, window):
         except socket.timeout:
             sys.exit("FAIL: %d of the datagrams %d-%d not echoed in 2 s" %
                      (left, base, min(base + window, count) - 1))
-        if frm != srv:
-            sys.exit("FAIL: a datagram from %s:%d, not the server" % frm)
+        if frm[:2] != srv:
+            sys.exit("FAIL: a datagram from %s port %d, not the server" % frm[:2])
         cands = want.get(len(data), [])
         match = [i for i in cands if payload(i) == data]
         if not match and cands:
@@ -164,27 +174,70 @@ for base in range(0, count, window):
         cands.remove(match[0])
         left -= 1
         total += len(data)
-print("client: ok: %d of %d datagrams echoed right (%d payload bytes, sizes 0-1472) in %.2f s" %
-      (count, count, total, time.monotonic() - t0))
+print("client: ok: %d of %d datagrams echoed right (%d payload bytes, sizes 0-%d) in %.2f s, from %s" %
+      (count, count, total, top, time.monotonic() - t0, sys.argv[3]))
 EOF
 	cat "$work/client.out"
 	if [ "$rc" != 0 ]; then
 		# A checksum the kernel refused shows here, not as a wrong echo.
-		ip netns exec "$ns" grep "^Udp:" /proc/net/snmp >&2 || true
-		fail "the kernel's client exited with status $rc"
+		ip netns exec "$ns" grep "^Udp" /proc/net/snmp /proc/net/snmp6 >&2 || true
+		fail "the kernel's client ($3) exited with status $rc"
 	fi
 	out=$(grep "^client: ok:" "$work/client.out") || fail "no summary from the client"
-	sent=$(sed -n 's/.* of \([0-9]*\) datagrams echoed right.*/\1/p' <<<"$out")
-	bytes=$(sed -n 's/.*right (\([0-9]*\) payload bytes.*/\1/p' <<<"$out")
-	if [ -z "$sent" ] || [ -z "$bytes" ]; then fail "cannot read the client's summary: $out"; fi
+	n=$(sed -n 's/.* of \([0-9]*\) datagrams echoed right.*/\1/p' <<<"$out")
+	b=$(sed -n 's/.*right (\([0-9]*\) payload bytes.*/\1/p' <<<"$out")
+	if [ -z "$n" ] || [ -z "$b" ]; then fail "cannot read the client's summary: $out"; fi
+	sent=$((sent + n)) bytes=$((bytes + b))
+}
+
+case_tap() {
+	tap_up $srv_ip 0.0.0.0
+	# The kernel's end: an address on the tap interface. Its neighbour
+	# entry for the server comes from the driver's ARP answers.
+	ip netns exec "$ns" ip addr add $cli_ip/24 dev tltap0
+	ip netns exec "$ns" ip link set tltap0 up
+	client $srv_ip $srv_port $cli_ip 500
+	stop_echo "$sent" "$bytes"
+}
+
+# IPv6: tlecho on [::] (the port has an IPv4 and an IPv6 address), two
+# kernel IPv6 addresses on the tap interface, no static neighbour entry
+# either way. The first client's datagrams make the kernel solicit the
+# server's address (the driver answers, and learns the client from the
+# solicitation's link-layer option); the second client's address the
+# driver has never seen, and IPv6 data frames teach it nothing, so its
+# echoes wait for the driver's own solicitation and the kernel's
+# advertisement. The kernel's ND counters must show both ways.
+case_tap6() {
+	local srv6=fd00:7e57:e2e::2 cli6=fd00:7e57:e2e::1 cli6b=fd00:7e57:e2e::3 snmp
+	tap_up "$srv_ip,$srv6" ::
+	ip netns exec "$ns" ip -6 addr add $cli6/64 dev tltap0 nodad
+	ip netns exec "$ns" ip -6 addr add $cli6b/64 dev tltap0 nodad
+	ip netns exec "$ns" ip link set tltap0 up
+	client $srv6 $srv_port $cli6 300
+	client $srv6 $srv_port $cli6b 100
+	ip netns exec "$ns" ip -6 neigh show dev tltap0 >"$work/neigh"
+	cat "$work/neigh"
+	grep -q "^$srv6 lladdr " "$work/neigh" || fail "the kernel has no neighbour entry for $srv6"
+	if grep -q "^$srv6 .*PERMANENT" "$work/neigh"; then fail "the entry for $srv6 is static"; fi
+	snmp=$(ip netns exec "$ns" cat /proc/net/snmp6)
+	nd() { awk -v k="$1" '$1 == k { print $2 }' <<<"$snmp"; }
+	echo "kernel: NS out $(nd Icmp6OutNeighborSolicits), NA in $(nd Icmp6InNeighborAdvertisements)," \
+		"NS in $(nd Icmp6InNeighborSolicits), NA out $(nd Icmp6OutNeighborAdvertisements)," \
+		"ICMPv6 in errors $(nd Icmp6InErrors)"
+	[ "$(nd Icmp6InNeighborAdvertisements)" -ge 1 ] || fail "the driver answered no solicitation of the kernel's"
+	[ "$(nd Icmp6InNeighborSolicits)" -ge 1 ] || fail "the driver solicited no neighbour (the second client's address)"
+	[ "$(nd Icmp6OutNeighborAdvertisements)" -ge 1 ] || fail "the kernel answered no solicitation of the driver's"
+	[ "$(nd Icmp6InErrors)" = 0 ] || fail "the kernel refused ICMPv6 messages (checksum?)"
 	stop_echo "$sent" "$bytes"
 }
 
 case $case in
 memif) case_memif ;;
 tap) case_tap ;;
+tap6) case_tap6 ;;
 *)
-	echo "usage: $0 memif|tap TLECHO DPDK_PEER" >&2
+	echo "usage: $0 memif|tap|tap6 TLECHO DPDK_PEER" >&2
 	exit 2
 	;;
 esac

@@ -3,7 +3,9 @@
 #define TL_DPDK_INT_H
 
 #include <stdint.h>
+#include <string.h>
 #include <rte_ether.h>
+#include <rte_ip.h>
 #include <rte_mbuf.h>
 #include "driver.h"
 #include "os.h"
@@ -30,12 +32,21 @@
  * what the ring refuses stays queued, in order, for the next poll: a full
  * ring is backpressure, never a drop.
  *
- * Neighbours: the loop answers ARP for its address and learns the sender
- * of every ARP and IPv4 frame addressed to it. A send to an address not
- * learnt yet waits (off the transmit list) while the driver asks by ARP,
- * up to DP_ARP_TRIES times DP_ARP_EVERY_NS; then it ends with
- * -EHOSTUNREACH. A send to the port's own address goes out of the port
- * like any other (a net_ring port brings it back; a NIC does not).
+ * IPv4 and IPv6 both (wire.c): an IPv6 handle bound to :: also takes
+ * IPv4 datagrams, reported IPv4-mapped (::ffff:a.b.c.d), as a kernel
+ * socket with IPV6_V6ONLY off does; addresses of either family are kept
+ * as 16 bytes (dp_ip), IPv4 ones mapped so.
+ *
+ * Neighbours: one table for both families. The loop answers ARP for its
+ * IPv4 addresses and learns the sender of every ARP and IPv4 frame
+ * addressed to it; it answers Neighbour Solicitations for its IPv6
+ * addresses (nd.c) and learns from Advertisements and from solicitations'
+ * source link-layer option (not from IPv6 data frames, as IPv6 hosts do).
+ * A send to an address not learnt yet waits (off the transmit list) while
+ * the driver asks, by ARP or a Neighbour Solicitation, up to DP_ARP_TRIES
+ * times DP_ARP_EVERY_NS; then it ends with -EHOSTUNREACH. A send to the
+ * port's own address goes out of the port like any other (a net_ring port
+ * brings it back; a NIC does not).
  */
 
 /* Datagrams a handle's queue holds before the next ones are dropped. */
@@ -46,11 +57,37 @@
 #define DP_NEIGH 256
 #define DP_ARP_EVERY_NS (200ull * 1000 * 1000)
 #define DP_ARP_TRIES 5
-/* IPv4 addresses a port may have (TL_DPDK_ADDR lists them). */
+/* Addresses of each family a port may have (TL_DPDK_ADDR lists them). */
 #define DP_ADDRS 8
 /* The largest UDP payload one frame carries (no IP fragmentation). */
 #define DP_MTU 1500
 #define DP_MAX_PAYLOAD (DP_MTU - 20 - 8)
+#define DP_MAX_PAYLOAD6 (DP_MTU - 40 - 8)
+
+/* An IP address of either family: IPv6, or IPv4 as ::ffff:a.b.c.d. */
+typedef union dp_ip {
+	uint8_t b[16];
+	uint32_t w[4];
+	uint64_t q[2];
+} dp_ip;
+
+static inline int dp_ip_eq(const dp_ip *a, const dp_ip *b)
+{
+	return a->q[0] == b->q[0] && a->q[1] == b->q[1];
+}
+
+static inline int dp_ip_is4(const dp_ip *a)
+{
+	return a->q[0] == 0 && a->w[2] == rte_cpu_to_be_32(0xffff);
+}
+
+static inline dp_ip dp_ip4(uint32_t v4)
+{
+	dp_ip a = {.q = {0, 0}};
+	a.w[2] = rte_cpu_to_be_32(0xffff);
+	a.w[3] = v4;
+	return a;
+}
 
 /* What the driver keeps in each mbuf's private area (port.c sizes it). */
 struct dp_meta {
@@ -59,6 +96,8 @@ struct dp_meta {
 	uint16_t sport, dport; /* network order */
 	uint16_t off, len;     /* the UDP payload in the mbuf's data */
 	uint16_t full;         /* the payload's length as the UDP header says */
+	uint16_t l3;           /* IPv6: its header's offset (the addresses are read there) */
+	uint8_t v6;            /* an IPv6 datagram (sip, dip unused) */
 };
 
 static inline struct dp_meta *dp_meta(struct rte_mbuf *m)
@@ -72,11 +111,11 @@ struct dp_h {
 	uint32_t rhead, rtail;          /* its receives, oldest first */
 	uint32_t rdy_next, rdy_prev;    /* the loop's ready list (TL_NIL ends) */
 	uint32_t chain;                 /* next handle bound to the same port */
-	uint32_t peer_ip;               /* connected: the peer (network order) */
+	uint32_t peer_ip;               /* connected to IPv4: the peer (network order) */
 	uint16_t peer_port, lport;      /* network order; peer_port 0: not connected */
 	uint16_t qlen;
 	uint8_t flags;                  /* DPH_* */
-	uint8_t addr;                   /* bound to: 0 any, else ips[addr - 1] */
+	uint8_t addr;                   /* bound to: 0 any, else ips[addr - 1] (ip6 with DPH_ADDR6) */
 };
 _Static_assert(sizeof(struct dp_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "dp_h fits");
 static inline struct dp_h *DPH(struct tl_hslot *h) { return (struct dp_h *)h->u.drv; }
@@ -85,14 +124,17 @@ static inline struct dp_h *DPH(struct tl_hslot *h) { return (struct dp_h *)h->u.
 #define DPH_REUSEPORT 0x02
 #define DPH_LEASE_WAIT 0x04 /* waits for a pooled buffer */
 #define DPH_BOUND 0x08     /* in the port table */
+#define DPH_V6 0x10        /* an IPv6 handle (addresses reported as IPv6) */
+#define DPH_ADDR6 0x20     /* bound to an IPv6 address: addr indexes ip6 */
+#define DPH_PEER6 0x40     /* connected to an IPv6 peer: tl_drv.peer6[its slot] */
 
 /* An operation's state, in its slot's drv words. */
 struct dp_o {
 	uint32_t next;     /* the list it is on */
 	uint8_t where;     /* DPO_* */
-	uint8_t tries;     /* ARP requests sent for it */
+	uint8_t tries;     /* ARP requests or solicitations sent for it */
 	uint16_t _pad;
-	uint64_t due;      /* waiting for a neighbour: next ARP request */
+	uint64_t due;      /* waiting for a neighbour: next question */
 };
 _Static_assert(sizeof(struct dp_o) <= sizeof(((struct tl_opslot *)0)->drv), "dp_o fits");
 static inline struct dp_o *DPO(struct tl_opslot *o) { return (struct dp_o *)o->drv; }
@@ -100,7 +142,7 @@ static inline struct dp_o *DPO(struct tl_opslot *o) { return (struct dp_o *)o->d
 enum { DPO_NONE = 0, DPO_RECV, DPO_TX, DPO_NEIGH };
 
 struct dp_neigh {
-	uint32_t ip;  /* 0: free */
+	dp_ip ip;     /* all zero: free */
 	struct rte_ether_addr mac;
 	uint8_t state; /* 1: known */
 };
@@ -122,6 +164,9 @@ struct tl_drv {
 	uint32_t ip;           /* the port's first IPv4 address (network order) */
 	uint32_t ips[DP_ADDRS];/* all of them */
 	uint32_t nips;
+	dp_ip ip6[DP_ADDRS];   /* its IPv6 addresses, the first the default source */
+	uint32_t nip6;
+	dp_ip *peer6;          /* handle slot -> its IPv6 peer (DPH_PEER6) */
 	uint64_t tx_offload;   /* RTE_ETH_TX_OFFLOAD_* the port has that the driver uses */
 	uint32_t *bound;       /* UDP port (host order) -> first handle slot, TL_NIL */
 	uint16_t next_port;    /* the next ephemeral port to try */
@@ -134,7 +179,7 @@ struct tl_drv {
 	uint64_t link_at;            /* when to look at the link next */
 	uint8_t link_up;
 	uint8_t registered;          /* tl__dp_claim made this thread an lcore */
-	struct rte_mbuf *ctl[DP_BURST]; /* ARP frames to send before the sends */
+	struct rte_mbuf *ctl[DP_BURST]; /* ARP and ND frames to send before the sends */
 	uint32_t nctl;
 	struct dp_neigh neigh[DP_NEIGH];
 	struct tl_dpdk_stats st;
@@ -145,6 +190,9 @@ struct dp_port_info {
 	uint16_t port;
 	struct rte_ether_addr mac;
 	uint32_t ips[DP_ADDRS], nips;
+	dp_ip ip6[DP_ADDRS];
+	uint32_t nip6;
+	uint8_t nd_mc; /* TL_DPDK_MC_*: how ND's multicast frames reach the port */
 	uint64_t tx_offload;
 	uint64_t rx_offload;
 };
@@ -164,14 +212,19 @@ const char *tl__dp_why(void);
 
 /* wire.c: frames. */
 /* One received frame: checked, counted, and queued on its handle, answered
- * (ARP), or freed. */
+ * (ARP, ND), or freed. */
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m);
 /* Build the frame of send op o on handle h into m: 0, 1 when the
  * neighbour is not known yet (m untouched), or a negative errno for the
  * op's terminal. */
 int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, struct rte_mbuf *m);
-/* Queue an ARP request for ip on the control frames. */
-void tl__dp_arp_ask(struct tl_drv *d, uint32_t ip);
+/* Ask for the neighbour send op o waits for (ARP or a solicitation). */
+void tl__dp_ask(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o);
+/* Queue a control frame (ARP, ND) to go out before the sends. */
+void tl__dp_ctl_push(struct tl_drv *d, struct rte_mbuf *m);
+/* ip is at mac: learn it (a full table replaces the entry at ip's slot);
+ * sends waiting for a neighbour try again. */
+void tl__dp_learn(struct tl_drv *d, const dp_ip *ip, const struct rte_ether_addr *mac);
 /* 1 + the index of ip among the port's addresses, or 0. */
 static inline uint32_t tl__dp_mine(const struct tl_drv *d, uint32_t ip)
 {
@@ -180,8 +233,42 @@ static inline uint32_t tl__dp_mine(const struct tl_drv *d, uint32_t ip)
 			return i + 1;
 	return 0;
 }
+/* 1 + the index of ip among the port's IPv6 addresses, or 0. */
+static inline uint32_t tl__dp_mine6(const struct tl_drv *d, const void *ip)
+{
+	dp_ip a;
+	memcpy(&a, ip, 16);
+	for (uint32_t i = 0; i < d->nip6; i++)
+		if (dp_ip_eq(&d->ip6[i], &a))
+			return i + 1;
+	return 0;
+}
 /* The neighbour entry of ip, or NULL. */
-struct dp_neigh *tl__dp_neigh(struct tl_drv *d, uint32_t ip);
+struct dp_neigh *tl__dp_neigh(struct tl_drv *d, const dp_ip *ip);
+
+/* nd.c: IPv6 neighbour discovery (RFC 4861) for the port's addresses. */
+/* An ICMPv6 message in IPv6 packet ip (no extension headers), addressed
+ * to one of the port's addresses or to a multicast group of theirs
+ * (mc): Neighbour Solicitations answered, Advertisements learnt from,
+ * the rest dropped and counted. */
+void tl__dp_icmp6_input(struct tl_drv *d, struct rte_ether_hdr *eh, struct rte_ipv6_hdr *ip, int mc);
+/* Queue a Neighbour Solicitation for target from src (one of the port's
+ * addresses) on the control frames. */
+void tl__dp_nd_ask(struct tl_drv *d, const dp_ip *target, const dp_ip *src);
+/* 1 if mac is a multicast MAC the port listens on for IPv6: all-nodes
+ * (33:33:00:00:00:01) or the solicited-node group of one of its
+ * addresses. */
+int tl__dp_nd_mac(const struct tl_drv *d, const struct rte_ether_addr *mac);
+/* 1 if IPv6 address ip is a group the port takes ND on: all-nodes
+ * (ff02::1) or the solicited-node group of one of its addresses. */
+int tl__dp_nd_group(const struct tl_drv *d, const uint8_t *ip);
+/* The solicited-node multicast address of a (ff02::1:ffXX:XXXX) and its
+ * MAC (33:33:ff:XX:XX:XX). */
+void tl__dp_snm(const dp_ip *a, dp_ip *group, struct rte_ether_addr *mac);
+/* The ones' complement sum (folded, not complemented) of IPv6's
+ * pseudo-header for ip (upper-layer length len, next header nh) and
+ * l4[0..len). */
+uint16_t tl__dp_sum6(const struct rte_ipv6_hdr *ip, const void *l4, uint32_t len, uint8_t nh);
 
 /* driver.c: a handle got a datagram (put it on the ready list). */
 void tl__dp_ready(struct tl_drv *d, struct tl_hslot *h);

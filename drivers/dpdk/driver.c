@@ -114,6 +114,14 @@ static void rq_pop(struct dp_h *e)
 	rte_pktmbuf_free(m);
 }
 
+/* *a = [ip]:port (a was zeroed). */
+static void addr6(tl_addr *a, const uint8_t *ip, uint16_t port)
+{
+	a->in6.sin6_family = AF_INET6;
+	memcpy(&a->in6.sin6_addr, ip, 16);
+	a->in6.sin6_port = port;
+}
+
 /* Hand h's oldest datagram to receive o: 1 if it went, 0 if it must wait
  * (no room this turn, the handle's lease cap, no pooled buffer). */
 static int deliver(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
@@ -144,14 +152,30 @@ static int deliver(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	if (n)
 		memcpy(buf, rte_pktmbuf_mtod_offset(m, uint8_t *, mt->off), n);
 	memset(&o->u.dg.addr, 0, sizeof o->u.dg.addr);
-	o->u.dg.addr.in.sin_family = AF_INET;
-	o->u.dg.addr.in.sin_addr.s_addr = mt->sip;
-	o->u.dg.addr.in.sin_port = mt->sport;
-	if (h->flags & TL_HF_PKTINFO) {
+	if (h->flags & TL_HF_PKTINFO)
 		memset(&o->u.dg.local, 0, sizeof o->u.dg.local);
-		o->u.dg.local.in.sin_family = AF_INET;
-		o->u.dg.local.in.sin_addr.s_addr = mt->dip;
-		o->u.dg.local.in.sin_port = mt->dport;
+	if (mt->v6) {
+		const struct rte_ipv6_hdr *ip = rte_pktmbuf_mtod_offset(m, const struct rte_ipv6_hdr *, mt->l3);
+		addr6(&o->u.dg.addr, ip->src_addr, mt->sport);
+		if (h->flags & TL_HF_PKTINFO)
+			addr6(&o->u.dg.local, ip->dst_addr, mt->dport);
+	} else {
+		if (e->flags & DPH_V6) {
+			/* An IPv4 datagram on a dual handle: its source
+			 * IPv4-mapped; its destination as the kernel's
+			 * IP_PKTINFO gives it on such a socket, IPv4. */
+			dp_ip a = dp_ip4(mt->sip);
+			addr6(&o->u.dg.addr, a.b, mt->sport);
+		} else {
+			o->u.dg.addr.in.sin_family = AF_INET;
+			o->u.dg.addr.in.sin_addr.s_addr = mt->sip;
+			o->u.dg.addr.in.sin_port = mt->sport;
+		}
+		if (h->flags & TL_HF_PKTINFO) {
+			o->u.dg.local.in.sin_family = AF_INET;
+			o->u.dg.local.in.sin_addr.s_addr = mt->dip;
+			o->u.dg.local.in.sin_port = mt->dport;
+		}
 	}
 	o->u.dg.full = mt->full;
 	o->u.dg.seg = 0;
@@ -229,10 +253,7 @@ static void flush_tx(struct tl_drv *d)
 				l_push(d, &d->nw, o, DPO_NEIGH);
 				DPO(o)->tries = 1;
 				DPO(o)->due = tl__os_mono_ns() + DP_ARP_EVERY_NS;
-				uint32_t dip = o->u.dg.addr.sa.sa_family == AF_INET
-						       ? o->u.dg.addr.in.sin_addr.s_addr
-						       : DPH(h)->peer_ip;
-				tl__dp_arp_ask(d, dip);
+				tl__dp_ask(d, h, o);
 				continue;
 			}
 			ops[k++] = o;
@@ -269,9 +290,6 @@ static void run_neigh(struct tl_drv *d, uint64_t now)
 		struct dp_o *p = DPO(o);
 		uint32_t next = p->next;
 		if (now >= p->due) {
-			uint32_t dip = o->u.dg.addr.sa.sa_family == AF_INET
-					       ? o->u.dg.addr.in.sin_addr.s_addr
-					       : DPH(&d->hs[o->hidx])->peer_ip;
 			if (p->tries >= DP_ARP_TRIES) {
 				if (prev == TL_NIL)
 					d->nw.head = next;
@@ -288,7 +306,7 @@ static void run_neigh(struct tl_drv *d, uint64_t now)
 			}
 			p->tries++;
 			p->due = now + DP_ARP_EVERY_NS;
-			tl__dp_arp_ask(d, dip);
+			tl__dp_ask(d, &d->hs[o->hidx], o);
 		}
 		prev = i;
 		i = next;
@@ -438,17 +456,40 @@ static int dp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 {
 	if (sp->kind != TL_OPEN_UDP)
 		return -ENOTSUP;
-	if (sp->addr->sa.sa_family != AF_INET)
-		return -EAFNOSUPPORT; /* IPv6 is not served yet (docs/DPDK.md) */
+	int fam = sp->addr->sa.sa_family;
+	if (fam != AF_INET && fam != AF_INET6)
+		return -EAFNOSUPPORT;
 	if (sp->udp_flags & ~(TL_UDP_REUSEPORT | TL_UDP_PKTINFO))
 		return -EOPNOTSUPP;
-	uint32_t a = sp->addr->in.sin_addr.s_addr;
-	uint32_t mine = tl__dp_mine(d, a);
-	if (a != INADDR_ANY && !mine)
-		return -EADDRNOTAVAIL;
+	uint32_t mine = 0;
+	uint8_t flags = 0;
+	if (fam == AF_INET) {
+		uint32_t a = sp->addr->in.sin_addr.s_addr;
+		mine = tl__dp_mine(d, a);
+		if (a != INADDR_ANY && !mine)
+			return -EADDRNOTAVAIL;
+	} else {
+		/* IPv6: :: takes both families; an IPv4-mapped address its
+		 * IPv4 address; any other one of the port's IPv6 addresses.
+		 * The port is one link: a scope id is not looked at. */
+		dp_ip a;
+		memcpy(a.b, &sp->addr->in6.sin6_addr, 16);
+		flags = DPH_V6;
+		if (dp_ip_is4(&a)) {
+			mine = tl__dp_mine(d, a.w[3]);
+			if (!mine)
+				return -EADDRNOTAVAIL; /* ::ffff:0.0.0.0 too: not served */
+		} else if (a.q[0] || a.q[1]) {
+			mine = tl__dp_mine6(d, a.b);
+			if (!mine)
+				return -EADDRNOTAVAIL;
+			flags |= DPH_ADDR6;
+		}
+	}
 	memset(h->u.drv, 0, sizeof h->u.drv);
 	struct dp_h *e = DPH(h);
 	e->addr = (uint8_t)mine;
+	e->flags = flags;
 	e->rhead = e->rtail = e->rdy_next = e->rdy_prev = e->chain = TL_NIL;
 	int reuse = !!(sp->udp_flags & TL_UDP_REUSEPORT);
 	uint16_t port = ntohs(sp->addr->in.sin_port);
@@ -496,22 +537,53 @@ static void dp_release(struct tl_drv *d, struct tl_hslot *h)
 
 static int dp_local(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
 {
+	struct dp_h *e = DPH(h);
 	memset(out, 0, sizeof *out);
+	if (e->flags & DPH_V6) {
+		dp_ip a = {.q = {0, 0}};
+		if (e->flags & DPH_ADDR6)
+			a = d->ip6[e->addr - 1];
+		else if (e->addr)
+			a = dp_ip4(d->ips[e->addr - 1]);
+		addr6(out, a.b, e->lport);
+		return 0;
+	}
 	out->in.sin_family = AF_INET;
-	out->in.sin_addr.s_addr = DPH(h)->addr ? d->ips[DPH(h)->addr - 1] : INADDR_ANY;
-	out->in.sin_port = DPH(h)->lport;
+	out->in.sin_addr.s_addr = e->addr ? d->ips[e->addr - 1] : INADDR_ANY;
+	out->in.sin_port = e->lport;
 	return 0;
 }
 
 static int dp_dgram_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr *peer)
 {
-	(void)d;
-	if (peer->sa.sa_family != AF_INET)
+	struct dp_h *e = DPH(h);
+	dp_ip a;
+	uint16_t port;
+	if (peer->sa.sa_family == AF_INET) {
+		a = dp_ip4(peer->in.sin_addr.s_addr);
+		port = peer->in.sin_port;
+	} else if (peer->sa.sa_family == AF_INET6 && (e->flags & DPH_V6)) {
+		memcpy(a.b, &peer->in6.sin6_addr, 16);
+		port = peer->in6.sin6_port;
+	} else {
 		return -EAFNOSUPPORT;
-	if (!peer->in.sin_port)
+	}
+	if (!port)
 		return -EINVAL;
-	DPH(h)->peer_ip = peer->in.sin_addr.s_addr;
-	DPH(h)->peer_port = peer->in.sin_port;
+	/* A handle bound to an address of one family reaches that family
+	 * only (an IPv4 handle, an IPv6 one bound to an IPv4-mapped or to
+	 * an IPv6 address); an IPv6 one bound to :: reaches both. */
+	int p6 = !dp_ip_is4(&a);
+	if (p6 ? (e->addr && !(e->flags & DPH_ADDR6)) : !!(e->flags & DPH_ADDR6))
+		return -EAFNOSUPPORT;
+	if (p6) {
+		d->peer6[h->idx] = a;
+		e->flags |= DPH_PEER6;
+	} else {
+		e->peer_ip = a.w[3];
+		e->flags &= (uint8_t)~DPH_PEER6;
+	}
+	e->peer_port = port;
 	/* Datagrams already queued from other sources stay, as a kernel
 	 * socket's do. */
 	return 0;
@@ -519,13 +591,18 @@ static int dp_dgram_connect(struct tl_drv *d, struct tl_hslot *h, const tl_addr 
 
 static int dp_peer(struct tl_drv *d, struct tl_hslot *h, tl_addr *out)
 {
-	(void)d;
-	if (!DPH(h)->peer_port)
+	struct dp_h *e = DPH(h);
+	if (!e->peer_port)
 		return -ENOTCONN;
 	memset(out, 0, sizeof *out);
+	if (e->flags & DPH_V6) {
+		dp_ip a = (e->flags & DPH_PEER6) ? d->peer6[h->idx] : dp_ip4(e->peer_ip);
+		addr6(out, a.b, e->peer_port);
+		return 0;
+	}
 	out->in.sin_family = AF_INET;
-	out->in.sin_addr.s_addr = DPH(h)->peer_ip;
-	out->in.sin_port = DPH(h)->peer_port;
+	out->in.sin_addr.s_addr = e->peer_ip;
+	out->in.sin_port = e->peer_port;
 	return 0;
 }
 
@@ -608,9 +685,11 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 		return -ENOMEM;
 	d->bound = malloc(65536 * sizeof *d->bound);
 	d->lwait = malloc(cfg->max_handles * sizeof *d->lwait);
-	if (!d->bound || !d->lwait) {
+	d->peer6 = malloc(cfg->max_handles * sizeof *d->peer6);
+	if (!d->bound || !d->lwait || !d->peer6) {
 		free(d->bound);
 		free(d->lwait);
+		free(d->peer6);
 		free(d);
 		return -ENOMEM;
 	}
@@ -620,6 +699,7 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 	if (r < 0) {
 		free(d->bound);
 		free(d->lwait);
+		free(d->peer6);
 		free(d);
 		return r;
 	}
@@ -634,6 +714,8 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 	memcpy(d->ips, pi.ips, sizeof d->ips);
 	d->nips = pi.nips;
 	d->ip = pi.ips[0];
+	memcpy(d->ip6, pi.ip6, sizeof d->ip6);
+	d->nip6 = pi.nip6;
 	d->tx_offload = pi.tx_offload;
 	d->spin_ns = spin;
 	d->nap_ns = nap;
@@ -641,6 +723,7 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 	d->rdy_head = d->rdy_tail = TL_NIL;
 	d->next_port = (uint16_t)(32768 + ((uint32_t)getpid() * 7919u + d->queue * 4099u) % 28232);
 	d->st.queue = d->queue;
+	d->st.nd_mc = pi.nd_mc;
 	d->registered = (uint8_t)reg;
 	*out = d;
 	return 0;
@@ -660,6 +743,7 @@ static void dp_destroy(struct tl_drv *d)
 	tl__dp_unclaim(d->queue, d->registered);
 	free(d->bound);
 	free(d->lwait);
+	free(d->peer6);
 	free(d);
 }
 
@@ -675,7 +759,7 @@ static void dp_stats(struct tl_drv *d, tl_loop_stats *out)
 	out->nic_rx = s->rx_frames;
 	out->nic_tx = s->tx_frames;
 	out->nic_drops = s->drop_bad + s->drop_frag + s->drop_proto + s->drop_not_ours +
-			 s->drop_no_port + s->drop_rcvq;
+			 s->drop_no_port + s->drop_rcvq + s->drop_ext6;
 	out->nic_tx_full = s->tx_full;
 }
 

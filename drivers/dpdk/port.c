@@ -88,6 +88,35 @@ static int eal_args(char *buf, size_t len, char **argv, int max)
 	return argc;
 }
 
+/* Let the port receive the multicast frames neighbour discovery needs:
+ * the solicited-node group of each IPv6 address and all-nodes. A port
+ * that filters multicast by a list takes the list (net_tap takes it and
+ * filters nothing); one that has no list is asked for all multicast
+ * (net_ring); one that has neither (net_memif) passes what it passes. The
+ * driver's own check (tl__dp_nd_mac) takes only its groups either way. */
+static void accept_nd_groups(uint16_t port)
+{
+	struct rte_ether_addr mc[DP_ADDRS + 1];
+	uint32_t n = 0;
+	mc[n++] = (struct rte_ether_addr){{0x33, 0x33, 0, 0, 0, 1}};
+	for (uint32_t i = 0; i < P.info.nip6; i++) {
+		dp_ip g;
+		struct rte_ether_addr m;
+		tl__dp_snm(&P.info.ip6[i], &g, &m);
+		uint32_t k = 0;
+		while (k < n && !rte_is_same_ether_addr(&mc[k], &m))
+			k++;
+		if (k == n)
+			mc[n++] = m;
+	}
+	P.info.nd_mc = TL_DPDK_MC_LIST;
+	if (rte_eth_dev_set_mc_addr_list(port, mc, n) != 0) {
+		P.info.nd_mc = TL_DPDK_MC_ALL;
+		if (rte_eth_allmulticast_enable(port) != 0)
+			P.info.nd_mc = TL_DPDK_MC_PORT;
+	}
+}
+
 static int setup_port(void)
 {
 	uint32_t port, nq;
@@ -95,21 +124,35 @@ static int setup_port(void)
 	if ((r = env_u32("TL_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &port)) < 0 ||
 	    (r = env_u32("TL_DPDK_QUEUES", 1, 1, DP_QMAX, &nq)) < 0)
 		return r;
-	/* TL_DPDK_ADDR: the port's IPv4 addresses, comma separated; the
-	 * first is the source of what the loops send. */
+	/* TL_DPDK_ADDR: the port's IPv4 and IPv6 addresses, comma
+	 * separated, in any order; the first of each family is the source of
+	 * what the loops send in that family. */
 	const char *a = getenv("TL_DPDK_ADDR");
-	char ab[DP_ADDRS * 16 + 1];
+	char ab[DP_ADDRS * 2 * (INET6_ADDRSTRLEN + 1) + 1];
 	if (!a || !*a || strlen(a) >= sizeof ab)
-		return fail(-EINVAL, "%s", "TL_DPDK_ADDR (the port's IPv4 addresses) is missing or too long");
+		return fail(-EINVAL, "%s", "TL_DPDK_ADDR (the port's IP addresses) is missing or too long");
 	snprintf(ab, sizeof ab, "%s", a);
-	P.info.nips = 0;
+	P.info.nips = P.info.nip6 = 0;
 	for (char *sv, *s = strtok_r(ab, ",", &sv); s; s = strtok_r(NULL, ",", &sv)) {
 		struct in_addr ip;
-		if (P.info.nips == DP_ADDRS || inet_pton(AF_INET, s, &ip) != 1 || ip.s_addr == 0 ||
-		    ip.s_addr == 0xffffffffu)
-			return fail(-EINVAL, "TL_DPDK_ADDR: %s is not an IPv4 address of a host", s);
-		P.info.ips[P.info.nips++] = ip.s_addr;
+		dp_ip ip6;
+		if (inet_pton(AF_INET, s, &ip) == 1) {
+			if (P.info.nips == DP_ADDRS || ip.s_addr == 0 || ip.s_addr == 0xffffffffu)
+				return fail(-EINVAL, "TL_DPDK_ADDR: %s is not an IPv4 address of a host (or one too many)", s);
+			P.info.ips[P.info.nips++] = ip.s_addr;
+		} else if (inet_pton(AF_INET6, s, ip6.b) == 1) {
+			/* Unicast, and not IPv4-mapped (an IPv4 address is
+			 * listed as such). No scope: the port is one link. */
+			if (P.info.nip6 == DP_ADDRS || ip6.b[0] == 0xff || (!ip6.q[0] && !ip6.q[1]) ||
+			    dp_ip_is4(&ip6))
+				return fail(-EINVAL, "TL_DPDK_ADDR: %s is not an IPv6 address of a host (or one too many)", s);
+			P.info.ip6[P.info.nip6++] = ip6;
+		} else {
+			return fail(-EINVAL, "TL_DPDK_ADDR: %s is not an IP address", s);
+		}
 	}
+	if (!P.info.nips && !P.info.nip6)
+		return fail(-EINVAL, "%s", "TL_DPDK_ADDR names no address");
 	if (!rte_eth_dev_is_valid_port((uint16_t)port))
 		return fail(-ENODEV, "%s", "no DPDK port of that number (TL_DPDK_PORT; a --vdev?)");
 	struct rte_eth_dev_info di;
@@ -165,6 +208,8 @@ static int setup_port(void)
 	if ((r = rte_eth_dev_start((uint16_t)port)) != 0)
 		return fail(r, "%s", "rte_eth_dev_start failed");
 	rte_eth_promiscuous_disable((uint16_t)port);
+	if (P.info.nip6)
+		accept_nd_groups((uint16_t)port);
 	P.info.port = (uint16_t)port;
 	P.info.tx_offload = conf.txmode.offloads;
 	P.info.rx_offload = conf.rxmode.offloads;

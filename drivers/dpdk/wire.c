@@ -1,4 +1,4 @@
-/* drivers/dpdk/wire.c: the DPDK driver's frames: Ethernet, ARP, IPv4 and UDP checked on the way in and built on the way out. */
+/* drivers/dpdk/wire.c: the DPDK driver's frames: Ethernet, ARP, IPv4, IPv6 and UDP checked on the way in and built on the way out; the neighbour table. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -11,36 +11,38 @@
 
 /* ---- neighbours ---- */
 
-static uint32_t nslot(uint32_t ip)
+static const dp_ip unspec;
+
+static uint32_t nslot(const dp_ip *ip)
 {
-	return (ntohl(ip) * 2654435761u) >> 24 & (DP_NEIGH - 1);
+	uint32_t x = ip->w[0] ^ ip->w[1] ^ ip->w[2] ^ ip->w[3];
+	return (ntohl(x) * 2654435761u) >> 24 & (DP_NEIGH - 1);
 }
 
-struct dp_neigh *tl__dp_neigh(struct tl_drv *d, uint32_t ip)
+struct dp_neigh *tl__dp_neigh(struct tl_drv *d, const dp_ip *ip)
 {
 	for (uint32_t i = 0, s = nslot(ip); i < DP_NEIGH; i++, s = (s + 1) & (DP_NEIGH - 1)) {
-		if (d->neigh[s].ip == ip)
+		if (dp_ip_eq(&d->neigh[s].ip, ip))
 			return &d->neigh[s];
-		if (!d->neigh[s].ip)
+		if (dp_ip_eq(&d->neigh[s].ip, &unspec))
 			return NULL;
 	}
 	return NULL;
 }
 
-/* ip is at mac: learn it (a full table replaces the entry at ip's slot). */
-static void learn(struct tl_drv *d, uint32_t ip, const struct rte_ether_addr *mac)
+void tl__dp_learn(struct tl_drv *d, const dp_ip *ip, const struct rte_ether_addr *mac)
 {
-	if (!ip || rte_is_multicast_ether_addr(mac) || rte_is_zero_ether_addr(mac))
+	if (dp_ip_eq(ip, &unspec) || rte_is_multicast_ether_addr(mac) || rte_is_zero_ether_addr(mac))
 		return;
 	struct dp_neigh *n = tl__dp_neigh(d, ip);
 	if (n && n->state && rte_is_same_ether_addr(&n->mac, mac))
 		return; /* known, as most senders are */
 	if (!n) {
 		uint32_t s = nslot(ip);
-		for (uint32_t i = 0; i < DP_NEIGH && d->neigh[s].ip; i++)
+		for (uint32_t i = 0; i < DP_NEIGH && !dp_ip_eq(&d->neigh[s].ip, &unspec); i++)
 			s = (s + 1) & (DP_NEIGH - 1);
 		n = &d->neigh[s];
-		n->ip = ip;
+		n->ip = *ip;
 	}
 	int was = n->state;
 	n->mac = *mac;
@@ -62,14 +64,20 @@ static void learn(struct tl_drv *d, uint32_t ip, const struct rte_ether_addr *ma
 	}
 }
 
-static void ctl_push(struct tl_drv *d, struct rte_mbuf *m)
+static void learn4(struct tl_drv *d, uint32_t ip, const struct rte_ether_addr *mac)
 {
-	if (d->nctl < DP_BURST) {
+	if (!ip)
+		return;
+	dp_ip a = dp_ip4(ip);
+	tl__dp_learn(d, &a, mac);
+}
+
+void tl__dp_ctl_push(struct tl_drv *d, struct rte_mbuf *m)
+{
+	if (d->nctl < DP_BURST)
 		d->ctl[d->nctl++] = m;
-		d->st.arp_out++;
-	} else {
-		rte_pktmbuf_free(m); /* a burst of ARP beyond what one poll sends */
-	}
+	else
+		rte_pktmbuf_free(m); /* a burst of ARP or ND beyond what one poll sends */
 }
 
 static void arp_fill(struct tl_drv *d, struct rte_mbuf *m, uint16_t op, const struct rte_ether_addr *tha,
@@ -98,13 +106,14 @@ static void arp_fill(struct tl_drv *d, struct rte_mbuf *m, uint16_t op, const st
 	ah->arp_data.arp_tip = tip;
 }
 
-void tl__dp_arp_ask(struct tl_drv *d, uint32_t ip)
+static void arp_ask(struct tl_drv *d, uint32_t ip, uint32_t sip)
 {
 	struct rte_mbuf *m = rte_pktmbuf_alloc(d->mp);
 	if (!m)
 		return; /* the pool is empty now: the next try asks */
-	arp_fill(d, m, RTE_ARP_OP_REQUEST, NULL, ip, d->ip);
-	ctl_push(d, m);
+	arp_fill(d, m, RTE_ARP_OP_REQUEST, NULL, ip, sip);
+	d->st.arp_out++;
+	tl__dp_ctl_push(d, m);
 }
 
 static void arp_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hdr *eh)
@@ -125,24 +134,50 @@ static void arp_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hdr
 		d->st.drop_not_ours++;
 		return;
 	}
-	learn(d, ah->arp_data.arp_sip, &ah->arp_data.arp_sha);
+	learn4(d, ah->arp_data.arp_sip, &ah->arp_data.arp_sha);
 	if (ah->arp_opcode == rte_cpu_to_be_16(RTE_ARP_OP_REQUEST)) {
 		struct rte_mbuf *r = rte_pktmbuf_alloc(d->mp);
 		if (r) {
 			arp_fill(d, r, RTE_ARP_OP_REPLY, &ah->arp_data.arp_sha, ah->arp_data.arp_sip,
 				 ah->arp_data.arp_tip);
-			ctl_push(d, r);
+			d->st.arp_out++;
+			tl__dp_ctl_push(d, r);
 		}
 	}
 }
 
 /* ---- receive ---- */
 
+/* Whether handle e takes a datagram of family v6 sent to the port's
+ * address mine (1 + its index among the family's addresses): an IPv4
+ * handle takes IPv4 only; an IPv6 one bound to :: both (IPV6_V6ONLY off),
+ * bound to an IPv6 address that one, bound to an IPv4-mapped address that
+ * IPv4 one. */
+static inline int takes(const struct dp_h *e, int v6, uint32_t mine)
+{
+	if (v6)
+		return (e->flags & DPH_V6) && (!e->addr || ((e->flags & DPH_ADDR6) && e->addr == mine));
+	return !(e->flags & DPH_ADDR6) && (!e->addr || e->addr == mine);
+}
+
+/* Whether connected handle h's peer is sip:sport (sip IPv4 in its last
+ * word for an IPv4 datagram). */
+static inline int from_peer(const struct tl_drv *d, struct tl_hslot *h, int v6,
+			    const dp_ip *sip, uint16_t sport)
+{
+	const struct dp_h *e = DPH(h);
+	if (e->peer_port != sport)
+		return 0;
+	if (v6)
+		return (e->flags & DPH_PEER6) && dp_ip_eq(&d->peer6[h->idx], sip);
+	return !(e->flags & DPH_PEER6) && e->peer_ip == sip->w[3];
+}
+
 /* The handle bound to port p (network order) that takes a datagram from
  * sip:sport: a handle connected to that peer first, else one not
  * connected; with several (SO_REUSEPORT), the source picks one. */
-static struct tl_hslot *demux(struct tl_drv *d, uint16_t p, uint32_t mine, uint32_t sip,
-			      uint16_t sport)
+static struct tl_hslot *demux(struct tl_drv *d, uint16_t p, int v6, uint32_t mine,
+			      const dp_ip *sip, uint16_t sport)
 {
 	uint32_t first = d->bound[rte_be_to_cpu_16(p)];
 	struct tl_hslot *pick = NULL;
@@ -150,10 +185,10 @@ static struct tl_hslot *demux(struct tl_drv *d, uint16_t p, uint32_t mine, uint3
 	for (uint32_t i = first; i != TL_NIL; i = DPH(&d->hs[i])->chain) {
 		struct tl_hslot *h = &d->hs[i];
 		struct dp_h *e = DPH(h);
-		if (e->addr && e->addr != mine)
-			continue; /* bound to another of the port's addresses */
+		if (!takes(e, v6, mine))
+			continue; /* another family, or another of the port's addresses */
 		if (e->peer_port) {
-			if (e->peer_port == sport && e->peer_ip == sip)
+			if (from_peer(d, h, v6, sip, sport))
 				return h;
 			continue;
 		}
@@ -162,16 +197,38 @@ static struct tl_hslot *demux(struct tl_drv *d, uint16_t p, uint32_t mine, uint3
 			pick = h;
 	}
 	if (nfree > 1) {
-		uint32_t k = (rte_be_to_cpu_32(sip) ^ sport) % nfree;
+		uint32_t x = sip->w[0] ^ sip->w[1] ^ sip->w[2] ^ sip->w[3];
+		if (!v6)
+			x = sip->w[3];
+		uint32_t k = (rte_be_to_cpu_32(x) ^ sport) % nfree;
 		for (uint32_t i = first; i != TL_NIL; i = DPH(&d->hs[i])->chain) {
 			struct tl_hslot *h = &d->hs[i];
-			if (DPH(h)->peer_port || (DPH(h)->addr && DPH(h)->addr != mine))
+			if (DPH(h)->peer_port || !takes(DPH(h), v6, mine))
 				continue;
 			if (k-- == 0)
 				return h;
 		}
 	}
 	return pick;
+}
+
+/* Queue datagram m (its UDP header u, payload dl - 8 bytes) on handle h. */
+static void enqueue(struct tl_drv *d, struct tl_hslot *h, struct rte_mbuf *m,
+		    const struct rte_udp_hdr *u, uint32_t dl)
+{
+	struct dp_h *e = DPH(h);
+	struct dp_meta *mt = dp_meta(m);
+	mt->next = NULL;
+	mt->off = (uint16_t)((const uint8_t *)(u + 1) - rte_pktmbuf_mtod(m, uint8_t *));
+	mt->len = mt->full = (uint16_t)(dl - sizeof *u);
+	if (e->qtail)
+		dp_meta(e->qtail)->next = m;
+	else
+		e->qhead = m;
+	e->qtail = m;
+	e->qlen++;
+	d->st.rx_datagrams++;
+	tl__dp_ready(d, h);
 }
 
 static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hdr *eh)
@@ -219,33 +276,118 @@ static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 		d->st.drop_bad++;
 		return;
 	}
-	learn(d, ip->src_addr, &eh->src_addr);
-	struct tl_hslot *h = demux(d, u->dst_port, mine, ip->src_addr, u->src_port);
+	learn4(d, ip->src_addr, &eh->src_addr);
+	dp_ip src = {.w = {0, 0, 0, ip->src_addr}};
+	struct tl_hslot *h = demux(d, u->dst_port, 0, mine, &src, u->src_port);
 	if (!h) {
 		d->st.drop_no_port++;
 		return;
 	}
-	struct dp_h *e = DPH(h);
-	if (e->qlen >= DP_RCVQ) {
+	if (DPH(h)->qlen >= DP_RCVQ) {
 		d->st.drop_rcvq++;
 		return;
 	}
 	struct dp_meta *mt = dp_meta(m);
-	mt->next = NULL;
+	mt->v6 = 0;
 	mt->sip = ip->src_addr;
 	mt->dip = ip->dst_addr;
 	mt->sport = u->src_port;
 	mt->dport = u->dst_port;
-	mt->off = (uint16_t)((uint8_t *)(u + 1) - rte_pktmbuf_mtod(m, uint8_t *));
-	mt->len = mt->full = (uint16_t)(dl - sizeof *u);
-	if (e->qtail)
-		dp_meta(e->qtail)->next = m;
-	else
-		e->qhead = m;
-	e->qtail = m;
-	e->qlen++;
-	d->st.rx_datagrams++;
-	tl__dp_ready(d, h);
+	enqueue(d, h, m, u, dl);
+}
+
+/* IPv6's extension headers (RFC 8200 4, and those IANA lists as such):
+ * the driver follows none, so a packet with one is dropped. */
+static int ext_header(uint8_t nh)
+{
+	switch (nh) {
+	case 0:   /* hop-by-hop options */
+	case 43:  /* routing */
+	case 44:  /* fragment */
+	case 50:  /* ESP */
+	case 51:  /* AH */
+	case 60:  /* destination options */
+	case 135: /* mobility */
+	case 139: /* HIP */
+	case 140: /* shim6 */
+	case 253:
+	case 254: /* experiments */
+		return 1;
+	}
+	return 0;
+}
+
+static void ipv6_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hdr *eh)
+{
+	uint32_t have = m->data_len - (uint32_t)sizeof *eh;
+	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+	if (have < sizeof *ip || (rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6) {
+		d->st.drop_bad++;
+		return;
+	}
+	uint32_t pl = rte_be_to_cpu_16(ip->payload_len);
+	if (pl > have - sizeof *ip) {
+		d->st.drop_bad++; /* a jumbogram's 0 comes with a hop-by-hop option: not here */
+		return;
+	}
+	uint32_t mine = tl__dp_mine6(d, ip->dst_addr);
+	int mc = 0;
+	if (!mine) {
+		/* A group of ours (all-nodes, a solicited-node group of one
+		 * of our addresses) takes neighbour discovery only. */
+		mc = ip->proto == IPPROTO_ICMPV6 && tl__dp_nd_group(d, ip->dst_addr);
+		if (!mc) {
+			d->st.drop_not_ours++;
+			return;
+		}
+	}
+	if (ext_header(ip->proto)) {
+		d->st.drop_ext6++;
+		return;
+	}
+	if (ip->proto == IPPROTO_ICMPV6) {
+		tl__dp_icmp6_input(d, eh, ip, mc);
+		return;
+	}
+	if (ip->proto != IPPROTO_UDP) {
+		d->st.drop_proto++;
+		return;
+	}
+	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
+	uint32_t dl = pl >= sizeof *u ? rte_be_to_cpu_16(u->dgram_len) : 0;
+	if (pl < sizeof *u || dl < sizeof *u || dl > pl) {
+		d->st.drop_bad++;
+		return;
+	}
+	/* IPv6 makes the UDP checksum mandatory: 0 is no checksum, refused
+	 * (RFC 8200 8.1); a datagram the port did not check is checked here. */
+	if (!u->dgram_cksum) {
+		d->st.drop_bad++;
+		return;
+	}
+	if (!(m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_GOOD) &&
+	    tl__dp_sum6(ip, u, dl, IPPROTO_UDP) != 0xffff) {
+		d->st.drop_bad++;
+		return;
+	}
+	/* No learning from data frames: IPv6 finds neighbours by ND only. */
+	dp_ip src;
+	memcpy(src.b, ip->src_addr, 16);
+	struct tl_hslot *h = demux(d, u->dst_port, 1, mine, &src, u->src_port);
+	if (!h) {
+		d->st.drop_no_port++;
+		return;
+	}
+	if (DPH(h)->qlen >= DP_RCVQ) {
+		d->st.drop_rcvq++;
+		return;
+	}
+	struct dp_meta *mt = dp_meta(m);
+	mt->v6 = 1;
+	mt->l3 = (uint16_t)((uint8_t *)ip - rte_pktmbuf_mtod(m, uint8_t *));
+	mt->sport = u->src_port;
+	mt->dport = u->dst_port;
+	enqueue(d, h, m, u, dl);
 }
 
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
@@ -257,7 +399,7 @@ void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
 		goto free;
 	}
 	if (!rte_is_same_ether_addr(&eh->dst_addr, &d->mac) &&
-	    !rte_is_broadcast_ether_addr(&eh->dst_addr)) {
+	    !rte_is_broadcast_ether_addr(&eh->dst_addr) && !tl__dp_nd_mac(d, &eh->dst_addr)) {
 		d->st.drop_not_ours++;
 		goto free;
 	}
@@ -267,6 +409,11 @@ void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
 		ipv4_input(d, m, eh);
 		if (d->st.rx_datagrams != q)
 			return; /* queued on its handle */
+	} else if (t == RTE_ETHER_TYPE_IPV6) {
+		uint64_t q = d->st.rx_datagrams;
+		ipv6_input(d, m, eh);
+		if (d->st.rx_datagrams != q)
+			return;
 	} else if (t == RTE_ETHER_TYPE_ARP) {
 		arp_input(d, m, eh);
 	} else {
@@ -293,41 +440,170 @@ static inline uint16_t fold(uint32_t s)
 	return (uint16_t)s;
 }
 
-int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, struct rte_mbuf *m)
+/* Where send op o on handle h goes and from: *v6 the frame's family, *dip
+ * and *sip the addresses (IPv4 ones mapped), *dport. 0 or a negative
+ * errno for the op's terminal. An IPv6 handle sends IPv4 to an IPv4 or
+ * IPv4-mapped destination unless bound to an IPv6 address; bound to an
+ * IPv4-mapped address it sends IPv4 only (-ENETUNREACH otherwise, as
+ * for a family the port has no address of). */
+static int route(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, int *v6, dp_ip *dip,
+		 dp_ip *sip, uint16_t *dport)
 {
 	struct dp_h *e = DPH(h);
-	uint32_t dip, sip = e->addr ? d->ips[e->addr - 1] : d->ip;
-	uint16_t dport;
-	if (o->u.dg.addr.sa.sa_family == AF_INET) {
-		dip = o->u.dg.addr.in.sin_addr.s_addr;
-		dport = o->u.dg.addr.in.sin_port;
-	} else if (o->u.dg.addr.sa.sa_family == AF_INET6) {
-		return -EAFNOSUPPORT;
+	int hv6 = !!(e->flags & DPH_V6);
+	const tl_addr *to = &o->u.dg.addr, *from = &o->u.dg.local;
+	if (to->sa.sa_family == AF_INET) {
+		*dip = dp_ip4(to->in.sin_addr.s_addr);
+		*dport = to->in.sin_port;
+	} else if (to->sa.sa_family == AF_INET6) {
+		if (!hv6)
+			return -EAFNOSUPPORT;
+		memcpy(dip->b, &to->in6.sin6_addr, 16);
+		*dport = to->in6.sin6_port;
 	} else if (e->peer_port) {
-		dip = e->peer_ip;
-		dport = e->peer_port;
+		*dip = (e->flags & DPH_PEER6) ? d->peer6[h->idx] : dp_ip4(e->peer_ip);
+		*dport = e->peer_port;
 	} else {
 		return -EDESTADDRREQ;
 	}
-	if (o->u.dg.local.sa.sa_family == AF_INET6)
+	if (from->sa.sa_family == AF_INET6 && !hv6)
 		return -EINVAL;
-	if (o->u.dg.local.sa.sa_family == AF_INET &&
-	    o->u.dg.local.in.sin_addr.s_addr != INADDR_ANY) {
-		if (!tl__dp_mine(d, o->u.dg.local.in.sin_addr.s_addr))
-			return -EADDRNOTAVAIL;
-		sip = o->u.dg.local.in.sin_addr.s_addr;
+	int f6 = !dp_ip_is4(dip);
+	if (f6 ? (e->addr && !(e->flags & DPH_ADDR6)) : !!(e->flags & DPH_ADDR6))
+		return -ENETUNREACH;
+	if (f6) {
+		if (e->flags & DPH_ADDR6)
+			*sip = d->ip6[e->addr - 1];
+		else if (d->nip6)
+			*sip = d->ip6[0];
+		else
+			return -ENETUNREACH;
+	} else {
+		if (e->addr)
+			*sip = dp_ip4(d->ips[e->addr - 1]);
+		else if (d->nips)
+			*sip = dp_ip4(d->ip);
+		else
+			return -ENETUNREACH;
 	}
-	if (o->u.dg.len > DP_MAX_PAYLOAD)
+	if (from->sa.sa_family == AF_INET || from->sa.sa_family == AF_INET6) {
+		dp_ip f;
+		if (from->sa.sa_family == AF_INET)
+			f = dp_ip4(from->in.sin_addr.s_addr);
+		else
+			memcpy(f.b, &from->in6.sin6_addr, 16);
+		if (!dp_ip_eq(&f, &unspec) && !(dp_ip_is4(&f) && !f.w[3])) {
+			if (dp_ip_is4(&f) == f6)
+				return -EINVAL; /* a source of the other family */
+			if (f6 ? !tl__dp_mine6(d, f.b) : !tl__dp_mine(d, f.w[3]))
+				return -EADDRNOTAVAIL;
+			*sip = f;
+		}
+	}
+	*v6 = f6;
+	return 0;
+}
+
+void tl__dp_ask(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
+{
+	int v6;
+	dp_ip dip, sip;
+	uint16_t dport;
+	if (route(d, h, o, &v6, &dip, &sip, &dport) < 0)
+		return;
+	if (v6)
+		tl__dp_nd_ask(d, &dip, &sip);
+	else
+		arp_ask(d, dip.w[3], sip.w[3]);
+}
+
+/* The IPv6 frame of a send: the headers, the payload and the UDP checksum
+ * (the port's offload, else computed). */
+static void build6(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, struct rte_mbuf *m,
+		   const struct rte_ether_addr *dmac, const dp_ip *dip, const dp_ip *sip,
+		   uint16_t dport)
+{
+	uint32_t len = o->u.dg.len;
+	uint32_t hdr = sizeof(struct rte_ether_hdr) + sizeof(struct rte_ipv6_hdr) +
+		       sizeof(struct rte_udp_hdr);
+	uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(hdr + len));
+	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)p;
+	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
+	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
+	eh->src_addr = d->mac;
+	eh->dst_addr = *dmac;
+	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+	ip->vtc_flow = rte_cpu_to_be_32(6u << 28);
+	ip->payload_len = rte_cpu_to_be_16((uint16_t)(len + 8));
+	ip->proto = IPPROTO_UDP;
+	ip->hop_limits = 64;
+	memcpy(ip->src_addr, sip->b, 16);
+	memcpy(ip->dst_addr, dip->b, 16);
+	u->src_port = DPH(h)->lport;
+	u->dst_port = dport;
+	u->dgram_len = ip->payload_len;
+	u->dgram_cksum = 0;
+	if (len)
+		memcpy(u + 1, o->u.dg.buf, len);
+	if (d->tx_offload) {
+		m->l2_len = sizeof *eh;
+		m->l3_len = sizeof *ip;
+		m->ol_flags |= RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_UDP_CKSUM;
+		u->dgram_cksum = rte_ipv6_phdr_cksum(ip, m->ol_flags);
+		return;
+	}
+	/* From the values, as for IPv4: the pseudo-header (addresses, length,
+	 * next header), the UDP header (its length again, the ports) and the
+	 * payload where the host has it. */
+	const uint8_t pr[2] = {0, IPPROTO_UDP};
+	uint16_t w_pr;
+	memcpy(&w_pr, pr, 2);
+	uint32_t s = __rte_raw_cksum(sip->b, 16, 0);
+	s = __rte_raw_cksum(dip->b, 16, s);
+	s += w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
+	if (len)
+		s += rte_raw_cksum(o->u.dg.buf, len);
+	uint16_t c = (uint16_t)~fold(s);
+	u->dgram_cksum = c ? c : 0xffff;
+}
+
+int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, struct rte_mbuf *m)
+{
+	struct dp_h *e = DPH(h);
+	int v6;
+	dp_ip dipa, sipa;
+	uint16_t dport;
+	int r = route(d, h, o, &v6, &dipa, &sipa, &dport);
+	if (r < 0)
+		return r;
+	if (o->u.dg.len > (v6 ? DP_MAX_PAYLOAD6 : DP_MAX_PAYLOAD))
 		return -EMSGSIZE;
 	if (!dport)
 		return -EINVAL;
 	struct rte_ether_addr dmac;
+	if (v6) {
+		if (tl__dp_mine6(d, dipa.b)) {
+			dmac = d->mac;
+		} else if (dipa.b[0] == 0xff) {
+			/* A group: RFC 2464 7's MAC, no neighbour to find. */
+			dmac = (struct rte_ether_addr){{0x33, 0x33, dipa.b[12], dipa.b[13], dipa.b[14],
+							dipa.b[15]}};
+		} else {
+			struct dp_neigh *n = tl__dp_neigh(d, &dipa);
+			if (!n || !n->state)
+				return 1;
+			dmac = n->mac;
+		}
+		build6(d, h, o, m, &dmac, &dipa, &sipa, dport);
+		return 0;
+	}
+	uint32_t dip = dipa.w[3], sip = sipa.w[3];
 	if (tl__dp_mine(d, dip)) {
 		dmac = d->mac;
 	} else if (dip == 0xffffffffu) {
 		memset(&dmac, 0xff, sizeof dmac);
 	} else {
-		struct dp_neigh *n = tl__dp_neigh(d, dip);
+		struct dp_neigh *n = tl__dp_neigh(d, &dipa);
 		if (!n || !n->state)
 			return 1;
 		dmac = n->mac;

@@ -395,7 +395,10 @@ static int run_send(struct tl_drv *d, struct sim_sock *s, struct tl_opslot *o)
 	else if (to->sa.sa_family == AF_INET6 && s->local.sa.sa_family == AF_INET)
 		res = -EAFNOSUPPORT;
 	else {
+		/* An IPv4-mapped destination is the IPv4 address it stands
+		 * for (a dual-stack socket sends IPv4 there, as in Linux). */
 		tl_addr dst = tl__sim_dest_of(to);
+		dst = tl__sim_unmapped(&dst);
 		struct sim_sock *t = tl__sim_find_udp(&dst);
 		struct dg_hdr h = {.len = o->u.dg.len, .to = dst};
 		/* The source: our port, and the address the datagram went to when
