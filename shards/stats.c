@@ -1,4 +1,4 @@
-/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): the region's format, the same on every platform (its header checked before a byte of it is trusted, snapshots under the shards' sequence locks, the program's families and labels); finding, checking and reading a process's region is the platform's (stats_open.c: stats_reader.h). It never writes the region. Its writer is stats_writer.c; their shared layout is stats_region.h. */
+/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): the region's format, the same on every platform (its header checked before a byte of it is trusted, snapshots under the shards' sequence locks, the program's families and labels); finding, checking and reading a process's region is the platform's (stats_open.c, stats_open_win.c: stats_reader.h). It never writes the region. Its writer is stats_writer.c; their shared layout is stats_region.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

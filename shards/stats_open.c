@@ -1,4 +1,4 @@
-/* shards/stats_open.c: the stats reader's POSIX part (stats_reader.h): a process's region found in /dev/shm/turnloop-<uid>/ and trusted only after its directory's and its own owner, type and mode are checked and its header names the live process (pid, uid, start time from /proc); the writer held by a pidfd; bytes copied with pread. The format is stats.c's. */
+/* shards/stats_open.c: the stats reader's POSIX part (stats_reader.h): a process's region found in /dev/shm/turnloop-<uid>/ and trusted only after its directory's and its own owner, type and mode are checked and its header names the live process (pid, uid, start time from /proc); the writer held by a pidfd; bytes copied with pread. The format is stats.c's; Windows' part is stats_open_win.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* shards/stats_reader.h: the live stats reader's two halves (internal): stats.c reads the region's format on every platform; stats_open.c (POSIX) finds a process's region, checks whose it is and that its writer lives, copies bytes out of it and lets it go. */
+/* shards/stats_reader.h: the live stats reader's two halves (internal): stats.c reads the region's format on every platform; stats_open.c (POSIX) and stats_open_win.c (Windows) find a process's region, check whose it is and that its writer lives, copy bytes out of it and let it go. */
 #ifndef TL_SHARDS_STATS_READER_H
 #define TL_SHARDS_STATS_READER_H
 
@@ -8,8 +8,15 @@
 #include "stats_region.h"
 
 struct tl_stats_reader {
+#ifdef _WIN32
+	const unsigned char *view; /* the region, mapped read-only (NULL: none) */
+	uint64_t size;             /* bytes of the view */
+	HANDLE proc;               /* the writer, held from the open on (NULL: none) */
+	char map_name[64];         /* its mapping's name (TL__STATS_WIN_NAME_FMT) */
+#else
 	int fd;
 	int pidfd;            /* -1: none (a path reader, or no pidfd support) */
+#endif
 	int pid;              /* 0 for a path reader */
 	uint64_t start_time;  /* the target's, checked against the header */
 	uint32_t shards, stride, header_size, capacity, families_off, labels_off;
@@ -29,7 +36,7 @@ void tl__stats_say(char *err, size_t len, const char *fmt, ...)
 int tl__stats_load(tl_stats_reader *r, struct tl__stats_hdr *h, int *gone, char *err,
 		   size_t errlen);
 
-/* ---- stats_open.c: the platform's part ---- */
+/* ---- stats_open.c, stats_open_win.c: the platform's part ---- */
 
 /* A reader that holds nothing yet. */
 void tl__stats_os_init(tl_stats_reader *r);
