@@ -183,6 +183,10 @@ int tlshard_cmd_stats(int argc, char **argv)
 	}
 	if (rc < 0)
 		return tlshard_bad("%s", err);
+	if (o.format == TLSHARD_JSON && tlshard_json_absent()) {
+		fprintf(stderr, "tlshard: %s\n", tlshard_json_absent());
+		return 1;
+	}
 	rc = tl_stats_open(&r, o.pid);
 	if (rc < 0) {
 		fprintf(stderr, "tlshard: %s\n", tl_error_detail());
@@ -202,7 +206,7 @@ int tlshard_cmd_stats(int argc, char **argv)
 		if (sample_read(r, o.pid, &s[1]) < 0)
 			goto out;
 		if (o.format == TLSHARD_JSON) {
-			rc = tlshard_put_json(tlshard_stats_json(&s[0], &s[1], o.pid), 1);
+			rc = tlshard_put_stats_json(&s[0], &s[1], o.pid, 1);
 		} else {
 			tlshard_put_table(&s[0], &s[1], o.pid);
 			rc = 0;
@@ -216,7 +220,7 @@ int tlshard_cmd_stats(int argc, char **argv)
 			goto out;
 		cur ^= 1;
 		if (o.format == TLSHARD_JSON) {
-			if (tlshard_put_json(tlshard_stats_json(&s[cur ^ 1], &s[cur], o.pid), 0))
+			if (tlshard_put_stats_json(&s[cur ^ 1], &s[cur], o.pid, 0))
 				goto out;
 		} else {
 			time_t now = time(NULL);
