@@ -1,35 +1,19 @@
-/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): it checks whose region it is before trusting it, and never writes it. Its writer is stats_writer.c; their shared layout is stats_region.h. */
+/* shards/stats.c: the reader of a process's live stats region (tlshard stats, tests): the region's format, the same on every platform (its header checked before a byte of it is trusted, snapshots under the shards' sequence locks, the program's families and labels); finding, checking and reading a process's region is the platform's (stats_open.c, stats_open_win.c: stats_reader.h). It never writes the region. Its writer is stats_writer.c; their shared layout is stats_region.h. */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 
 #include "detail.h"
-#include "stats_region.h"
+#include "stats_reader.h"
 
 /* Retries of a sequence-locked copy before -EAGAIN: a shard holds its lock
  * for one memcpy, so only a descheduled writer makes this many. */
 #define SEQ_TRIES 1000
 
-struct tl_stats_reader {
-	int fd;
-	int pidfd;            /* -1: none (a path reader, or no pidfd support) */
-	int pid;              /* 0 for a path reader */
-	uint64_t start_time;  /* the target's, checked against the header */
-	uint32_t shards, stride, header_size, capacity, families_off, labels_off;
-	char name[64];        /* for messages: "pid <pid>" or the path's last part */
-};
-
-static void say(char *err, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void say(char *err, size_t len, const char *fmt, ...)
+void tl__stats_say(char *err, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -40,160 +24,15 @@ static void say(char *err, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* pread all of len bytes at off: 0, -EPROTO when the file is shorter (it
- * shrank or was never that long), or the OS error. */
-static int read_at(int fd, void *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EPROTO;
-		got += (size_t)n;
-	}
-	return 0;
-}
-
-/* ---- the process behind a pid ---- */
-
-/* Read a small /proc file whole (NUL-terminated); its length or -errno. */
-static int read_proc(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
-	size_t got = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (got + 1 < len) {
-		ssize_t n = read(fd, buf + got, len - 1 - got);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -errno;
-			close(fd);
-			return rc;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	buf[got] = '\0';
-	return (int)got;
-}
-
-int tl__proc_stat(int pid, uint64_t *start_time, char *state)
-{
-	char path[64], buf[1024], *p, *end;
-	unsigned long long v;
-	int n;
-
-	if (pid)
-		snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	else
-		snprintf(path, sizeof path, "/proc/self/stat");
-	n = read_proc(path, buf, sizeof buf);
-	if (n < 0)
-		return n == -ENOENT ? -ESRCH : n;
-	/* The command name (field 2) may hold spaces and parentheses; the
-	 * fields after it start after its last ')'. */
-	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ' || !p[2])
-		return -EPROTO;
-	p += 2;
-	if (state)
-		*state = *p;
-	/* Field 3 is the state; field 22 is 19 fields further on. */
-	for (int f = 3; f < 22; f++) {
-		p = strchr(p, ' ');
-		if (!p)
-			return -EPROTO;
-		p++;
-	}
-	errno = 0;
-	v = strtoull(p, &end, 10);
-	if (errno || end == p || (*end != ' ' && *end != '\n' && *end))
-		return -EPROTO;
-	*start_time = v;
-	return 0;
-}
-
-/* The effective uid of pid (second number of the Uid: line). */
-static int proc_euid(int pid, uint32_t *uid)
-{
-	char path[64], buf[4096], *p;
-	unsigned long r, e;
-	int n;
-
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	n = read_proc(path, buf, sizeof buf);
-	if (n < 0)
-		return n == -ENOENT ? -ESRCH : n;
-	p = strstr(buf, "\nUid:");
-	if (!p || sscanf(p + 5, "%lu %lu", &r, &e) != 2)
-		return -EPROTO;
-	*uid = (uint32_t)e;
-	return 0;
-}
-
-static int pidfd_of(int pid)
-{
-#ifdef SYS_pidfd_open
-	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-
-	if (fd >= 0) {
-		int fl = fcntl(fd, F_GETFD);
-
-		if (fl >= 0)
-			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
-	}
-	return fd;
-#else
-	(void)pid;
-	errno = ENOSYS;
-	return -1;
-#endif
-}
-
-/* Is the reader's process still the one it opened? 0 or -ESRCH. */
-static int still_alive(const tl_stats_reader *r)
-{
-	uint64_t start;
-	char state;
-
-	if (!r->pid)
-		return 0;
-	if (r->pidfd >= 0) {
-		struct pollfd p = {.fd = r->pidfd, .events = POLLIN};
-
-		/* A pidfd polls readable once its whole process has exited,
-		 * even if its pid is in use again by then. */
-		if (poll(&p, 1, 0) > 0)
-			return -ESRCH;
-	}
-	/* The leader of a killed process is a zombie while its other threads
-	 * still finish exiting: already no writer. Without a pidfd, the start
-	 * time tells a reused pid. */
-	if (tl__proc_stat(r->pid, &start, &state) < 0 || start != r->start_time ||
-	    state == 'Z' || state == 'X')
-		return -ESRCH;
-	return 0;
-}
+#define say tl__stats_say
 
 /* ---- the header ---- */
 
-/* Check a header copy against the file size; on success fill the reader's
- * shape. Every number is compared before it is used in arithmetic, so a
- * hostile header cannot make the reader overflow or read out of bounds. */
-static int check_header(tl_stats_reader *r, const struct tl__stats_hdr *h, off_t size,
+/* Check a header copy against the region's size; on success fill the
+ * reader's shape. Every number is compared before it is used in
+ * arithmetic, so a hostile header cannot make the reader overflow or read
+ * out of bounds. */
+static int check_header(tl_stats_reader *r, const struct tl__stats_hdr *h, uint64_t size,
 			char *err, size_t errlen)
 {
 	uint64_t need;
@@ -221,7 +60,7 @@ static int check_header(tl_stats_reader *r, const struct tl__stats_hdr *h, off_t
 		return -EPROTO;
 	}
 	need = (uint64_t)h->header_size + (uint64_t)h->shards * h->stride;
-	if (size < 0 || (uint64_t)size < need) {
+	if (size < need) {
 		say(err, errlen, "%s: region is %lld bytes, its header describes %llu", r->name,
 		    (long long)size, (unsigned long long)need);
 		return -EPROTO;
@@ -235,50 +74,43 @@ static int check_header(tl_stats_reader *r, const struct tl__stats_hdr *h, off_t
 	return 0;
 }
 
-static int load(tl_stats_reader *r, struct tl__stats_hdr *h, struct stat *st, char *err,
-		size_t errlen)
+int tl__stats_load(tl_stats_reader *r, struct tl__stats_hdr *h, int *gone, char *err,
+		   size_t errlen)
 {
-	int rc;
+	uint64_t size;
+	int rc = tl__stats_os_size(r, &size, gone, err, errlen);
 
-	if (fstat(r->fd, st) < 0) {
-		rc = -errno;
-		say(err, errlen, "%s: %s", r->name, strerror(-rc));
+	if (rc < 0)
 		return rc;
-	}
-	if (!S_ISREG(st->st_mode)) {
-		say(err, errlen, "%s: not a stats region (not a regular file)", r->name);
-		return -EPROTO;
-	}
-	if ((size_t)st->st_size < sizeof *h) {
+	if (size < sizeof *h) {
 		say(err, errlen, "%s: too short for a stats region (%lld bytes)", r->name,
-		    (long long)st->st_size);
+		    (long long)size);
 		return -EPROTO;
 	}
-	rc = read_at(r->fd, h, sizeof *h, 0);
+	rc = tl__stats_os_read(r, h, sizeof *h, 0);
 	if (rc < 0) {
 		say(err, errlen, "%s: cannot read the header: %s", r->name, strerror(-rc));
 		return rc;
 	}
-	return check_header(r, h, st->st_size, err, errlen);
+	return check_header(r, h, size, err, errlen);
 }
 
 static tl_stats_reader *reader_new(void)
 {
 	tl_stats_reader *r = calloc(1, sizeof *r);
 
-	if (r) {
-		r->fd = -1;
-		r->pidfd = -1;
-	}
+	if (r)
+		tl__stats_os_init(r);
 	return r;
 }
+
+/* ---- opening ---- */
 
 /* The reader's checks say what failed into err; the public calls pass it
  * on as the thread's detail (tl_error_detail). */
 static int open_path(tl_stats_reader **out, const char *path, char *err, size_t errlen)
 {
 	struct tl__stats_hdr h;
-	struct stat st;
 	tl_stats_reader *r;
 	const char *base;
 	int rc;
@@ -296,170 +128,17 @@ static int open_path(tl_stats_reader **out, const char *path, char *err, size_t 
 	}
 	base = strrchr(path, '/');
 	snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : path);
-	/* O_NONBLOCK: opening a FIFO would otherwise wait for a writer. It
-	 * changes nothing for the regular file load() insists on. */
-	r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (r->fd < 0) {
-		rc = -errno;
-		if (rc == -ENOENT)
-			say(err, errlen, "%s: no such stats region", r->name);
-		else
-			say(err, errlen, "%s: %s", r->name, strerror(-rc));
-		free(r);
+	rc = tl__stats_os_open_path(r, path, err, errlen);
+	if (rc < 0) {
+		tl_stats_close(r);
 		return rc;
 	}
-	rc = load(r, &h, &st, err, errlen);
+	rc = tl__stats_load(r, &h, NULL, err, errlen);
 	if (rc < 0) {
 		tl_stats_close(r);
 		return rc;
 	}
 	*out = r;
-	return 0;
-}
-
-/* Open /dev/shm/turnloop-<uid> and check it is what the runtime makes. */
-static int open_dir(tl_stats_reader *r, uint32_t uid, char *err, size_t errlen)
-{
-	char dir[TL__STATS_DIR_MAX];
-	struct stat st;
-	int dfd, rc;
-
-	snprintf(dir, sizeof dir, TL__STATS_DIR_FMT, uid);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0) {
-		rc = -errno;
-		if (rc == -ENOENT)
-			say(err, errlen, "%s: no stats region (no %s: not a turnloop process, or "
-					 "its stats are off)", r->name, dir);
-		else if (rc == -ELOOP || rc == -ENOTDIR) {
-			say(err, errlen, "%s: %s is not a directory (a symbolic link or a file "
-					 "put there by someone else): not trusted", r->name, dir);
-			rc = -EPERM;
-		} else if (rc == -EACCES)
-			say(err, errlen, "%s: permission denied: the stats of uid %u's processes "
-					 "are readable by that user only", r->name, uid);
-		else
-			say(err, errlen, "%s: %s: %s", r->name, dir, strerror(-rc));
-		return rc;
-	}
-	if (fstat(dfd, &st) < 0) {
-		rc = -errno;
-		say(err, errlen, "%s: %s: %s", r->name, dir, strerror(-rc));
-		close(dfd);
-		return rc;
-	}
-	if (st.st_uid != uid) {
-		say(err, errlen, "%s: %s belongs to uid %u, not to uid %u (the process's "
-				 "user): not trusted", r->name, dir, (unsigned)st.st_uid, uid);
-		close(dfd);
-		return -EPERM;
-	}
-	if ((st.st_mode & 07777) != 0700) {
-		say(err, errlen, "%s: %s has mode %04o, not 0700: not trusted", r->name, dir,
-		    (unsigned)(st.st_mode & 07777));
-		close(dfd);
-		return -EPERM;
-	}
-	return dfd;
-}
-
-/* Open the region in dfd and check its type, owner and mode. */
-static int open_region(tl_stats_reader *r, int dfd, uint32_t uid, char *err, size_t errlen)
-{
-	char name[16];
-	struct stat st;
-	int rc;
-
-	snprintf(name, sizeof name, "%d", r->pid);
-	r->fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (r->fd < 0) {
-		rc = -errno;
-		if (rc == -ENOENT)
-			say(err, errlen, "%s: no stats region (not a turnloop process, or its "
-					 "stats are off)", r->name);
-		else if (rc == -ELOOP) {
-			say(err, errlen, "%s: the region is a symbolic link: not trusted", r->name);
-			rc = -EPERM;
-		} else
-			say(err, errlen, "%s: %s", r->name, strerror(-rc));
-		return rc;
-	}
-	if (fstat(r->fd, &st) < 0) {
-		rc = -errno;
-		say(err, errlen, "%s: %s", r->name, strerror(-rc));
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		say(err, errlen, "%s: the region is not a regular file: not trusted", r->name);
-		return -EPERM;
-	}
-	if (st.st_uid != uid) {
-		say(err, errlen, "%s: the region belongs to uid %u, not to uid %u (the "
-				 "process's user): not trusted", r->name, (unsigned)st.st_uid, uid);
-		return -EPERM;
-	}
-	if (st.st_mode & 077) {
-		say(err, errlen, "%s: the region has mode %04o (others may write or read it): "
-				 "not trusted", r->name, (unsigned)(st.st_mode & 07777));
-		return -EPERM;
-	}
-	return 0;
-}
-
-static int open_pid(tl_stats_reader *r, int pid, char *err, size_t errlen)
-{
-	struct tl__stats_hdr h;
-	struct stat st;
-	uint64_t start, again;
-	uint32_t uid;
-	char state;
-	int dfd, rc;
-
-	r->pid = pid;
-	snprintf(r->name, sizeof r->name, "pid %d", pid);
-	rc = tl__proc_stat(pid, &start, &state);
-	if (rc == 0 && (state == 'Z' || state == 'X'))
-		rc = -ESRCH;
-	if (rc == 0)
-		rc = proc_euid(pid, &uid);
-	if (rc < 0) {
-		if (rc == -ESRCH)
-			say(err, errlen, "%s: no such process (it has exited)", r->name);
-		else
-			say(err, errlen, "%s: cannot read /proc/%d: %s", r->name, pid, strerror(-rc));
-		return rc;
-	}
-	r->start_time = start;
-	dfd = open_dir(r, uid, err, errlen);
-	if (dfd < 0)
-		return dfd;
-	rc = open_region(r, dfd, uid, err, errlen);
-	close(dfd);
-	if (rc < 0)
-		return rc;
-	rc = load(r, &h, &st, err, errlen);
-	if (rc < 0)
-		return rc;
-	if (h.pid != pid || h.uid != uid) {
-		say(err, errlen, "%s: the region names pid %d of uid %u: not trusted", r->name,
-		    (int)h.pid, (unsigned)h.uid);
-		return -EPERM;
-	}
-	if (h.start_time != start) {
-		say(err, errlen, "%s: the region was left by an earlier process with this pid "
-				 "(started at tick %llu, this one at tick %llu); that one has exited",
-		    r->name, (unsigned long long)h.start_time, (unsigned long long)start);
-		return -ESRCH;
-	}
-	/* Hold the process itself from now on: its exit, even if its pid is
-	 * reused at once, then shows on the pidfd. Check the start time again
-	 * after opening it, so that the pidfd is of the process checked. */
-	r->pidfd = pidfd_of(pid);
-	if (tl__proc_stat(pid, &again, &state) < 0 || again != start || state == 'Z' ||
-	    state == 'X' || still_alive(r) < 0) {
-		say(err, errlen, "%s: the process has exited", r->name);
-		return -ESRCH;
-	}
 	return 0;
 }
 
@@ -491,7 +170,7 @@ static int open_by_pid(tl_stats_reader **out, int pid, char *err, size_t errlen)
 		say(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = open_pid(r, pid, err, errlen);
+	rc = tl__stats_os_open_pid(r, pid, err, errlen);
 	if (rc < 0) {
 		tl_stats_close(r);
 		return rc;
@@ -512,23 +191,24 @@ int tl_stats_open(tl_stats_reader **out, int pid)
 	return rc;
 }
 
+/* ---- reading ---- */
+
 int tl_stats_info_get(tl_stats_reader *r, tl_stats_info *out)
 {
 	struct tl__stats_hdr h;
-	struct stat st;
 	char err[320];
-	int rc;
+	int rc, gone = 0;
 
 	tl__detail_clear();
 	if (!r || !out)
 		return -EINVAL;
-	rc = still_alive(r);
+	rc = tl__stats_os_alive(r);
 	if (rc == -ESRCH)
 		tl__detail_set("%s: the process has exited", r->name);
 	if (rc < 0)
 		return rc;
 	for (int tries = 0;; tries++) {
-		rc = load(r, &h, &st, err, sizeof err);
+		rc = tl__stats_load(r, &h, &gone, err, sizeof err);
 		if (rc < 0) {
 			tl__detail_set("%s", err);
 			return rc;
@@ -540,8 +220,8 @@ int tl_stats_info_get(tl_stats_reader *r, tl_stats_info *out)
 		if (tries > 10)
 			usleep(10);
 	}
-	/* tl_runtime_destroy unlinks the region before it goes. */
-	if (r->pid && st.st_nlink == 0) {
+	/* tl_runtime_destroy takes the region away before it goes. */
+	if (r->pid && gone) {
 		tl__detail_set("%s: the process removed its stats region (its runtime stopped)",
 			       r->name);
 		return -ENOENT;
@@ -578,13 +258,13 @@ _Static_assert(offsetof(struct tl__stats_hdr, families) ==
 	       "meta fields are contiguous");
 
 /* Copy len bytes at off under meta_seq; m gets the counts that held. */
-static int meta_copy(tl_stats_reader *r, void *buf, size_t len, off_t off, struct meta *m)
+static int meta_copy(tl_stats_reader *r, void *buf, size_t len, uint64_t off, struct meta *m)
 {
-	const off_t moff = (off_t)offsetof(struct tl__stats_hdr, meta_seq);
+	const uint64_t moff = offsetof(struct tl__stats_hdr, meta_seq);
 
 	for (int tries = 0; tries < SEQ_TRIES; tries++) {
 		uint64_t s2;
-		int rc = read_at(r->fd, m, sizeof *m, moff);
+		int rc = tl__stats_os_read(r, m, sizeof *m, moff);
 
 		if (rc < 0)
 			return rc;
@@ -593,10 +273,10 @@ static int meta_copy(tl_stats_reader *r, void *buf, size_t len, off_t off, struc
 				usleep(10);
 			continue;
 		}
-		rc = read_at(r->fd, buf, len, off);
+		rc = tl__stats_os_read(r, buf, len, off);
 		if (rc < 0)
 			return rc;
-		rc = read_at(r->fd, &s2, sizeof s2, moff);
+		rc = tl__stats_os_read(r, &s2, sizeof s2, moff);
 		if (rc < 0)
 			return rc;
 		if (s2 == m->seq)
@@ -613,7 +293,7 @@ int tl_stats_family_get(tl_stats_reader *r, uint32_t idx, tl_stats_family *out)
 
 	if (!r || !out || idx >= r->capacity)
 		return -EINVAL;
-	rc = meta_copy(r, &f, sizeof f, (off_t)r->families_off + (off_t)idx * (off_t)sizeof f, &m);
+	rc = meta_copy(r, &f, sizeof f, (uint64_t)r->families_off + (uint64_t)idx * sizeof f, &m);
 	if (rc < 0)
 		return rc;
 	if (idx >= m.families || m.families > r->capacity || m.values > r->capacity)
@@ -644,7 +324,7 @@ int tl_stats_label_get(tl_stats_reader *r, uint32_t value, char *buf, size_t len
 	if (value >= r->capacity)
 		return -EINVAL;
 	rc = meta_copy(r, label, sizeof label,
-		       (off_t)r->labels_off + (off_t)value * (off_t)TL_STATS_LABEL_MAX, &m);
+		       (uint64_t)r->labels_off + (uint64_t)value * TL_STATS_LABEL_MAX, &m);
 	if (rc < 0)
 		return rc;
 	if (value >= m.values)
@@ -661,16 +341,16 @@ int tl_stats_shard_get(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out,
 		       uint64_t *values, uint32_t nvalues)
 {
 	struct tl__stats_rec rec;
-	off_t off;
+	uint64_t off;
 
 	if (!r || !out || shard >= r->shards || nvalues > r->capacity || (nvalues && !values))
 		return -EINVAL;
-	off = (off_t)r->header_size + (off_t)shard * r->stride;
-	/* Each pread is a separate copy by the kernel, and the system calls
-	 * order the reads: seq, then the data, then seq again. */
+	off = (uint64_t)r->header_size + (uint64_t)shard * r->stride;
+	/* Each copy is ordered after the one before it (tl__stats_os_read):
+	 * seq, then the data, then seq again. */
 	for (int tries = 0; tries < SEQ_TRIES; tries++) {
 		uint64_t s1, s2;
-		int rc = read_at(r->fd, &s1, sizeof s1, off);
+		int rc = tl__stats_os_read(r, &s1, sizeof s1, off);
 
 		if (rc < 0)
 			return rc;
@@ -679,13 +359,13 @@ int tl_stats_shard_get(tl_stats_reader *r, uint32_t shard, tl_stats_shard *out,
 				usleep(10);
 			continue;
 		}
-		rc = read_at(r->fd, &rec, sizeof rec, off);
+		rc = tl__stats_os_read(r, &rec, sizeof rec, off);
 		if (rc == 0 && nvalues)
-			rc = read_at(r->fd, values, (size_t)nvalues * sizeof *values,
-				     off + (off_t)sizeof rec);
+			rc = tl__stats_os_read(r, values, (size_t)nvalues * sizeof *values,
+					       off + sizeof rec);
 		if (rc < 0)
 			return rc;
-		rc = read_at(r->fd, &s2, sizeof s2, off);
+		rc = tl__stats_os_read(r, &s2, sizeof s2, off);
 		if (rc < 0)
 			return rc;
 		if (s1 == s2) {
@@ -707,9 +387,6 @@ void tl_stats_close(tl_stats_reader *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
-		close(r->fd);
-	if (r->pidfd >= 0)
-		close(r->pidfd);
+	tl__stats_os_close(r);
 	free(r);
 }

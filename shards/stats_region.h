@@ -1,4 +1,4 @@
-/* shards/stats_region.h: the layout of the live stats region, shared by its writer (runtime.c) and reader (stats.c) (internal). */
+/* shards/stats_region.h: the layout of the live stats region, shared by its writer (stats_writer.c) and reader (stats.c) (internal). */
 #ifndef TL_SHARDS_STATS_REGION_H
 #define TL_SHARDS_STATS_REGION_H
 
@@ -10,7 +10,8 @@
 #include "turnloop/stats.h"
 
 /*
- * Layout version 3 of /dev/shm/turnloop-<uid>/<pid>:
+ * Layout version 3 of /dev/shm/turnloop-<uid>/<pid> (on Windows, of the mapping
+ * Local\turnloop-stats-<pid>):
  *
  *   [0, sizeof hdr)                        struct tl__stats_hdr
  *   [families_off, + capacity * 48)        struct tl__stats_fam, one per family
@@ -47,9 +48,10 @@ struct tl__stats_hdr {
 	uint32_t flags;          /* TL_STATS_F_* */
 	_Atomic uint32_t state;  /* TL_STATS_* */
 	int32_t pid;             /* the writer */
-	uint32_t uid;            /* its effective uid */
+	uint32_t uid;            /* its effective uid (Windows: its user's RID) */
 	uint32_t capacity;       /* value slots per record (stats_values) */
-	uint64_t start_time;     /* the writer's start, /proc/<pid>/stat field 22 */
+	uint64_t start_time;     /* the writer's start: /proc/<pid>/stat field 22; on
+	                          * Windows its creation time (FILETIME units) */
 	uint64_t started_ns;     /* CLOCK_MONOTONIC at creation */
 	uint64_t stall_ns;
 	uint64_t period_ns;
@@ -107,5 +109,15 @@ _Static_assert(sizeof(struct tl__stats_rec) % 64 == 0, "values start on a line o
  * process), -EPROTO (a line that does not parse), or the OS error.
  */
 int tl__proc_stat(int pid, uint64_t *start_time, char *state);
+
+#ifdef _WIN32
+/* stats_shm_win.c, for the writer's identity and the reader's checks: a
+ * process's user (free it; NULL with GetLastError's reason), its creation
+ * time in FILETIME units (0 or a negative errno), and a SID's relative id
+ * (its last part: the header's uid; 0 for none). */
+TOKEN_USER *tl__win_process_user(HANDLE process);
+int tl__win_process_created(HANDLE process, uint64_t *out);
+uint32_t tl__win_rid(PSID sid);
+#endif
 
 #endif /* TL_SHARDS_STATS_REGION_H */

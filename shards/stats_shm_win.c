@@ -1,4 +1,4 @@
-/* shards/stats_shm_win.c: the live stats region's home on Windows (contract 9.7): a named shared mapping, Local\turnloop-stats-<pid>, whose access list admits this process's user alone; the writer's identity (pid, its user's RID, creation time) and the process check the reader uses. POSIX's is stats_shm.c. */
+/* shards/stats_shm_win.c: the live stats region's home on Windows (contract 9.7): a named shared mapping, Local\turnloop-stats-<pid>, whose access list admits this process's user alone; the writer's identity (pid, its user's RID, creation time), and a process's user and creation time, which the reader (stats_open_win.c) checks. POSIX's is stats_shm.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,27 +11,52 @@
  * TL__STATS_WIN_NAME_FMT gives with this process's id. Its security
  * descriptor has one entry, full access for the user the process runs as,
  * so another user (or a sandboxed process) can neither map it nor write it;
- * a reader of the same user maps it read-only. The name goes with the last
- * handle: a writer that dies leaves nothing to sweep, unlike a file in
- * /dev/shm, and a second writer with a recycled id cannot meet a stale one.
+ * a reader of the same user maps it read-only. It names that user as its
+ * owner too (the default owner may be a group: Administrators for an
+ * elevated process, or the user's primary group), so that a reader can
+ * tell it from a mapping someone else made under the name first. The name
+ * goes with the last handle: a writer that dies leaves nothing to sweep,
+ * unlike a file in /dev/shm, and a second writer with a recycled id cannot
+ * meet a stale one (readers close theirs once they have mapped it).
  */
 
-/* The calling process's user, as a token-user record (free it). */
-static TOKEN_USER *token_user(void)
+/* A process's user, as a token-user record (free it); NULL with
+ * GetLastError's reason. The writer's identity and the reader's checks
+ * (stats_open_win.c) use it. */
+TOKEN_USER *tl__win_process_user(HANDLE process)
 {
 	HANDLE tok;
-	DWORD len = 0;
+	DWORD len = 0, e;
 	TOKEN_USER *tu = NULL;
 
-	if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
+	if (!OpenProcessToken(process, TOKEN_QUERY, &tok))
 		return NULL;
 	GetTokenInformation(tok, TokenUser, NULL, 0, &len);
-	if (len && (tu = malloc(len)) && !GetTokenInformation(tok, TokenUser, tu, len, &len)) {
+	e = len ? 0 : GetLastError();
+	if (len && !(tu = malloc(len))) {
+		e = ERROR_NOT_ENOUGH_MEMORY;
+	} else if (tu && !GetTokenInformation(tok, TokenUser, tu, len, &len)) {
+		e = GetLastError();
 		free(tu);
 		tu = NULL;
 	}
 	CloseHandle(tok);
+	if (!tu)
+		SetLastError(e);
 	return tu;
+}
+
+/* The calling process's user. */
+static TOKEN_USER *token_user(void)
+{
+	return tl__win_process_user(GetCurrentProcess());
+}
+
+uint32_t tl__win_rid(PSID sid)
+{
+	if (!sid || !IsValidSid(sid) || !*GetSidSubAuthorityCount(sid))
+		return 0;
+	return (uint32_t)*GetSidSubAuthority(sid, *GetSidSubAuthorityCount(sid) - 1u);
 }
 
 int tl__rt_shm_create(tl_runtime *rt, size_t size)
@@ -50,6 +75,7 @@ int tl__rt_shm_create(tl_runtime *rt, size_t size)
 	if (!tu || !InitializeAcl(acl, sizeof aclbuf, ACL_REVISION) ||
 	    !AddAccessAllowedAce(acl, ACL_REVISION, GENERIC_ALL, tu->User.Sid) ||
 	    !InitializeSecurityDescriptor(&sd, SECURITY_DESCRIPTOR_REVISION) ||
+	    !SetSecurityDescriptorOwner(&sd, tu->User.Sid, FALSE) ||
 	    !SetSecurityDescriptorDacl(&sd, TRUE, acl, FALSE)) {
 		e = GetLastError();
 		free(tu);
@@ -92,7 +118,7 @@ void tl__rt_shm_destroy(tl_runtime *rt)
 }
 
 /* A process's creation time in FILETIME units; 0 or a negative errno. */
-static int created(HANDLE p, uint64_t *out)
+int tl__win_process_created(HANDLE p, uint64_t *out)
 {
 	FILETIME c, x, k, u;
 
@@ -106,14 +132,12 @@ void tl__rt_shm_identity(int32_t *pid, uint32_t *uid, uint64_t *start)
 {
 	TOKEN_USER *tu = token_user();
 	*pid = (int32_t)GetCurrentProcessId();
-	*uid = 0;
 	/* The user's relative id (the last part of its SID): what a reader
 	 * compares, as POSIX's readers compare uids. */
-	if (tu && IsValidSid(tu->User.Sid) && *GetSidSubAuthorityCount(tu->User.Sid))
-		*uid = (uint32_t)*GetSidSubAuthority(tu->User.Sid, *GetSidSubAuthorityCount(tu->User.Sid) - 1u);
+	*uid = tu ? tl__win_rid(tu->User.Sid) : 0;
 	free(tu);
 	*start = 0;
-	created(GetCurrentProcess(), start);
+	tl__win_process_created(GetCurrentProcess(), start);
 }
 
 /* Windows' stand-in for /proc/<pid>/stat (stats_region.h): the process's
@@ -127,7 +151,7 @@ int tl__proc_stat(int pid, uint64_t *start_time, char *state)
 
 	if (!p)
 		return GetLastError() == ERROR_INVALID_PARAMETER ? -ESRCH : tl__os_win_error(GetLastError());
-	rc = created(p, start_time);
+	rc = tl__win_process_created(p, start_time);
 	if (!rc && state)
 		*state = GetExitCodeProcess(p, &code) && code != STILL_ACTIVE ? 'Z' : 'R';
 	if (pid)

@@ -21,7 +21,7 @@ import tempfile
 # the target, headers it may include, headers it must not reach).
 CORE_PRIVATE = ['internal.h', 'core.h', 'sysmod.h', 'pool/job.h', 'pool/pool_int.h']
 DRIVER_PRIVATE = ['uring_int.h', 'epoll_int.h', 'sim_int.h']
-SHARD_PRIVATE = ['runtime_int.h', 'spsc.h', 'stats_region.h']
+SHARD_PRIVATE = ['runtime_int.h', 'spsc.h', 'stats_region.h', 'stats_reader.h']
 SOURCE_ROOT = ['lib/core.h', 'drivers/driver.h', 'shards/runtime_int.h']
 LAYERS = [
     ('drivers', 'drivers/epoll/ops.c', 'turnloop_drivers',

@@ -427,8 +427,9 @@ static int run_shards(const tl_config *cfg, const char *host, uint32_t port, uin
 	}
 	tl_driver_info di;
 	tl_driver_info_get(&di);
-	fprintf(stderr, "tlecho: listening on %s:%u%s with %u shards, driver %s\n", host, port,
-		tls_cfg ? " (TLS)" : "", tl_runtime_shards(rt), di.reason);
+	/* The pid: what tlshard stats takes to read the shards' live stats. */
+	fprintf(stderr, "tlecho: listening on %s:%u%s with %u shards, driver %s, pid %lu\n", host,
+		port, tls_cfg ? " (TLS)" : "", tl_runtime_shards(rt), di.reason, tl_tool_pid());
 	r = tl_runtime_run(rt);
 	if (r < 0)
 		fprintf(stderr, "tlecho: %s\n", tl_error_detail());

@@ -48,3 +48,12 @@ int tl_tool_port_taken(const tl_addr *addr)
 	return r;
 }
 #endif
+
+unsigned long tl_tool_pid(void)
+{
+#ifdef _WIN32
+	return GetCurrentProcessId();
+#else
+	return (unsigned long)getpid();
+#endif
+}

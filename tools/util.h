@@ -15,4 +15,9 @@
  */
 int tl_tool_port_taken(const tl_addr *addr);
 
+/* This process's id, as tl_stats_open and tlshard stats take it: getpid(),
+ * or on Windows GetCurrentProcessId() (which under wine is not the Linux
+ * pid of the process). */
+unsigned long tl_tool_pid(void);
+
 #endif

@@ -102,6 +102,9 @@ int tl_runtime_stats_published(const tl_runtime *rt);
  * writer's pid, leaves a live region alone. The path does not follow XDG_RUNTIME_DIR: a reader must find a
  * process's region from its pid alone, from any session, and a service often
  * has no such variable, or another one than the shell that reads its stats.
+ * On Windows: the named mapping Local\turnloop-stats-<pid> (the Windows
+ * process id), owned by the process's user and open to that user alone;
+ * docs/WINDOWS.md says what the reader checks there.
  *
  * What: a header (magic, layout version, shard count, the writer's pid,
  * user and start time, the program's stat families and row labels) and one
@@ -140,9 +143,11 @@ typedef struct tl_stats_info {
 	uint32_t flags;          /* TL_STATS_F_* */
 	uint32_t state;          /* TL_STATS_* */
 	int32_t pid;             /* the process that publishes it */
-	uint32_t uid;            /* its effective user */
+	uint32_t uid;            /* its effective user (Windows: the relative id,
+	                          * the last part, of its user's SID) */
 	uint64_t start_time;     /* its start, clock ticks after boot (field 22
-	                          * of /proc/<pid>/stat) */
+	                          * of /proc/<pid>/stat; Windows: its creation
+	                          * time, FILETIME units) */
 	uint64_t started_ns;     /* CLOCK_MONOTONIC when the region was made */
 	uint64_t stall_ns;       /* the stall threshold (0: off) */
 	uint64_t period_ns;      /* publication period */
@@ -237,7 +242,7 @@ int tl_stats_open(tl_stats_reader **out, int pid);
  * Open the region file at path with the layout checks of tl_stats_open but
  * none of its process or ownership checks: for tests, fuzzing and copies of
  * a region. Same returns and detail, never -ESRCH; -EINVAL also for path
- * NULL or "".
+ * NULL or "". On Windows -ENOTSUP (a region there is no file).
  */
 int tl_stats_open_path(tl_stats_reader **out, const char *path);
 

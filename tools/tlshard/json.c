@@ -1,8 +1,8 @@
-/* tools/tlshard/json.c: tlshard stats --json: one object with the runtime's header, every shard's figures (totals and rates, keyed as the field table says), the pool per NUMA node and the program's own values. */
+/* tools/tlshard/json.c: tlshard's JSON, on cJSON: stats --json (one object with the runtime's header, every shard's figures (totals and rates, keyed as the field table says), the pool per NUMA node and the program's own values) and the plan of plan and topo --json. */
 #include <stdio.h>
 #include <time.h>
 
-#include "tlshard.h"
+#include "json.h"
 
 #define F(k) (&tlshard_fields[k])
 
@@ -137,7 +137,8 @@ static cJSON *program_json(const struct sample *a, const struct sample *b)
 	return prog;
 }
 
-cJSON *tlshard_stats_json(const struct sample *a, const struct sample *b, int pid)
+/* One JSON object: totals and rates between a and b. */
+static cJSON *stats_json(const struct sample *a, const struct sample *b, int pid)
 {
 	const tl_stats_info *in = &b->info;
 	cJSON *j = cJSON_CreateObject(), *shards = cJSON_CreateArray();
@@ -159,4 +160,55 @@ cJSON *tlshard_stats_json(const struct sample *a, const struct sample *b, int pi
 	cJSON_AddItemToObject(j, "pool_nodes", nodes_json(a, b));
 	cJSON_AddItemToObject(j, "program", program_json(a, b));
 	return j;
+}
+
+int tlshard_put_stats_json(const struct sample *a, const struct sample *b, int pid, int pretty)
+{
+	return tlshard_put_json(stats_json(a, b, pid), pretty);
+}
+
+cJSON *tlshard_plan_json(const tl_plan *p, int smt)
+{
+	cJSON *j = cJSON_CreateObject(), *a = cJSON_CreateArray();
+
+	cJSON_AddNumberToObject(j, "shards", p->count);
+	cJSON_AddNumberToObject(j, "numa_nodes", p->numa_nodes);
+	cJSON_AddBoolToObject(j, "smt", smt != 0);
+	for (uint32_t i = 0; i < p->count; i++) {
+		const tl_shard_place *s = &p->shards[i];
+		cJSON *e = cJSON_CreateObject();
+
+		cJSON_AddNumberToObject(e, "shard", s->shard);
+		cJSON_AddNumberToObject(e, "cpu", s->pu_os_index);
+		cJSON_AddNumberToObject(e, "core", s->core);
+		cJSON_AddNumberToObject(e, "numa", s->numa_node);
+		cJSON_AddNumberToObject(e, "package", s->package);
+		cJSON_AddItemToArray(a, e);
+	}
+	cJSON_AddItemToObject(j, "places", a);
+	return j;
+}
+
+int tlshard_put_plan_json(const tl_plan *p, int smt)
+{
+	return tlshard_put_json(tlshard_plan_json(p, smt), 1);
+}
+
+int tlshard_put_json(cJSON *j, int pretty)
+{
+	char *s = j ? (pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j)) : NULL;
+
+	cJSON_Delete(j);
+	if (!s) {
+		fprintf(stderr, "tlshard: out of memory\n");
+		return 1;
+	}
+	puts(s);
+	cJSON_free(s);
+	return 0;
+}
+
+const char *tlshard_json_absent(void)
+{
+	return NULL;
 }

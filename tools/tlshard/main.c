@@ -112,20 +112,6 @@ const char *tlshard_fmt_ns(double ns, char *buf, size_t len)
 	return buf;
 }
 
-int tlshard_put_json(cJSON *j, int pretty)
-{
-	char *s = j ? (pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j)) : NULL;
-
-	cJSON_Delete(j);
-	if (!s) {
-		fprintf(stderr, "tlshard: out of memory\n");
-		return 1;
-	}
-	puts(s);
-	cJSON_free(s);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 2)

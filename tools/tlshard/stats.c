@@ -6,6 +6,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef _WIN32
+#include <fcntl.h>
+#include <io.h>
+#endif
+
 #include "cli.h"
 #include "tlshard.h"
 
@@ -18,10 +23,20 @@ static const char help_stats[] =
 	"                      [--format table|json|prometheus]\n"
 	"\n"
 	"DESCRIPTION\n"
+#ifdef _WIN32
+	"    Reads the stats region of process PID (its Windows process id: the\n"
+	"    mapping Local\\turnloop-stats-PID) after checking that the process is\n"
+	"    this user's, that the mapping is owned by this user and admits no one\n"
+	"    else, and that the process that wrote it is PID itself and alive.\n"
+	"    Reading never stops or slows the program: every shard's record is\n"
+	"    copied under its own sequence lock. This build writes no JSON (it has\n"
+	"    no cJSON): --json and --format json answer one line, status 1.\n"
+#else
 	"    Reads the stats region of process PID (/dev/shm/turnloop-UID/PID) after\n"
 	"    checking that it belongs to that process's user and that the process\n"
 	"    that wrote it is PID itself and alive. Reading never stops or slows the\n"
 	"    program: every shard's record is copied under its own sequence lock.\n"
+#endif
 	"    Rates are measured over half a second (or the --watch interval).\n"
 	"\n"
 	"    One row per shard:\n"
@@ -86,12 +101,22 @@ static void sample_free(struct sample *s)
 	memset(s, 0, sizeof *s);
 }
 
+/* Windows: the performance counter, so that tlshard.exe needs no
+ * winpthreads DLL for clock_gettime and nanosleep. */
 static double mono_s(void)
 {
+#ifdef _WIN32
+	LARGE_INTEGER f, c;
+
+	QueryPerformanceFrequency(&f);
+	QueryPerformanceCounter(&c);
+	return (double)c.QuadPart / (double)f.QuadPart;
+#else
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+#endif
 }
 
 /* Read everything; on failure print one line that says why (the target
@@ -161,12 +186,42 @@ static int sample_read(tl_stats_reader *r, int pid, struct sample *s)
 
 /* ---- the command ---- */
 
+/* Can the terminal on stdout take the escape sequences that redraw in
+ * place? A Windows console needs them turned on (Windows 10 and later);
+ * without them --watch prints successive blocks. */
+static int vt_on(void)
+{
+#ifdef _WIN32
+	HANDLE h = GetStdHandle(STD_OUTPUT_HANDLE);
+	DWORD mode;
+
+	return GetConsoleMode(h, &mode) &&
+	       SetConsoleMode(h, mode | ENABLE_VIRTUAL_TERMINAL_PROCESSING);
+#else
+	return 1;
+#endif
+}
+
+/* The Prometheus text format ends its lines with \n alone; the C runtime on
+ * Windows writes \r\n to a file in text mode. */
+static void plain_newlines(void)
+{
+#ifdef _WIN32
+	fflush(stdout);
+	_setmode(_fileno(stdout), _O_BINARY);
+#endif
+}
+
 static void sleep_s(double secs)
 {
+#ifdef _WIN32
+	Sleep((DWORD)(secs * 1e3 + 0.5));
+#else
 	struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+#endif
 }
 
 int tlshard_cmd_stats(int argc, char **argv)
@@ -183,6 +238,10 @@ int tlshard_cmd_stats(int argc, char **argv)
 	}
 	if (rc < 0)
 		return tlshard_bad("%s", err);
+	if (o.format == TLSHARD_JSON && tlshard_json_absent()) {
+		fprintf(stderr, "tlshard: %s\n", tlshard_json_absent());
+		return 1;
+	}
 	rc = tl_stats_open(&r, o.pid);
 	if (rc < 0) {
 		fprintf(stderr, "tlshard: %s\n", tl_error_detail());
@@ -192,6 +251,7 @@ int tlshard_cmd_stats(int argc, char **argv)
 	if (sample_read(r, o.pid, &s[0]) < 0)
 		goto out;
 	if (o.format == TLSHARD_PROMETHEUS) {
+		plain_newlines();
 		tlshard_put_prometheus(&s[0], o.pid);
 		rc = 0;
 		goto out;
@@ -202,21 +262,21 @@ int tlshard_cmd_stats(int argc, char **argv)
 		if (sample_read(r, o.pid, &s[1]) < 0)
 			goto out;
 		if (o.format == TLSHARD_JSON) {
-			rc = tlshard_put_json(tlshard_stats_json(&s[0], &s[1], o.pid), 1);
+			rc = tlshard_put_stats_json(&s[0], &s[1], o.pid, 1);
 		} else {
 			tlshard_put_table(&s[0], &s[1], o.pid);
 			rc = 0;
 		}
 		goto out;
 	}
-	tty = isatty(1);
+	tty = isatty(1) && vt_on();
 	for (uint64_t k = 0; !o.count || k < o.count; k++) {
 		sleep_s(o.secs);
 		if (sample_read(r, o.pid, &s[cur ^ 1]) < 0)
 			goto out;
 		cur ^= 1;
 		if (o.format == TLSHARD_JSON) {
-			if (tlshard_put_json(tlshard_stats_json(&s[cur ^ 1], &s[cur], o.pid), 0))
+			if (tlshard_put_stats_json(&s[cur ^ 1], &s[cur], o.pid, 0))
 				goto out;
 		} else {
 			time_t now = time(NULL);

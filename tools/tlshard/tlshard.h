@@ -5,14 +5,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cJSON.h>
-
 #include "turnloop.h"
 
+struct tlshard_plan_opts; /* cli.h */
+
 /*
- * The files: main.c (the commands), topo.c (topo, plan, run), stats.c
- * (stats: reading samples, the watch loop), fields.c (the field table and
- * the figures it gives), table.c, json.c and prom.c (the three outputs).
+ * The files: main.c (the commands), plan.c (plan), topo.c (topo, run: hwloc
+ * and POSIX), stats.c (stats: reading samples, the watch loop), fields.c
+ * (the field table and the figures it gives), table.c, json.c (cJSON) and
+ * prom.c (the three outputs). A build without hwloc or cJSON (Windows)
+ * has absent.c in place of topo.c and json.c: those commands and the JSON
+ * output answer one line saying so.
  * A stats field is named once, in its row of fields.c, with its JSON key,
  * its Prometheus metric and its table column; a new field is a new row.
  */
@@ -28,16 +31,22 @@ const char *tlshard_clean(const char *s, char *buf, size_t len);
 const char *tlshard_fmt_num(double v, char *buf, size_t len);
 const char *tlshard_fmt_bytes(double v, char *buf, size_t len);
 const char *tlshard_fmt_ns(double ns, char *buf, size_t len);
-/* Print j (and free it), pretty or on one line; 1 if cJSON ran out of
- * memory, else 0. */
-int tlshard_put_json(cJSON *j, int pretty);
-
 /* ---- the commands ---- */
 
-int tlshard_cmd_plan(int argc, char **argv);  /* topo.c */
+int tlshard_cmd_plan(int argc, char **argv);  /* plan.c */
 int tlshard_cmd_topo(int argc, char **argv);  /* topo.c */
 int tlshard_cmd_run(int argc, char **argv);   /* topo.c */
 int tlshard_cmd_stats(int argc, char **argv); /* stats.c */
+
+/* ---- the plan (plan.c), for plan, topo and run ---- */
+
+/* The options' part of a command's manual, put into fmt's %s. */
+void tlshard_print_help(const char *fmt);
+/* The plan o asks for (the environment's TL_* narrowing it); 0, or the
+ * command's status after one line on stderr. */
+int tlshard_plan_for(struct tlshard_plan_opts *o, tl_plan *plan);
+/* "2 shards on 1 NUMA node (one per physical core)". */
+void tlshard_plan_summary(const tl_plan *p, const struct tlshard_plan_opts *o);
 
 /* ---- a sample (stats.c) ---- */
 
@@ -161,8 +170,13 @@ int tlshard_hottest(const struct sample *a, const struct sample *b);
 
 /* The table, for rates between a and b (table.c). */
 void tlshard_put_table(const struct sample *a, const struct sample *b, int pid);
-/* One JSON object: totals and rates between a and b (json.c). */
-cJSON *tlshard_stats_json(const struct sample *a, const struct sample *b, int pid);
+/* JSON (json.c; absent.c where there is no cJSON): NULL when this build
+ * writes JSON, else why not (one line). The other two print one object
+ * (stats: totals and rates between a and b, pretty or on one line; the
+ * plan) and return 0, or 1 after a line on stderr. */
+const char *tlshard_json_absent(void);
+int tlshard_put_stats_json(const struct sample *a, const struct sample *b, int pid, int pretty);
+int tlshard_put_plan_json(const tl_plan *p, int smt);
 /* The Prometheus text exposition of b: totals only (prom.c). */
 void tlshard_put_prometheus(const struct sample *b, int pid);
 

@@ -1,4 +1,4 @@
-/* tools/tlshard/topo.c: tlshard topo, plan and run: the machine as hwloc sees it, what this process may use, the shard plan, and a program run on exactly the plan's CPUs. */
+/* tools/tlshard/topo.c: tlshard topo and run: the machine as hwloc sees it, what this process may use and the plan on it, and a program run on exactly the plan's CPUs (POSIX: the CPU affinity, exec). The plan itself is plan.c's. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -9,14 +9,10 @@
 #include <hwloc.h>
 
 #include "cli.h"
+#include "json.h"
 #include "tlshard.h"
 
 /* ---- manuals ---- */
-
-static const char help_plan_opts[] =
-	"    --cpus LIST     only these CPUs (like 0-3,6), OS numbers as taskset uses them\n"
-	"    --shards N      this many shards (a prefix of the plan: whole NUMA nodes first)\n"
-	"    --smt           every PU of a core, not just its first one\n";
 
 static const char help_topo[] =
 	"NAME\n"
@@ -44,22 +40,6 @@ static const char help_topo[] =
 	"    tlshard topo\n"
 	"    tlshard topo --topology \"pack:2 numa:2 core:4 pu:2\" --smt\n";
 
-static const char help_plan[] =
-	"NAME\n"
-	"    tlshard plan - which CPU, core and NUMA node each shard gets\n"
-	"\n"
-	"SYNOPSIS\n"
-	"    tlshard plan [--cpus LIST] [--shards N] [--smt] [--topology T] [--json]\n"
-	"\n"
-	"DESCRIPTION\n"
-	"    One line per shard, as tl_plan_format prints it, then the shard and node\n"
-	"    count. A plan that cannot be met is refused with the reason.\n"
-	"\n"
-	"OPTIONS\n"
-	"%s"
-	"    --topology T    a hwloc synthetic description or an XML file (see topo)\n"
-	"    --json          the plan as one JSON object\n";
-
 static const char help_run[] =
 	"NAME\n"
 	"    tlshard run - run a program on a chosen set of shards\n"
@@ -79,11 +59,6 @@ static const char help_run[] =
 	"\n"
 	"EXAMPLES\n"
 	"    tlshard run --cpus 0,1 -- tlecho -p 7000 --shards 2\n";
-
-static void print_help(const char *fmt)
-{
-	printf(fmt, help_plan_opts);
-}
 
 /* ---- topology ---- */
 
@@ -274,93 +249,6 @@ static void draw(hwloc_topology_t t, const struct allowed *a, const tl_plan *p)
 	       "outside the CPU affinity)\n");
 }
 
-static int plan_for(struct tlshard_plan_opts *o, tl_plan *plan)
-{
-	int r = tl_plan_from_env(&o->req);
-	const char *why;
-
-	if (r < 0)
-		return tlshard_bad("%s", tl_error_detail());
-	r = tl_plan_compute(plan, &o->req, o->topology);
-	if (r == 0)
-		return 0;
-	why = tl_error_detail();
-	if (r == -EINVAL)
-		return tlshard_bad("no such plan: %s", why[0] ? why : "the request cannot be met");
-	fprintf(stderr, "tlshard: %s\n", why[0] ? why : tl_strerror(r));
-	return 1;
-}
-
-static cJSON *plan_json(const tl_plan *p, const struct tlshard_plan_opts *o)
-{
-	cJSON *j = cJSON_CreateObject(), *a = cJSON_CreateArray();
-
-	cJSON_AddNumberToObject(j, "shards", p->count);
-	cJSON_AddNumberToObject(j, "numa_nodes", p->numa_nodes);
-	cJSON_AddBoolToObject(j, "smt", o->req.smt != 0);
-	for (uint32_t i = 0; i < p->count; i++) {
-		const tl_shard_place *s = &p->shards[i];
-		cJSON *e = cJSON_CreateObject();
-
-		cJSON_AddNumberToObject(e, "shard", s->shard);
-		cJSON_AddNumberToObject(e, "cpu", s->pu_os_index);
-		cJSON_AddNumberToObject(e, "core", s->core);
-		cJSON_AddNumberToObject(e, "numa", s->numa_node);
-		cJSON_AddNumberToObject(e, "package", s->package);
-		cJSON_AddItemToArray(a, e);
-	}
-	cJSON_AddItemToObject(j, "places", a);
-	return j;
-}
-
-/* Print j (and free it); 1 if cJSON ran out of memory. */
-static void plan_summary(const tl_plan *p, const struct tlshard_plan_opts *o)
-{
-	printf("%u shard%s on %u NUMA node%s", p->count, p->count == 1 ? "" : "s", p->numa_nodes,
-	       p->numa_nodes == 1 ? "" : "s");
-	if (!o->req.cpus && !o->req.shards)
-		printf(" (one per %s)", o->req.smt ? "PU" : "physical core");
-	putchar('\n');
-}
-
-int tlshard_cmd_plan(int argc, char **argv)
-{
-	struct tlshard_plan_opts o;
-	char err[1024];
-	tl_plan plan;
-	size_t len;
-	char *buf;
-	int r = tlshard_plan_parse(argc, argv, &o, err, sizeof err);
-
-	if (r == 1) {
-		print_help(help_plan);
-		return 0;
-	}
-	if (r < 0)
-		return tlshard_bad("%s", err);
-	r = plan_for(&o, &plan);
-	if (r)
-		return r;
-	if (o.json) {
-		r = tlshard_put_json(plan_json(&plan, &o), 1);
-		tl_plan_free(&plan);
-		return r;
-	}
-	len = (size_t)plan.count * 80 + 1;
-	buf = malloc(len);
-	if (!buf || tl_plan_format(&plan, buf, len) < 0) {
-		fprintf(stderr, "tlshard: out of memory\n");
-		free(buf);
-		tl_plan_free(&plan);
-		return 1;
-	}
-	fputs(buf, stdout);
-	plan_summary(&plan, &o);
-	free(buf);
-	tl_plan_free(&plan);
-	return 0;
-}
-
 int tlshard_cmd_topo(int argc, char **argv)
 {
 	struct tlshard_plan_opts o;
@@ -372,12 +260,12 @@ int tlshard_cmd_topo(int argc, char **argv)
 	hwloc_obj_t pu = NULL;
 
 	if (r == 1) {
-		print_help(help_topo);
+		tlshard_print_help(help_topo);
 		return 0;
 	}
 	if (r < 0)
 		return tlshard_bad("%s", err);
-	r = plan_for(&o, &plan);
+	r = tlshard_plan_for(&o, &plan);
 	if (r)
 		return r;
 	if (topo_load(&t, o.topology) < 0 || allowed_get(t, &a) < 0) {
@@ -423,7 +311,7 @@ int tlshard_cmd_topo(int argc, char **argv)
 			cJSON_AddItemToArray(pus, e);
 		}
 		cJSON_AddItemToObject(j, "pu_list", pus);
-		cJSON_AddItemToObject(j, "plan", plan_json(&plan, &o));
+		cJSON_AddItemToObject(j, "plan", tlshard_plan_json(&plan, o.req.smt));
 		r = tlshard_put_json(j, 1);
 		goto out;
 	}
@@ -459,7 +347,7 @@ int tlshard_cmd_topo(int argc, char **argv)
 		       cache_str(cache_size(t, pu, HWLOC_OBJ_L3CACHE), c3, sizeof c3), al, sh);
 	}
 	printf("\nplan: ");
-	plan_summary(&plan, &o);
+	tlshard_plan_summary(&plan, &o);
 	printf("%-6s %-4s %-5s %-5s %s\n", "SHARD", "CPU", "CORE", "NUMA", "PACKAGE");
 	for (uint32_t i = 0; i < plan.count; i++) {
 		const tl_shard_place *s = &plan.shards[i];
@@ -485,7 +373,7 @@ int tlshard_cmd_run(int argc, char **argv)
 	int i, r = tlshard_run_parse(argc, argv, &o, err, sizeof err);
 
 	if (r == 1) {
-		print_help(help_run);
+		tlshard_print_help(help_run);
 		return 0;
 	}
 	if (r < 0)
@@ -493,7 +381,7 @@ int tlshard_cmd_run(int argc, char **argv)
 	i = o.cmd;
 	/* Plan first, so that a request that cannot be met fails here and
 	 * not inside the program. */
-	r = plan_for(&o, &plan);
+	r = tlshard_plan_for(&o, &plan);
 	if (r)
 		return r;
 	cap = (size_t)plan.count * 8 + 1;
