@@ -161,15 +161,6 @@ static inline int st_begin(const char *name)
 }
 #define alarm(s) st_alarm(s)
 
-/* The live stats region through the tests' own reader
- * (tests/win/stats_reader.h): the library has none on Windows yet. */
-#include "win/stats_reader.h"
-#define tl_stats_reader st_stats_reader
-#define tl_stats_open st_stats_open
-#define tl_stats_info_get st_stats_info_get
-#define tl_stats_family_get st_stats_family_get
-#define tl_stats_shard_get st_stats_shard_get
-#define tl_stats_close st_stats_close
 #else
 static inline void st_on_alarm(int sig)
 {
