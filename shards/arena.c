@@ -59,6 +59,8 @@ const char *tl__rt_arenas_build_why(void)
 	return "";
 #elif TL_HAVE_JEMALLOC
 	return "this is a sanitizer build (jemalloc arenas would hold nothing)";
+#elif defined(_WIN32)
+	return "the Windows build has no jemalloc (Debian builds none for mingw-w64)";
 #else
 	return "built with -Djemalloc=disabled";
 #endif
