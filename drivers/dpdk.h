@@ -22,6 +22,11 @@ struct tl_dpdk_stats {
 	uint64_t naps, spins;    /* idle sleeps, and polls of the port while spinning */
 	uint64_t drop_ext6;      /* IPv6 packets with an extension header (none is followed) */
 	uint64_t nd_in, nd_out;  /* Neighbour Solicitations and Advertisements in and out */
+	/* The hand-off between the port's pairs (docs/DPDK.md): datagrams
+	 * this pair's loop had no handle for and gave to the loop that has
+	 * one, those it took from other pairs, and those dropped because the
+	 * ring to the other loop was full. */
+	uint64_t handed_out, handed_in, drop_handoff;
 	uint32_t queue;          /* the queue pair's number */
 	uint8_t link_up;
 	uint8_t nd_mc;           /* how the port takes ND's multicast frames: TL_DPDK_MC_* */

@@ -2,6 +2,7 @@
 #ifndef TL_DPDK_INT_H
 #define TL_DPDK_INT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <rte_ether.h>
@@ -47,6 +48,19 @@
  * times DP_ARP_EVERY_NS; then it ends with -EHOSTUNREACH. A send to the
  * port's own address goes out of the port like any other (a net_ring port
  * brings it back; a NIC does not).
+ *
+ * Hand-off (port.c's dp_shared, wire.c): a datagram that comes in on a
+ * pair whose loop has no handle on its UDP port goes to a loop of the
+ * process that has one, when the port has more than one pair. A
+ * process-wide table says, for each UDP port, which pairs' loops have a
+ * handle bound there (binds and closes keep it); the receiving loop picks
+ * one of them by a hash of the source address and port (one flow, one
+ * loop) and copies the datagram's parsed parts (addresses, ports, payload)
+ * into a slot of the single-producer, single-consumer ring from its pair
+ * to that one. The target takes it in its poll as if it had come in on its
+ * own pair: its own handles' checks, queue, receives and leases. A full
+ * ring drops (counted, drop_handoff): the receive side, where the kernel
+ * drops too. No mbuf crosses threads: each pool keeps one owner.
  */
 
 /* Datagrams a handle's queue holds before the next ones are dropped. */
@@ -88,6 +102,43 @@ static inline dp_ip dp_ip4(uint32_t v4)
 	a.w[3] = v4;
 	return a;
 }
+
+/* A hand-off ring's slot: a datagram's parsed parts (wire.c). */
+struct dp_slot {
+	dp_ip sip, dip;        /* IPv4: sip as {0, 0, 0, a}, dip mapped */
+	uint16_t sport, dport; /* network order */
+	uint16_t len;          /* payload bytes */
+	uint8_t v6;
+	uint8_t _pad[64 - 39];
+	uint8_t data[DP_MAX_PAYLOAD];
+};
+
+/* One single-producer, single-consumer ring of slots: the producer is the
+ * loop of pair src, the consumer that of pair dst. */
+struct dp_ring {
+	_Alignas(64) _Atomic uint32_t head; /* written by the producer */
+	_Alignas(64) _Atomic uint32_t tail; /* written by the consumer */
+	_Alignas(64) uint32_t mask;
+	struct dp_slot *s;
+};
+
+/* A pair's wake-up for hand-offs: its loop naps on w beside its own
+ * notifier, after saying so in napping. */
+struct dp_qwake {
+	_Alignas(64) _Atomic uint32_t napping;
+	tl__os_notifier w;
+};
+
+/* The hand-off's process-wide state (port.c makes it with the port when
+ * it has more than one pair and TL_DPDK_HANDOFF is not 0; it lives as
+ * long as the process). */
+struct dp_shared {
+	uint32_t nq;               /* queue pairs */
+	uint32_t slots;            /* per ring, a power of two */
+	_Atomic uint64_t *owners;  /* UDP port (host order) -> bit q: pair q's loop has a handle there */
+	struct dp_ring *rings;     /* [src * nq + dst] */
+	struct dp_qwake *wake;     /* [q] */
+};
 
 /* What the driver keeps in each mbuf's private area (port.c sizes it). */
 struct dp_meta {
@@ -182,6 +233,8 @@ struct tl_drv {
 	struct rte_mbuf *ctl[DP_BURST]; /* ARP and ND frames to send before the sends */
 	uint32_t nctl;
 	struct dp_neigh neigh[DP_NEIGH];
+	struct dp_shared *sh;        /* the hand-off, or NULL (one pair, or TL_DPDK_HANDOFF=0) */
+	uint64_t handed_to;          /* pairs this poll handed datagrams to (to wake) */
 	struct tl_dpdk_stats st;
 };
 
@@ -195,6 +248,7 @@ struct dp_port_info {
 	uint8_t nd_mc; /* TL_DPDK_MC_*: how ND's multicast frames reach the port */
 	uint64_t tx_offload;
 	uint64_t rx_offload;
+	struct dp_shared *sh; /* the hand-off between pairs, or NULL */
 };
 /* Set the EAL and the port up if not yet (TL_DPDK, TL_DPDK_ADDR,
  * TL_DPDK_PORT, TL_DPDK_QUEUES), then claim a free queue pair: 0 and *q,
@@ -269,6 +323,16 @@ void tl__dp_snm(const dp_ip *a, dp_ip *group, struct rte_ether_addr *mac);
  * pseudo-header for ip (upper-layer length len, next header nh) and
  * l4[0..len). */
 uint16_t tl__dp_sum6(const struct rte_ipv6_hdr *ip, const void *l4, uint32_t len, uint8_t nh);
+
+/* A datagram for UDP port dport (network order) that no handle of this
+ * loop takes: 1 if it went to another pair's loop (or was dropped for a
+ * full ring: counted), 0 if no other loop has a handle on the port. */
+int tl__dp_hand_out(struct tl_drv *d, int v6, const dp_ip *sip, const dp_ip *dip, uint16_t sport,
+		    uint16_t dport, const void *pay, uint16_t len);
+/* Take what other pairs handed this one, as received here. */
+void tl__dp_hand_in(struct tl_drv *d);
+/* 1 if some other pair handed this one a datagram not taken yet. */
+int tl__dp_hand_pending(const struct tl_drv *d);
 
 /* driver.c: a handle got a datagram (put it on the ready list). */
 void tl__dp_ready(struct tl_drv *d, struct tl_hslot *h);

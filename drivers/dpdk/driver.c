@@ -347,6 +347,21 @@ static void work(struct tl_drv *d, uint64_t now)
 		if (n < DP_BURST)
 			break;
 	}
+	if (d->sh) {
+		/* What other pairs handed this one, as if received here; and
+		 * the loops this pass handed datagrams to woken if they nap. */
+		tl__dp_hand_in(d);
+		if (d->handed_to) {
+			atomic_thread_fence(memory_order_seq_cst);
+			for (uint64_t t = d->handed_to; t; t &= t - 1) {
+				struct dp_qwake *w = &d->sh->wake[__builtin_ctzll(t)];
+				if (atomic_load_explicit(&w->napping, memory_order_relaxed) &&
+				    atomic_exchange_explicit(&w->napping, 0, memory_order_relaxed))
+					tl__os_notifier_signal(&w->w);
+			}
+			d->handed_to = 0;
+		}
+	}
 	run_ready(d);
 	if (d->nctl)
 		flush_tx(d); /* ARP answers go out in this pass */
@@ -356,6 +371,49 @@ static void work(struct tl_drv *d, uint64_t now)
 static int woken(struct tl_drv *d)
 {
 	return tl__os_notifier_drain(d->wake);
+}
+
+/* Frames and hand-offs taken so far: a change is work found. */
+static uint64_t taken(const struct tl_drv *d)
+{
+	return d->st.rx_frames + d->st.handed_in;
+}
+
+/* Sleep on the loop's notifier (and, with the hand-off, on the pair's
+ * own) for at most nap ns: 1 if woken by a post or wake (the turn ends),
+ * 0 if the time ran out or another pair handed this one a datagram (the
+ * next poll takes it). Before sleeping the loop says it naps, then looks
+ * at its rings once more: a pair that hands it a datagram after that sees
+ * it napping and signals (work()'s fence pairs with this one). */
+static int nap(struct tl_drv *d, uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull), .tv_nsec = (long)(ns % 1000000000ull)};
+	struct pollfd pf[2] = {{.fd = tl__os_notifier_fd(d->wake), .events = POLLIN}};
+	nfds_t nf = 1;
+	struct dp_qwake *w = NULL;
+	if (d->sh) {
+		w = &d->sh->wake[d->queue];
+		atomic_store_explicit(&w->napping, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (tl__dp_hand_pending(d)) {
+			atomic_store_explicit(&w->napping, 0, memory_order_relaxed);
+			return 0;
+		}
+		pf[1] = (struct pollfd){.fd = tl__os_notifier_fd(&w->w), .events = POLLIN};
+		nf = 2;
+	}
+	d->st.naps++;
+	int n = ppoll(pf, nf, &ts, NULL);
+	if (w) {
+		atomic_store_explicit(&w->napping, 0, memory_order_relaxed);
+		if (n > 0 && (pf[1].revents & POLLIN))
+			tl__os_notifier_drain(&w->w);
+	}
+	if (n > 0 && (pf[0].revents & POLLIN)) {
+		woken(d);
+		return 1;
+	}
+	return 0;
 }
 
 /*
@@ -373,9 +431,9 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 	tl_loop *l = d->loop;
 	uint32_t before = tl__drv_queued(l);
 	uint64_t now = tl__os_mono_ns();
-	uint64_t rxb = d->st.rx_frames;
+	uint64_t rxb = taken(d);
 	work(d, now);
-	if (tl__drv_queued(l) != before || d->st.rx_frames != rxb)
+	if (tl__drv_queued(l) != before || taken(d) != rxb)
 		d->last_work = now;
 	if (tl__drv_queued(l) != before || timeout_ns == 0) {
 		info->discovery_polls++;
@@ -392,21 +450,13 @@ static int dp_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *in
 			if ((spins & 63) == 63 && woken(d))
 				return 0;
 		} else {
-			uint64_t nap = limit - now < d->nap_ns ? limit - now : d->nap_ns;
-			struct timespec ts = {.tv_sec = (time_t)(nap / 1000000000ull),
-					      .tv_nsec = (long)(nap % 1000000000ull)};
-			struct pollfd pf = {.fd = tl__os_notifier_fd(d->wake), .events = POLLIN};
-			d->st.naps++;
-			int n = ppoll(&pf, 1, &ts, NULL);
-			if (n > 0) {
-				woken(d);
+			if (nap(d, limit - now < d->nap_ns ? limit - now : d->nap_ns))
 				return 0;
-			}
 			now = tl__os_mono_ns();
 		}
-		rxb = d->st.rx_frames;
+		rxb = taken(d);
 		work(d, now);
-		if (tl__drv_queued(l) != before || d->st.rx_frames != rxb) {
+		if (tl__drv_queued(l) != before || taken(d) != rxb) {
 			/* Frames that made no completion (dropped, or waiting
 			 * for a receive) end the wait too, so the turn ends and
 			 * a runtime publishes the counters they changed. */
@@ -436,6 +486,8 @@ static int bind_port(struct tl_drv *d, struct tl_hslot *h, uint16_t port, int re
 	e->lport = htons(port);
 	e->flags |= DPH_BOUND | (reuse ? DPH_REUSEPORT : 0);
 	d->bound[port] = h->idx;
+	if (first == TL_NIL && d->sh)
+		atomic_fetch_or_explicit(&d->sh->owners[port], 1ull << d->queue, memory_order_release);
 	return 0;
 }
 
@@ -450,6 +502,9 @@ static void unbind_port(struct tl_drv *d, struct tl_hslot *h)
 	if (*p == h->idx)
 		*p = e->chain;
 	e->flags &= (uint8_t)~DPH_BOUND;
+	if (d->sh && d->bound[ntohs(e->lport)] == TL_NIL)
+		atomic_fetch_and_explicit(&d->sh->owners[ntohs(e->lport)], ~(1ull << d->queue),
+					  memory_order_release);
 }
 
 static int dp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp)
@@ -725,6 +780,7 @@ static int dp_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 	d->st.queue = d->queue;
 	d->st.nd_mc = pi.nd_mc;
 	d->registered = (uint8_t)reg;
+	d->sh = pi.sh;
 	*out = d;
 	return 0;
 }
@@ -759,7 +815,7 @@ static void dp_stats(struct tl_drv *d, tl_loop_stats *out)
 	out->nic_rx = s->rx_frames;
 	out->nic_tx = s->tx_frames;
 	out->nic_drops = s->drop_bad + s->drop_frag + s->drop_proto + s->drop_not_ours +
-			 s->drop_no_port + s->drop_rcvq + s->drop_ext6;
+			 s->drop_no_port + s->drop_rcvq + s->drop_ext6 + s->drop_handoff;
 	out->nic_tx_full = s->tx_full;
 }
 

@@ -18,6 +18,8 @@
 #define DP_CACHE 256
 #define DP_RXD 1024
 #define DP_TXD 1024
+/* Slots of each hand-off ring unless TL_DPDK_HANDOFF says. */
+#define DP_HANDOFF 256
 
 static struct {
 	pthread_mutex_t mu;
@@ -26,6 +28,7 @@ static struct {
 	uint16_t nq;
 	uint8_t used[DP_QMAX];
 	struct rte_mempool *mp[DP_QMAX];
+	struct dp_shared sh;
 	char why[160];
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -54,6 +57,29 @@ static int env_u32(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uin
 		return fail(-EINVAL, "%s is not a number in range", name);
 	*out = (uint32_t)v;
 	return 0;
+}
+
+/* Forget what other pairs handed pair q and its loop did not take (a
+ * loop that ends leaves it; the next owner of the pair starts clean). On
+ * the pair's owning thread, which is the rings' consumer. */
+static void handoff_drain(uint16_t q)
+{
+	struct dp_shared *sh = P.info.sh;
+	if (!sh)
+		return;
+	for (uint32_t s = 0; s < sh->nq; s++) {
+		if (s == q)
+			continue;
+		struct dp_ring *r = &sh->rings[s * sh->nq + q];
+		atomic_store_explicit(&r->tail, atomic_load_explicit(&r->head, memory_order_acquire),
+				      memory_order_release);
+	}
+	/* The loop had no handle left when it ended; its bits go anyway, so
+	 * no other loop hands this pair anything until its next owner binds. */
+	uint64_t bit = 1ull << q;
+	for (uint32_t p = 0; p < 65536; p++)
+		if (atomic_load_explicit(&sh->owners[p], memory_order_relaxed) & bit)
+			atomic_fetch_and_explicit(&sh->owners[p], ~bit, memory_order_release);
 }
 
 /* Split TL_DPDK into argv (words separated by spaces), after a program
@@ -117,13 +143,49 @@ static void accept_nd_groups(uint16_t port)
 	}
 }
 
+/* The hand-off between nq pairs (dp_shared): the table of UDP ports, a
+ * ring of `slots` slots from each pair to each other one, and a wake-up
+ * per pair. Made once, with the port, and kept for the process's life (a
+ * loop of another thread may still look at it while one is destroyed). */
+static int setup_handoff(uint32_t nq, uint32_t slots)
+{
+	struct dp_shared *sh = &P.sh;
+	sh->owners = calloc(65536, sizeof *sh->owners);
+	sh->rings = aligned_alloc(64, (size_t)nq * nq * sizeof *sh->rings);
+	sh->wake = aligned_alloc(64, (size_t)nq * sizeof *sh->wake);
+	if (!sh->owners || !sh->rings || !sh->wake)
+		return fail(-ENOMEM, "%s", "no memory for the hand-off between queue pairs");
+	memset(sh->rings, 0, (size_t)nq * nq * sizeof *sh->rings);
+	for (uint32_t q = 0; q < nq; q++) {
+		atomic_init(&sh->wake[q].napping, 0);
+		if (tl__os_notifier_open(&sh->wake[q].w) < 0)
+			return fail(-errno, "%s", "cannot make a hand-off notifier");
+	}
+	for (uint32_t i = 0; i < nq * nq; i++) {
+		if (i / nq == i % nq)
+			continue; /* no ring from a pair to itself */
+		struct dp_ring *r = &sh->rings[i];
+		r->mask = slots - 1;
+		r->s = aligned_alloc(64, (size_t)slots * sizeof *r->s);
+		if (!r->s)
+			return fail(-ENOMEM, "%s", "no memory for the hand-off rings (TL_DPDK_HANDOFF)");
+	}
+	sh->nq = nq;
+	sh->slots = slots;
+	P.info.sh = sh;
+	return 0;
+}
+
 static int setup_port(void)
 {
-	uint32_t port, nq;
+	uint32_t port, nq, slots;
 	int r;
 	if ((r = env_u32("TL_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &port)) < 0 ||
-	    (r = env_u32("TL_DPDK_QUEUES", 1, 1, DP_QMAX, &nq)) < 0)
+	    (r = env_u32("TL_DPDK_QUEUES", 1, 1, DP_QMAX, &nq)) < 0 ||
+	    (r = env_u32("TL_DPDK_HANDOFF", DP_HANDOFF, 0, 65536, &slots)) < 0)
 		return r;
+	if (slots & (slots - 1))
+		return fail(-EINVAL, "%s", "TL_DPDK_HANDOFF is not 0 or a power of two");
 	/* TL_DPDK_ADDR: the port's IPv4 and IPv6 addresses, comma
 	 * separated, in any order; the first of each family is the source of
 	 * what the loops send in that family. */
@@ -215,6 +277,8 @@ static int setup_port(void)
 	P.info.rx_offload = conf.rxmode.offloads;
 	rte_eth_macaddr_get((uint16_t)port, &P.info.mac);
 	P.nq = (uint16_t)nq;
+	if (nq > 1 && slots)
+		return setup_handoff(nq, slots);
 	return 0;
 }
 
@@ -286,6 +350,7 @@ int tl__dp_claim(uint16_t *q, struct rte_mempool **mp, struct dp_port_info *info
 		uint16_t n;
 		while ((n = rte_eth_rx_burst(info->port, *q, m, DP_BURST)) > 0)
 			rte_pktmbuf_free_bulk(m, n);
+		handoff_drain(*q);
 	}
 	return r;
 }
@@ -296,6 +361,7 @@ void tl__dp_unclaim(uint16_t q, int registered)
 	uint16_t n;
 	while ((n = rte_eth_rx_burst(P.info.port, q, m, DP_BURST)) > 0)
 		rte_pktmbuf_free_bulk(m, n);
+	handoff_drain(q);
 	/* What this lcore's cache holds of the pool goes back to its ring
 	 * before another thread may own the pair. */
 	struct rte_mempool_cache *c = rte_mempool_default_cache(P.mp[q], rte_lcore_id());

@@ -280,7 +280,10 @@ static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 	dp_ip src = {.w = {0, 0, 0, ip->src_addr}};
 	struct tl_hslot *h = demux(d, u->dst_port, 0, mine, &src, u->src_port);
 	if (!h) {
-		d->st.drop_no_port++;
+		dp_ip dst = dp_ip4(ip->dst_addr);
+		if (!d->sh || !tl__dp_hand_out(d, 0, &src, &dst, u->src_port, u->dst_port, u + 1,
+						 (uint16_t)(dl - sizeof *u)))
+			d->st.drop_no_port++;
 		return;
 	}
 	if (DPH(h)->qlen >= DP_RCVQ) {
@@ -375,7 +378,11 @@ static void ipv6_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 	memcpy(src.b, ip->src_addr, 16);
 	struct tl_hslot *h = demux(d, u->dst_port, 1, mine, &src, u->src_port);
 	if (!h) {
-		d->st.drop_no_port++;
+		dp_ip dst;
+		memcpy(dst.b, ip->dst_addr, 16);
+		if (!d->sh || !tl__dp_hand_out(d, 1, &src, &dst, u->src_port, u->dst_port, u + 1,
+						 (uint16_t)(dl - sizeof *u)))
+			d->st.drop_no_port++;
 		return;
 	}
 	if (DPH(h)->qlen >= DP_RCVQ) {
@@ -388,6 +395,130 @@ static void ipv6_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 	mt->sport = u->src_port;
 	mt->dport = u->dst_port;
 	enqueue(d, h, m, u, dl);
+}
+
+/* ---- the hand-off between pairs ---- */
+
+/* One flow's loop among n: a hash of the source address and port (an
+ * IPv4 source in sip's last word, as demux has it). */
+static uint32_t flow_pick(const dp_ip *sip, uint16_t sport, uint32_t n)
+{
+	uint64_t x = (sip->q[0] ^ sip->q[1]) * 0x9e3779b97f4a7c15ull;
+	x ^= (uint64_t)sport * 0xff51afd7ed558ccdull;
+	x ^= x >> 29;
+	return (uint32_t)((x >> 32) % n);
+}
+
+int tl__dp_hand_out(struct tl_drv *d, int v6, const dp_ip *sip, const dp_ip *dip, uint16_t sport,
+		    uint16_t dport, const void *pay, uint16_t len)
+{
+	struct dp_shared *sh = d->sh;
+	uint64_t who = atomic_load_explicit(&sh->owners[rte_be_to_cpu_16(dport)], memory_order_acquire) &
+		       ~(1ull << d->queue);
+	if (!who)
+		return 0;
+	/* With several loops on the port (TL_UDP_REUSEPORT), the flow picks
+	 * one, as demux picks among one loop's handles. */
+	uint32_t k = flow_pick(sip, sport, (uint32_t)__builtin_popcountll(who));
+	while (k--)
+		who &= who - 1;
+	uint32_t t = (uint32_t)__builtin_ctzll(who);
+	struct dp_ring *r = &sh->rings[d->queue * sh->nq + t];
+	uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
+		d->st.drop_handoff++; /* the target's ring is full: dropped, as a full socket drops */
+		return 1;
+	}
+	struct dp_slot *sl = &r->s[head & r->mask];
+	sl->sip = *sip;
+	sl->dip = *dip;
+	sl->sport = sport;
+	sl->dport = dport;
+	sl->len = len;
+	sl->v6 = (uint8_t)v6;
+	if (len)
+		memcpy(sl->data, pay, len);
+	atomic_store_explicit(&r->head, head + 1, memory_order_release);
+	d->st.handed_out++;
+	d->handed_to |= 1ull << t;
+	return 1;
+}
+
+int tl__dp_hand_pending(const struct tl_drv *d)
+{
+	const struct dp_shared *sh = d->sh;
+	for (uint32_t s = 0; s < sh->nq; s++) {
+		if (s == d->queue)
+			continue;
+		struct dp_ring *r = &sh->rings[s * sh->nq + d->queue];
+		if (atomic_load_explicit(&r->head, memory_order_relaxed) !=
+		    atomic_load_explicit(&r->tail, memory_order_relaxed))
+			return 1;
+	}
+	return 0;
+}
+
+/* One handed-in datagram: its handle found as for a frame of this pair's
+ * (demux), then copied into an mbuf of this pair's pool, laid out as
+ * deliver() reads a received one (IPv6: the header's addresses at l3),
+ * and queued on the handle. 0 if it must wait: the pool is empty. */
+static int hand_in_one(struct tl_drv *d, const struct dp_slot *sl)
+{
+	uint32_t mine = sl->v6 ? tl__dp_mine6(d, sl->dip.b) : tl__dp_mine(d, sl->dip.w[3]);
+	struct tl_hslot *h = demux(d, sl->dport, sl->v6, mine, &sl->sip, sl->sport);
+	if (!h) {
+		d->st.drop_no_port++; /* its handle closed since, or none takes it */
+		return 1;
+	}
+	if (DPH(h)->qlen >= DP_RCVQ) {
+		d->st.drop_rcvq++;
+		return 1;
+	}
+	struct rte_mbuf *m = rte_pktmbuf_alloc(d->mp);
+	if (!m)
+		return 0;
+	uint32_t l3 = sl->v6 ? sizeof(struct rte_ipv6_hdr) : 0;
+	uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(l3 + sizeof(struct rte_udp_hdr) + sl->len));
+	struct dp_meta *mt = dp_meta(m);
+	if (sl->v6) {
+		struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)p;
+		memcpy(ip->src_addr, sl->sip.b, 16);
+		memcpy(ip->dst_addr, sl->dip.b, 16);
+		mt->l3 = 0;
+	} else {
+		mt->sip = sl->sip.w[3];
+		mt->dip = sl->dip.w[3];
+	}
+	mt->v6 = sl->v6;
+	mt->sport = sl->sport;
+	mt->dport = sl->dport;
+	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(p + l3);
+	if (sl->len)
+		memcpy(u + 1, sl->data, sl->len);
+	d->st.handed_in++;
+	enqueue(d, h, m, u, sizeof *u + (uint32_t)sl->len);
+	return 1;
+}
+
+void tl__dp_hand_in(struct tl_drv *d)
+{
+	const struct dp_shared *sh = d->sh;
+	for (uint32_t s = 0; s < sh->nq; s++) {
+		if (s == d->queue)
+			continue;
+		struct dp_ring *r = &sh->rings[s * sh->nq + d->queue];
+		uint32_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+		uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+		/* At most a ring's worth a poll from each pair, so one busy
+		 * pair cannot hold the loop in here. */
+		uint32_t n = 0;
+		while (tail != head && n++ <= r->mask) {
+			if (!hand_in_one(d, &r->s[tail & r->mask]))
+				break; /* this pair's pool is empty: the next poll */
+			tail++;
+		}
+		atomic_store_explicit(&r->tail, tail, memory_order_release);
+	}
 }
 
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
