@@ -312,7 +312,7 @@ static void test_reuseport_flow_stays(void)
 		H_EQ_FATAL(tl_udp_bind_opts(l[k], &a, &ru, &h[k]), 0);
 		H_EQ(tl_udp_recv_start(l[k], h[k], 1, &r[k]), 0);
 	}
-	enum { FLOWS = 16, EACH = 4 };
+	enum { FLOWS = 15, EACH = 4 }; /* odd: a turn-taking pick would split flows */
 	for (uint32_t n = 0; n < EACH; n++)
 		for (uint32_t f = 0; f < FLOWS; f++) {
 			uint32_t v = f << 8 | n;
