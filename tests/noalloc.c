@@ -26,6 +26,10 @@
 #include <turnloop/signal.h>
 #include <turnloop/watch.h>
 #include <turnloop/bufio.h>
+#include "tl_config.h"
+#if TL_HAVE_DPDK
+#include "dpdk.h"
+#endif
 
 /*
  * Exit status: 0 when the measured phase made no allocator call at all, 1 on
@@ -886,103 +890,129 @@ static int pass_fds_phase(unsigned long *allocs)
 
 /* ---- Datagrams (turnloop/dgram.h) ---- */
 
-/* Two datagram handles of the loop: the client sends UDP_BATCH datagrams a
- * round (queued in one turn: one sendmmsg on epoll), the server receives
- * them with a multishot receive and echoes each from its lease, released
- * when its send completes; the client's multishot receive takes the
- * echoes. */
+/* Two datagram handles: the client (b, on loop lb) sends UDP_BATCH
+ * datagrams a round (queued in one turn: one sendmmsg on epoll), the
+ * server (a, on loop la) receives them with a multishot receive and echoes
+ * each from its lease, released when its send completes; the client's
+ * multishot receive takes the echoes. la and lb are one loop, or (the DPDK
+ * driver's hand-off between queue pairs) two loops turned in turn. */
 enum { UDP_ROUNDS = 500, UDP_WARM = 50, UDP_BATCH = 8, UDP_LEN = 200 };
 enum { TOK_UDP_RA = 950, TOK_UDP_RB, TOK_UDP_SEND, TOK_UDP_ECHO = 1u << 20 };
 
-static int udp_round(tl_handle a, tl_handle b, const tl_addr *aa, int i)
+struct udp_tally {
+	int sent, echoed, back;
+};
+
+/* One completion of the datagram phase: 0, or a negative step. */
+static int udp_take(tl_loop *la, tl_loop *lb, tl_handle a, const tl_completion *x,
+		    struct udp_tally *t)
+{
+	tl_op op;
+	if (x->kind == TL_K_SEND && x->token == TOK_UDP_SEND) {
+		if (x->result != UDP_LEN)
+			return -3;
+		t->sent++;
+	} else if (x->kind == TL_K_SEND && x->token >= TOK_UDP_ECHO) {
+		if (x->result != UDP_LEN)
+			return -4;
+		if (tl_lease_release(la, (uint32_t)(x->token - TOK_UDP_ECHO)) != 0)
+			return -5;
+		t->echoed++;
+	} else if (x->kind == TL_K_RECV && (x->flags & TL_F_LEASE)) {
+		if (x->token == TOK_UDP_RA) {
+			tl_udp_msg m = {.buf = x->u.recv.lease.data, .len = (uint32_t)x->result,
+					.to = &x->u.recv.from};
+			if (tl_udp_sendmsg(la, a, &m, TOK_UDP_ECHO + x->u.recv.lease.id, &op) != 0)
+				return -6;
+		} else {
+			if (x->result != UDP_LEN)
+				return -7;
+			if (tl_lease_release(lb, x->u.recv.lease.id) != 0)
+				return -8;
+			t->back++;
+		}
+	} else if (x->kind == TL_K_RECV && (x->flags & TL_F_TERMINAL)) {
+		return -9;
+	}
+	return 0;
+}
+
+static int udp_round(tl_loop *la, tl_loop *lb, tl_handle a, tl_handle b, const tl_addr *aa, int i)
 {
 	static unsigned char out[UDP_BATCH][UDP_LEN];
-	int sent = 0, echoed = 0, back = 0;
+	struct udp_tally t = {0, 0, 0};
 	tl_op op;
 	for (int k = 0; k < UDP_BATCH; k++) {
 		memset(out[k], (unsigned char)(i + k), UDP_LEN);
 		tl_udp_msg m = {.buf = out[k], .len = UDP_LEN, .to = aa};
-		if (tl_udp_sendmsg(loop, b, &m, TOK_UDP_SEND, &op) != 0)
+		if (tl_udp_sendmsg(lb, b, &m, TOK_UDP_SEND, &op) != 0)
 			return -1;
 	}
 	tl_completion c[32];
-	for (int t = 0; t < 4000 && (sent < UDP_BATCH || echoed < UDP_BATCH || back < UDP_BATCH);
-	     t++) {
-		int n = tl_turn(loop, 10 * 1000000ll, c, 32, NULL);
-		if (n < 0)
-			return -2;
-		for (int j = 0; j < n; j++) {
-			const tl_completion *x = &c[j];
-			if (x->kind == TL_K_SEND && x->token == TOK_UDP_SEND) {
-				if (x->result != UDP_LEN)
-					return -3;
-				sent++;
-			} else if (x->kind == TL_K_SEND && x->token >= TOK_UDP_ECHO) {
-				if (x->result != UDP_LEN)
-					return -4;
-				if (tl_lease_release(loop, (uint32_t)(x->token - TOK_UDP_ECHO)) != 0)
-					return -5;
-				echoed++;
-			} else if (x->kind == TL_K_RECV && (x->flags & TL_F_LEASE)) {
-				if (x->token == TOK_UDP_RA) {
-					tl_udp_msg m = {.buf = x->u.recv.lease.data,
-							.len = (uint32_t)x->result, .to = &x->u.recv.from};
-					if (tl_udp_sendmsg(loop, a, &m, TOK_UDP_ECHO + x->u.recv.lease.id,
-							   &op) != 0)
-						return -6;
-				} else {
-					if (x->result != UDP_LEN)
-						return -7;
-					if (tl_lease_release(loop, x->u.recv.lease.id) != 0)
-						return -8;
-					back++;
-				}
-			} else if (x->kind == TL_K_RECV && (x->flags & TL_F_TERMINAL)) {
-				return -9;
+	for (int k = 0; k < 4000 && (t.sent < UDP_BATCH || t.echoed < UDP_BATCH || t.back < UDP_BATCH);
+	     k++) {
+		for (int side = 0; side < (la == lb ? 1 : 2); side++) {
+			tl_loop *l = side ? lb : la;
+			int n = tl_turn(l, la == lb ? 10 * 1000000ll : side ? 1000000ll : 0, c, 32, NULL);
+			if (n < 0)
+				return -2;
+			for (int j = 0; j < n; j++) {
+				int r = udp_take(la, lb, a, &c[j], &t);
+				if (r < 0)
+					return r;
 			}
 		}
 	}
-	return sent == UDP_BATCH && echoed == UDP_BATCH && back == UDP_BATCH ? 0 : -10;
+	return t.sent == UDP_BATCH && t.echoed == UDP_BATCH && t.back == UDP_BATCH ? 0 : -10;
 }
 
-/* The datagram phase over loopback of family (IPv4: 127.0.0.1, IPv6: ::1). */
-static int udp_phase(int family, unsigned long *allocs)
+/* The datagram phase over loopback of family (IPv4: 127.0.0.1, IPv6:
+ * ::1), the server on la and the client on lb. */
+static int udp_phase2(tl_loop *la, tl_loop *lb, int family, unsigned long *allocs)
 {
 	tl_addr lo, aa;
 	if (tl_addr_parse(&lo, family == AF_INET6 ? "::1" : "127.0.0.1", 0) != 0)
 		return -19;
 	tl_handle a, b;
 	tl_op ra, rb;
-	if (tl_udp_bind(loop, &lo, &a) != 0 || tl_udp_bind(loop, &lo, &b) != 0 ||
-	    tl_local_addr(loop, a, &aa) != 0)
+	if (tl_udp_bind(la, &lo, &a) != 0 || tl_udp_bind(lb, &lo, &b) != 0 ||
+	    tl_local_addr(la, a, &aa) != 0)
 		return -20;
-	if (tl_udp_recv_start(loop, a, TOK_UDP_RA, &ra) != 0 ||
-	    tl_udp_recv_start(loop, b, TOK_UDP_RB, &rb) != 0)
+	if (tl_udp_recv_start(la, a, TOK_UDP_RA, &ra) != 0 ||
+	    tl_udp_recv_start(lb, b, TOK_UDP_RB, &rb) != 0)
 		return -21;
 	int rc = 0;
 	for (int i = 0; i < UDP_WARM && rc == 0; i++)
-		rc = udp_round(a, b, &aa, i);
+		rc = udp_round(la, lb, a, b, &aa, i);
 	unsigned long a0 = atomic_load(&calls_alloc) + atomic_load(&calls_free);
 	atomic_store(&counting, 1);
 	for (int i = 0; i < UDP_ROUNDS && rc == 0; i++)
-		rc = udp_round(a, b, &aa, i);
+		rc = udp_round(la, lb, a, b, &aa, i);
 	atomic_store(&counting, 0);
 	*allocs = atomic_load(&calls_alloc) + atomic_load(&calls_free) - a0;
-	tl_close(loop, a, 0);
-	tl_close(loop, b, 0);
+	tl_close(la, a, 0);
+	tl_close(lb, b, 0);
 	/* Both closed (their receives' terminals taken) before another
 	 * phase starts. */
 	tl_completion c[32];
 	for (int t = 0, closed = 0; t < 400 && closed < 2; t++) {
-		int n = tl_turn(loop, 10 * 1000000ll, c, 32, NULL);
-		for (int j = 0; j < n; j++) {
-			if (c[j].kind == TL_K_CLOSED)
-				closed++;
-			else if (c[j].kind == TL_K_RECV && (c[j].flags & TL_F_LEASE))
-				tl_lease_release(loop, c[j].u.recv.lease.id);
+		for (int side = 0; side < (la == lb ? 1 : 2); side++) {
+			tl_loop *l = side ? lb : la;
+			int n = tl_turn(l, la == lb ? 10 * 1000000ll : 1000000ll, c, 32, NULL);
+			for (int j = 0; j < n; j++) {
+				if (c[j].kind == TL_K_CLOSED)
+					closed++;
+				else if (c[j].kind == TL_K_RECV && (c[j].flags & TL_F_LEASE))
+					tl_lease_release(l, c[j].u.recv.lease.id);
+			}
 		}
 	}
 	return rc < 0 ? rc : UDP_ROUNDS * UDP_BATCH;
+}
+
+static int udp_phase(int family, unsigned long *allocs)
+{
+	return udp_phase2(loop, loop, family, allocs);
 }
 
 /* ---- Buffered streams (turnloop/bufio.h) ---- */
@@ -1195,6 +1225,38 @@ int main(void)
 		const char *drv = tl_loop_driver(loop); /* a static string */
 		int udp_echoed = udp_phase(AF_INET, &udp_allocs);
 		int udp6_echoed = udp_echoed > 0 ? udp_phase(AF_INET6, &udp6_allocs) : 0;
+		/* With more than one queue pair, the hand-off between them:
+		 * a second loop (the next pair) is the client; its datagrams
+		 * come back on its own pair (net_ring brings a pair's frames
+		 * back to it), whose loop has no handle on the server's port,
+		 * and are handed to the first loop; the echoes come back on the
+		 * first loop's pair and are handed to the second. */
+		int hand_echoed = 0;
+		unsigned long hand_allocs = 0;
+		uint64_t handed[2] = {0, 0};
+		tl_loop *l2 = NULL;
+		if (udp6_echoed > 0 && tl_loop_new(&l2, &cfg) == 0) {
+			hand_echoed = udp_phase2(loop, l2, AF_INET, &hand_allocs);
+#if TL_HAVE_DPDK
+			struct tl_dpdk_stats s1, s2;
+			if (tl__dpdk_stats(loop, &s1) == 0 && tl__dpdk_stats(l2, &s2) == 0) {
+				handed[0] = s1.handed_out;
+				handed[1] = s2.handed_out;
+			}
+#endif
+			for (int k = 0; k < 200 && tl_alive(l2); k++) {
+				tl_completion o2[64];
+				tl_turn(l2, 1000000ll, o2, 64, NULL);
+			}
+			tl_loop_close(l2);
+		}
+		if (l2 && (hand_echoed <= 0 || hand_allocs || handed[0] < (uint64_t)hand_echoed ||
+			   handed[1] < (uint64_t)hand_echoed)) {
+			fprintf(stderr, "noalloc: driver %s: hand-off phase %d, %lu allocator calls "
+				"(want 0), handed out %llu and %llu\n", tl_loop_driver(loop), hand_echoed,
+				hand_allocs, (unsigned long long)handed[0], (unsigned long long)handed[1]);
+			return 1;
+		}
 		tl_completion out[64];
 		for (int k = 0; k < 200 && tl_alive(loop); k++)
 			tl_turn(loop, 10 * 1000000ll, out, 64, NULL);
@@ -1207,6 +1269,12 @@ int main(void)
 		}
 		printf("noalloc: driver %s has datagrams only: %d datagrams echoed over IPv4 and "
 		       "%d over IPv6, 0 allocator calls\n", drv, udp_echoed, udp6_echoed);
+		if (l2)
+			printf("noalloc: %d datagrams echoed between two loops, each handed between "
+			       "their queue pairs (%llu and %llu), 0 allocator calls\n", hand_echoed,
+			       (unsigned long long)handed[0], (unsigned long long)handed[1]);
+		else
+			printf("noalloc: one queue pair: no hand-off phase\n");
 		return 0;
 	}
 	if (!(tl_loop_caps(loop) & TL_CAP_TCP)) {
