@@ -17,8 +17,9 @@
  * on a DPDK port instead of kernel sockets. The process sets up the EAL
  * and one port once (port.c), with one RX and one TX queue per loop that
  * may run on it; each loop claims a queue pair when it starts and gives it
- * back when it is destroyed, and owns that pair alone, so no queue, mbuf
- * pool or table of the driver is shared between threads.
+ * back when it is destroyed, and owns that pair alone, so no queue or mbuf
+ * pool of the driver is shared between threads; only the hand-off's table
+ * and rings (below) are, through atomics.
  *
  * A datagram handle is a UDP port number of this loop (a table of 65,536
  * entries maps a destination port to its handles). A received frame is
