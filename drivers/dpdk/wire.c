@@ -425,8 +425,12 @@ int tl__dp_hand_out(struct tl_drv *d, int v6, const dp_ip *sip, const dp_ip *dip
 	uint32_t t = (uint32_t)__builtin_ctzll(who);
 	struct dp_ring *r = &sh->rings[d->queue * sh->nq + t];
 	uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-	if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-		d->st.drop_handoff++; /* the target's ring is full: dropped, as a full socket drops */
+	if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask ||
+	    len > sizeof r->s[0].data) {
+		/* The target's ring is full: dropped, as a full socket drops.
+		 * (Or longer than a slot holds, the most the driver sends: only
+		 * a virtual port with no MTU brings such a frame.) */
+		d->st.drop_handoff++;
 		return 1;
 	}
 	struct dp_slot *sl = &r->s[head & r->mask];
@@ -479,6 +483,11 @@ static int hand_in_one(struct tl_drv *d, const struct dp_slot *sl)
 		return 0;
 	uint32_t l3 = sl->v6 ? sizeof(struct rte_ipv6_hdr) : 0;
 	uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(l3 + sizeof(struct rte_udp_hdr) + sl->len));
+	if (!p) { /* cannot be: a slot's payload fits an mbuf */
+		rte_pktmbuf_free(m);
+		d->st.drop_handoff++;
+		return 1;
+	}
 	struct dp_meta *mt = dp_meta(m);
 	if (sl->v6) {
 		struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)p;
