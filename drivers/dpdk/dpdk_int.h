@@ -113,6 +113,7 @@ struct dp_slot {
 	uint8_t _pad[64 - 39];
 	uint8_t data[DP_MAX_PAYLOAD];
 };
+_Static_assert(sizeof(struct dp_slot) == 64 + DP_MAX_PAYLOAD, "a slot is its header line and the largest payload");
 
 /* One single-producer, single-consumer ring of slots: the producer is the
  * loop of pair src, the consumer that of pair dst. */
