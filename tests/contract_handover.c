@@ -189,9 +189,16 @@ static void expect_adopted_flags_win(int fd, int stream_empty)
 	H_TRUE(getsockopt(s, SOL_SOCKET, SO_TYPE, (char *)&type, &len) == 0,
 	       "socket %d: not open (%s)", fd, sock_err());
 	if (stream_empty) {
+		/* A receive timeout for the probe, so that a blocking socket
+		 * fails it (WSAETIMEDOUT) rather than hanging the test. */
+		DWORD ms = 1000, none = 0;
+		H_EQ(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, (char *)&ms, sizeof ms), 0);
 		char b;
 		int n = recv(s, &b, 1, MSG_PEEK);
-		H_TRUE(n < 0 && WSAGetLastError() == WSAEWOULDBLOCK,
+		int e = WSAGetLastError();
+		H_EQ(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, (char *)&none, sizeof none), 0);
+		WSASetLastError(e);
+		H_TRUE(n < 0 && e == WSAEWOULDBLOCK,
 		       "socket %d: a recv on the empty stream gave %d (%s), not WSAEWOULDBLOCK: "
 		       "not non-blocking",
 		       fd, n, n < 0 ? sock_err() : "bytes");
