@@ -393,10 +393,6 @@ static void test_d6_dual_stack(void)
 	tl_loop *l = c.loop;
 	if (!h_need_cap(l, TL_CAP_UDP) || !h_need_ipv6())
 		goto out;
-	if (iocp(l)) {
-		h_skip("not run on IOCP: the rule is checked on the Linux drivers and DPDK");
-		goto out;
-	}
 	tl_addr any6, lo4, a6, b4;
 	H_EQ_FATAL(tl_addr_parse(&any6, "::", 0), 0);
 	h_loopback(&lo4, AF_INET, 0);
