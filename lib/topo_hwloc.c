@@ -3,19 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <hwloc.h>
-#include "topo.h"
+#include "topo_desc.h"
 
 struct tl_topo {
+	struct tl__topo_desc d; /* first: lib/topo.c reads it */
 	hwloc_topology_t h;
-	int binds;
-	uint32_t nnodes;
-	int *node_os;
-	tl__cpuset *node_cpus;
-	tl__cpuset cpus;
-	tl__cpuset existing;
-	tl__cpuset allowed;
-	uint32_t npus;
-	tl__topo_pu *pus;
 };
 
 static void from_bitmap(tl__cpuset *s, hwloc_const_bitmap_t b)
@@ -46,9 +38,7 @@ void tl__topo_free(tl__topo *t)
 		return;
 	if (t->h)
 		hwloc_topology_destroy(t->h);
-	free(t->node_os);
-	free(t->node_cpus);
-	free(t->pus);
+	tl__topo_desc_free(&t->d);
 	free(t);
 }
 
@@ -59,23 +49,23 @@ static int load_pus(tl__topo *t)
 	int n = hwloc_get_nbobjs_by_type(t->h, HWLOC_OBJ_PU);
 	if (n <= 0)
 		return 0;
-	t->pus = calloc((size_t)n, sizeof *t->pus);
-	if (!t->pus)
+	t->d.pus = calloc((size_t)n, sizeof *t->d.pus);
+	if (!t->d.pus)
 		return -ENOMEM;
 	hwloc_obj_t pu = NULL;
-	while ((pu = hwloc_get_next_obj_by_type(t->h, HWLOC_OBJ_PU, pu)) && t->npus < (uint32_t)n) {
-		tl__topo_pu *p = &t->pus[t->npus++];
+	while ((pu = hwloc_get_next_obj_by_type(t->h, HWLOC_OBJ_PU, pu)) && t->d.npus < (uint32_t)n) {
+		tl__topo_pu *p = &t->d.pus[t->d.npus++];
 		hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(t->h, HWLOC_OBJ_CORE, pu);
 		hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t->h, HWLOC_OBJ_PACKAGE, pu);
 		p->cpu = (int)pu->os_index;
 		p->core = core ? (int)core->logical_index : -1;
 		p->package = pkg ? (int)pkg->logical_index : -1;
 		p->node = p->node_os = -1;
-		for (uint32_t i = 0; i < t->nnodes; i++) {
+		for (uint32_t i = 0; i < t->d.nnodes; i++) {
 			hwloc_obj_t o = hwloc_get_obj_by_type(t->h, HWLOC_OBJ_NUMANODE, i);
 			if (o && o->cpuset && hwloc_bitmap_isset(o->cpuset, pu->os_index)) {
 				p->node = (int)i;
-				p->node_os = t->node_os[i];
+				p->node_os = t->d.node_os[i];
 				break;
 			}
 		}
@@ -122,25 +112,25 @@ int tl__topo_load_ex(tl__topo **out, const char *desc, unsigned flags)
 		return r;
 	}
 	/* Synthetic and XML topologies describe CPUs that are not ours. */
-	t->binds = !desc && hwloc_topology_is_thissystem(t->h);
+	t->d.binds = !desc && hwloc_topology_is_thissystem(t->h);
 	int n = hwloc_get_nbobjs_by_type(t->h, HWLOC_OBJ_NUMANODE);
-	t->nnodes = n > 0 ? (uint32_t)n : 0;
-	if (t->nnodes) {
-		t->node_os = calloc(t->nnodes, sizeof *t->node_os);
-		t->node_cpus = calloc(t->nnodes, sizeof *t->node_cpus);
-		if (!t->node_os || !t->node_cpus) {
+	t->d.nnodes = n > 0 ? (uint32_t)n : 0;
+	if (t->d.nnodes) {
+		t->d.node_os = calloc(t->d.nnodes, sizeof *t->d.node_os);
+		t->d.node_cpus = calloc(t->d.nnodes, sizeof *t->d.node_cpus);
+		if (!t->d.node_os || !t->d.node_cpus) {
 			tl__topo_free(t);
 			return -ENOMEM;
 		}
 	}
-	for (uint32_t i = 0; i < t->nnodes; i++) {
+	for (uint32_t i = 0; i < t->d.nnodes; i++) {
 		hwloc_obj_t o = hwloc_get_obj_by_type(t->h, HWLOC_OBJ_NUMANODE, i);
-		t->node_os[i] = o ? (int)o->os_index : (int)i;
-		from_bitmap(&t->node_cpus[i], o ? o->cpuset : NULL);
+		t->d.node_os[i] = o ? (int)o->os_index : (int)i;
+		from_bitmap(&t->d.node_cpus[i], o ? o->cpuset : NULL);
 	}
-	from_bitmap(&t->cpus, hwloc_topology_get_topology_cpuset(t->h));
-	from_bitmap(&t->existing, hwloc_topology_get_complete_cpuset(t->h));
-	from_bitmap(&t->allowed, hwloc_topology_get_allowed_cpuset(t->h));
+	from_bitmap(&t->d.cpus, hwloc_topology_get_topology_cpuset(t->h));
+	from_bitmap(&t->d.existing, hwloc_topology_get_complete_cpuset(t->h));
+	from_bitmap(&t->d.allowed, hwloc_topology_get_allowed_cpuset(t->h));
 	if (load_pus(t) < 0) {
 		tl__topo_free(t);
 		return -ENOMEM;
@@ -149,50 +139,10 @@ int tl__topo_load_ex(tl__topo **out, const char *desc, unsigned flags)
 	return 0;
 }
 
-uint32_t tl__topo_nodes(const tl__topo *t)
-{
-	return t->nnodes;
-}
-
-int tl__topo_node_os(const tl__topo *t, uint32_t i)
-{
-	return t->node_os[i];
-}
-
-const tl__cpuset *tl__topo_node_cpus(const tl__topo *t, uint32_t i)
-{
-	return &t->node_cpus[i];
-}
-
-const tl__cpuset *tl__topo_cpus(const tl__topo *t)
-{
-	return &t->cpus;
-}
-
-uint32_t tl__topo_pus(const tl__topo *t)
-{
-	return t->npus;
-}
-
-const tl__topo_pu *tl__topo_pu_at(const tl__topo *t, uint32_t i)
-{
-	return &t->pus[i];
-}
-
-const tl__cpuset *tl__topo_existing(const tl__topo *t)
-{
-	return &t->existing;
-}
-
-const tl__cpuset *tl__topo_allowed(const tl__topo *t)
-{
-	return &t->allowed;
-}
-
 int tl__topo_affinity(const tl__topo *t, tl__cpuset *out)
 {
 	tl__cpuset_zero(out);
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	hwloc_bitmap_t b = hwloc_bitmap_alloc();
 	if (!b)
@@ -212,12 +162,12 @@ int tl__topo_affinity(const tl__topo *t, tl__cpuset *out)
 
 int tl__topo_binds(const tl__topo *t)
 {
-	return t->binds;
+	return t->d.binds;
 }
 
 int tl__topo_bind(const tl__topo *t, const tl__cpuset *set)
 {
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	hwloc_bitmap_t b = hwloc_bitmap_alloc();
 	if (!b)
@@ -234,7 +184,7 @@ int tl__topo_bind(const tl__topo *t, const tl__cpuset *set)
 int tl__topo_bind_memory(const tl__topo *t, int cpu, int node_os)
 {
 	(void)cpu;
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	if (node_os < 0)
 		return -EINVAL;

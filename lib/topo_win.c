@@ -5,23 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include "os.h"
-#include "topo.h"
+#include "topo_desc.h"
 
 struct tl_topo {
-	int binds;
-	uint32_t nnodes;
-	int *node_os;
-	tl__cpuset *node_cpus;
-	tl__cpuset cpus;
-	uint32_t npus;
-	tl__topo_pu *pus;
+	struct tl__topo_desc d; /* lib/topo.c reads it */
 };
 
 /* The first node (in tl__topo_node_* order) that has cpu, or -1. */
 static int node_of(const tl__topo *t, unsigned cpu)
 {
-	for (uint32_t i = 0; i < t->nnodes; i++)
-		if (tl__cpuset_has(&t->node_cpus[i], cpu))
+	for (uint32_t i = 0; i < t->d.nnodes; i++)
+		if (tl__cpuset_has(&t->d.node_cpus[i], cpu))
 			return (int)i;
 	return -1;
 }
@@ -30,18 +24,18 @@ static int node_of(const tl__topo *t, unsigned cpu)
  * package filled in by the caller (-1 until then). */
 static int pus_alloc(tl__topo *t)
 {
-	unsigned n = tl__cpuset_count(&t->cpus);
-	t->pus = calloc(n ? n : 1, sizeof *t->pus);
-	if (!t->pus)
+	unsigned n = tl__cpuset_count(&t->d.cpus);
+	t->d.pus = calloc(n ? n : 1, sizeof *t->d.pus);
+	if (!t->d.pus)
 		return -ENOMEM;
-	for (unsigned c = 0; c < TL__CPUSET_MAX && t->npus < n; c++) {
-		if (!tl__cpuset_has(&t->cpus, c))
+	for (unsigned c = 0; c < TL__CPUSET_MAX && t->d.npus < n; c++) {
+		if (!tl__cpuset_has(&t->d.cpus, c))
 			continue;
-		tl__topo_pu *p = &t->pus[t->npus++];
+		tl__topo_pu *p = &t->d.pus[t->d.npus++];
 		p->cpu = (int)c;
 		p->core = p->package = -1;
 		p->node = node_of(t, c);
-		p->node_os = p->node >= 0 ? t->node_os[p->node] : -1;
+		p->node_os = p->node >= 0 ? t->d.node_os[p->node] : -1;
 	}
 	return 0;
 }
@@ -49,9 +43,9 @@ static int pus_alloc(tl__topo *t)
 /* Room for n nodes: 0 or -ENOMEM. */
 static int nodes_alloc(tl__topo *t, uint32_t n)
 {
-	t->node_os = calloc(n ? n : 1, sizeof *t->node_os);
-	t->node_cpus = calloc(n ? n : 1, sizeof *t->node_cpus);
-	return t->node_os && t->node_cpus ? 0 : -ENOMEM;
+	t->d.node_os = calloc(n ? n : 1, sizeof *t->d.node_os);
+	t->d.node_cpus = calloc(n ? n : 1, sizeof *t->d.node_cpus);
+	return t->d.node_os && t->d.node_cpus ? 0 : -ENOMEM;
 }
 
 /* CPUs of one group's affinity mask, numbered 64 × group + bit. */
@@ -130,13 +124,13 @@ static int number_objects(tl__topo *t, LOGICAL_PROCESSOR_RELATIONSHIP rel, size_
 	}
 	for (int i = 0; i < nrec; i++)
 		dense[i] = -1;
-	for (uint32_t i = 0; i < t->npus; i++) {
-		int r = rec[t->pus[i].cpu];
+	for (uint32_t i = 0; i < t->d.npus; i++) {
+		int r = rec[t->d.pus[i].cpu];
 		if (r < 0)
 			continue;
 		if (dense[r] < 0)
 			dense[r] = next++;
-		*(int *)((char *)&t->pus[i] + field) = dense[r];
+		*(int *)((char *)&t->d.pus[i] + field) = dense[r];
 	}
 	free(dense);
 	free(rec);
@@ -172,9 +166,9 @@ static int load_machine(tl__topo *t)
 	for (p = b; (char *)p < (char *)b + len; p = LPI_NEXT(p))
 		if (p->Relationship == RelationGroup)
 			for (WORD g = 0; g < p->Group.ActiveGroupCount; g++)
-				add_mask(&t->cpus, g, p->Group.GroupInfo[g].ActiveProcessorMask);
+				add_mask(&t->d.cpus, g, p->Group.GroupInfo[g].ActiveProcessorMask);
 	free(b);
-	t->binds = 1;
+	t->d.binds = 1;
 	b = lpi(RelationNumaNode, &len, &err);
 	if (!b) {
 		if (err == -ENOMEM)
@@ -189,19 +183,19 @@ static int load_machine(tl__topo *t)
 		free(b);
 		return -ENOMEM;
 	}
-	for (p = b; (char *)p < (char *)b + len && t->nnodes < n; p = LPI_NEXT(p)) {
+	for (p = b; (char *)p < (char *)b + len && t->d.nnodes < n; p = LPI_NEXT(p)) {
 		if (p->Relationship != RelationNumaNode)
 			continue;
-		uint32_t i = t->nnodes++;
+		uint32_t i = t->d.nnodes++;
 		int os = (int)p->NumaNode.NodeNumber;
 		/* Insertion by node number. */
-		for (; i > 0 && t->node_os[i - 1] > os; i--) {
-			t->node_os[i] = t->node_os[i - 1];
-			t->node_cpus[i] = t->node_cpus[i - 1];
+		for (; i > 0 && t->d.node_os[i - 1] > os; i--) {
+			t->d.node_os[i] = t->d.node_os[i - 1];
+			t->d.node_cpus[i] = t->d.node_cpus[i - 1];
 		}
-		t->node_os[i] = os;
-		tl__cpuset_zero(&t->node_cpus[i]);
-		add_mask(&t->node_cpus[i], p->NumaNode.GroupMask.Group, p->NumaNode.GroupMask.Mask);
+		t->d.node_os[i] = os;
+		tl__cpuset_zero(&t->d.node_cpus[i]);
+		add_mask(&t->d.node_cpus[i], p->NumaNode.GroupMask.Group, p->NumaNode.GroupMask.Mask);
 	}
 	free(b);
 	return load_machine_pus(t);
@@ -281,19 +275,19 @@ static int load_synthetic(tl__topo *t, const char *s)
 	uint64_t per = total / nodes;
 	if (nodes_alloc(t, (uint32_t)nodes) < 0)
 		return -ENOMEM;
-	t->nnodes = (uint32_t)nodes;
-	for (uint32_t i = 0; i < t->nnodes; i++) {
-		t->node_os[i] = (int)i;
-		tl__cpuset_zero(&t->node_cpus[i]);
+	t->d.nnodes = (uint32_t)nodes;
+	for (uint32_t i = 0; i < t->d.nnodes; i++) {
+		t->d.node_os[i] = (int)i;
+		tl__cpuset_zero(&t->d.node_cpus[i]);
 		for (uint64_t c = 0; c < per; c++)
-			tl__cpuset_add(&t->node_cpus[i], (unsigned)(i * per + c));
+			tl__cpuset_add(&t->d.node_cpus[i], (unsigned)(i * per + c));
 	}
 	for (uint64_t c = 0; c < total; c++)
-		tl__cpuset_add(&t->cpus, (unsigned)c);
+		tl__cpuset_add(&t->d.cpus, (unsigned)c);
 	if (pus_alloc(t) < 0)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < t->npus; i++) {
-		tl__topo_pu *p = &t->pus[i];
+	for (uint32_t i = 0; i < t->d.npus; i++) {
+		tl__topo_pu *p = &t->d.pus[i];
 		if (cores)
 			p->core = (int)((uint64_t)p->cpu / (total / cores));
 		if (packages)
@@ -328,6 +322,9 @@ int tl__topo_load_ex(tl__topo **out, const char *desc, unsigned flags)
 		tl__topo_free(t);
 		return r;
 	}
+	/* Every CPU a description names exists and may be used. */
+	t->d.existing = t->d.cpus;
+	t->d.allowed = t->d.cpus;
 	*out = t;
 	return 0;
 }
@@ -336,50 +333,8 @@ void tl__topo_free(tl__topo *t)
 {
 	if (!t)
 		return;
-	free(t->node_os);
-	free(t->node_cpus);
-	free(t->pus);
+	tl__topo_desc_free(&t->d);
 	free(t);
-}
-
-uint32_t tl__topo_nodes(const tl__topo *t)
-{
-	return t->nnodes;
-}
-
-int tl__topo_node_os(const tl__topo *t, uint32_t i)
-{
-	return t->node_os[i];
-}
-
-const tl__cpuset *tl__topo_node_cpus(const tl__topo *t, uint32_t i)
-{
-	return &t->node_cpus[i];
-}
-
-const tl__cpuset *tl__topo_cpus(const tl__topo *t)
-{
-	return &t->cpus;
-}
-
-uint32_t tl__topo_pus(const tl__topo *t)
-{
-	return t->npus;
-}
-
-const tl__topo_pu *tl__topo_pu_at(const tl__topo *t, uint32_t i)
-{
-	return &t->pus[i];
-}
-
-const tl__cpuset *tl__topo_existing(const tl__topo *t)
-{
-	return &t->cpus;
-}
-
-const tl__cpuset *tl__topo_allowed(const tl__topo *t)
-{
-	return &t->cpus;
 }
 
 /*
@@ -390,7 +345,7 @@ const tl__cpuset *tl__topo_allowed(const tl__topo *t)
 int tl__topo_affinity(const tl__topo *t, tl__cpuset *out)
 {
 	tl__cpuset_zero(out);
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	USHORT groups[TL__CPUSET_MAX / 64], n = TL__CPUSET_MAX / 64;
 	if (!GetProcessGroupAffinity(GetCurrentProcess(), &n, groups)) {
@@ -404,18 +359,18 @@ int tl__topo_affinity(const tl__topo *t, tl__cpuset *out)
 	}
 	for (USHORT i = 0; i < n && i < TL__CPUSET_MAX / 64; i++)
 		if (groups[i] < TL__CPUSET_MAX / 64)
-			out->w[groups[i]] = t->cpus.w[groups[i]];
+			out->w[groups[i]] = t->d.cpus.w[groups[i]];
 	return 0;
 }
 
 int tl__topo_binds(const tl__topo *t)
 {
-	return t->binds;
+	return t->d.binds;
 }
 
 int tl__topo_bind(const tl__topo *t, const tl__cpuset *set)
 {
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	for (unsigned i = 0; i < TL__CPUSET_MAX / 64; i++) {
 		if (!set->w[i])
@@ -437,7 +392,7 @@ int tl__topo_bind(const tl__topo *t, const tl__cpuset *set)
 int tl__topo_bind_memory(const tl__topo *t, int cpu, int node_os)
 {
 	(void)node_os;
-	if (!t->binds)
+	if (!t->d.binds)
 		return -ENOTSUP;
 	if (cpu < 0 || cpu >= TL__CPUSET_MAX)
 		return -EINVAL;

@@ -20,6 +20,10 @@
  *    ("type:count ..." levels) is read by a small parser of its own, and an
  *    XML export is -ENOTSUP.
  *
+ * Both fill one description at load (lib/topo_desc.h), from which
+ * lib/topo.c answers the getters below; what differs is loading, the
+ * affinity and binding.
+ *
  * The shard plan (shards/plan.c) reads the machine through here too: the
  * PUs in topology order with their cores, NUMA nodes and packages, the
  * CPUs the process may use, and binding a shard's thread (CPU, then
