@@ -8,20 +8,12 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #ifdef _WIN32
-/* Winsock's names (turnloop/platform.h includes its headers). mingw-w64
- * 10 lacks the keep-alive timing options' names (ws2ipdef.h's values, as
- * drivers/iocp/iocp_int.h gives them); Windows has no counterpart of
- * TCP_USER_TIMEOUT (TCP_MAXRT counts seconds), SO_MARK or
- * TCP_DEFER_ACCEPT: level 0, never asked (the IOCP driver refuses them). */
-#ifndef TCP_KEEPIDLE
-#define TCP_KEEPIDLE 3
-#endif
-#ifndef TCP_KEEPCNT
-#define TCP_KEEPCNT 16
-#endif
-#ifndef TCP_KEEPINTVL
-#define TCP_KEEPINTVL 17
-#endif
+/* Winsock's names (turnloop/platform.h includes its headers; the
+ * platform layer gives the keep-alive timing options' values, which
+ * mingw-w64 10 lacks). Windows has no counterpart of TCP_USER_TIMEOUT
+ * (TCP_MAXRT counts seconds), SO_MARK or TCP_DEFER_ACCEPT: level 0, never
+ * asked (the IOCP driver refuses them). */
+#include "os.h"
 #ifndef TCP_FASTOPEN
 #define TCP_FASTOPEN 15
 #endif

@@ -6,18 +6,6 @@
 #include "driver.h" /* os.h: winsock2.h, windows.h */
 #include <mswsock.h>
 
-/* TCP keep-alive per socket (Windows 10 1709 and later); mingw-w64 10's
- * headers lack the names, so their values (ws2ipdef.h) are given here. */
-#ifndef TCP_KEEPIDLE
-#define TCP_KEEPIDLE 3
-#endif
-#ifndef TCP_KEEPCNT
-#define TCP_KEEPCNT 16
-#endif
-#ifndef TCP_KEEPINTVL
-#define TCP_KEEPINTVL 17
-#endif
-
 /*
  * Windows' I/O completion ports. A socket joins the loop's port at its
  * first overlapped operation (tl__io_join), not when it is made: an

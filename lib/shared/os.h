@@ -38,6 +38,17 @@
 #include <io.h>       /* _get_osfhandle */
 #include <process.h>  /* _beginthreadex */
 #include <stdatomic.h>
+/* TCP keep-alive per socket (Windows 10 1709 and later); mingw-w64 10's
+ * headers lack the names, so their values (ws2ipdef.h) are given here. */
+#ifndef TCP_KEEPIDLE
+#define TCP_KEEPIDLE 3
+#endif
+#ifndef TCP_KEEPCNT
+#define TCP_KEEPCNT 16
+#endif
+#ifndef TCP_KEEPINTVL
+#define TCP_KEEPINTVL 17
+#endif
 typedef SRWLOCK tl__os_mutex;
 #define TL__OS_MUTEX_INIT SRWLOCK_INIT
 typedef CONDITION_VARIABLE tl__os_cond;
