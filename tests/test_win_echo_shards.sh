@@ -20,23 +20,7 @@ fail_tail=$work/tlecho.err
 command -v wine >/dev/null || fail "wine is not installed (apt-get install --no-install-recommends wine wine64)"
 
 p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-wine "$tlecho" -p "$p" --host 127.0.0.1 --shards 2 >"$work/tlecho.out" 2>"$work/tlecho.err" &
-wpid=$!
-up=0
-for _ in $(seq 300); do
-	if python3 -c "import socket; socket.create_connection(('127.0.0.1', $p), 1).close()" 2>/dev/null; then
-		up=1
-		break
-	fi
-	kill -0 "$wpid" 2>/dev/null || break
-	sleep 0.1
-done
-[ $up = 1 ] || fail "tlecho never listened on port $p"
-# The Windows program's own process (wine's launcher may have forked it).
-epid=$(pgrep -f "tlecho.exe -p $p --host" | while read -r q; do
-	[ "$(ps -o comm= -p "$q")" != wine ] && echo "$q"; done | head -1)
-[ -n "$epid" ] || epid=$wpid
-grep -q "with 2 shards, driver iocp" "$work/tlecho.err" || fail "tlecho did not start 2 shards on iocp"
+start_tlecho_shards "$p"
 
 run_tlload steady "$p" -c 16 -s 256 -d 2
 run_tlload churn "$p" -c 16 -s 256 -d 2 --churn 10

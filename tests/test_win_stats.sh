@@ -20,11 +20,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	[ -f "$work/tlecho.err" ] && grep -v '^wine\|fixme' "$work/tlecho.err" | tail -5 >&2
-	exit 1
-}
+. "$(dirname "$0")/win_common.sh"
+fail_tail=$work/tlecho.err
 command -v wine >/dev/null || fail "wine is not installed (apt-get install --no-install-recommends wine wine64)"
 
 # ts NAME ARGS...: run tlshard; NAME.out and NAME.err hold what it printed (the C runtime's
@@ -56,39 +53,17 @@ run_one() { # NAME ARGS...: ts, its status kept in NAME.rc
 }
 
 p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-wine "$tlecho" -p "$p" --host 127.0.0.1 --shards 2 >"$work/tlecho.out" 2>"$work/tlecho.err" &
-wpid=$!
-up=0
-for _ in $(seq 300); do
-	if grep -q "listening on" "$work/tlecho.err" 2>/dev/null; then
-		up=1
-		break
-	fi
-	kill -0 "$wpid" 2>/dev/null || break
-	sleep 0.1
-done
-[ $up = 1 ] || fail "tlecho never said it listens on port $p"
-# The Windows program's own process (wine's launcher may have forked it), for SIGINT.
-epid=$(pgrep -f "tlecho.exe -p $p --host" | while read -r q; do
-	[ "$(ps -o comm= -p "$q")" != wine ] && echo "$q"; done | head -1)
-[ -n "$epid" ] || epid=$wpid
-line=$(grep "listening on" "$work/tlecho.err" | tr -d '\r')
+start_tlecho_shards "$p"
+line=$start_line
 case $line in
-*"with 2 shards, driver iocp"*", pid "*) ;;
-*) fail "tlecho did not start 2 shards on iocp with its pid: $line" ;;
+*", pid "*) ;;
+*) fail "tlecho did not name its process id: $line" ;;
 esac
 id=${line##*, pid }
 [ "$id" -gt 0 ] 2>/dev/null || fail "no process id in '$line'"
 echo "ok: $line (Linux pid $epid)"
 
-timeout 60 wine "$tlload" -p "$p" --host 127.0.0.1 -c 8 -s 256 -d 1 >"$work/load.out" 2>"$work/load.err"
-rc=$?
-load=$(grep '^tlload ' "$work/load.out" | tr -d '\r')
-[ $rc = 0 ] || fail "tlload exited $rc: $load"
-case $load in
-*" errors=0 "*"driver=iocp"*) echo "ok: $load" ;;
-*) fail "tlload: $load" ;;
-esac
+run_tlload load "$p" -c 8 -s 256 -d 1
 
 # The table, one reading: its header line and a row per shard.
 ts table stats "$id" || fail "tlshard stats $id exited $?: $(cat "$work/table.err")"
