@@ -2174,7 +2174,7 @@ static int s_server(struct peer *p, uint16_t *port, const char *crt, const char 
 
 /* s_client to our echo server, TLS 1.3 or 1.2: what it sends comes back;
  * its close (stdin's end) is a close_notify: a clean end of our read. */
-static void sclient_echo(const char *ver, uint16_t want)
+static void sclient_echo_opts(const struct srv_opts *o, const char *ver, uint16_t want)
 {
 	int fds = h_begin();
 	struct tt t;
@@ -2183,7 +2183,7 @@ static void sclient_echo(const char *ver, uint16_t want)
 		tt_fini(&t, fds);
 		return;
 	}
-	tl_tls_config *sc = server_config(NULL);
+	tl_tls_config *sc = server_config(o);
 	uint16_t port;
 	tl_handle lh = listen_any(&t, &port);
 	struct peer p;
@@ -2209,8 +2209,22 @@ static void sclient_echo(const char *ver, uint16_t want)
 	tt_fini(&t, fds);
 }
 
+static void sclient_echo(const char *ver, uint16_t want) { sclient_echo_opts(NULL, ver, want); }
 static void test_sclient_13(void) { sclient_echo("-tls1_3", TL_TLS_1_3); }
 static void test_sclient_12(void) { sclient_echo("-tls1_2", TL_TLS_1_2); }
+
+/* The certificates above are all ECDSA P-256, whose signatures libcrypto
+ * makes (lib/tls/ecsign.c); an RSA and a P-384 key stay GnuTLS's: both
+ * sign for s_client in TLS 1.3 and 1.2 (s_client checks the signature). */
+static void test_sclient_other_keys(void)
+{
+	static const struct srv_opts rsa = {.cert = "rsa.pem", .key = "rsa.key"};
+	static const struct srv_opts p384 = {.cert = "p384.pem", .key = "p384.key"};
+	sclient_echo_opts(&rsa, "-tls1_3", TL_TLS_1_3);
+	sclient_echo_opts(&rsa, "-tls1_2", TL_TLS_1_2);
+	sclient_echo_opts(&p384, "-tls1_3", TL_TLS_1_3);
+	sclient_echo_opts(&p384, "-tls1_2", TL_TLS_1_2);
+}
 
 /* Our client to s_server: its certificate verified, bytes both ways. */
 static void sserver(const char *ver, uint16_t want)
@@ -2837,6 +2851,7 @@ static const struct test_def tests[] = {
 	T("own", test_move_half_closed_12),
 	T("peer", test_sclient_13),
 	T("peer", test_sclient_12),
+	T("peer", test_sclient_other_keys),
 	T("peer", test_sserver_13),
 	T("peer", test_sserver_12),
 	T("peer", test_sclient_resume),

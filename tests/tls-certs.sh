@@ -1,10 +1,12 @@
 #!/bin/sh
-# tests/tls-certs.sh DIR: make the TLS tests' certificates in DIR with openssl (ECDSA P-256):
+# tests/tls-certs.sh DIR: make the TLS tests' certificates in DIR with openssl (ECDSA P-256 keys but where named):
 #   ca.pem ca.key          a CA
 #   server.pem server.key  localhost (DNS:localhost, IP:127.0.0.1), by the CA
 #   other.pem other.key    other.test and *.wild.test, by the CA (for SNI)
 #   expired.pem/.key       localhost, by the CA, valid only in January 2020
 #   wrong.pem wrong.key    wrong.test only, by the CA
+#   rsa.pem rsa.key        localhost, by the CA, an RSA 2048 key
+#   p384.pem p384.key      localhost, by the CA, an ECDSA P-384 key
 #   self.pem self.key      localhost, self-signed
 #   client.pem client.key  a client certificate by the CA
 #   rogue.pem rogue.key    a client certificate by another CA (rogue-ca.pem)
@@ -15,7 +17,9 @@ set -eu
 d=$1
 mkdir -p "$d"
 cd "$d"
-key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+# key FILE: a new key, ECDSA P-256 unless $keyopts names another algorithm
+keyopts="-algorithm EC -pkeyopt ec_paramgen_curve:P-256"
+key() { openssl genpkey $keyopts -out "$1" 2>/dev/null; }
 key ca.key
 openssl req -x509 -new -key ca.key -days 30 -subj /CN=turnloop-test-ca -out ca.pem \
 	-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
@@ -38,6 +42,15 @@ sign other other.test "subjectAltName=DNS:other.test,DNS:*.wild.test
 extendedKeyUsage=serverAuth"
 sign wrong wrong.test "subjectAltName=DNS:wrong.test
 extendedKeyUsage=serverAuth"
+# rsa and p384: localhost again, with keys the TLS layer does not sign with
+# libcrypto (only P-256 keys take that path: lib/tls/ecsign.c)
+keyopts="-algorithm RSA -pkeyopt rsa_keygen_bits:2048"
+sign rsa localhost "subjectAltName=DNS:localhost,IP:127.0.0.1
+extendedKeyUsage=serverAuth"
+keyopts="-algorithm EC -pkeyopt ec_paramgen_curve:P-384"
+sign p384 localhost "subjectAltName=DNS:localhost,IP:127.0.0.1
+extendedKeyUsage=serverAuth"
+keyopts="-algorithm EC -pkeyopt ec_paramgen_curve:P-256"
 sign client turnloop-client "extendedKeyUsage=clientAuth"
 sign rogue rogue-client "extendedKeyUsage=clientAuth" rogue-ca
 key self.key

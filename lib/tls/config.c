@@ -281,8 +281,12 @@ static int load_cert(tl_tls_config *c, const tl_tls_settings *s, uint32_t i, con
 			 t->key_file ? t->key_file : t->cert_file);
 		goto out;
 	}
-	g = gnutls_certificate_set_x509_key_mem2(cred, &crt, t->key_file ? &key : &crt,
-						 GNUTLS_X509_FMT_PEM, NULL, 0);
+	/* An ECDSA P-256 key signs by libcrypto (lib/tls/ecsign.c); others,
+	 * or where that path declines, by GnuTLS. */
+	g = tls_set_p256_key(cred, &crt, t->key_file ? &key : &crt);
+	if (g == 0)
+		g = gnutls_certificate_set_x509_key_mem2(cred, &crt, t->key_file ? &key : &crt,
+							 GNUTLS_X509_FMT_PEM, NULL, 0);
 	if (g < 0) {
 		r = fail(err, errlen, g == GNUTLS_E_MEMORY_ERROR ? -ENOMEM : -EBADMSG, "%s%s%s: %s",
 			 t->cert_file, t->key_file ? " with " : "", t->key_file ? t->key_file : "",

@@ -28,6 +28,8 @@
  *   carry.c      moving a session: its record state out (tl_tls_release)
  *                and in (tl_tls_import), and the record layer an
  *                imported session runs on (GnuTLS's AEAD primitives)
+ *   ecsign.c     signatures of ECDSA P-256 keys by libcrypto (without
+ *                libcrypto: tls_set_p256_key declines every key)
  *   frame.h, sni.c   the pure parts (record framing, the SNI map)
  */
 
@@ -416,5 +418,23 @@ int tls__map_error(struct tls_sess *s, int gerr, int *reason);
 /* The library's call failed with gerr: alert the peer if it is fatal, and
  * fail the session. */
 void tls__library_failed(struct tl_tls_ctx *x, struct tls_sess *s, int gerr);
+
+/* Load crt (PEM, a chain) with key_pem into cred when the key is ECDSA on
+ * P-256, its signatures made by libcrypto (ecsign.c): 1 done, 0 not such a
+ * key (the caller loads it through GnuTLS), or a GnuTLS error (e.g.
+ * GNUTLS_E_CERTIFICATE_KEY_MISMATCH). */
+#if TLS_P256_LIBCRYPTO
+int tls_set_p256_key(gnutls_certificate_credentials_t cred, const gnutls_datum_t *crt,
+		     const gnutls_datum_t *key_pem);
+#else
+static inline int tls_set_p256_key(gnutls_certificate_credentials_t cred, const gnutls_datum_t *crt,
+				   const gnutls_datum_t *key_pem)
+{
+	(void)cred;
+	(void)crt;
+	(void)key_pem;
+	return 0;
+}
+#endif
 
 #endif
