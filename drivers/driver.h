@@ -290,7 +290,9 @@ enum tl_opcode {
 	 * ready (respecting tl__drv_room()), until cancelled. The driver never
 	 * reads, writes or closes poll.fd, and keeps no per-handle state for
 	 * it (h may be a handle no driver opened; h->fd is not poll.fd). Only
-	 * drivers with TL_CAP_POLL are given it. */
+	 * drivers with TL_CAP_POLL are given it. On Windows poll.fd is a
+	 * SOCKET (the core refused any other handle) and the events are
+	 * Winsock's POLL* values (drivers/iocp/poll.c). */
 	TL_OP_POLL,
 	TL_OP_SPLICE,      /* u.sp: src stream -> pipe -> the op's stream, or a file
 			    * (u.sp.file >= 0) -> the op's stream; see below */

@@ -1,18 +1,24 @@
 /* lib/poll.c: foreign descriptors (tl_poll_start), and the lists that carry the modules' poll ops between readinesses. */
 #include <errno.h>
+#ifndef _WIN32
 #include <poll.h>
 #include <sys/stat.h>
+#endif
 #include "sysmod.h"
 #include "turnloop/poll.h"
 
 #define POLL_EVENTS (POLLIN | POLLOUT | POLLPRI | POLLRDHUP)
 
-/* Which module owns an intercepted poll op, by its kind. */
+/* Which module owns an intercepted poll op, by its kind. Windows has the
+ * resolver's kind only (its build without c-ares): processes, terminals
+ * and watches are not ported there yet (lib/sys_absent.c). */
 static const struct tl_pollkind *const kinds[TL_K_COUNT_] = {
+#ifndef _WIN32
 	[TL_K_READ] = &tl__tty_kind,
 	[TL_K_WRITE] = &tl__tty_kind,
 	[TL_K_EXIT] = &tl__proc_kind,
 	[TL_K_WATCH] = &tl__watch_kind,
+#endif
 	[TL_K_RESOLVE] = &tl__dns_kind,
 };
 
@@ -120,6 +126,31 @@ void tl__poll_run(tl_loop *l)
 
 /* ---- foreign descriptors ---- */
 
+/* Can fd be polled: 0, or tl_poll_start's refusal. */
+static int pollable(int fd)
+{
+#ifdef _WIN32
+	/* A socket (the IOCP driver polls sockets only); else a handle that
+	 * is not open, a file or directory (always ready, refused as on
+	 * Linux), or another kind of handle (a pipe, a console). */
+	SOCKET s = (SOCKET)(intptr_t)fd;
+	int type = 0, len = sizeof type;
+	DWORD hf;
+	if (getsockopt(s, SOL_SOCKET, SO_TYPE, (char *)&type, &len) == 0)
+		return 0;
+	if (!GetHandleInformation((HANDLE)s, &hf))
+		return -EBADF;
+	return GetFileType((HANDLE)s) == FILE_TYPE_DISK ? -EPERM : -ENOTSOCK;
+#else
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+		return -EPERM;
+	return 0;
+#endif
+}
+
 int tl_poll_start(tl_loop *l, int fd, uint32_t events, uint64_t token, tl_handle *hid,
 		  tl_op *oid)
 {
@@ -127,11 +158,9 @@ int tl_poll_start(tl_loop *l, int fd, uint32_t events, uint64_t token, tl_handle
 		return -EINVAL;
 	if (!tl__can_poll(l))
 		return -ENOTSUP;
-	struct stat st;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
-		return -EPERM;
+	int r = pollable(fd);
+	if (r < 0)
+		return r;
 	if (l->outstanding == l->cfg.max_ops)
 		return -ENOBUFS;
 	struct tl_hslot *h = tl__handle_new(l, TL_H_POLL);
@@ -139,7 +168,7 @@ int tl_poll_start(tl_loop *l, int fd, uint32_t events, uint64_t token, tl_handle
 		return -ENOBUFS;
 	h->fd = fd;
 	struct tl_opslot *o;
-	int r = tl__op_new(l, h, TL_OP_POLL, TL_K_POLL, token, &o);
+	r = tl__op_new(l, h, TL_OP_POLL, TL_K_POLL, token, &o);
 	if (r < 0) {
 		tl__handle_free(l, h);
 		return r;

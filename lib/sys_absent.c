@@ -2,15 +2,15 @@
 #include <errno.h>
 #include <stdint.h>
 #include "sysmod.h"
-#include "turnloop/poll.h"
 #include "turnloop/proc.h"
 #include "turnloop/signal.h"
 #include "turnloop/tty.h"
 #include "turnloop/watch.h"
 
 /*
- * Compiled instead of poll.c, signal.c, proc.c, tty.c, watch.c and
- * splice.c where those do not build (lib/meson.build's Windows block). Their public calls
+ * Compiled instead of signal.c, proc.c, tty.c, watch.c and splice.c
+ * where those do not build (lib/meson.build's Windows block; poll.c is
+ * built there: the IOCP driver polls foreign sockets). Their public calls
  * exist and refuse with -ENOTSUP, so a program links and learns at run
  * time what the platform lacks (docs/WINDOWS.md names each). No handle or
  * op of theirs can exist, so the core's hooks into them find nothing to
@@ -18,11 +18,6 @@
  */
 
 /* ---- public calls ---- */
-
-int tl_poll_start(tl_loop *loop, int fd, uint32_t events, uint64_t token, tl_handle *h, tl_op *op)
-{
-	return -ENOTSUP;
-}
 
 int tl_signal_start(tl_loop *loop, int signo, uint64_t token, tl_handle *h, tl_op *op)
 {
@@ -170,24 +165,6 @@ int tl__stdio_writev(tl_loop *l, struct tl_hslot *h, const tl_iovec *iov, int n,
 		     tl_op *oid)
 {
 	return -ENOTSUP;
-}
-
-void tl__poll_native_event(tl_loop *l, struct tl_opslot *o, int64_t res)
-{
-	tl__op_event(l, o, res < 0 ? res : 0, TL_F_TERMINAL, TL_NO_LEASE);
-}
-
-int tl__poll_cancel(tl_loop *l, struct tl_opslot *o)
-{
-	return -ENOTSUP;
-}
-
-void tl__poll_run(tl_loop *l)
-{
-}
-
-void tl__poll_lease_back(tl_loop *l)
-{
 }
 
 /* What a driver reports of a splice op, of which there are none. */

@@ -3967,13 +3967,13 @@ static const struct test_def tests[] = {
 /* Every table of the suite, in the order they run. */
 #ifdef _WIN32
 /* Windows: the files whose rules its drivers can serve (docs/WINDOWS.md);
- * not the poll, signal, proc, tty and splice test modules that are
- * -ENOTSUP there (lib/sys_absent.c) or not yet in the IOCP driver. The
- * handover module builds its adopt and detach tests there (not passing
- * descriptors). */
+ * not the signal, proc, tty and splice test modules that are -ENOTSUP
+ * there (lib/sys_absent.c) or not yet in the IOCP driver. The handover
+ * module builds its adopt and detach tests there (not passing
+ * descriptors); the poll module polls sockets (the IOCP driver's). */
 static const struct test_def *const tables[] = { tests, tl_contract_streams, tl_contract_caps,
 							 tl_contract_sockets, tl_contract_deadlines,
-							 tl_contract_handover, tl_contract_dgram,
+							 tl_contract_handover, tl_contract_poll, tl_contract_dgram,
 							 tl_contract_data, tl_contract_try_write };
 #else
 static const struct test_def *const tables[] = { tests, tl_contract_streams, tl_contract_caps,

@@ -8,6 +8,8 @@ static void io_free(struct tl_drv *d)
 {
 	if (!d)
 		return;
+	if (d->afd)
+		CloseHandle(d->afd);
 	if (d->ops)
 		tl__os_unmap(d->ops, d->ops_len);
 	free(d->lwait);
@@ -63,9 +65,15 @@ static int io_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, s
 	if ((r = load_fns(d)) < 0)
 		goto fail;
 	HMODULE nt = GetModuleHandleA("ntdll.dll");
-	if (nt)
+	if (nt) {
 		d->setinfo = (LONG(WINAPI *)(HANDLE, void *, void *, ULONG, int))(void (*)(void))GetProcAddress(
 			nt, "NtSetInformationFile");
+		/* Foreign sockets' polls (poll.c). */
+		d->ntcreate = (LONG(WINAPI *)(HANDLE *, ACCESS_MASK, void *, void *, LARGE_INTEGER *, ULONG, ULONG,
+					      ULONG, ULONG, void *, ULONG))(void (*)(void))GetProcAddress(nt, "NtCreateFile");
+		d->ntioctl = (LONG(WINAPI *)(HANDLE, HANDLE, void *, void *, void *, ULONG, void *, ULONG, void *,
+					     ULONG))(void (*)(void))GetProcAddress(nt, "NtDeviceIoControlFile");
+	}
 	*out = d;
 	return 0;
 fail:
@@ -402,7 +410,7 @@ static void io_pause(struct tl_drv *d, struct tl_hslot *h, int paused)
 
 const struct tl_driver tl__driver_iocp = {
 	.name = "iocp",
-	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH,
+	.caps = TL_CAP_TCP | TL_CAP_UDP | TL_CAP_OS | TL_CAP_NET | TL_CAP_DETACH | TL_CAP_POLL,
 	.init = io_init,
 	.destroy = io_destroy,
 	.now = io_now,

@@ -55,6 +55,21 @@ _Static_assert(sizeof(struct io_h) <= sizeof(((struct tl_hslot *)0)->u.drv), "io
 
 #define IO_ADDR_LEN (sizeof(struct sockaddr_in6) + 16) /* AcceptEx: each address's room */
 
+/* AFD's poll request (IOCTL_AFD_POLL, poll.c): the ancillary function
+ * driver's own structures, which no SDK header declares; libuv and wepoll
+ * use the same layout. One socket per request here. */
+struct io_afd_handle {
+	HANDLE handle; /* the socket's base handle (SIO_BASE_HANDLE) */
+	ULONG events;  /* AFD_POLL_* asked; on completion, those that hold */
+	LONG status;
+};
+struct io_afd_poll {
+	LARGE_INTEGER timeout; /* INT64_MAX: none */
+	ULONG count;           /* handles: 1 asked; on completion, 0 or 1 */
+	ULONG exclusive;
+	struct io_afd_handle h[1];
+};
+
 struct io_op {
 	OVERLAPPED ov;
 	uint32_t qnext;   /* its queue, TL_NIL at the tail */
@@ -65,6 +80,7 @@ struct io_op {
 	SOCKET accepted;  /* an AcceptEx's new socket */
 	union {
 		uint8_t addrs[2 * IO_ADDR_LEN]; /* AcceptEx's two addresses */
+		struct io_afd_poll poll;        /* a foreign socket's poll (poll.c) */
 		struct {                        /* a datagram's WSARecvMsg or WSASendMsg */
 			WSAMSG msg;
 			WSABUF buf;
@@ -90,6 +106,15 @@ struct tl_drv {
 	LPFN_WSARECVMSG recvmsg;
 	/* ntdll's NtSetInformationFile: takes a socket off the port (detach). */
 	LONG(WINAPI *setinfo)(HANDLE f, void *iosb, void *info, ULONG len, int cls);
+	/* ntdll's NtCreateFile and NtDeviceIoControlFile, and the AFD device
+	 * the foreign sockets' polls are issued on, opened at the first
+	 * (poll.c): NULL until then. */
+	LONG(WINAPI *ntcreate)(HANDLE *f, ACCESS_MASK access, void *attrs, void *iosb, LARGE_INTEGER *size,
+			       ULONG attributes, ULONG share, ULONG disposition, ULONG options, void *ea,
+			       ULONG ealen);
+	LONG(WINAPI *ntioctl)(HANDLE f, HANDLE event, void *apc, void *apc_ctx, void *iosb, ULONG code,
+			      void *in, ULONG inlen, void *out, ULONG outlen);
+	HANDLE afd;
 	OVERLAPPED_ENTRY ev[IO_BATCH];
 };
 
@@ -111,6 +136,11 @@ void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov);
 void tl__io_kick(struct tl_drv *d, struct tl_hslot *h);
 int tl__io_last_error(void);
 void tl__io_rpop(struct tl_drv *d, struct tl_hslot *h);
+
+/* poll.c: readiness of foreign sockets (TL_OP_POLL) */
+int tl__io_poll_submit(struct tl_drv *d, struct tl_opslot *o);
+int tl__io_poll_cancel(struct tl_drv *d, struct tl_opslot *o);
+void tl__io_poll_done(struct tl_drv *d, struct tl_opslot *o);
 
 /* dgram.c: UDP sockets and their datagrams */
 int tl__io_udp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_spec *sp);

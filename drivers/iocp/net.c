@@ -229,6 +229,8 @@ int tl__io_submit(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 	case TL_OP_SHUTDOWN:
 		q_push(d, &e->whead, &e->wtail, o);
 		break;
+	case TL_OP_POLL: /* h is the core's alone (driver.h): no queue */
+		return tl__io_poll_submit(d, o);
 	default:
 		return -ENOTSUP;
 	}
@@ -240,6 +242,8 @@ int tl__io_cancel(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o)
 {
 	struct io_h *e = IH(h);
 	struct io_op *io = IO(d, o);
+	if (o->code == TL_OP_POLL)
+		return tl__io_poll_cancel(d, o);
 	if (io->inflight) {
 		/* Its own completion ends it (ERROR_OPERATION_ABORTED, or its
 		 * result if it finished first: then CancelIoEx finds nothing). */
@@ -396,6 +400,10 @@ void tl__io_complete(struct tl_drv *d, OVERLAPPED *ov)
 	struct tl_hslot *h = &d->hs[o->hidx];
 	DWORD n = 0, fl = 0;
 	int err = 0;
+	if (o->code == TL_OP_POLL) { /* AFD's request, on no socket of ours */
+		tl__io_poll_done(d, o);
+		return;
+	}
 	if (!WSAGetOverlappedResult(io_sock(h), ov, &n, FALSE, &fl))
 		err = last_error();
 	io->inflight = 0;

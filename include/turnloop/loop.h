@@ -219,8 +219,10 @@ const char *tl_loop_driver(const tl_loop *loop);
 /* The driver waits for readiness of OS descriptors: foreign descriptors
  * (turnloop/poll.h), and what is built on them: processes, terminals and
  * stdio, file watches, the c-ares resolver (turnloop/proc.h, tty.h,
- * watch.h, dns.h). Without it those calls are -ENOTSUP. Signals and
- * external waits need no driver and work everywhere. */
+ * watch.h, dns.h). Without it those calls are -ENOTSUP. On Windows (the
+ * IOCP driver) it means foreign sockets: the other modules are not ported
+ * there yet and answer -ENOTSUP. Signals and external waits need no
+ * driver and work everywhere. */
 #define TL_CAP_POLL      (1u << 7)
 /* UDP generic segmentation and receive offload (turnloop/dgram.h): probed
  * when the loop is made; without them tl_udp_sendmsg with a segment size

@@ -4,13 +4,21 @@
 
 #include "turnloop/loop.h"
 
+/* Windows: POLLIN, POLLOUT, POLLPRI, POLLERR and POLLHUP are Winsock's
+ * (WSAPoll's values, from <winsock2.h>); POLLRDHUP, which Winsock lacks, is
+ * given here (Linux's value). */
+#if defined(_WIN32) && !defined(POLLRDHUP)
+#define POLLRDHUP 0x2000
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /*
  * Poll a descriptor the loop does not own (a c-ares or libpq socket, a
- * pipe, an eventfd) for readiness, until stopped. events is a nonzero set
+ * pipe, an eventfd) for readiness, until stopped. On Windows, sockets only
+ * (a SOCKET in the int, as tl_adopt takes it), on the IOCP driver. events is a nonzero set
  * of POLLIN, POLLOUT, POLLPRI and POLLRDHUP (<poll.h>). Each readiness is a
  * nonterminal TL_K_POLL completion with result = the revents: the events
  * asked that hold, plus POLLERR and POLLHUP when they do (as poll(2)
@@ -38,9 +46,14 @@ extern "C" {
  * Returns 0 and sets *h and *op, or -EINVAL (fd < 0, events 0 or with
  * other bits, h or op NULL), -EBADF (fd is not open), -EPERM (a regular
  * file or a directory: always ready, so epoll(7) refuses them and so do we
- * on every driver), -ENOBUFS (handle or op table full), -ENOTSUP (the
- * driver lacks TL_CAP_POLL: the simulation driver), or the driver's OS
- * error (-EMFILE: the epoll driver polls a duplicate of fd).
+ * on every driver), -ENOTSOCK (Windows: a handle that is no socket nor a
+ * file, such as a pipe or a console), -ENOBUFS (handle or op table full),
+ * -ENOTSUP (the driver lacks TL_CAP_POLL: the simulation driver), or the
+ * driver's OS error (-EMFILE: the epoll driver polls a duplicate of fd).
+ *
+ * Windows reports what WSAPoll would: a peer's end of the stream is
+ * POLLIN with POLLHUP (and POLLRDHUP if asked), a reset POLLHUP and
+ * POLLERR, a failed connect POLLOUT, POLLHUP and POLLERR.
  */
 int tl_poll_start(tl_loop *loop, int fd, uint32_t events, uint64_t token, tl_handle *h,
 		  tl_op *op);
