@@ -4,6 +4,9 @@
 # interface, to an NSD behind the same interface, through the same port; dnsperf must lose nothing and
 # get NOERROR for every query, and tlproxy's UDP counters must count exactly those (root and `ip netns`
 # needed, else a skip, 77; nsd, dnsperf and dig missing is a failure: tools/setup.sh installs them).
+# CASE dns2: the same on 2 shards, so 2 queue pairs, over which the kernel spreads what it sends
+# into the tap interface: datagrams for one shard's sessions land on the other's pair and are
+# handed over.
 # CASE refuse: what --dpdk cannot serve (a TCP listener, the admin socket, a TCP health check, a
 # takeover, a loopback server, an address not the port's) ends the start with one line and status 1.
 set -euo pipefail
@@ -60,14 +63,19 @@ for f in json.load(sys.stdin)["program"]:
 print(0)' "$1" "$2"
 }
 
-# A NIC counter of the loops (nic_rx_frames, ...), summed over the shards.
+# A NIC counter of the loops (nic_rx_frames, ...), summed over the shards;
+# nic_each: each shard's, comma separated.
 nic() {
 	"$tlshard" stats "$proxy_pid" --json |
 		python3 -c 'import json, sys; print(sum(s[sys.argv[1]] for s in json.load(sys.stdin)["shard"]))' "$1"
 }
+nic_each() {
+	"$tlshard" stats "$proxy_pid" --json |
+		python3 -c 'import json, sys; print(",".join(str(s[sys.argv[1]]) for s in json.load(sys.stdin)["shard"]))' "$1"
+}
 
 case_dns() {
-	local t qf out sent done lost codes qps before_in before_out rc=0
+	local shards=$1 t qf out sent done lost codes qps before_in before_out rc=0
 	for t in nsd dnsperf dig; do
 		command -v $t >/dev/null || PATH=$PATH:/usr/sbin command -v $t >/dev/null ||
 			fail "no $t (tools/setup.sh installs nsd, dnsperf and bind9-dnsutils)"
@@ -83,7 +91,7 @@ case_dns() {
 	ip netns exec "$ns" env TL_DPDK_ADDR=$srv_ip \
 		TL_DPDK="${eal[*]} --file-prefix=$prefix --vdev=net_tap0,iface=tltap0" \
 		"$tlproxy" --dpdk --udp --listen $srv_ip:$dns_port --upstream $nsd_ip:$dns_port \
-		--shards 1 --responses 1 2>"$work/tlproxy.err" &
+		--shards "$shards" --responses 1 2>"$work/tlproxy.err" &
 	proxy_pid=$!
 	for _ in $(seq 200); do
 		grep -q "running:" "$work/tlproxy.err" 2>/dev/null && break
@@ -194,7 +202,8 @@ EOF
 	local rx tx
 	rx=$(nic nic_rx_frames) tx=$(nic nic_tx_frames)
 	echo "tlproxy: udp dgrams_in +$din, dgrams_out +$dout, sessions $(stat udp sessions);" \
-		"the port's frames: rx $rx, tx $tx, dropped $(nic nic_dropped_frames)"
+		"the port's frames: rx $rx ($(nic_each nic_rx_frames) by shard), tx $tx ($(nic_each nic_tx_frames))," \
+		"dropped $(nic nic_dropped_frames)"
 	[ "$rx" -ge $((2 * done)) ] && [ "$tx" -ge $((2 * done)) ] ||
 		fail "the DPDK port carried $rx frames in and $tx out, fewer than 2 x $done"
 	echo "ok: dnsperf: $sent sent, $done completed, $lost lost, NOERROR 100%, $qps queries a second"
@@ -277,10 +286,11 @@ EOF
 }
 
 case $case in
-dns) case_dns ;;
+dns) case_dns 1 ;;
+dns2) case_dns 2 ;;
 refuse) case_refuse ;;
 *)
-	echo "usage: $0 dns|refuse TLPROXY TLSHARD" >&2
+	echo "usage: $0 dns|dns2|refuse TLPROXY TLSHARD" >&2
 	exit 2
 	;;
 esac
