@@ -392,6 +392,33 @@ static void test_closed_handle_drops(void)
 	h_end(NULL, fds);
 }
 
+/* An ephemeral port is one no other loop of the process holds: B takes
+ * the port A would pick next, and A's next bind skips it. (Two sessions
+ * connected to one server on one port of two loops would take each
+ * other's replies.) */
+static void test_ephemeral_not_shared(void)
+{
+	int fds = h_begin();
+	h_ctx c[2];
+	tl_loop *l[2] = {new_loop(&c[0], 0), new_loop(&c[1], 1)};
+	tl_addr any = addr4(0, 0), got, peer = addr4(PEER_IP, 53);
+	tl_handle a1, a2, b;
+	H_EQ_FATAL(tl_udp_bind(l[0], &any, &a1), 0);
+	H_EQ_FATAL(tl_local_addr(l[0], a1, &got), 0);
+	uint16_t first = ntohs(got.in.sin_port), next = first >= 60999 ? 32768 : first + 1;
+	tl_addr taken = addr4(0, next);
+	H_EQ_FATAL(tl_udp_bind(l[1], &taken, &b), 0);
+	H_EQ_FATAL(tl_udp_bind(l[0], &any, &a2), 0);
+	H_EQ_FATAL(tl_local_addr(l[0], a2, &got), 0);
+	H_TRUE(ntohs(got.in.sin_port) != next, "A's ephemeral port is B's");
+	H_EQ(tl_udp_connect(l[0], a2, &peer), 0);
+	h_close(&c[0], a1, 1);
+	h_close(&c[0], a2, 2);
+	h_close(&c[1], b, 3);
+	end_loops(c, l, 2);
+	h_end(NULL, fds);
+}
+
 /* A datagram longer than a slot holds (1,472 bytes, the most the driver
  * sends; a ring port has no MTU and brings it) is not handed: dropped on A
  * under drop_handoff, nothing copied. */
@@ -650,6 +677,7 @@ int main(void)
 	CU_add_test(s, "reuseport_flow_stays", test_reuseport_flow_stays);
 	CU_add_test(s, "closed_handle_drops", test_closed_handle_drops);
 	CU_add_test(s, "oversize_not_handed", test_oversize_not_handed);
+	CU_add_test(s, "ephemeral_not_shared", test_ephemeral_not_shared);
 	CU_add_test(s, "napping_loop_woken", test_napping_loop_woken);
 	CU_add_test(s, "runtime_shards", test_runtime_shards);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

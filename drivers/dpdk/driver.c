@@ -552,12 +552,29 @@ static int dp_open(struct tl_drv *d, struct tl_hslot *h, const struct tl_open_sp
 	if (port) {
 		r = bind_port(d, h, port, reuse);
 	} else {
-		/* An ephemeral port, as the kernel's range has them. */
+		/* An ephemeral port, as the kernel's range has them, and one
+		 * no other loop of the process holds either: the ports are one
+		 * space per process (as a kernel's are per host), and two
+		 * handles connected to the same peer on the same port of two
+		 * loops would each take the other's datagrams when they land
+		 * on its pair. The table's bit is claimed first, so two loops
+		 * that try the same port at once cannot both have it. */
 		for (uint32_t i = 0; i < 28232 && r < 0; i++) {
 			uint16_t p = d->next_port;
 			d->next_port = d->next_port >= 60999 ? 32768 : d->next_port + 1;
-			if (d->bound[p] == TL_NIL)
-				r = bind_port(d, h, p, reuse);
+			if (d->bound[p] != TL_NIL)
+				continue;
+			if (d->sh) {
+				uint64_t bit = 1ull << d->queue;
+				uint64_t was = atomic_fetch_or_explicit(&d->sh->owners[p], bit,
+									memory_order_acq_rel);
+				if (was & ~bit) {
+					atomic_fetch_and_explicit(&d->sh->owners[p], ~bit,
+								  memory_order_release);
+					continue;
+				}
+			}
+			r = bind_port(d, h, p, reuse);
 		}
 	}
 	if (r < 0)

@@ -1,6 +1,7 @@
 /* tools/tlproxy/main.c: tlproxy's process: the command line and --check, setting the process up (descriptor limit, privileges, first lookups, the access log), starting the shards and waiting for signals (SIGHUP reload, SIGUSR1 log reopen, SIGTERM drain). */
 /* Calls: main -> shard, accept (its handler), ctl, admin, health, resolve,
- * takeover, world, alog, splice, sdnotify, udp: the top; nothing calls in. */
+ * takeover, world, alog, splice, sdnotify, udp, dpdk: the top; nothing
+ * calls in. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -23,6 +24,7 @@
 #include "admin.h"
 #include "alog.h"
 #include "ctl.h"
+#include "dpdk.h"
 #include "health.h"
 #include "resolve.h"
 #include "sdnotify.h"
@@ -258,6 +260,7 @@ static int check_file(const char *path)
 {
 	struct tlp_config *cfg;
 	struct tlp_diag *d = calloc(1, sizeof *d);
+	char err[320];
 	int r;
 
 	if (!d) {
@@ -267,6 +270,12 @@ static int check_file(const char *path)
 	r = tlp_config_load(path, &cfg, d);
 	if (r < 0) {
 		print_diag(d);
+		free(d);
+		return 1;
+	}
+	if (tlp_dpdk_on() && tlp_dpdk_check_config(cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "tlproxy: %s\n", err);
+		tlp_config_free(cfg);
 		free(d);
 		return 1;
 	}
@@ -395,6 +404,12 @@ static void do_reload(void)
 		return;
 	}
 	free(d);
+	if (tlp_dpdk_on() && tlp_dpdk_check_config(cfg, err, sizeof err) < 0) {
+		tlp_log("reload of %s refused; the running configuration stays: %s", cfg_path, err);
+		tlp_config_free(cfg);
+		tlp_sd_notify("READY=1");
+		return;
+	}
 	/* Certificates and keys are read and parsed here, off every shard's
 	 * loop: shard 0 only builds the generation from what they made. */
 	req = calloc(1, sizeof *req);
@@ -441,10 +456,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tlproxy: %s (see --help)\n", err);
 		return 2;
 	}
+	tlp_dpdk_args(&argc, argv);
 	r = tlp_args_parse(argc, argv, &args, err, sizeof err);
 	if (r == 1) {
 		fputs(tlp_args_usage(), stdout);
 		fputs(tlp_takeover_usage(), stdout);
+		fputs(tlp_dpdk_usage(), stdout);
 		return 0;
 	}
 	if (r < 0) {
@@ -471,6 +488,17 @@ int main(int argc, char **argv)
 		tlp_config_free(cfg);
 		return 1;
 	}
+	if (tlp_dpdk_on()) {
+		struct tlp_dpdk_proc dp = {.takeover = tlp_takeover_wanted(),
+					   .handover = tlp_takeover_serving(),
+					   .inherited = w->ninh};
+
+		if (tlp_dpdk_check_start(cfg, &dp, err, sizeof err) < 0) {
+			fprintf(stderr, "tlproxy: %s\n", err);
+			tlp_config_free(cfg);
+			return 1;
+		}
+	}
 	for (uint32_t i = 0; i < cfg->nlisteners; i++) {
 		const struct tlp_listener_cfg *l = &cfg->listeners[i];
 
@@ -488,8 +516,11 @@ int main(int argc, char **argv)
 				continue; /* systemd bound it */
 			}
 			/* A takeover brings the sockets later; one it does not
-			 * bring is bound, and a clash is said then. */
-			if (l->listen[k].kind != TLP_EP_IP || tlp_takeover_wanted())
+			 * bring is bound, and a clash is said then. On a DPDK
+			 * port no kernel socket can tell: its UDP ports are this
+			 * process's alone (the address was checked against the
+			 * port's by tlp_dpdk_check_start). */
+			if (l->listen[k].kind != TLP_EP_IP || tlp_takeover_wanted() || tlp_dpdk_on())
 				continue;
 			memset(&a, 0, sizeof a);
 			memcpy(&a, &l->listen[k].addr,
@@ -507,6 +538,11 @@ int main(int argc, char **argv)
 	if (plan_shards(cfg, &nshards) < 0) {
 		tlp_config_free(cfg);
 		return 2;
+	}
+	if (tlp_dpdk_on() && tlp_dpdk_setup(nshards, err, sizeof err) < 0) {
+		fprintf(stderr, "tlproxy: %s\n", err);
+		tlp_config_free(cfg);
+		return 1;
 	}
 	cap = cfg->max_conns ? cfg->max_conns : DEFAULT_CONNS;
 	if (cap > (1u << 20))
@@ -528,8 +564,10 @@ int main(int argc, char **argv)
 		udp_sess = 1u << 21;
 	/* A pipe of the splice pool is two descriptors. */
 	spl_all = tlp_spl_pool(cfg, nshards, &spl_pipes, &spl_size);
-	raise_nofile((cfg->max_conns ? 2ull * cfg->max_conns + 1024
-				     : 2ull * cap * nshards + 1024) + 2 * spl_all + udp_sess * nshards);
+	/* On a DPDK port connections and sessions hold no descriptors. */
+	if (!tlp_dpdk_on())
+		raise_nofile((cfg->max_conns ? 2ull * cfg->max_conns + 1024
+					     : 2ull * cap * nshards + 1024) + 2 * spl_all + udp_sess * nshards);
 	if (cfg->access_log) {
 		/* Opened before privileges go; reopened (SIGUSR1) as the user. */
 		r = tlp_alog_new(cfg->access_log, nshards, 4096, &w->alog, err, sizeof err);

@@ -100,6 +100,11 @@ int tlp_takeover_wanted(void)
 	return tlp_to.take_path != NULL;
 }
 
+int tlp_takeover_serving(void)
+{
+	return tlp_to.serve_path != NULL;
+}
+
 /* ---- blocking I/O of the conversation ---- */
 
 /* Wait for fd to be readable (events POLLIN) or writable until deadline

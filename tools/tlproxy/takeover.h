@@ -82,6 +82,8 @@ int tlp_takeover_args(int *argc, char **argv, char *err, size_t errlen);
 const char *tlp_takeover_usage(void);
 /* 1 when --takeover was given. */
 int tlp_takeover_wanted(void);
+/* 1 when --handover-socket was given. */
+int tlp_takeover_serving(void);
 
 /* New side, before the shards start: connect, say HELLO, take the
  * listening sockets into the inherited table. 0, or -1 with a line on
