@@ -536,9 +536,10 @@ static size_t put_tlv(uint8_t *p, uint8_t ty, const void *v, size_t n)
 	return 3 + n;
 }
 
+/* A field's length (a C string; over 255 bytes is refused by the caller). */
 static size_t field(const char *s)
 {
-	return s ? strnlen(s, 256) : 0;
+	return s ? strlen(s) : 0;
 }
 
 int tlp_pp_add_tls(void *buf, size_t len, size_t cap, const struct tlp_pp_tls *t)
