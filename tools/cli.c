@@ -7,43 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "digits.h"
 #include "reason.h"
-
-/*
- * Decimal digits only, lo..hi, no sign, no spaces. strtoul would also take
- * " 7", "+7" and, by negating, "-18446744073709551615" as 1; a count or a
- * port given like that is a typo, not a number.
- */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (!s || !*s)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		/* Past hi means bad whatever follows; stopping here also
-		 * keeps v from wrapping (every caller's hi is below 2^32). */
-		v = v * 10 + (uint64_t)(*p - '0');
-		if (v > hi)
-			return -1;
-	}
-	if (v < lo)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	uint64_t v;
-
-	if (parse_u64(s, lo, hi, &v))
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
 
 /* Seconds like "1", "0.5", "2.25": 0.01 .. 3600. The first character is
  * checked by hand because strtod would skip spaces and take a sign. */
@@ -102,7 +67,7 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 			return fail(err, errlen, "%s needs a value", a);
 		i++;
 		if (!strcmp(a, "-p") || !strcmp(a, "--port")) {
-			if (parse_u32(v, 1, 65535, &o->port))
+			if (tools_digits32(v, 1, 65535, &o->port))
 				return fail(err, errlen, "bad port '%s' (1-65535)", v);
 		} else if (!strcmp(a, "--host")) {
 			o->host = v;
@@ -114,17 +79,17 @@ int tlecho_parse(int argc, char **argv, struct tlecho_opts *o, char *err, size_t
 			else
 				return fail(err, errlen, "unknown driver '%s' (epoll, uring)", v);
 		} else if (!strcmp(a, "--buffers")) {
-			if (parse_u32(v, 1, 32768, &o->buffers))
+			if (tools_digits32(v, 1, 32768, &o->buffers))
 				return fail(err, errlen, "bad buffer count '%s' (1-32768)", v);
 		} else if (!strcmp(a, "--shards")) {
-			if (parse_u32(v, 1, 1024, &o->shards))
+			if (tools_digits32(v, 1, 1024, &o->shards))
 				return fail(err, errlen, "bad shard count '%s' (1-1024)", v);
 		} else if (!strcmp(a, "--cpus")) {
 			if (!cpulist_ok(v))
 				return fail(err, errlen, "bad CPU list '%s' (like 0-3,6)", v);
 			o->cpus = v;
 		} else if (!strcmp(a, "--buffer-size")) {
-			if (parse_u32(v, 64, 1u << 20, &o->buffer_size))
+			if (tools_digits32(v, 64, 1u << 20, &o->buffer_size))
 				return fail(err, errlen, "bad buffer size '%s' (64-1048576)", v);
 		} else if (!strcmp(a, "--tls-cert")) {
 			o->tls_cert = v;
@@ -172,17 +137,17 @@ int tlload_parse(int argc, char **argv, struct tlload_opts *o, char *err, size_t
 			return fail(err, errlen, "%s needs a value", a);
 		i++;
 		if (!strcmp(a, "-p"))
-			bad = parse_u32(v, 1, 65535, &o->port);
+			bad = tools_digits32(v, 1, 65535, &o->port);
 		else if (!strcmp(a, "--host"))
 			o->host = v;
 		else if (!strcmp(a, "-c"))
-			bad = parse_u32(v, 1, 10000, &o->conns);
+			bad = tools_digits32(v, 1, 10000, &o->conns);
 		else if (!strcmp(a, "-s"))
-			bad = parse_u32(v, 1, 1u << 20, &o->size);
+			bad = tools_digits32(v, 1, 1u << 20, &o->size);
 		else if (!strcmp(a, "-d"))
-			bad = parse_u32(v, 1, 86400, &o->secs);
+			bad = tools_digits32(v, 1, 86400, &o->secs);
 		else if (!strcmp(a, "--churn"))
-			bad = parse_u32(v, 1, 1u << 30, &o->churn);
+			bad = tools_digits32(v, 1, 1u << 30, &o->churn);
 		else
 			return fail(err, errlen, "unknown option '%s'", a);
 		if (bad)
@@ -256,7 +221,7 @@ static int plan_opts(int argc, char **argv, struct tlshard_plan_opts *o, int cmd
 			o->req.cpus = v;
 			o->set_cpus = 1;
 		} else if (!strcmp(a, "--shards")) {
-			if (parse_u64(v, 1, TL_PLAN_MAX_SHARDS, &n))
+			if (tools_digits(v, 1, TL_PLAN_MAX_SHARDS, &n))
 				return fail(err, errlen, "bad shard count '%s' (1-65536)", v);
 			o->req.shards = (uint32_t)n;
 			o->set_shards = 1;
@@ -310,7 +275,7 @@ int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, cha
 			return 1;
 	if (argc < 3 || !argv[2])
 		return fail(err, errlen, "stats needs a PID");
-	if (parse_u64(argv[2], 1, 0x7fffffff, &pid))
+	if (tools_digits(argv[2], 1, 0x7fffffff, &pid))
 		return fail(err, errlen, "bad PID '%s'", argv[2]);
 	o->pid = (int)pid;
 	for (int i = 3; i < argc; i++) {
@@ -340,7 +305,7 @@ int tlshard_stats_parse(int argc, char **argv, struct tlshard_stats_opts *o, cha
 			return fail(err, errlen, "%s needs a value", a);
 		i++;
 		if (!strcmp(a, "--count")) {
-			if (parse_u64(v, 1, 1000000000, &o->count))
+			if (tools_digits(v, 1, 1000000000, &o->count))
 				return fail(err, errlen, "bad count '%s' (1-1000000000)", v);
 		} else if (!strcmp(v, "table")) {
 			format = TLSHARD_TABLE;

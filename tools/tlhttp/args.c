@@ -5,27 +5,8 @@
 #include <string.h>
 
 #include "tlhttp/args.h"
+#include "digits.h"
 #include "reason.h"
-
-/* Decimal digits only, lo..hi (hi below 2^32): no sign, no blanks. */
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	uint64_t v = 0;
-
-	if (!s || !*s)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
-		if (v > hi)
-			return -1;
-	}
-	if (v < lo)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
 
 int tlhttp_duration_parse(const char *s, uint64_t *ns)
 {
@@ -61,7 +42,7 @@ static int parse_listen(const char *s, struct tlhttp_opts *o)
 	size_t hl;
 	uint32_t port;
 
-	if (!colon || parse_u32(colon + 1, 1, 65535, &port))
+	if (!colon || tools_digits32(colon + 1, 1, 65535, &port))
 		return -1;
 	hl = (size_t)(colon - s);
 	if (hl && s[0] == '[') {
@@ -119,7 +100,7 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 					    "or [IPv6], PORT 1-65535)", v);
 			have_listen = 1;
 		} else if (!strcmp(a, "--shards")) {
-			if (parse_u32(v, 1, 1024, &o->shards))
+			if (tools_digits32(v, 1, 1024, &o->shards))
 				return fail(err, errlen, "bad shard count '%s' (1-1024)", v);
 		} else if (!strcmp(a, "--cpus")) {
 			uint64_t mask[16];
@@ -156,7 +137,7 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 				return fail(err, errlen, "%s needs a file name", a);
 			*(a[6] == 'c' ? &o->tls_cert : &o->tls_key) = v;
 		} else if (!strcmp(a, "--max-conns")) {
-			if (parse_u32(v, 1, 1u << 20, &o->max_conns))
+			if (tools_digits32(v, 1, 1u << 20, &o->max_conns))
 				return fail(err, errlen, "bad --max-conns '%s' (1-1048576)", v);
 		} else {
 			return fail(err, errlen, "unknown option '%s' (see --help)", a);

@@ -14,6 +14,7 @@
 #include "turnloop/plan.h"
 
 #include "config_int.h"
+#include "../digits.h"
 #include "../reason.h"
 
 /* ---- the command line ---- */
@@ -59,25 +60,6 @@ const char *tlp_args_usage(void)
 			 names);
 	}
 	return text;
-}
-
-static int args_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	uint64_t v = 0;
-
-	if (!*s)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
-		if (v > hi)
-			return -1;
-	}
-	if (v < lo)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
 }
 
 static int args_dur(const char *opt, const char *s, struct dur_range r, uint64_t *out, char *err,
@@ -241,7 +223,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				s = comma + 1;
 			}
 		} else if (!strcmp(o, "--shards")) {
-			if (args_u32(v, 1, 1024, &shards)) {
+			if (tools_digits32(v, 1, 1024, &shards)) {
 				fail(err, errlen, "--shards: '%s' is not 1 to 1024",
 				     tlp__clip(v, strlen(v), shown, sizeof shown));
 				goto out;
@@ -279,14 +261,14 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			}
 			pp = k;
 		} else if (!strcmp(o, "--max-conns")) {
-			if (args_u32(v, 1, TLP_MAX_CONNS_LIMIT, &max_conns)) {
+			if (tools_digits32(v, 1, TLP_MAX_CONNS_LIMIT, &max_conns)) {
 				fail(err, errlen, "--max-conns: '%s' is not 1 to %u",
 				     tlp__clip(v, strlen(v), shown, sizeof shown),
 				     TLP_MAX_CONNS_LIMIT);
 				goto out;
 			}
 		} else if (!strcmp(o, "--splice-pipes")) {
-			if (args_u32(v, 1, 4096, &spipes)) {
+			if (tools_digits32(v, 1, 4096, &spipes)) {
 				fail(err, errlen, "--splice-pipes: '%s' is not 1 to 4096",
 				     tlp__clip(v, strlen(v), shown, sizeof shown));
 				goto out;
@@ -326,13 +308,13 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 			}
 			half_close = !strcmp(v, "on");
 		} else if (!strcmp(o, "--spin-us")) {
-			if (args_u32(v, 0, TLP_SPIN_US_MAX, &spin) < 0) {
+			if (tools_digits32(v, 0, TLP_SPIN_US_MAX, &spin) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number from 0 to %u", o,
 				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_SPIN_US_MAX);
 				goto out;
 			}
 		} else if (!strcmp(o, "--max-datagram")) {
-			if (args_u32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
+			if (tools_digits32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number from 1 to %u", o,
 				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_UDP_DGRAM_MAX);
 				goto out;
@@ -340,7 +322,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		} else if (!strcmp(o, "--responses") || !strcmp(o, "--sessions")) {
 			int rs = !strcmp(o, "--responses");
 
-			if (args_u32(v, rs ? 0 : 1, rs ? 1000000 : TLP_UDP_SESSIONS_MAX,
+			if (tools_digits32(v, rs ? 0 : 1, rs ? 1000000 : TLP_UDP_SESSIONS_MAX,
 				     rs ? &responses : &sessions) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number in range", o,
 				     tlp__clip(v, strlen(v), shown, sizeof shown));
