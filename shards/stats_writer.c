@@ -235,6 +235,9 @@ void tl__rt_publish(tl_shard *s, uint64_t now)
 	st->nic_tx = ls.nic_tx;
 	st->nic_drops = ls.nic_drops;
 	st->nic_tx_full = ls.nic_tx_full;
+	st->nic_handed_out = ls.nic_handed_out;
+	st->nic_handed_in = ls.nic_handed_in;
+	st->nic_handoff_drops = ls.nic_handoff_drops;
 	tl__mesh_depths(s, &inbound, &backlog);
 	st->mesh_inbound = inbound;
 	st->mesh_backlog = backlog;

@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "dpdk.h"
 #include "turnloop/runtime.h"
+#include "turnloop/stats.h"
 
 /*
  * The test sets the EAL up itself and makes a port of three queue pairs
@@ -512,6 +513,11 @@ static void test_napping_loop_woken(void)
 /* ---- the sharded runtime: two shards, only one binds ---- */
 
 static tl_handle rt_h;
+/* Each shard's queue pair, and its driver's counters as the stop began
+ * (each written on its shard's thread, read once the runtime has run). */
+static uint32_t rt_queue[2];
+static struct tl_dpdk_stats rt_final[2];
+static int rt_final_rc[2] = {-1, -1};
 
 /* The shard on pair 1 binds and echoes; the one on pair 0 binds nothing. */
 static int rt_launch(tl_shard *s, void *arg)
@@ -519,14 +525,21 @@ static int rt_launch(tl_shard *s, void *arg)
 	(void)arg;
 	tl_loop *l = tl_shard_loop(s);
 	struct tl_dpdk_stats x;
-	if (tl__dpdk_stats(l, &x) < 0)
+	if (tl__dpdk_stats(l, &x) < 0 || tl_shard_id(s) >= 2)
 		return -ENOTSUP;
+	rt_queue[tl_shard_id(s)] = x.queue;
 	if (x.queue != 1)
 		return 0;
 	tl_addr a = addr4(LOOP_IP, 5400);
 	tl_op op;
 	int r = tl_udp_bind(l, &a, &rt_h);
 	return r < 0 ? r : tl_udp_recv_start(l, rt_h, 1, &op);
+}
+
+static void rt_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	rt_final_rc[tl_shard_id(s)] = tl__dpdk_stats(tl_shard_loop(s), &rt_final[tl_shard_id(s)]);
 }
 
 static void rt_completion(tl_shard *s, const tl_completion *c)
@@ -545,7 +558,8 @@ static void rt_completion(tl_shard *s, const tl_completion *c)
 
 /* A runtime of two shards on the driver: a datagram that comes in on the
  * pair of the shard that bound nothing is echoed by the other shard, out
- * of that shard's own pair. */
+ * of that shard's own pair; each shard's record in the live stats region
+ * shows the hand-off as its driver counted it. */
 static void test_runtime_shards(void)
 {
 	int fds = h_begin();
@@ -558,6 +572,7 @@ static void test_runtime_shards(void)
 	cfg.plan.overcommit = 1;
 	cfg.on_launch = rt_launch;
 	cfg.on_completion = rt_completion;
+	cfg.on_stop = rt_stop;
 	tl_runtime *rt = NULL;
 	H_EQ_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	H_EQ(tl_runtime_launch(rt), 0);
@@ -607,8 +622,36 @@ static void test_runtime_shards(void)
 			h_sleep_ms(1);
 	}
 	H_EQ(got, 1);
+	/* The live stats: the shard on pair 0 handed one datagram out, the
+	 * shard on pair 1 took it in, no hand-off drop. */
+	H_TRUE(rt_queue[0] != rt_queue[1], "pairs %u and %u", rt_queue[0], rt_queue[1]);
+	uint32_t s0 = rt_queue[0] == 0 ? 0 : 1, s1 = 1 - s0;
+	tl_stats_reader *sr = NULL;
+	H_EQ(tl_stats_open(&sr, getpid()), 0);
+	tl_stats_shard sh[2];
+	memset(sh, 0, sizeof sh);
+	t0 = h_wall_ns();
+	while (sr && h_wall_ns() - t0 < 3000 * H_MS) {
+		H_EQ(tl_stats_shard_get(sr, s0, &sh[s0], NULL, 0), 0);
+		H_EQ(tl_stats_shard_get(sr, s1, &sh[s1], NULL, 0), 0);
+		if (sh[s0].nic_handed_out >= 1 && sh[s1].nic_handed_in >= 1)
+			break;
+		h_sleep_ms(5);
+	}
+	tl_stats_close(sr);
 	tl_runtime_stop(rt);
 	H_EQ(tl_runtime_run(rt), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		H_EQ(rt_final_rc[i], 0);
+		H_EQ(sh[i].nic_handed_out, rt_final[i].handed_out);
+		H_EQ(sh[i].nic_handed_in, rt_final[i].handed_in);
+		H_EQ(sh[i].nic_handoff_drops, rt_final[i].drop_handoff);
+	}
+	H_EQ(sh[s0].nic_handed_out, 1);
+	H_EQ(sh[s0].nic_handed_in, 0);
+	H_EQ(sh[s1].nic_handed_in, 1);
+	H_EQ(sh[s1].nic_handed_out, 0);
+	H_EQ(sh[s0].nic_handoff_drops + sh[s1].nic_handoff_drops, 0);
 	tl_runtime_destroy(rt);
 	drain_out();
 	h_end(NULL, fds);

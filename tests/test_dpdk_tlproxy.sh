@@ -6,7 +6,7 @@
 # needed, else a skip, 77; nsd, dnsperf and dig missing is a failure: tools/setup.sh installs them).
 # CASE dns2: the same on 2 shards, so 2 queue pairs, over which the kernel spreads what it sends
 # into the tap interface: datagrams for one shard's sessions land on the other's pair and are
-# handed over.
+# handed over; tlshard's hand-off counters must show as many handed out as in, none dropped.
 # CASE refuse: what --dpdk cannot serve (a TCP listener, the admin socket, a TCP health check, a
 # takeover, a loopback server, an address not the port's) ends the start with one line and status 1.
 set -euo pipefail
@@ -206,6 +206,21 @@ EOF
 		"dropped $(nic nic_dropped_frames)"
 	[ "$rx" -ge $((2 * done)) ] && [ "$tx" -ge $((2 * done)) ] ||
 		fail "the DPDK port carried $rx frames in and $tx out, fewer than 2 x $done"
+	# The hand-off between the shards' pairs, as the live stats show it:
+	# none on one shard; on two, every datagram one shard handed out the
+	# other took in (all done, so none is left on a ring), none dropped
+	# (dnsperf lost none). How many are handed is the kernel's choice:
+	# its tap driver steers a flow into the queue the flow last came
+	# from, so an answer lands on its session's own pair, and a run may
+	# hand none.
+	local hout hin hdrop
+	hout=$(nic nic_handed_out_datagrams) hin=$(nic nic_handed_in_datagrams)
+	hdrop=$(nic nic_handoff_dropped_datagrams)
+	echo "hand-off: out $hout ($(nic_each nic_handed_out_datagrams) by shard)," \
+		"in $hin ($(nic_each nic_handed_in_datagrams)), dropped $hdrop"
+	[ "$hdrop" = 0 ] || fail "$hdrop datagrams dropped by the hand-off"
+	[ "$hout" = "$hin" ] || fail "$hout datagrams handed out, $hin handed in"
+	[ "$shards" != 1 ] || [ "$hout" = 0 ] || fail "one shard handed $hout datagrams"
 	echo "ok: dnsperf: $sent sent, $done completed, $lost lost, NOERROR 100%, $qps queries a second"
 
 	# Stop by pid: tlproxy drains (no session open) and ends with status 0.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sched.h>
 #include <signal.h>
@@ -215,12 +216,20 @@ static void test_reader_checks(void)
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	CU_ASSERT_PTR_NULL(r);
 	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 7"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 3"));
-	/* Version 2, the layout before this one, too. */
-	h->version = 2;
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 4"));
+	/* Version 3, the layout before this one (no hand-off counters),
+	 * too. */
+	h->version = 3;
 	write_region(path, buf, full);
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 2 is not known"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 3 is not known"));
+	/* This version with version 3's record (no hand-off counters): an
+	 * inconsistent header, not a short read of a longer record. */
+	h = good_region(buf, 2);
+	h->record_size = (uint32_t)offsetof(tl_stats_shard, nic_handed_out);
+	write_region(path, buf, full);
+	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "inconsistent header"));
 
 	h = good_region(buf, 2);
 	h->magic ^= 1;

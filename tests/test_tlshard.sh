@@ -201,6 +201,16 @@ t0=$(sum turnloop_turns_total "$tmp/p0") t1=$(sum turnloop_turns_total "$tmp/p1"
 b0=$(sum turnloop_program_bytes_total "$tmp/p0") b1=$(sum turnloop_program_bytes_total "$tmp/p1")
 [ "$t1" -gt "$t0" ] && [ "$b1" -gt "$b0" ] && ok "prometheus under load: turns $t0 -> $t1, bytes $b0 -> $b1" ||
 	fail "prometheus counters do not move: turns $t0 -> $t1, bytes $b0 -> $b1"
+# A kernel driver owns no NIC: the NIC and hand-off counters are there, 0.
+json "$tmp/load.json" 'all(s[k] == 0 for s in j["shard"] for k in ("nic_rx_frames", "nic_dropped_frames", "nic_handed_out_datagrams", "nic_handed_in_datagrams", "nic_handoff_dropped_datagrams"))' &&
+	ok "json: the NIC and hand-off counters are 0 on a kernel driver" ||
+	fail "json: NIC or hand-off counters missing or not 0: $(head -c 600 "$tmp/load.json")"
+nm=0
+for m in turnloop_nic_handed_out_datagrams_total turnloop_nic_handed_in_datagrams_total turnloop_nic_handoff_dropped_datagrams_total; do
+	[ "$(grep -c "^$m{.*} 0\$" "$tmp/p1")" = "$nshards" ] && nm=$((nm + 1))
+done
+[ $nm = 3 ] && ok "prometheus: the hand-off counters, 0 on each shard" ||
+	fail "prometheus: hand-off counters: $(grep -E "handed|handoff" "$tmp/p1")"
 if command -v promtool >/dev/null; then
 	promtool check metrics <"$tmp/p1" >"$tmp/promtool" 2>&1 && ok "promtool check metrics" ||
 		{ fail "promtool check metrics"; cat "$tmp/promtool"; }

@@ -1046,6 +1046,14 @@ typedef struct tl_loop_stats {
 	 * handle's queue full), and TX bursts the ring took only part of (the
 	 * rest waited: backpressure, not a drop). 0 on the other drivers. */
 	uint64_t nic_rx, nic_tx, nic_drops, nic_tx_full;
+	/* The same driver's hand-off between the port's queue pairs
+	 * (docs/DPDK.md, "Hand-off between queue pairs"): datagrams this
+	 * loop had no handle for and gave to the loop that has one,
+	 * datagrams other loops gave this one, and datagrams dropped because
+	 * a hand-off ring was full (these are in nic_drops too). Datagrams, not frames: a handed datagram was
+	 * counted in nic_rx once, by the pair it came in on. 0 on the other
+	 * drivers, and without a port shared by several loops. */
+	uint64_t nic_handed_out, nic_handed_in, nic_handoff_drops;
 } tl_loop_stats;
 /* Copy the loop's counters into *out (the loop's thread; out not NULL). */
 void tl_loop_stats_get(const tl_loop *loop, tl_loop_stats *out);

@@ -117,7 +117,7 @@ int tl_runtime_stats_published(const tl_runtime *rt);
  */
 
 #define TL_STATS_MAGIC UINT64_C(0x31535441544c5254) /* "TRLTATS1" little-endian */
-#define TL_STATS_VERSION 3u
+#define TL_STATS_VERSION 4u
 #define TL_STATS_NAME_MAX 32u     /* bytes per family name, NUL included */
 #define TL_STATS_LABEL_MAX 48u    /* bytes per row label, NUL included */
 #define TL_STATS_VALUES_MAX 4096u /* most value slots per shard */
@@ -213,6 +213,11 @@ typedef struct tl_stats_shard {
 	/* A shard on a driver that owns a NIC (DPDK): its queue pair's frames
 	 * in and out, frames dropped, TX bursts held back (tl_loop_stats). */
 	uint64_t nic_rx, nic_tx, nic_drops, nic_tx_full;
+	/* The same shard's hand-off between the port's queue pairs:
+	 * datagrams given to another shard's loop, taken from other shards'
+	 * loops, and dropped because a hand-off ring was full, these also
+	 * in nic_drops (tl_loop_stats; new in layout version 4). */
+	uint64_t nic_handed_out, nic_handed_in, nic_handoff_drops;
 } tl_stats_shard;
 
 typedef struct tl_stats_reader tl_stats_reader;
@@ -234,7 +239,7 @@ typedef struct tl_stats_reader tl_stats_reader;
  * so not trusted); -EPROTO (not a stats region, an unknown version or an
  * inconsistent header); -ENOMEM; or the OS error of open/read. Detail
  * (tl_error_detail) on failure: the check that failed, e.g. "pid 123:
- * layout version 7 is not known to this reader (knows 3)".
+ * layout version 7 is not known to this reader (knows 4)".
  */
 int tl_stats_open(tl_stats_reader **out, int pid);
 
