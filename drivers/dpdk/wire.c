@@ -231,6 +231,30 @@ static void enqueue(struct tl_drv *d, struct tl_hslot *h, struct rte_mbuf *m,
 	tl__dp_ready(d, h);
 }
 
+/* A checked UDP datagram (u, dl bytes with its header) to its handle:
+ * this loop's (queued, its meta's family part filled by the caller), or,
+ * with the hand-off, the loop that has one; else dropped and counted. The
+ * two families' last step (src and dst in demux's form). */
+static void deliver(struct tl_drv *d, struct rte_mbuf *m, struct rte_udp_hdr *u, uint32_t dl,
+		    uint32_t mine, const dp_ip *src, const dp_ip *dst)
+{
+	int v6 = dp_meta(m)->v6;
+	struct tl_hslot *h = demux(d, u->dst_port, v6, mine, src, u->src_port);
+	if (!h) {
+		if (!d->sh || !tl__dp_hand_out(d, v6, src, dst, u->src_port, u->dst_port, u + 1,
+						 (uint16_t)(dl - sizeof *u)))
+			d->st.drop_no_port++;
+		return;
+	}
+	if (DPH(h)->qlen >= DP_RCVQ) {
+		d->st.drop_rcvq++;
+		return;
+	}
+	dp_meta(m)->sport = u->src_port;
+	dp_meta(m)->dport = u->dst_port;
+	enqueue(d, h, m, u, dl);
+}
+
 static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hdr *eh)
 {
 	uint32_t have = m->data_len - (uint32_t)sizeof *eh;
@@ -277,26 +301,12 @@ static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 		return;
 	}
 	learn4(d, ip->src_addr, &eh->src_addr);
-	dp_ip src = {.w = {0, 0, 0, ip->src_addr}};
-	struct tl_hslot *h = demux(d, u->dst_port, 0, mine, &src, u->src_port);
-	if (!h) {
-		dp_ip dst = dp_ip4(ip->dst_addr);
-		if (!d->sh || !tl__dp_hand_out(d, 0, &src, &dst, u->src_port, u->dst_port, u + 1,
-						 (uint16_t)(dl - sizeof *u)))
-			d->st.drop_no_port++;
-		return;
-	}
-	if (DPH(h)->qlen >= DP_RCVQ) {
-		d->st.drop_rcvq++;
-		return;
-	}
+	dp_ip src = {.w = {0, 0, 0, ip->src_addr}}, dst = dp_ip4(ip->dst_addr);
 	struct dp_meta *mt = dp_meta(m);
 	mt->v6 = 0;
 	mt->sip = ip->src_addr;
 	mt->dip = ip->dst_addr;
-	mt->sport = u->src_port;
-	mt->dport = u->dst_port;
-	enqueue(d, h, m, u, dl);
+	deliver(d, m, u, dl, mine, &src, &dst);
 }
 
 /* IPv6's extension headers (RFC 8200 4, and those IANA lists as such):
@@ -374,27 +384,13 @@ static void ipv6_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 		return;
 	}
 	/* No learning from data frames: IPv6 finds neighbours by ND only. */
-	dp_ip src;
+	dp_ip src, dst;
 	memcpy(src.b, ip->src_addr, 16);
-	struct tl_hslot *h = demux(d, u->dst_port, 1, mine, &src, u->src_port);
-	if (!h) {
-		dp_ip dst;
-		memcpy(dst.b, ip->dst_addr, 16);
-		if (!d->sh || !tl__dp_hand_out(d, 1, &src, &dst, u->src_port, u->dst_port, u + 1,
-						 (uint16_t)(dl - sizeof *u)))
-			d->st.drop_no_port++;
-		return;
-	}
-	if (DPH(h)->qlen >= DP_RCVQ) {
-		d->st.drop_rcvq++;
-		return;
-	}
+	memcpy(dst.b, ip->dst_addr, 16);
 	struct dp_meta *mt = dp_meta(m);
 	mt->v6 = 1;
 	mt->l3 = (uint16_t)((uint8_t *)ip - rte_pktmbuf_mtod(m, uint8_t *));
-	mt->sport = u->src_port;
-	mt->dport = u->dst_port;
-	enqueue(d, h, m, u, dl);
+	deliver(d, m, u, dl, mine, &src, &dst);
 }
 
 /* ---- the hand-off between pairs ---- */
