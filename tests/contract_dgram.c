@@ -370,7 +370,15 @@ static void test_d6_pktinfo_and_source(void)
 	i = h_wait_op(&c, r);
 	if (i >= 0) {
 		H_EQ(c.log.v[i].result, 2);
-		H_TRUE(same_ip(&c.log.v[i].u.recv.from, &lo2), "the answer is not from %s", a2);
+		/* wine 8's WSASendMsg ignores IP_PKTINFO (a bare Winsock
+		 * program shows it): the answer comes from the socket's pick
+		 * there; Windows honours it. */
+		if (iocp(l) && h_under_wine() && !same_ip(&c.log.v[i].u.recv.from, &lo2))
+			h_skip("the answer's source address: wine 8's WSASendMsg ignores "
+			       "IP_PKTINFO; Windows honours it");
+		else
+			H_TRUE(same_ip(&c.log.v[i].u.recv.from, &lo2), "the answer is not from %s",
+			       a2);
 		H_EQ(port_of(&c.log.v[i].u.recv.from), port_of(&aa));
 	}
 	h_close(&c, a, 4);

@@ -44,12 +44,6 @@ static const char *sock_err(void)
 	return buf;
 }
 
-/* Under wine (which names itself in ntdll), not Windows itself. */
-static int under_wine(void)
-{
-	HMODULE nt = GetModuleHandleA("ntdll.dll");
-	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
-}
 #else
 #define sock_err() strerror(errno)
 #endif
@@ -356,7 +350,7 @@ static int wait_ok(h_ctx *c, tl_op op)
  * handle still works. On Windows itself, and on every other driver, 0. */
 static int detach_refused_here(tl_loop *l, int rc)
 {
-	if (rc != -ENOTSUP || strcmp(tl_loop_driver(l), "iocp") != 0 || !under_wine())
+	if (rc != -ENOTSUP || strcmp(tl_loop_driver(l), "iocp") != 0 || !h_under_wine())
 		return 0;
 	h_skip("tl_detach of a socket that joined the completion port: -ENOTSUP under wine, "
 	       "which lacks FileReplaceCompletionInformation (the handle was checked to still work)");

@@ -299,6 +299,25 @@ void h_skip(const char *fmt, ...)
 	skipped_now = 1;
 }
 
+int h_under_wine(void)
+{
+#ifdef _WIN32
+	HMODULE nt = GetModuleHandleA("ntdll.dll");
+
+	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
+#else
+	return 0;
+#endif
+}
+
+int h_wine_differs(tl_loop *loop, const char *what)
+{
+	if (strcmp(tl_loop_driver(loop), "iocp") != 0 || !h_under_wine())
+		return 0;
+	h_skip("%s: wine 8 differs from Windows here; to run on Windows itself", what);
+	return 1;
+}
+
 int h_skip_count(void)
 {
 	return skip_total;

@@ -63,6 +63,14 @@ tl_loop *h_loop_cfg(const tl_config *cfg);
 
 /* Record the current test as skipped (printed as "SKIP suite/test: why"). */
 void h_skip(const char *fmt, ...) __attribute__((format(CHECK_PRINTF_, 1, 2)));
+/* 1 when the test runs under wine (its ntdll names its version), not on
+ * Windows itself; always 0 off Windows. A test skips what wine 8 does
+ * differently from Windows only where this says so (docs/WINDOWS.md). */
+int h_under_wine(void);
+/* On the IOCP driver under wine, where wine 8 behaves unlike Windows in
+ * what the test checks (what: which behaviour, named in docs/WINDOWS.md):
+ * a skip recorded and 1, for the test to end; elsewhere 0. */
+int h_wine_differs(tl_loop *loop, const char *what);
 /* Number of tests that called h_skip(). */
 int h_skip_count(void);
 /* 1 when the loop's driver has cap. Otherwise checks that the capability's
