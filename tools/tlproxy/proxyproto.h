@@ -112,7 +112,8 @@ int tlp_pp_build_v1(void *buf, size_t cap, const struct sockaddr *src, const str
  * Build a v2 header (PROXY command, STREAM transport) likewise: AF_INET or
  * AF_INET6 pairs (mixed ones IPv4-mapped), AF_UNIX pairs (struct sockaddr_un,
  * whose sun_path is read up to its first NUL or its 108 bytes and sent
- * NUL-padded), no TLVs. A NULL src or dst gives a LOCAL header (a connection
+ * NUL-padded; or a runtime's tl_addr of family AF_UNIX, zero past the
+ * family, so an empty path), no TLVs. A NULL src or dst gives a LOCAL header (a connection
  * of the proxy's own, such as a health check); other family pairs give a
  * PROXY header of family UNSPEC, which tells the server to use the
  * connection's own endpoints. Allocation-free.
