@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <rte_udp.h>
 #include "harness.h"
+#include "dpdk_frames.h"
 #include "dpdk.h"
 #include "turnloop/runtime.h"
 #include "turnloop/stats.h"
@@ -34,6 +35,7 @@ static uint16_t port_id;
 static struct rte_mempool *tp; /* the test's own frames */
 static struct rte_ether_addr port_mac;
 static const struct rte_ether_addr peer_mac = {{0x02, 0, 0, 0, 0x42, 0x01}};
+static struct dpf_wire wire; /* tp, port_mac and peer_mac, once set up */
 #define LOOP_IP 0x7f000001u /* TL_DPDK_ADDR's first address */
 #define PEER_IP 0x0a090909u
 
@@ -64,43 +66,11 @@ static void put(struct rte_mbuf *m)
 }
 
 /* A UDP frame from PEER_IP:sport to dip:dport with payload pay[0..len);
- * how spoils it: 1 the IPv4 checksum, 2 the UDP checksum, 3 a fragment,
- * 4 another MAC, 5 a UDP length past the IP packet's end, 6 a protocol
- * the driver has not (an experimental EtherType). */
+ * how spoils it (dpf_udp4 says how). */
 static struct rte_mbuf *udp_frame(uint32_t dip, uint16_t sport, uint16_t dport, const void *pay,
 				  uint16_t len, int how)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 20 + 8 + len);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
-	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
-	eh->src_addr = peer_mac;
-	eh->dst_addr = port_mac;
-	if (how == 4)
-		eh->dst_addr.addr_bytes[5] ^= 1;
-	eh->ether_type = rte_cpu_to_be_16(how == 6 ? 0x88b5 : RTE_ETHER_TYPE_IPV4);
-	memset(ip, 0, sizeof *ip);
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->total_length = rte_cpu_to_be_16((uint16_t)(20 + 8 + len));
-	ip->src_addr = htonl(PEER_IP);
-	ip->dst_addr = htonl(dip);
-	if (how == 3)
-		ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG);
-	u->src_port = htons(sport);
-	u->dst_port = htons(dport);
-	u->dgram_len = rte_cpu_to_be_16((uint16_t)(8 + len + (how == 5 ? 10 : 0)));
-	u->dgram_cksum = 0;
-	memcpy(u + 1, pay, len);
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	u->dgram_cksum = rte_ipv4_udptcp_cksum(ip, u);
-	if (how == 1)
-		ip->hdr_checksum ^= 0x0101;
-	if (how == 2)
-		u->dgram_cksum ^= 0x0101;
-	return m;
+	return dpf_udp4(&wire, PEER_IP, dip, sport, dport, pay, len, how);
 }
 
 static struct rte_mbuf *arp_frame(uint16_t op, uint32_t sip, uint32_t tip)
@@ -475,27 +445,12 @@ static void seal6(const uint8_t *src, const uint8_t *dst, uint8_t nh, uint8_t *l
 	l4[at + 1] = (uint8_t)c;
 }
 
-/* An IPv6 frame from src to dst (eth destination edst), next header nh,
- * hop limit hop, carrying l4[0..len) as it is. */
+/* An IPv6 frame from src to dst (eth destination edst): dpf_ip6. */
 static struct rte_mbuf *ip6_frame(const uint8_t *src, const uint8_t *dst,
 				  const struct rte_ether_addr *edst, uint8_t nh, uint8_t hop,
 				  const uint8_t *l4, uint16_t len)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 40 + len);
-	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
-	eh->src_addr = peer_mac;
-	eh->dst_addr = *edst;
-	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
-	ip->vtc_flow = htonl(6u << 28);
-	ip->payload_len = htons(len);
-	ip->proto = nh;
-	ip->hop_limits = hop;
-	memcpy(ip->src_addr, src, 16);
-	memcpy(ip->dst_addr, dst, 16);
-	memcpy(ip + 1, l4, len);
-	return m;
+	return dpf_ip6(&wire, src, dst, edst, nh, hop, l4, len);
 }
 
 /* The solicited-node group of a (ff02::1:ffXX:XXXX) and its MAC. */
@@ -887,16 +842,7 @@ static int rt_launch(tl_shard *s, void *arg)
  * ends: its token carries the lease's id). */
 static void rt_completion(tl_shard *s, const tl_completion *c)
 {
-	tl_loop *l = tl_shard_loop(s);
-	tl_op op;
-	if (c->kind == TL_K_RECV && (c->flags & TL_F_LEASE)) {
-		tl_udp_msg m = {.buf = c->u.recv.lease.data, .len = (uint32_t)c->result,
-				.to = &c->u.recv.from};
-		if (tl_udp_sendmsg(l, rt_h, &m, 1000 + c->u.recv.lease.id, &op) < 0)
-			tl_lease_release(l, c->u.recv.lease.id);
-	} else if (c->kind == TL_K_SEND && c->token >= 1000) {
-		tl_lease_release(l, (uint32_t)(c->token - 1000));
-	}
+	dpf_echo(tl_shard_loop(s), rt_h, c);
 }
 
 /* The sharded runtime runs a shard on the DPDK driver (it has TL_CAP_NET):
@@ -906,12 +852,7 @@ static void test_runtime_shard(void)
 {
 	int fds = h_begin();
 	tl_runtime_config cfg;
-	tl_runtime_config_init(&cfg);
-	cfg.no_env = 1;
-	cfg.bind = 0;
-	cfg.signals = 0;
-	cfg.plan.shards = 1;
-	cfg.plan.overcommit = 1;
+	dpf_runtime_config(&cfg, 1);
 	cfg.on_launch = rt_launch;
 	cfg.on_completion = rt_completion;
 	tl_runtime *rt = NULL;
@@ -970,21 +911,8 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	h_init();
 	/* The EAL on ordinary memory, and a port made of two rings. */
-	char *eal[] = {"test_dpdk", "--no-huge", "-m", "128", "--no-pci", "--no-shconf",
-		       "--no-telemetry", "-l", "0", "--log-level=*:error", NULL};
-	cpu_set_t cs;
-	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
-	char cpu[8];
-	for (int k = 0; k < CPU_SETSIZE; k++)
-		if (CPU_ISSET(k, &cs)) {
-			snprintf(cpu, sizeof cpu, "%d", k);
-			eal[8] = cpu;
-			break;
-		}
-	if (rte_eal_init(10, eal) < 0) {
-		fprintf(stderr, "test_dpdk: rte_eal_init failed\n");
+	if (dpf_eal_init("test_dpdk") < 0)
 		return 1;
-	}
 	in = rte_ring_create("t_in", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	out = rte_ring_create("t_out", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	int port = in && out ? rte_eth_from_rings("tl_test", &in, 1, &out, 1, 0) : -1;
@@ -998,19 +926,11 @@ int main(void)
 	setenv("TL_DPDK_PORT", pn, 1);
 	setenv("TL_DPDK_QUEUES", "1", 1);
 	unsetenv("TL_DPDK");
-	tl_config cfg;
-	tl_config_init(&cfg);
-	tl_loop *l = NULL;
-	int rc = tl_loop_new(&l, &cfg);
-	if (rc != 0 || strcmp(tl_loop_driver(l), "dpdk") != 0) {
-		tl_driver_info di;
-		tl_driver_info_get(&di);
-		fprintf(stderr, "test_dpdk: no DPDK loop (%d): %s\n", rc, di.last_error);
+	if (dpf_driver_check("test_dpdk") < 0)
 		return 1;
-	}
-	tl_loop_close(l);
 	port_id = (uint16_t)port;
 	rte_eth_macaddr_get(port_id, &port_mac);
+	wire = (struct dpf_wire){tp, port_mac, peer_mac};
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	CU_pSuite s = CU_add_suite("dpdk", NULL, NULL);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <rte_udp.h>
 #include "harness.h"
+#include "dpdk_frames.h"
 #include "dpdk.h"
 #include "turnloop/runtime.h"
 #include "turnloop/stats.h"
@@ -35,6 +36,7 @@ static struct rte_ring *in[NQ], *out[NQ];
 static struct rte_mempool *tp;
 static struct rte_ether_addr port_mac;
 static const struct rte_ether_addr peer_mac = {{0x02, 0, 0, 0, 0x42, 0x01}};
+static struct dpf_wire wire; /* tp, port_mac and peer_mac, once set up */
 #define LOOP_IP 0x7f000001u /* TL_DPDK_ADDR's first address */
 #define PEER_IP 0x0a090909u
 static const uint8_t LOOP6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
@@ -65,56 +67,13 @@ static void drain_out(void)
 /* A UDP frame from PEER_IP:sport to LOOP_IP:dport with payload pay[0..len). */
 static struct rte_mbuf *udp_frame(uint16_t sport, uint16_t dport, const void *pay, uint16_t len)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 20 + 8 + len);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
-	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
-	eh->src_addr = peer_mac;
-	eh->dst_addr = port_mac;
-	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
-	memset(ip, 0, sizeof *ip);
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->total_length = rte_cpu_to_be_16((uint16_t)(20 + 8 + len));
-	ip->src_addr = htonl(PEER_IP);
-	ip->dst_addr = htonl(LOOP_IP);
-	u->src_port = htons(sport);
-	u->dst_port = htons(dport);
-	u->dgram_len = rte_cpu_to_be_16((uint16_t)(8 + len));
-	u->dgram_cksum = 0;
-	memcpy(u + 1, pay, len);
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	u->dgram_cksum = rte_ipv4_udptcp_cksum(ip, u);
-	return m;
+	return dpf_udp4(&wire, PEER_IP, LOOP_IP, sport, dport, pay, len, 0);
 }
 
 /* The same over IPv6: PEER6:sport to LOOP6:dport. */
 static struct rte_mbuf *udp6_frame(uint16_t sport, uint16_t dport, const void *pay, uint16_t len)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(tp);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-	struct rte_ether_hdr *eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, 14 + 40 + 8 + len);
-	struct rte_ipv6_hdr *ip = (struct rte_ipv6_hdr *)(eh + 1);
-	struct rte_udp_hdr *u = (struct rte_udp_hdr *)(ip + 1);
-	eh->src_addr = peer_mac;
-	eh->dst_addr = port_mac;
-	eh->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
-	memset(ip, 0, sizeof *ip);
-	ip->vtc_flow = rte_cpu_to_be_32(6u << 28);
-	ip->payload_len = rte_cpu_to_be_16((uint16_t)(8 + len));
-	ip->proto = IPPROTO_UDP;
-	ip->hop_limits = 64;
-	memcpy(ip->src_addr, PEER6, 16);
-	memcpy(ip->dst_addr, LOOP6, 16);
-	u->src_port = htons(sport);
-	u->dst_port = htons(dport);
-	u->dgram_len = ip->payload_len;
-	u->dgram_cksum = 0;
-	memcpy(u + 1, pay, len);
-	u->dgram_cksum = rte_ipv6_udptcp_cksum(ip, u);
-	return m;
+	return dpf_udp6(&wire, PEER6, LOOP6, sport, dport, pay, len);
 }
 
 static tl_addr addr4(uint32_t ip, uint16_t port)
@@ -544,16 +503,7 @@ static void rt_stop(tl_shard *s, void *arg)
 
 static void rt_completion(tl_shard *s, const tl_completion *c)
 {
-	tl_loop *l = tl_shard_loop(s);
-	tl_op op;
-	if (c->kind == TL_K_RECV && (c->flags & TL_F_LEASE)) {
-		tl_udp_msg m = {.buf = c->u.recv.lease.data, .len = (uint32_t)c->result,
-				.to = &c->u.recv.from};
-		if (tl_udp_sendmsg(l, rt_h, &m, 1000 + c->u.recv.lease.id, &op) < 0)
-			tl_lease_release(l, c->u.recv.lease.id);
-	} else if (c->kind == TL_K_SEND && c->token >= 1000) {
-		tl_lease_release(l, (uint32_t)(c->token - 1000));
-	}
+	dpf_echo(tl_shard_loop(s), rt_h, c);
 }
 
 /* A runtime of two shards on the driver: a datagram that comes in on the
@@ -564,12 +514,7 @@ static void test_runtime_shards(void)
 {
 	int fds = h_begin();
 	tl_runtime_config cfg;
-	tl_runtime_config_init(&cfg);
-	cfg.no_env = 1;
-	cfg.bind = 0;
-	cfg.signals = 0;
-	cfg.plan.shards = 2;
-	cfg.plan.overcommit = 1;
+	dpf_runtime_config(&cfg, 2);
 	cfg.on_launch = rt_launch;
 	cfg.on_completion = rt_completion;
 	cfg.on_stop = rt_stop;
@@ -661,21 +606,8 @@ int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	h_init();
-	char *eal[] = {"test_dpdk_handoff", "--no-huge", "-m", "128", "--no-pci", "--no-shconf",
-		       "--no-telemetry", "-l", "0", "--log-level=*:error", NULL};
-	cpu_set_t cs;
-	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
-	char cpu[8];
-	for (int k = 0; k < CPU_SETSIZE; k++)
-		if (CPU_ISSET(k, &cs)) {
-			snprintf(cpu, sizeof cpu, "%d", k);
-			eal[8] = cpu;
-			break;
-		}
-	if (rte_eal_init(10, eal) < 0) {
-		fprintf(stderr, "test_dpdk_handoff: rte_eal_init failed\n");
+	if (dpf_eal_init("test_dpdk_handoff") < 0)
 		return 1;
-	}
 	for (int q = 0; q < NQ; q++) {
 		char n[32];
 		snprintf(n, sizeof n, "h_in%d", q);
@@ -700,18 +632,10 @@ int main(void)
 	setenv("TL_DPDK_QUEUES", "3", 1);
 	setenv("TL_DPDK_HANDOFF", hn, 1);
 	unsetenv("TL_DPDK");
-	tl_config cfg;
-	tl_config_init(&cfg);
-	tl_loop *l = NULL;
-	int rc = tl_loop_new(&l, &cfg);
-	if (rc != 0 || strcmp(tl_loop_driver(l), "dpdk") != 0) {
-		tl_driver_info di;
-		tl_driver_info_get(&di);
-		fprintf(stderr, "test_dpdk_handoff: no DPDK loop (%d): %s\n", rc, di.last_error);
+	if (dpf_driver_check("test_dpdk_handoff") < 0)
 		return 1;
-	}
-	tl_loop_close(l);
 	rte_eth_macaddr_get((uint16_t)port, &port_mac);
+	wire = (struct dpf_wire){tp, port_mac, peer_mac};
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	CU_pSuite s = CU_add_suite("dpdk-handoff", NULL, NULL);
