@@ -131,7 +131,12 @@ static int run_udp(const tl_config *cfg, const struct tlecho_opts *o)
 	tl_handle h;
 	tl_op op;
 	tl_udp_opts uo = {.flags = TL_UDP_PKTINFO | (o->reuseport ? TL_UDP_REUSEPORT : 0)};
+	/* The socket is the loop's one handle, so its lease cap (which keeps
+	 * one handle from starving the others) is the whole pool: with the
+	 * default 16, a turn answered 16 datagrams at most and the DPDK
+	 * driver sent them in bursts of 16 (docs/PERFORMANCE.md). */
 	if ((r = tl_udp_bind_opts(loop, &o->addr, &uo, &h)) < 0 ||
+	    (r = tl_handle_caps(loop, h, cfg->pooled_buffers, 0)) < 0 ||
 	    (r = tl_udp_recv_start(loop, h, 0, &op)) < 0) {
 		fprintf(stderr, "tlecho: cannot bind %s:%u (UDP): %s\n", o->host, o->port,
 			tl_strerror(r));
