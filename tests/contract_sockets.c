@@ -114,7 +114,7 @@ static int win_lacks(tl_loop *l, tl_handle h, int opt, int64_t set, const char *
 /* Options wine 8's setsockopt lacks and Windows has (TCP_KEEPIDLE,
  * TCP_KEEPINTVL and TCP_KEEPCNT since Windows 10 1709; IPV6_TCLASS): on
  * the IOCP driver under wine only, 1 (docs/WINDOWS.md). */
-static int wine_lacks(tl_loop *l, int opt, int v6)
+static int wine_refuses(tl_loop *l, int opt, int v6)
 {
 	if (!iocp(l) || !h_under_wine())
 		return 0;
@@ -153,7 +153,7 @@ static size_t wine_filter(tl_loop *l, const tl_sockopt_val *so, size_t n, int v6
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (wine_lacks(l, so[i].opt, v6))
+		if (wine_refuses(l, so[i].opt, v6))
 			h_skip("%s left out of the list: wine 8 lacks it; Windows has it",
 			       opt_name(so[i].opt));
 		else
@@ -198,7 +198,7 @@ static struct kwhere kwhere(int opt, int v6)
 /* h reports want for opt, through the loop and (OS sockets) the kernel. */
 static void expect_opt(tl_loop *l, tl_handle h, int opt, int v6, int64_t want, const char *who)
 {
-	if (wine_lacks(l, opt, v6)) {
+	if (wine_refuses(l, opt, v6)) {
 		wine_refusal(l, h, opt, -1);
 		return;
 	}
@@ -220,7 +220,7 @@ static void expect_opt(tl_loop *l, tl_handle h, int opt, int v6, int64_t want, c
 static void set_expect(tl_loop *l, tl_handle h, int opt, int v6, int64_t set, int64_t want,
 		       const char *who)
 {
-	if (wine_lacks(l, opt, v6)) {
+	if (wine_refuses(l, opt, v6)) {
 		wine_refusal(l, h, opt, set);
 		return;
 	}

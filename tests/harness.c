@@ -302,9 +302,7 @@ void h_skip(const char *fmt, ...)
 int h_under_wine(void)
 {
 #ifdef _WIN32
-	HMODULE nt = GetModuleHandleA("ntdll.dll");
-
-	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
+	return win_under_wine();
 #else
 	return 0;
 #endif

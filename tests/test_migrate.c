@@ -34,17 +34,6 @@
  * connection before its first operation, which wine allows, and runs whole.
  */
 
-#ifdef _WIN32
-/* 1 under wine (its ntdll names its version), where a socket cannot leave
- * its completion port. */
-static int under_wine(void)
-{
-	HMODULE nt = GetModuleHandleA("ntdll.dll");
-
-	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
-}
-#endif
-
 #define MIG_TOTAL (4u << 20)
 #define MIG_EVERY (256u << 10)
 
@@ -131,7 +120,7 @@ static void try_move(tl_shard *s, struct side *d)
 		return;
 	}
 #ifdef _WIN32
-	if (rc == -ENOTSUP && under_wine()) {
+	if (rc == -ENOTSUP && win_under_wine()) {
 		/* The socket has joined this loop's port and cannot leave it:
 		 * the stream stays here, read again, and moves no more. */
 		atomic_fetch_add(&M.notsup, 1);

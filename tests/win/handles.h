@@ -1,10 +1,19 @@
-/* tests/win/handles.h: the process's open handles on Windows (sockets, ports, events, threads, files), the leak check of the Windows tests (tests/harness.c's h_fd_count, tests/shard_test.h's st_fd_count). */
+/* tests/win/handles.h: the process's open handles on Windows (sockets, ports, events, threads, files), the leak check of the Windows tests (tests/harness.c's h_fd_count, tests/shard_test.h's st_fd_count); and whether they run under wine. */
 #ifndef TL_TESTS_WIN_HANDLES_H
 #define TL_TESTS_WIN_HANDLES_H
 
 #include <stdlib.h>
 #include <windows.h>
 #include <winternl.h>
+
+/* 1 under wine (its ntdll names its version), not on Windows itself: where
+ * a test accepts what wine 8 does differently (docs/WINDOWS.md). */
+static inline int win_under_wine(void)
+{
+	HMODULE nt = GetModuleHandleA("ntdll.dll");
+
+	return nt && GetProcAddress(nt, "wine_get_version") != NULL;
+}
 
 /* One entry of NtQuerySystemInformation's SystemHandleInformation (16). */
 struct win_sys_handle {
