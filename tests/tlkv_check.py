@@ -2,8 +2,9 @@
 """tests/tlkv_check.py: a client of tlkv that checks every reply: a pipelined batch of commands on one socket whose replies must come back in request order and equal what a model of the key space says, and bad input that must get one error line and a closed connection.
 
 Usage: tlkv_check.py PORT MODE...   (exit 0: every reply right)
-MODE: pipeline[:N[:DEPTH]] (default 2000 commands, 64 in flight), bad, or
-files:DIR:KEYS (SAVE's files in DIR hold KEYS keys in all).
+MODE: pipeline[:N[:DEPTH]] (default 2000 commands, 64 in flight), bad,
+count (new keys, then DBSIZE in the same pipeline), or files:DIR:KEYS
+(SAVE's files in DIR hold KEYS keys in all).
 """
 import os
 import random
@@ -161,6 +162,29 @@ def bad(port):
     return 0
 
 
+def count(port, n=200):
+    """SETs of n new keys (on every shard), then DBSIZE and the keys' DEL in
+    the same pipeline: the count includes every key set before it, and the
+    DEL finds them all (a connection's commands reach each shard in order)."""
+    s = socket.create_connection(('127.0.0.1', port))
+    s.settimeout(10)
+    rd = Reader(s)
+    s.sendall(resp('DBSIZE'))
+    before = rd.reply()
+    keys = ['cnt:%s:%d' % (os.urandom(6).hex(), i) for i in range(n)]
+    s.sendall(b''.join(resp('SET', k, 'v') for k in keys) + resp('DBSIZE') + resp('DEL', *keys) +
+              resp('DBSIZE'))
+    got = [rd.reply() for _ in range(n + 3)]
+    want = [b'OK'] * n + [before + n, n, before]
+    s.close()
+    if got != want:
+        bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        print('FAIL: count: %d replies wrong, the first (index, got, expected): %r' % (len(bad), bad[0]))
+        return 1
+    print('ok: DBSIZE after %d new keys in one pipeline: %d, then %d after their DEL' % (n, before + n, before))
+    return 0
+
+
 def files(d, n):
     """SAVE's files: a file per shard, each a run of SET commands (what
     `redis-cli --pipe` replays), n keys in all and none twice."""
@@ -196,6 +220,8 @@ def main():
             rc = files(m[1], int(m[2]))
         elif m[0] == 'bad':
             rc = bad(port)
+        elif m[0] == 'count':
+            rc = count(port)
         else:
             print('FAIL: no mode %r' % mode)
             rc = 2

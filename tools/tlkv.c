@@ -453,7 +453,9 @@ static void serve(struct conn *c) {
 	const char *why = NULL;
 	uint32_t ac;
 	int n, used = 0;
-	while (!c->hold && !c->quit && !c->closing) {
+	/* A gather in flight (DBSIZE, SAVE) holds the commands after it: one on
+	 * a key of this shard would run before the gather's part here. */
+	while (!c->hold && !c->g.busy && !c->quit && !c->closing) {
 		if ((n = tl_rbuf_peek(&c->rd, c->need, &p)) == 0) return; /* wait for the next read */
 		if (n > 0 && (used = parse(p, (uint32_t)n, c->sh->av, &ac, &c->need, &why)) == 0) continue;
 		if (n < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
@@ -557,7 +559,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		for (uint32_t t = 0; t < kv.nshards; t++) n += c->parts[t].result;
 		x->result < 0 ? ERR(&o, "-ERR shutting down\r\n") : reply(&o, b, num(b, ':', n), NULL, 0);
 		done(c->grec);
-	}
+	} else after(c); /* each shard's part of a SAVE began: its end comes as their posts */
 }
 
 static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per connection at most */
