@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/test_tlkv.sh: tlkv, the sharded key-value server, on two shards as Redis's own tools use it: each command's exact reply (MGET and DEL across shards, INCR of a non-number, DBSIZE, SAVE and its files), redis-benchmark's keys and values read back, a pipelined client checking every reply in order (DBSIZE counting the keys set before it in its pipeline), bad input answered with an error and a close, the program's stats, a clean stop.
+# tests/test_tlkv.sh: tlkv, the sharded key-value server, on two shards as Redis's own tools use it: each command's exact reply (MGET and DEL across shards, INCR of a non-number, DBSIZE, SAVE and its files), redis-benchmark's keys and values read back, a pipelined client checking every reply in order (DBSIZE counting the keys set before it in its pipeline), bad input answered with an error and a close, the program's stats, a clean stop; then, with the mesh refusing calls (one in flight per pair), redis-benchmark and the pipelined checks again.
 # Usage: test_tlkv.sh TLKV CHECKER TLSHARD    (exit 0 pass, 1 fail, 77 skip)
 set -u
 tlkv=$1 checker=$2 tlshard=$3
@@ -126,5 +126,32 @@ rc=$?
 srv=
 [ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "SIGTERM: exit 0, no sanitizer report" ||
 	fail "stop: exit $rc, stderr: $(cat "$tmp/err")"
+
+# (d) The mesh refusing: one call in flight per pair of shards (--mesh-inflight
+# 1), so a connection's batch of remote keys waits for room again and again;
+# every reply still right and in order, the count after its keys.
+"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 --mesh-inflight 1 2>"$tmp/err" &
+srv=$!
+for _ in $(seq 200); do
+	(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+	sleep 0.05
+done
+timeout 60 redis-benchmark -p "$port" -t set,get -n 20000 -c 20 -P 16 -r 1000 -q >"$tmp/bench" 2>&1 ||
+	fail "redis-benchmark, one call in flight: $(tail -3 "$tmp/bench")"
+expect '(integer) 1000' DBSIZE
+timeout 60 python3 "$checker" "$port" pipeline:3000:200 pipeline:300:1 count || fail "checker, one call in flight"
+"$tlshard" stats "$srv" --json >"$tmp/stats.json" 2>&1
+python3 -c '
+import json, sys
+n = sum(s["mesh_refused"] for s in json.load(open(sys.argv[1]))["shard"])
+assert n > 0, "no call was refused"
+print("ok: the mesh refused %d calls, every reply right" % n)
+' "$tmp/stats.json" || fail "one call in flight: $(head -c 300 "$tmp/stats.json")"
+kill -TERM "$srv"
+wait "$srv"
+rc=$?
+srv=
+[ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "one call in flight: SIGTERM, exit 0" ||
+	fail "stop (one call in flight): exit $rc, stderr: $(cat "$tmp/err")"
 echo "$failed failed"
 [ "$failed" = 0 ]
