@@ -129,8 +129,9 @@ srv=
 
 # (d) The mesh refusing: one call in flight per pair of shards (--mesh-inflight
 # 1), so a connection's batch of remote keys waits for room again and again;
-# every reply still right and in order, the count after its keys.
-"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 --mesh-inflight 1 2>"$tmp/err" &
+# every reply still right and in order, the count after its keys. The shards
+# poll for replies here (--mesh-spin-us 20; above they park at once).
+"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 --mesh-inflight 1 --mesh-spin-us 20 2>"$tmp/err" &
 srv=$!
 for _ in $(seq 200); do
 	(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
@@ -153,5 +154,12 @@ rc=$?
 srv=
 [ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "one call in flight: SIGTERM, exit 0" ||
 	fail "stop (one call in flight): exit $rc, stderr: $(cat "$tmp/err")"
+# Options out of range: one usage line, exit 2, no server.
+for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--mesh-inflight 0" "--shards 0"; do
+	out=$("$tlkv" --port "$port" $bad 2>&1)
+	rc=$?
+	[ "$rc" = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && ok "tlkv $bad: exit 2, one line" ||
+		fail "tlkv $bad: exit $rc, '$out'"
+done
 echo "$failed failed"
 [ "$failed" = 0 ]

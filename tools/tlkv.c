@@ -630,7 +630,7 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 }
 
 int main(int argc, char **argv) {
-	unsigned long port = 6379, shards = 0, inflight = 0, v;
+	unsigned long port = 6379, shards = 0, inflight = 0, spin = 0, v;
 	tl_runtime_config rc;
 	tl_runtime *rt = NULL;
 	int r = 0;
@@ -644,10 +644,11 @@ int main(int argc, char **argv) {
 		else if (!strcmp(a, "--conns") && v && v <= 16384) kv.conns = (uint32_t)v;
 		else if (!strcmp(a, "--save-dir") && *val) kv.dir = val;
 		else if (!strcmp(a, "--mesh-inflight") && v && v <= 65536) inflight = v; /* calls per pair */
+		else if (!strcmp(a, "--mesh-spin-us") && *val && !val[strspn(val, "0123456789")] && v <= 1000) spin = v;
 		else r = 2;
 	}
 	if (r || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)port) < 0)
-		return fprintf(stderr, "usage: tlkv [--port P] [--shards N] [--keys N] [--conns N] [--save-dir DIR] [--mesh-inflight N] [--local]\n"), 2;
+		return fprintf(stderr, "usage: tlkv [--port P] [--shards N] [--keys N] [--conns N] [--save-dir DIR] [--mesh-inflight N] [--mesh-spin-us N] [--local]\n"), 2;
 	tl_runtime_config_init(&rc);
 	rc.plan.shards = (uint32_t)shards; /* 0: one per core (TL_CPUS: which) */
 	rc.loop.max_handles = kv.conns + 64;
@@ -656,6 +657,9 @@ int main(int argc, char **argv) {
 		rc.loop.pooled_buffers *= 2; /* each reading stream keeps one */
 	rc.grace_ns = 5000000000ull;
 	if (inflight) rc.mesh_inflight = (uint32_t)inflight;
+	/* No polling for replies unless asked: with clients on the shards' CPUs
+	 * it took their time and served no more (docs/PERFORMANCE.md). */
+	rc.mesh_spin_ns = spin * 1000;
 	rc.on_launch = on_launch;
 	rc.on_completion = on_completion;
 	rc.on_pass = on_pass;
