@@ -24,12 +24,25 @@ ok() { echo "ok: $*"; }
 # A port nothing listens on, below the ephemeral range.
 port=$((20000 + ($$ * 13) % 12000))
 while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
-"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 --save-dir "$tmp" 2>"$tmp/err" &
-srv=$!
-for _ in $(seq 200); do
-	(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-	sleep 0.05
-done
+# start OPTION...: tlkv on two shards and the port, waited for.
+start() {
+	"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 "$@" 2>"$tmp/err" &
+	srv=$!
+	for _ in $(seq 200); do
+		(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+		sleep 0.05
+	done
+}
+# stop WHAT: SIGTERM drains, the process exits 0 (ASan builds: no leak).
+stop() {
+	kill -TERM "$srv"
+	wait "$srv"
+	local rc=$?
+	srv=
+	[ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "$1: SIGTERM, exit 0, no sanitizer report" ||
+		fail "$1: exit $rc, stderr: $(cat "$tmp/err")"
+}
+start --save-dir "$tmp"
 
 R() { timeout 10 redis-cli --no-raw -p "$port" "$@" 2>&1; }
 # expect WANT COMMAND...: the reply as redis-cli prints it, exactly.
@@ -119,24 +132,13 @@ assert sum(fams["remote"]) * 4 > sum(fams["cmds"]), fams
 ' "$tmp/stats.json" && ok "stats: commands and remote hops on each shard" || fail "stats: $(head -c 300 "$tmp/stats.json")"
 
 expect OK QUIT
-# A clean stop: SIGTERM drains, the process exits 0 (ASan builds: no leak).
-kill -TERM "$srv"
-wait "$srv"
-rc=$?
-srv=
-[ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "SIGTERM: exit 0, no sanitizer report" ||
-	fail "stop: exit $rc, stderr: $(cat "$tmp/err")"
+stop "a clean stop"
 
 # (d) The mesh refusing: one call in flight per pair of shards (--mesh-inflight
 # 1), so a connection's batch of remote keys waits for room again and again;
 # every reply still right and in order, the count after its keys. The shards
 # poll for replies here (--mesh-spin-us 20; above they park at once).
-"$tlkv" --port "$port" --shards 2 --keys 65536 --conns 64 --mesh-inflight 1 --mesh-spin-us 20 2>"$tmp/err" &
-srv=$!
-for _ in $(seq 200); do
-	(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-	sleep 0.05
-done
+start --mesh-inflight 1 --mesh-spin-us 20
 timeout 60 redis-benchmark -p "$port" -t set,get -n 20000 -c 20 -P 16 -r 1000 -q >"$tmp/bench" 2>&1 ||
 	fail "redis-benchmark, one call in flight: $(tail -3 "$tmp/bench")"
 expect '(integer) 1000' DBSIZE
@@ -148,12 +150,7 @@ n = sum(s["mesh_refused"] for s in json.load(open(sys.argv[1]))["shard"])
 assert n > 0, "no call was refused"
 print("ok: the mesh refused %d calls, every reply right" % n)
 ' "$tmp/stats.json" || fail "one call in flight: $(head -c 300 "$tmp/stats.json")"
-kill -TERM "$srv"
-wait "$srv"
-rc=$?
-srv=
-[ "$rc" = 0 ] && ! grep -q "Sanitizer\|runtime error" "$tmp/err" && ok "one call in flight: SIGTERM, exit 0" ||
-	fail "stop (one call in flight): exit $rc, stderr: $(cat "$tmp/err")"
+stop "one call in flight"
 # Options out of range: one usage line, exit 2, no server.
 for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--mesh-inflight 0" "--shards 0"; do
 	out=$("$tlkv" --port "$port" $bad 2>&1)
