@@ -118,7 +118,7 @@ done
 
 # (c) Pipelined replies checked in order (deeper than a connection's 64
 # records, and one at a time), SAVE's files parsed, bad input.
-timeout 60 python3 "$checker" "$port" "$files" pipeline pipeline:3000:200 pipeline:300:1 count bad || fail "checker"
+timeout 60 python3 "$checker" "$port" "$files" pipeline pipeline:3000:200 pipeline:300:1 count split bad || fail "checker"
 expect PONG PING
 
 # The program's counters in the live stats: commands on both shards, and hops

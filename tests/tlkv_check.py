@@ -3,8 +3,9 @@
 
 Usage: tlkv_check.py PORT MODE...   (exit 0: every reply right)
 MODE: pipeline[:N[:DEPTH]] (default 2000 commands, 64 in flight), bad,
-count (new keys, then DBSIZE in the same pipeline), or files:DIR:KEYS
-(SAVE's files in DIR hold KEYS keys in all).
+count (new keys, then DBSIZE in the same pipeline), split (commands and
+empty lines sent a byte at a time), or files:DIR:KEYS (SAVE's files in DIR
+hold KEYS keys in all).
 """
 import os
 import random
@@ -185,6 +186,34 @@ def count(port, n=200):
     return 0
 
 
+def split(port):
+    """Commands and the empty lines redis-cli --pipe sends, written a byte
+    at a time with a pause after each (every read may end anywhere, an
+    empty line's CR apart from its LF): every reply right, the connection
+    kept."""
+    import time
+    key = 'split:%s' % os.urandom(6).hex()
+    data = resp('SET', key, 'hello') + b'\r\n' + resp('GET', key) + b'\r\n\r\n' + resp('DEL', key) + resp('PING')
+    s = socket.create_connection(('127.0.0.1', port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(10)
+    want = [b'OK', b'hello', 1, b'PONG']
+    try:
+        for i in range(len(data)):
+            s.sendall(data[i:i + 1])
+            time.sleep(0.002)
+        rd = Reader(s)
+        got = [rd.reply() for _ in range(4)]
+    except (OSError, EOFError) as e:
+        got = 'the connection ended (%s)' % e
+    s.close()
+    if got != want:
+        print('FAIL: split: got %r, expected %r' % (got, want))
+        return 1
+    print('ok: %d bytes sent one at a time: every reply right' % len(data))
+    return 0
+
+
 def files(d, n):
     """SAVE's files: a file per shard, each a run of SET commands (what
     `redis-cli --pipe` replays), n keys in all and none twice."""
@@ -222,6 +251,8 @@ def main():
             rc = bad(port)
         elif m[0] == 'count':
             rc = count(port)
+        elif m[0] == 'split':
+            rc = split(port)
         else:
             print('FAIL: no mode %r' % mode)
             rc = 2

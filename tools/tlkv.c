@@ -424,6 +424,7 @@ static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uin
 	uint32_t i = 0, cnt = 0, len = 0;
 	int r = line(p, n, &i, '*', MAX_ARGS, &cnt);
 	if (n >= 2 && p[0] == '\r' && p[1] == '\n') { *ac = 0; return 2; } /* an empty line (redis-cli --pipe) */
+	if (n == 1 && p[0] == '\r') { *need = 2; return 0; } /* perhaps one, cut by the read */
 	*why = p[0] != '*' ? "-ERR Protocol error: expected '*' (no inline commands)\r\n"
 			   : "-ERR Protocol error: invalid multibulk length\r\n";
 	if (r == 0) { *need = n + 1; return 0; }
