@@ -512,8 +512,10 @@ int tl_wbuf_append(tl_wbuf *w, const void *data, uint32_t len)
 			w->b1 = 0;
 		}
 	}
-	memcpy(w->buf + w->b1, d, len);
-	w->b1 += len;
+	if (len) { /* into B: all of it once B has begun, or what A could not take */
+		memcpy(w->buf + w->b1, d, len);
+		w->b1 += len;
+	}
 	dirty(w);
 	return 0;
 }
