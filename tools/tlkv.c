@@ -392,7 +392,7 @@ static int gather(struct conn *c, int op) {
 /* ---- Commands ---- */
 
 static const struct cmd {
-	const char *name;
+	char name[8]; /* lower case, zero-padded: compared as one word */
 	uint8_t op, kind;
 	int8_t arity; /* exactly, or (negative) at least */
 } cmds[] = {{"get", OP_GET, K_KEY, 2}, {"set", OP_SET, K_KEY, 3}, {"incr", OP_INCR, K_KEY, 2},
@@ -402,16 +402,22 @@ static const struct cmd {
 
 /* A line "<t><digits>\r\n" of at most 16 bytes at p[*i..n), the number at
  * most max: 1 (and *v), 0 when not all here, -1 when bad. */
-static int line(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max, uint32_t *v) {
+static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t n, uint32_t *i, char t,
+							uint32_t max, uint32_t *v) {
 	const uint8_t *s = p + *i, *e = s + (n - *i < 16 ? n - *i : 16), *d = s + 1;
-	int more = n - *i < 16 ? 0 : -1; /* what running out of bytes means */
-	uint64_t x = 0;
-	if (s == e) return more;
+	uint64_t x = 0; /* 15 digits at most: no overflow */
+	unsigned dg;
+	if (e - s >= 4 && s[0] == t && (dg = (unsigned)s[1] - '0') <= 9) { /* one or two digits, at once */
+		if (s[2] == '\r' && s[3] == '\n' && dg <= max) return *v = dg, *i += 4, 1;
+		if (e - s >= 5 && (x = (unsigned)s[2] - '0') <= 9 && s[3] == '\r' && s[4] == '\n' && (x += dg * 10) <= max)
+			return *v = (uint32_t)x, *i += 5, 1;
+		x = 0;
+	}
+	if (s == e) return 0;
 	if (*s != t) return -1;
-	for (; d < e && *d >= '0' && *d <= '9'; d++)
-		if ((x = x * 10 + (uint64_t)(*d - '0')) > max) return -1;
-	if (d + 1 >= e) return d < e && *d != '\r' ? -1 : more;
-	if (d == s + 1 || d[0] != '\r' || d[1] != '\n') return -1;
+	for (; d < e && (dg = (unsigned)*d - '0') <= 9; d++) x = x * 10 + dg;
+	if (d + 1 >= e) return (d < e && *d != '\r') || x > max || e - s == 16 ? -1 : 0;
+	if (d == s + 1 || x > max || d[0] != '\r' || d[1] != '\n') return -1;
 	*v = (uint32_t)x;
 	*i = (uint32_t)(d + 2 - p);
 	return 1;
@@ -448,10 +454,12 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	const struct cmd *k = NULL;
 	uint8_t b[24];
 	if (c->argi >= ac) return 1;
-	for (size_t i = 0, j; i < sizeof cmds / sizeof *cmds && !k; i++) { /* names are lower case */
-		for (j = 0; j < av[0].n && cmds[i].name[j] == (av[0].p[j] | 0x20); j++) {}
-		k = j == av[0].n && !cmds[i].name[j] ? &cmds[i] : NULL;
-	}
+	uint8_t nm[8] = {0};
+	uint64_t w, cw;
+	for (uint32_t j = 0; j < av[0].n && j < 8; j++) nm[j] = av[0].p[j] | 0x20;
+	memcpy(&w, nm, 8);
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds && av[0].n <= 8 && !k; i++)
+		k = (memcpy(&cw, cmds[i].name, 8), cw == w) ? &cmds[i] : NULL;
 	if (!k) return say(c, S("-ERR unknown command\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
 	if (k->arity > 0 ? ac != (uint32_t)k->arity : ac < (uint32_t)-k->arity)
 		return say(c, S("-ERR wrong number of arguments\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
@@ -473,28 +481,35 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	return 1;
 }
 
-/* Parse and run the commands c has read, as far as they can go now. */
+/* Parse and run the commands c has read, as far as they can go now: each
+ * read's bytes are looked at once, and what was run is consumed at the end. */
 static void serve_cmds(struct conn *c) {
-	const uint8_t *p;
+	const uint8_t *p = NULL;
 	const char *why = NULL;
-	uint32_t ac;
-	int n, used = 0;
+	uint32_t ac, off = 0, n = 0;
+	int rc = 0, used = 1;
 	/* A gather in flight (DBSIZE, SAVE) holds the commands after it: one on
 	 * a key of this shard would run before the gather's part here. */
 	while (!c->hold && !c->g.busy && !c->quit && !c->closing) {
-		if ((n = tl_rbuf_peek(&c->rd, c->need, &p)) == 0) return; /* wait for the next read */
-		if (n > 0 && (used = parse(p, (uint32_t)n, c->sh->av, &ac, &c->need, &why)) == 0) continue;
-		if (n < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
-			c->bye = n == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : n < 0 ? NULL : why;
-			c->quit = 1;
-			return;
+		if (off == n || used == 0) { /* the view is used up, or the command goes on past it */
+			tl_rbuf_consume(&c->rd, off);
+			off = n = 0;
+			if ((rc = tl_rbuf_peek(&c->rd, c->need, &p)) <= 0) break; /* 0: wait for the next read */
+			n = (uint32_t)rc;
 		}
+		if ((used = parse(p + off, n - off, c->sh->av, &ac, &c->need, &why)) == 0) continue;
+		if (used < 0) break;
 		/* Stalled, or an owner reads these bytes: consumed once that is over. */
-		if (!dispatch(c, c->sh->av, ac) || c->hold) return;
-		tl_rbuf_consume(&c->rd, (uint32_t)used);
+		if (!dispatch(c, c->sh->av, ac) || c->hold) break;
+		off += (uint32_t)used;
 		c->need = 1;
 		c->argi = 0;
 		c->sh->ncmd++;
+	}
+	tl_rbuf_consume(&c->rd, off);
+	if (rc < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
+		c->bye = rc == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : rc < 0 ? NULL : why;
+		c->quit = 1;
 	}
 }
 
