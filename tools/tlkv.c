@@ -156,16 +156,19 @@ struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
 
 static void reply(struct out *o, const void *head, uint32_t hn, const void *body, uint32_t bn) {
 	uint32_t n = hn + (body ? bn + 2 : 0);
-	uint8_t b[OUT_N], *p = o->w ? b : n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n));
-	if (o->w && n > OUT_N) { /* a long one: the head, then the body and "\r\n" */
+	uint8_t *p;
+	if (o->w && tl_wbuf_reserve(o->w, n, &p) < 0) { /* not in one run: in pieces */
 		tl_wbuf_append(o->w, head, hn);
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!p) { ERR(o, "-ERR out of memory\r\n"); return; }
+	if (!o->w && !(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n)))) {
+		ERR(o, "-ERR out of memory\r\n");
+		return;
+	}
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
-	if (o->w) tl_wbuf_append(o->w, b, n); /* a short one in one append */
+	if (o->w) tl_wbuf_commit(o->w, n); /* straight into the writer */
 	else o->r->outlen = n;
 }
 
@@ -197,17 +200,26 @@ static struct rec *rec_new(struct conn *c) {
 	return r;
 }
 
-/* Hand the records whose turn has come to the writer, while it has room. */
+/* Hand the records whose turn has come to the writer, while it has room:
+ * copied into one reserved run while they fit in it, committed once. */
 static void drain(struct conn *c) {
-	for (uint8_t b[24]; c->head != c->tail; c->head++) {
+	uint8_t *p = NULL;
+	uint32_t run = 0, used = 0, n;
+	for (int rc; c->head != c->tail; c->head++) {
 		struct rec *r = &c->rec[c->head % REC_N];
-		if (!r->done || tl_wbuf_room(&c->wr) < r->outlen + 24) return;
-		if (!(r->flags & R_SUM)) tl_wbuf_append(&c->wr, r->big ? r->big : r->out, r->outlen);
+		if (!r->done) break;
+		if ((n = (r->flags & R_SUM ? 0 : r->outlen) + 24) > run - used) { /* another run */
+			tl_wbuf_commit(&c->wr, used);
+			used = run = 0;
+			if ((rc = tl_wbuf_reserve(&c->wr, n, &p)) < 0) break; /* wait for the write */
+			run = (uint32_t)rc;
+		}
+		if (!(r->flags & R_SUM)) used = (uint32_t)(put(p + used, r->big ? r->big : r->out, r->outlen) - p);
 		else c->sum += r->result;
-		if (r->flags & R_EMIT) { tl_wbuf_append(&c->wr, b, num(b, ':', c->sum)); c->sum = 0; }
-		tl_shard_free(c->sh->s, r->big); /* on the shard that made it */
-		r->big = NULL;
+		if (r->flags & R_EMIT) used += num(p + used, ':', c->sum), c->sum = 0;
+		if (r->big) tl_shard_free(c->sh->s, r->big), r->big = NULL; /* on the shard that made it */
 	}
+	tl_wbuf_commit(&c->wr, used);
 }
 
 /* A reply made here and now, in its place: 1, or 0 when no record is free. */
@@ -238,8 +250,9 @@ static int64_t run_batch(tl_shard *s, void *arg) { /* on the keys' owner, each i
 }
 
 /* Send the remote commands gathered while serving, one call for the lot (a
- * call per command cost a third of a remote command's CPU): 1 when sent or
- * none, 0 when stalled (they go once the mesh has room; -EPIPE: answered). */
+ * call per command cost a quarter of the instructions a remote command
+ * adds): 1 when sent or none, 0 when stalled (they go once the mesh has
+ * room; -EPIPE: answered). */
 static int send_batch(struct conn *c) {
 	int rc = c->bn ? tl_shard_submit_to(c->sh->s, c->bto, run_batch, c->bfirst, 0) : 0;
 	if (rc == -ENOBUFS) return stalled(c, c->bto, rc);
