@@ -81,6 +81,8 @@ def pipeline(port, n, depth):
         op = rnd.random()
         if op < 0.3:
             v = str(rnd.randrange(-1000, 1000)) if rnd.random() < 0.7 else 'v%d' % rnd.randrange(10**6)
+            if rnd.random() < 0.1:  # long: read in place by its owner, and GET's reply too long to copy
+                v = 'L' + v * rnd.randrange(20, 400)
             model[k] = v.encode()
             return resp('SET', k, v), b'OK'
         if op < 0.55:
