@@ -151,9 +151,11 @@ assert n > 0, "no call was refused"
 print("ok: the mesh refused %d calls, every reply right" % n)
 ' "$tmp/stats.json" || fail "one call in flight: $(head -c 300 "$tmp/stats.json")"
 stop "one call in flight"
-# Options out of range: one usage line, exit 2, no server.
-for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--mesh-inflight 0" "--shards 0"; do
-	out=$("$tlkv" --port "$port" $bad 2>&1)
+# Options out of range or not numbers: one usage line, exit 2, no server
+# (a server that starts is stopped by timeout: exit 124).
+for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--mesh-inflight 0" "--shards 0" "--shards 1x" \
+	"--keys 10k" "--conns -5" "--port 99999999999999999999999" "--conns"; do
+	out=$(timeout 10 "$tlkv" --port "$port" $bad 2>&1)
 	rc=$?
 	[ "$rc" = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && ok "tlkv $bad: exit 2, one line" ||
 		fail "tlkv $bad: exit $rc, '$out'"

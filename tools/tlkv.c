@@ -658,37 +658,48 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 	return tl_accept_start(sh->loop, lh, 0, &op);
 }
 
+/* The command line: 0, or 2 (one usage line, then exit 2). A number is
+ * digits only, inside its range. */
+struct opts { unsigned long port, shards, keys, conns, inflight, spin; int local; const char *dir; };
+
+static int options(int argc, char **argv, struct opts *o) {
+	*o = (struct opts){.port = 6379, .keys = kv.keys, .conns = kv.conns, .dir = kv.dir};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
+		int num = *val && !val[strspn(val, "0123456789")]; /* too long: ULONG_MAX, out of range */
+		unsigned long v = num ? strtoul(val, NULL, 10) : 0;
+		if (!strcmp(a, "--local")) o->local = 1; /* every key local: each shard owns a key space */
+		else if (i++, !strcmp(a, "--port") && v && v < 65536) o->port = v;
+		else if (!strcmp(a, "--shards") && v && v <= MAX_SHARDS) o->shards = v;
+		else if (!strcmp(a, "--keys") && v && v <= 1u << 30) o->keys = v;
+		else if (!strcmp(a, "--conns") && v && v <= 16384) o->conns = v;
+		else if (!strcmp(a, "--save-dir") && *val) o->dir = val;
+		else if (!strcmp(a, "--mesh-inflight") && v && v <= 65536) o->inflight = v; /* calls per pair */
+		else if (!strcmp(a, "--mesh-spin-us") && num && v <= 1000) o->spin = v;
+		else return 2;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv) {
-	unsigned long port = 6379, shards = 0, inflight = 0, spin = 0, v;
+	struct opts o;
 	tl_runtime_config rc;
 	tl_runtime *rt = NULL;
-	int r = 0;
-	for (int i = 1; i < argc && !r; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
-		v = strtoul(val, NULL, 10);
-		if (!strcmp(a, "--local")) kv.local = 1; /* every key local: each shard owns a key space */
-		else if (i++, !strcmp(a, "--port") && v && v < 65536) port = v;
-		else if (!strcmp(a, "--shards") && v && v <= MAX_SHARDS) shards = v;
-		else if (!strcmp(a, "--keys") && v && v <= 1u << 30) kv.keys = (uint32_t)v;
-		else if (!strcmp(a, "--conns") && v && v <= 16384) kv.conns = (uint32_t)v;
-		else if (!strcmp(a, "--save-dir") && *val) kv.dir = val;
-		else if (!strcmp(a, "--mesh-inflight") && v && v <= 65536) inflight = v; /* calls per pair */
-		else if (!strcmp(a, "--mesh-spin-us") && *val && !val[strspn(val, "0123456789")] && v <= 1000) spin = v;
-		else r = 2;
-	}
-	if (r || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)port) < 0)
+	int r = options(argc, argv, &o);
+	if (r || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)o.port) < 0)
 		return fprintf(stderr, "usage: tlkv [--port P] [--shards N] [--keys N] [--conns N] [--save-dir DIR] [--mesh-inflight N] [--mesh-spin-us N] [--local]\n"), 2;
+	kv.local = o.local, kv.keys = (uint32_t)o.keys, kv.conns = (uint32_t)o.conns, kv.dir = o.dir;
 	tl_runtime_config_init(&rc);
-	rc.plan.shards = (uint32_t)shards; /* 0: one per core (TL_CPUS: which) */
+	rc.plan.shards = (uint32_t)o.shards; /* 0: one per core (TL_CPUS: which) */
 	rc.loop.max_handles = kv.conns + 64;
 	rc.loop.max_ops = 4 * kv.conns + 1024;
 	while (rc.loop.pooled_buffers < 2 * kv.conns && rc.loop.pooled_buffers < 32768)
 		rc.loop.pooled_buffers *= 2; /* each reading stream keeps one */
 	rc.grace_ns = 5000000000ull;
-	if (inflight) rc.mesh_inflight = (uint32_t)inflight;
+	if (o.inflight) rc.mesh_inflight = (uint32_t)o.inflight;
 	/* No polling for replies unless asked: with clients on the shards' CPUs
 	 * it took their time and served no more (docs/PERFORMANCE.md). */
-	rc.mesh_spin_ns = spin * 1000;
+	rc.mesh_spin_ns = o.spin * 1000;
 	rc.on_launch = on_launch;
 	rc.on_completion = on_completion;
 	rc.on_pass = on_pass;
@@ -703,7 +714,7 @@ int main(int argc, char **argv) {
 	}
 	signal(SIGPIPE, SIG_IGN);
 	if (r == 0 && (r = tl_runtime_launch(rt)) == 0) {
-		fprintf(stderr, "tlkv: listening on 127.0.0.1:%lu, %u shard%s%s\n", port, kv.nshards,
+		fprintf(stderr, "tlkv: listening on 127.0.0.1:%lu, %u shard%s%s\n", o.port, kv.nshards,
 			kv.nshards > 1 ? "s" : "", kv.local ? ", every key local" : "");
 		r = tl_runtime_run(rt);
 	}

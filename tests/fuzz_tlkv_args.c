@@ -1,0 +1,91 @@
+/* tests/fuzz_tlkv_args.c: libFuzzer target for tlkv's command line (tools/tlkv.c: options, the file included with its main renamed): the input is a NUL-separated argv. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tlkv_main(int argc, char **argv);
+#define main tlkv_main /* the program's own main is not run */
+#include "../tools/tlkv.c"
+#undef main
+
+#include "check.h" /* CHECK: a failure prints its line and aborts */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define ARGS_MAX 64
+
+static int in_argv(const char *s, int argc, char **argv) {
+	for (int i = 0; i < argc; i++)
+		if (s == argv[i])
+			return 1;
+	return 0;
+}
+
+/* The number the last "name VALUE" of argv gives, if any: *v; 1 if there
+ * is one. An accepted argv has each value whole digits. */
+static int last_value(int argc, char **argv, const char *name, unsigned long *v) {
+	int found = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--local"))
+			continue;
+		if (i + 1 < argc && !strcmp(argv[i], name)) {
+			const char *t = argv[i + 1];
+			CHECK(*t && strspn(t, "0123456789") == strlen(t));
+			*v = strtoul(t, NULL, 10);
+			found = 1;
+		}
+		i++; /* every other option takes a value */
+	}
+	return found;
+}
+
+/*
+ * Input, split at NUL bytes, is argv after the program name; every argument
+ * is a heap block of exactly its length, so that ASan sees a read one byte
+ * too far. Checked: the result is 0 or 2; the same argv gives the same
+ * result; an accepted one has every number inside its documented range, as
+ * its last occurrence in argv wrote it in digits, and a save folder that is
+ * the default or a non-empty string of argv.
+ */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+	char *argv[ARGS_MAX + 1];
+	int argc = 0;
+	size_t pos = 0;
+	struct opts o1, o2;
+	argv[argc++] = strdup("tlkv");
+	while (pos < size && argc < ARGS_MAX) {
+		const uint8_t *z = memchr(data + pos, 0, size - pos);
+		size_t n = z ? (size_t)(z - (data + pos)) : size - pos;
+		char *a = malloc(n + 1);
+		if (!a)
+			break;
+		memcpy(a, data + pos, n);
+		a[n] = '\0';
+		argv[argc++] = a;
+		pos += n + 1;
+	}
+	argv[argc] = NULL;
+	int r1 = options(argc, argv, &o1), r2 = options(argc, argv, &o2);
+	CHECK(r1 == 0 || r1 == 2);
+	CHECK(r1 == r2);
+	if (r1 == 0) {
+		unsigned long v;
+		CHECK(o1.port == o2.port && o1.shards == o2.shards && o1.keys == o2.keys && o1.conns == o2.conns &&
+		      o1.inflight == o2.inflight && o1.spin == o2.spin && o1.local == o2.local && o1.dir == o2.dir);
+		CHECK(o1.port >= 1 && o1.port <= 65535);
+		CHECK(o1.shards <= MAX_SHARDS);
+		CHECK(o1.keys >= 1 && o1.keys <= 1ul << 30);
+		CHECK(o1.conns >= 1 && o1.conns <= 16384);
+		CHECK(o1.inflight <= 65536 && o1.spin <= 1000);
+		CHECK(o1.dir == kv.dir || (in_argv(o1.dir, argc, argv) && *o1.dir));
+		CHECK(last_value(argc, argv, "--port", &v) ? v == o1.port : o1.port == 6379);
+		CHECK(last_value(argc, argv, "--shards", &v) ? v == o1.shards : o1.shards == 0);
+		CHECK(last_value(argc, argv, "--keys", &v) ? v == o1.keys : o1.keys == kv.keys);
+		CHECK(last_value(argc, argv, "--conns", &v) ? v == o1.conns : o1.conns == kv.conns);
+		CHECK(last_value(argc, argv, "--mesh-inflight", &v) ? v == o1.inflight : o1.inflight == 0);
+		CHECK(last_value(argc, argv, "--mesh-spin-us", &v) ? v == o1.spin : o1.spin == 0);
+	}
+	for (int i = 0; i < argc; i++)
+		free(argv[i]);
+	return 0;
+}
