@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,12 +38,7 @@ static void check(int ok, const char *what, int tool, int r)
 static int from_argv(const char *s, int argc, char **argv, const char *dflt)
 {
 	/* The default is the parser's own literal, not this file's. */
-	if (dflt && !strcmp(s, dflt))
-		return 1;
-	for (int i = 0; i < argc; i++)
-		if (s == argv[i])
-			return 1;
-	return 0;
+	return (dflt && !strcmp(s, dflt)) || fuzz_argv_has(s, argc, argv);
 }
 
 /* Run the parser; the results go to res (cleared first, so that two runs
@@ -194,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} res1, res2;
 	char *argv[MAX_ARGS + 3];
 	int argc = 0, tool, r1, r2;
-	size_t errlen, pos;
+	size_t errlen;
 	char *err;
 
 	if (size < 1)
@@ -205,20 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (command[tool])
 		argv[argc++] = strdup(command[tool]);
 	/* Every piece between NULs is an argument, the empty ones too. */
-	pos = 1;
-	while (pos < size && argc < MAX_ARGS + 2) {
-		const uint8_t *nul = memchr(data + pos, 0, size - pos);
-		size_t len = nul ? (size_t)(nul - (data + pos)) : size - pos;
-		char *a = malloc(len + 1);
-
-		if (!a)
-			abort();
-		memcpy(a, data + pos, len);
-		a[len] = '\0';
-		argv[argc++] = a;
-		pos += len + 1;
-	}
-	argv[argc] = NULL;
+	argc = fuzz_argv_split(data + 1, size - 1, argv, argc, MAX_ARGS + 2);
 	err = errlen ? malloc(errlen) : NULL;
 
 	r1 = run(tool, argc, argv, &res1, sizeof res1, err, errlen);
@@ -237,7 +220,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	      r1);
 
 	free(err);
-	for (int i = 0; i < argc; i++)
-		free(argv[i]);
+	fuzz_argv_free(argv, argc);
 	return 0;
 }

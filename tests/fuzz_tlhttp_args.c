@@ -22,15 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_ARGS 64
 static const size_t err_sizes[4] = {256, 0, 1, 7};
 
-#include "check.h" /* CHECK: a failure prints its line and aborts */
-
-static int in_argv(const char *s, int argc, char **argv)
-{
-	for (int i = 0; i < argc; i++)
-		if (s == argv[i])
-			return 1;
-	return 0;
-}
+#include "check.h"     /* CHECK: a failure prints its line and aborts */
+#include "fuzz_argv.h" /* the argv split from the input */
 
 static void check_ok(const struct tlhttp_opts *o, int argc, char **argv)
 {
@@ -39,11 +32,11 @@ static void check_ok(const struct tlhttp_opts *o, int argc, char **argv)
 	uint64_t mask[16];
 
 	CHECK(!o->body != !o->root);
-	CHECK(!o->body || (in_argv(o->body, argc, argv) && strlen(o->body) == o->body_len &&
+	CHECK(!o->body || (fuzz_argv_has(o->body, argc, argv) && strlen(o->body) == o->body_len &&
 			   o->body_len <= TLHTTP_BODY_MAX));
-	CHECK(!o->root || (in_argv(o->root, argc, argv) && *o->root));
-	CHECK(!o->access_log || (in_argv(o->access_log, argc, argv) && *o->access_log));
-	CHECK(!o->cpus || (in_argv(o->cpus, argc, argv) && tl_cpulist_parse(o->cpus, mask, 16) == 0));
+	CHECK(!o->root || (fuzz_argv_has(o->root, argc, argv) && *o->root));
+	CHECK(!o->access_log || (fuzz_argv_has(o->access_log, argc, argv) && *o->access_log));
+	CHECK(!o->cpus || (fuzz_argv_has(o->cpus, argc, argv) && tl_cpulist_parse(o->cpus, mask, 16) == 0));
 	CHECK(o->shards <= 1024);
 	CHECK(o->max_conns >= 1 && o->max_conns <= (1u << 20));
 	CHECK(o->header_timeout_ns >= 10000000ull && o->header_timeout_ns <= 86400000000000ull);
@@ -76,24 +69,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct tlhttp_opts o1, o2;
 	char *argv[MAX_ARGS + 1];
 	int argc = 0, r1, r2;
-	size_t errlen, pos;
+	size_t errlen;
 	char *err;
 
 	if (size < 1)
 		return 0;
 	errlen = err_sizes[data[0] % 4];
 	argv[argc++] = strdup("tlhttp");
-	for (pos = 1; pos < size && argc < MAX_ARGS;) {
-		const uint8_t *end = memchr(data + pos, 0, size - pos);
-		size_t n = end ? (size_t)(end - (data + pos)) : size - pos;
-		char *a = malloc(n + 1);
-		if (!a)
-			abort();
-		memcpy(a, data + pos, n);
-		a[n] = '\0';
-		argv[argc++] = a;
-		pos += n + 1;
-	}
+	argc = fuzz_argv_split(data + 1, size - 1, argv, argc, MAX_ARGS);
 	err = errlen ? malloc(errlen) : NULL;
 	r1 = tlhttp_args_parse(argc, argv, &o1, err, errlen);
 	CHECK(r1 == 0 || r1 == 1 || r1 == -EINVAL);
@@ -105,8 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(!memcmp(&o1, &o2, sizeof o1));
 		check_ok(&o1, argc, argv);
 	}
-	for (int i = 0; i < argc; i++)
-		free(argv[i]);
+	fuzz_argv_free(argv, argc);
 	free(err);
 	return 0;
 }

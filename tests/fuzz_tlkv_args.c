@@ -8,18 +8,12 @@ int tlkv_main(int argc, char **argv);
 #include "../tools/tlkv.c"
 #undef main
 
-#include "check.h" /* CHECK: a failure prints its line and aborts */
+#include "check.h"     /* CHECK: a failure prints its line and aborts */
+#include "fuzz_argv.h" /* the argv split from the input */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define ARGS_MAX 64
-
-static int in_argv(const char *s, int argc, char **argv) {
-	for (int i = 0; i < argc; i++)
-		if (s == argv[i])
-			return 1;
-	return 0;
-}
 
 /* The number the last "name VALUE" of argv gives, if any: *v; 1 if there
  * is one. An accepted argv has each value whole digits. */
@@ -50,21 +44,9 @@ static int last_value(int argc, char **argv, const char *name, unsigned long *v)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	char *argv[ARGS_MAX + 1];
 	int argc = 0;
-	size_t pos = 0;
 	struct opts o1, o2;
 	argv[argc++] = strdup("tlkv");
-	while (pos < size && argc < ARGS_MAX) {
-		const uint8_t *z = memchr(data + pos, 0, size - pos);
-		size_t n = z ? (size_t)(z - (data + pos)) : size - pos;
-		char *a = malloc(n + 1);
-		if (!a)
-			break;
-		memcpy(a, data + pos, n);
-		a[n] = '\0';
-		argv[argc++] = a;
-		pos += n + 1;
-	}
-	argv[argc] = NULL;
+	argc = fuzz_argv_split(data, size, argv, argc, ARGS_MAX);
 	int r1 = options(argc, argv, &o1), r2 = options(argc, argv, &o2);
 	CHECK(r1 == 0 || r1 == 2);
 	CHECK(r1 == r2);
@@ -77,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		CHECK(o1.keys >= 1 && o1.keys <= 1ul << 30);
 		CHECK(o1.conns >= 1 && o1.conns <= 16384);
 		CHECK(o1.inflight <= 65536 && o1.spin <= 1000);
-		CHECK(o1.dir == kv.dir || (in_argv(o1.dir, argc, argv) && *o1.dir));
+		CHECK(o1.dir == kv.dir || (fuzz_argv_has(o1.dir, argc, argv) && *o1.dir));
 		CHECK(last_value(argc, argv, "--port", &v) ? v == o1.port : o1.port == 6379);
 		CHECK(last_value(argc, argv, "--shards", &v) ? v == o1.shards : o1.shards == 0);
 		CHECK(last_value(argc, argv, "--keys", &v) ? v == o1.keys : o1.keys == kv.keys);
@@ -85,7 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		CHECK(last_value(argc, argv, "--mesh-inflight", &v) ? v == o1.inflight : o1.inflight == 0);
 		CHECK(last_value(argc, argv, "--mesh-spin-us", &v) ? v == o1.spin : o1.spin == 0);
 	}
-	for (int i = 0; i < argc; i++)
-		free(argv[i]);
+	fuzz_argv_free(argv, argc);
 	return 0;
 }

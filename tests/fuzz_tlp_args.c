@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "fuzz_argv.h"
 #include "tlp_model_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -33,27 +34,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *argv[MAX_ARGS + 2];
 	struct tlp_args a1, a2;
 	int argc = 0, r1, r2;
-	size_t errlen, pos;
+	size_t errlen;
 	char *err;
 
 	if (size < 1)
 		return 0;
 	errlen = err_sizes[data[0] % 4];
 	argv[argc++] = strdup("tlproxy");
-	pos = 1;
-	while (pos < size && argc < MAX_ARGS + 1) {
-		const uint8_t *nul = memchr(data + pos, 0, size - pos);
-		size_t len = nul ? (size_t)(nul - (data + pos)) : size - pos;
-		char *s = malloc(len + 1);
-
-		if (!s)
-			abort();
-		memcpy(s, data + pos, len);
-		s[len] = '\0';
-		argv[argc++] = s;
-		pos += len + 1;
-	}
-	argv[argc] = NULL;
+	argc = fuzz_argv_split(data + 1, size - 1, argv, argc, MAX_ARGS + 1);
 	err = errlen ? malloc(errlen) : NULL;
 
 	r1 = tlp_args_parse(argc, argv, &a1, err, errlen);
@@ -75,11 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check(a1.cfg->nlisteners == 1 && a1.cfg->npools == 1 && !a1.check,
 			      "not one listener and one pool", r1);
 		} else {
-			int from_argv = 0;
-
-			for (int i = 1; i < argc; i++)
-				from_argv |= a1.config_path == argv[i];
-			check(from_argv && *a1.config_path, "path not an argument", r1);
+			check(fuzz_argv_has(a1.config_path, argc - 1, argv + 1) && *a1.config_path,
+			      "path not an argument", r1);
 		}
 	} else {
 		check(!a1.cfg && !a1.config_path, "result left set", r1);
@@ -96,7 +81,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tlp_config_free(a1.cfg);
 	tlp_config_free(a2.cfg);
 	free(err);
-	for (int i = 0; i < argc; i++)
-		free(argv[i]);
+	fuzz_argv_free(argv, argc);
 	return 0;
 }
