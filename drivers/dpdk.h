@@ -7,6 +7,13 @@
 
 /* One loop's queue pair: frames in and out, and every frame dropped, by
  * reason. Nothing is dropped without being counted here. */
+/* The private area (rte_pktmbuf_priv_size) a received mbuf's pool must
+ * have for the driver to keep its notes on the frame in place: the pools
+ * the driver gives its queues have it; a frame of a pool without it (a
+ * ring port another program fills) is copied into one of the driver's
+ * first (rx_copied). */
+#define TL_DPDK_MBUF_PRIV 32
+
 struct tl_dpdk_stats {
 	uint64_t rx_frames, rx_bursts, tx_frames, tx_bursts;
 	uint64_t rx_datagrams;   /* queued on a handle */
@@ -27,6 +34,11 @@ struct tl_dpdk_stats {
 	 * one, those it took from other pairs, and those dropped because the
 	 * ring to the other loop was full. */
 	uint64_t handed_out, handed_in, drop_handoff;
+	/* Frames from a pool without the driver's private area (a ring port
+	 * fed by another program: the driver's own pools have it), copied
+	 * into an mbuf of the driver's first; and those dropped because no
+	 * mbuf was free for the copy. */
+	uint64_t rx_copied, drop_nombuf;
 	uint32_t queue;          /* the queue pair's number */
 	uint8_t link_up;
 	uint8_t nd_mc;           /* how the port takes ND's multicast frames: TL_DPDK_MC_* */

@@ -824,6 +824,63 @@ static void test_ipv6_drops_counted(void)
 	h_end(l, fds);
 }
 
+/* Frames of a pool with no private area for the driver's notes (a ring
+ * port that another program fills), one of them laid at the very start of
+ * its buffer: each is copied into an mbuf of the driver's (rx_copied) and
+ * comes with its own source and payload, not with the notes written over
+ * them. */
+static void test_foreign_pool(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	tl_loop *l = new_loop(&c);
+	struct rte_mempool *bare = rte_mempool_lookup("bare_frames");
+	if (!bare)
+		bare = rte_pktmbuf_pool_create("bare_frames", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bare);
+	unsigned avail = rte_mempool_avail_count(bare);
+	tl_addr any = addr6_of((const uint8_t[16]){0}, 5313);
+	tl_handle h;
+	H_EQ_FATAL(tl_udp_bind(l, &any, &h), 0);
+	tl_op r;
+	H_EQ(tl_udp_recv_start(l, h, 1, &r), 0);
+	struct tl_dpdk_stats s0 = st(l);
+	for (int k = 0; k < 2; k++) {
+		struct rte_mbuf *t = udp6_frame(LOOP6, (uint16_t)(40002 + k), 5313, k ? "tail" : "head", 4, 0);
+		struct rte_mbuf *m = rte_pktmbuf_alloc(bare);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		if (k)
+			m->data_off = 0; /* the frame where the notes would go */
+		char *p = rte_pktmbuf_append(m, t->data_len);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+		memcpy(p, rte_pktmbuf_mtod(t, void *), t->data_len);
+		rte_pktmbuf_free(t);
+		put(m);
+	}
+	H_TRUE(h_wait_count(&c, 2, 2000), "both datagrams arrived");
+	h_idle(&c, 20);
+	H_EQ(h_count_op(&c.log, r, 0), 2);
+	for (int k = 0, i = -1; k < 2; k++) {
+		i = h_find_op(&c.log, r, (uint32_t)(i + 1));
+		if (i < 0)
+			break;
+		tl_completion *x = &c.log.v[i];
+		H_EQ(x->result, 4);
+		H_TRUE(!memcmp(&x->u.recv.from.in6.sin6_addr, PEER6, 16), "datagram %d from the peer", k);
+		H_EQ(ntohs(x->u.recv.from.in6.sin6_port), 40002 + k);
+		if (x->flags & TL_F_LEASE)
+			H_TRUE(!memcmp(x->u.recv.lease.data, k ? "tail" : "head", 4), "datagram %d's payload", k);
+	}
+	h_release_leases(&c, 0);
+	struct tl_dpdk_stats s = st(l);
+	H_EQ(s.rx_copied - s0.rx_copied, 2);
+	H_EQ(s.rx_datagrams - s0.rx_datagrams, 2);
+	H_EQ(rte_mempool_avail_count(bare), avail); /* the originals went back */
+	h_close(&c, h, 2);
+	h_ctx_fini(&c);
+	h_end(l, fds);
+}
+
 /* ---- the sharded runtime on the DPDK driver ---- */
 
 static tl_handle rt_h;
@@ -916,7 +973,7 @@ int main(void)
 	in = rte_ring_create("t_in", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	out = rte_ring_create("t_out", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	int port = in && out ? rte_eth_from_rings("tl_test", &in, 1, &out, 1, 0) : -1;
-	tp = rte_pktmbuf_pool_create("test_frames", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	tp = rte_pktmbuf_pool_create("test_frames", 4095, 0, TL_DPDK_MBUF_PRIV, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
 	if (port < 0 || !tp) {
 		fprintf(stderr, "test_dpdk: cannot make the ring port or the pool\n");
 		return 1;
@@ -942,6 +999,7 @@ int main(void)
 	CU_add_test(s, "nd_answered", test_nd_answered);
 	CU_add_test(s, "nd_learned", test_nd_learned);
 	CU_add_test(s, "ipv6_drops_counted", test_ipv6_drops_counted);
+	CU_add_test(s, "foreign_pool", test_foreign_pool);
 	CU_add_test(s, "link_down_stops_polling", test_link_down_stops_polling);
 	CU_add_test(s, "runtime_shard", test_runtime_shard);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

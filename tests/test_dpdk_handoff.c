@@ -620,7 +620,7 @@ int main(void)
 		}
 	}
 	int port = rte_eth_from_rings("tl_hand", in, NQ, out, NQ, 0);
-	tp = rte_pktmbuf_pool_create("test_frames", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	tp = rte_pktmbuf_pool_create("test_frames", 4095, 0, TL_DPDK_MBUF_PRIV, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
 	if (port < 0 || !tp) {
 		fprintf(stderr, "test_dpdk_handoff: cannot make the ring port or the pool\n");
 		return 1;

@@ -153,6 +153,9 @@ struct dp_meta {
 	uint8_t v6;            /* an IPv6 datagram (sip, dip unused) */
 };
 
+_Static_assert(sizeof(struct dp_meta) <= TL_DPDK_MBUF_PRIV && TL_DPDK_MBUF_PRIV % RTE_MBUF_PRIV_ALIGN == 0,
+	       "the notes fit the private area the driver asks of a pool");
+
 static inline struct dp_meta *dp_meta(struct rte_mbuf *m)
 {
 	return (struct dp_meta *)rte_mbuf_to_priv(m);

@@ -832,7 +832,7 @@ static void dp_stats(struct tl_drv *d, tl_loop_stats *out)
 	out->nic_rx = s->rx_frames;
 	out->nic_tx = s->tx_frames;
 	out->nic_drops = s->drop_bad + s->drop_frag + s->drop_proto + s->drop_not_ours +
-			 s->drop_no_port + s->drop_rcvq + s->drop_ext6 + s->drop_handoff;
+			 s->drop_no_port + s->drop_rcvq + s->drop_ext6 + s->drop_handoff + s->drop_nombuf;
 	out->nic_tx_full = s->tx_full;
 	out->nic_handed_out = s->handed_out;
 	out->nic_handed_in = s->handed_in;

@@ -254,7 +254,7 @@ static int setup_port(void)
 		 * the ring gives the one freed longest ago, a cache miss on
 		 * every frame built or received. */
 		P.mp[q] = rte_pktmbuf_pool_create_by_ops(name, DP_MBUFS, DP_CACHE,
-							 (uint16_t)RTE_ALIGN(sizeof(struct dp_meta), RTE_MBUF_PRIV_ALIGN),
+							 TL_DPDK_MBUF_PRIV,
 							 RTE_MBUF_DEFAULT_BUF_SIZE, sock, "ring_sp_sc");
 		if (!P.mp[q])
 			return fail(-rte_errno, "%s", "cannot make an mbuf pool (more EAL memory: -m)");

@@ -528,12 +528,27 @@ void tl__dp_hand_in(struct tl_drv *d)
 
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
 {
-	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
 	/* One segment: the pools' buffers hold a whole standard frame. */
-	if (m->nb_segs != 1 || m->data_len < sizeof *eh) {
+	if (m->nb_segs != 1 || m->data_len < sizeof(struct rte_ether_hdr)) {
 		d->st.drop_bad++;
 		goto free;
 	}
+	/* The driver notes a datagram's parts in its mbuf's private area
+	 * (dp_meta), which the pools it gives its queues have. A port may
+	 * hand over frames of another pool (a ring port that another
+	 * program fills): one with no room for the notes is copied into an
+	 * mbuf of ours, or they would land in its headroom, or on the frame. */
+	if (m->pool != d->mp && rte_pktmbuf_priv_size(m->pool) < TL_DPDK_MBUF_PRIV) {
+		struct rte_mbuf *c = rte_pktmbuf_copy(m, d->mp, 0, UINT32_MAX);
+		rte_pktmbuf_free(m);
+		if (!c) {
+			d->st.drop_nombuf++;
+			return;
+		}
+		d->st.rx_copied++;
+		m = c;
+	}
+	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
 	if (!rte_is_same_ether_addr(&eh->dst_addr, &d->mac) &&
 	    !rte_is_broadcast_ether_addr(&eh->dst_addr) && !tl__dp_nd_mac(d, &eh->dst_addr)) {
 		d->st.drop_not_ours++;
