@@ -1,0 +1,356 @@
+/* tests/fuzz_dpdk.c: libFuzzer target for the DPDK driver's reading of frames off the wire (drivers/dpdk/wire.c, nd.c): the input's frames put on a ring port's receive ring and taken by a loop with IPv4 and IPv6 UDP handles bound, its sends waiting for neighbours, every frame's fate checked. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <rte_udp.h>
+#include <sanitizer/asan_interface.h>
+#include <turnloop/dgram.h>
+#include <turnloop/loop.h>
+#include "dpdk.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/*
+ * The input is a list of frames, at most MAX_FRAMES; each is
+ *
+ *   flags(1) length(2, big-endian, at most FRAME_MAX) bytes(length; fewer
+ *   where the input ends)
+ *
+ * put on the wire as they are, except as the flags ask, so that the
+ * fuzzer gets past the checks a mutation breaks at once:
+ *   bit 0: the destination MAC is the port's;
+ *   bit 1: an IPv4 header's checksum is made right (where its length
+ *          lies inside the frame);
+ *   bit 2: an IPv4 UDP datagram's or an IPv6 UDP or ICMPv6 packet's
+ *          checksum is made right (where the lengths lie inside the frame);
+ *   bit 3: the frame comes in an mbuf of a pool without the driver's
+ *          private area (which the driver copies into one of its own),
+ *          laid at the start of its buffer; else in one of a pool with it
+ *          (as a port's receive queue has), after the usual headroom.
+ *
+ * The loop (the DPDK driver on a port of two rings, one queue pair; the
+ * port's addresses 127.0.0.1 and 2001:db8::1) has a UDP handle on
+ * 127.0.0.1:53 and one on [2001:db8::1]:54 (one port number is one
+ * handle's), each receiving into leases,
+ * and a send from each to a neighbour it does not know yet (10.9.9.9,
+ * 2001:db8::9): an ARP reply or a Neighbour Advertisement among the
+ * frames lets it go. Checked, with abort() on any violation:
+ *  - every frame is taken off the ring (rx_frames) and has a fate the
+ *    driver counts: the sum of its counters of delivered, dropped and
+ *    answered frames is at least the frames' number and at most twice it
+ *    (an ARP or ND frame counts as such and, if bad, as dropped too);
+ *  - each datagram queued on a handle (rx_datagrams) comes to the host as
+ *    a receive completion with its source, no longer than the frame;
+ *  - what the driver sends (ARP and ND answers and questions, the two
+ *    datagrams) is a frame of 42 to 1514 bytes from the port's MAC;
+ *  - the loop closes with nothing left (tl_loop_close 0), and every mbuf
+ *    of the target's pools is back in its pool.
+ * Sanitizers see the driver's code. An mbuf is DPDK's memory, which ASan
+ * does not watch by itself: the target poisons each frame's buffer around
+ * it (the headroom before, the rest of the room after), so that the
+ * driver's reading a byte outside the frame is an ASan report too.
+ */
+
+#define MAX_FRAMES 32
+#define FRAME_MAX 1600
+#define NMBUF 1023
+
+static struct rte_ring *in, *out;
+static struct rte_mempool *tp, *tp0; /* with the driver's private area, and without */
+static struct rte_ether_addr port_mac;
+static int ready;
+
+static void fail(const char *what)
+{
+	fprintf(stderr, "fuzz_dpdk: %s\n", what);
+	abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	char pref[48];
+	snprintf(pref, sizeof pref, "--file-prefix=fuzzdpdk%d", (int)getpid());
+	char *eal[] = {"fuzz_dpdk", "--no-huge", "-m", "128", "--no-pci", "--no-shconf", "--no-telemetry",
+		       "-l", "0", "--log-level=*:error", pref, NULL};
+	cpu_set_t cs;
+	char cpu[8];
+	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
+	for (int k = 0; k < CPU_SETSIZE; k++)
+		if (CPU_ISSET(k, &cs)) {
+			snprintf(cpu, sizeof cpu, "%d", k);
+			eal[8] = cpu;
+			break;
+		}
+	if (rte_eal_init(11, eal) < 0)
+		fail("rte_eal_init failed");
+	in = rte_ring_create("f_in", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	out = rte_ring_create("f_out", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	int port = in && out ? rte_eth_from_rings("tl_fuzz", &in, 1, &out, 1, 0) : -1;
+	tp = rte_pktmbuf_pool_create("fuzz_frames", NMBUF, 0, TL_DPDK_MBUF_PRIV, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	tp0 = rte_pktmbuf_pool_create("fuzz_bare", NMBUF, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+	if (port < 0 || !tp || !tp0)
+		fail("cannot make the ring port or the pool");
+	char pn[16];
+	snprintf(pn, sizeof pn, "%d", port);
+	setenv("TL_DRIVER", "dpdk", 1);
+	setenv("TL_DPDK_PORT", pn, 1);
+	setenv("TL_DPDK_QUEUES", "1", 1);
+	setenv("TL_DPDK_ADDR", "127.0.0.1,2001:db8::1", 1);
+	unsetenv("TL_DPDK");
+	rte_eth_macaddr_get((uint16_t)port, &port_mac);
+	ready = 1;
+	return 0;
+}
+
+/* ---- the input's frames ---- */
+
+static uint16_t fold(uint32_t s)
+{
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)s;
+}
+
+static uint32_t sum(const uint8_t *p, size_t n, uint32_t s)
+{
+	for (size_t i = 0; i + 1 < n; i += 2)
+		s += (uint32_t)(p[i] << 8 | p[i + 1]);
+	if (n & 1)
+		s += (uint32_t)p[n - 1] << 8;
+	return s;
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+/* Make the checksums the flags ask for right, in frame f[0..n). */
+static void fix(uint8_t *f, uint32_t n, unsigned flags)
+{
+	if (n < 14)
+		return;
+	unsigned type = (unsigned)(f[12] << 8 | f[13]);
+	uint8_t *ip = f + 14;
+	uint32_t have = n - 14;
+	if (type == 0x0800 && have >= 20) {
+		uint32_t ihl = (ip[0] & 15) * 4u, tot = (uint32_t)(ip[2] << 8 | ip[3]);
+		if (ihl < 20 || ihl > have)
+			return;
+		if (flags & 2) {
+			put16(ip + 10, 0);
+			put16(ip + 10, (uint16_t)~fold(sum(ip, ihl, 0)));
+		}
+		if ((flags & 4) && ip[9] == 17 && tot >= ihl + 8 && tot <= have) {
+			uint8_t *u = ip + ihl;
+			uint32_t ul = (uint32_t)(u[4] << 8 | u[5]);
+			if (ul < 8 || ul > tot - ihl)
+				return;
+			put16(u + 6, 0);
+			uint32_t s = sum(ip + 12, 8, 17 + ul);
+			uint16_t c = (uint16_t)~fold(sum(u, ul, s));
+			put16(u + 6, c ? c : 0xffff);
+		}
+	} else if (type == 0x86dd && have >= 40 && (flags & 4)) {
+		uint32_t pl = (uint32_t)(ip[4] << 8 | ip[5]);
+		uint8_t nh = ip[6], *l4 = ip + 40;
+		if (pl > have - 40)
+			return;
+		uint32_t len = pl;
+		int at;
+		if (nh == 17 && pl >= 8) {
+			len = (uint32_t)(l4[4] << 8 | l4[5]);
+			if (len < 8 || len > pl)
+				return;
+			at = 6;
+		} else if (nh == 58 && pl >= 4) {
+			at = 2;
+		} else {
+			return;
+		}
+		put16(l4 + at, 0);
+		uint32_t s = sum(ip + 8, 32, len + nh);
+		uint16_t c = (uint16_t)~fold(sum(l4, len, s));
+		put16(l4 + at, c || nh != 17 ? c : 0xffff);
+	}
+}
+
+/* ---- the loop ---- */
+
+struct tally {
+	uint64_t recvs, sends_done;
+};
+
+static void take(tl_loop *l, struct tally *t, const tl_completion *c, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++, c++) {
+		if (c->kind == TL_K_RECV && c->result >= 0 && !(c->flags & TL_F_TERMINAL)) {
+			t->recvs++;
+			if (c->result > FRAME_MAX)
+				fail("a datagram longer than its frame");
+			int fam = c->u.recv.from.sa.sa_family;
+			if (fam != AF_INET && fam != AF_INET6)
+				fail("a datagram with no source address");
+		}
+		if (c->flags & TL_F_LEASE)
+			tl_lease_release(l, c->u.recv.lease.id);
+		if (c->kind == TL_K_SEND && (c->flags & TL_F_TERMINAL))
+			t->sends_done++;
+	}
+}
+
+/* What the driver put on the wire: checked, then freed. */
+static void drain_out(void)
+{
+	struct rte_mbuf *m[64];
+	unsigned k;
+	while ((k = rte_ring_dequeue_burst(out, (void **)m, 64, NULL)) > 0)
+		for (unsigned i = 0; i < k; i++) {
+			const struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m[i], const struct rte_ether_hdr *);
+			if (m[i]->pkt_len < 42 || m[i]->pkt_len > 1514)
+				fail("a frame sent of a size no Ethernet frame has");
+			if (!rte_is_same_ether_addr(&eh->src_addr, &port_mac))
+				fail("a frame sent from another MAC");
+			rte_pktmbuf_free(m[i]);
+		}
+}
+
+static uint64_t fates(const struct tl_dpdk_stats *s)
+{
+	return s->rx_datagrams + s->drop_bad + s->drop_frag + s->drop_proto + s->drop_not_ours +
+	       s->drop_no_port + s->drop_rcvq + s->arp_in + s->drop_ext6 + s->nd_in + s->handed_out +
+	       s->drop_handoff + s->drop_nombuf;
+}
+
+static tl_handle bind_to(tl_loop *l, const char *ip, uint16_t port)
+{
+	tl_addr a;
+	tl_handle h = TL_HANDLE_NONE;
+	tl_op op;
+	int r = tl_addr_parse(&a, ip, port);
+	if (r >= 0)
+		r = tl_udp_bind(l, &a, &h);
+	if (r >= 0)
+		r = tl_udp_recv_start(l, h, 1, &op);
+	if (r < 0) {
+		fprintf(stderr, "fuzz_dpdk: %s: %s\n", ip, tl_strerror(r));
+		fail("cannot bind and receive");
+	}
+	return h;
+}
+
+static void send_to(tl_loop *l, tl_handle h, const char *ip)
+{
+	tl_addr a;
+	tl_op op;
+	if (tl_addr_parse(&a, ip, 9) < 0 || tl_udp_send(l, h, "q", 1, &a, 2, &op) < 0)
+		fail("cannot send");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!ready)
+		return 0;
+	unsigned pool0 = rte_mempool_avail_count(tp), bare0 = rte_mempool_avail_count(tp0);
+	tl_config cfg;
+	tl_config_init(&cfg);
+	cfg.max_handles = 16;
+	cfg.max_ops = 64;
+	tl_loop *l = NULL;
+	if (tl_loop_new(&l, &cfg) != 0 || strcmp(tl_loop_driver(l), "dpdk"))
+		fail("no DPDK loop");
+	tl_handle h4 = bind_to(l, "127.0.0.1", 53), h6 = bind_to(l, "2001:db8::1", 54);
+	send_to(l, h4, "10.9.9.9");
+	send_to(l, h6, "2001:db8::9");
+	tl_completion c[64];
+	struct tally t = {0, 0};
+	int n;
+	while ((n = tl_turn(l, 0, c, 64, NULL)) > 0) /* the questions for the neighbours go out */
+		take(l, &t, c, (uint32_t)n);
+	drain_out();
+	struct tl_dpdk_stats s0, s1;
+	if (tl__dpdk_stats(l, &s0) != 0)
+		fail("no stats");
+
+	uint32_t frames = 0;
+	for (size_t at = 0; at + 3 <= size && frames < MAX_FRAMES; frames++) {
+		unsigned flags = data[at];
+		uint32_t len = (uint32_t)(data[at + 1] << 8 | data[at + 2]) % (FRAME_MAX + 1);
+		at += 3;
+		if (len > size - at)
+			len = (uint32_t)(size - at);
+		struct rte_mbuf *m = rte_pktmbuf_alloc(flags & 8 ? tp0 : tp);
+		if (m && (flags & 8))
+			m->data_off = 0;
+		uint8_t *f = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)len) : NULL;
+		if (!m || (len && !f))
+			fail("no mbuf for a frame");
+		/* Only the frame's bytes may be read: the buffer around them is
+		 * poisoned (and the whole buffer unpoisoned first, the mbuf
+		 * having been another frame's). */
+		uint8_t *room = (uint8_t *)m->buf_addr;
+		ASAN_UNPOISON_MEMORY_REGION(room, m->buf_len);
+		if (len)
+			memcpy(f, data + at, len);
+		ASAN_POISON_MEMORY_REGION(room, m->data_off);
+		ASAN_POISON_MEMORY_REGION(room + m->data_off + len, m->buf_len - m->data_off - len);
+		at += len;
+		if ((flags & 1) && len >= 6)
+			memcpy(f, port_mac.addr_bytes, 6);
+		fix(f, len, flags);
+		if (rte_ring_enqueue(in, m) != 0)
+			fail("the receive ring is full");
+	}
+	for (int idle = 0; idle < 3;) {
+		n = tl_turn(l, 0, c, 64, NULL);
+		if (n < 0)
+			fail("tl_turn failed");
+		take(l, &t, c, (uint32_t)n);
+		drain_out();
+		idle = n == 0 && rte_ring_count(in) == 0 ? idle + 1 : 0;
+	}
+	if (tl__dpdk_stats(l, &s1) != 0)
+		fail("no stats");
+	uint64_t got = s1.rx_frames - s0.rx_frames, fate = fates(&s1) - fates(&s0);
+	if (got != frames)
+		fail("a frame was not taken off the ring");
+	if (fate < frames || fate > 2 * (uint64_t)frames)
+		fail("a frame's fate is not counted, or counted more than twice");
+	if (getenv("FUZZ_DPDK_SAY")) /* what an input did, for a corpus's maker */
+		fprintf(stderr, "fuzz_dpdk: %u frames: %llu datagrams, %llu ARP, %llu ND, %llu dropped, %llu sends ended\n",
+			frames, (unsigned long long)t.recvs, (unsigned long long)(s1.arp_in - s0.arp_in),
+			(unsigned long long)(s1.nd_in - s0.nd_in),
+			(unsigned long long)(fate - (s1.rx_datagrams - s0.rx_datagrams) - (s1.arp_in - s0.arp_in) - (s1.nd_in - s0.nd_in)),
+			(unsigned long long)t.sends_done);
+	if (t.recvs != s1.rx_datagrams - s0.rx_datagrams)
+		fail("a datagram queued on a handle did not come to the host");
+
+	tl_close_all(l, 3);
+	for (int k = 0; k < 2000 && tl_alive(l); k++) {
+		n = tl_turn(l, 1000000, c, 64, NULL);
+		take(l, &t, c, n > 0 ? (uint32_t)n : 0);
+	}
+	drain_out();
+	if (tl_alive(l) || tl_loop_close(l) != 0)
+		fail("the loop did not close clean");
+	drain_out();
+	if (rte_mempool_avail_count(tp) != pool0 || rte_mempool_avail_count(tp0) != bare0)
+		fail("an mbuf of the target's pool was not given back");
+	return 0;
+}
