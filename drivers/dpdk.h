@@ -5,8 +5,6 @@
 #include <stdint.h>
 #include "turnloop/loop.h"
 
-/* One loop's queue pair: frames in and out, and every frame dropped, by
- * reason. Nothing is dropped without being counted here. */
 /* The private area (rte_pktmbuf_priv_size) a received mbuf's pool must
  * have for the driver to keep its notes on the frame in place: the pools
  * the driver gives its queues have it; a frame of a pool without it (a
@@ -14,6 +12,8 @@
  * first (rx_copied). */
 #define TL_DPDK_MBUF_PRIV 32
 
+/* One loop's queue pair: frames in and out, and every frame dropped, by
+ * reason. Nothing is dropped without being counted here. */
 struct tl_dpdk_stats {
 	uint64_t rx_frames, rx_bursts, tx_frames, tx_bursts;
 	uint64_t rx_datagrams;   /* queued on a handle */

@@ -528,11 +528,6 @@ void tl__dp_hand_in(struct tl_drv *d)
 
 void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
 {
-	/* One segment: the pools' buffers hold a whole standard frame. */
-	if (m->nb_segs != 1 || m->data_len < sizeof(struct rte_ether_hdr)) {
-		d->st.drop_bad++;
-		goto free;
-	}
 	/* The driver notes a datagram's parts in its mbuf's private area
 	 * (dp_meta), which the pools it gives its queues have. A port may
 	 * hand over frames of another pool (a ring port that another
@@ -547,6 +542,11 @@ void tl__dp_input(struct tl_drv *d, struct rte_mbuf *m)
 		}
 		d->st.rx_copied++;
 		m = c;
+	}
+	/* One segment: the pools' buffers hold a whole standard frame. */
+	if (m->nb_segs != 1 || m->data_len < sizeof(struct rte_ether_hdr)) {
+		d->st.drop_bad++;
+		goto free;
 	}
 	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
 	if (!rte_is_same_ether_addr(&eh->dst_addr, &d->mac) &&
