@@ -39,7 +39,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  *   bit 3: the frame comes in an mbuf of a pool without the driver's
  *          private area (which the driver copies into one of its own),
  *          laid at the start of its buffer; else in one of a pool with it
- *          (as a port's receive queue has), after the usual headroom.
+ *          (as a port's receive queue has), after the usual headroom;
+ *   bit 4: the frame's second half comes in a second segment (made after
+ *          the checksums).
  *
  * The loop (the DPDK driver on a port of two rings, one queue pair; the
  * port's addresses 127.0.0.1 and 2001:db8::1) has a UDP handle on
@@ -314,6 +316,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((flags & 1) && len >= 6)
 			memcpy(f, port_mac.addr_bytes, 6);
 		fix(f, len, flags);
+		if ((flags & 16) && len >= 2) { /* its second half in a segment of its own */
+			uint32_t k = len / 2;
+			struct rte_mbuf *m2 = rte_pktmbuf_alloc(m->pool);
+			uint8_t *f2 = m2 ? (uint8_t *)rte_pktmbuf_append(m2, (uint16_t)(len - k)) : NULL;
+			if (!f2)
+				fail("no mbuf for a segment");
+			uint8_t *room2 = (uint8_t *)m2->buf_addr;
+			ASAN_UNPOISON_MEMORY_REGION(room2, m2->buf_len);
+			memcpy(f2, f + k, len - k);
+			rte_pktmbuf_trim(m, (uint16_t)(len - k));
+			ASAN_POISON_MEMORY_REGION(room + m->data_off + k, m->buf_len - m->data_off - k);
+			ASAN_POISON_MEMORY_REGION(room2, m2->data_off);
+			ASAN_POISON_MEMORY_REGION(room2 + m2->data_off + len - k, m2->buf_len - m2->data_off - (len - k));
+			if (rte_pktmbuf_chain(m, m2) != 0)
+				fail("cannot chain a segment");
+		}
 		if (rte_ring_enqueue(in, m) != 0)
 			fail("the receive ring is full");
 	}
