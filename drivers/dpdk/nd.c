@@ -154,14 +154,15 @@ void tl__dp_icmp6_input(struct tl_drv *d, struct rte_ether_hdr *eh, struct rte_i
 	}
 	d->st.nd_in++;
 	/* RFC 4861 7.1.1 and 7.1.2: hop limit 255, code 0, 24 bytes at
-	 * least, a unicast target, well-formed options. */
-	dp_ip target, src;
-	memcpy(target.b, p + 8, 16);
-	memcpy(src.b, ip->src_addr, 16);
-	if (ip->hop_limits != 255 || p[1] != 0 || len < 24 || target.b[0] == 0xff) {
+	 * least, a unicast target, well-formed options. The target is read
+	 * once the message is known to hold it. */
+	if (ip->hop_limits != 255 || p[1] != 0 || len < 24 || p[8] == 0xff) {
 		d->st.drop_bad++;
 		return;
 	}
+	dp_ip target, src;
+	memcpy(target.b, p + 8, 16);
+	memcpy(src.b, ip->src_addr, 16);
 	struct rte_ether_addr ll;
 	int has = nd_option(p + 24, len - 24, p[0] == ND_NS ? ND_OPT_SLLA : ND_OPT_TLLA, &ll);
 	if (has < 0) {
