@@ -41,7 +41,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  *          laid at the start of its buffer; else in one of a pool with it
  *          (as a port's receive queue has), after the usual headroom;
  *   bit 4: the frame's second half comes in a second segment (made after
- *          the checksums).
+ *          the checksums);
+ *   bit 5: the bytes are not the frame but a recipe for one (build(),
+ *          below): a kind of frame (UDP over IPv4 or IPv6, ARP, a
+ *          Neighbour Solicitation or Advertisement, other ICMPv6, another
+ *          IPv4 protocol, an IPv6 extension header), its addresses and
+ *          port from short lists (ours, the peer's, another host's,
+ *          unspecified, groups), a length field made longer or shorter,
+ *          the frame cut short, ND options right or malformed, a hop
+ *          limit, and a payload, with every checksum right for what is
+ *          there: deep paths a byte-level mutation seldom reaches.
  *
  * The loop (the DPDK driver on a port of two rings, one queue pair; the
  * port's addresses 127.0.0.1 and 2001:db8::1) has a UDP handle on
@@ -193,6 +202,116 @@ static void fix(uint8_t *f, uint32_t n, unsigned flags)
 	}
 }
 
+/* A frame from a recipe r[0..n) into f (room FRAME_MAX): its length.
+ *   r[0] kind (% 8): 0 UDP/IPv4, 1 UDP/IPv6, 2 ARP (r[7] & 1: a reply),
+ *        3 Neighbour Solicitation, 4 Neighbour Advertisement, 5 ICMPv6
+ *        echo request, 6 IPv4 with protocol r[7], 7 UDP/IPv6 behind a
+ *        hop-by-hop header
+ *   r[1] destination (% 4): ours, another host's, a group (broadcast;
+ *        our solicited-node group), all-nodes (broadcast for IPv4)
+ *   r[2] source (% 4): the peer, unspecified, ours, a group
+ *   r[3] UDP destination port: 0 the bound one, else r[3]
+ *   r[4] added to the IP length field (signed; 0: right)
+ *   r[5] bytes cut off the frame's end
+ *   r[6] ND option (% 4): none, the link-layer address, a zero length, a
+ *        length past the end
+ *   r[7] hop limit or TTL (0: 255)
+ *   r[8..n) the payload (UDP, ICMPv6 echo) */
+static uint32_t build(const uint8_t *r, uint32_t n, uint8_t *f)
+{
+	static const uint8_t peer_mac[6] = {2, 0, 0, 0, 0x42, 1};
+	static const uint8_t ip4[4][4] = {{127, 0, 0, 1}, {10, 1, 2, 3}, {255, 255, 255, 255}, {255, 255, 255, 255}};
+	static const uint8_t src4[4][4] = {{10, 9, 9, 9}, {0, 0, 0, 0}, {127, 0, 0, 1}, {224, 0, 0, 1}};
+	static const uint8_t ip6[4][16] = {
+		{0x20, 0x01, 0x0d, 0xb8, [15] = 1},
+		{0x20, 0x01, 0x0d, 0xb8, [15] = 0x77},
+		{0xff, 0x02, [11] = 1, [12] = 0xff, [15] = 1},
+		{0xff, 0x02, [15] = 1}};
+	static const uint8_t src6[4][16] = {
+		{0x20, 0x01, 0x0d, 0xb8, [15] = 9}, {0}, {0x20, 0x01, 0x0d, 0xb8, [15] = 1}, {0xff, 0x02, [15] = 1}};
+	uint8_t q[8] = {0};
+	memcpy(q, r, n < 8 ? n : 8);
+	const uint8_t *pay = n > 8 ? r + 8 : r;
+	uint32_t plen = n > 8 ? n - 8 : 0;
+	if (plen > 1400)
+		plen = 1400;
+	unsigned kind = q[0] % 8, dst = q[1] % 4, src = q[2] % 4, hop = q[7] ? q[7] : 255;
+	int v6 = kind == 1 || kind == 3 || kind == 4 || kind == 5 || kind == 7;
+	uint8_t *ip = f + 14, *l4;
+	uint32_t len;
+	memset(f, 0, 14 + 40 + 8 + 8 + 32);
+	memcpy(f, port_mac.addr_bytes, 6);
+	if (dst >= 2) { /* broadcast, or the IPv6 group's MAC */
+		static const uint8_t bc[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+		uint8_t g[6] = {0x33, 0x33, ip6[dst][12], ip6[dst][13], ip6[dst][14], ip6[dst][15]};
+		memcpy(f, v6 ? g : bc, 6);
+	}
+	memcpy(f + 6, peer_mac, 6);
+	if (kind == 2) { /* ARP */
+		put16(f + 12, 0x0806);
+		put16(ip, 1), put16(ip + 2, 0x0800), ip[4] = 6, ip[5] = 4;
+		put16(ip + 6, (q[7] & 1) ? 2 : 1);
+		memcpy(ip + 8, peer_mac, 6);
+		memcpy(ip + 14, src4[src], 4);
+		memcpy(ip + 24, ip4[dst], 4);
+		len = 14 + 28;
+	} else if (!v6) {
+		put16(f + 12, 0x0800);
+		l4 = ip + 20;
+		uint32_t l4len = 8 + plen;
+		if (kind == 0) {
+			put16(l4, 40000), put16(l4 + 2, q[3] ? q[3] : 53), put16(l4 + 4, (uint16_t)l4len);
+			memcpy(l4 + 8, pay, plen);
+		} else {
+			memcpy(l4, pay, plen), l4len = plen;
+		}
+		ip[0] = 0x45, ip[8] = (uint8_t)hop, ip[9] = kind == 0 ? 17 : q[7];
+		put16(ip + 2, (uint16_t)(20 + l4len + (int8_t)q[4]));
+		memcpy(ip + 12, src4[src], 4);
+		memcpy(ip + 16, ip4[dst], 4);
+		len = 14 + 20 + l4len;
+	} else {
+		put16(f + 12, 0x86dd);
+		ip[0] = 0x60, ip[7] = (uint8_t)hop;
+		memcpy(ip + 8, src6[src], 16);
+		memcpy(ip + 24, ip6[dst], 16);
+		l4 = ip + 40;
+		uint32_t l4len;
+		if (kind == 7) { /* hop-by-hop: next UDP, 8 bytes, PadN */
+			l4[0] = 17, l4[2] = 1, l4[3] = 4;
+			l4 += 8;
+		}
+		if (kind == 1 || kind == 7) {
+			ip[6] = kind == 7 ? 0 : 17;
+			put16(l4, 40000), put16(l4 + 2, q[3] ? q[3] : 54), put16(l4 + 4, (uint16_t)(8 + plen));
+			memcpy(l4 + 8, pay, plen);
+			l4len = 8 + plen;
+		} else if (kind == 5) {
+			ip[6] = 58, l4[0] = 128;
+			memcpy(l4 + 8, pay, plen);
+			l4len = 8 + plen;
+		} else { /* NS (target: ours, or another host's) or NA (target: the peer) */
+			ip[6] = 58, l4[0] = kind == 3 ? 135 : 136;
+			if (kind == 4)
+				l4[4] = 0x60;
+			memcpy(l4 + 8, kind == 3 ? ip6[dst == 1 ? 1 : 0] : src6[0], 16);
+			l4len = 24;
+			unsigned opt = q[6] % 4;
+			if (opt) {
+				l4[24] = kind == 3 ? 1 : 2;
+				l4[25] = opt == 1 ? 1 : opt == 2 ? 0 : 2;
+				memcpy(l4 + 26, peer_mac, 6);
+				l4len = 32;
+			}
+		}
+		uint32_t pl = (kind == 7 ? 8 : 0) + l4len;
+		put16(ip + 4, (uint16_t)(pl + (int8_t)q[4]));
+		len = 14 + 40 + pl;
+	}
+	fix(f, len, 6); /* checksums right for the lengths the fields say, where they fit */
+	return q[5] < len ? len - q[5] : 0;
+}
+
 /* ---- the loop ---- */
 
 struct tally {
@@ -300,6 +419,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct rte_mbuf *m = rte_pktmbuf_alloc(flags & 8 ? tp0 : tp);
 		if (m && (flags & 8))
 			m->data_off = 0;
+		uint8_t recipe[FRAME_MAX];
+		if (flags & 32) { /* the bytes are a recipe: the frame is built from it */
+			uint8_t built[FRAME_MAX];
+			uint32_t rl = len < sizeof recipe ? len : (uint32_t)sizeof recipe;
+			memcpy(recipe, data + at, rl);
+			at += len;
+			len = build(recipe, rl, built);
+			memcpy(recipe, built, len);
+		}
 		uint8_t *f = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)len) : NULL;
 		if (!m || (len && !f))
 			fail("no mbuf for a frame");
@@ -309,10 +437,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t *room = (uint8_t *)m->buf_addr;
 		ASAN_UNPOISON_MEMORY_REGION(room, m->buf_len);
 		if (len)
-			memcpy(f, data + at, len);
+			memcpy(f, flags & 32 ? recipe : data + at, len);
 		ASAN_POISON_MEMORY_REGION(room, m->data_off);
 		ASAN_POISON_MEMORY_REGION(room + m->data_off + len, m->buf_len - m->data_off - len);
-		at += len;
+		if (!(flags & 32))
+			at += len;
 		if ((flags & 1) && len >= 6)
 			memcpy(f, port_mac.addr_bytes, 6);
 		fix(f, len, flags);
