@@ -66,7 +66,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  *  - each datagram queued on a handle (rx_datagrams) comes to the host as
  *    a receive completion with its source, no longer than the frame;
  *  - what the driver sends (ARP and ND answers and questions, the two
- *    datagrams) is a frame of 42 to 1514 bytes from the port's MAC;
+ *    datagrams) is a frame of 42 to 1514 bytes from the port's MAC, in
+ *    one segment, its lengths agreeing with its size and its checksums
+ *    right (check_sent);
  *  - the loop closes with nothing left (tl_loop_close 0), and every mbuf
  *    of the target's pools is back in its pool.
  * Sanitizers see the driver's code. An mbuf is DPDK's memory, which ASan
@@ -336,6 +338,41 @@ static void take(tl_loop *l, struct tally *t, const tl_completion *c, uint32_t n
 	}
 }
 
+/* A frame the driver sent (the ring port has no checksum offload, so
+ * the driver made them all): its lengths agree with its size, its
+ * checksums are right, an ARP frame is an Ethernet/IPv4 request or reply
+ * from the port. */
+static void check_sent(const uint8_t *f, uint32_t n)
+{
+	unsigned type = (unsigned)(f[12] << 8 | f[13]);
+	const uint8_t *ip = f + 14;
+	if (type == 0x0806) {
+		unsigned op = (unsigned)(ip[6] << 8 | ip[7]);
+		if (n < 42 || ip[0] != 0 || ip[1] != 1 || ip[2] != 8 || ip[3] != 0 || ip[4] != 6 || ip[5] != 4 ||
+		    (op != 1 && op != 2) || memcmp(ip + 8, port_mac.addr_bytes, 6))
+			fail("an ARP frame sent malformed");
+	} else if (type == 0x0800) {
+		uint32_t tot = (uint32_t)(ip[2] << 8 | ip[3]);
+		if (ip[0] != 0x45 || tot != n - 14 || fold(sum(ip, 20, 0)) != 0xffff)
+			fail("an IPv4 header sent with a wrong length or checksum");
+		if (ip[9] == 17) {
+			const uint8_t *u = ip + 20;
+			uint32_t ul = (uint32_t)(u[4] << 8 | u[5]);
+			if (ul != tot - 20 || fold(sum(u, ul, sum(ip + 12, 8, 17 + ul))) != 0xffff)
+				fail("a UDP datagram sent over IPv4 with a wrong length or checksum");
+		}
+	} else if (type == 0x86dd) {
+		uint32_t pl = (uint32_t)(ip[4] << 8 | ip[5]);
+		uint8_t nh = ip[6];
+		if (n < 54 || pl != n - 54 || (nh != 17 && nh != 58))
+			fail("an IPv6 packet sent with a wrong length or an unknown next header");
+		if (fold(sum(ip + 40, pl, sum(ip + 8, 32, pl + nh))) != 0xffff)
+			fail("a UDP or ICMPv6 message sent over IPv6 with a wrong checksum");
+	} else {
+		fail("a frame sent of a type the driver does not send");
+	}
+}
+
 /* What the driver put on the wire: checked, then freed. */
 static void drain_out(void)
 {
@@ -348,6 +385,9 @@ static void drain_out(void)
 				fail("a frame sent of a size no Ethernet frame has");
 			if (!rte_is_same_ether_addr(&eh->src_addr, &port_mac))
 				fail("a frame sent from another MAC");
+			if (m[i]->nb_segs != 1)
+				fail("a frame sent in several segments");
+			check_sent(rte_pktmbuf_mtod(m[i], const uint8_t *), m[i]->data_len);
 			rte_pktmbuf_free(m[i]);
 		}
 }
