@@ -14,6 +14,7 @@
 #include <rte_mbuf.h>
 #include <rte_udp.h>
 #include "turnloop/runtime.h"
+#include "dpdk_eal.h"
 
 /* The wire a test builds frames for: its own pool, the port's MAC (the
  * frames' destination) and the peer's (their source). */
@@ -135,28 +136,6 @@ static inline void dpf_runtime_config(tl_runtime_config *cfg, uint32_t shards)
 	cfg->signals = 0;
 	cfg->plan.shards = shards;
 	cfg->plan.overcommit = 1;
-}
-
-/* The EAL of a test program named name: on ordinary memory, no PCI, one
- * lcore, the first CPU the process may run on. 0, or -1 (said on stderr). */
-static inline int dpf_eal_init(const char *name)
-{
-	char *eal[] = {(char *)name, "--no-huge", "-m", "128", "--no-pci", "--no-shconf",
-		       "--no-telemetry", "-l", "0", "--log-level=*:error", NULL};
-	cpu_set_t cs;
-	char cpu[8];
-	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
-	for (int k = 0; k < CPU_SETSIZE; k++)
-		if (CPU_ISSET(k, &cs)) {
-			snprintf(cpu, sizeof cpu, "%d", k);
-			eal[8] = cpu;
-			break;
-		}
-	if (rte_eal_init(10, eal) < 0) {
-		fprintf(stderr, "%s: rte_eal_init failed\n", name);
-		return -1;
-	}
-	return 0;
 }
 
 /* After the port's TL_DPDK_* settings: a loop made with the defaults must

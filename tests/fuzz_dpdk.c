@@ -1,12 +1,9 @@
 /* tests/fuzz_dpdk.c: libFuzzer target for the DPDK driver's reading of frames off the wire (drivers/dpdk/wire.c, nd.c): the input's frames put on a ring port's receive ring and taken by a loop with IPv4 and IPv6 UDP handles bound, its sends waiting for neighbours, every frame's fate checked. */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <arpa/inet.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -19,6 +16,7 @@
 #include <turnloop/dgram.h>
 #include <turnloop/loop.h>
 #include "dpdk.h"
+#include "dpdk_eal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -96,21 +94,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	char pref[48];
-	snprintf(pref, sizeof pref, "--file-prefix=fuzzdpdk%d", (int)getpid());
-	char *eal[] = {"fuzz_dpdk", "--no-huge", "-m", "128", "--no-pci", "--no-shconf", "--no-telemetry",
-		       "-l", "0", "--log-level=*:error", pref, NULL};
-	cpu_set_t cs;
-	char cpu[8];
-	pthread_getaffinity_np(pthread_self(), sizeof cs, &cs);
-	for (int k = 0; k < CPU_SETSIZE; k++)
-		if (CPU_ISSET(k, &cs)) {
-			snprintf(cpu, sizeof cpu, "%d", k);
-			eal[8] = cpu;
-			break;
-		}
-	if (rte_eal_init(11, eal) < 0)
-		fail("rte_eal_init failed");
+	if (dpf_eal_init("fuzz_dpdk") < 0)
+		abort();
 	in = rte_ring_create("f_in", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	out = rte_ring_create("f_out", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
 	int port = in && out ? rte_eth_from_rings("tl_fuzz", &in, 1, &out, 1, 0) : -1;
