@@ -34,6 +34,10 @@ void tlp_ctl_msg(tl_shard *s, uint64_t t, uint64_t payload)
 		if (tl_shard_id(s) == 0 && payload)
 			tlp_reload((struct tlp_reload_req *)(uintptr_t)payload);
 		return;
+	case TLP_MSG_GEN_IN:
+		if (tl_shard_id(s) == 0 && tlp_cp.running)
+			tlp_reload_check();
+		return;
 	case TLP_MSG_CTLTICK:
 		if (tl_shard_id(s) != 0 || !tlp_cp.running)
 			return;
@@ -41,6 +45,7 @@ void tlp_ctl_msg(tl_shard *s, uint64_t t, uint64_t payload)
 			return;
 		now = tlp_mono_ns();
 		tlp_publish_pending();
+		tlp_reload_check();
 		for (uint32_t i = 0; i < tlp_w.ngp; i++) {
 			struct tlp_gpool *gp = tlp_w.gp[i];
 			const struct tlp_pool_cfg *pc = gp->cfg;
@@ -105,6 +110,7 @@ void tlp_ctl_stop(tl_shard *s)
 	if (tlp_cp.pending_gen) {
 		tlp_cp.pending_gen = NULL;
 	}
+	tlp_reload_forget();
 }
 
 void tlp_ctl_free(void)

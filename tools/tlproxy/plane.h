@@ -13,6 +13,8 @@ struct tlp_cp {
 	int running;
 	uint64_t collect_at;
 	struct tlp_gen *pending_gen; /* built, applied, not yet published */
+	struct tlp_gen *announce;    /* a reload not yet on every shard (a reference) */
+	int announce_n;              /* its pools with new servers, for the log */
 	uint8_t pending_view[TLP_REG_POOLS];
 	uint8_t shown[TLP_REG_SERVERS]; /* server_state last published, +1 */
 };

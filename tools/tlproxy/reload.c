@@ -55,8 +55,33 @@ void tlp_reload(struct tlp_reload_req *req)
 	for (uint32_t i = 0; i < w->nhost; i++)
 		if (w->host[i]->used && !w->host[i]->known && !w->host[i]->busy)
 			tlp_resolve_start(i, tlp_mono_ns());
+	/* A reload is done when every shard runs it: until then a listener
+	 * it adds may not be bound yet, so neither the log nor systemd hear
+	 * of it. A newer reload supersedes one still on its way (each shard
+	 * takes generations in the order shard 0 sent them). */
+	tlp_reload_forget();
+	atomic_fetch_add(&g->refs, 1);
+	tlp_cp.announce = g;
+	tlp_cp.announce_n = n;
+	tlp_reload_check();
+}
+
+void tlp_reload_check(void)
+{
+	struct tlp_gen *g = tlp_cp.announce;
+
+	if (!g || atomic_load(&g->applied) < tlp_w.nshards)
+		return;
 	tlp_log("reloaded: %u listeners, %u pools (%d with new servers)", g->cfg->nlisteners,
-		g->cfg->npools, n);
+		g->cfg->npools, tlp_cp.announce_n);
 	tlp_sd_notify("READY=1");
+	tlp_reload_forget();
+}
+
+void tlp_reload_forget(void)
+{
+	if (tlp_cp.announce)
+		tlp_gen_put(tlp_cp.announce);
+	tlp_cp.announce = NULL;
 }
 

@@ -328,6 +328,10 @@ void tlp_on_ctl(tl_shard *s, const tl_completion *e)
 		tlp_shard_listen(s, g);
 		if ((r = tlp_udp_use(SH(s), g)) < 0)
 			tlp_log("reload: shard %u: udp listeners: %s", SH(s)->id, tl_strerror(r));
+		/* The last shard to take it tells shard 0, which announces the
+		 * reload (its tick looks too, should the post be refused). */
+		if (atomic_fetch_add(&g->applied, 1) + 1 == tlp_w.nshards)
+			(void)tl_shard_post(s, 0, tlp_ctl_token(TLP_MSG_GEN_IN, 0), 0);
 		return;
 	}
 	case TLP_MSG_VIEW:

@@ -252,6 +252,7 @@ struct tlp_lrt {
 /* A loaded configuration. */
 struct tlp_gen {
 	_Atomic uint32_t refs;        /* shards using it, plus one while current */
+	_Atomic uint32_t applied;     /* shards that have taken it from TLP_MSG_GEN */
 	uint64_t ver;
 	struct tlp_config *cfg;
 	struct tlp_lrt *l;            /* cfg->nlisteners */
@@ -426,6 +427,7 @@ enum {
 	TLP_MSG_HO_STOP = 13,   /* the deadline: what is still on its way carries on here */
 	TLP_MSG_HO_FIN = 14,    /* the end: keep the listening sockets away, or take them back */
 	TLP_MSG_RESUME = 15,    /* room came free elsewhere: admit held clients, accept again */
+	TLP_MSG_GEN_IN = 16,    /* shard 0: the last shard has applied a reload's generation */
 };
 
 static inline uint64_t tlp_ctl_token(uint32_t type, uint64_t arg)
