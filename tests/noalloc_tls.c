@@ -154,7 +154,7 @@ static uint32_t ntls;
 static tl_completion loop_done[256];
 static uint32_t nloop;
 
-static void die(const char *what, long long v)
+static _Noreturn void die(const char *what, long long v)
 {
 	fprintf(stderr, "noalloc_tls: %s: %lld\n", what, v);
 	exit(1);

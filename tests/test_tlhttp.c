@@ -1425,7 +1425,7 @@ static void test_timeouts(void)
 	uint64_t t0 = st_now_ns();
 	int closed = 0;
 	for (int i = 0; i < 30 && !closed; i++) {
-		if (send_all(fd, "GET / HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa" + i, 1) < 0)
+		if (send_all(fd, &"GET / HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa"[i], 1) < 0)
 			closed = 1;
 		struct pollfd pf = {.fd = fd, .events = POLLIN};
 		if (poll(&pf, 1, 100) > 0)

@@ -663,7 +663,7 @@ static void test_sni_ext_bad(void)
 
 	/* Host names that are not. */
 	static const char *const bad_hosts[] = {"a b.com", "a..b", ".a.b", "a.b.", "a/b", "a:443",
-						"caf\xc3\xa9.fr", "a\x01" "b", "*.example.com"};
+						"caf\xc3\xa9.fr", ("a\x01" "b"), "*.example.com"};
 	for (size_t i = 0; i < sizeof bad_hosts / sizeof bad_hosts[0]; i++) {
 		e.n = 0;
 		ext_sni(&e, bad_hosts[i]);
