@@ -935,10 +935,70 @@ def t_nofile(env):
     env.stop(p)
 
 
+def t_udp_only(env):
+    """A file without TCP listeners sizes a shard's connection tables for
+    its health checks and admin clients (1,024), not for 15,872 clients:
+    with 5000 sessions on one shard it raises the descriptor limit to
+    2 x 1024 + 1024 + 5000, not to 37,768. A reload that adds a TCP
+    listener says how many connections a shard it gets until a restart,
+    and the listener forwards."""
+    import resource
+
+    def lim():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 16384))
+
+    echo = env.echo()
+    tcp = free_port()
+    te = env.spawn([env.tlecho, "-p", str(tcp)], "tlecho-tcp")
+    t = time.time() + 10
+    while "listening" not in open(te.errname).read():
+        check(te.poll() is None and time.time() < t, "the TCP echo server did not start")
+        time.sleep(0.02)
+    port, lt = free_port(), free_port()
+    udp_part = f"""shards: 1
+listeners:
+  - {{name: u, proto: udp, sessions: 5000, listen: ["127.0.0.1:{port}"], pool: e}}
+"""
+    pools = f"""pools:
+  - {{name: e, servers: [{{address: "127.0.0.1:{echo}"}}]}}
+  - {{name: t, servers: [{{address: "127.0.0.1:{tcp}"}}]}}
+"""
+    path = env.config(udp_part + pools)
+    err = open(os.path.join(env.dir, "udponly.err"), "w")
+    p = subprocess.Popen([env.tlproxy, "--config", path], stdout=subprocess.DEVNULL, stderr=err,
+                         preexec_fn=lim)
+    p.errname = err.name
+    env.procs.append(p)
+    wait_log(p, "running:")
+    m = re.search(r"Max open files\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
+    check(m and int(m.group(1)) == 8072, f"soft limit {m.group(1) if m else '?'}, want 8072")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    s.sendto(b"ping", ("127.0.0.1", port))
+    check(s.recv(100) == b"ping", "the UDP listener does not answer")
+    check(te.poll() is None, "the TCP echo server exited")
+    env.config(udp_part + f"""  - {{name: t, listen: "127.0.0.1:{lt}", pool: t}}
+""" + pools)
+    p.send_signal(signal.SIGHUP)
+    wait_log(p, r"started without TCP listeners: its TCP listeners take up to 1024 connections")
+    wait_log(p, r"reloaded: 2 listeners")
+    c = socket.create_connection(("127.0.0.1", lt), timeout=2)
+    c.sendall(b"hello over tcp")
+    got = b""
+    while len(got) < 14:
+        d = c.recv(100)
+        check(d, "the TCP listener the reload added closed")
+        got += d
+    check(got == b"hello over tcp", f"the TCP listener the reload added echoed {got!r}")
+    c.close()
+    s.close()
+    env.stop(p)
+
+
 CASES = {"cli_dig": t_cli_dig, "dnsperf": t_dnsperf, "oneway": t_oneway, "down_up": t_down_up,
          "udp_health": t_udp_health,
          "limit": t_limit, "sizes": t_sizes, "ipv6": t_ipv6, "large": t_large,
-         "reload": t_reload, "nofile": t_nofile, "takeover": t_takeover,
+         "reload": t_reload, "nofile": t_nofile, "udp_only": t_udp_only, "takeover": t_takeover,
          "noalloc": t_noalloc}
 
 

@@ -24,7 +24,8 @@
  * held: accepted, nothing read, not counted, first in line for the room
  * (up to HELD_MAX a shard, the table's spare; past that one is closed as
  * `limit`). A shard's table is a limit too: it admits at most admit_cap
- * clients (max_conns, or 15,872 without: main.c), so that held ones always find
+ * clients (max_conns, or 15,872 without, 1,024 without TCP listeners:
+ * main.c), so that held ones always find
  * a slot. A client
  * that has its server chosen and finds no descriptor to connect with is
  * held the same way (F_FDWAIT), its server slot given back and no retry

@@ -172,6 +172,15 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
 	return r;
 }
 
+uint32_t tlp_config_tcp_listeners(const struct tlp_config *c)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < c->nlisteners; i++)
+		n += c->listeners[i].proto == TLP_PROTO_TCP;
+	return n;
+}
+
 void tlp_config_free(struct tlp_config *c)
 {
 	if (c)

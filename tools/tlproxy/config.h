@@ -273,6 +273,9 @@ int tlp_config_load(const char *path, struct tlp_config **out, struct tlp_diag *
  * NULL is fine. */
 void tlp_config_free(struct tlp_config *c);
 
+/* How many of c's listeners take TCP connections (proto tcp). */
+uint32_t tlp_config_tcp_listeners(const struct tlp_config *c);
+
 /* ---- the command line ---- */
 
 /* What the command line asked for: a model built from options, or a file

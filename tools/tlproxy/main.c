@@ -51,11 +51,22 @@
 #define POOL_SPARE 1024
 #define POOL_MAX 32768
 #define DEFAULT_CONNS ((POOL_MAX - POOL_SPARE) / 2) /* per shard without max_conns */
+/*
+ * A file without TCP listeners (a UDP proxy; a DPDK port serves datagrams
+ * only) needs connections for its health checks and admin clients alone:
+ * without max_conns its tables are sized for UDP_ONLY_CONNS a shard, not
+ * DEFAULT_CONNS (a tenth of the memory, and no descriptor limit to raise
+ * for connections it never makes). A reload that adds TCP listeners runs
+ * them within that until a restart, and says so.
+ */
+#define UDP_ONLY_CONNS 1024
 
-/* Pooled buffers for a shard of cap connections. */
-static uint32_t pool_for(uint32_t cap)
+/* Pooled buffers for a shard of cap connections and udp_sess UDP sessions:
+ * one for each side of a connection, one for each session (a datagram on
+ * its way), and POOL_SPARE. */
+static uint32_t pool_for(uint32_t cap, uint64_t udp_sess)
 {
-	uint64_t n = 2ull * cap + POOL_SPARE;
+	uint64_t n = 2ull * cap + udp_sess + POOL_SPARE;
 	return n < POOL_MAX ? (uint32_t)n : POOL_MAX;
 }
 
@@ -544,10 +555,10 @@ int main(int argc, char **argv)
 		tlp_config_free(cfg);
 		return 1;
 	}
-	cap = cfg->max_conns ? cfg->max_conns : DEFAULT_CONNS;
+	w->conn_cap_udp = !cfg->max_conns && !tlp_config_tcp_listeners(cfg);
+	cap = cfg->max_conns ? cfg->max_conns : w->conn_cap_udp ? UDP_ONLY_CONNS : DEFAULT_CONNS;
 	if (cap > (1u << 20))
 		cap = 1u << 20;
-	pool = pool_for(cap);
 	if (cap > DEFAULT_CONNS)
 		fprintf(stderr,
 			"tlproxy: max_conns %u: a shard's %u pooled buffers cover clients that "
@@ -562,6 +573,7 @@ int main(int argc, char **argv)
 			udp_sess += cfg->listeners[i].sessions;
 	if (udp_sess > (1u << 21))
 		udp_sess = 1u << 21;
+	pool = pool_for(cap, udp_sess);
 	/* A pipe of the splice pool is two descriptors. */
 	spl_all = tlp_spl_pool(cfg, nshards, &spl_pipes, &spl_size);
 	/* On a DPDK port connections and sessions hold no descriptors. */

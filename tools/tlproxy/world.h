@@ -285,6 +285,7 @@ struct tlp_world {
 	tl_runtime *rt;
 	uint32_t nshards;
 	uint32_t conn_cap;          /* connections per shard */
+	uint8_t conn_cap_udp;       /* conn_cap is the small one of a start without TCP listeners */
 	uint32_t nleases;           /* pooled buffers of a shard's loop: its lease ids are below */
 	_Atomic uint32_t conns;     /* whole process */
 	uint32_t max_conns;         /* process limit, 0 none (of the current generation) */
