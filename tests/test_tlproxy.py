@@ -2889,7 +2889,7 @@ def t_nofile(env):
 
 def t_notify(env):
     """Under systemd (NOTIFY_SOCKET): READY=1 once listening, RELOADING=1 and
-    READY=1 around a reload, STOPPING=1 on SIGTERM."""
+    READY=1 around a reload (one refused too), STOPPING=1 on SIGTERM."""
     up, lp = env.port(), env.port()
     path = env.path("notify.sock")
     n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -2905,9 +2905,25 @@ pools:
     got = [n.recv(100)]
     px.p.send_signal(signal.SIGHUP)
     got += [n.recv(100), n.recv(100)]
+    # A reload that shard 0 refuses (a file is read fine, but its pools
+    # would take the registry past 1024 since the start: the fifth of
+    # these, 256 new pools each) ends with READY=1 too, or systemd would
+    # wait for it until its timeout.
+    for k in range(5):
+        pools = "".join(f'  - {{name: p{k}_{i}, servers: [{{address: "127.0.0.1:{up}"}}]}}\n'
+                        for i in range(256))
+        write_cfg(env, "nt.yaml", f"""
+listeners:
+  - {{name: web, listen: "127.0.0.1:{lp}", pool: p{k}_0}}
+pools:
+""" + pools)
+        px.p.send_signal(signal.SIGHUP)
+        got += [n.recv(100), n.recv(100)]
+    env.wait_for(px, "reload failed: more than 1024 pools since the start", 5)
     px.p.send_signal(signal.SIGTERM)
     got.append(n.recv(100))
-    check(got == [b"READY=1", b"RELOADING=1", b"READY=1", b"STOPPING=1"], f"notifications: {got}")
+    want = [b"READY=1"] + [b"RELOADING=1", b"READY=1"] * 6 + [b"STOPPING=1"]
+    check(got == want, f"notifications: {got}")
     check(px.p.wait(10) == 0, "tlproxy did not exit 0")
 
 

@@ -46,6 +46,7 @@ void tlp_reload(struct tlp_reload_req *req)
 	free(req);
 	if (!g) {
 		tlp_log("reload failed: %s; the running configuration stays", err);
+		tlp_sd_notify("READY=1");
 		return;
 	}
 	g->ver = old->ver + 1;
