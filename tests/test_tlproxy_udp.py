@@ -911,27 +911,35 @@ def t_takeover(env):
         up.stop()
 
 
-def t_nofile(env):
-    """The descriptor limit is raised for the UDP sessions too (a socket
-    each): --max-conns 1000 and --sessions 5000 on one shard need 2 x 1000
-    + 1024 + 5000."""
+def proxy_nofile(env, args, name):
+    """tlproxy with args under a descriptor limit of 256 (hard 16384), once
+    running, and the soft limit it raised itself to."""
     import resource
 
     def lim():
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 16384))
 
-    echo = env.echo()
-    port = free_port()
-    err = open(os.path.join(env.dir, "nofile.err"), "w")
-    p = subprocess.Popen([env.tlproxy, "--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
-                          f"127.0.0.1:{echo}", "--shards", "1", "--max-conns", "1000",
-                          "--sessions", "5000"], stdout=subprocess.DEVNULL, stderr=err,
+    err = open(os.path.join(env.dir, name + ".err"), "w")
+    p = subprocess.Popen([env.tlproxy] + args, stdout=subprocess.DEVNULL, stderr=err,
                          preexec_fn=lim)
     p.errname = err.name
     env.procs.append(p)
     wait_log(p, "running:")
     m = re.search(r"Max open files\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
-    check(m and int(m.group(1)) == 8024, f"soft limit {m.group(1) if m else '?'}, want 8024")
+    check(m, "no descriptor limit in /proc")
+    return p, int(m.group(1))
+
+
+def t_nofile(env):
+    """The descriptor limit is raised for the UDP sessions too (a socket
+    each): --max-conns 1000 and --sessions 5000 on one shard need 2 x 1000
+    + 1024 + 5000."""
+    echo = env.echo()
+    port = free_port()
+    p, soft = proxy_nofile(env, ["--udp", "--listen", f"127.0.0.1:{port}", "--upstream",
+                                 f"127.0.0.1:{echo}", "--shards", "1", "--max-conns", "1000",
+                                 "--sessions", "5000"], "nofile")
+    check(soft == 8024, f"soft limit {soft}, want 8024")
     env.stop(p)
 
 
@@ -942,11 +950,6 @@ def t_udp_only(env):
     2 x 1024 + 1024 + 5000, not to 37,768. A reload that adds a TCP
     listener says how many connections a shard it gets until a restart,
     and the listener forwards."""
-    import resource
-
-    def lim():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 16384))
-
     echo = env.echo()
     tcp = free_port()
     te = env.spawn([env.tlecho, "-p", str(tcp)], "tlecho-tcp")
@@ -963,15 +966,8 @@ listeners:
   - {{name: e, servers: [{{address: "127.0.0.1:{echo}"}}]}}
   - {{name: t, servers: [{{address: "127.0.0.1:{tcp}"}}]}}
 """
-    path = env.config(udp_part + pools)
-    err = open(os.path.join(env.dir, "udponly.err"), "w")
-    p = subprocess.Popen([env.tlproxy, "--config", path], stdout=subprocess.DEVNULL, stderr=err,
-                         preexec_fn=lim)
-    p.errname = err.name
-    env.procs.append(p)
-    wait_log(p, "running:")
-    m = re.search(r"Max open files\s+(\d+)", open(f"/proc/{p.pid}/limits").read())
-    check(m and int(m.group(1)) == 8072, f"soft limit {m.group(1) if m else '?'}, want 8072")
+    p, soft = proxy_nofile(env, ["--config", env.config(udp_part + pools)], "udponly")
+    check(soft == 8072, f"soft limit {soft}, want 8072")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(2)
     s.sendto(b"ping", ("127.0.0.1", port))
