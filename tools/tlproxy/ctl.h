@@ -17,7 +17,8 @@ void tlp_ctl_stop(tl_shard *s);
 /* Free what the control plane kept (main thread, at the end). */
 void tlp_ctl_free(void);
 /* The control plane's messages, from the shard's switch: TLP_MSG_RELOAD
- * (payload: struct tlp_config *) and TLP_MSG_CTLTICK; others are ignored. */
+ * (payload: struct tlp_reload_req *), TLP_MSG_GEN_IN (every shard applied
+ * the newest generation) and TLP_MSG_CTLTICK; others are ignored. */
 void tlp_ctl_msg(tl_shard *s, uint64_t type, uint64_t payload);
 
 #endif /* TLP_CTL_H */

@@ -9,7 +9,7 @@
 #include "resolve.h"
 #include "sdnotify.h"
 
-/* Calls: reload -> resolve, plane, world, sdnotify. */
+/* Calls: reload -> resolve, plane, world (config), sdnotify. */
 
 void tlp_reload(struct tlp_reload_req *req)
 {

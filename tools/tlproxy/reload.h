@@ -2,7 +2,7 @@
 #ifndef TLP_RELOAD_H
 #define TLP_RELOAD_H
 
-/* Calls: reload -> resolve, plane, world, sdnotify. */
+/* Calls: reload -> resolve, plane, world (config), sdnotify. */
 #include "world.h"
 
 /* Apply req's configuration with its TLS contexts (req, which it then
