@@ -24,6 +24,10 @@
 #include <sys/socket.h>
 #endif
 #include <turnloop/poll.h>
+#include "tl_config.h"
+#if TL_HAVE_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
 
 static char cur_name[160];
 static int skip_total;
@@ -165,6 +169,12 @@ void h_init(void)
 	const char *t = getenv("TL_TEST_SLOW");
 	if (t && atoi(t) > 0)
 		slow_factor = atoi(t);
+#if TL_HAVE_VALGRIND
+	/* Under valgrind every wait stretches as meson's timeouts do in CI
+	 * (--timeout-multiplier 4), unless TL_TEST_SLOW says otherwise. */
+	else if (RUNNING_ON_VALGRIND)
+		slow_factor = 4;
+#endif
 	test_timeout_s = H_TEST_TIMEOUT_S * (unsigned)slow_factor;
 	t = getenv("TL_TEST_TIMEOUT");
 	if (t && atoi(t) > 0)

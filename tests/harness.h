@@ -20,8 +20,9 @@
  * the program with a message naming the test if a turn ever hangs.
  */
 
-/* $TL_TEST_SLOW (an integer, default 1) multiplies every wait bound and time
- * limit below, for runs under valgrind or sanitizers. */
+/* The factor every wait bound and time limit below stretches by, for runs
+ * under valgrind or sanitizers: $TL_TEST_SLOW (an integer), else 4 under
+ * valgrind, else 1. */
 int h_slow(void);
 
 #define H_MS 1000000ull                  /* nanoseconds per millisecond */
