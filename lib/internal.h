@@ -82,6 +82,8 @@ struct tl_loop {
 	tl__os_thread thread;
 	tl_config cfg;
 	uint64_t spin;       /* cfg.spin_ns where the driver and mode allow it, else 0 */
+	uint64_t nap;        /* cfg.nap_ns likewise (not on Windows), else 0 */
+	uint32_t batch;      /* native records the last turn's polls gathered (nap()) */
 
 	struct tl_hslot *h;
 	uint32_t hfree, nhandles;

@@ -63,7 +63,7 @@ static int valid_config(const tl_config *c)
 	/* The pooled buffers must fit one allocation comfortably. */
 	if ((uint64_t)c->pooled_buffers * c->pooled_buffer_size > (1ull << 32))
 		return 0;
-	if (c->spin_ns > 1000000)
+	if (c->spin_ns > 1000000 || c->nap_ns > 1000000)
 		return 0;
 	return 1;
 }
@@ -188,6 +188,11 @@ int tl_loop_new(tl_loop **out, const tl_config *cfg)
 	/* The simulation's clock stands still while it polls: no spin there. */
 	if ((l->dv->caps & TL_CAP_OS) && !l->cfg.embed)
 		l->spin = l->cfg.spin_ns;
+#ifndef _WIN32
+	/* Nor a nap, which sleeps on the OS clock (not Windows': milliseconds). */
+	if ((l->dv->caps & TL_CAP_OS) && !l->cfg.embed)
+		l->nap = l->cfg.nap_ns;
+#endif
 	/* After the driver: whether pipes are OS pipes depends on it. */
 	if ((r = tl__pipes_init(l)) < 0)
 		goto fail_driver;

@@ -212,6 +212,40 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 	}
 }
 
+/* The nap before a park (tl_config.nap_ns): while events come in batches
+ * (the turn's last poll gathered at least NAP_BATCH native records), a turn
+ * about to park first sleeps nap_ns (or t, if shorter) on a timer, as no
+ * waiter of its OS objects, then polls once without blocking. A sender finds
+ * nobody to wake, and what came meanwhile is taken as one batch. The batch
+ * that poll gathers (or, if it found nothing, the OS wait after it) decides
+ * the next nap: a client that waits for each answer, one record at a time,
+ * is not made to wait a nap for it. Returns SPUN when the loop must not park
+ * (work came, or the nap used up t), else what is left of t for the OS wait;
+ * *napped is the time slept. */
+#define NAP_BATCH 2
+static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *pi,
+		   uint64_t *napped)
+{
+	uint64_t ns = t > 0 && (uint64_t)t < l->nap ? (uint64_t)t : l->nap;
+	uint32_t before = l->buffered[TL_CLS_NATIVE];
+
+	uint64_t t0 = l->dv->now(l->d);
+	l->st.naps++;
+#ifndef _WIN32
+	tl__os_nap_ns(ns);
+#endif
+	uint64_t now = l->dv->now(l->d);
+	*napped = now - t0;
+	if (l->dv->poll(l->d, 0, pi) < 0)
+		return t; /* the OS wait says the error again */
+	if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
+		return SPUN;
+	l->st.nap_parks++;
+	if (t < 0)
+		return -1;
+	return now - start >= (uint64_t)t ? SPUN : (int64_t)(start + (uint64_t)t - now);
+}
+
 int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	    tl_turn_info *info)
 {
@@ -231,8 +265,9 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	/* Queued work forbids blocking and allows one zero-timeout discovery
 	 * poll, only while native operations are pending (contract 1.6). */
 	int native_step = !queued || l->native_pending;
-	uint64_t idle = 0;
+	uint64_t idle = 0, napped = 0;
 	if (l->buffered[TL_CLS_NATIVE] < l->cfg.events_per_turn && native_step) {
+		uint32_t mark = l->buffered[TL_CLS_NATIVE];
 		int64_t t = timeout_ns;
 		uint64_t dl = next_deadline(l);
 		if (dl != UINT64_MAX) {
@@ -244,16 +279,22 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 			t = 0;
 		if (t != 0 && l->spin)
 			t = spin(l, start, t, &pi);
+		if (t != 0 && t != SPUN && l->nap && l->batch >= NAP_BATCH &&
+		    (t = nap(l, start, t, &pi, &napped)) != SPUN)
+			mark = l->buffered[TL_CLS_NATIVE]; /* the park's batch counts */
 		r = t == SPUN ? 0 : l->dv->poll(l->d, t, &pi);
 		tl__poster_running(l->poster);
 		if (r < 0)
 			return r;
+		l->batch = l->buffered[TL_CLS_NATIVE] - mark;
 	}
 	/* One reading after the poll: where its wait ended, and the turn's now.
 	 * Progress the poll reported happened before it. */
 	uint64_t now = l->dv->now(l->d);
 	if (pi.waits)
 		idle = now - start;
+	else
+		idle = napped;
 	r = tl__dl_step(l, now);
 	run_timers(l, now);
 	tl__sys_run(l, now);

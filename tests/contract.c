@@ -1173,6 +1173,121 @@ static void test_turn_spin(void)
 	h_end(l, fds);
 }
 
+/* A turn of the nap test's loop: its records, leases given back. */
+static int nap_turn(tl_loop *l, int64_t t, tl_turn_info *info)
+{
+	tl_completion out[8];
+	int n = tl_turn(l, t, out, 8, info);
+	for (int i = 0; i < n; i++)
+		if (out[i].flags & TL_F_LEASE)
+			H_EQ(tl_lease_release(l, out[i].u.read.lease.id), 0);
+	return n;
+}
+
+/* tl_config.nap_ns: a turn about to park naps first only while the last
+ * poll gathered a batch (two records or more); a nap that finds work ends
+ * the turn without an OS wait, one that finds nothing parks for the rest
+ * of the wait; records one at a time (a client that waits for each answer)
+ * never meet a nap; the simulation driver and Windows never nap. Over 1 ms
+ * is refused. Nothing here depends on how fast the host runs: what the
+ * peer sent over loopback is in the socket once its write has completed. */
+static void test_turn_nap(void)
+{
+	int fds = h_begin();
+	tl_config cfg = cfg_default();
+	tl_loop *bad = NULL;
+	cfg.nap_ns = 1000001;
+	H_EQ(tl_loop_new(&bad, &cfg), -EINVAL);
+	cfg.nap_ns = 1000000;
+	h_ctx ca, cb;
+	h_ctx_init(&ca, h_loop_cfg(&cfg));
+	h_ctx_init(&cb, h_loop());
+	tl_loop *a = ca.loop;
+	tl_handle s[2], c[2];
+	tl_op rd[2];
+	tl_turn_info info;
+	if (!h_need_cap(a, TL_CAP_TCP))
+		goto out;
+#ifdef _WIN32
+	int naps = 0;
+#else
+	int naps = !!(tl_loop_caps(a) & TL_CAP_OS);
+#endif
+	h_ctx_link(&ca, &cb);
+	for (int i = 0; i < 2; i++)
+		H_EQ_FATAL(h_pair(&ca, &cb, AF_INET, &s[i], &c[i]), 0);
+	ca.peer = cb.peer = NULL; /* from here each side turns alone */
+	for (int i = 0; i < 2; i++)
+		H_EQ(tl_read_start(a, s[i], 20 + (uint64_t)i, &rd[i]), 0);
+	for (int k = 0; k < 3; k++)
+		nap_turn(a, 0, NULL); /* the reads armed, nothing gathered */
+	if (!naps) {
+		/* The same batches, each taken in its own time: never a nap. */
+		tl_loop_stats z = stats(a);
+		int got = 0;
+		for (int r = 0; r < 2; r++) {
+			for (int i = 0; i < 2; i++)
+				H_EQ(h_write_all(&cb, c[i], "x", 1), 1);
+			for (int k = 0; k < 200 && got < 2 * (r + 1); k++)
+				got += nap_turn(a, 10 * (int64_t)H_MS, NULL);
+		}
+		H_EQ(got, 4);
+		H_EQ(stats(a).naps - z.naps, 0);
+		goto close;
+	}
+
+	/* A batch: one byte on each stream, gathered by one poll. */
+	for (int i = 0; i < 2; i++)
+		H_EQ(h_write_all(&cb, c[i], "x", 1), 1);
+	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+	tl_loop_stats s0 = stats(a);
+	/* After a batch, a nap that finds the next one: no OS wait. */
+	for (int i = 0; i < 2; i++)
+		H_EQ(h_write_all(&cb, c[i], "y", 1), 1);
+	H_EQ(nap_turn(a, 1000 * (int64_t)H_MS, &info), 2);
+	tl_loop_stats s1 = stats(a);
+	H_EQ(s1.naps - s0.naps, 1);
+	H_EQ(s1.nap_parks - s0.nap_parks, 0);
+	H_EQ(info.os_waits, 0);
+	H_TRUE(info.idle_ns >= 1000 * 1000, "napped %llu ns of 1 ms",
+	       (unsigned long long)info.idle_ns);
+	H_TRUE(info.waited_ns < 1000 * H_MS, "the turn took %llu ns",
+	       (unsigned long long)info.waited_ns);
+	/* After a batch, a nap that finds nothing, then the wait's rest. */
+	H_EQ(nap_turn(a, 50 * (int64_t)H_MS, &info), 0);
+	tl_loop_stats s2 = stats(a);
+	H_EQ(info.os_waits, 1);
+	H_EQ(s2.naps - s1.naps, 1);
+	H_EQ(s2.nap_parks - s1.nap_parks, 1);
+	H_TRUE(info.idle_ns >= 1000 * 1000, "idle %llu ns, the nap was 1 ms",
+	       (unsigned long long)info.idle_ns);
+	/* That wait gathered nothing: no nap before the next one. */
+	H_EQ(nap_turn(a, 20 * (int64_t)H_MS, &info), 0);
+	/* One record at a time: no nap either. */
+	for (int k = 0; k < 3; k++) {
+		H_EQ(h_write_all(&cb, c[0], "z", 1), 1);
+		H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 1);
+		H_EQ(info.os_waits, 1);
+	}
+	tl_loop_stats s3 = stats(a);
+	H_EQ(s3.naps - s2.naps, 0);
+	H_EQ(s3.nap_parks - s2.nap_parks, 0);
+close:
+	for (int i = 0; i < 2; i++) {
+		H_EQ(tl_close(a, s[i], 30), 0);
+		H_EQ(tl_close(cb.loop, c[i], 31), 0);
+	}
+	for (int k = 0; k < 400 && (tl_alive(a) || tl_alive(cb.loop)); k++) {
+		nap_turn(a, (int64_t)H_MS, NULL);
+		h_turn(&cb, 0);
+	}
+out:
+	h_ctx_fini(&ca);
+	h_ctx_fini(&cb);
+	h_drain_close(cb.loop);
+	h_end(a, fds);
+}
+
 /* =====================================================================
  * 1.7 Fairness
  * ===================================================================== */
@@ -3900,6 +4015,7 @@ static const struct test_def tests[] = {
 	T("1.5-1.6 completions and turns", test_turn_never_blocks_with_work),
 	T("1.5-1.6 completions and turns", test_turn_info),
 	T("1.6 a turn spins before it parks (spin_ns)", test_turn_spin),
+	T("1.6 a turn naps before it parks while events come in batches (nap_ns)", test_turn_nap),
 	T("1.5-1.6 completions and turns", test_turn_queued_work_events_flow),
 	T("1.5-1.6 completions and turns", test_turn_echo_one_wait),
 	T("1.7 fairness", test_fair_posts_vs_timer),

@@ -143,6 +143,20 @@ typedef struct tl_config {
 	 * Only drivers with OS objects spin (TL_CAP_OS: not the simulation),
 	 * and not an embedded loop. 0 (default): park at once.   0, <= 1 ms */
 	uint64_t spin_ns;
+	/* While events come in batches (the turn's last poll gathered two
+	 * records or more), a turn about to park first sleeps nap_ns on a
+	 * timer, as no waiter of its handles, then polls once without
+	 * blocking, and parks only if nothing came. Whoever sends to the loop
+	 * meanwhile pays no wake-up, and the loop takes what came as one
+	 * batch: less CPU on both sides at high rates (docs/PERFORMANCE.md,
+	 * "Napping before parking"), at up to nap_ns (plus the kernel's timer
+	 * slack, 50 us by default) more latency for the first event of a
+	 * batch. A client that waits for each answer gathers no batches and
+	 * meets no naps. After the spin when both are set. Only drivers with
+	 * OS objects nap (TL_CAP_OS), not an embedded loop, not on Windows
+	 * (whose sleeps are whole milliseconds). 0 (default): never.
+	 *                                                         0, <= 1 ms */
+	uint64_t nap_ns;
 } tl_config;
 
 /* Fill *cfg with the defaults above. */
@@ -1040,6 +1054,9 @@ typedef struct tl_loop_stats {
 	 * of them those that found nothing and parked after all (or used up
 	 * their wait). */
 	uint64_t spins, spin_parks;
+	/* Napping before a park (tl_config.nap_ns): turns that napped, and of
+	 * them those that found nothing after the nap and parked after all. */
+	uint64_t naps, nap_parks;
 	/* A driver that owns a NIC (DPDK, docs/DPDK.md): frames its queue
 	 * pair received and sent, frames it dropped (every reason: malformed,
 	 * fragments, other protocols or hosts, no handle on the port, a

@@ -456,6 +456,19 @@ static inline void tl__os_sleep_us(uint32_t us)
 #endif
 }
 
+#ifndef _WIN32
+/* Sleep about ns nanoseconds on the monotonic clock, as nobody's waiter (the
+ * loop's nap, lib/turn.c). The kernel adds the thread's timer slack (50 us
+ * by default on Linux). Not on Windows, whose sleeps are whole milliseconds:
+ * loops do not nap there. */
+static inline void tl__os_nap_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+		;
+}
+#endif
+
 /* ---- sockets ---- */
 
 /* Close socket fd, one the loop took from tl_detach or was given to adopt
