@@ -84,6 +84,7 @@ static void test_full(void)
 	T_EQ(c->max_conns, 100000);
 	T_EQ(c->splice_pipes, 64);
 	T_EQ(c->splice_pipe_size, 1u << 20);
+	T_EQ(c->nap_us, 100);
 	T_EQ(c->nlisteners, 2);
 	T_EQ(c->npools, 4);
 	if (c->nlisteners != 2 || c->npools != 4)
@@ -248,6 +249,8 @@ static void test_defaults(void)
 	T_TRUE(!c->cpus && !c->user && !c->admin && !c->access_log, "optional strings set");
 	T_EQ(c->admin_timeout_ns, 60 * SECS);
 	T_EQ(c->drain_timeout_ns, 30 * SECS);
+	T_EQ(c->spin_us, 0);
+	T_EQ(c->nap_us, 50);
 	T_EQ(c->max_conns, 0);
 	T_EQ(c->splice_pipes, 0);
 	T_EQ(c->splice_pipe_size, 0);
@@ -948,7 +951,7 @@ static void test_args(void)
 		 "unix:/run/u.sock", "--shards", "4", "--balance", "hash", "--proxy-protocol", "v2",
 		 "--splice", "--max-conns", "5000", "--connect-timeout", "750ms", "--idle-timeout",
 		 "2m", "--listen", "[::]:8080", "--splice-pipes", "3", "--splice-pipe-size", "256k",
-		 "--half-close", "off", "--drain-timeout", "3s", "--spin-us", "20", NULL);
+		 "--half-close", "off", "--drain-timeout", "3s", "--spin-us", "20", "--nap-us", "0", NULL);
 	T_EQ(r, 0);
 	T_STR(err, "");
 	if (r == 0 && a.cfg) {
@@ -960,6 +963,7 @@ static void test_args(void)
 		T_EQ(c->shards, 4);
 		T_EQ(c->drain_timeout_ns, 3 * SECS);
 		T_EQ(c->spin_us, 20);
+		T_EQ(c->nap_us, 0);
 		T_EQ(c->max_conns, 5000);
 		T_EQ(c->splice_pipes, 3);
 		T_EQ(c->splice_pipe_size, 256u << 10);
@@ -1084,6 +1088,7 @@ static void test_args_bad(void)
 	args_bad("--proxy-protocol: 'v3' is not none, v1 or v2", "--proxy-protocol", "v3", NULL);
 	args_bad("--max-conns: '0' is not 1 to 10000000", "--max-conns", "0", NULL);
 	args_bad("--spin-us: '1001' is not a number from 0 to 1000", "--spin-us", "1001", NULL);
+	args_bad("--nap-us: '1001' is not a number from 0 to 1000", "--nap-us", "1001", NULL);
 	args_bad("--max-datagram: '65508' is not a number from 1 to 65507", "--udp",
 		 "--max-datagram", "65508", NULL);
 	args_bad("--splice-pipes: '0' is not 1 to 4096", "--splice-pipes", "0", NULL);

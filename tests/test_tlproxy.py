@@ -799,8 +799,20 @@ http {{ access_log off; keepalive_requests 1000000; server {{ listen 127.0.0.1:{
 
 
 def t_redis(env):
-    """redis-server behind tlproxy under redis-benchmark: every command the
-    benchmark sent reached the server."""
+    """redis-server behind tlproxy under redis-benchmark, the shards parking
+    at once (nap_us: 0): every command the benchmark sent reached the
+    server."""
+    redis_through(env, "nap_us: 0\n")
+
+
+def t_redis_nap(env):
+    """The same with the shards napping 300 us before they park (the
+    default is 50): the pipelined load comes in batches, so naps are
+    taken, and every command still reaches the server."""
+    redis_through(env, "nap_us: 300\n")
+
+
+def redis_through(env, extra):
     rs = need("redis-server")
     rb = need("redis-benchmark")
     rc = need("redis-cli")
@@ -809,7 +821,7 @@ def t_redis(env):
               wait_line="Ready to accept connections")
     cfg = write_cfg(env, "redis.yaml", f"""
 shards: 2
-listeners:
+{extra}listeners:
   - {{name: redis, listen: "127.0.0.1:{lp}", pool: r}}
 pools:
   - name: r

@@ -43,6 +43,7 @@ struct tlp_config *tlp__new_config(struct tlp_arena **arena)
 	cfg->admin_timeout_ns = R_ADMIN_TIMEOUT.dflt;
 	cfg->drain_timeout_ns = R_DRAIN.dflt;
 	cfg->spin_us = TLP_SPIN_US_DFLT;
+	cfg->nap_us = TLP_NAP_US_DFLT;
 	return cfg;
 }
 

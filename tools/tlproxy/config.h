@@ -82,6 +82,9 @@ enum tlp_proto { TLP_PROTO_TCP = 0, TLP_PROTO_UDP };
 /* spin_us, --spin-us (docs/TLPROXY.md, "Spinning before parking"). */
 #define TLP_SPIN_US_DFLT 0u
 #define TLP_SPIN_US_MAX 1000u
+/* nap_us, --nap-us (docs/TLPROXY.md, "Napping before parking"). */
+#define TLP_NAP_US_DFLT 50u
+#define TLP_NAP_US_MAX 1000u
 /* A UDP listener's longest datagram (max_datagram): by default a pooled
  * buffer's size, at most what an IPv4 UDP datagram can carry. */
 #define TLP_UDP_DGRAM_DFLT 16384u
@@ -224,6 +227,9 @@ struct tlp_config {
 	uint64_t admin_timeout_ns; /* an admin client idle this long is closed; default 60 s */
 	uint32_t spin_us;          /* a shard about to park polls this long first
 				    * (tl_config.spin_ns), default TLP_SPIN_US_DFLT */
+	uint32_t nap_us;           /* and, while events come in batches, sleeps
+				    * this long first (tl_config.nap_ns), default
+				    * TLP_NAP_US_DFLT */
 	uint64_t drain_timeout_ns; /* a SIGTERM drain lets connections finish this long, then
 				    * cuts them; default 30 s (read at start: a reload keeps it) */
 	const char *access_log;  /* NULL = no access log */

@@ -27,7 +27,7 @@ static int takes_value(const char *o)
 		"--config", "--check", "--listen", "--upstream", "--shards", "--cpus", "--balance",
 		"--proxy-protocol", "--max-conns", "--splice-pipes", "--splice-pipe-size",
 		"--connect-timeout", "--drain-timeout", "--idle-timeout", "--tls-cert", "--tls-key",
-		"--tls-ocsp", "--half-close", "--spin-us", "--max-datagram", "--responses",
+		"--tls-ocsp", "--half-close", "--spin-us", "--nap-us", "--max-datagram", "--responses",
 		"--sessions",
 	};
 
@@ -52,7 +52,7 @@ const char *tlp_args_usage(void)
 			 "               [--splice-pipe-size SIZE] [--max-conns N]\n"
 			 "               [--tls-cert FILE --tls-key FILE [--tls-ocsp FILE]]\n"
 			 "               [--connect-timeout D] [--idle-timeout D] [--half-close on|off]\n"
-			 "               [--drain-timeout D] [--spin-us N]\n"
+			 "               [--drain-timeout D] [--spin-us N] [--nap-us N]\n"
 			 "               [--udp [--responses N] [--sessions N] [--max-datagram N]]\n"
 			 "       tlproxy --config FILE\n"
 			 "       tlproxy --check FILE\n"
@@ -85,7 +85,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	int half_close = 1;
 	int udp = 0;
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096, dgmax = TLP_UDP_DGRAM_DFLT;
-	uint32_t spin = TLP_SPIN_US_DFLT;
+	uint32_t spin = TLP_SPIN_US_DFLT, nap = TLP_NAP_US_DFLT;
 	int idle_given = 0;
 	const char *tls_cert = NULL, *tls_key = NULL, *tls_ocsp = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
@@ -313,6 +313,12 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_SPIN_US_MAX);
 				goto out;
 			}
+		} else if (!strcmp(o, "--nap-us")) {
+			if (tools_digits32(v, 0, TLP_NAP_US_MAX, &nap) < 0) {
+				fail(err, errlen, "%s: '%s' is not a number from 0 to %u", o,
+				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_NAP_US_MAX);
+				goto out;
+			}
 		} else if (!strcmp(o, "--max-datagram")) {
 			if (tools_digits32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number from 1 to %u", o,
@@ -408,6 +414,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		cfg->shards = shards;
 		cfg->drain_timeout_ns = drain;
 		cfg->spin_us = spin;
+		cfg->nap_us = nap;
 		cfg->max_conns = max_conns;
 		cfg->splice_pipes = spipes;
 		cfg->splice_pipe_size = spsize;

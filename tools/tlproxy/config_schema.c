@@ -538,9 +538,9 @@ void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *
 					   "admin",      "access_log",   "max_conns",
 					   "listeners",  "pools",        "splice_pipes",
 					   "splice_pipe_size", "admin_timeout", "drain_timeout",
-					   "spin_us"};
+					   "spin_us",    "nap_us"};
 	enum { SHARDS, CPUS, USER, ADMIN, LOG, MAXC, LISTENERS, POOLS, SPIPES, SPSIZE, ADMINTO,
-	       DRAINTO, SPIN, NKEYS };
+	       DRAINTO, SPIN, NAP, NKEYS };
 	const struct ynode *v[NKEYS];
 	char p[64];
 
@@ -594,6 +594,8 @@ void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *
 		tlp__get_dur(c, v[DRAINTO], "drain_timeout", R_DRAIN, &cfg->drain_timeout_ns);
 	if (v[SPIN])
 		tlp__get_uint(c, v[SPIN], "spin_us", 0, TLP_SPIN_US_MAX, &cfg->spin_us);
+	if (v[NAP])
+		tlp__get_uint(c, v[NAP], "nap_us", 0, TLP_NAP_US_MAX, &cfg->nap_us);
 	if (v[LOG])
 		tlp__get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])

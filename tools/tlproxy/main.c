@@ -620,6 +620,7 @@ int main(int argc, char **argv)
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
 	rc.loop.spin_ns = (uint64_t)cfg->spin_us * 1000;
+	rc.loop.nap_ns = (uint64_t)cfg->nap_us * 1000;
 	if (spl_pipes) {
 		rc.loop.pipes = spl_pipes;
 		rc.loop.pipe_size = spl_size;

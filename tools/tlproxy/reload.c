@@ -37,6 +37,8 @@ void tlp_reload(struct tlp_reload_req *req)
 			tlp_log("reload: shards and cpus change only with a restart");
 	if (cfg->spin_us != old->cfg->spin_us)
 		tlp_log("reload: spin_us changes only with a restart");
+	if (cfg->nap_us != old->cfg->nap_us)
+		tlp_log("reload: nap_us changes only with a restart");
 	if (w->conn_cap_udp && tlp_config_tcp_listeners(cfg) && !tlp_config_tcp_listeners(old->cfg))
 		tlp_log("reload: the process started without TCP listeners: its TCP listeners take "
 			"up to %u connections a shard until a restart (max_conns sizes it)",
