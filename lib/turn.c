@@ -215,7 +215,9 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 /* The nap before a park (tl_config.nap_ns): while events come in batches
  * (the turn's last poll gathered at least NAP_BATCH native records), a turn
  * about to park first sleeps nap_ns (or t, if shorter) on a timer, as no
- * waiter of its OS objects, then polls once without blocking. A sender finds
+ * waiter of its OS objects, then polls once without blocking (after a poll
+ * that sends what the turn's handlers asked for: io_uring submits at its
+ * poll, and a nap before it would hold their sends back). A sender finds
  * nobody to wake, and what came meanwhile is taken as one batch. The batch
  * that poll gathers (or, if it found nothing, the OS wait after it) decides
  * the next nap: a client that waits for each answer, one record at a time,
@@ -229,10 +231,19 @@ static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *p
 	uint64_t ns = t > 0 && (uint64_t)t < l->nap ? (uint64_t)t : l->nap;
 	uint32_t before = l->buffered[TL_CLS_NATIVE];
 
-	uint64_t t0 = l->dv->now(l->d);
+	/* First what this turn's handlers asked for goes out (io_uring submits
+	 * at its poll), and what is ready already ends the nap before it
+	 * starts. */
+	if (l->dv->poll(l->d, 0, pi) < 0)
+		return t;
+	if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
+		return SPUN;
 	l->st.naps++;
+	uint64_t t0 = l->dv->now(l->d);
 #ifndef _WIN32
 	tl__os_nap_ns(ns);
+#else
+	(void)ns; /* never: loops do not nap on Windows (lib/loop.c) */
 #endif
 	uint64_t now = l->dv->now(l->d);
 	*napped = now - t0;
