@@ -418,6 +418,12 @@ struct tl_driver {
 	 * discovery poll. */
 	int (*poll)(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info);
 
+	/* Hand the OS the submissions that wait for the next poll, gathering
+	 * nothing (a nap, lib/turn.c, sleeps after it: what the turn's handlers
+	 * sent must not wait out the nap). May be NULL where submissions go out
+	 * as they are made. */
+	void (*flush)(struct tl_drv *d);
+
 	/* A lease went back to the core's free list (the host released it);
 	 * drivers with kernel-side buffer rings re-provide it, readiness drivers
 	 * resume reads that waited for a buffer. id TL_NO_LEASE: none came back,

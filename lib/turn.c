@@ -215,13 +215,17 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 /* The nap before a park (tl_config.nap_ns): while events come in batches
  * (the turn's last poll gathered at least NAP_BATCH native records), a turn
  * about to park first sleeps nap_ns (or t, if shorter) on a timer, as no
- * waiter of its OS objects, then polls once without blocking (after a poll
- * that sends what the turn's handlers asked for: io_uring submits at its
+ * waiter of its OS objects, then polls once without blocking (having first
+ * handed the OS what the turn's handlers asked for: io_uring submits at its
  * poll, and a nap before it would hold their sends back). A sender finds
  * nobody to wake, and what came meanwhile is taken as one batch. The batch
  * that poll gathers (or, if it found nothing, the OS wait after it) decides
  * the next nap: a client that waits for each answer, one record at a time,
- * is not made to wait a nap for it. Returns SPUN when the loop must not park
+ * is not made to wait a nap for it. Nor is a handle paused at its caps
+ * (contract 4.10), or a pool with no lease to spare: what frees their
+ * leases and bytes is the completion of the loop's own sends, which a nap
+ * would hold back (a UDP proxy served a fifth of its queries so). Returns
+ * SPUN when the loop must not park
  * (work came, or the nap used up t), else what is left of t for the OS wait;
  * *napped is the time slept. */
 #define NAP_BATCH 2
@@ -232,12 +236,11 @@ static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *p
 	uint32_t before = l->buffered[TL_CLS_NATIVE];
 
 	/* First what this turn's handlers asked for goes out (io_uring submits
-	 * at its poll), and what is ready already ends the nap before it
-	 * starts. */
-	if (l->dv->poll(l->d, 0, pi) < 0)
-		return t;
-	if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
-		return SPUN;
+	 * at its poll): sends do not wait out the nap. */
+	if (l->dv->flush)
+		l->dv->flush(l->d);
+	if (work_ready(l))
+		return SPUN; /* the flush finished something */
 	l->st.naps++;
 	uint64_t t0 = l->dv->now(l->d);
 #ifndef _WIN32
@@ -290,8 +293,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 			t = 0;
 		if (t != 0 && l->spin)
 			t = spin(l, start, t, &pi);
-		if (t != 0 && t != SPUN && l->nap && l->batch >= NAP_BATCH &&
-		    (t = nap(l, start, t, &pi, &napped)) != SPUN)
+		if (t != 0 && t != SPUN && l->nap && l->batch >= NAP_BATCH && !l->st.paused &&
+		    !l->lpool.starved && (t = nap(l, start, t, &pi, &napped)) != SPUN)
 			mark = l->buffered[TL_CLS_NATIVE]; /* the park's batch counts */
 		r = t == SPUN ? 0 : l->dv->poll(l->d, t, &pi);
 		tl__poster_running(l->poster);

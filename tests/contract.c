@@ -1173,14 +1173,23 @@ static void test_turn_spin(void)
 	h_end(l, fds);
 }
 
-/* A turn of the nap test's loop: its records, leases given back. */
+/* A turn of the nap test's loop: its records, leases given back (but for
+ * one of the stream with token 20 while nap_hold asks, kept in nap_kept). */
+static int nap_hold;
+static uint32_t nap_kept = UINT32_MAX;
+
 static int nap_turn(tl_loop *l, int64_t t, tl_turn_info *info)
 {
 	tl_completion out[8];
 	int n = tl_turn(l, t, out, 8, info);
-	for (int i = 0; i < n; i++)
-		if (out[i].flags & TL_F_LEASE)
+	for (int i = 0; i < n; i++) {
+		if (!(out[i].flags & TL_F_LEASE))
+			continue;
+		if (nap_hold && out[i].token == 20 && nap_kept == UINT32_MAX)
+			nap_kept = out[i].u.read.lease.id;
+		else
 			H_EQ(tl_lease_release(l, out[i].u.read.lease.id), 0);
+	}
 	return n;
 }
 
@@ -1214,6 +1223,22 @@ static void nap_send(struct nap_peer *p, int delay_us)
 	H_EQ_FATAL(pthread_create(&p->t, NULL, nap_peer_main, p), 0);
 }
 
+/* A reader of the nap test's peer socket: the byte, and when it came. */
+struct nap_reader {
+	int fd;
+	char got;
+	uint64_t at;
+	pthread_t t;
+};
+
+static void *nap_reader_main(void *arg)
+{
+	struct nap_reader *r = arg;
+	if (read(r->fd, &r->got, 1) == 1)
+		r->at = h_wall_ns();
+	return NULL;
+}
+
 /* Turns until n records came (or 2 s): how many came. */
 static int nap_take(tl_loop *l, int n)
 {
@@ -1225,11 +1250,13 @@ static int nap_take(tl_loop *l, int n)
 #endif
 
 /* tl_config.nap_ns: a turn about to park naps first only while the last
- * poll gathered a batch (two records or more), and not when work is ready
- * already; a nap that finds work ends the turn without an OS wait, one that
+ * poll gathered a batch (two records or more); a write the turn asked for
+ * goes out before the nap; a nap that finds work ends the turn without an
+ * OS wait, one that
  * finds nothing parks for the rest of the wait; records one at a time (a
  * client that waits for each answer) never meet a nap; the simulation
- * driver and Windows never nap. Over 1 ms is refused. The loop's two
+ * driver and Windows never nap; nor does a loop with a stream paused at its
+ * caps. Over 1 ms is refused. The loop's two
  * streams are socketpair ends, whose bytes are in the socket when write(2)
  * returns; only the case of bytes that come during a nap depends on time,
  * and it needs one such nap in 20 tries. */
@@ -1241,6 +1268,7 @@ static void test_turn_nap(void)
 	cfg.nap_ns = 1000001;
 	H_EQ(tl_loop_new(&bad, &cfg), -EINVAL);
 	cfg.nap_ns = 1000000;
+	cfg.handle_leases = 1;
 	h_ctx ca;
 	h_ctx_init(&ca, h_loop_cfg(&cfg));
 	tl_loop *a = ca.loop;
@@ -1280,28 +1308,32 @@ static void test_turn_nap(void)
 	/* A batch: a byte on each stream, gathered by one poll. */
 	nap_send(&p, 0);
 	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
-	/* After a batch, with the next one ready already: no nap. */
-	tl_loop_stats s0 = stats(a);
+	/* After a batch, a write just asked for goes out before the nap, not
+	 * after it (io_uring submits at its polls): the peer has the byte in
+	 * the first half of the turn, which naps 1 ms. */
+	nap_send(&p, 0);
+	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+	struct nap_reader r = {.fd = p.fd[0]};
+	H_EQ_FATAL(pthread_create(&r.t, NULL, nap_reader_main, &r), 0);
+	h_sleep_ms(20); /* the reader blocked in read(2) */
+	tl_op w;
+	uint64_t t0 = h_wall_ns();
+	H_EQ(tl_write(a, s[0], "w", 1, 25, &w), 0);
+	int n = nap_turn(a, 100 * (int64_t)H_MS, &info);
+	uint64_t t1 = h_wall_ns();
+	H_EQ(pthread_join(r.t, NULL), 0);
+	H_EQ(n + nap_take(a, 1 - n), 1);
+	H_EQ(r.got, 'w');
+	/* (On epoll the write completes inside tl_write, and that completion,
+	 * queued, lets the turn take no nap.) */
+	if (t1 - t0 >= 1000 * 1000)
+		H_TRUE(r.at - t0 < (t1 - t0) / 2,
+		       "the write reached the peer %llu us into a %llu us turn",
+		       (unsigned long long)((r.at - t0) / 1000),
+		       (unsigned long long)((t1 - t0) / 1000));
 	nap_send(&p, 0);
 	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
 	tl_loop_stats s1 = stats(a);
-	H_EQ(s1.naps - s0.naps, 0);
-	/* After a batch, a write just asked for goes out before any nap (on
-	 * io_uring it is submitted at a poll), and its completion is work. */
-	nap_send(&p, 0);
-	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
-	tl_op w;
-	char got = 0;
-	H_EQ(tl_write(a, s[0], "w", 1, 25, &w), 0);
-	s1 = stats(a);
-	int n = nap_take(a, 1);
-	H_EQ(n, 1);
-	H_EQ(stats(a).naps - s1.naps, 0);
-	H_EQ(read(p.fd[0], &got, 1), 1);
-	H_EQ(got, 'w');
-	nap_send(&p, 0);
-	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
-	s1 = stats(a);
 	/* After a batch, a nap that finds nothing, then the wait's rest. */
 	H_EQ(nap_turn(a, 50 * (int64_t)H_MS, &info), 0);
 	tl_loop_stats s2 = stats(a);
@@ -1337,6 +1369,20 @@ static void test_turn_nap(void)
 		H_EQ(n + nap_take(a, 2 - n), 2);
 	}
 	H_TRUE(found, "no nap found the batch that came during it in 20 tries");
+	/* A stream paused at its cap (one lease here, kept): no nap, since
+	 * what frees a paused handle is the loop's own work. */
+	nap_hold = 1;
+	nap_send(&p, 0);
+	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+	H_TRUE(nap_kept != UINT32_MAX && stats(a).paused == 1, "stream not paused (%u)",
+	       stats(a).paused);
+	tl_loop_stats c0 = stats(a);
+	H_EQ(nap_turn(a, 20 * (int64_t)H_MS, &info), 0);
+	H_EQ(stats(a).naps - c0.naps, 0);
+	nap_hold = 0;
+	if (nap_kept != UINT32_MAX)
+		H_EQ(tl_lease_release(a, nap_kept), 0);
+	nap_kept = UINT32_MAX;
 	for (int i = 0; i < 2; i++) {
 		H_EQ(tl_close(a, s[i], 30), 0);
 		close(p.fd[i]);

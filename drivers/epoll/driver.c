@@ -323,6 +323,14 @@ static void run_ready(struct tl_drv *d)
 	}
 }
 
+/* What the ready list holds (datagram sends gathered for one sendmmsg, and
+ * reads and writes found ready) runs now, before the loop naps. */
+static void ep_flush(struct tl_drv *d)
+{
+	if (d->rlen)
+		run_ready(d);
+}
+
 static int ep_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 {
 	tl_loop *l = d->loop;
@@ -465,6 +473,7 @@ const struct tl_driver tl__driver_epoll = {
 	.cancel = ep_cancel,
 	.try_write = tl__ep_try_write,
 	.poll = ep_poll,
+	.flush = ep_flush,
 	.lease_returned = ep_lease_returned,
 	.pause = ep_pause,
 	.embed_fd = ep_embed_fd,

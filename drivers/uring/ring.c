@@ -229,6 +229,16 @@ static uint32_t reap(struct tl_drv *d, int *stopped)
 	return n;
 }
 
+/* What the turn queued goes to the kernel now; its completions are left
+ * for the next poll to reap. */
+void tl__ur_flush(struct tl_drv *d)
+{
+	run_starts(d);
+	unsigned submit = flush_sq(&d->ring);
+	if (submit)
+		(void)enter(d, submit, 0, NULL);
+}
+
 int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info)
 {
 	struct io_uring *r = &d->ring;

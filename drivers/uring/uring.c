@@ -91,6 +91,7 @@ const struct tl_driver tl__driver_uring = {
 	.submit = tl__ur_submit,
 	.cancel = tl__ur_cancel,
 	.poll = tl__ur_poll,
+	.flush = tl__ur_flush,
 	.lease_returned = tl__ur_lease_returned,
 	.lease_take = tl__ur_lease_take,
 	.pause = tl__ur_pause,

@@ -459,6 +459,7 @@ int tl__ur_init(tl_loop *loop, const tl_config *cfg, tl__os_notifier *wake, stru
 void tl__ur_destroy(struct tl_drv *d);
 uint64_t tl__ur_now(struct tl_drv *d);
 int tl__ur_poll(struct tl_drv *d, int64_t timeout_ns, struct tl_poll_info *info);
+void tl__ur_flush(struct tl_drv *d);
 int tl__ur_embed_fd(struct tl_drv *d);
 void tl__ur_embed_deadline(struct tl_drv *d, uint64_t at_ns);
 /* Embedded loops are not polled by their host until the ring fd is
