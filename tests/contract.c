@@ -1331,6 +1331,41 @@ static void test_turn_nap(void)
 		       "the write reached the peer %llu us into a %llu us turn",
 		       (unsigned long long)((r.at - t0) / 1000),
 		       (unsigned long long)((t1 - t0) / 1000));
+	/* The same for a datagram (epoll gathers them for one sendmmsg at its
+	 * poll). */
+	if (tl_loop_caps(a) & TL_CAP_UDP) {
+		int rx = socket(AF_INET, SOCK_DGRAM, 0);
+		struct sockaddr_in sin = {.sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t sl = sizeof sin;
+		H_EQ_FATAL(bind(rx, (struct sockaddr *)&sin, sizeof sin), 0);
+		H_EQ_FATAL(getsockname(rx, (struct sockaddr *)&sin, &sl), 0);
+		tl_addr to, lo;
+		tl_handle u;
+		h_loopback(&to, AF_INET, ntohs(sin.sin_port));
+		h_loopback(&lo, AF_INET, 0);
+		H_EQ_FATAL(tl_udp_bind(a, &lo, &u), 0);
+		nap_send(&p, 0);
+		H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+		struct nap_reader ur = {.fd = rx};
+		H_EQ_FATAL(pthread_create(&ur.t, NULL, nap_reader_main, &ur), 0);
+		h_sleep_ms(20);
+		t0 = h_wall_ns();
+		H_EQ(tl_udp_send(a, u, "d", 1, &to, 26, &w), 0);
+		n = nap_turn(a, 100 * (int64_t)H_MS, &info);
+		t1 = h_wall_ns();
+		H_EQ(pthread_join(ur.t, NULL), 0);
+		H_EQ(n + nap_take(a, 1 - n), 1);
+		H_EQ(ur.got, 'd');
+		if (t1 - t0 >= 1000 * 1000)
+			H_TRUE(ur.at - t0 < (t1 - t0) / 2,
+			       "the datagram reached the peer %llu us into a %llu us turn",
+			       (unsigned long long)((ur.at - t0) / 1000),
+			       (unsigned long long)((t1 - t0) / 1000));
+		H_EQ(tl_close(a, u, 27), 0);
+		H_EQ(nap_take(a, 1), 1);
+		close(rx);
+	}
 	nap_send(&p, 0);
 	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
 	tl_loop_stats s1 = stats(a);
