@@ -85,6 +85,7 @@ static void test_full(void)
 	T_EQ(c->splice_pipes, 64);
 	T_EQ(c->splice_pipe_size, 1u << 20);
 	T_EQ(c->nap_us, 100);
+	T_EQ(c->nap_given, 1);
 	T_EQ(c->nlisteners, 2);
 	T_EQ(c->npools, 4);
 	if (c->nlisteners != 2 || c->npools != 4)
@@ -251,6 +252,7 @@ static void test_defaults(void)
 	T_EQ(c->drain_timeout_ns, 30 * SECS);
 	T_EQ(c->spin_us, 0);
 	T_EQ(c->nap_us, 50);
+	T_EQ(c->nap_given, 0);
 	T_EQ(c->max_conns, 0);
 	T_EQ(c->splice_pipes, 0);
 	T_EQ(c->splice_pipe_size, 0);
@@ -964,6 +966,7 @@ static void test_args(void)
 		T_EQ(c->drain_timeout_ns, 3 * SECS);
 		T_EQ(c->spin_us, 20);
 		T_EQ(c->nap_us, 0);
+		T_EQ(c->nap_given, 1);
 		T_EQ(c->max_conns, 5000);
 		T_EQ(c->splice_pipes, 3);
 		T_EQ(c->splice_pipe_size, 256u << 10);

@@ -229,7 +229,8 @@ struct tlp_config {
 				    * (tl_config.spin_ns), default TLP_SPIN_US_DFLT */
 	uint32_t nap_us;           /* and, while events come in batches, sleeps
 				    * this long first (tl_config.nap_ns), default
-				    * TLP_NAP_US_DFLT */
+				    * TLP_NAP_US_DFLT where no listener is UDP */
+	int nap_given;             /* nap_us was set (the key or --nap-us) */
 	uint64_t drain_timeout_ns; /* a SIGTERM drain lets connections finish this long, then
 				    * cuts them; default 30 s (read at start: a reload keeps it) */
 	const char *access_log;  /* NULL = no access log */

@@ -86,6 +86,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 	int udp = 0;
 	uint32_t responses = TLP_RESPONSES_ANY, sessions = 4096, dgmax = TLP_UDP_DGRAM_DFLT;
 	uint32_t spin = TLP_SPIN_US_DFLT, nap = TLP_NAP_US_DFLT;
+	int nap_given = 0;
 	int idle_given = 0;
 	const char *tls_cert = NULL, *tls_key = NULL, *tls_ocsp = NULL;
 	uint64_t connect = R_CONNECT.dflt, idle = R_IDLE.dflt, drain = R_DRAIN.dflt;
@@ -319,6 +320,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 				     tlp__clip(v, strlen(v), shown, sizeof shown), TLP_NAP_US_MAX);
 				goto out;
 			}
+			nap_given = 1;
 		} else if (!strcmp(o, "--max-datagram")) {
 			if (tools_digits32(v, 1, TLP_UDP_DGRAM_MAX, &dgmax) < 0) {
 				fail(err, errlen, "%s: '%s' is not a number from 1 to %u", o,
@@ -415,6 +417,7 @@ int tlp_args_parse(int argc, char **argv, struct tlp_args *a, char *err, size_t 
 		cfg->drain_timeout_ns = drain;
 		cfg->spin_us = spin;
 		cfg->nap_us = nap;
+		cfg->nap_given = nap_given;
 		cfg->max_conns = max_conns;
 		cfg->splice_pipes = spipes;
 		cfg->splice_pipe_size = spsize;

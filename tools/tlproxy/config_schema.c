@@ -594,8 +594,10 @@ void tlp__parse_top(struct ctx *c, const struct ynode *root, struct tlp_config *
 		tlp__get_dur(c, v[DRAINTO], "drain_timeout", R_DRAIN, &cfg->drain_timeout_ns);
 	if (v[SPIN])
 		tlp__get_uint(c, v[SPIN], "spin_us", 0, TLP_SPIN_US_MAX, &cfg->spin_us);
-	if (v[NAP])
+	if (v[NAP]) {
 		tlp__get_uint(c, v[NAP], "nap_us", 0, TLP_NAP_US_MAX, &cfg->nap_us);
+		cfg->nap_given = 1;
+	}
 	if (v[LOG])
 		tlp__get_text(c, v[LOG], "access_log", 4095, 0, &cfg->access_log, NULL);
 	if (v[MAXC])

@@ -620,7 +620,13 @@ int main(int argc, char **argv)
 	rc.loop.pooled_buffer_size = POOLED_SIZE;
 	rc.loop.handle_leases = HANDLE_LEASES;
 	rc.loop.spin_ns = (uint64_t)cfg->spin_us * 1000;
+	/* Naps by default only where no listener is UDP: a datagram receive at
+	 * its lease cap waits for the completions of the sends that hold its
+	 * leases, and on io_uring a nap holds those back (docs/TLPROXY.md,
+	 * "Napping before parking"). */
 	rc.loop.nap_ns = (uint64_t)cfg->nap_us * 1000;
+	if (!cfg->nap_given && tlp_config_tcp_listeners(cfg) < cfg->nlisteners)
+		rc.loop.nap_ns = 0;
 	if (spl_pipes) {
 		rc.loop.pipes = spl_pipes;
 		rc.loop.pipe_size = spl_size;
