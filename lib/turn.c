@@ -214,20 +214,21 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 
 /* The nap before a park (tl_config.nap_ns): while events come in batches
  * (the turn's last poll gathered at least NAP_BATCH native records), a turn
- * about to park first sleeps nap_ns (or t, if shorter) on a timer, as no
- * waiter of its OS objects, then polls once without blocking (having first
- * handed the OS what the turn's handlers asked for: io_uring submits at its
- * poll, and a nap before it would hold their sends back). A sender finds
- * nobody to wake, and what came meanwhile is taken as one batch. The batch
- * that poll gathers (or, if it found nothing, the OS wait after it) decides
- * the next nap: a client that waits for each answer, one record at a time,
- * is not made to wait a nap for it. Nor is a handle paused at its caps
- * (contract 4.10), or a pool with no lease to spare: what frees their
- * leases and bytes is the completion of the loop's own sends, which a nap
- * would hold back (a UDP proxy served a fifth of its queries so). Returns
- * SPUN when the loop must not park
- * (work came, or the nap used up t), else what is left of t for the OS wait;
- * *napped is the time slept. */
+ * about to park hands the OS what its handlers submitted (the driver's
+ * flush: io_uring submits at its poll, and a nap before that would hold
+ * their sends back), sleeps nap_ns (or t, if shorter) on a timer, as no
+ * waiter of its OS objects, then polls once without blocking. A sender
+ * finds nobody to wake, and what came meanwhile is taken as one batch. The
+ * batch that poll gathers (or, if it found nothing, the OS wait after it)
+ * decides the next nap: a client that waits for each answer, one record at
+ * a time, is not made to wait a nap for it. Nor is a loop with a handle
+ * paused at its caps (contract 4.10) or a pool with no lease to spare, whose
+ * leases come back as the loop's own sends complete. (A datagram receive
+ * kept under its cap with fewer requests in the kernel is not paused, and
+ * on io_uring its sends' completions wait out the nap: loopback DNS through
+ * tlproxy lost three queries in four, docs/PERFORMANCE.md.) Returns SPUN
+ * when the loop must not park (work came, or the nap used up t), else what
+ * is left of t for the OS wait; *napped is the time slept. */
 #define NAP_BATCH 2
 static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *pi,
 		   uint64_t *napped)
