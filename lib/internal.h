@@ -209,6 +209,9 @@ void tl__poster_close(struct tl_poster *p);
 int tl__poster_begin(struct tl_poster *p);   /* 1 if a wake arrived */
 int tl__poster_park(struct tl_poster *p);    /* 0: parked; 1: a wake came, do not block */
 void tl__poster_running(struct tl_poster *p);
+/* 1 if a wake came since tl__poster_park: polls made while parked (a spin,
+ * a nap) take the notifier's event, so they must ask before blocking. */
+int tl__poster_woken(struct tl_poster *p);
 void tl__poster_signal(struct tl_poster *p); /* fire the notifier (embed mode) */
 void tl__poster_wake_waiters(struct tl_poster *p);
 /* Register who to hear when p has room: 0 registered, 1 room is there now

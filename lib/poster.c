@@ -98,6 +98,13 @@ int tl__poster_park(struct tl_poster *p)
 	return 0;
 }
 
+int tl__poster_woken(struct tl_poster *p)
+{
+	/* Acquire: pairs with the waker's exchange, made after what it
+	 * published. */
+	return atomic_load_explicit(&p->state, memory_order_acquire) == TL_PARK_NOTIFIED;
+}
+
 void tl__poster_running(struct tl_poster *p)
 {
 	atomic_store_explicit(&p->state, TL_PARK_RUNNING, memory_order_relaxed);

@@ -184,8 +184,10 @@ static void embed_park(tl_loop *l)
 }
 
 /* The spin before a park (tl_config.spin_ns): discovery polls until
- * native events come, other work is ready or spin_ns (or the wait t, if
- * shorter) has passed since start. Returns SPUN when the loop must not
+ * native events come, other work is ready, a wake came (the loop is parked
+ * meanwhile: a poll takes the notifier's event, so the poster's state is
+ * what says so) or spin_ns (or the wait t, if shorter) has passed since
+ * start. Returns SPUN when the loop must not
  * park (work came, or the spin used up t), else what is left of t for the
  * OS wait. */
 #define SPUN INT64_MIN
@@ -200,7 +202,8 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 	for (;;) {
 		if (l->dv->poll(l->d, 0, pi) < 0)
 			return 0; /* the OS wait says the error again */
-		if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
+		if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l) ||
+		    tl__poster_woken(l->poster))
 			return SPUN;
 		uint64_t now = l->dv->now(l->d);
 		if (now >= until) {
@@ -217,7 +220,8 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
  * about to park hands the OS what its handlers submitted (the driver's
  * flush: io_uring submits at its poll, and a nap before that would hold
  * their sends back), sleeps nap_ns (or t, if shorter) on a timer, as no
- * waiter of its OS objects, then polls once without blocking. A sender
+ * waiter of its OS objects, then polls once without blocking (a wake that
+ * came meanwhile ends the turn, as in the spin). A sender of native events
  * finds nobody to wake, and what came meanwhile is taken as one batch. The
  * batch that poll gathers (or, if it found nothing, the OS wait after it)
  * decides the next nap: a client that waits for each answer, one record at
@@ -253,7 +257,8 @@ static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *p
 	*napped = now - t0;
 	if (l->dv->poll(l->d, 0, pi) < 0)
 		return t; /* the OS wait says the error again */
-	if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l))
+	if (l->buffered[TL_CLS_NATIVE] != before || work_ready(l) ||
+	    tl__poster_woken(l->poster))
 		return SPUN;
 	l->st.nap_parks++;
 	if (t < 0)

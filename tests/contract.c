@@ -1128,6 +1128,37 @@ static void test_turn_info(void)
  * spins (its clock stands still while it polls). Over 1 ms is refused.
  * Nothing here depends on how fast the host runs (valgrind included): the
  * waits are measured from the turn's own start. */
+/* A wake from another thread delay_ns after the start: a busy wait, since
+ * a sleeping thread can be woken later than the spins and naps it aims at
+ * last. */
+struct late_wake {
+	tl_poster *p;
+	uint64_t at;
+	pthread_t t;
+};
+
+static void *late_wake_main(void *arg)
+{
+	struct late_wake *w = arg;
+	while (h_wall_ns() < w->at)
+		;
+	tl_poster_wake(w->p);
+	return NULL;
+}
+
+static void late_wake_start(struct late_wake *w, tl_loop *l, uint64_t delay_ns)
+{
+	w->p = tl_poster_get(l);
+	w->at = h_wall_ns() + delay_ns;
+	H_EQ_FATAL(pthread_create(&w->t, NULL, late_wake_main, w), 0);
+}
+
+static void late_wake_join(struct late_wake *w)
+{
+	pthread_join(w->t, NULL);
+	tl_poster_put(w->p);
+}
+
 static void test_turn_spin(void)
 {
 	int fds = h_begin();
@@ -1168,6 +1199,18 @@ static void test_turn_spin(void)
 	H_EQ(s2.os_waits - s1.os_waits, 1);
 	H_EQ(s2.spins - s1.spins, os ? 1 : 0);
 	H_EQ(s2.spin_parks - s1.spin_parks, os ? 1 : 0);
+	/* A wake from another thread during the spin ends the turn (the
+	 * spin's polls take the notifier's event: they must not lose it). */
+	for (int k = 0; k < 5; k++) {
+		struct late_wake w;
+		late_wake_start(&w, l, 200 * 1000);
+		n = tl_turn(l, 2000 * (int64_t)H_MS, out, 4, &info);
+		late_wake_join(&w);
+		H_EQ(n, 0);
+		H_TRUE(info.waited_ns < 1000 * (uint64_t)H_MS,
+		       "a wake 200 us into the turn ended it after %llu ms",
+		       (unsigned long long)(info.waited_ns / H_MS));
+	}
 	h_close(&c, ka, 17);
 	h_ctx_fini(&c);
 	h_end(l, fds);
@@ -1428,6 +1471,23 @@ static void test_turn_nap(void)
 		H_EQ(n + nap_take(a, 2 - n), 2);
 	}
 	H_TRUE(found, "no nap found the batch that came during it in 20 tries");
+	/* A wake from another thread during a nap (300 us into 1 ms) ends the
+	 * turn: the poll after the nap takes the notifier's event, and the
+	 * turn must not park on top of it. */
+	tl_loop_stats w0 = stats(a);
+	for (int k = 0; k < 5; k++) {
+		struct late_wake lw;
+		nap_send(&p, 0);
+		H_EQ(nap_take(a, 2), 2);
+		late_wake_start(&lw, a, 300 * 1000);
+		int n = nap_turn(a, 2000 * (int64_t)H_MS, &info);
+		late_wake_join(&lw);
+		H_EQ(n, 0);
+		H_TRUE(info.waited_ns < 1000 * (uint64_t)H_MS,
+		       "a wake 300 us into a napping turn ended it after %llu ms",
+		       (unsigned long long)(info.waited_ns / H_MS));
+	}
+	H_TRUE(stats(a).naps - w0.naps >= 1, "no turn napped");
 	/* A stream paused at its cap (one lease here, kept): no nap, since
 	 * what frees a paused handle is the loop's own work. */
 	nap_hold = 1;
