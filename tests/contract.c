@@ -1122,15 +1122,9 @@ static void test_turn_info(void)
 	h_end(l, fds);
 }
 
-/* tl_config.spin_ns: a turn about to park polls first, and a wait the
- * spin covers (a turn's own timeout under the spin) ends without an OS
- * wait; a longer wait parks after the spin; the simulation driver never
- * spins (its clock stands still while it polls). Over 1 ms is refused.
- * Nothing here depends on how fast the host runs (valgrind included): the
- * waits are measured from the turn's own start. */
 /* A wake from another thread delay_ns after the start: a busy wait, since
  * a sleeping thread can be woken later than the spins and naps it aims at
- * last. */
+ * last (struct waker, the safety net above, sleeps in 5 ms steps). */
 struct late_wake {
 	tl_poster *p;
 	uint64_t at;
@@ -1159,6 +1153,14 @@ static void late_wake_join(struct late_wake *w)
 	tl_poster_put(w->p);
 }
 
+/* tl_config.spin_ns: a turn about to park polls first, and a wait the
+ * spin covers (a turn's own timeout under the spin) ends without an OS
+ * wait; a longer wait parks after the spin; the simulation driver never
+ * spins (its clock stands still while it polls). Over 1 ms is refused.
+ * Nothing here depends on how fast the host runs (valgrind included): the
+ * waits are measured from the turn's own start. A wake from another
+ * thread during the spin ends the turn (the spin's polls take the
+ * notifier's event and must ask the poster after each). */
 static void test_turn_spin(void)
 {
 	int fds = h_begin();
@@ -1269,6 +1271,19 @@ static void nap_send(struct nap_peer *p, int delay_us)
 	H_EQ_FATAL(pthread_create(&p->t, NULL, nap_peer_main, p), 0);
 }
 
+/* A time of day (CLOCK_REALTIME, the clock of the kernel's stamps) in ns. */
+static int64_t ts_ns(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+static int64_t real_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return ts_ns(&t);
+}
+
 /* The kernel's arrival stamp of the datagram rx has next (0: none). */
 static int64_t nap_stamp(int rx, char *got)
 {
@@ -1283,7 +1298,7 @@ static int64_t nap_stamp(int rx, char *got)
 	if (!cm || cm->cmsg_type != SCM_TIMESTAMPNS)
 		return 0;
 	memcpy(&at, CMSG_DATA(cm), sizeof at);
-	return (int64_t)at.tv_sec * 1000000000 + at.tv_nsec;
+	return ts_ns(&at);
 }
 
 /* 1 once a probe sent to rx (at *sin) is stamped when it arrived, not when
@@ -1293,13 +1308,11 @@ static int nap_stamps_on_arrival(int rx, const struct sockaddr_in *sin)
 	int tx = socket(AF_INET, SOCK_DGRAM, 0), ok = 0;
 	for (int k = 0; k < 200 && !ok && tx >= 0; k++) {
 		char got;
-		struct timespec t;
 		if (sendto(tx, "p", 1, 0, (const struct sockaddr *)sin, sizeof *sin) != 1)
 			break;
 		h_sleep_ms(2);
-		clock_gettime(CLOCK_REALTIME, &t);
-		int64_t at = nap_stamp(rx, &got);
-		ok = at && at < (int64_t)t.tv_sec * 1000000000 + t.tv_nsec - 1000000;
+		int64_t now = real_ns(), at = nap_stamp(rx, &got);
+		ok = at && at < now - 1000000;
 		if (!ok)
 			h_sleep_ms(3);
 	}
@@ -1414,20 +1427,17 @@ static void test_turn_nap(void)
 		H_EQ_FATAL(tl_udp_bind(a, &lo, &u), 0);
 		nap_send(&p, 0);
 		H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
-		struct timespec ts0, ts1;
-		clock_gettime(CLOCK_REALTIME, &ts0);
+		int64_t t0 = real_ns();
 		uint64_t n0 = stats(a).naps;
 		H_EQ(tl_udp_send(a, u, "d", 1, &to, 26, &w), 0);
 		int n = nap_turn(a, 100 * (int64_t)H_MS, &info);
-		clock_gettime(CLOCK_REALTIME, &ts1);
+		int64_t t1 = real_ns();
 		int timed = stats(a).naps - n0 == 1 && h_slow() == 1;
 		H_EQ(n + nap_take(a, 1 - n), 1);
 		int64_t ta = nap_stamp(rx, &got);
 		H_EQ(got, 'd');
 		H_TRUE(ta != 0, "no arrival stamp");
 		if (ta && timed) {
-			int64_t t0 = (int64_t)ts0.tv_sec * 1000000000 + ts0.tv_nsec;
-			int64_t t1 = (int64_t)ts1.tv_sec * 1000000000 + ts1.tv_nsec;
 			H_TRUE(ta - t0 < (t1 - t0) / 2,
 			       "the datagram reached the peer %lld us into a %lld us turn",
 			       (long long)((ta - t0) / 1000), (long long)((t1 - t0) / 1000));
