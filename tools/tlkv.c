@@ -701,8 +701,8 @@ int main(int argc, char **argv) {
 	/* No polling for replies unless asked: with clients on the shards' CPUs
 	 * it took their time and served no more (docs/PERFORMANCE.md). */
 	rc.mesh_spin_ns = o.spin * 1000;
-	/* Naps before parking: a third less CPU per request at -P 1, for up to
-	 * 250 us more latency on a batch's first request (PERFORMANCE.md). */
+	/* Naps before parking: about half the CPU per request at -P 1, for up
+	 * to 250 us more latency on a batch's first request (PERFORMANCE.md). */
 	rc.loop.nap_ns = o.nap * 1000;
 	rc.on_launch = on_launch;
 	rc.on_completion = on_completion;

@@ -155,11 +155,11 @@ typedef struct tl_config {
 	 * waits for each answer gathers no batches and meets no naps, nor
 	 * does a loop with a handle paused at its caps. Not for datagram
 	 * loads on io_uring yet: a UDP proxy served a quarter to a half of
-	 * its queries with naps there (its receives wait, under their lease cap, for the
-	 * completions of sends that a nap leaves unreaped). After the spin
-	 * when both are set. Only drivers with OS objects nap (TL_CAP_OS),
-	 * not an embedded loop, not on Windows (whose sleeps are whole
-	 * milliseconds). 0 (default): never.                 0, <= 1 ms */
+	 * its queries with naps there (its receives wait, under their lease
+	 * cap, for the completions of sends that a nap leaves unreaped).
+	 * After the spin when both are set. Only drivers with OS objects nap
+	 * (TL_CAP_OS), not an embedded loop, not on Windows (whose sleeps
+	 * are whole milliseconds). 0 (default): never.       0, <= 1 ms */
 	uint64_t nap_ns;
 } tl_config;
 
