@@ -63,6 +63,15 @@ enum { S_FREE = 0, S_OPEN, S_CLOSING };    /* a listening socket slot */
 #define JL_LEASE 0x800000u
 #define JS_LEASE 0xfffffeu
 #define JUMBO_RX 4
+/* A listening socket's lease cap. Its datagrams hold their leases from
+ * their receive until their send to the server completes, and its receive
+ * takes no more a turn than the cap leaves: at the loop's cap for streams
+ * (HANDLE_LEASES, 8) a turn took about 3 queries, and a turn that naps
+ * lasts a nap, so loopback DNS through a shard napping 50 us on io_uring
+ * served a fifth of the queries a second it serves without naps; with 64,
+ * 0.78-0.88 of them (docs/PERFORMANCE.md, "UDP listeners and naps").
+ * Each shard's pool has a lease per session and POOL_SPARE beside. */
+#define LISTEN_LEASES 64
 
 static uint64_t utok(int k, uint32_t i, uint32_t lease)
 {
@@ -989,6 +998,8 @@ static int open_sock(struct tlp_shard *sh, struct tlp_gen *g, const struct tlp_l
 			lc->listen[ai].text ? lc->listen[ai].text : "?", tl_strerror(r));
 		return r;
 	}
+	/* A pool far smaller than usual keeps the loop's cap (-EINVAL). */
+	(void)tl_handle_caps(sh->loop, us->h, LISTEN_LEASES, 0);
 	atomic_fetch_add(&g->refs, 1);
 	us->gen = g;
 	us->lr = lr;
