@@ -230,9 +230,10 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
  * leases come back as the loop's own sends complete. (A datagram receive
  * kept under its cap with fewer requests in the kernel is not paused, and
  * on io_uring its sends' completions wait out the nap: loopback DNS through
- * tlproxy lost three queries in four, docs/PERFORMANCE.md.) Returns SPUN
- * when the loop must not park (work came, or the nap used up t), else what
- * is left of t for the OS wait; *napped is the time slept. */
+ * tlproxy served a fifth of its rate while its listening sockets had a cap
+ * of 8; with 64 it serves 0.8-0.9 of it, docs/PERFORMANCE.md.) Returns
+ * SPUN when the loop must not park (work came, or the nap used up t), else
+ * what is left of t for the OS wait; *napped is the time slept. */
 #define NAP_BATCH 2
 static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *pi,
 		   uint64_t *napped)
