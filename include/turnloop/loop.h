@@ -158,9 +158,10 @@ typedef struct tl_config {
 	 * io_uring the completions of the sends that hold those leases wait
 	 * out the nap: give a busy datagram socket a cap of several batches
 	 * (tl_handle_caps; at a cap of 8 a DNS proxy took 3 queries a turn
-	 * and served a fifth of its rate). After the spin when both are set. Only drivers with OS objects nap
-	 * (TL_CAP_OS), not an embedded loop, not on Windows (whose sleeps
-	 * are whole milliseconds). 0 (default): never.       0, <= 1 ms */
+	 * and served a fifth of its rate). After the spin when both are set.
+	 * Only drivers with OS objects nap (TL_CAP_OS), not an embedded
+	 * loop, not on Windows (whose sleeps are whole milliseconds).
+	 * 0 (default): never.                                 0, <= 1 ms */
 	uint64_t nap_ns;
 } tl_config;
 
