@@ -84,6 +84,10 @@ struct tl_loop {
 	uint64_t spin;       /* cfg.spin_ns where the driver and mode allow it, else 0 */
 	uint64_t nap;        /* cfg.nap_ns likewise (not on Windows), else 0 */
 	uint32_t batch;      /* native records the last turn's polls gathered (nap()) */
+	uint32_t batch_reads; /* of them, reads that brought bytes, and those bytes */
+	uint64_t batch_bytes;
+	uint32_t in_reads;   /* reads that brought bytes, and their bytes, since the */
+	uint64_t in_bytes;   /* loop began (wrapping): the batch is the difference */
 
 	struct tl_hslot *h;
 	uint32_t hfree, nhandles;

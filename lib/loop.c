@@ -445,6 +445,14 @@ static void recv_fill(tl_loop *l, struct tl_hslot *h, struct tl_opslot *o, tl_co
 	o->u.dg.full = o->u.dg.seg = 0;
 }
 
+/* A read or receive that brought bytes (the cancellation rules below keep
+ * them; the nap counts them, turn.c). */
+static int carries_data(const struct tl_opslot *o, int64_t res)
+{
+	return res > 0 &&
+	       (o->code == TL_OP_READ || o->code == TL_OP_RECV || o->code == TL_OP_RECV_FDS);
+}
+
 /* Queue one record of op as given (no cancellation rules). */
 static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
 			     uint32_t lease)
@@ -466,6 +474,10 @@ static tl_completion *record(tl_loop *l, struct tl_opslot *o, int64_t res, uint3
 	c->result = res;
 	c->kind = o->kind;
 	c->flags = (uint16_t)(flags & (TL_F_TERMINAL | TL_F_STOPPED | TL_F_EOF));
+	if (carries_data(o, res)) {
+		l->in_reads++;
+		l->in_bytes += (uint64_t)res;
+	}
 	if (o->code == TL_OP_RECV) {
 		recv_fill(l, h, o, c, res, lease);
 	} else if (lease != TL_NO_LEASE) {
@@ -514,6 +526,13 @@ void tl__op_retire_silent(tl_loop *l, struct tl_opslot *o)
 		maybe_closed(l, h);
 }
 
+/* Descriptors a receive took that will never reach the host: close them. */
+static void drop_fds(const int *fds, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
 /*
  * The cancellation rule (contract 2.1, 2.5), in one place. After a cancel
  * or stop was accepted, an op's events are dropped and its terminal reports
@@ -531,19 +550,6 @@ void tl__op_retire_silent(tl_loop *l, struct tl_opslot *o)
  * to events_per_turn more, and beyond that the bytes are dropped and
  * counted (late_dropped) rather than overflowing the queue.
  */
-static int carries_data(const struct tl_opslot *o, int64_t res)
-{
-	return res > 0 &&
-	       (o->code == TL_OP_READ || o->code == TL_OP_RECV || o->code == TL_OP_RECV_FDS);
-}
-
-/* Descriptors a receive took that will never reach the host: close them. */
-static void drop_fds(const int *fds, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		close(fds[i]);
-}
-
 tl_completion *tl__op_event(tl_loop *l, struct tl_opslot *o, int64_t res, uint32_t flags,
 			    uint32_t lease)
 {

@@ -216,7 +216,8 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
 }
 
 /* The nap before a park (tl_config.nap_ns): while events come in batches
- * (the turn's last poll gathered at least NAP_BATCH native records), a turn
+ * (the turn's last poll gathered at least NAP_BATCH native records) of
+ * small reads (NAP_READ_BYTES or fewer on average), a turn
  * about to park hands the OS what its handlers submitted (the driver's
  * flush: io_uring submits at its poll, and a nap before that would hold
  * their sends back), sleeps nap_ns (or t, if shorter) on a timer, as no
@@ -231,10 +232,17 @@ static int64_t spin(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *
  * kept under its cap with fewer requests in the kernel is not paused, and
  * on io_uring its sends' completions wait out the nap: loopback DNS through
  * tlproxy served a fifth of its rate while its listening sockets had a cap
- * of 8; with 64 it serves 0.8-0.9 of it, docs/PERFORMANCE.md.) Returns
+ * of 8; with 64 it serves 0.8-0.9 of it, docs/PERFORMANCE.md.) Bulk
+ * transfers gain nothing from a nap: a batch of full reads already carries
+ * enough work to pay for its turn, and a bigger one costs more to process
+ * (TLS through tlproxy, 1 MiB answers: naps of 10-50 us took 43 records a
+ * turn instead of 6 and 5-10% more CPU per MiB; no nap after such batches
+ * gave back the CPU of not napping at all, while small requests kept their
+ * naps' savings; docs/PERFORMANCE.md). Returns
  * SPUN when the loop must not park (work came, or the nap used up t), else
  * what is left of t for the OS wait; *napped is the time slept. */
 #define NAP_BATCH 2
+#define NAP_READ_BYTES 4096
 static int64_t nap(tl_loop *l, uint64_t start, int64_t t, struct tl_poll_info *pi,
 		   uint64_t *napped)
 {
@@ -288,7 +296,8 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 	int native_step = !queued || l->native_pending;
 	uint64_t idle = 0, napped = 0;
 	if (l->buffered[TL_CLS_NATIVE] < l->cfg.events_per_turn && native_step) {
-		uint32_t mark = l->buffered[TL_CLS_NATIVE];
+		uint32_t mark = l->buffered[TL_CLS_NATIVE], rmark = l->in_reads;
+		uint64_t bmark = l->in_bytes;
 		int64_t t = timeout_ns;
 		uint64_t dl = next_deadline(l);
 		if (dl != UINT64_MAX) {
@@ -300,14 +309,22 @@ int tl_turn(tl_loop *l, int64_t timeout_ns, tl_completion *out, uint32_t cap,
 			t = 0;
 		if (t != 0 && l->spin)
 			t = spin(l, start, t, &pi);
-		if (t != 0 && t != SPUN && l->nap && l->batch >= NAP_BATCH && !l->st.paused &&
-		    !l->lpool.starved && (t = nap(l, start, t, &pi, &napped)) != SPUN)
-			mark = l->buffered[TL_CLS_NATIVE]; /* the park's batch counts */
+		if (t != 0 && t != SPUN && l->nap && l->batch >= NAP_BATCH &&
+		    l->batch_bytes <= (uint64_t)NAP_READ_BYTES * l->batch_reads &&
+		    !l->st.paused && !l->lpool.starved &&
+		    (t = nap(l, start, t, &pi, &napped)) != SPUN) {
+			/* the park's batch counts */
+			mark = l->buffered[TL_CLS_NATIVE];
+			rmark = l->in_reads;
+			bmark = l->in_bytes;
+		}
 		r = t == SPUN ? 0 : l->dv->poll(l->d, t, &pi);
 		tl__poster_running(l->poster);
 		if (r < 0)
 			return r;
 		l->batch = l->buffered[TL_CLS_NATIVE] - mark;
+		l->batch_reads = l->in_reads - rmark;
+		l->batch_bytes = l->in_bytes - bmark;
 	}
 	/* One reading after the poll: where its wait ended, and the turn's now.
 	 * Progress the poll reported happened before it. */

@@ -1225,6 +1225,7 @@ static void test_turn_spin(void)
  * one of the stream with token 20 while nap_hold asks, kept in nap_kept). */
 static int nap_hold;
 static uint32_t nap_kept = UINT32_MAX;
+static uint64_t nap_bytes; /* the bytes of the leases nap_turn saw */
 
 static int nap_turn(tl_loop *l, int64_t t, tl_turn_info *info)
 {
@@ -1233,6 +1234,7 @@ static int nap_turn(tl_loop *l, int64_t t, tl_turn_info *info)
 	for (int i = 0; i < n; i++) {
 		if (!(out[i].flags & TL_F_LEASE))
 			continue;
+		nap_bytes += (uint64_t)out[i].result;
 		if (nap_hold && out[i].token == 20 && nap_kept == UINT32_MAX)
 			nap_kept = out[i].u.read.lease.id;
 		else
@@ -1336,7 +1338,8 @@ static int nap_take(tl_loop *l, int n)
  * before the nap; a nap that finds work ends the turn without an
  * OS wait, one that
  * finds nothing parks for the rest of the wait; records one at a time (a
- * client that waits for each answer) never meet a nap; the simulation
+ * client that waits for each answer) never meet a nap, nor do batches of
+ * bulk reads (over 4 KiB a read on average); the simulation
  * driver and Windows never nap; nor does a loop with a stream paused at its
  * caps. Over 1 ms is refused. The loop's two
  * streams are socketpair ends, whose bytes are in the socket when write(2)
@@ -1468,6 +1471,23 @@ static void test_turn_nap(void)
 	tl_loop_stats s3 = stats(a);
 	H_EQ(s3.naps - s2.naps, 0);
 	H_EQ(s3.nap_parks - s2.nap_parks, 0);
+	/* A batch of bulk reads (8 KiB on each stream, more than the nap's 4
+	 * KiB a read on average): the park after it is not napped. Then a
+	 * batch of small reads naps again. */
+	static char bulk[8192];
+	memset(bulk, 'b', sizeof bulk);
+	for (int i = 0; i < 2; i++)
+		H_EQ(write(p.fd[i], bulk, sizeof bulk), (ssize_t)sizeof bulk);
+	nap_bytes = 0;
+	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+	H_EQ(nap_bytes, 2 * sizeof bulk);
+	H_EQ(nap_turn(a, 20 * (int64_t)H_MS, &info), 0);
+	H_EQ(info.os_waits, 1);
+	H_EQ(stats(a).naps - s3.naps, 0);
+	nap_send(&p, 0);
+	H_EQ(nap_turn(a, 100 * (int64_t)H_MS, &info), 2);
+	H_EQ(nap_turn(a, 20 * (int64_t)H_MS, &info), 0);
+	H_EQ(stats(a).naps - s3.naps, 1);
 	/* A batch that comes during the nap (300 us into a 1 ms one): taken
 	 * without an OS wait. */
 	int found = 0;

@@ -153,7 +153,9 @@ typedef struct tl_config {
 	 * parking"), at up to nap_ns (plus the kernel's timer slack, 50 us by
 	 * default) more latency for the first event of a batch. A client that
 	 * waits for each answer gathers no batches and meets no naps, nor
-	 * does a loop with a handle paused at its caps. A datagram receive
+	 * does a loop with a handle paused at its caps, nor a batch of bulk
+	 * reads (over 4 KiB a read on average: such a batch pays for its
+	 * turn, and a bigger one cost TLS bulk more CPU). A datagram receive
 	 * takes no more a turn than its handle's lease cap leaves, and on
 	 * io_uring the completions of the sends that hold those leases wait
 	 * out the nap: give a busy datagram socket a cap of several batches
