@@ -419,9 +419,6 @@ static inline void lease_fill(tl_loop *l, tl_lease *ls, uint32_t id)
 	ls->cap = l->lease_size;
 }
 
-/* Queue one event of an op, applying the cancellation rules: after a cancel
- * request, nonterminal events are dropped and the terminal one reports the
- * cancellation instead of what the driver saw. */
 /* A datagram's record: its lease (counted against h's cap like a
  * stream's, lib/caps.c), source, destination, segment size, and
  * truncation (the driver's u.dg.full beyond the bytes delivered). */
