@@ -104,6 +104,52 @@ static inline dp_ip dp_ip4(uint32_t v4)
 	return a;
 }
 
+/* The ones' complement sum (RFC 1071) of p[0..n) added to s, not folded:
+ * 16-bit words as they lie in memory, which gives the checksum in either
+ * byte order. Eight bytes a step into 64 bits (rte_raw_cksum takes two, and
+ * was the driver's largest single cost per datagram: docs/PERFORMANCE.md,
+ * "Where a datagram's instructions go on the DPDK driver"). */
+static inline uint64_t tl__dp_sum(const void *p, uint32_t n, uint64_t s)
+{
+	const uint8_t *b = (const uint8_t *)p;
+	uint64_t q;
+	uint32_t w;
+	uint16_t h = 0;
+	for (; n >= 8; b += 8, n -= 8) {
+		memcpy(&q, b, 8);
+		s += (q & 0xffffffffu) + (q >> 32);
+	}
+	if (n >= 4) {
+		memcpy(&w, b, 4);
+		s += w;
+		b += 4;
+		n -= 4;
+	}
+	if (n >= 2) {
+		memcpy(&h, b, 2);
+		s += h;
+		b += 2;
+		n -= 2;
+	}
+	if (n) {
+		h = 0;
+		memcpy(&h, b, 1); /* the odd byte, as the first of a word */
+		s += h;
+	}
+	return s;
+}
+
+/* A sum of tl__dp_sum folded to 16 bits (not complemented). */
+static inline uint16_t tl__dp_fold(uint64_t s)
+{
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)s;
+}
+
 /* A hand-off ring's slot: a datagram's parsed parts (wire.c). */
 struct dp_slot {
 	dp_ip sip, dip;        /* IPv4: sip as {0, 0, 0, a}, dip mapped */

@@ -31,11 +31,10 @@ uint16_t tl__dp_sum6(const struct rte_ipv6_hdr *ip, const void *l4, uint32_t len
 	 * upper-layer length as 32 bits and the next header as 32 bits. The
 	 * raw sum takes 16-bit words as they lie in memory, so each field is
 	 * added as it would lie there (big-endian). */
-	uint32_t s = __rte_raw_cksum(ip->src_addr, 32, 0);
+	uint64_t s = tl__dp_sum(ip->src_addr, 32, 0);
 	s += rte_cpu_to_be_16((uint16_t)(len >> 16)) + rte_cpu_to_be_16((uint16_t)len);
 	s += rte_cpu_to_be_16(nh);
-	s = __rte_raw_cksum(l4, len, s);
-	return __rte_raw_cksum_reduce(s);
+	return tl__dp_fold(tl__dp_sum(l4, len, s));
 }
 
 void tl__dp_snm(const dp_ip *a, dp_ip *group, struct rte_ether_addr *mac)

@@ -269,7 +269,7 @@ static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 		d->st.drop_bad++;
 		return;
 	}
-	if (!(m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_GOOD) && rte_raw_cksum(ip, hl) != 0xffff) {
+	if (!(m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_GOOD) && tl__dp_fold(tl__dp_sum(ip, hl, 0)) != 0xffff) {
 		d->st.drop_bad++;
 		return;
 	}
@@ -293,10 +293,12 @@ static void ipv4_input(struct tl_drv *d, struct rte_mbuf *m, struct rte_ether_hd
 		d->st.drop_bad++;
 		return;
 	}
-	/* A UDP checksum summed with itself comes to 0xffff (returned as
-	 * such: UDP never sends 0 for a computed sum). */
+	/* A UDP checksum summed with itself and the pseudo-header (the
+	 * addresses, adjacent in the header, the protocol and the UDP length
+	 * as the IP header gives it) comes to 0xffff. */
 	if (u->dgram_cksum && !(m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_GOOD) &&
-	    rte_ipv4_udptcp_cksum(ip, u) != 0xffff) {
+	    tl__dp_fold(tl__dp_sum(u, ul, tl__dp_sum(&ip->src_addr, 8, 0) + rte_cpu_to_be_16(IPPROTO_UDP) +
+					      rte_cpu_to_be_16((uint16_t)ul))) != 0xffff) {
 		d->st.drop_bad++;
 		return;
 	}
@@ -584,11 +586,9 @@ static inline uint32_t halves(uint32_t v)
 	return (v & 0xffff) + (v >> 16);
 }
 
-static inline uint16_t fold(uint32_t s)
+static inline uint16_t fold(uint64_t s)
 {
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (uint16_t)s;
+	return tl__dp_fold(s);
 }
 
 /* Where send op o on handle h goes and from: *v6 the frame's family, *dip
@@ -709,11 +709,9 @@ static void build6(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, st
 	const uint8_t pr[2] = {0, IPPROTO_UDP};
 	uint16_t w_pr;
 	memcpy(&w_pr, pr, 2);
-	uint32_t s = __rte_raw_cksum(sip->b, 16, 0);
-	s = __rte_raw_cksum(dip->b, 16, s);
+	uint64_t s = tl__dp_sum(dip->b, 16, tl__dp_sum(sip->b, 16, 0));
 	s += w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
-	if (len)
-		s += rte_raw_cksum(o->u.dg.buf, len);
+	s = tl__dp_sum(o->u.dg.buf, len, s);
 	uint16_t c = (uint16_t)~fold(s);
 	u->dgram_cksum = c ? c : 0xffff;
 }
@@ -803,9 +801,8 @@ int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, stru
 	memcpy(&w_pr, pr, 2);
 	uint32_t addrs = halves(sip) + halves(dip);
 	ip->hdr_checksum = (uint16_t)~fold(w_vt + ip->total_length + w_tp + addrs);
-	uint32_t s = addrs + w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
-	if (len)
-		s += rte_raw_cksum(o->u.dg.buf, len);
+	uint64_t s = addrs + w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
+	s = tl__dp_sum(o->u.dg.buf, len, s);
 	uint16_t c = (uint16_t)~fold(s);
 	u->dgram_cksum = c ? c : 0xffff;
 	return 0;
