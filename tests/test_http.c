@@ -1958,11 +1958,17 @@ static void test_fcache(void)
 	CU_ASSERT_TRUE(r1 == 0 && f.size == 4);
 	tlhttp_fcache_put(c, r1, f.fd);
 
-	/* Idle entries close at the sweep; used ones stay. */
-	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + 11), 0);
+	/* Idle entries close at the sweep; used ones stay. A shorter idle
+	 * time closes them sooner. */
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + 11, TLHTTP_FCACHE_IDLE_NS), 0);
+	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "f4", now + 100, &f, &r1), 0);
+	tlhttp_fcache_put(c, r1, f.fd);
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + 100, 100), 0);
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + 110, 100), 3); /* f4 used at now + 100 */
+	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 1);
 	CU_ASSERT_EQUAL_FATAL(tlhttp_fcache_get(c, "f4", now + TLHTTP_FCACHE_IDLE_NS, &f, &r1), 0);
 	tlhttp_fcache_put(c, r1, f.fd);
-	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + TLHTTP_FCACHE_IDLE_NS + 11), 3);
+	CU_ASSERT_EQUAL(tlhttp_fcache_sweep(c, now + TLHTTP_FCACHE_IDLE_NS + 11, TLHTTP_FCACHE_IDLE_NS), 0);
 	CU_ASSERT_EQUAL(tlhttp_fcache_open(c), 1);
 	tlhttp_fcache_free(c);
 	close(root);

@@ -88,7 +88,7 @@ static int proc_fds(pid_t pid)
 	return n;
 }
 
-/* Start tlhttp --listen 127.0.0.1:PORT --shards 1 and the NULL-ended
+/* Start tlhttp --listen 127.0.0.1:PORT --shards 1 --file-cache-idle 100ms and the NULL-ended
  * arguments; 0 once it accepts connections. */
 static int srv_start(struct srv *s, ...)
 {
@@ -113,6 +113,11 @@ static int srv_start(struct srv *s, ...)
 	argv[argc++] = listen;
 	argv[argc++] = "--shards";
 	argv[argc++] = "1";
+	/* Served files' descriptors closed soon after, so that srv_stop's
+	 * count of them settles at once (a test's own option comes later and
+	 * wins). */
+	argv[argc++] = "--file-cache-idle";
+	argv[argc++] = "100ms";
 	va_start(ap, s);
 	for (const char *a; argc < 62 && (a = va_arg(ap, const char *));)
 		argv[argc++] = a;
@@ -155,8 +160,8 @@ static int srv_start(struct srv *s, ...)
 	return -1;
 }
 
-/* Wait (up to 6 s: the open-file cache closes what was idle for 2 s, at
- * the next sweep) until the server holds exactly its listening-time
+/* Wait (up to 6 s: the open-file cache closes what was idle for
+ * --file-cache-idle, at the next sweep) until the server holds exactly its listening-time
  * descriptors again; returns the count it ended with. */
 static int srv_fds_settle(struct srv *s)
 {
@@ -449,6 +454,7 @@ static void test_cli(void)
 		{"--listen", "::1:80", "--body", "x", NULL},
 		{"--listen", "127.0.0.1:80", "--body", "x", "--idle-timeout", "5h", NULL},
 		{"--listen", "127.0.0.1:80", "--body", "x", "--header-timeout", "1ms", NULL},
+		{"--listen", "127.0.0.1:80", "--root", "/", "--file-cache-idle", "2x", NULL},
 		{"--listen", "127.0.0.1:80", "--body", "x", "--shards", "0", NULL},
 		{"--listen", "127.0.0.1:80", "--body", "x", "--cpus", "1-x", NULL},
 		{"--listen", "127.0.0.1:80", "--body", "x", "--frob", NULL},
@@ -928,6 +934,11 @@ static void test_files(void)
 	n = get_raw(s.port, "/%zz", "", out, sizeof out);
 	status_reply(want, sizeof want, 400, "Connection: close\r\n", 0);
 	CU_ASSERT_TRUE(same_reply(out, n, want));
+	/* The files served are closed once unused for --file-cache-idle
+	 * (100 ms here: the default of 2 s would take over a second). */
+	uint64_t t0 = st_now_ns();
+	CU_ASSERT_EQUAL(srv_fds_settle(&s), s.fds);
+	CU_ASSERT_TRUE(st_now_ns() - t0 < 1000000000ull);
 	srv_stop(&s);
 	st_end(fds);
 }
@@ -951,7 +962,8 @@ static void test_file_changes(void)
 	const char *b;
 
 	put_file("c.txt", "one", 3, MTIME);
-	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, NULL), 0);
+	/* The default idle time: the cache keeps what it opened. */
+	CU_ASSERT_EQUAL_FATAL(srv_start(&s, "--root", tree, "--file-cache-idle", "2s", NULL), 0);
 	b = get_body(s.port, "/c.txt", buf, sizeof buf);
 	CU_ASSERT_TRUE(b && !strcmp(b, "one"));
 	/* Written in place: the new length at once. */

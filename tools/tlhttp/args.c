@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tlhttp/args.h"
+#include "tlhttp/fcache.h"
 #include "digits.h"
 #include "reason.h"
 
@@ -76,6 +77,7 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 	memset(o, 0, sizeof *o);
 	o->header_timeout_ns = 10 * 1000000000ull;
 	o->idle_timeout_ns = 60 * 1000000000ull;
+	o->file_idle_ns = TLHTTP_FCACHE_IDLE_NS;
 	o->max_conns = 4096;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -123,15 +125,14 @@ int tlhttp_args_parse(int argc, char **argv, struct tlhttp_opts *o, char *err, s
 			if (!*v)
 				return fail(err, errlen, "--access-log needs a file name");
 			o->access_log = v;
-		} else if (!strcmp(a, "--header-timeout") || !strcmp(a, "--idle-timeout")) {
+		} else if (!strcmp(a, "--header-timeout") || !strcmp(a, "--idle-timeout") ||
+			   !strcmp(a, "--file-cache-idle")) {
 			uint64_t ns;
 			if (tlhttp_duration_parse(v, &ns) < 0)
 				return fail(err, errlen,
 					    "bad %s '%s' (digits and ms, s or m; 10ms to 24h)", a, v);
-			if (a[2] == 'h')
-				o->header_timeout_ns = ns;
-			else
-				o->idle_timeout_ns = ns;
+			*(a[2] == 'h' ? &o->header_timeout_ns
+				      : a[2] == 'i' ? &o->idle_timeout_ns : &o->file_idle_ns) = ns;
 		} else if (!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key")) {
 			if (!*v)
 				return fail(err, errlen, "%s needs a file name", a);

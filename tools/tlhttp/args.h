@@ -33,6 +33,7 @@ struct tlhttp_opts {
 	const char *access_log;     /* --access-log FILE, or NULL */
 	uint64_t header_timeout_ns; /* --header-timeout, default 10 s */
 	uint64_t idle_timeout_ns;   /* --idle-timeout, default 60 s */
+	uint64_t file_idle_ns;      /* --file-cache-idle, default 2 s (TLHTTP_FCACHE_IDLE_NS) */
 	uint32_t max_conns;         /* --max-conns per shard, 1..1048576, default 4096 */
 	const char *tls_cert;       /* --tls-cert FILE (PEM, chain after it), or NULL */
 	const char *tls_key;        /* --tls-key FILE, or NULL */

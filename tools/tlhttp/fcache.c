@@ -169,7 +169,7 @@ void tlhttp_fcache_put(struct tlhttp_fcache *c, uint32_t ref, int fd)
 	c->e[ref - 1].refs--;
 }
 
-uint32_t tlhttp_fcache_sweep(struct tlhttp_fcache *c, uint64_t now)
+uint32_t tlhttp_fcache_sweep(struct tlhttp_fcache *c, uint64_t now, uint64_t idle_ns)
 {
 	uint32_t closed = 0;
 
@@ -177,7 +177,7 @@ uint32_t tlhttp_fcache_sweep(struct tlhttp_fcache *c, uint64_t now)
 		return 0;
 	for (size_t i = 0; i < (size_t)(c->mask + 1) * TLHTTP_FCACHE_WAYS; i++) {
 		struct ent *e = &c->e[i];
-		if (e->fd >= 0 && !e->refs && now - e->used >= TLHTTP_FCACHE_IDLE_NS) {
+		if (e->fd >= 0 && !e->refs && now - e->used >= idle_ns) {
 			drop(c, e);
 			closed++;
 		}

@@ -17,8 +17,9 @@
  *  - a name found more than TLHTTP_FCACHE_VALID_NS after it was opened is
  *    opened again, so that a file renamed over, removed or replaced (by a
  *    symbolic link too: the new open refuses it) is seen within that long;
- *  - an entry not used for TLHTTP_FCACHE_IDLE_NS is closed by
- *    tlhttp_fcache_sweep, so idle servers hold no descriptors for long.
+ *  - an entry not used for a while (TLHTTP_FCACHE_IDLE_NS by default) is
+ *    closed by tlhttp_fcache_sweep, so idle servers hold no descriptors
+ *    for long.
  * Failed opens are not cached: a file that appears is found at once.
  * Names of TLHTTP_FCACHE_NAME_MAX bytes or more, and lookups whose slot is
  * taken by files being sent, bypass the cache (opened and closed as
@@ -53,9 +54,10 @@ int tlhttp_fcache_get(struct tlhttp_fcache *c, const char *name, uint64_t now,
 /* Done with the descriptor of a get: the cache keeps it, or closes it. */
 void tlhttp_fcache_put(struct tlhttp_fcache *c, uint32_t ref, int fd);
 
-/* Closes the entries idle since now - TLHTTP_FCACHE_IDLE_NS and not in
- * use. Returns how many it closed. */
-uint32_t tlhttp_fcache_sweep(struct tlhttp_fcache *c, uint64_t now);
+/* Closes the entries not in use and unused for idle_ns or more by now
+ * (tlhttp's --file-cache-idle; TLHTTP_FCACHE_IDLE_NS by default). Returns
+ * how many it closed. */
+uint32_t tlhttp_fcache_sweep(struct tlhttp_fcache *c, uint64_t now, uint64_t idle_ns);
 
 /* Descriptors the cache holds open now. */
 uint32_t tlhttp_fcache_open(const struct tlhttp_fcache *c);

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: tlhttp --listen HOST:PORT (--body TEXT | --root DIR) [--shards N] [--cpus LIST]\n"
 		"              [--reuseport] [--access-log FILE] [--header-timeout D] [--idle-timeout D]\n"
-		"              [--max-conns N] [--tls-cert FILE --tls-key FILE]\n"
+		"              [--file-cache-idle D] [--max-conns N] [--tls-cert FILE --tls-key FILE]\n"
 		"Serves GET and HEAD over HTTP/1.1 (and 1.0), keep-alive and pipelined, on one shard per\n"
 		"core (or --shards N, --cpus LIST), each with its own listener on HOST:PORT.\n"
 		"  --listen HOST:PORT    a numeric IPv4 address, or [IPv6], and a port\n"
@@ -35,6 +35,8 @@ static void usage(FILE *f)
 		"                        threads (lines are dropped, and counted, if it falls behind)\n"
 		"  --header-timeout D    a request head must arrive within D (default 10s)\n"
 		"  --idle-timeout D      close a connection idle for D (default 60s)\n"
+		"  --file-cache-idle D   with --root: close a served file's descriptor once unused\n"
+		"                        for D (default 2s)\n"
 		"  --max-conns N         connections per shard (default 4096); more are closed at once\n"
 		"  --tls-cert FILE       serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate (its\n"
 		"                        chain after it); --tls-key FILE is its key\n"

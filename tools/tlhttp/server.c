@@ -393,7 +393,7 @@ void tlhttp_shard_completion(tl_shard *s, const tl_completion *cp)
 		break;
 	case TK_SWEEP:
 		if (cp->kind == TL_K_TIMER && cp->result == 0 && sh->fc)
-			tlhttp_fcache_sweep(sh->fc, sh->now);
+			tlhttp_fcache_sweep(sh->fc, sh->now, sh->srv->o->file_idle_ns);
 		break;
 	default:
 		break;
@@ -529,8 +529,10 @@ int tlhttp_shard_launch(tl_shard *s, void *arg)
 	    (r = tl_handle_caps(sh->loop, sh->listener, LEASE_CAP, 0)) < 0 ||
 	    (r = tl_accept_start(sh->loop, sh->listener, tok(TK_ACCEPT, 0), &op)) < 0)
 		return r;
-	/* The open-file cache closes idle descriptors once a second. */
-	if (sh->fc && (r = tl_timer_start(sh->loop, tl_now(sh->loop) + 1000000000ull, 1000000000ull,
+	/* The open-file cache closes idle descriptors once a second, or as
+	 * often as --file-cache-idle when that is shorter. */
+	uint64_t every = o->file_idle_ns < 1000000000ull ? o->file_idle_ns : 1000000000ull;
+	if (sh->fc && (r = tl_timer_start(sh->loop, tl_now(sh->loop) + every, every,
 					  tok(TK_SWEEP, 0), &sh->sweep, &op)) < 0)
 		return r;
 	return 0;
