@@ -10,7 +10,7 @@
 #include "turnloop/stats.h"
 
 /*
- * Layout version 4 of /dev/shm/turnloop-<uid>/<pid> (on Windows, of the mapping
+ * Layout version 5 of /dev/shm/turnloop-<uid>/<pid> (on Windows, of the mapping
  * Local\turnloop-stats-<pid>):
  *
  *   [0, sizeof hdr)                        struct tl__stats_hdr
@@ -100,10 +100,10 @@ static inline size_t tl__stats_stride(uint32_t capacity)
 
 _Static_assert(TL_STATS_KINDS >= TL_K_COUNT_ + 0, "more completion kinds than stats slots");
 _Static_assert(sizeof(tl_stats_shard) % 8 == 0, "stats record must be whole words");
-/* Version 4's record: a field added or moved is a new TL_STATS_VERSION
+/* Version 5's record: a field added or moved is a new TL_STATS_VERSION
  * (and this size with it), so that no reader takes one layout for the
  * other. */
-_Static_assert(sizeof(tl_stats_shard) == 832, "tl_stats_shard changed: a new layout version");
+_Static_assert(sizeof(tl_stats_shard) == 864, "tl_stats_shard changed: a new layout version");
 _Static_assert(sizeof(struct tl__stats_fam) == 48, "family entries are 48 bytes");
 _Static_assert(sizeof(struct tl__stats_rec) % 64 == 0, "values start on a line of their own");
 

@@ -238,6 +238,10 @@ void tl__rt_publish(tl_shard *s, uint64_t now)
 	st->nic_handed_out = ls.nic_handed_out;
 	st->nic_handed_in = ls.nic_handed_in;
 	st->nic_handoff_drops = ls.nic_handoff_drops;
+	st->spins = ls.spins;
+	st->spin_parks = ls.spin_parks;
+	st->naps = ls.naps;
+	st->nap_parks = ls.nap_parks;
 	tl__mesh_depths(s, &inbound, &backlog);
 	st->mesh_inbound = inbound;
 	st->mesh_backlog = backlog;

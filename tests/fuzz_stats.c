@@ -71,7 +71,7 @@ static void put_file(const uint8_t *buf, size_t len)
 }
 
 /* What the layout allows, computed from the bytes (the reader's rules):
- * version 4's shape follows from the capacity alone. */
+ * version 5's shape follows from the capacity alone. */
 static int acceptable(const struct tl__stats_hdr *h, size_t size)
 {
 	uint64_t cap = h->capacity, fam_end, lab_end, hdr, stride;

@@ -216,17 +216,17 @@ static void test_reader_checks(void)
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	CU_ASSERT_PTR_NULL(r);
 	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 7"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 4"));
-	/* Version 3, the layout before this one (no hand-off counters),
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "knows 5"));
+	/* Version 4, the layout before this one (no wait-policy counters),
 	 * too. */
-	h->version = 3;
+	h->version = 4;
 	write_region(path, buf, full);
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
-	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 3 is not known"));
-	/* This version with version 3's record (no hand-off counters): an
+	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "version 4 is not known"));
+	/* This version with version 4's record (no spins or naps): an
 	 * inconsistent header, not a short read of a longer record. */
 	h = good_region(buf, 2);
-	h->record_size = (uint32_t)offsetof(tl_stats_shard, nic_handed_out);
+	h->record_size = (uint32_t)offsetof(tl_stats_shard, spins);
 	write_region(path, buf, full);
 	CU_ASSERT_EQUAL(tl_stats_open_path(&r, path), -EPROTO);
 	CU_ASSERT_PTR_NOT_NULL(strstr(tl_error_detail(), "inconsistent header"));

@@ -126,10 +126,14 @@ expect PONG PING
 "$tlshard" stats "$srv" --json >"$tmp/stats.json" 2>&1
 python3 -c '
 import json, sys
-fams = {f["name"]: f["rows"][0]["values"] for f in json.load(open(sys.argv[1]))["program"]}
+j = json.load(open(sys.argv[1]))
+fams = {f["name"]: f["rows"][0]["values"] for f in j["program"]}
 assert all(v > 0 for v in fams["cmds"]) and all(v > 0 for v in fams["remote"]), fams
 assert sum(fams["remote"]) * 4 > sum(fams["cmds"]), fams
-' "$tmp/stats.json" && ok "stats: commands and remote hops on each shard" || fail "stats: $(head -c 300 "$tmp/stats.json")"
+naps = [(s["naps"], s["nap_parks"], s["spins"]) for s in j["shard"]]
+assert all(n > 0 and p <= n and sp == 0 for n, p, sp in naps), naps
+' "$tmp/stats.json" && ok "stats: commands and remote hops on each shard, naps (the default) on each" ||
+	fail "stats: $(head -c 300 "$tmp/stats.json")"
 
 expect OK QUIT
 stop "a clean stop"
@@ -147,9 +151,11 @@ timeout 60 python3 "$checker" "$port" pipeline:3000:200 pipeline:300:1 count || 
 "$tlshard" stats "$srv" --json >"$tmp/stats.json" 2>&1
 python3 -c '
 import json, sys
-n = sum(s["mesh_refused"] for s in json.load(open(sys.argv[1]))["shard"])
+sh = json.load(open(sys.argv[1]))["shard"]
+n = sum(s["mesh_refused"] for s in sh)
 assert n > 0, "no call was refused"
-print("ok: the mesh refused %d calls, every reply right" % n)
+assert all(s["naps"] == 0 for s in sh), [(s["naps"], s["spins"]) for s in sh]
+print("ok: the mesh refused %d calls, every reply right; no naps (--nap-us 0)" % n)
 ' "$tmp/stats.json" || fail "one call in flight: $(head -c 300 "$tmp/stats.json")"
 stop "one call in flight"
 

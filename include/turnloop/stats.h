@@ -117,7 +117,7 @@ int tl_runtime_stats_published(const tl_runtime *rt);
  */
 
 #define TL_STATS_MAGIC UINT64_C(0x31535441544c5254) /* "TRLTATS1" little-endian */
-#define TL_STATS_VERSION 4u
+#define TL_STATS_VERSION 5u
 #define TL_STATS_NAME_MAX 32u     /* bytes per family name, NUL included */
 #define TL_STATS_LABEL_MAX 48u    /* bytes per row label, NUL included */
 #define TL_STATS_VALUES_MAX 4096u /* most value slots per shard */
@@ -218,6 +218,11 @@ typedef struct tl_stats_shard {
 	 * loops, and dropped because a hand-off ring was full, these also
 	 * in nic_drops (tl_loop_stats; new in layout version 4). */
 	uint64_t nic_handed_out, nic_handed_in, nic_handoff_drops;
+	/* How the loop waited when it found no work (tl_config.spin_ns and
+	 * nap_ns; tl_loop_stats): turns that spun, and of them those that
+	 * parked after all; turns that napped, and of them those that parked
+	 * after the nap (new in layout version 5). */
+	uint64_t spins, spin_parks, naps, nap_parks;
 } tl_stats_shard;
 
 typedef struct tl_stats_reader tl_stats_reader;

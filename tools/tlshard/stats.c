@@ -48,6 +48,8 @@ static const char help_stats[] =
 	"                    does inside io_uring_enter or epoll_wait counts. 100% is a\n"
 	"                    full core; a shard near it cannot take more load\n"
 	"      WAITS/s       OS waits that could block (few when busy)\n"
+	"      NAPS/s        turns that napped before parking (tl_config.nap_ns: a\n"
+	"                    short sleep that lets more work gather; 0 when off)\n"
 	"      MESH-IN/s, MESH-OUT/s   messages between shards\n"
 	"      LEASES        pooled read buffers the program holds now\n"
 	"      ALLOC         bytes the shard's thread allocated less what it freed\n"
