@@ -580,15 +580,10 @@ free:
 
 /* The 16-bit halves of a 32-bit word, summed (ones' complement sums are
  * taken over words as they lie in memory, which gives the same checksum
- * in either byte order), and a sum folded to 16 bits. */
+ * in either byte order; tl__dp_fold folds a sum to 16 bits). */
 static inline uint32_t halves(uint32_t v)
 {
 	return (v & 0xffff) + (v >> 16);
-}
-
-static inline uint16_t fold(uint64_t s)
-{
-	return tl__dp_fold(s);
 }
 
 /* Where send op o on handle h goes and from: *v6 the frame's family, *dip
@@ -712,7 +707,7 @@ static void build6(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, st
 	uint64_t s = tl__dp_sum(dip->b, 16, tl__dp_sum(sip->b, 16, 0));
 	s += w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
 	s = tl__dp_sum(o->u.dg.buf, len, s);
-	uint16_t c = (uint16_t)~fold(s);
+	uint16_t c = (uint16_t)~tl__dp_fold(s);
 	u->dgram_cksum = c ? c : 0xffff;
 }
 
@@ -800,10 +795,10 @@ int tl__dp_build(struct tl_drv *d, struct tl_hslot *h, struct tl_opslot *o, stru
 	memcpy(&w_tp, tp, 2);
 	memcpy(&w_pr, pr, 2);
 	uint32_t addrs = halves(sip) + halves(dip);
-	ip->hdr_checksum = (uint16_t)~fold(w_vt + ip->total_length + w_tp + addrs);
+	ip->hdr_checksum = (uint16_t)~tl__dp_fold(w_vt + ip->total_length + w_tp + addrs);
 	uint64_t s = addrs + w_pr + 2u * u->dgram_len + u->src_port + u->dst_port;
 	s = tl__dp_sum(o->u.dg.buf, len, s);
-	uint16_t c = (uint16_t)~fold(s);
+	uint16_t c = (uint16_t)~tl__dp_fold(s);
 	u->dgram_cksum = c ? c : 0xffff;
 	return 0;
 }
