@@ -491,6 +491,40 @@ static void send_result(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
 	o->bl_len++;
 }
 
+/* The result message's type word for call m: a gather part's, or a call's
+ * (gated or not, as the call said). */
+static uint64_t result_word(const struct tl_mesh_msg *m)
+{
+	return MSG_TYPE(m->b) == MSG_GCALL ? MSG_GRESULT : MSG_MAKE(MSG_RESULT, MSG_WORD(m->b));
+}
+
+int tl_shard_defer(tl_shard *s, tl_mesh_reply *r)
+{
+	if (!s || !r || !s->call || s->call_deferred)
+		return -EINVAL;
+	r->token = s->call->token;
+	r->arg = s->call->a;
+	r->word = result_word(s->call);
+	r->src = s->call_src;
+	r->shard = s->id + 1;
+	s->call_deferred = 1;
+	return 0;
+}
+
+int tl_shard_reply(tl_shard *s, tl_mesh_reply *r, int64_t result)
+{
+	if (!s || !r || r->shard != s->id + 1)
+		return -EINVAL;
+	r->shard = 0; /* answered: a second reply is refused */
+	if (s->mesh_closed) {
+		s->st.mesh_dropped++;
+		return -EPIPE;
+	}
+	send_result(s, r->src, &(struct tl_mesh_msg){.token = r->token, .a = (uint64_t)result,
+						     .b = r->word, .fn = (void *)(uintptr_t)r->arg});
+	return 0;
+}
+
 /* Move backlogged results into their rings while there is room. */
 static void push_backlogs(tl_shard *s)
 {
@@ -598,22 +632,19 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 	case MSG_POST:
 		deliver_mesh(s, m->token, 0, src, m->a, NULL, TL_K_MESH);
 		break;
-	case MSG_CALL: {
-		tl_mesh_fn fn = (tl_mesh_fn)m->fn;
-		int64_t res = fn(s, (void *)(uintptr_t)m->a);
-
-		send_result(s, src,
-			    &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
-						  .b = MSG_MAKE(MSG_RESULT, MSG_WORD(m->b)),
-						  .fn = (void *)(uintptr_t)m->a});
-		break;
-	}
+	case MSG_CALL:
 	case MSG_GCALL: {
 		tl_mesh_fn fn = (tl_mesh_fn)m->fn;
-		int64_t res = fn(s, (void *)(uintptr_t)m->a);
+		int64_t res;
 
-		send_result(s, src, &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
-							  .b = MSG_GRESULT});
+		s->call = m;
+		s->call_src = src;
+		s->call_deferred = 0;
+		res = fn(s, (void *)(uintptr_t)m->a);
+		s->call = NULL;
+		if (!s->call_deferred) /* else tl_shard_reply sends it */
+			send_result(s, src, &(struct tl_mesh_msg){.token = m->token, .a = (uint64_t)res,
+								  .b = result_word(m), .fn = (void *)(uintptr_t)m->a});
 		break;
 	}
 	case MSG_GRESULT:

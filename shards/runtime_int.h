@@ -119,6 +119,10 @@ struct tl_shard {
 	tl_mesh_gate *gates_due; /* closed gates with nothing in flight, to deliver */
 	tl_completion *batch;
 	uint32_t bat_i, bat_n; /* the batch entry being handled, and how many (0: none) */
+	/* The call whose fn runs now (NULL: none), from shard call_src, and
+	 * whether fn deferred its result (tl_shard_defer). */
+	const struct tl_mesh_msg *call;
+	uint32_t call_src, call_deferred;
 	int phase, mesh_closed, pass_busy;
 	uint32_t last_nhandles;
 	uint64_t drain_deadline, last_pub, pass_end;

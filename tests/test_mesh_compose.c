@@ -1,4 +1,4 @@
-/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), and gates (one completion once every call under one is over, at a stop too); on Linux and, as win-mesh-compose, on Windows. */
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), gates (one completion once every call under one is over, at a stop too), and deferred replies (a call answered later by its shard, at a stop too); on Linux and, as win-mesh-compose, on Windows. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -624,6 +624,227 @@ static void test_gate_stop(void)
 	st_end(fds);
 }
 
+/* ---- deferred replies: a call answered later by the shard it ran on ---- */
+
+enum { DF_SLOW = 1, DF_FAST, DF_GATED, DF_GATE, DF_GATHER, DF_ANSWER };
+
+struct dfr {
+	tl_mesh_reply r[3]; /* the plain call's and the gated call's (on 1), the gather part's (on 2) */
+	tl_mesh_gather g;
+	tl_mesh_part parts[NS];
+	tl_mesh_gate gate;
+	uint64_t cell;      /* shard 1 writes it before its reply; 0 reads it on the result */
+	atomic_int answered[3];
+	int outside_rc, twice_rc, again_rc, stranger_rc, reply_rc[3];
+	int credits_at_fast, fast_first, results, gate_done, gate_after_result, done;
+};
+
+static struct dfr D;
+
+/* Defer into r[i] and answer from a later handler: a post to itself. */
+static int64_t df_later(tl_shard *s, int i)
+{
+	ST_CHECK(tl_shard_defer(s, &D.r[i]) == 0);
+	if (i == 0)
+		D.twice_rc = tl_shard_defer(s, &D.r[0]);
+	ST_CHECK(tl_shard_post(s, tl_shard_id(s), DF_ANSWER, (uint64_t)i) == 0);
+	return 999; /* ignored: the reply is the result */
+}
+
+static int64_t df_slow(tl_shard *s, void *arg) { (void)arg; return df_later(s, 0); }
+static int64_t df_gated(tl_shard *s, void *arg) { (void)arg; return df_later(s, 1); }
+static int64_t df_fast(tl_shard *s, void *arg) { (void)s; (void)arg; return 5; }
+
+static int64_t df_part(tl_shard *s, void *arg)
+{
+	(void)arg;
+	return tl_shard_id(s) == 2 ? df_later(s, 2) : 100 + tl_shard_id(s);
+}
+
+static int df_launch(tl_shard *s, void *arg)
+{
+	tl_mesh_reply r;
+
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	D.outside_rc = tl_shard_defer(s, &r); /* not inside a mesh function */
+	ST_CHECK(tl_mesh_gather_init(&D.g, D.parts, NS) == 0);
+	ST_CHECK(tl_mesh_gate_init(&D.gate) == 0);
+	ST_CHECK(tl_shard_submit_to(s, 1, df_slow, &D, DF_SLOW) == 0);
+	ST_CHECK(tl_shard_submit_to(s, 1, df_fast, &D, DF_FAST) == 0);
+	return 0;
+}
+
+static void df_handler(tl_shard *s, const tl_completion *c)
+{
+	tl_mesh_reply stranger = {0};
+
+	if (c->kind != TL_K_MESH)
+		return;
+	if (c->token == DF_ANSWER) { /* on 1 or 2: the deferred call's answer */
+		int i = (int)c->u.mesh.payload;
+
+		if (i == 0)
+			D.cell = 4242;
+		atomic_store(&D.answered[i], 1);
+		D.reply_rc[i] = tl_shard_reply(s, &D.r[i], 77 + i);
+		if (i == 0) {
+			D.again_rc = tl_shard_reply(s, &D.r[0], 1);
+			D.stranger_rc = tl_shard_reply(s, &stranger, 1);
+		}
+		return;
+	}
+	ST_CHECK(tl_shard_id(s) == 0);
+	switch (c->token) {
+	case DF_FAST: /* answered at once: overtakes the deferred call before it */
+		D.fast_first = D.results == 0;
+		D.credits_at_fast = tl_shard_credits(s, 1); /* the deferred call holds one */
+		ST_CHECK(c->result == 5);
+		D.results++;
+		break;
+	case DF_SLOW:
+		ST_CHECK(c->result == 77 && c->u.mesh.arg == &D && c->aux == (1 | TL_MESH_RESULT));
+		ST_CHECK(D.cell == 4242); /* the replier's plain write, seen (TSan checks how) */
+		D.results++;
+		ST_CHECK(tl_shard_submit_gated(s, &D.gate, 1, df_gated, &D, DF_GATED) == 0);
+		ST_CHECK(tl_shard_gate_close(s, &D.gate, DF_GATE) == 0);
+		break;
+	case DF_GATED:
+		ST_CHECK(c->result == 78 && atomic_load(&D.answered[1]));
+		D.results++;
+		break;
+	case DF_GATE:
+		D.gate_after_result = D.results == 3;
+		D.gate_done++;
+		ST_CHECK(c->result == 0);
+		ST_CHECK(tl_shard_gather(s, &D.g, NULL, 0, df_part, &D, DF_GATHER) == NS);
+		break;
+	case DF_GATHER: /* not before the deferred part's reply */
+		ST_CHECK(atomic_load(&D.answered[2]) && c->result == NS);
+		ST_CHECK(D.parts[0].result == 100 && D.parts[1].result == 101 && D.parts[2].result == 79);
+		D.done = 1;
+		tl_runtime_stop(tl_shard_runtime(s));
+		break;
+	}
+}
+
+static void test_defer(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/defer");
+
+	memset(&D, 0, sizeof D);
+	st_config(&cfg, NS);
+	cfg.mesh_inflight = 2;
+	cfg.on_launch = df_launch;
+	cfg.on_completion = df_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(D.done, 1);
+	CU_ASSERT_EQUAL(D.outside_rc, -EINVAL);
+	CU_ASSERT_EQUAL(D.twice_rc, -EINVAL);
+	CU_ASSERT_EQUAL(D.reply_rc[0], 0);
+	CU_ASSERT_EQUAL(D.reply_rc[1], 0);
+	CU_ASSERT_EQUAL(D.reply_rc[2], 0);
+	CU_ASSERT_EQUAL(D.again_rc, -EINVAL);
+	CU_ASSERT_EQUAL(D.stranger_rc, -EINVAL);
+	CU_ASSERT_EQUAL(D.fast_first, 1);
+	CU_ASSERT_EQUAL(D.credits_at_fast, 1);
+	CU_ASSERT_EQUAL(D.gate_done, 1);
+	CU_ASSERT_EQUAL(D.gate_after_result, 1);
+	CU_ASSERT_EQUAL(D.results, 3);
+	st_end(fds);
+}
+
+/* A deferred call run after its shard's mesh closed: the reply is refused
+ * with -EPIPE, the caller's gather ends with that part lost. */
+struct dstop {
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	tl_mesh_reply r;
+	atomic_int one_stopping, sent, zero_waits, ran;
+	int64_t result;
+	uint32_t st1;
+	int reply_rc, again_rc, ended;
+};
+
+static struct dstop DS;
+
+static int64_t ds_fn(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 1)
+		return 0;
+	ST_CHECK(tl_shard_defer(s, &DS.r) == 0);
+	DS.reply_rc = tl_shard_reply(s, &DS.r, 5); /* from inside fn, after defer: allowed */
+	DS.again_rc = tl_shard_reply(s, &DS.r, 5);
+	atomic_store(&DS.ran, 1);
+	return 0;
+}
+
+static int ds_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	if (atomic_load(&DS.sent))
+		atomic_store(&DS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void ds_stop(tl_shard *s, void *arg)
+{
+	static const uint32_t both[] = {0, 1};
+
+	(void)arg;
+	if (tl_shard_id(s) == 0) { /* as gather_stop: shard 1 runs the part after its mesh closed */
+		ST_CHECK(tl_mesh_gather_init(&DS.g, DS.parts, 2) == 0);
+		ST_CHECK(spin_until(&DS.one_stopping));
+		ST_CHECK(tl_shard_gather(s, &DS.g, both, 2, ds_fn, NULL, 0xd5) == 2);
+		atomic_store(&DS.sent, 1);
+	} else {
+		atomic_store(&DS.one_stopping, 1);
+		ST_CHECK(spin_until(&DS.zero_waits));
+	}
+}
+
+static void ds_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_GATHER))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0 && atomic_load(&DS.ran));
+	DS.result = c->result;
+	DS.st1 = DS.parts[1].state;
+	DS.ended++;
+}
+
+static void test_defer_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/defer_stop");
+
+	memset(&DS, 0, sizeof DS);
+	st_config(&cfg, 2);
+	cfg.drain_ns = 1;
+	cfg.on_pass = ds_pass;
+	cfg.on_stop = ds_stop;
+	cfg.on_completion = ds_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(DS.ended, 1);
+	CU_ASSERT_EQUAL(DS.reply_rc, -EPIPE);
+	CU_ASSERT_EQUAL(DS.again_rc, -EINVAL);
+	CU_ASSERT_EQUAL(DS.result, -EPIPE);
+	CU_ASSERT_EQUAL(DS.st1, TL_PART_LOST);
+	st_end(fds);
+}
+
 /* ---- the default credits and the setup's argument checks ---- */
 
 static void test_defaults(void)
@@ -658,5 +879,7 @@ int main(void)
 	st_add(s, "credit_wait", test_credit_wait);
 	st_add(s, "gate", test_gate);
 	st_add(s, "gate_stop", test_gate_stop);
+	st_add(s, "defer", test_defer);
+	st_add(s, "defer_stop", test_defer_stop);
 	return st_run();
 }

@@ -507,6 +507,54 @@ int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh
 int tl_shard_gate_close(tl_shard *s, tl_mesh_gate *g, uint64_t token);
 
 /*
+ * Deferred replies: a call answered later, by the shard it runs on (as
+ * Seastar's submit_to with a function that returns a future). A mesh
+ * function that cannot answer before it returns (it starts a task, a pool
+ * job, a call of its own to a third shard) calls tl_shard_defer() with a
+ * tl_mesh_reply of its own memory; its return value is then ignored, and
+ * the caller's completion comes when that shard calls tl_shard_reply()
+ * with the result, from any later handler of its own. It works for every
+ * call that has a result: tl_shard_submit_to, tl_shard_submit_all, a
+ * gated call, a gather's part (the gather completes once the last part
+ * is answered).
+ *
+ * Until the reply, the call holds its credit on the caller (as any call
+ * in flight: tl_shard_credits), so a reply always has its place in the
+ * ring back, and tl_shard_reply never refuses for room. Results of calls
+ * that ran after a deferred one may come back before it: only results
+ * answered at once keep the order they ran in. What the shard wrote
+ * before tl_shard_reply happens-before the caller's completion (the same
+ * release and acquire as a result returned by fn). At a stop, a call not
+ * answered before the mesh closed counts as a call whose result the stop
+ * dropped (a gather's part is TL_PART_LOST, a gate counts it dropped); a
+ * reply given after that is refused with -EPIPE.
+ */
+typedef struct tl_mesh_reply {
+	uint64_t token, arg, word; /* the runtime's: the call's, kept for its result */
+	uint32_t src;              /* the shard that made the call */
+	uint32_t shard;            /* 1 + the replying shard while owed, 0 once answered */
+} tl_mesh_reply;
+
+/*
+ * From inside a mesh function running on s (and only there), at most once
+ * per call: the call's result will be tl_shard_reply()'s, not fn's return
+ * value. r is the caller of tl_shard_defer's memory; it must live until
+ * the reply. Returns 0, or -EINVAL (s or r NULL, not inside a mesh
+ * function that has a result, already deferred). Allocates nothing.
+ */
+int tl_shard_defer(tl_shard *s, tl_mesh_reply *r);
+
+/*
+ * Answer the call r was deferred for, with result, on s, the shard whose
+ * function deferred it (from any of its handlers, exactly once). The
+ * caller gets the completion it would have had if fn had returned result.
+ * Returns 0; -EINVAL (s or r NULL, r not owed by s: already answered, or
+ * never deferred here); -EPIPE (the mesh closed: the stop dropped it, as
+ * above; r is answered all the same). Never -ENOBUFS. Allocates nothing.
+ */
+int tl_shard_reply(tl_shard *s, tl_mesh_reply *r, int64_t result);
+
+/*
  * The mesh_inflight credits to target that are free now: a call
  * (tl_shard_submit_to, a gather part, tl_shard_migrate) to target is
  * refused with -ENOBUFS while this is 0, and accepted (if the ring has
