@@ -93,6 +93,17 @@ expect '(integer) 25' DBSIZE
 expect OK SAVE
 [ -s "$tmp/tlkv-0.resp" ] && [ -s "$tmp/tlkv-1.resp" ] && ! ls "$tmp"/*.tmp 2>/dev/null &&
 	ok "SAVE wrote a file per shard, no temporary left" || fail "SAVE's files: $(ls "$tmp")"
+# A shard whose file cannot be made fails the SAVE, and says why; the other
+# shard's file is written all the same. Its temporary file's name taken by a
+# directory fails the open; its file's name taken by one fails the rename,
+# after the write.
+mkdir "$tmp/tlkv-1.resp.tmp"
+expect '(error) ERR save failed: Is a directory' SAVE
+rmdir "$tmp/tlkv-1.resp.tmp"
+mv "$tmp/tlkv-1.resp" "$tmp/keep" && mkdir -p "$tmp/tlkv-1.resp/x"
+expect '(error) ERR save failed: Is a directory' SAVE
+rm -rf "$tmp/tlkv-1.resp" "$tmp/tlkv-1.resp.tmp" && mv "$tmp/keep" "$tmp/tlkv-1.resp"
+expect OK SAVE
 files="files:$tmp:25"
 all="k4 k5 k6 k7 k8 k9 k10 k11 k12 k13 k14 k15 k16 k17 k18 k19 k20 n m fresh top big1 big2 big3 big4"
 expect '(integer) 25' DEL $all

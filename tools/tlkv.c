@@ -28,7 +28,7 @@ struct arg { const uint8_t *p; uint32_t n; };
 struct rec {
 	struct conn *c;
 	uint8_t op, flags, done, held; /* held: the owner reads key and val in our read view */
-	uint32_t klen, vlen, outlen, pending;
+	uint32_t klen, vlen, outlen;
 	uint64_t h;
 	int64_t result;
 	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
@@ -55,10 +55,9 @@ struct conn { /* a connection's state: every completion of its handle carries it
 	uint8_t rmem[CMD_MAX], wmem[WBUF];
 };
 
-struct save { /* a shard's part of a SAVE, whose reply r is on shard origin */
-	struct rec *r;
-	int fd, post_due;
-	uint32_t origin;
+struct save { /* a shard's part of a SAVE: its result, deferred until the file is done */
+	tl_mesh_reply reply;
+	int fd;
 	int64_t err;
 	uint64_t next, keys, len;
 	uint8_t *buf;
@@ -313,12 +312,9 @@ static int64_t save_finish(void *arg, tl_cancel_flag *cf) { /* on the blocking p
 	return 0;
 }
 
-static void save_post(struct shard *sh) { /* to the shard that asked: the keys, or the error */
-	struct save *v = &sh->sv;
-	int64_t res = v->err ? v->err : (int64_t)v->keys;
-	int rc = tl_shard_post(sh->s, v->origin, tl_token(0, (uintptr_t)v->r), (uint64_t)res);
-	v->fd = -1;
-	if ((v->post_due = rc == -ENOBUFS)) tl_shard_wait_room(sh->s, v->origin, 0);
+static void save_end(struct shard *sh) { /* the part's result: the keys, or the error */
+	sh->sv.fd = -1;
+	tl_shard_reply(sh->s, &sh->sv.reply, sh->sv.err ? sh->sv.err : (int64_t)sh->sv.keys);
 }
 
 static int save_out(struct save *v) { /* write what the buffer holds: 1, or 0 (v->err) */
@@ -349,18 +345,19 @@ static int save_task(tl_shard *s, void *arg) {
 	return save_out(v) ? TL_TASK_DONE : (int)v->err;
 }
 
-/* A gather's part, on each shard: count its keys, or start its save. */
+/* A gather's part, on each shard: count its keys, or start its save (its
+ * result comes once the file is written: a deferred reply). */
 static int64_t run_all(tl_shard *s, void *arg) {
-	struct rec *r = arg;
 	struct shard *sh = tl_shard_data(s);
 	struct save *v = &sh->sv;
-	if (r->op == OP_COUNT) return (int64_t)sh->live;
-	*v = (struct save){.r = r, .origin = r->c->sh->id, .buf = v->buf};
+	if (((struct rec *)arg)->op == OP_COUNT) return (int64_t)sh->live;
+	*v = (struct save){.buf = v->buf};
+	tl_shard_defer(s, &v->reply);
 	snprintf(v->path, sizeof v->path, "%s/tlkv-%u.resp", kv.dir, sh->id);
 	snprintf(v->tmp, sizeof v->tmp, "%s.tmp", v->path);
 	/* open(2) here, one short call (on a slow filesystem: tl_fs_open, on the pool) */
-	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) { v->err = -errno; save_post(sh); }
-	else if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { save_finish(v, NULL); save_post(sh); }
+	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) { v->err = -errno; save_end(sh); }
+	else if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { save_finish(v, NULL); save_end(sh); }
 	return 0;
 }
 
@@ -372,18 +369,6 @@ static void done(struct rec *r) { /* a reply owed is made: out it goes in its tu
 	after(r->c);
 }
 
-/* On the shard that asked: one shard's save ended (res: its keys, or an error). */
-static void saved(struct rec *r, int64_t res) {
-	struct out o = {NULL, r, r->c->sh->s};
-	char b[96];
-	r->result = res < 0 && r->result >= 0 ? res : r->result;
-	if (--r->pending) return;
-	if (r->result >= 0) ERR(&o, "+OK\r\n");
-	else reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)r->result)), NULL, 0);
-	atomic_store(&kv.saving, 0);
-	done(r);
-}
-
 /* A command for every shard (DBSIZE, SAVE): a gather, one at a time per
  * connection. 1 when sent, 0 stalled. Its end: on_completion. */
 static int gather(struct conn *c, int op) {
@@ -393,7 +378,6 @@ static int gather(struct conn *c, int op) {
 	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
-		r->pending = kv.nshards;
 		rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c));
 		if (rc > 0) { c->inflight++; return 1; }
 		c->tail--;
@@ -593,32 +577,32 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		return after(c);
 	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
 	case TL_K_ROOM: /* the mesh has room again for what it refused */
-		if (sh->sv.post_due) save_post(sh);
 		for (uint32_t i = 0; sh->nwait && i < sh->fresh; i++)
 			if (sh->conns[i].waiting) { sh->conns[i].waiting = 0; sh->nwait--; after(&sh->conns[i]); }
 		return;
-	case TL_K_POOL: return save_post(sh); /* a SAVE's fsync and rename are done */
+	case TL_K_POOL: return save_end(sh); /* a SAVE's fsync and rename are done */
 	case TL_K_MESH: break;
 	default: return;
 	}
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
 		if ((sh->sv.err = x->result) == -ECANCELED ||
 		    tl_blocking(sh->loop, save_finish, &sh->sv, TL_POOL_BOUNDED, 0, &op) < 0)
-			{ save_finish(&sh->sv, NULL); save_post(sh); }
-	} else if (!(x->aux & TL_MESH_RESULT)) { /* a post: a shard's save ended */
-		saved((struct rec *)(uintptr_t)tl_token_data(x->token), (int64_t)x->u.mesh.payload);
+			{ save_finish(&sh->sv, NULL); save_end(sh); }
 	} else if (!(x->aux & TL_MESH_GATHER)) { /* a batch's replies, each in its record */
 		for (c = r->c; r; r = r->next) { r->done = 1; c->hold -= r->held; }
 		c->inflight--;
 		after(c);
-	} else if ((c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec->op == OP_COUNT) {
-		uint8_t b[24];
-		int64_t n = 0; /* DBSIZE: the parts add up (a SAVE's end: each shard posts it) */
-		struct out o = {NULL, c->grec, s};
-		for (uint32_t t = 0; t < kv.nshards; t++) n += c->parts[t].result;
-		x->result < 0 ? ERR(&o, "-ERR shutting down\r\n") : reply(&o, b, num(b, ':', n), NULL, 0);
+	} else { /* a gather: DBSIZE's parts add up, SAVE's say how each shard's file went */
+		char b[96];
+		int64_t n = 0, err = 0;
+		struct out o = {NULL, (c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec, s};
+		for (uint32_t t = 0; t < kv.nshards; t++) c->parts[t].result < 0 ? (err = c->parts[t].result) : (n += c->parts[t].result);
+		if (o.r->op == OP_SAVE) atomic_store(&kv.saving, 0);
+		if (x->result < 0) ERR(&o, "-ERR shutting down\r\n");
+		else if (err) reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)err)), NULL, 0);
+		else o.r->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, num((uint8_t *)b, ':', n), NULL, 0);
 		done(c->grec);
-	} else after(c); /* each shard's part of a SAVE began: its end comes as their posts */
+	}
 }
 
 static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per connection at most */
