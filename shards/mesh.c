@@ -38,9 +38,13 @@ int tl__mesh_setup(tl_shard *s)
 		return -ENOMEM;
 	for (uint32_t t = 0; t < s->n; t++) {
 		s->out[t].backlog = malloc((size_t)rt->cfg.mesh_inflight * sizeof(struct tl_mesh_msg));
-		s->out[t].gq = malloc((size_t)rt->cfg.mesh_inflight * sizeof(tl_mesh_gate *));
-		if (!s->out[t].backlog || !s->out[t].gq)
+		s->out[t].gq = calloc(rt->cfg.mesh_inflight, sizeof(tl_mesh_gate *));
+		s->out[t].gq_free = malloc((size_t)rt->cfg.mesh_inflight * sizeof(uint32_t));
+		if (!s->out[t].backlog || !s->out[t].gq || !s->out[t].gq_free)
 			return -ENOMEM;
+		for (uint32_t i = 0; i < rt->cfg.mesh_inflight; i++)
+			s->out[t].gq_free[i] = rt->cfg.mesh_inflight - 1 - i;
+		s->out[t].gq_nfree = rt->cfg.mesh_inflight;
 	}
 	/* The consumer allocates its inbound rings, on its own node. */
 	for (uint32_t src = 0; src < s->n; src++)
@@ -57,6 +61,7 @@ void tl__mesh_teardown(tl_shard *s)
 		for (uint32_t t = 0; t < s->n; t++) {
 			free(s->out[t].backlog);
 			free(s->out[t].gq);
+			free(s->out[t].gq_free);
 		}
 	free(s->out);
 	free(s->dirty);
@@ -324,6 +329,7 @@ int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh
 			  void *arg, uint64_t token)
 {
 	struct out *o;
+	uint32_t slot;
 	int rc;
 
 	if (!g || !fn)
@@ -333,13 +339,13 @@ int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh
 	rc = can_call(s, target);
 	if (rc)
 		return rc;
-	/* The word says "gated"; the target echoes it on the result. */
+	/* The word is the gate's slot + 1; the target echoes it on the result. */
+	o = &s->out[target];
+	slot = o->gq_free[--o->gq_nfree];
+	o->gq[slot] = g;
 	stage(s, target,
 	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
-				    .b = MSG_MAKE(MSG_CALL, 1), .fn = (void *)fn});
-	o = &s->out[target];
-	o->gq[(o->gq_head + o->gq_len) % s->rt->cfg.mesh_inflight] = g;
-	o->gq_len++;
+				    .b = MSG_MAKE(MSG_CALL, slot + 1), .fn = (void *)fn});
 	o->inflight++;
 	s->inflight_total++;
 	g->inflight++;
@@ -385,15 +391,15 @@ void tl__mesh_gates_due(tl_shard *s)
 	}
 }
 
-/* A gated call to t is over (its result is here, or dropped): the oldest
- * gate queued for t counts it. */
-static void gate_done(tl_shard *s, uint32_t t, int dropped)
+/* A gated call to t is over (its result is here, or dropped): the gate in
+ * its slot counts it, and the slot is free again. */
+static void gate_done(tl_shard *s, uint32_t t, uint32_t slot, int dropped)
 {
 	struct out *o = &s->out[t];
-	tl_mesh_gate *g = o->gq[o->gq_head];
+	tl_mesh_gate *g = o->gq[slot];
 
-	o->gq_head = (o->gq_head + 1) % s->rt->cfg.mesh_inflight;
-	o->gq_len--;
+	o->gq[slot] = NULL;
+	o->gq_free[o->gq_nfree++] = slot;
 	g->inflight--;
 	g->dropped += (uint32_t)dropped;
 	if (!g->inflight && g->closing)
@@ -669,7 +675,7 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 		s->out[src].inflight--;
 		s->inflight_total--;
 		if (MSG_WORD(m->b))
-			gate_done(s, src, 0);
+			gate_done(s, src, (uint32_t)MSG_WORD(m->b) - 1, 0);
 		deliver_mesh(s, m->token, (int64_t)m->a, src | TL_MESH_RESULT, 0, m->fn, TL_K_MESH);
 		/* A gate's completion comes after the last of its results. */
 		if (s->gates_due)
@@ -823,8 +829,9 @@ void tl__mesh_end_gathers(tl_shard *s)
 {
 	/* Gated calls still out will never see their result. */
 	for (uint32_t t = 0; t < s->n; t++)
-		while (s->out[t].gq_len)
-			gate_done(s, t, 1);
+		for (uint32_t slot = 0; slot < s->rt->cfg.mesh_inflight; slot++)
+			if (s->out[t].gq[slot])
+				gate_done(s, t, slot, 1);
 	while (s->gates_due)
 		tl__mesh_gates_due(s);
 	while (s->gathers) {

@@ -78,11 +78,14 @@ struct out {
 	 * rule (inflight <= mesh_inflight) bounds them. */
 	struct tl_mesh_msg *backlog;
 	uint32_t bl_head, bl_len;
-	/* The gates of gated calls to this target, in the order sent: their
-	 * results come back in that order (one ring each way, run in order),
-	 * so each gated result takes the oldest. The credits bound it. */
+	/* The gates of gated calls to this target, by slot: a gated call
+	 * carries its slot + 1 in its word and its result brings it back
+	 * (results need not come in the order sent: a deferred reply may be
+	 * overtaken). gq_free is the stack of free slots; the credits bound
+	 * the calls, so mesh_inflight slots always suffice. */
 	tl_mesh_gate **gq;
-	uint32_t gq_head, gq_len;
+	uint32_t *gq_free;
+	uint32_t gq_nfree;
 	/* Blocks to free on this target were refused (foreign.c): wake
 	 * when the ring has room. */
 	uint32_t free_wait;

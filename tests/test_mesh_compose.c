@@ -626,17 +626,17 @@ static void test_gate_stop(void)
 
 /* ---- deferred replies: a call answered later by the shard it ran on ---- */
 
-enum { DF_SLOW = 1, DF_FAST, DF_GATED, DF_GATE, DF_GATHER, DF_ANSWER };
+enum { DF_SLOW = 1, DF_FAST, DF_GATED, DF_FAST2, DF_GATE, DF_GATE2, DF_GATHER, DF_ANSWER };
 
 struct dfr {
 	tl_mesh_reply r[3]; /* the plain call's and the gated call's (on 1), the gather part's (on 2) */
 	tl_mesh_gather g;
 	tl_mesh_part parts[NS];
-	tl_mesh_gate gate;
+	tl_mesh_gate gate, gate2; /* gate2's call overtakes gate's deferred one */
 	uint64_t cell;      /* shard 1 writes it before its reply; 0 reads it on the result */
 	atomic_int answered[3];
 	int outside_rc, twice_rc, again_rc, stranger_rc, reply_rc[3];
-	int credits_at_fast, fast_first, results, gate_done, gate_after_result, done;
+	int credits_at_fast, fast_first, results, gate_done, gate_after_result, gate2_done, gate2_first, done;
 };
 
 static struct dfr D;
@@ -671,6 +671,7 @@ static int df_launch(tl_shard *s, void *arg)
 	D.outside_rc = tl_shard_defer(s, &r); /* not inside a mesh function */
 	ST_CHECK(tl_mesh_gather_init(&D.g, D.parts, NS) == 0);
 	ST_CHECK(tl_mesh_gate_init(&D.gate) == 0);
+	ST_CHECK(tl_mesh_gate_init(&D.gate2) == 0);
 	ST_CHECK(tl_shard_submit_to(s, 1, df_slow, &D, DF_SLOW) == 0);
 	ST_CHECK(tl_shard_submit_to(s, 1, df_fast, &D, DF_FAST) == 0);
 	return 0;
@@ -707,8 +708,21 @@ static void df_handler(tl_shard *s, const tl_completion *c)
 		ST_CHECK(c->result == 77 && c->u.mesh.arg == &D && c->aux == (1 | TL_MESH_RESULT));
 		ST_CHECK(D.cell == 4242); /* the replier's plain write, seen (TSan checks how) */
 		D.results++;
+		/* Two gates on one target: gate's call is deferred, gate2's is
+		 * answered at once and overtakes it. Each result counts for its
+		 * own gate. */
 		ST_CHECK(tl_shard_submit_gated(s, &D.gate, 1, df_gated, &D, DF_GATED) == 0);
+		ST_CHECK(tl_shard_submit_gated(s, &D.gate2, 1, df_fast, &D, DF_FAST2) == 0);
 		ST_CHECK(tl_shard_gate_close(s, &D.gate, DF_GATE) == 0);
+		ST_CHECK(tl_shard_gate_close(s, &D.gate2, DF_GATE2) == 0);
+		break;
+	case DF_FAST2:
+		ST_CHECK(c->result == 5);
+		break;
+	case DF_GATE2:
+		D.gate2_first = !D.gate_done && D.results == 2; /* before gate's deferred result */
+		D.gate2_done++;
+		ST_CHECK(c->result == 0);
 		break;
 	case DF_GATED:
 		ST_CHECK(c->result == 78 && atomic_load(&D.answered[1]));
@@ -755,6 +769,8 @@ static void test_defer(void)
 	CU_ASSERT_EQUAL(D.credits_at_fast, 1);
 	CU_ASSERT_EQUAL(D.gate_done, 1);
 	CU_ASSERT_EQUAL(D.gate_after_result, 1);
+	CU_ASSERT_EQUAL(D.gate2_done, 1);
+	CU_ASSERT_EQUAL(D.gate2_first, 1);
 	CU_ASSERT_EQUAL(D.results, 3);
 	st_end(fds);
 }
