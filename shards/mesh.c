@@ -21,6 +21,8 @@ enum {
 	MSG_GCALL = 5,   /* a gather's part: token is the caller's tl_mesh_gather */
 	MSG_GRESULT = 6, /* its result, token as sent */
 	MSG_FREE = 7,    /* blocks to free here (foreign.c): a is the list */
+	MSG_BCALL = 8,   /* a batch: token is the caller's tl_mesh_batcher, a the first item */
+	MSG_BRESULT = 9, /* its result, token as sent, fn the first item */
 };
 #define MSG_TYPE(b) ((uint32_t)(b))
 #define MSG_WORD(b) ((int32_t)((b) >> 32))
@@ -222,6 +224,131 @@ int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, u
 }
 
 static void deliver_gather(tl_shard *s, tl_mesh_gather *g);
+static void deliver_mesh(tl_shard *s, uint64_t token, int64_t result, uint32_t aux,
+			 uint64_t value, void *ptr, uint16_t kind);
+
+/* ---- batched calls ---- */
+
+int tl_mesh_batcher_init(tl_mesh_batcher *b, tl_mesh_chain *chains, uint32_t nchains,
+			 tl_mesh_fn fn, uint64_t token)
+{
+	if (!b || !chains || !nchains || !fn)
+		return -EINVAL;
+	memset(b, 0, sizeof *b);
+	memset(chains, 0, (size_t)nchains * sizeof *chains);
+	b->chains = chains;
+	b->nchains = nchains;
+	b->fn = fn;
+	b->token = token;
+	return 0;
+}
+
+int tl_shard_batch_add(tl_shard *s, tl_mesh_batcher *b, uint32_t target, tl_mesh_item *it)
+{
+	tl_mesh_chain *c;
+
+	if (tl_unlikely(!s || !b || !it || !b->fn || target >= s->n || target >= b->nchains))
+		return -EINVAL;
+	if (tl_unlikely(s->mesh_closed))
+		return -EPIPE;
+	c = &b->chains[target];
+	it->next = NULL;
+	if (c->first) {
+		c->last->next = it;
+	} else {
+		c->first = it;
+		b->queued++;
+	}
+	c->last = it;
+	if (!b->listed_) {
+		b->listed_ = 1;
+		b->next_ = s->batchers;
+		s->batchers = b;
+	}
+	return 0;
+}
+
+/* A call to t fits now: a credit, ring room, no results backed up before
+ * it. Unlike can_call, counts no refusal (a waiting chain asks each pass). */
+static int call_fits(tl_shard *s, uint32_t t)
+{
+	struct out *o = &s->out[t];
+
+	return o->inflight < s->rt->cfg.mesh_inflight && !o->bl_len &&
+	       ring_room(s, o, &s->outp[t].ring);
+}
+
+void tl__mesh_batches_flush(tl_shard *s)
+{
+	tl_mesh_batcher **pp = &s->batchers;
+
+	if (s->mesh_closed) /* their chains end at tl__mesh_end_gathers */
+		return;
+	while (*pp) {
+		tl_mesh_batcher *b = *pp;
+
+		for (uint32_t t = 0; t < b->nchains && b->queued; t++) {
+			tl_mesh_chain *c = &b->chains[t];
+			struct out *o = &s->out[t];
+
+			if (!c->first)
+				continue;
+			if (!call_fits(s, t)) { /* stays; woken once t has room */
+				if (!o->batch_wait) {
+					o->batch_wait = 1;
+					s->nbatch_wait++;
+					s->st.mesh_refused++;
+				}
+				continue;
+			}
+			if (o->batch_wait) {
+				o->batch_wait = 0;
+				s->nbatch_wait--;
+			}
+			stage(s, t,
+			      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)b,
+						    .a = (uint64_t)(uintptr_t)c->first, .b = MSG_BCALL,
+						    .fn = (void *)b->fn});
+			o->inflight++;
+			s->inflight_total++;
+			b->inflight++;
+			c->first = c->last = NULL;
+			b->queued--;
+		}
+		if (b->queued) {
+			pp = &b->next_;
+			continue;
+		}
+		*pp = b->next_;
+		b->next_ = NULL;
+		b->listed_ = 0;
+	}
+}
+
+/* The stop: chains that never went complete with -EPIPE. */
+static void end_batches(tl_shard *s)
+{
+	while (s->batchers) {
+		tl_mesh_batcher *b = s->batchers;
+
+		s->batchers = b->next_;
+		b->next_ = NULL;
+		b->listed_ = 0;
+		for (uint32_t t = 0; t < b->nchains && b->queued; t++) {
+			tl_mesh_item *first = b->chains[t].first;
+
+			if (!first)
+				continue;
+			b->chains[t].first = b->chains[t].last = NULL;
+			b->queued--;
+			deliver_mesh(s, b->token, -EPIPE, t | TL_MESH_RESULT | TL_MESH_BATCH, 0, first,
+				     TL_K_MESH);
+		}
+	}
+	for (uint32_t t = 0; t < s->n; t++)
+		s->out[t].batch_wait = 0;
+	s->nbatch_wait = 0;
+}
 
 /* A gather's part is back (or lost at the stop): when it was the last,
  * the gather leaves the list and its one completion goes out. */
@@ -501,7 +628,11 @@ static void send_result(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
  * (gated or not, as the call said). */
 static uint64_t result_word(const struct tl_mesh_msg *m)
 {
-	return MSG_TYPE(m->b) == MSG_GCALL ? MSG_GRESULT : MSG_MAKE(MSG_RESULT, MSG_WORD(m->b));
+	if (MSG_TYPE(m->b) == MSG_GCALL)
+		return MSG_GRESULT;
+	if (MSG_TYPE(m->b) == MSG_BCALL)
+		return MSG_BRESULT;
+	return MSG_MAKE(MSG_RESULT, MSG_WORD(m->b));
 }
 
 int tl_shard_defer(tl_shard *s, tl_mesh_reply *r)
@@ -639,7 +770,8 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 		deliver_mesh(s, m->token, 0, src, m->a, NULL, TL_K_MESH);
 		break;
 	case MSG_CALL:
-	case MSG_GCALL: {
+	case MSG_GCALL:
+	case MSG_BCALL: {
 		tl_mesh_fn fn = (tl_mesh_fn)m->fn;
 		int64_t res;
 
@@ -659,6 +791,16 @@ static inline void run_msg(tl_shard *s, uint32_t src, const struct tl_mesh_msg *
 		gather_part(s, (tl_mesh_gather *)(uintptr_t)m->token, src, (int64_t)m->a,
 			    TL_PART_DONE);
 		break;
+	case MSG_BRESULT: {
+		tl_mesh_batcher *b = (tl_mesh_batcher *)(uintptr_t)m->token;
+
+		s->out[src].inflight--;
+		s->inflight_total--;
+		b->inflight--;
+		deliver_mesh(s, b->token, (int64_t)m->a, src | TL_MESH_RESULT | TL_MESH_BATCH, 0,
+			     m->fn, TL_K_MESH);
+		break;
+	}
 	case MSG_MIGRATE:
 		run_migrate(s, src, m);
 		break;
@@ -778,17 +920,18 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 
 	if (!arm && s->nbacklog)
 		push_backlogs(s);
-	if (!s->nroom_wait && !s->nbacklog && !s->nfree_wait)
+	if (!s->nroom_wait && !s->nbacklog && !s->nfree_wait && !s->nbatch_wait)
 		return 0;
 	for (uint32_t t = 0; t < s->n; t++) {
 		struct out *o = &s->out[t];
 		struct tl__spsc *r = &s->outp[t].ring;
 
-		if (!o->room_wait && !o->bl_len && !o->free_wait)
+		if (!o->room_wait && !o->bl_len && !o->free_wait && !o->batch_wait)
 			continue;
 		/* A wait for a credit too: the result that returns it comes
 		 * through an inbound ring, whose publisher wakes this shard. */
-		int credit = !o->room_credit || o->inflight < s->rt->cfg.mesh_inflight;
+		int free_credit = o->inflight < s->rt->cfg.mesh_inflight;
+		int credit = !o->room_credit || free_credit;
 
 		if (!arm) {
 			if (o->room_wait && credit && !o->bl_len && !s->mesh_closed &&
@@ -802,7 +945,8 @@ int tl__mesh_room_check(tl_shard *s, int arm)
 		atomic_exchange_explicit(&s->outp[t].want_room, 1, memory_order_seq_cst);
 		r->tail_cache = atomic_load_explicit(&r->tail, memory_order_seq_cst);
 		if (r->mask + 1 - (o->head - r->tail_cache) &&
-		    (credit || o->bl_len || o->free_wait))
+		    ((o->room_wait && credit) || o->bl_len || o->free_wait ||
+		     (o->batch_wait && free_credit)))
 			ready = 1;
 	}
 	return ready;
@@ -827,6 +971,7 @@ void tl__mesh_close(tl_shard *s)
 
 void tl__mesh_end_gathers(tl_shard *s)
 {
+	end_batches(s);
 	/* Gated calls still out will never see their result. */
 	for (uint32_t t = 0; t < s->n; t++)
 		for (uint32_t slot = 0; slot < s->rt->cfg.mesh_inflight; slot++)

@@ -1,4 +1,4 @@
-/* shards/shard.c: a shard's thread (contract 9.2-9.6): setup (binding, arena, loop), the pass (turn, handlers, mesh, on_pass, tasks, publish, stall check), the phases of a stop (run, grace, drain, wait), the last mesh delivery and teardown. */
+/* shards/shard.c: a shard's thread (contract 9.2-9.6): setup (binding, arena, loop), the pass (turn, handlers, mesh, on_pass, tasks, batches, publish, stall check), the phases of a stop (run, grace, drain, wait), the last mesh delivery and teardown. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +70,8 @@ static int pass(tl_shard *s, int64_t timeout)
 	}
 	if (s->tasks)
 		more |= tl__sched_run(s, t0, ti.idle_ns, n || more || s->st.mesh_in != mesh_in);
+	if (s->batchers)
+		tl__mesh_batches_flush(s);
 	if (s->nfdirty)
 		tl__foreign_flush(s);
 	tl__mesh_flush(s);
@@ -211,6 +213,8 @@ static void shard_run(tl_shard *s)
 			tl_runtime_stop(rt);
 		}
 	}
+	if (s->batchers)
+		tl__mesh_batches_flush(s);
 	tl__mesh_flush(s);
 	tl__rt_publish(s, tl__os_mono_ns());
 	/* The first turn must not park: on_pass has not run yet. */

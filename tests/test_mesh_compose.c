@@ -1,4 +1,4 @@
-/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), gates (one completion once every call under one is over, at a stop too), and deferred replies (a call answered later by its shard, at a stop too); on Linux and, as win-mesh-compose, on Windows. */
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), gates (one completion once every call under one is over, at a stop too), deferred replies (a call answered later by its shard, at a stop too), and batched calls (a pass's items for one target in one call, kept in order while the mesh has no room, ended at a stop); on Linux and, as win-mesh-compose, on Windows. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -861,6 +861,239 @@ static void test_defer_stop(void)
 	st_end(fds);
 }
 
+/* ---- batched calls: a pass's items for one target in one call ---- */
+
+#define BT_N 3000 /* items */
+#define BT_STEP 50 /* added per pass, split between shards 1 and 2 */
+
+struct bitem {
+	tl_mesh_item link;
+	uint32_t seq, target, ran_on;
+};
+
+struct bat {
+	tl_mesh_batcher b;
+	tl_mesh_chain chains[NS];
+	struct bitem items[BT_N];
+	uint32_t added, back, batches, biggest1;
+	uint64_t last_seen[NS]; /* on each target: the last seq it ran, + 1 */
+	atomic_int first_held, passes_held;
+	atomic_int bad; /* shards 0, 1 and 2 count here */
+	int init_rc[4], add_rc[2];
+};
+
+static struct bat B;
+
+static int64_t bt_fn(tl_shard *s, void *arg)
+{
+	uint32_t me = tl_shard_id(s), n = 0;
+
+	/* The first batch to 1 holds its shard until 0 has made three more
+	 * passes: their items find no credit and must join one chain. */
+	if (me == 1 && !atomic_exchange(&B.first_held, 1)) {
+		uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
+
+		while (atomic_load(&B.passes_held) < 3 && st_now_ns() < dl)
+			tl__os_yield();
+	}
+	for (tl_mesh_item *it = arg; it; it = it->next, n++) {
+		struct bitem *bi = (struct bitem *)it;
+
+		/* In the order added, each on its own target. */
+		if (bi->target != me || bi->seq + 1 <= B.last_seen[me])
+			atomic_fetch_add(&B.bad, 1);
+		B.last_seen[me] = bi->seq + 1;
+		bi->ran_on = me;
+	}
+	return n;
+}
+
+static void bt_add(tl_shard *s)
+{
+	for (int k = 0; k < BT_STEP && B.added < BT_N; k++, B.added++) {
+		struct bitem *bi = &B.items[B.added];
+
+		bi->seq = B.added;
+		bi->target = 1 + (B.added & 1);
+		ST_CHECK(tl_shard_batch_add(s, &B.b, bi->target, &bi->link) == 0);
+	}
+}
+
+static int bt_launch(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	B.init_rc[0] = tl_mesh_batcher_init(NULL, B.chains, NS, bt_fn, 1);
+	B.init_rc[1] = tl_mesh_batcher_init(&B.b, NULL, NS, bt_fn, 1);
+	B.init_rc[2] = tl_mesh_batcher_init(&B.b, B.chains, 0, bt_fn, 1);
+	B.init_rc[3] = tl_mesh_batcher_init(&B.b, B.chains, NS, NULL, 1);
+	ST_CHECK(tl_mesh_batcher_init(&B.b, B.chains, NS, bt_fn, 0xba7c) == 0);
+	B.add_rc[0] = tl_shard_batch_add(s, &B.b, NS, &B.items[0].link);
+	B.add_rc[1] = tl_shard_batch_add(s, &B.b, 1, NULL);
+	bt_add(s);
+	return 0;
+}
+
+static int bt_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	/* More items only once 1 holds the first batch: the passes of the
+	 * hold each add some (no pass may park before it has begun). */
+	if (!atomic_load(&B.first_held))
+		return 1;
+	atomic_fetch_add(&B.passes_held, 1);
+	bt_add(s);
+	return B.added < BT_N;
+}
+
+static void bt_handler(tl_shard *s, const tl_completion *c)
+{
+	uint32_t n = 0, t = TL_MESH_SHARD(c->aux);
+
+	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0)
+		return;
+	ST_CHECK(c->token == 0xba7c && c->aux == (t | TL_MESH_RESULT | TL_MESH_BATCH));
+	for (tl_mesh_item *it = c->u.mesh.arg; it; it = it->next, n++)
+		if (((struct bitem *)it)->ran_on != t) /* fn's writes, seen */
+			atomic_fetch_add(&B.bad, 1);
+	ST_CHECK(c->result == (int64_t)n && n > 0);
+	if (t == 1 && n > B.biggest1)
+		B.biggest1 = n;
+	B.back += n;
+	B.batches++;
+	if (B.back == BT_N) {
+		ST_CHECK(B.b.queued == 0 && B.b.inflight == 0);
+		tl_runtime_stop(tl_shard_runtime(s));
+	}
+}
+
+static void test_batch(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/batch");
+
+	memset(&B, 0, sizeof B);
+	st_config(&cfg, NS);
+	cfg.mesh_inflight = 1; /* a batch at a time per target: the rest wait */
+	cfg.on_launch = bt_launch;
+	cfg.on_pass = bt_pass;
+	cfg.on_completion = bt_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	for (int i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(B.init_rc[i], -EINVAL);
+	CU_ASSERT_EQUAL(B.add_rc[0], -EINVAL);
+	CU_ASSERT_EQUAL(B.add_rc[1], -EINVAL);
+	CU_ASSERT_EQUAL(B.back, BT_N);
+	CU_ASSERT_EQUAL(atomic_load(&B.bad), 0);
+	CU_ASSERT_EQUAL(B.last_seen[1], BT_N - 1);
+	CU_ASSERT_EQUAL(B.last_seen[2], BT_N);
+	/* Fewer calls than items, and the held target's next batch took the
+	 * items of the three passes it could not go in (25 a pass). */
+	CU_ASSERT_TRUE(B.batches < BT_N / 10);
+	CU_ASSERT_TRUE(B.biggest1 >= 3 * BT_STEP / 2);
+	st_end(fds);
+}
+
+/* A chain that never went (no credit) when the mesh closed: its completion
+ * says -EPIPE, fn never ran on it; an add after that is refused. */
+struct bstop {
+	tl_mesh_batcher b;
+	tl_mesh_chain chains[2];
+	struct bitem it;
+	atomic_int one_stopping, sent, zero_waits, bran;
+	int64_t result;
+	int ended, add_rc, add_after, first_ok;
+};
+
+static struct bstop BS;
+
+static int64_t bs_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	atomic_store(&BS.bran, 1);
+	return 0;
+}
+
+static int64_t bs_call(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	return 0;
+}
+
+static int bs_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	if (atomic_load(&BS.sent))
+		atomic_store(&BS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void bs_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) {
+		ST_CHECK(tl_mesh_batcher_init(&BS.b, BS.chains, 2, bs_fn, 0xb5) == 0);
+		ST_CHECK(spin_until(&BS.one_stopping));
+		/* The one credit to 1 goes to a call that 1 runs only after its
+		 * mesh closed: the batch never has room. */
+		ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
+		BS.add_rc = tl_shard_batch_add(s, &BS.b, 1, &BS.it.link);
+		atomic_store(&BS.sent, 1);
+	} else {
+		atomic_store(&BS.one_stopping, 1);
+		ST_CHECK(spin_until(&BS.zero_waits));
+	}
+}
+
+static void bs_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_BATCH))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0);
+	BS.first_ok = c->u.mesh.arg == &BS.it.link && c->token == 0xb5 &&
+		      c->aux == (1 | TL_MESH_RESULT | TL_MESH_BATCH);
+	BS.result = c->result;
+	BS.ended++;
+	BS.add_after = tl_shard_batch_add(s, &BS.b, 1, &BS.it.link);
+}
+
+static void test_batch_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/batch_stop");
+
+	memset(&BS, 0, sizeof BS);
+	st_config(&cfg, 2);
+	cfg.mesh_inflight = 1;
+	cfg.drain_ns = 1;
+	cfg.on_pass = bs_pass;
+	cfg.on_stop = bs_stop;
+	cfg.on_completion = bs_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(BS.add_rc, 0);
+	CU_ASSERT_EQUAL(BS.ended, 1);
+	CU_ASSERT_EQUAL(BS.first_ok, 1);
+	CU_ASSERT_EQUAL(BS.result, -EPIPE);
+	CU_ASSERT_EQUAL(atomic_load(&BS.bran), 0);
+	CU_ASSERT_EQUAL(BS.add_after, -EPIPE);
+	CU_ASSERT_EQUAL(BS.b.queued, 0);
+	st_end(fds);
+}
+
 /* ---- the default credits and the setup's argument checks ---- */
 
 static void test_defaults(void)
@@ -897,5 +1130,7 @@ int main(void)
 	st_add(s, "gate_stop", test_gate_stop);
 	st_add(s, "defer", test_defer);
 	st_add(s, "defer_stop", test_defer_stop);
+	st_add(s, "batch", test_batch);
+	st_add(s, "batch_stop", test_batch_stop);
 	return st_run();
 }

@@ -96,6 +96,9 @@ static inline unsigned tl_token_handler(uint64_t token)
  *    (aux = the caller's id | TL_MESH_RESULT | TL_MESH_GATHER).
  *  - the end of a task (turnloop/sched.h) on its shard: aux = the shard's
  *    id | TL_MESH_RESULT | TL_MESH_TASK.
+ *  - the result of a batch (tl_shard_batch_add) on the caller: see
+ *    "Batched calls" below (aux = the target | TL_MESH_RESULT |
+ *    TL_MESH_BATCH).
  * Room completions (kind TL_K_ROOM, tl_shard_wait_room): token, result 0,
  * aux = the target shard. All are terminal (TL_F_TERMINAL), op and handle
  * are TL_OP_NONE / TL_HANDLE_NONE, data is NULL, u.mesh.conn is
@@ -106,6 +109,7 @@ static inline unsigned tl_token_handler(uint64_t token)
 #define TL_MESH_GATHER 0x20000000u
 #define TL_MESH_GATE 0x10000000u
 #define TL_MESH_TASK 0x08000000u
+#define TL_MESH_BATCH 0x04000000u
 #define TL_MESH_SHARD(aux) ((uint32_t)(aux) & 0xffffu)
 
 /*
@@ -553,6 +557,79 @@ int tl_shard_defer(tl_shard *s, tl_mesh_reply *r);
  * above; r is answered all the same). Never -ENOBUFS. Allocates nothing.
  */
 int tl_shard_reply(tl_shard *s, tl_mesh_reply *r, int64_t result);
+
+/*
+ * Batched calls: items for one target gathered during a pass and sent as
+ * ONE call at the pass's end. A call per item costs a message, a result
+ * and a completion each (in tlkv, a quarter of the instructions a remote
+ * command adds); a batch pays them once. The caller owns a
+ * tl_mesh_batcher (one per stream of work whose order matters: a
+ * connection, say) and an array of chains, one per shard, set up once by
+ * tl_mesh_batcher_init(), and embeds a tl_mesh_item in each record it
+ * sends. tl_shard_batch_add() queues an item for a target; at the end of
+ * the pass (after on_pass), each target's chain goes as one call
+ * fn(target_shard, first item), its items linked through next in the
+ * order they were added, and fn walks them. The caller gets one TL_K_MESH
+ * completion per batch: token as given to tl_mesh_batcher_init,
+ * u.mesh.arg = the batch's first item (its chain still linked),
+ * result = fn's return, aux = target | TL_MESH_RESULT | TL_MESH_BATCH.
+ *
+ * A batch is a call in the sense of tl_shard_submit_to: it takes one of
+ * the pair's credits until its result is back, it runs in order with
+ * everything else this shard sends to target, fn's writes happen-before
+ * the completion, and fn may defer its reply (tl_shard_defer). When the
+ * mesh has no room for it (ring full, or no credit free), the chain stays
+ * queued, the items added meanwhile join it, and it goes at the first
+ * pass's end where target has room (the shard is woken for that): the
+ * caller never sees -ENOBUFS nor waits for room itself, and one
+ * batcher's items for one target reach it in the order they were added.
+ * A chain that had not gone when the mesh closed (a stop) completes with
+ * result -EPIPE, and fn did not run on it; a batch that went and whose
+ * result the stop dropped gets no completion (as a call's; inflight
+ * below keeps counting it).
+ */
+typedef struct tl_mesh_item {
+	struct tl_mesh_item *next; /* the next item of its batch; NULL after the last */
+} tl_mesh_item;
+
+/* One target's queued items (the caller's memory, the runtime's fields). */
+typedef struct tl_mesh_chain {
+	tl_mesh_item *first, *last;
+} tl_mesh_chain;
+
+/* A batcher (caller-owned; fields are read-only for the caller). */
+typedef struct tl_mesh_batcher {
+	tl_mesh_chain *chains; /* the caller's array, one per shard */
+	uint32_t nchains;      /* its length */
+	uint32_t queued;       /* targets with items not sent yet */
+	uint32_t inflight;     /* batches sent whose result has not come */
+	uint32_t listed_;      /* the runtime's */
+	tl_mesh_fn fn;
+	uint64_t token;
+	struct tl_mesh_batcher *next_; /* the runtime's */
+} tl_mesh_batcher;
+
+/*
+ * Set up b over the caller's chains (nchains: at least the shard count to
+ * reach every shard; neither is copied, both must live while b has items
+ * queued or batches in flight), with the function every batch runs and
+ * the token of their completions. Not while items are queued or batches
+ * in flight (queued or inflight non-zero: b is the runtime's then).
+ * Returns 0, or -EINVAL (b, chains or fn NULL, nchains 0).
+ */
+int tl_mesh_batcher_init(tl_mesh_batcher *b, tl_mesh_chain *chains, uint32_t nchains,
+			 tl_mesh_fn fn, uint64_t token);
+
+/*
+ * Queue item it (its next is the runtime's from now on) for target on
+ * batcher b, from b's shard s: it goes with the other items queued for
+ * target at this pass's end, or later when the mesh has no room (see
+ * "Batched calls" above), and it is the caller's again with its batch's
+ * completion. Returns 0; -EINVAL (s, b or it NULL, b not set up, target
+ * out of range or >= b->nchains); -EPIPE (the mesh closed: the runtime is
+ * stopping; nothing was queued). Never -ENOBUFS. Allocates nothing.
+ */
+int tl_shard_batch_add(tl_shard *s, tl_mesh_batcher *b, uint32_t target, tl_mesh_item *it);
 
 /*
  * The mesh_inflight credits to target that are free now: a call
