@@ -23,16 +23,16 @@ struct item { struct item *next; uint64_t h; uint32_t klen, vlen; uint8_t kv[]; 
 struct arg { const uint8_t *p; uint32_t n; };
 
 /* A reply owed to a client, in request order in its connection's ring. For a
- * remote key the owner runs it (run_rec) and writes the reply in here: the
+ * remote key the owner runs it (run_batch) and writes the reply in here: the
  * mesh makes those writes visible before the result comes back to us. */
 struct rec {
+	tl_mesh_item link; /* first: the next command of its batch */
 	struct conn *c;
 	uint8_t op, flags, done, held; /* held: the owner reads key and val in our read view */
 	uint32_t klen, vlen, outlen;
 	uint64_t h;
 	int64_t result;
 	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
-	struct rec *next;                   /* the next command of its batch */
 	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[] (tl_shard_alloc) */
 } __attribute__((aligned(64))); /* the owner writes one while we fill the next */
 
@@ -45,10 +45,10 @@ struct conn { /* a connection's state: every completion of its handle carries it
 	int64_t sum;
 	struct conn *next; /* on the free list */
 	struct rec *grec;  /* the reply that its gather answers */
-	struct rec *bfirst, *blast; /* remote commands for owner bto, sent as one call */
-	uint32_t bto, bn;
 	tl_rbuf rd;        /* from here on: set up at accept, or kept */
 	tl_wbuf wr;
+	tl_mesh_batcher q; /* remote commands: one call per owner a pass */
+	tl_mesh_chain chains[MAX_SHARDS];
 	tl_mesh_gather g;
 	tl_mesh_part parts[MAX_SHARDS];
 	struct rec rec[REC_N];
@@ -230,8 +230,8 @@ static int say(struct conn *c, const void *head, uint32_t hn, const void *body, 
 	return 1;
 }
 
-/* The mesh refused (-ENOBUFS): wait for room to shard `to`, then go on where
- * c stopped; -EPIPE: the runtime is stopping. Returns 0 (stalled). */
+/* The mesh refused a gather (-ENOBUFS): wait for room to shard `to`, then go
+ * on where c stopped; -EPIPE: the runtime is stopping. Returns 0 (stalled). */
 static int stalled(struct conn *c, uint32_t to, int rc) {
 	if (rc != -ENOBUFS) { c->quit = 1; return 0; }
 	tl_shard_wait_room(c->sh->s, to, 0); /* -ENOBUFS: asked already */
@@ -240,31 +240,30 @@ static int stalled(struct conn *c, uint32_t to, int rc) {
 	return 0;
 }
 
-static int64_t run_batch(tl_shard *s, void *arg) { /* on the keys' owner, each in order */
-	for (struct rec *r = arg; r; r = r->next) {
+/* A batch of a connection's commands, on their keys' owner, each in order:
+ * the runtime sends the pass's remote commands for one owner as one call
+ * (a call per command cost a quarter of the instructions a remote command
+ * adds), holding them in order while the mesh has no room. */
+static int64_t run_batch(tl_shard *s, void *arg) {
+	for (struct rec *r = arg; r; r = (struct rec *)r->link.next) {
 		struct out o = {NULL, r, s};
 		r->result = exec(tl_shard_data(s), r->op, r->h, r->key, r->klen, r->val, r->vlen, &o);
 	}
 	return 0;
 }
 
-/* Send the remote commands gathered while serving, one call for the lot (a
- * call per command cost a quarter of the instructions a remote command
- * adds): 1 when sent or none, 0 when stalled (they go once the mesh has
- * room; -EPIPE: answered). */
-static int send_batch(struct conn *c) {
-	int rc = c->bn ? tl_shard_submit_to(c->sh->s, c->bto, run_batch, c->bfirst, 0) : 0;
-	if (rc == -ENOBUFS) return stalled(c, c->bto, rc);
-	for (struct rec *r = c->bfirst; rc < 0 && r; r = r->next) { /* the runtime is stopping */
+static void after(struct conn *c);
+
+/* A batch's commands are done (rc < 0: the runtime stopped before it went). */
+static void batch_done(struct rec *r, int64_t rc) {
+	struct conn *c = r->c;
+	for (; r; r = (struct rec *)r->link.next) {
 		struct out o = {NULL, r, c->sh->s};
-		ERR(&o, "-ERR shutting down\r\n");
+		if (rc < 0) { ERR(&o, "-ERR shutting down\r\n"); c->quit = 1; }
 		r->done = 1;
 		c->hold -= r->held;
 	}
-	c->inflight += rc >= 0 && c->bn;
-	c->quit |= rc < 0;
-	c->bn = 0;
-	return rc >= 0;
+	after(c);
 }
 
 /* One key's command: run here (into the writer when no reply is owed before
@@ -277,7 +276,6 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	struct rec *r;
 	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->wr) >= REPLY_MAX)
 		return exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
-	if (to != sh->id && c->bn && c->bto != to && !send_batch(c)) return 0; /* one owner a batch */
 	if (!(r = o.r = rec_new(c))) return 0;
 	r->op = (uint8_t)op; r->flags = (uint8_t)flags; r->h = h;
 	r->key = k->p; r->klen = k->n; r->val = v ? v->p : NULL; r->vlen = vl;
@@ -290,10 +288,7 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 		r->key = memcpy(r->in, k->p, k->n);
 		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
 	}
-	r->next = NULL;
-	if (c->bn++) c->blast->next = r;
-	else c->bfirst = r, c->bto = to;
-	c->blast = r;
+	if (tl_shard_batch_add(sh->s, &c->q, to, &r->link) < 0) return batch_done(r, -EPIPE), 1;
 	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
 	sh->nremote++;
 	return 1;
@@ -361,8 +356,6 @@ static int64_t run_all(tl_shard *s, void *arg) {
 	return 0;
 }
 
-static void after(struct conn *c);
-
 static void done(struct rec *r) { /* a reply owed is made: out it goes in its turn */
 	r->done = 1;
 	r->c->inflight--;
@@ -374,7 +367,8 @@ static void done(struct rec *r) { /* a reply owed is made: out it goes in its tu
 static int gather(struct conn *c, int op) {
 	struct rec *r;
 	int rc = 0;
-	if (c->g.busy || !send_batch(c)) return 0; /* the one in flight, the keys before it first */
+	/* The one in flight first, and the keys before it: done, so counted. */
+	if (c->g.busy || c->q.queued || c->q.inflight) return 0;
 	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
@@ -510,11 +504,6 @@ static void serve_cmds(struct conn *c) {
 	}
 }
 
-static void serve(struct conn *c) { /* and send what is for another shard */
-	serve_cmds(c);
-	if (c->bn && !c->waiting) send_batch(c);
-}
-
 /* ---- Connections, and everything a shard is handed ---- */
 
 static void conn_close(struct conn *c) {
@@ -524,7 +513,7 @@ static void conn_close(struct conn *c) {
 /* Go on once what c waited for came: replies out, more commands, the end. */
 static void after(struct conn *c) {
 	if (c->closed) { /* freed once nothing in flight writes into it */
-		if (c->inflight) return;
+		if (c->inflight || c->q.queued || c->q.inflight) return;
 		tl_rbuf_fini(&c->rd);
 		tl_wbuf_fini(&c->wr);
 		for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
@@ -535,7 +524,7 @@ static void after(struct conn *c) {
 		return;
 	}
 	drain(c);
-	serve(c);
+	serve_cmds(c);
 	drain(c);
 	if (c->closing || c->head != c->tail) return;
 	if (c->bye && !tl_wbuf_append(&c->wr, c->bye, (uint32_t)strlen(c->bye))) c->bye = NULL;
@@ -555,6 +544,7 @@ static void conn_open(struct shard *sh, tl_handle h) {
 	tl_wbuf_init(&c->wr, sh->loop, h, c->wmem, WBUF, 0);
 	tl_wbuf_set_list(&c->wr, &sh->dirty);
 	tl_mesh_gather_init(&c->g, c->parts, MAX_SHARDS);
+	tl_mesh_batcher_init(&c->q, c->chains, MAX_SHARDS, run_batch, 0);
 	tl_handle_set_data(sh->loop, h, c); /* every completion of h carries c */
 	if (tl_read_start(sh->loop, h, 0, &op) < 0) conn_close(c);
 }
@@ -588,10 +578,8 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		if ((sh->sv.err = x->result) == -ECANCELED ||
 		    tl_blocking(sh->loop, save_finish, &sh->sv, TL_POOL_BOUNDED, 0, &op) < 0)
 			{ save_finish(&sh->sv, NULL); save_end(sh); }
-	} else if (!(x->aux & TL_MESH_GATHER)) { /* a batch's replies, each in its record */
-		for (c = r->c; r; r = r->next) { r->done = 1; c->hold -= r->held; }
-		c->inflight--;
-		after(c);
+	} else if (x->aux & TL_MESH_BATCH) { /* a batch's replies, each in its record */
+		batch_done(r, x->result);
 	} else { /* a gather: DBSIZE's parts add up, SAVE's say how each shard's file went */
 		char b[96];
 		int64_t n = 0, err = 0;
