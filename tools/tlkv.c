@@ -153,7 +153,10 @@ static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal
  * was checked), or into a record that waits for its turn (r), made by shard s. */
 struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
 
-static void reply(struct out *o, const void *head, uint32_t hn, const void *body, uint32_t bn) {
+/* Inlined everywhere: left to the compiler, GET's reply became a call, 12
+ * instructions a request more at -P 16 (callgrind). */
+static inline __attribute__((always_inline)) void reply(struct out *o, const void *head, uint32_t hn,
+							const void *body, uint32_t bn) {
 	uint32_t n = hn + (body ? bn + 2 : 0);
 	uint8_t *p;
 	if (o->w && tl_wbuf_reserve(o->w, n, &p) < 0) { /* not in one run: in pieces */
