@@ -278,12 +278,36 @@ static int call_fits(tl_shard *s, uint32_t t)
 	       ring_room(s, o, &s->outp[t].ring);
 }
 
+/* Something waits for room to t (a batch's chain, a waiting gather): the
+ * shard asks to be woken once t can take a call (tl__mesh_room_check).
+ * The marks are made afresh at each pass's end: 2 while a pass's end
+ * looks again at a target marked at the last one, 1 once marked. A wait
+ * that begins counts once in mesh_refused (the mesh had no room), however
+ * many passes it lasts. */
+static void call_wait(tl_shard *s, uint32_t t)
+{
+	struct out *o = &s->out[t];
+
+	if (!o->batch_wait) {
+		s->nbatch_wait++;
+		s->st.mesh_refused++;
+	}
+	o->batch_wait = 1;
+}
+
+static void gathers_flush(tl_shard *s);
+
 void tl__mesh_batches_flush(tl_shard *s)
 {
 	tl_mesh_batcher **pp = &s->batchers;
 
-	if (s->mesh_closed) /* their chains end at tl__mesh_end_gathers */
+	if (s->mesh_closed) /* they end at tl__mesh_end_gathers */
 		return;
+	for (uint32_t t = 0; s->nbatch_wait && t < s->n; t++)
+		if (s->out[t].batch_wait)
+			s->out[t].batch_wait = 2;
+	if (s->gwait) /* waiting gathers first: batches do not starve them */
+		gathers_flush(s);
 	while (*pp) {
 		tl_mesh_batcher *b = *pp;
 
@@ -294,16 +318,8 @@ void tl__mesh_batches_flush(tl_shard *s)
 			if (!c->first)
 				continue;
 			if (!call_fits(s, t)) { /* stays; woken once t has room */
-				if (!o->batch_wait) {
-					o->batch_wait = 1;
-					s->nbatch_wait++;
-					s->st.mesh_refused++;
-				}
+				call_wait(s, t);
 				continue;
-			}
-			if (o->batch_wait) {
-				o->batch_wait = 0;
-				s->nbatch_wait--;
 			}
 			stage(s, t,
 			      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)b,
@@ -323,11 +339,28 @@ void tl__mesh_batches_flush(tl_shard *s)
 		b->next_ = NULL;
 		b->listed_ = 0;
 	}
+	for (uint32_t t = 0; s->nbatch_wait && t < s->n; t++)
+		if (s->out[t].batch_wait == 2) { /* nothing waits for t any more */
+			s->out[t].batch_wait = 0;
+			s->nbatch_wait--;
+		}
 }
 
-/* The stop: chains that never went complete with -EPIPE. */
+/* The stop: chains and gathers that never went complete with -EPIPE. */
 static void end_batches(tl_shard *s)
 {
+	while (s->gwait) {
+		tl_mesh_gather *g = s->gwait;
+
+		s->gwait = g->next_;
+		g->next_ = g->prev_ = NULL;
+		g->busy = g->waiting = 0;
+		for (uint32_t i = 0; i < g->nparts; i++)
+			g->parts[i].state = TL_PART_NONE;
+		deliver_mesh(s, g->token, -EPIPE, s->id | TL_MESH_RESULT | TL_MESH_GATHER, 0, g,
+			     TL_K_MESH);
+	}
+	s->gwait_tail = NULL;
 	while (s->batchers) {
 		tl_mesh_batcher *b = s->batchers;
 
@@ -379,11 +412,69 @@ int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts)
 	return 0;
 }
 
-int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
-		    tl_mesh_fn fn, void *arg, uint64_t token)
+/* Mark the targets of a gather in g's parts (catching one listed twice or
+ * out of range): their count, or -EINVAL with every part unmarked. */
+static int gather_mark(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t cnt)
+{
+	for (uint32_t i = 0; i < g->nparts; i++)
+		g->parts[i].state = TL_PART_NONE;
+	for (uint32_t i = 0; i < cnt; i++) {
+		uint32_t t = targets ? targets[i] : i;
+
+		if (t >= s->n || t >= g->nparts || g->parts[t].state != TL_PART_NONE) {
+			for (uint32_t k = 0; k < g->nparts; k++)
+				g->parts[k].state = TL_PART_NONE;
+			return -EINVAL;
+		}
+		g->parts[t].state = TL_PART_PENDING;
+		g->parts[t].result = 0;
+	}
+	return (int)cnt;
+}
+
+/* Stage every marked part of g, and put g on the list of those in flight. */
+static void gather_send(tl_shard *s, tl_mesh_gather *g, tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	uint32_t cnt = 0;
+
+	for (uint32_t t = 0; t < g->nparts; t++) {
+		if (g->parts[t].state != TL_PART_PENDING)
+			continue;
+		stage(s, t,
+		      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)g,
+					    .a = (uint64_t)(uintptr_t)arg, .b = MSG_GCALL,
+					    .fn = (void *)fn});
+		s->out[t].inflight++;
+		s->inflight_total++;
+		cnt++;
+	}
+	g->token = token;
+	g->pending = cnt;
+	g->busy = 1;
+	g->waiting = 0;
+	g->prev_ = NULL;
+	g->next_ = s->gathers;
+	if (s->gathers)
+		s->gathers->prev_ = g;
+	s->gathers = g;
+}
+
+/* Every marked target of g can take a call now? Else the first that
+ * cannot (g->blocked). */
+static int gather_fits(tl_shard *s, tl_mesh_gather *g)
+{
+	for (uint32_t t = 0; t < g->nparts; t++)
+		if (g->parts[t].state == TL_PART_PENDING && !call_fits(s, t)) {
+			g->blocked = t;
+			return 0;
+		}
+	return 1;
+}
+
+static int gather_check(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets,
+			uint32_t ntargets, tl_mesh_fn fn)
 {
 	uint32_t cnt = targets ? ntargets : s->n;
-	int rc = 0;
 
 	if (!g || !g->parts || !fn || !cnt)
 		return -EINVAL;
@@ -391,47 +482,70 @@ int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uin
 		return -EBUSY;
 	if (!targets && g->nparts < s->n)
 		return -EINVAL;
-	for (uint32_t i = 0; i < g->nparts; i++)
-		g->parts[i].state = TL_PART_NONE;
-	/* Mark every target (catching one listed twice), then check each has
-	 * a credit and a slot; undo the marks on any refusal. */
-	for (uint32_t i = 0; i < cnt && !rc; i++) {
-		uint32_t t = targets ? targets[i] : i;
+	if (s->mesh_closed)
+		return -EPIPE;
+	return gather_mark(s, g, targets, cnt);
+}
 
-		if (t >= s->n || t >= g->nparts || g->parts[t].state != TL_PART_NONE) {
-			rc = -EINVAL;
-			break;
-		}
-		g->parts[t].state = TL_PART_PENDING;
-		g->parts[t].result = 0;
-		rc = can_call(s, t);
-		if (rc)
-			g->blocked = t;
-	}
-	if (rc) {
+int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
+		    tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	int cnt = gather_check(s, g, targets, ntargets, fn);
+
+	if (cnt < 0)
+		return cnt;
+	/* All or nothing: a credit and a slot for every target first. */
+	if (!gather_fits(s, g)) {
+		s->st.mesh_refused++;
 		for (uint32_t i = 0; i < g->nparts; i++)
 			g->parts[i].state = TL_PART_NONE;
-		return rc;
+		return -ENOBUFS;
 	}
-	for (uint32_t i = 0; i < cnt; i++) {
-		uint32_t t = targets ? targets[i] : i;
+	gather_send(s, g, fn, arg, token);
+	return cnt;
+}
 
-		stage(s, t,
-		      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)g,
-					    .a = (uint64_t)(uintptr_t)arg, .b = MSG_GCALL,
-					    .fn = (void *)fn});
-		s->out[t].inflight++;
-		s->inflight_total++;
+int tl_shard_gather_wait(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets,
+			 uint32_t ntargets, tl_mesh_fn fn, void *arg, uint64_t token)
+{
+	int cnt = gather_check(s, g, targets, ntargets, fn);
+
+	if (cnt < 0)
+		return cnt;
+	/* Waiting ones first: a new one does not overtake them. */
+	if (!s->gwait && gather_fits(s, g)) {
+		gather_send(s, g, fn, arg, token);
+		return cnt;
 	}
+	g->fn_ = (void *)fn;
+	g->arg_ = arg;
 	g->token = token;
-	g->pending = cnt;
 	g->busy = 1;
-	g->prev_ = NULL;
-	g->next_ = s->gathers;
-	if (s->gathers)
-		s->gathers->prev_ = g;
-	s->gathers = g;
-	return (int)cnt;
+	g->waiting = 1;
+	g->next_ = NULL;
+	g->prev_ = s->gwait_tail;
+	if (s->gwait_tail)
+		s->gwait_tail->next_ = g;
+	else
+		s->gwait = g;
+	s->gwait_tail = g;
+	call_wait(s, g->blocked);
+	return cnt;
+}
+
+/* At a pass's end: the waiting gathers that fit go, in the order made. */
+static void gathers_flush(tl_shard *s)
+{
+	while (s->gwait && gather_fits(s, s->gwait)) {
+		tl_mesh_gather *g = s->gwait;
+
+		s->gwait = g->next_;
+		if (!s->gwait)
+			s->gwait_tail = NULL;
+		gather_send(s, g, (tl_mesh_fn)g->fn_, g->arg_, g->token);
+	}
+	if (s->gwait)
+		call_wait(s, s->gwait->blocked);
 }
 
 int tl_shard_credits(const tl_shard *s, uint32_t target)

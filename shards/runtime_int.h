@@ -89,8 +89,9 @@ struct out {
 	/* Blocks to free on this target were refused (foreign.c): wake
 	 * when the ring has room. */
 	uint32_t free_wait;
-	/* A batch to this target was refused (tl_mesh_batcher): wake when
-	 * the ring has room and a credit is free. */
+	/* A batch's chain or a waiting gather found no room to this target
+	 * at the last pass's end: wake when the ring has room and a credit
+	 * is free (marked afresh each pass: tl__mesh_batches_flush). */
 	uint32_t batch_wait;
 };
 
@@ -121,6 +122,7 @@ struct tl_shard {
 	uint32_t *dirty;
 	uint32_t ndirty, nroom_wait, nbacklog, nfree_wait, nbatch_wait;
 	tl_mesh_batcher *batchers; /* with chains not sent yet, for the pass's end */
+	tl_mesh_gather *gwait, *gwait_tail; /* tl_shard_gather_wait's, not sent yet, in order */
 	uint64_t inflight_total;
 	tl_mesh_gather *gathers; /* in flight from this shard (tl_shard_gather) */
 	tl_mesh_gate *gates_due; /* closed gates with nothing in flight, to deliver */
@@ -297,7 +299,8 @@ void tl__mesh_close(tl_shard *s);
 void tl__mesh_end_gathers(tl_shard *s);
 /* Deliver the completions of closed gates with nothing in flight. */
 void tl__mesh_gates_due(tl_shard *s);
-/* At a pass's end: send every batcher's chains that can go (mesh.c). */
+/* At a pass's end: send the waiting gathers and every batcher's chains
+ * that can go (mesh.c). */
 void tl__mesh_batches_flush(tl_shard *s);
 /* Messages waiting in this shard's inbound rings, results in its backlogs. */
 void tl__mesh_depths(tl_shard *s, uint64_t *inbound, uint64_t *backlog);

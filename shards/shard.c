@@ -70,7 +70,7 @@ static int pass(tl_shard *s, int64_t timeout)
 	}
 	if (s->tasks)
 		more |= tl__sched_run(s, t0, ti.idle_ns, n || more || s->st.mesh_in != mesh_in);
-	if (s->batchers)
+	if (s->batchers || s->gwait)
 		tl__mesh_batches_flush(s);
 	if (s->nfdirty)
 		tl__foreign_flush(s);
@@ -213,7 +213,7 @@ static void shard_run(tl_shard *s)
 			tl_runtime_stop(rt);
 		}
 	}
-	if (s->batchers)
+	if (s->batchers || s->gwait)
 		tl__mesh_batches_flush(s);
 	tl__mesh_flush(s);
 	tl__rt_publish(s, tl__os_mono_ns());

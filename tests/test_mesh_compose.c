@@ -1,4 +1,4 @@
-/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), gates (one completion once every call under one is over, at a stop too), deferred replies (a call answered later by its shard, at a stop too), and batched calls (a pass's items for one target in one call, kept in order while the mesh has no room, ended at a stop); on Linux and, as win-mesh-compose, on Windows. */
+/* tests/test_mesh_compose.c: CUnit tests of cross-shard composition: gathers (one completion for many parts, all or nothing, the end at a stop), order per target, credit waits, fn's writes seen on the result (a TSan test), gates (one completion once every call under one is over, at a stop too), deferred replies (a call answered later by its shard, at a stop too), batched calls (a pass's items for one target in one call, kept in order while the mesh has no room, ended at a stop), and gathers that wait for room (all parts at once, in order, ended at a stop); on Linux and, as win-mesh-compose, on Windows. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1094,6 +1094,200 @@ static void test_batch_stop(void)
 	st_end(fds);
 }
 
+/* ---- gathers that wait for room instead of being refused ---- */
+
+struct gwt {
+	tl_mesh_gather g1, g2;
+	tl_mesh_part p1[NS], p2[NS];
+	atomic_int held, passes, ran;
+	int ran_during_hold, rc1, rc2, dup_rc, busy_rc, waiting1, waiting2, done1, done2;
+};
+
+static struct gwt GW;
+
+static int64_t gw_fn(tl_shard *s, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&GW.ran, 1);
+	return 10 + tl_shard_id(s);
+}
+
+/* Holds shard 1 (and the one credit to it) while shard 0 passes three times
+ * with both gathers waiting. */
+static int64_t gw_hold(tl_shard *s, void *arg)
+{
+	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
+
+	(void)s;
+	(void)arg;
+	atomic_store(&GW.held, 1);
+	while (atomic_load(&GW.passes) < 3 && st_now_ns() < dl)
+		tl__os_yield();
+	GW.ran_during_hold = atomic_load(&GW.ran);
+	return 0;
+}
+
+static int gw_launch(tl_shard *s, void *arg)
+{
+	static const uint32_t dup[] = {2, 2}, some[] = {2, 0};
+
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	ST_CHECK(tl_mesh_gather_init(&GW.g1, GW.p1, NS) == 0);
+	ST_CHECK(tl_mesh_gather_init(&GW.g2, GW.p2, NS) == 0);
+	ST_CHECK(tl_shard_submit_to(s, 1, gw_hold, NULL, 0x401d) == 0);
+	GW.rc1 = tl_shard_gather_wait(s, &GW.g1, NULL, 0, gw_fn, NULL, 1); /* 1 has no credit */
+	GW.busy_rc = tl_shard_gather_wait(s, &GW.g1, NULL, 0, gw_fn, NULL, 1);
+	GW.dup_rc = tl_shard_gather_wait(s, &GW.g2, dup, 2, gw_fn, NULL, 2);
+	/* 0 and 2 have room, but g1 waits before it. */
+	GW.rc2 = tl_shard_gather_wait(s, &GW.g2, some, 2, gw_fn, NULL, 2);
+	GW.waiting1 = (int)GW.g1.waiting;
+	GW.waiting2 = (int)GW.g2.waiting;
+	return 0;
+}
+
+static int gw_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0 || GW.done1 + GW.done2 == 2)
+		return 0;
+	if (atomic_load(&GW.held))
+		atomic_fetch_add(&GW.passes, 1);
+	return 1; /* keep passing while shard 1 holds */
+}
+
+static void gw_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || tl_shard_id(s) != 0 || !(c->aux & TL_MESH_GATHER))
+		return;
+	if (c->token == 1) {
+		ST_CHECK(c->u.mesh.arg == &GW.g1 && c->result == NS && !GW.g1.busy && !GW.g1.waiting);
+		for (uint32_t t = 0; t < NS; t++)
+			ST_CHECK(GW.p1[t].state == TL_PART_DONE && GW.p1[t].result == 10 + (int64_t)t);
+		GW.done1++;
+	} else {
+		ST_CHECK(c->token == 2 && c->u.mesh.arg == &GW.g2 && c->result == 2);
+		ST_CHECK(GW.p2[0].result == 10 && GW.p2[2].result == 12 && GW.p2[1].state == TL_PART_NONE);
+		GW.done2++;
+	}
+	if (GW.done1 + GW.done2 == 2)
+		tl_runtime_stop(tl_shard_runtime(s));
+}
+
+static void test_gather_wait(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gather_wait");
+
+	memset(&GW, 0, sizeof GW);
+	st_config(&cfg, NS);
+	cfg.mesh_inflight = 1;
+	cfg.on_launch = gw_launch;
+	cfg.on_pass = gw_pass;
+	cfg.on_completion = gw_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(GW.rc1, NS);
+	CU_ASSERT_EQUAL(GW.rc2, 2);
+	CU_ASSERT_EQUAL(GW.busy_rc, -EBUSY);
+	CU_ASSERT_EQUAL(GW.dup_rc, -EINVAL);
+	CU_ASSERT_EQUAL(GW.waiting1, 1);
+	CU_ASSERT_EQUAL(GW.waiting2, 1);
+	CU_ASSERT_EQUAL(GW.ran_during_hold, 0); /* all or nothing, even waiting */
+	CU_ASSERT_EQUAL(GW.done1, 1);
+	CU_ASSERT_EQUAL(GW.done2, 1);
+	CU_ASSERT_EQUAL(atomic_load(&GW.ran), NS + 2);
+	st_end(fds);
+}
+
+/* A gather still waiting when the mesh closes: -EPIPE, no part ran. */
+struct gwstop {
+	tl_mesh_gather g;
+	tl_mesh_part parts[2];
+	atomic_int one_stopping, sent, zero_waits, ran;
+	int64_t result;
+	uint64_t payload;
+	int ended, rc, after_rc, nones;
+};
+
+static struct gwstop GWS;
+
+static int64_t gws_fn(tl_shard *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	atomic_fetch_add(&GWS.ran, 1);
+	return 0;
+}
+
+static int gws_pass(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) != 0)
+		return 0;
+	if (atomic_load(&GWS.sent))
+		atomic_store(&GWS.zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void gws_stop(tl_shard *s, void *arg)
+{
+	(void)arg;
+	if (tl_shard_id(s) == 0) { /* as batch_stop: 1's only credit taken by a call it runs late */
+		ST_CHECK(tl_mesh_gather_init(&GWS.g, GWS.parts, 2) == 0);
+		ST_CHECK(spin_until(&GWS.one_stopping));
+		ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
+		GWS.rc = tl_shard_gather_wait(s, &GWS.g, NULL, 0, gws_fn, NULL, 0x6a5);
+		atomic_store(&GWS.sent, 1);
+	} else {
+		atomic_store(&GWS.one_stopping, 1);
+		ST_CHECK(spin_until(&GWS.zero_waits));
+	}
+}
+
+static void gws_handler(tl_shard *s, const tl_completion *c)
+{
+	if (c->kind != TL_K_MESH || !(c->aux & TL_MESH_GATHER))
+		return;
+	ST_CHECK(tl_shard_id(s) == 0 && c->token == 0x6a5 && c->u.mesh.arg == &GWS.g);
+	GWS.result = c->result;
+	GWS.payload = c->u.mesh.payload;
+	GWS.nones = (GWS.parts[0].state == TL_PART_NONE) + (GWS.parts[1].state == TL_PART_NONE);
+	GWS.ended++;
+	GWS.after_rc = tl_shard_gather_wait(s, &GWS.g, NULL, 0, gws_fn, NULL, 0);
+}
+
+static void test_gather_wait_stop(void)
+{
+	tl_runtime_config cfg;
+	tl_runtime *rt;
+	int fds = st_begin("compose/gather_wait_stop");
+
+	memset(&GWS, 0, sizeof GWS);
+	st_config(&cfg, 2);
+	cfg.mesh_inflight = 1;
+	cfg.drain_ns = 1;
+	cfg.on_pass = gws_pass;
+	cfg.on_stop = gws_stop;
+	cfg.on_completion = gws_handler;
+	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
+	tl_runtime_destroy(rt);
+	CU_ASSERT_EQUAL(GWS.rc, 2);
+	CU_ASSERT_EQUAL(GWS.ended, 1);
+	CU_ASSERT_EQUAL(GWS.result, -EPIPE);
+	CU_ASSERT_EQUAL(GWS.payload, 0);
+	CU_ASSERT_EQUAL(GWS.nones, 2);
+	CU_ASSERT_EQUAL(atomic_load(&GWS.ran), 0);
+	CU_ASSERT_EQUAL(GWS.after_rc, -EPIPE);
+	CU_ASSERT_FALSE(GWS.g.busy);
+	st_end(fds);
+}
+
 /* ---- the default credits and the setup's argument checks ---- */
 
 static void test_defaults(void)
@@ -1132,5 +1326,7 @@ int main(void)
 	st_add(s, "defer_stop", test_defer_stop);
 	st_add(s, "batch", test_batch);
 	st_add(s, "batch_stop", test_batch_stop);
+	st_add(s, "gather_wait", test_gather_wait);
+	st_add(s, "gather_wait_stop", test_gather_wait_stop);
 	return st_run();
 }

@@ -428,7 +428,10 @@ typedef struct tl_mesh_gather {
 	uint32_t pending;     /* parts not back yet */
 	uint32_t blocked;     /* after -ENOBUFS: the target that refused */
 	uint32_t busy;        /* 1 from an accepted gather until its completion */
+	uint32_t waiting;     /* 1 while a tl_shard_gather_wait waits for room */
+	uint32_t pad_;
 	uint64_t token;
+	void *fn_, *arg_;     /* the runtime's: a waiting gather's */
 	struct tl_mesh_gather *next_, *prev_; /* the runtime's */
 } tl_mesh_gather;
 
@@ -461,6 +464,26 @@ int tl_mesh_gather_init(tl_mesh_gather *g, tl_mesh_part *parts, uint32_t nparts)
  */
 int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uint32_t ntargets,
 		    tl_mesh_fn fn, void *arg, uint64_t token);
+
+/*
+ * tl_shard_gather(), but never refused for room. When some target cannot
+ * take its part now (its ring is full, or no credit to it is free), the
+ * gather waits in the runtime (g->busy and g->waiting are 1) and goes, all
+ * its parts at once, at the first pass's end where every target has room;
+ * the shard is woken for that. Gathers waiting on one shard go in the order
+ * they were made, and before the batches of that pass's end (so a stream of
+ * batched calls does not keep one waiting for ever). A waiting gather
+ * takes its place in the order per target when it goes, not when this is
+ * called. Its completion is a gather's (see "Gathers" above), and one
+ * that had not gone when the mesh closed completes with -EPIPE,
+ * u.mesh.payload 0 and every part TL_PART_NONE: fn ran nowhere. Returns
+ * the number of parts (> 0), sent now or waiting; -EINVAL and -EBUSY as
+ * tl_shard_gather; -EPIPE (the mesh closed: nothing was done). Allocates
+ * nothing. g, targets' shards and arg must live until the completion
+ * (targets itself is read during this call only).
+ */
+int tl_shard_gather_wait(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets,
+			 uint32_t ntargets, tl_mesh_fn fn, void *arg, uint64_t token);
 
 /*
  * Gates: know when every call sent under a gate has finished or been

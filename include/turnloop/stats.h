@@ -192,7 +192,8 @@ typedef struct tl_stats_shard {
 	uint64_t handles, ops, queued, timers; /* gauges of the loop */
 	uint64_t leases_out;              /* gauge: pooled buffers held (tl_loop_stats) */
 	uint64_t mesh_in, mesh_out;       /* messages received / sent (results included) */
-	uint64_t mesh_refused;            /* posts and submits refused with -ENOBUFS */
+	uint64_t mesh_refused;            /* posts and calls refused with -ENOBUFS, and waits of
+	                                   * batches and waiting gathers for room (one a wait) */
 	uint64_t mesh_inbound;            /* gauge: messages waiting in inbound rings */
 	uint64_t mesh_backlog;            /* gauge: results waiting for ring room */
 	uint64_t mesh_dropped;            /* results dropped because the mesh closed */

@@ -93,7 +93,7 @@ const struct tlshard_field tlshard_fields[] = {
 	 .metric = "turnloop_idle_seconds_total", .help = "Time in OS waits."},
 	{.how = H_FIELD, .off = OFF(mesh_refused), .kind = K_COUNTER,
 	 .key = "mesh_refused",
-	 .metric = "turnloop_mesh_refused_total", .help = "Mesh sends refused for a full ring."},
+	 .metric = "turnloop_mesh_refused_total", .help = "Mesh sends refused, or made to wait, for want of room."},
 	{.how = H_FIELD, .off = OFF(mesh_dropped), .kind = K_COUNTER,
 	 .key = "mesh_dropped",
 	 .metric = "turnloop_mesh_dropped_total", .help = "Mesh results dropped at stop."},
