@@ -40,7 +40,7 @@ struct conn { /* a connection's state: every completion of its handle carries it
 	struct shard *sh;
 	tl_handle h;
 	uint32_t need, argi, head, tail, inflight, hold; /* hold: records that are held */
-	uint8_t quit, eof, closing, closed, waiting;
+	uint8_t quit, eof, closing, closed;
 	const char *bye;   /* the line before the close: QUIT's +OK, a protocol error */
 	int64_t sum;
 	struct conn *next; /* on the free list */
@@ -67,7 +67,7 @@ struct save { /* a shard's part of a SAVE: its result, deferred until the file i
 struct shard {
 	tl_shard *s;
 	tl_loop *loop;
-	uint32_t id, fresh, nwait;
+	uint32_t id, fresh;
 	struct item **b; /* the buckets: a power of two, --keys or more */
 	uint64_t mask, live, ncmd, nremote;
 	struct conn *conns, *free;
@@ -233,16 +233,6 @@ static int say(struct conn *c, const void *head, uint32_t hn, const void *body, 
 	return 1;
 }
 
-/* The mesh refused a gather (-ENOBUFS): wait for room to shard `to`, then go
- * on where c stopped; -EPIPE: the runtime is stopping. Returns 0 (stalled). */
-static int stalled(struct conn *c, uint32_t to, int rc) {
-	if (rc != -ENOBUFS) { c->quit = 1; return 0; }
-	tl_shard_wait_room(c->sh->s, to, 0); /* -ENOBUFS: asked already */
-	c->sh->nwait += !c->waiting;
-	c->waiting = 1;
-	return 0;
-}
-
 /* A batch of a connection's commands, on their keys' owner, each in order:
  * the runtime sends the pass's remote commands for one owner as one call
  * (a call per command cost a quarter of the instructions a remote command
@@ -366,21 +356,22 @@ static void done(struct rec *r) { /* a reply owed is made: out it goes in its tu
 }
 
 /* A command for every shard (DBSIZE, SAVE): a gather, one at a time per
- * connection. 1 when sent, 0 stalled. Its end: on_completion. */
+ * connection, that waits in the runtime while the mesh has no room. 1 when
+ * sent, 0 stalled. Its end: on_completion. */
 static int gather(struct conn *c, int op) {
 	struct rec *r;
-	int rc = 0;
 	/* The one in flight first, and the keys before it: done, so counted. */
 	if (c->g.busy || c->q.queued || c->q.inflight) return 0;
 	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
-		rc = tl_shard_gather(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c));
-		if (rc > 0) { c->inflight++; return 1; }
-		c->tail--;
+		if (tl_shard_gather_wait(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c)) > 0)
+			return c->inflight++, 1;
+		c->tail--; /* -EPIPE: the runtime is stopping */
+		c->quit = 1;
 	}
 	if (op == OP_SAVE) atomic_store(&kv.saving, 0);
-	return r ? stalled(c, c->g.blocked, rc) : 0;
+	return 0;
 }
 
 /* ---- Commands ---- */
@@ -520,8 +511,6 @@ static void after(struct conn *c) {
 		tl_rbuf_fini(&c->rd);
 		tl_wbuf_fini(&c->wr);
 		for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
-		c->sh->nwait -= c->waiting;
-		c->waiting = 0;
 		c->next = c->sh->free;
 		c->sh->free = c;
 		return;
@@ -569,10 +558,6 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		if (tl_wbuf_on_write(&c->wr, x) < 0) conn_close(c);
 		return after(c);
 	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
-	case TL_K_ROOM: /* the mesh has room again for what it refused */
-		for (uint32_t i = 0; sh->nwait && i < sh->fresh; i++)
-			if (sh->conns[i].waiting) { sh->conns[i].waiting = 0; sh->nwait--; after(&sh->conns[i]); }
-		return;
 	case TL_K_POOL: return save_end(sh); /* a SAVE's fsync and rename are done */
 	case TL_K_MESH: break;
 	default: return;
