@@ -164,10 +164,8 @@ static inline __attribute__((always_inline)) void reply(struct out *o, const voi
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!o->w && !(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n)))) {
-		ERR(o, "-ERR out of memory\r\n");
-		return;
-	}
+	if (!o->w && !(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n))))
+		p = o->r->out, head = "-ERR out of memory\r\n", hn = n = 20, body = NULL; /* in out[] */
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
 	if (o->w) tl_wbuf_commit(o->w, n); /* straight into the writer */
