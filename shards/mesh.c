@@ -119,6 +119,15 @@ static inline void stage(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
 		ring_publish(o, r);
 }
 
+/* Stage a call to t (room checked): it holds one of t's credits until its
+ * result is back. */
+static inline void stage_call(tl_shard *s, uint32_t t, const struct tl_mesh_msg *m)
+{
+	stage(s, t, m);
+	s->out[t].inflight++;
+	s->inflight_total++;
+}
+
 /* Can a new message (not a result) go to t now? 0, or the refusal code. */
 static inline int can_send(tl_shard *s, uint32_t t)
 {
@@ -194,10 +203,9 @@ int tl_shard_migrate(tl_shard *s, tl_handle h, uint32_t target, uint64_t token,
 	rc = tl_detach(s->loop, h, &fd);
 	if (rc)
 		return rc;
-	stage(s, target,
-	      &(struct tl_mesh_msg){.token = token, .a = payload, .b = MSG_MAKE(MSG_MIGRATE, fd)});
-	s->out[target].inflight++;
-	s->inflight_total++;
+	stage_call(s, target,
+		   &(struct tl_mesh_msg){.token = token, .a = payload,
+					 .b = MSG_MAKE(MSG_MIGRATE, fd)});
 	return 0;
 }
 
@@ -207,19 +215,12 @@ int tl_shard_submit_to(tl_shard *s, uint32_t target, tl_mesh_fn fn, void *arg, u
 
 	if (!fn)
 		return -EINVAL;
-	if (target < s->n && s->out[target].inflight >= s->rt->cfg.mesh_inflight &&
-	    !s->mesh_closed) {
-		s->st.mesh_refused++;
-		return -ENOBUFS;
-	}
-	rc = can_send(s, target);
+	rc = can_call(s, target);
 	if (rc)
 		return rc;
-	stage(s, target,
-	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg, .b = MSG_CALL,
-				    .fn = (void *)fn});
-	s->out[target].inflight++;
-	s->inflight_total++;
+	stage_call(s, target,
+		   &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+					 .b = MSG_CALL, .fn = (void *)fn});
 	return 0;
 }
 
@@ -313,7 +314,6 @@ void tl__mesh_batches_flush(tl_shard *s)
 
 		for (uint32_t t = 0; t < b->nchains && b->queued; t++) {
 			tl_mesh_chain *c = &b->chains[t];
-			struct out *o = &s->out[t];
 
 			if (!c->first)
 				continue;
@@ -321,12 +321,10 @@ void tl__mesh_batches_flush(tl_shard *s)
 				call_wait(s, t);
 				continue;
 			}
-			stage(s, t,
-			      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)b,
-						    .a = (uint64_t)(uintptr_t)c->first, .b = MSG_BCALL,
-						    .fn = (void *)b->fn});
-			o->inflight++;
-			s->inflight_total++;
+			stage_call(s, t,
+				   &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)b,
+							 .a = (uint64_t)(uintptr_t)c->first,
+							 .b = MSG_BCALL, .fn = (void *)b->fn});
 			b->inflight++;
 			c->first = c->last = NULL;
 			b->queued--;
@@ -440,12 +438,10 @@ static void gather_send(tl_shard *s, tl_mesh_gather *g, tl_mesh_fn fn, void *arg
 	for (uint32_t t = 0; t < g->nparts; t++) {
 		if (g->parts[t].state != TL_PART_PENDING)
 			continue;
-		stage(s, t,
-		      &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)g,
-					    .a = (uint64_t)(uintptr_t)arg, .b = MSG_GCALL,
-					    .fn = (void *)fn});
-		s->out[t].inflight++;
-		s->inflight_total++;
+		stage_call(s, t,
+			   &(struct tl_mesh_msg){.token = (uint64_t)(uintptr_t)g,
+						 .a = (uint64_t)(uintptr_t)arg, .b = MSG_GCALL,
+						 .fn = (void *)fn});
 		cnt++;
 	}
 	g->token = token;
@@ -522,8 +518,7 @@ int tl_shard_gather_wait(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets
 	g->token = token;
 	g->busy = 1;
 	g->waiting = 1;
-	g->next_ = NULL;
-	g->prev_ = s->gwait_tail;
+	g->next_ = g->prev_ = NULL;
 	if (s->gwait_tail)
 		s->gwait_tail->next_ = g;
 	else
@@ -584,11 +579,9 @@ int tl_shard_submit_gated(tl_shard *s, tl_mesh_gate *g, uint32_t target, tl_mesh
 	o = &s->out[target];
 	slot = o->gq_free[--o->gq_nfree];
 	o->gq[slot] = g;
-	stage(s, target,
-	      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
-				    .b = MSG_MAKE(MSG_CALL, slot + 1), .fn = (void *)fn});
-	o->inflight++;
-	s->inflight_total++;
+	stage_call(s, target,
+		   &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+					 .b = MSG_MAKE(MSG_CALL, slot + 1), .fn = (void *)fn});
 	g->inflight++;
 	return 0;
 }
@@ -685,11 +678,9 @@ int tl_shard_submit_all(tl_shard *s, tl_mesh_fn fn, void *arg, uint64_t token)
 	if (rc)
 		return rc;
 	for (uint32_t t = 0; t < s->n; t++) {
-		stage(s, t,
-		      &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
-					    .b = MSG_CALL, .fn = (void *)fn});
-		s->out[t].inflight++;
-		s->inflight_total++;
+		stage_call(s, t,
+			   &(struct tl_mesh_msg){.token = token, .a = (uint64_t)(uintptr_t)arg,
+						 .b = MSG_CALL, .fn = (void *)fn});
 	}
 	return (int)s->n;
 }
