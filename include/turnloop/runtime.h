@@ -321,9 +321,10 @@ int tl_shard_post(tl_shard *s, uint32_t target, uint64_t token, uint64_t payload
  * must live until the result comes back.
  *
  * Order: everything this shard sends to one target (posts, calls, gather
- * parts, migrations) runs there in the order it was accepted, one after
- * the other on the target's thread; results come back in the order the
- * functions ran. Nothing is ordered between different targets.
+ * parts, migrations, batches) runs there in the order it was accepted,
+ * one after the other on the target's thread; results come back in the
+ * order the functions ran, but for deferred replies (tl_shard_defer),
+ * which come when given. Nothing is ordered between different targets.
  *
  * Memory: what the caller wrote before an accepted call happens-before fn
  * runs, and what fn wrote before returning happens-before the caller's
