@@ -524,7 +524,7 @@ int tl_shard_gather_wait(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets
 	else
 		s->gwait = g;
 	s->gwait_tail = g;
-	call_wait(s, g->blocked);
+	call_wait(s, s->gwait->blocked); /* the first waits for that target */
 	return cnt;
 }
 
