@@ -480,8 +480,8 @@ int tl_shard_gather(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets, uin
  * u.mesh.payload 0 and every part TL_PART_NONE: fn ran nowhere. Returns
  * the number of parts (> 0), sent now or waiting; -EINVAL and -EBUSY as
  * tl_shard_gather; -EPIPE (the mesh closed: nothing was done). Allocates
- * nothing. g, targets' shards and arg must live until the completion
- * (targets itself is read during this call only).
+ * nothing. g, its parts and arg must live until the completion (targets
+ * is read during this call only).
  */
 int tl_shard_gather_wait(tl_shard *s, tl_mesh_gather *g, const uint32_t *targets,
 			 uint32_t ntargets, tl_mesh_fn fn, void *arg, uint64_t token);
