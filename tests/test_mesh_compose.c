@@ -10,18 +10,81 @@
 #define ROUNDS 200
 #define CELLS 64
 
-/* Spin until *flag (a test thread's word) is set, for at most 10 s: a hung
- * peer fails the test instead of hanging it. */
-static int spin_until(atomic_int *flag)
+/* Spin until *v (a test thread's word) is at least n, for at most 10 s:
+ * 1, or 0 at the deadline, so that under ST_CHECK a hung peer fails the
+ * test instead of hanging it. */
+static int spin_until_at_least(atomic_int *v, int n)
 {
 	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
 
-	while (!atomic_load(flag))
+	while (atomic_load(v) < n)
 		if (st_now_ns() > dl)
 			return 0;
 		else
 			tl__os_yield();
 	return 1;
+}
+
+/* Spin until *flag (set to 1) is set, as above. */
+static int spin_until(atomic_int *flag)
+{
+	return spin_until_at_least(flag, 1);
+}
+
+/* ---- the stop tests' choreography ---- */
+
+/*
+ * gather_stop, gate_stop, defer_stop, batch_stop and gather_wait_stop, on
+ * two shards: in its on_stop, shard 0 sends work to shard 1 (the test's
+ * send), and shard 1 runs that work only after its mesh closed. Each test
+ * keeps a stop_dance in its state, zeroed with it, and its own checks.
+ */
+struct stop_dance {
+	atomic_int one_stopping, sent, zero_waits;
+	void (*send)(tl_shard *s); /* shard 0's sending work, in its on_stop */
+};
+
+static int dance_pass(tl_shard *s, void *arg)
+{
+	struct stop_dance *d = arg;
+
+	if (tl_shard_id(s) != 0)
+		return 0;
+	/* After on_stop (drain_ns of 1 ns: shard 0 is done at once, its work
+	 * on 1 still out), each pass is one while waiting for shard 1. */
+	if (atomic_load(&d->sent))
+		atomic_store(&d->zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static void dance_stop(tl_shard *s, void *arg)
+{
+	struct stop_dance *d = arg;
+
+	if (tl_shard_id(s) == 0) {
+		/* Shard 1 is inside its on_stop, so no pass of it can run the
+		 * work before its mesh closes. */
+		ST_CHECK(spin_until(&d->one_stopping));
+		d->send(s);
+		atomic_store(&d->sent, 1);
+	} else {
+		/* Shard 1 does not pass again before the mesh closes: the
+		 * work runs at the last delivery. */
+		atomic_store(&d->one_stopping, 1);
+		ST_CHECK(spin_until(&d->zero_waits));
+	}
+}
+
+/* The dance on cfg (st_config's, two shards): drain_ns of 1 ns, on_pass
+ * and on_stop with d as their arg, send as shard 0's work. */
+static void dance_config(tl_runtime_config *cfg, struct stop_dance *d, void (*send)(tl_shard *s))
+{
+	d->send = send;
+	cfg->drain_ns = 1;
+	cfg->on_pass = dance_pass;
+	cfg->on_stop = dance_stop;
+	cfg->arg = d;
 }
 
 /* ---- gathers: every part's result, fn's plain writes seen on the completion ---- */
@@ -149,9 +212,10 @@ static void test_gather(void)
 /* ---- a gather outstanding when the runtime stops ---- */
 
 struct gstop {
+	struct stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
-	atomic_int one_stopping, sent, zero_waits, ran[2];
+	atomic_int ran[2];
 	int64_t result;
 	uint32_t st[2];
 	int ended, sent_rc;
@@ -166,37 +230,14 @@ static int64_t gs_fn(tl_shard *s, void *arg)
 	return 7;
 }
 
-static int gs_pass(tl_shard *s, void *arg)
+/* The part on 1 runs at the last delivery, after 1's mesh closed: its
+ * result is lost. */
+static void gs_send(tl_shard *s)
 {
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	/* After on_stop (drain_ns of 1 ns: shard 0 is done at once, its part
-	 * on 1 still out), each pass is one while waiting for shard 1. */
-	if (atomic_load(&GS.sent))
-		atomic_store(&GS.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
+	static const uint32_t both[] = {0, 1};
 
-static void gs_stop(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) == 0) {
-		static const uint32_t both[] = {0, 1};
-
-		ST_CHECK(tl_mesh_gather_init(&GS.g, GS.parts, 2) == 0);
-		/* Shard 1 is inside its on_stop, so no pass of it can run the
-		 * part before its mesh closes. */
-		ST_CHECK(spin_until(&GS.one_stopping));
-		GS.sent_rc = tl_shard_gather(s, &GS.g, both, 2, gs_fn, NULL, 0x57);
-		atomic_store(&GS.sent, 1);
-	} else {
-		/* Shard 1 does not pass again before the mesh closes: its
-		 * part runs at the last delivery, and its result is lost. */
-		atomic_store(&GS.one_stopping, 1);
-		ST_CHECK(spin_until(&GS.zero_waits));
-	}
+	ST_CHECK(tl_mesh_gather_init(&GS.g, GS.parts, 2) == 0);
+	GS.sent_rc = tl_shard_gather(s, &GS.g, both, 2, gs_fn, NULL, 0x57);
 }
 
 static void gs_handler(tl_shard *s, const tl_completion *c)
@@ -222,9 +263,7 @@ static void test_gather_stop(void)
 
 	memset(&GS, 0, sizeof GS);
 	st_config(&cfg, 2);
-	cfg.drain_ns = 1;
-	cfg.on_pass = gs_pass;
-	cfg.on_stop = gs_stop;
+	dance_config(&cfg, &GS.stop, gs_send);
 	cfg.on_completion = gs_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -550,8 +589,9 @@ static void test_gate(void)
 /* A gate with a call out when the runtime stops: the call's result is
  * dropped, the gate still completes, once fn has run. */
 struct gtstop {
+	struct stop_dance stop;
 	tl_mesh_gate g;
-	atomic_int one_stopping, sent, zero_waits, ran;
+	atomic_int ran;
 	int64_t result;
 	int done;
 };
@@ -566,30 +606,11 @@ static int64_t ts_fn(tl_shard *s, void *arg)
 	return 0;
 }
 
-static int ts_pass(tl_shard *s, void *arg)
+static void ts_send(tl_shard *s)
 {
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	if (atomic_load(&TS.sent))
-		atomic_store(&TS.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
-
-static void ts_stop(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) == 0) {
-		ST_CHECK(tl_mesh_gate_init(&TS.g) == 0);
-		ST_CHECK(spin_until(&TS.one_stopping));
-		ST_CHECK(tl_shard_submit_gated(s, &TS.g, 1, ts_fn, NULL, 1) == 0);
-		ST_CHECK(tl_shard_gate_close(s, &TS.g, 0x6a7e) == 0);
-		atomic_store(&TS.sent, 1);
-	} else {
-		atomic_store(&TS.one_stopping, 1);
-		ST_CHECK(spin_until(&TS.zero_waits));
-	}
+	ST_CHECK(tl_mesh_gate_init(&TS.g) == 0);
+	ST_CHECK(tl_shard_submit_gated(s, &TS.g, 1, ts_fn, NULL, 1) == 0);
+	ST_CHECK(tl_shard_gate_close(s, &TS.g, 0x6a7e) == 0);
 }
 
 static void ts_handler(tl_shard *s, const tl_completion *c)
@@ -610,9 +631,7 @@ static void test_gate_stop(void)
 
 	memset(&TS, 0, sizeof TS);
 	st_config(&cfg, 2);
-	cfg.drain_ns = 1;
-	cfg.on_pass = ts_pass;
-	cfg.on_stop = ts_stop;
+	dance_config(&cfg, &TS.stop, ts_send);
 	cfg.on_completion = ts_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -778,10 +797,11 @@ static void test_defer(void)
 /* A deferred call run after its shard's mesh closed: the reply is refused
  * with -EPIPE, the caller's gather ends with that part lost. */
 struct dstop {
+	struct stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
 	tl_mesh_reply r;
-	atomic_int one_stopping, sent, zero_waits, ran;
+	atomic_int ran;
 	int64_t result;
 	uint32_t st1;
 	int reply_rc, again_rc, ended;
@@ -801,31 +821,13 @@ static int64_t ds_fn(tl_shard *s, void *arg)
 	return 0;
 }
 
-static int ds_pass(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	if (atomic_load(&DS.sent))
-		atomic_store(&DS.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
-
-static void ds_stop(tl_shard *s, void *arg)
+/* As gather_stop's: shard 1 runs the part after its mesh closed. */
+static void ds_send(tl_shard *s)
 {
 	static const uint32_t both[] = {0, 1};
 
-	(void)arg;
-	if (tl_shard_id(s) == 0) { /* as gather_stop: shard 1 runs the part after its mesh closed */
-		ST_CHECK(tl_mesh_gather_init(&DS.g, DS.parts, 2) == 0);
-		ST_CHECK(spin_until(&DS.one_stopping));
-		ST_CHECK(tl_shard_gather(s, &DS.g, both, 2, ds_fn, NULL, 0xd5) == 2);
-		atomic_store(&DS.sent, 1);
-	} else {
-		atomic_store(&DS.one_stopping, 1);
-		ST_CHECK(spin_until(&DS.zero_waits));
-	}
+	ST_CHECK(tl_mesh_gather_init(&DS.g, DS.parts, 2) == 0);
+	ST_CHECK(tl_shard_gather(s, &DS.g, both, 2, ds_fn, NULL, 0xd5) == 2);
 }
 
 static void ds_handler(tl_shard *s, const tl_completion *c)
@@ -846,9 +848,7 @@ static void test_defer_stop(void)
 
 	memset(&DS, 0, sizeof DS);
 	st_config(&cfg, 2);
-	cfg.drain_ns = 1;
-	cfg.on_pass = ds_pass;
-	cfg.on_stop = ds_stop;
+	dance_config(&cfg, &DS.stop, ds_send);
 	cfg.on_completion = ds_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -890,12 +890,8 @@ static int64_t bt_fn(tl_shard *s, void *arg)
 
 	/* The first batch to 1 holds its shard until 0 has made three more
 	 * passes: their items find no credit and must join one chain. */
-	if (me == 1 && !atomic_exchange(&B.first_held, 1)) {
-		uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
-
-		while (atomic_load(&B.passes_held) < 3 && st_now_ns() < dl)
-			tl__os_yield();
-	}
+	if (me == 1 && !atomic_exchange(&B.first_held, 1))
+		ST_CHECK(spin_until_at_least(&B.passes_held, 3));
 	for (tl_mesh_item *it = arg; it; it = it->next, n++) {
 		struct bitem *bi = (struct bitem *)it;
 
@@ -1003,10 +999,11 @@ static void test_batch(void)
 /* A chain that never went (no credit) when the mesh closed: its completion
  * says -EPIPE, fn never ran on it; an add after that is refused. */
 struct bstop {
+	struct stop_dance stop;
 	tl_mesh_batcher b;
 	tl_mesh_chain chains[2];
 	struct bitem it;
-	atomic_int one_stopping, sent, zero_waits, bran;
+	atomic_int bran;
 	int64_t result;
 	int ended, add_rc, add_after, first_ok;
 };
@@ -1028,32 +1025,13 @@ static int64_t bs_call(tl_shard *s, void *arg)
 	return 0;
 }
 
-static int bs_pass(tl_shard *s, void *arg)
+static void bs_send(tl_shard *s)
 {
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	if (atomic_load(&BS.sent))
-		atomic_store(&BS.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
-
-static void bs_stop(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) == 0) {
-		ST_CHECK(tl_mesh_batcher_init(&BS.b, BS.chains, 2, bs_fn, 0xb5) == 0);
-		ST_CHECK(spin_until(&BS.one_stopping));
-		/* The one credit to 1 goes to a call that 1 runs only after its
-		 * mesh closed: the batch never has room. */
-		ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
-		BS.add_rc = tl_shard_batch_add(s, &BS.b, 1, &BS.it.link);
-		atomic_store(&BS.sent, 1);
-	} else {
-		atomic_store(&BS.one_stopping, 1);
-		ST_CHECK(spin_until(&BS.zero_waits));
-	}
+	ST_CHECK(tl_mesh_batcher_init(&BS.b, BS.chains, 2, bs_fn, 0xb5) == 0);
+	/* The one credit to 1 goes to a call that 1 runs only after its mesh
+	 * closed: the batch never has room. */
+	ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
+	BS.add_rc = tl_shard_batch_add(s, &BS.b, 1, &BS.it.link);
 }
 
 static void bs_handler(tl_shard *s, const tl_completion *c)
@@ -1077,9 +1055,7 @@ static void test_batch_stop(void)
 	memset(&BS, 0, sizeof BS);
 	st_config(&cfg, 2);
 	cfg.mesh_inflight = 1;
-	cfg.drain_ns = 1;
-	cfg.on_pass = bs_pass;
-	cfg.on_stop = bs_stop;
+	dance_config(&cfg, &BS.stop, bs_send);
 	cfg.on_completion = bs_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -1116,13 +1092,10 @@ static int64_t gw_fn(tl_shard *s, void *arg)
  * with both gathers waiting. */
 static int64_t gw_hold(tl_shard *s, void *arg)
 {
-	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
-
 	(void)s;
 	(void)arg;
 	atomic_store(&GW.held, 1);
-	while (atomic_load(&GW.passes) < 3 && st_now_ns() < dl)
-		tl__os_yield();
+	ST_CHECK(spin_until_at_least(&GW.passes, 3));
 	GW.ran_during_hold = atomic_load(&GW.ran);
 	return 0;
 }
@@ -1205,9 +1178,10 @@ static void test_gather_wait(void)
 
 /* A gather still waiting when the mesh closes: -EPIPE, no part ran. */
 struct gwstop {
+	struct stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
-	atomic_int one_stopping, sent, zero_waits, ran;
+	atomic_int ran;
 	int64_t result;
 	uint64_t payload;
 	int ended, rc, after_rc, nones;
@@ -1223,30 +1197,12 @@ static int64_t gws_fn(tl_shard *s, void *arg)
 	return 0;
 }
 
-static int gws_pass(tl_shard *s, void *arg)
+/* As batch_stop's: 1's only credit taken by a call it runs late. */
+static void gws_send(tl_shard *s)
 {
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	if (atomic_load(&GWS.sent))
-		atomic_store(&GWS.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
-
-static void gws_stop(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) == 0) { /* as batch_stop: 1's only credit taken by a call it runs late */
-		ST_CHECK(tl_mesh_gather_init(&GWS.g, GWS.parts, 2) == 0);
-		ST_CHECK(spin_until(&GWS.one_stopping));
-		ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
-		GWS.rc = tl_shard_gather_wait(s, &GWS.g, NULL, 0, gws_fn, NULL, 0x6a5);
-		atomic_store(&GWS.sent, 1);
-	} else {
-		atomic_store(&GWS.one_stopping, 1);
-		ST_CHECK(spin_until(&GWS.zero_waits));
-	}
+	ST_CHECK(tl_mesh_gather_init(&GWS.g, GWS.parts, 2) == 0);
+	ST_CHECK(tl_shard_submit_to(s, 1, bs_call, NULL, 1) == 0);
+	GWS.rc = tl_shard_gather_wait(s, &GWS.g, NULL, 0, gws_fn, NULL, 0x6a5);
 }
 
 static void gws_handler(tl_shard *s, const tl_completion *c)
@@ -1270,9 +1226,7 @@ static void test_gather_wait_stop(void)
 	memset(&GWS, 0, sizeof GWS);
 	st_config(&cfg, 2);
 	cfg.mesh_inflight = 1;
-	cfg.drain_ns = 1;
-	cfg.on_pass = gws_pass;
-	cfg.on_stop = gws_stop;
+	dance_config(&cfg, &GWS.stop, gws_send);
 	cfg.on_completion = gws_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
