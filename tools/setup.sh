@@ -1,7 +1,7 @@
 # tools/setup.sh: install what the build needs (apt-get as root, else name it) and build; sourced by demo and check.
 # Usage: . tools/setup.sh [BUILD_DIR [BUILD_TYPE]]
 tl_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tl_pkgs="gcc g++ pkg-config meson ninja-build liburing-dev libhwloc-dev libjemalloc-dev libcunit1-dev valgrind clang libclang-rt-14-dev libyaml-dev libcjson-dev prometheus libc-ares-dev libgnutls28-dev libssl-dev libwolfssl-dev nginx libnginx-mod-stream wrk redis-server redis-tools socat iperf3 openssl curl haproxy nghttp2-client gnuplot-nox libuv1-dev strace nsd dnsperf bind9-dnsutils libdpdk-dev gcc-mingw-w64-x86-64"
+tl_pkgs="gcc g++ pkg-config meson ninja-build liburing-dev libhwloc-dev libjemalloc-dev libcunit1-dev libxxhash-dev valgrind clang libclang-rt-14-dev libyaml-dev libcjson-dev prometheus libc-ares-dev libgnutls28-dev libssl-dev libwolfssl-dev nginx libnginx-mod-stream wrk redis-server redis-tools socat iperf3 openssl curl haproxy nghttp2-client gnuplot-nox libuv1-dev strace nsd dnsperf bind9-dnsutils libdpdk-dev gcc-mingw-w64-x86-64"
 
 tl_missing() {
 	local p missing=

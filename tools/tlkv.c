@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <turnloop.h>
+#define XXH_INLINE_ALL /* the keys' hash: xxHash's XXH3 (Debian: libxxhash-dev), inlined */
+#include <xxhash.h>
 
 /* Limits: a key or value 512 KiB, a command 1 MiB or 1024 arguments; 64
  * replies owed per connection (a deeper pipeline waits for them). */
@@ -86,19 +88,6 @@ static struct {
 } kv = {.dir = ".", .keys = 1u << 20, .conns = 1024};
 
 /* ---- The table: a fixed array of buckets, chains of malloc'd items ---- */
-
-static uint64_t hash(const uint8_t *p, uint32_t n) {
-	uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w = 0;
-	for (; n >= 8; p += 8, n -= 8) {
-		memcpy(&w, p, 8);
-		h = (h ^ w) * 0xff51afd7ed558ccdull;
-		h ^= h >> 32;
-	}
-	w = 0;
-	memcpy(&w, p, n);
-	h = (h ^ w ^ (h >> 29)) * 0xc4ceb9fe1a85ec53ull;
-	return h ^ (h >> 32);
-}
 
 static uint32_t owner(const struct shard *sh, uint64_t h) { /* the hash's top half, scaled */
 	return kv.local ? sh->id : (uint32_t)(((h >> 32) * kv.nshards) >> 32);
@@ -261,7 +250,7 @@ static void batch_done(struct rec *r, int64_t rc) {
  * it), or sent to the key's owner. 1 when done or sent, 0 stalled. */
 static int route(struct conn *c, int op, int flags, const struct arg *k, const struct arg *v) {
 	struct shard *sh = c->sh;
-	uint64_t h = hash(k->p, k->n);
+	uint64_t h = XXH3_64bits(k->p, k->n);
 	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
 	struct out o = {&c->wr, NULL, sh->s};
 	struct rec *r;
