@@ -1,10 +1,13 @@
-/* tests/test_bufio.c: buffered streams (turnloop/bufio.h) on a real connection of each driver: framing across leases, no copy inside one, limits, the peer's end, coalesced writes, the ring, backpressure, errors. */
+/* tests/test_bufio.c: buffered streams (turnloop/bufio.h) on a real connection of each driver: framing across leases, no copy inside one, limits, the peer's end, coalesced writes, the ring, backpressure, errors; and files written whole (tl_fout: put in place at the end, left untouched after a failed write or rename, dropped). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <CUnit/Basic.h>
 
 #include <turnloop/bufio.h>
@@ -1077,6 +1080,210 @@ static void echo_lines(void)
 	rd_close(&d, fds);
 }
 
+/* ---- A file written whole (tl_fout) ---- */
+
+enum { TOK_F = 0x300 };
+
+/* A folder of the test's own, with "old" at d/f. */
+static void f_dir(char *d, size_t n, char *path, size_t pn)
+{
+	snprintf(d, n, "/tmp/tlfoutXXXXXX");
+	H_TRUE_FATAL(mkdtemp(d) != NULL);
+	snprintf(path, pn, "%s/f", d);
+	FILE *o = fopen(path, "w");
+	H_TRUE_FATAL(o != NULL);
+	fputs("old", o);
+	fclose(o);
+}
+
+/* path's bytes into buf (at most cap): how many, or -1 when it is absent. */
+static long f_read(const char *path, char *buf, size_t cap)
+{
+	FILE *i = fopen(path, "rb");
+	if (!i)
+		return -1;
+	size_t n = fread(buf, 1, cap, i);
+	fclose(i);
+	return (long)n;
+}
+
+static void f_rmdir(const char *d, const char *path)
+{
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	unlink(tmp);
+	unlink(path);
+	rmdir(path); /* rename_fails: a folder */
+	H_EQ(rmdir(d), 0);
+}
+
+/* Run finish and wait for its completion: its result. */
+static int64_t f_finish(h_ctx *c, tl_fout *f)
+{
+	tl_op op;
+	H_EQ_FATAL(tl_fout_finish(f, c->loop, TOK_F, &op), 0);
+	int i = h_wait_op(c, op);
+	H_TRUE_FATAL(i >= 0);
+	H_EQ(c->log.v[i].kind, TL_K_POOL);
+	H_EQ(c->log.v[i].token, TOK_F);
+	return c->log.v[i].result;
+}
+
+/* Many pieces through a 1000-byte buffer (so written in several writes):
+ * the old file stays whole until the finish, then the new one is whole,
+ * and the temporary file is gone. */
+static void fout_whole(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	char d[64], path[128], tmp[160], got[64000];
+	uint8_t mem[1000], *p;
+	tl_fout f;
+	f_dir(d, sizeof d, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	uint32_t total = 0;
+	for (uint32_t i = 0; i < 400; i++) {
+		uint32_t n = 1 + i % 300;
+		int rc = tl_fout_reserve(&f, n, &p);
+		H_TRUE_FATAL(rc >= (int)n);
+		for (uint32_t k = 0; k < n; k++)
+			p[k] = (uint8_t)(total + k);
+		H_EQ(tl_fout_commit(&f, n), 0);
+		total += n;
+	}
+	H_EQ(tl_fout_commit(&f, 1), -EINVAL); /* no reservation */
+	H_EQ(f_read(path, got, sizeof got), 3); /* still the old file */
+	H_TRUE(f_read(tmp, got, sizeof got) > 0);
+	H_EQ(f_finish(&c, &f), 0);
+	H_EQ(f_read(tmp, got, sizeof got), -1);
+	H_EQ(f_read(path, got, sizeof got), (long)total);
+	int same = 1;
+	for (uint32_t k = 0; k < total; k++)
+		same &= (uint8_t)got[k] == (uint8_t)k;
+	H_TRUE(same);
+	H_EQ(f.bytes, total);
+	tl_fout_abort(&f); /* finished: nothing to do */
+	f_rmdir(d, path);
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
+/* A write that fails (the file size limit: -EFBIG) sticks: later calls
+ * return it, the finish ends with it, the temporary file is removed and
+ * the old file is untouched. */
+static void fout_write_fails(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	char d[64], path[128], tmp[160], got[16];
+	uint8_t mem[4096], *p;
+	tl_fout f;
+	struct rlimit old, small = {2048, 2048};
+	f_dir(d, sizeof d, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	H_EQ_FATAL(getrlimit(RLIMIT_FSIZE, &old), 0);
+	small.rlim_max = old.rlim_max;
+	signal(SIGXFSZ, SIG_IGN);
+	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_EQ_FATAL(setrlimit(RLIMIT_FSIZE, &small), 0);
+	int rc = 0;
+	for (int i = 0; i < 4 && rc >= 0; i++)
+		if ((rc = tl_fout_reserve(&f, 3000, &p)) >= 0)
+			memset(p, 'x', 3000), tl_fout_commit(&f, 3000);
+	H_EQ(rc, -EFBIG);
+	H_EQ(tl_fout_reserve(&f, 1, &p), -EFBIG); /* sticky */
+	H_EQ(f_finish(&c, &f), -EFBIG);
+	setrlimit(RLIMIT_FSIZE, &old);
+	H_EQ(f_read(tmp, got, sizeof got), -1);
+	H_EQ(f_read(path, got, sizeof got), 3);
+	H_TRUE(memcmp(got, "old", 3) == 0);
+	f_rmdir(d, path);
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
+/* A rename that fails (path is a folder: -EISDIR): the finish ends with
+ * it and the temporary file is removed. */
+static void fout_rename_fails(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	char d[64], path[128], tmp[160], got[16];
+	uint8_t mem[64], *p;
+	tl_fout f;
+	f_dir(d, sizeof d, path, sizeof path);
+	unlink(path);
+	H_EQ_FATAL(mkdir(path, 0755), 0);
+	snprintf(tmp, sizeof tmp, "%s/x", path);
+	H_EQ_FATAL(mkdir(tmp, 0755), 0); /* not empty: no rename over it */
+	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_TRUE(tl_fout_reserve(&f, 5, &p) >= 5);
+	memcpy(p, "hello", 5);
+	H_EQ(tl_fout_commit(&f, 5), 0);
+	int64_t r = f_finish(&c, &f);
+	H_TRUE(r == -EISDIR || r == -ENOTEMPTY || r == -EEXIST);
+	rmdir(tmp);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	H_EQ(f_read(tmp, got, sizeof got), -1);
+	f_rmdir(d, path);
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
+/* Dropped: the temporary file removed, the old file untouched; bad
+ * arguments refused; an open that fails leaves nothing to drop. */
+static void fout_abort_and_arguments(void)
+{
+	int fds = h_begin();
+	h_ctx c;
+	h_ctx_init(&c, h_loop());
+	char d[64], path[128], tmp[160], got[16], missing[160], lng[4200];
+	uint8_t mem[64], *p;
+	tl_fout f, z;
+	tl_op op;
+	memset(&z, 0, sizeof z);
+	f_dir(d, sizeof d, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	snprintf(missing, sizeof missing, "%s/no/f", d);
+	memset(lng, 'a', sizeof lng - 1);
+	lng[sizeof lng - 1] = 0;
+	H_EQ(tl_fout_open(NULL, path, mem, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, NULL, mem, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, path, NULL, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, path, mem, 0), -EINVAL);
+	H_EQ(tl_fout_open(&f, "", mem, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, lng, mem, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, missing, mem, sizeof mem), -ENOENT);
+	H_EQ(tl_fout_reserve(&f, 1, &p), -EINVAL); /* no file */
+	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, &op), -EINVAL);
+	tl_fout_abort(&f);
+	tl_fout_abort(&z); /* zeroed: holds none (its fd 0 is not closed) */
+	tl_fout_abort(NULL);
+	H_EQ(tl_fout_reserve(&z, 1, &p), -EINVAL);
+	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_EQ(tl_fout_reserve(&f, sizeof mem + 1, &p), -EINVAL);
+	H_EQ(tl_fout_reserve(&f, 1, NULL), -EINVAL);
+	H_EQ(tl_fout_finish(&f, NULL, TOK_F, &op), -EINVAL);
+	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, NULL), -EINVAL);
+	H_TRUE(tl_fout_reserve(&f, 3, &p) >= 3);
+	memcpy(p, "new", 3);
+	H_EQ(tl_fout_commit(&f, sizeof mem + 1), -EINVAL); /* above the run */
+	H_EQ(tl_fout_commit(&f, 3), 0);
+	H_TRUE(f_read(tmp, got, sizeof got) >= 0);
+	tl_fout_abort(&f);
+	H_EQ(f_read(tmp, got, sizeof got), -1);
+	H_EQ(f_read(path, got, sizeof got), 3);
+	H_TRUE(memcmp(got, "old", 3) == 0);
+	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, &op), -EINVAL); /* dropped */
+	f_rmdir(d, path);
+	h_ctx_fini(&c);
+	h_end(c.loop, fds);
+}
+
 /* ---- Arguments ---- */
 
 static void arguments(void)
@@ -1159,6 +1366,10 @@ static const struct {
 	T("writer", write_error_once),
 	T("both", echo_lines),
 	T("both", arguments),
+	T("file", fout_whole),
+	T("file", fout_write_fails),
+	T("file", fout_rename_fails),
+	T("file", fout_abort_and_arguments),
 #undef T
 	{NULL, NULL, NULL},
 };

@@ -1,4 +1,4 @@
-/* turnloop/bufio.h: buffered streams on leases: a reader that frames messages without copying them, a writer that coalesces a pass's replies into one write (docs/BUFIO.md). */
+/* turnloop/bufio.h: buffered streams on leases: a reader that frames messages without copying them, a writer that coalesces a pass's replies into one write; and a file written whole, put in place by one rename (docs/BUFIO.md). */
 #ifndef TURNLOOP_BUFIO_H
 #define TURNLOOP_BUFIO_H
 
@@ -339,6 +339,67 @@ uint32_t tl_wbuf_room(const tl_wbuf *w);
  * for NULL. 0 after a write's completion means every byte is out: a host
  * may shut the stream down. */
 uint32_t tl_wbuf_pending(const tl_wbuf *w);
+
+/*
+ * A file written whole: tl_fout. Its bytes go to a temporary file beside
+ * path ("<path>.tmp"); tl_fout_finish() writes the rest, fsyncs, closes and
+ * renames it over path on the blocking pool, so that a reader of path
+ * sees the old file or the whole new one, never a part (a snapshot, a
+ * SAVE). The bytes gather in the caller's buffer and go to the file with
+ * write(2) on the caller's thread whenever tl_fout_reserve() finds too
+ * little room: a copy into the page cache, some microseconds a megabyte
+ * (on a filesystem where writes block, write from a pool job instead).
+ * Nothing is allocated. Not on Windows (buffered streams are not built
+ * there, docs/WINDOWS.md).
+ */
+typedef struct tl_fout {
+	int fd;         /* the temporary file; -1 when none is open (or buf NULL: zeroed) */
+	int err;        /* sticky: the first error (negative errno), 0 while none */
+	uint8_t *buf;
+	uint32_t cap, len, resv;
+	uint64_t bytes; /* written to the file so far */
+	char path[4096], tmp[4100];
+} tl_fout;
+
+/*
+ * Begin a file that will replace path (below 4096 bytes): "<path>.tmp" is
+ * created or truncated now, with one open(2) on the caller's thread (mode
+ * 0644, close-on-exec). buf: cap bytes (at least 1) of the caller's, kept
+ * until the end; the largest piece tl_fout_reserve() hands out. 0,
+ * -EINVAL (f, path or buf NULL, cap 0, path too long), or open's error
+ * (-ENOENT for a missing folder, -EACCES, ...; f then holds no file).
+ */
+int tl_fout_open(tl_fout *f, const char *path, void *buf, uint32_t cap);
+
+/*
+ * At least min contiguous bytes for the caller to write in place at *out,
+ * the size of that run returned (>= min); the buffer's bytes are written
+ * to the file first if fewer than min are free. Nothing is added until
+ * tl_fout_commit(). -EINVAL (f or out NULL, min above cap, no file open),
+ * or the first write error, sticky (-ENOSPC, -EIO, ...: every later call
+ * returns it, and tl_fout_finish() removes the temporary file).
+ */
+int tl_fout_reserve(tl_fout *f, uint32_t min, uint8_t **out);
+
+/* Add the first len bytes of the run the last tl_fout_reserve() gave.
+ * 0, -EINVAL (f NULL, len above that run). */
+int tl_fout_commit(tl_fout *f, uint32_t len);
+
+/*
+ * End the file on the pool (tl_blocking, TL_POOL_BOUNDED): the buffer's
+ * bytes written, fsync, close, and the rename over path; after an error
+ * (the sticky one, or any of these), the temporary file is removed and
+ * path left as it was. Its completion is TL_K_POOL with token: result 0,
+ * or the first error. f and its buffer must stay until then, untouched.
+ * Returns 0 (*op set), -EINVAL (f, loop or op NULL, no file open), or
+ * tl_blocking's refusal (nothing started: tl_fout_abort() ends the file).
+ */
+int tl_fout_finish(tl_fout *f, tl_loop *loop, uint64_t token, tl_op *op);
+
+/* Drop the file: closed and the temporary file removed, path untouched
+ * (not while a tl_fout_finish() job runs). A no-op on a finished f, one
+ * whose open failed, a zeroed one, or NULL. */
+void tl_fout_abort(tl_fout *f);
 
 #ifdef __cplusplus
 }
