@@ -1,6 +1,5 @@
 /* tools/tlkv.c: a sharded key-value server speaking the Redis protocol: each shard owns the keys that hash to it, commands on other keys go to their owner over the mesh, and each connection's replies leave in request order; the model program of docs/GUIDE-SHARDED.md. */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -57,13 +56,11 @@ struct conn { /* a connection's state: every completion of its handle carries it
 	uint8_t rmem[CMD_MAX], wmem[WBUF];
 };
 
-struct save { /* a shard's part of a SAVE: its result, deferred until the file is done */
+struct save { /* a shard's part of a SAVE: its result, deferred until the file is in place */
 	tl_mesh_reply reply;
-	int fd;
-	int64_t err;
-	uint64_t next, keys, len;
+	tl_fout f;
+	uint64_t next, keys;
 	uint8_t *buf;
-	char path[4200], tmp[4210];
 };
 
 struct shard {
@@ -276,48 +273,30 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 
 /* ---- SAVE: on each shard, a task writes the shard's keys to its own file ---- */
 
-static int64_t save_finish(void *arg, tl_cancel_flag *cf) { /* on the blocking pool */
-	struct save *v = arg;
-	(void)cf;
-	if (!v->err && fsync(v->fd) < 0) v->err = -errno;
-	close(v->fd);
-	v->fd = -1;
-	if (!v->err && rename(v->tmp, v->path) < 0) v->err = -errno;
-	if (v->err) unlink(v->tmp);
-	return 0;
-}
-
-static void save_end(struct shard *sh) { /* the part's result: the keys, or the error */
-	sh->sv.fd = -1;
-	tl_shard_reply(sh->s, &sh->sv.reply, sh->sv.err ? sh->sv.err : (int64_t)sh->sv.keys);
-}
-
-static int save_out(struct save *v) { /* write what the buffer holds: 1, or 0 (v->err) */
-	ssize_t w = v->len ? write(v->fd, v->buf, v->len) : 0;
-	v->err = w == (ssize_t)v->len ? 0 : w < 0 ? -errno : -EIO;
-	v->len = 0;
-	return !v->err;
+static void save_end(struct shard *sh, int64_t err) { /* the part's result: the keys, or the error */
+	tl_shard_reply(sh->s, &sh->sv.reply, err < 0 ? err : (int64_t)sh->sv.keys);
 }
 
 /* The task: a slice of the walk over the buckets, each key as a SET command (a
- * file `redis-cli --pipe` replays), written every CHUNK bytes: write(2) copies
- * into the page cache, some µs a chunk (where writes can block, a network
- * filesystem, tl_fs_write hands them to the pool). A key set or deleted
- * during the walk may be in the file or not; every other one is. */
+ * file `redis-cli --pipe` replays), into the file's buffer, which goes to the
+ * file (write(2): a copy into the page cache) whenever less than the largest
+ * command is free, every CHUNK bytes or so. A key set or deleted during the
+ * walk may be in the file or not; every other one is. */
 static int save_task(tl_shard *s, void *arg) {
 	struct save *v = arg;
 	struct shard *sh = tl_shard_data(s);
-	for (; v->next <= sh->mask; v->next++) {
+	uint8_t *p, *q;
+	for (int rc; v->next <= sh->mask; v->next++) {
 		for (struct item *it = sh->b[v->next]; it; it = it->next, v->keys++) {
-			if (v->len >= CHUNK && !save_out(v)) return (int)v->err;
-			uint8_t *q = put(v->buf + v->len, "*3\r\n$3\r\nSET\r\n", 13);
+			if ((rc = tl_fout_reserve(&v->f, 2 * REPLY_MAX, &p)) < 0) return rc;
+			q = put(p, "*3\r\n$3\r\nSET\r\n", 13);
 			q = put(put(q + num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
 			q = put(put(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
-			v->len = (uint64_t)(q - v->buf);
+			tl_fout_commit(&v->f, (uint32_t)(q - p));
 		}
 		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) { v->next++; return TL_TASK_MORE; }
 	}
-	return save_out(v) ? TL_TASK_DONE : (int)v->err;
+	return TL_TASK_DONE;
 }
 
 /* A gather's part, on each shard: count its keys, or start its save (its
@@ -325,14 +304,14 @@ static int save_task(tl_shard *s, void *arg) {
 static int64_t run_all(tl_shard *s, void *arg) {
 	struct shard *sh = tl_shard_data(s);
 	struct save *v = &sh->sv;
+	char path[4200];
+	int rc;
 	if (((struct rec *)arg)->op == OP_COUNT) return (int64_t)sh->live;
 	*v = (struct save){.buf = v->buf};
 	tl_shard_defer(s, &v->reply);
-	snprintf(v->path, sizeof v->path, "%s/tlkv-%u.resp", kv.dir, sh->id);
-	snprintf(v->tmp, sizeof v->tmp, "%s.tmp", v->path);
-	/* open(2) here, one short call (on a slow filesystem: tl_fs_open, on the pool) */
-	if ((v->fd = open(v->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) { v->err = -errno; save_end(sh); }
-	else if ((v->err = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { save_finish(v, NULL); save_end(sh); }
+	snprintf(path, sizeof path, "%s/tlkv-%u.resp", kv.dir, sh->id); /* written whole, then renamed */
+	if ((rc = tl_fout_open(&v->f, path, v->buf, CHUNK + 2 * REPLY_MAX)) < 0 ||
+	    (rc = tl_shard_task_spawn(s, kv.group, save_task, v, 0)) < 0) { tl_fout_abort(&v->f); save_end(sh, rc); }
 	return 0;
 }
 
@@ -545,14 +524,13 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		if (tl_wbuf_on_write(&c->wr, x) < 0) conn_close(c);
 		return after(c);
 	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
-	case TL_K_POOL: return save_end(sh); /* a SAVE's fsync and rename are done */
+	case TL_K_POOL: return save_end(sh, x->result); /* a SAVE's file: in place, or not */
 	case TL_K_MESH: break;
 	default: return;
 	}
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
-		if ((sh->sv.err = x->result) == -ECANCELED ||
-		    tl_blocking(sh->loop, save_finish, &sh->sv, TL_POOL_BOUNDED, 0, &op) < 0)
-			{ save_finish(&sh->sv, NULL); save_end(sh); }
+		int64_t rc = x->result < 0 ? x->result : tl_fout_finish(&sh->sv.f, sh->loop, 0, &op);
+		if (rc < 0) { tl_fout_abort(&sh->sv.f); save_end(sh, rc); }
 	} else if (x->aux & TL_MESH_BATCH) { /* a batch's replies, each in its record */
 		batch_done(r, x->result);
 	} else { /* a gather: DBSIZE's parts add up, SAVE's say how each shard's file went */
@@ -594,7 +572,6 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 	sh->s = s;
 	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
-	sh->sv.fd = -1;
 	for (sh->mask = 1; sh->mask < kv.keys - 1; sh->mask = sh->mask * 2 + 1) {}
 	sh->b = calloc(sh->mask + 1, sizeof *sh->b);
 	sh->conns = calloc(kv.conns, sizeof *sh->conns);
@@ -677,7 +654,7 @@ int main(int argc, char **argv) {
 		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) tl_shard_free(NULL, sh->conns[j / REC_N].rec[j % REC_N].big);
 		for (uint64_t j = 0; sh->b && j <= sh->mask; j++)
 			for (struct item *it = sh->b[j], *n; it; it = n) n = it->next, free(it);
-		if (sh->s && sh->sv.fd >= 0) close(sh->sv.fd), unlink(sh->sv.tmp); /* a save the stop cut short */
+		tl_fout_abort(&sh->sv.f); /* a save the stop cut short */
 		free(sh->b);
 		free(sh->conns);
 		free(sh->sv.buf);
