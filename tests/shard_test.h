@@ -7,6 +7,7 @@
 #include "win/handles.h"
 #else
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #endif
 #include <stdatomic.h>
@@ -243,6 +244,88 @@ static inline uint64_t st_now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 #endif
+}
+
+/* Spin, yielding, until *v (a word another thread sets) is at least n, for
+ * at most 10 s: 1, or 0 at the deadline, so that under ST_CHECK a hung
+ * peer fails the test instead of hanging it. */
+static inline int st_spin_until_at_least(atomic_int *v, int n)
+{
+	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
+
+	while (atomic_load(v) < n)
+		if (st_now_ns() > dl)
+			return 0;
+#ifdef _WIN32
+		else
+			tl__os_yield();
+#else
+		else
+			sched_yield();
+#endif
+	return 1;
+}
+
+/* The same for a flag set to 1. */
+static inline int st_spin_until(atomic_int *flag)
+{
+	return st_spin_until_at_least(flag, 1);
+}
+
+/*
+ * The stop tests' choreography (test_mesh_compose's *_stop tests,
+ * test_foreign's stop), on two shards: in its on_stop, shard 0 sends work
+ * to shard 1 (the test's send), and shard 1 runs that work only after its
+ * mesh closed. A test keeps an st_stop_dance in its state, zeroed with it,
+ * and its own checks.
+ */
+struct st_stop_dance {
+	atomic_int one_stopping, sent, zero_waits;
+	void (*send)(tl_shard *s); /* shard 0's sending work, in its on_stop */
+};
+
+static inline int st_dance_pass(tl_shard *s, void *arg)
+{
+	struct st_stop_dance *d = arg;
+
+	if (tl_shard_id(s) != 0)
+		return 0;
+	/* After on_stop (drain_ns of 1 ns: shard 0 is done at once, its work
+	 * on 1 still out), each pass is one while waiting for shard 1. */
+	if (atomic_load(&d->sent))
+		atomic_store(&d->zero_waits, 1);
+	tl_runtime_stop(tl_shard_runtime(s));
+	return 0;
+}
+
+static inline void st_dance_stop(tl_shard *s, void *arg)
+{
+	struct st_stop_dance *d = arg;
+
+	if (tl_shard_id(s) == 0) {
+		/* Shard 1 is inside its on_stop, so no pass of it can run the
+		 * work before its mesh closes. */
+		ST_CHECK(st_spin_until(&d->one_stopping));
+		d->send(s);
+		atomic_store(&d->sent, 1);
+	} else {
+		/* Shard 1 does not pass again before the mesh closes: the
+		 * work runs at the last delivery. */
+		atomic_store(&d->one_stopping, 1);
+		ST_CHECK(st_spin_until(&d->zero_waits));
+	}
+}
+
+/* The dance on cfg (st_config's, two shards): drain_ns of 1 ns, on_pass
+ * and on_stop with d as their arg, send as shard 0's work. */
+static inline void st_stop_dance_config(tl_runtime_config *cfg, struct st_stop_dance *d,
+					void (*send)(tl_shard *s))
+{
+	d->send = send;
+	cfg->drain_ns = 1;
+	cfg->on_pass = st_dance_pass;
+	cfg->on_stop = st_dance_stop;
+	cfg->arg = d;
 }
 
 /* Only tests whose name contains $TL_TEST are registered (all without it). */

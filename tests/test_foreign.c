@@ -6,19 +6,6 @@
 #include "shard_test.h"
 #include "os.h" /* yields and sleeps on both OSes */
 
-/* Spin until *flag is set, for at most 10 s. */
-static int wait_flag(atomic_int *flag)
-{
-	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
-
-	while (!atomic_load(flag))
-		if (st_now_ns() > dl)
-			return 0;
-		else
-			tl__os_yield();
-	return 1;
-}
-
 /* Shard i's bytes allocated and freed by its thread, from the live stats
  * region (the last record it published). */
 static void shard_bytes(tl_stats_reader *r, uint32_t i, uint64_t *alloc, uint64_t *freed)
@@ -210,7 +197,7 @@ static void refuse_handler(tl_shard *s, const tl_completion *c)
 	if (c->token == TOK_HOLD) {
 		/* Until the test's thread lets go: shard 1's batches to
 		 * shard 0 find the ring full meanwhile. */
-		R.held = wait_flag(&R.release);
+		R.held = st_spin_until(&R.release);
 		return;
 	}
 	if (c->token != TOK_GO)
@@ -247,7 +234,7 @@ static void test_refused(void)
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_launch(rt), 0);
 	CU_ASSERT_EQUAL_FATAL(tl_stats_open(&r, getpid()), 0);
 	on = arenas_on(rt);
-	CU_ASSERT_TRUE(wait_flag(&R.freed));
+	CU_ASSERT_TRUE(st_spin_until(&R.freed));
 	/* Time for shard 1 to end its pass and park. */
 	tl__os_sleep_us(20000);
 	shard_bytes(r, 0, &a0, &f_before);
@@ -290,7 +277,7 @@ static struct {
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
 	void *blocks[SK];
-	atomic_int one_stopping, sent, zero_waits;
+	struct st_stop_dance stop;
 	int ended, closed, sent_rc;
 	uint64_t queued;
 } T;
@@ -314,35 +301,16 @@ static int stop_launch(tl_shard *s, void *arg)
 	return 0;
 }
 
-static int stop_pass(tl_shard *s, void *arg)
+/* As in test_mesh_compose's gather_stop: shard 0 sends a gather after
+ * shard 1 is inside its on_stop, so the part on shard 1 runs only at the
+ * last delivery, its result is lost, and the gather ends with -EPIPE on
+ * shard 0 after the mesh closed. */
+static void stop_send(tl_shard *s)
 {
-	(void)arg;
-	if (tl_shard_id(s) != 0)
-		return 0;
-	if (atomic_load(&T.sent))
-		atomic_store(&T.zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
+	static const uint32_t both[] = {0, 1};
 
-/* As in test_mesh_compose's gather_stop: shard 1 holds in its on_stop
- * until shard 0 has sent a gather, so the part on shard 1 runs only at
- * the last delivery, its result is lost, and the gather ends with -EPIPE
- * on shard 0 after the mesh closed. */
-static void stop_on_stop(tl_shard *s, void *arg)
-{
-	(void)arg;
-	if (tl_shard_id(s) == 0) {
-		static const uint32_t both[] = {0, 1};
-
-		ST_CHECK(tl_mesh_gather_init(&T.g, T.parts, 2) == 0);
-		ST_CHECK(wait_flag(&T.one_stopping));
-		T.sent_rc = tl_shard_gather(s, &T.g, both, 2, stop_fn, NULL, 0x5f);
-		atomic_store(&T.sent, 1);
-	} else {
-		atomic_store(&T.one_stopping, 1);
-		ST_CHECK(wait_flag(&T.zero_waits));
-	}
+	ST_CHECK(tl_mesh_gather_init(&T.g, T.parts, 2) == 0);
+	T.sent_rc = tl_shard_gather(s, &T.g, both, 2, stop_fn, NULL, 0x5f);
 }
 
 static void stop_handler(tl_shard *s, const tl_completion *c)
@@ -368,10 +336,8 @@ static void test_stop(void)
 	memset(&T, 0, sizeof T);
 	st_config(&cfg, 2);
 	cfg.stats = 1;
-	cfg.drain_ns = 1;
+	st_stop_dance_config(&cfg, &T.stop, stop_send);
 	cfg.on_launch = stop_launch;
-	cfg.on_pass = stop_pass;
-	cfg.on_stop = stop_on_stop;
 	cfg.on_completion = stop_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);

@@ -10,83 +10,6 @@
 #define ROUNDS 200
 #define CELLS 64
 
-/* Spin until *v (a test thread's word) is at least n, for at most 10 s:
- * 1, or 0 at the deadline, so that under ST_CHECK a hung peer fails the
- * test instead of hanging it. */
-static int spin_until_at_least(atomic_int *v, int n)
-{
-	uint64_t dl = st_now_ns() + 10ull * 1000000000ull;
-
-	while (atomic_load(v) < n)
-		if (st_now_ns() > dl)
-			return 0;
-		else
-			tl__os_yield();
-	return 1;
-}
-
-/* Spin until *flag (set to 1) is set, as above. */
-static int spin_until(atomic_int *flag)
-{
-	return spin_until_at_least(flag, 1);
-}
-
-/* ---- the stop tests' choreography ---- */
-
-/*
- * gather_stop, gate_stop, defer_stop, batch_stop and gather_wait_stop, on
- * two shards: in its on_stop, shard 0 sends work to shard 1 (the test's
- * send), and shard 1 runs that work only after its mesh closed. Each test
- * keeps a stop_dance in its state, zeroed with it, and its own checks.
- */
-struct stop_dance {
-	atomic_int one_stopping, sent, zero_waits;
-	void (*send)(tl_shard *s); /* shard 0's sending work, in its on_stop */
-};
-
-static int dance_pass(tl_shard *s, void *arg)
-{
-	struct stop_dance *d = arg;
-
-	if (tl_shard_id(s) != 0)
-		return 0;
-	/* After on_stop (drain_ns of 1 ns: shard 0 is done at once, its work
-	 * on 1 still out), each pass is one while waiting for shard 1. */
-	if (atomic_load(&d->sent))
-		atomic_store(&d->zero_waits, 1);
-	tl_runtime_stop(tl_shard_runtime(s));
-	return 0;
-}
-
-static void dance_stop(tl_shard *s, void *arg)
-{
-	struct stop_dance *d = arg;
-
-	if (tl_shard_id(s) == 0) {
-		/* Shard 1 is inside its on_stop, so no pass of it can run the
-		 * work before its mesh closes. */
-		ST_CHECK(spin_until(&d->one_stopping));
-		d->send(s);
-		atomic_store(&d->sent, 1);
-	} else {
-		/* Shard 1 does not pass again before the mesh closes: the
-		 * work runs at the last delivery. */
-		atomic_store(&d->one_stopping, 1);
-		ST_CHECK(spin_until(&d->zero_waits));
-	}
-}
-
-/* The dance on cfg (st_config's, two shards): drain_ns of 1 ns, on_pass
- * and on_stop with d as their arg, send as shard 0's work. */
-static void dance_config(tl_runtime_config *cfg, struct stop_dance *d, void (*send)(tl_shard *s))
-{
-	d->send = send;
-	cfg->drain_ns = 1;
-	cfg->on_pass = dance_pass;
-	cfg->on_stop = dance_stop;
-	cfg->arg = d;
-}
-
 /* ---- gathers: every part's result, fn's plain writes seen on the completion ---- */
 
 struct gat {
@@ -212,7 +135,7 @@ static void test_gather(void)
 /* ---- a gather outstanding when the runtime stops ---- */
 
 struct gstop {
-	struct stop_dance stop;
+	struct st_stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
 	atomic_int ran[2];
@@ -263,7 +186,7 @@ static void test_gather_stop(void)
 
 	memset(&GS, 0, sizeof GS);
 	st_config(&cfg, 2);
-	dance_config(&cfg, &GS.stop, gs_send);
+	st_stop_dance_config(&cfg, &GS.stop, gs_send);
 	cfg.on_completion = gs_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -399,7 +322,7 @@ static int64_t cw_fn(tl_shard *s, void *arg)
 	(void)s;
 	(void)arg;
 	/* Hold the result until shard 0 has had its passes. */
-	ST_CHECK(spin_until(&W.release));
+	ST_CHECK(st_spin_until(&W.release));
 	return 0;
 }
 
@@ -589,7 +512,7 @@ static void test_gate(void)
 /* A gate with a call out when the runtime stops: the call's result is
  * dropped, the gate still completes, once fn has run. */
 struct gtstop {
-	struct stop_dance stop;
+	struct st_stop_dance stop;
 	tl_mesh_gate g;
 	atomic_int ran;
 	int64_t result;
@@ -631,7 +554,7 @@ static void test_gate_stop(void)
 
 	memset(&TS, 0, sizeof TS);
 	st_config(&cfg, 2);
-	dance_config(&cfg, &TS.stop, ts_send);
+	st_stop_dance_config(&cfg, &TS.stop, ts_send);
 	cfg.on_completion = ts_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -797,7 +720,7 @@ static void test_defer(void)
 /* A deferred call run after its shard's mesh closed: the reply is refused
  * with -EPIPE, the caller's gather ends with that part lost. */
 struct dstop {
-	struct stop_dance stop;
+	struct st_stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
 	tl_mesh_reply r;
@@ -848,7 +771,7 @@ static void test_defer_stop(void)
 
 	memset(&DS, 0, sizeof DS);
 	st_config(&cfg, 2);
-	dance_config(&cfg, &DS.stop, ds_send);
+	st_stop_dance_config(&cfg, &DS.stop, ds_send);
 	cfg.on_completion = ds_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -891,7 +814,7 @@ static int64_t bt_fn(tl_shard *s, void *arg)
 	/* The first batch to 1 holds its shard until 0 has made three more
 	 * passes: their items find no credit and must join one chain. */
 	if (me == 1 && !atomic_exchange(&B.first_held, 1))
-		ST_CHECK(spin_until_at_least(&B.passes_held, 3));
+		ST_CHECK(st_spin_until_at_least(&B.passes_held, 3));
 	for (tl_mesh_item *it = arg; it; it = it->next, n++) {
 		struct bitem *bi = (struct bitem *)it;
 
@@ -999,7 +922,7 @@ static void test_batch(void)
 /* A chain that never went (no credit) when the mesh closed: its completion
  * says -EPIPE, fn never ran on it; an add after that is refused. */
 struct bstop {
-	struct stop_dance stop;
+	struct st_stop_dance stop;
 	tl_mesh_batcher b;
 	tl_mesh_chain chains[2];
 	struct bitem it;
@@ -1055,7 +978,7 @@ static void test_batch_stop(void)
 	memset(&BS, 0, sizeof BS);
 	st_config(&cfg, 2);
 	cfg.mesh_inflight = 1;
-	dance_config(&cfg, &BS.stop, bs_send);
+	st_stop_dance_config(&cfg, &BS.stop, bs_send);
 	cfg.on_completion = bs_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
@@ -1095,7 +1018,7 @@ static int64_t gw_hold(tl_shard *s, void *arg)
 	(void)s;
 	(void)arg;
 	atomic_store(&GW.held, 1);
-	ST_CHECK(spin_until_at_least(&GW.passes, 3));
+	ST_CHECK(st_spin_until_at_least(&GW.passes, 3));
 	GW.ran_during_hold = atomic_load(&GW.ran);
 	return 0;
 }
@@ -1178,7 +1101,7 @@ static void test_gather_wait(void)
 
 /* A gather still waiting when the mesh closes: -EPIPE, no part ran. */
 struct gwstop {
-	struct stop_dance stop;
+	struct st_stop_dance stop;
 	tl_mesh_gather g;
 	tl_mesh_part parts[2];
 	atomic_int ran;
@@ -1226,7 +1149,7 @@ static void test_gather_wait_stop(void)
 	memset(&GWS, 0, sizeof GWS);
 	st_config(&cfg, 2);
 	cfg.mesh_inflight = 1;
-	dance_config(&cfg, &GWS.stop, gws_send);
+	st_stop_dance_config(&cfg, &GWS.stop, gws_send);
 	cfg.on_completion = gws_handler;
 	CU_ASSERT_EQUAL_FATAL(tl_runtime_new(&rt, &cfg), 0);
 	CU_ASSERT_EQUAL(tl_runtime_run(rt), 0);
