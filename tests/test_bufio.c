@@ -1084,13 +1084,23 @@ static void echo_lines(void)
 
 enum { TOK_F = 0x300 };
 
-/* A folder of the test's own, with "old" at d/f. */
-static void f_dir(char *d, size_t n, char *path, size_t pn)
+/* A test's frame: its loop, a folder of its own with "old" at path
+ * (d/f), and tmp, the name of path's temporary file. */
+struct fx {
+	int fds;
+	h_ctx c;
+	char d[64], path[128], tmp[160];
+};
+
+static void fx_begin(struct fx *x)
 {
-	snprintf(d, n, "/tmp/tlfoutXXXXXX");
-	H_TRUE_FATAL(mkdtemp(d) != NULL);
-	snprintf(path, pn, "%s/f", d);
-	FILE *o = fopen(path, "w");
+	x->fds = h_begin();
+	h_ctx_init(&x->c, h_loop());
+	snprintf(x->d, sizeof x->d, "/tmp/tlfoutXXXXXX");
+	H_TRUE_FATAL(mkdtemp(x->d) != NULL);
+	snprintf(x->path, sizeof x->path, "%s/f", x->d);
+	snprintf(x->tmp, sizeof x->tmp, "%s.tmp", x->path);
+	FILE *o = fopen(x->path, "w");
 	H_TRUE_FATAL(o != NULL);
 	fputs("old", o);
 	fclose(o);
@@ -1107,14 +1117,16 @@ static long f_read(const char *path, char *buf, size_t cap)
 	return (long)n;
 }
 
-static void f_rmdir(const char *d, const char *path)
+/* The folder gone (path may be a file or, in rename_fails, a folder),
+ * then the loop and the leak checks. */
+static void fx_end(struct fx *x)
 {
-	char tmp[4200];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	unlink(tmp);
-	unlink(path);
-	rmdir(path); /* rename_fails: a folder */
-	H_EQ(rmdir(d), 0);
+	unlink(x->tmp);
+	unlink(x->path);
+	rmdir(x->path);
+	H_EQ(rmdir(x->d), 0);
+	h_ctx_fini(&x->c);
+	h_end(x->c.loop, x->fds);
 }
 
 /* Run finish and wait for its completion: its result. */
@@ -1134,15 +1146,12 @@ static int64_t f_finish(h_ctx *c, tl_fout *f)
  * and the temporary file is gone. */
 static void fout_whole(void)
 {
-	int fds = h_begin();
-	h_ctx c;
-	h_ctx_init(&c, h_loop());
-	char d[64], path[128], tmp[160], got[64000];
+	struct fx x;
+	fx_begin(&x);
+	char got[64000];
 	uint8_t mem[1000], *p;
 	tl_fout f;
-	f_dir(d, sizeof d, path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_EQ_FATAL(tl_fout_open(&f, x.path, mem, sizeof mem), 0);
 	uint32_t total = 0;
 	for (uint32_t i = 0; i < 400; i++) {
 		uint32_t n = 1 + i % 300;
@@ -1154,20 +1163,18 @@ static void fout_whole(void)
 		total += n;
 	}
 	H_EQ(tl_fout_commit(&f, 1), -EINVAL); /* no reservation */
-	H_EQ(f_read(path, got, sizeof got), 3); /* still the old file */
-	H_TRUE(f_read(tmp, got, sizeof got) > 0);
-	H_EQ(f_finish(&c, &f), 0);
-	H_EQ(f_read(tmp, got, sizeof got), -1);
-	H_EQ(f_read(path, got, sizeof got), (long)total);
+	H_EQ(f_read(x.path, got, sizeof got), 3); /* still the old file */
+	H_TRUE(f_read(x.tmp, got, sizeof got) > 0);
+	H_EQ(f_finish(&x.c, &f), 0);
+	H_EQ(f_read(x.tmp, got, sizeof got), -1);
+	H_EQ(f_read(x.path, got, sizeof got), (long)total);
 	int same = 1;
 	for (uint32_t k = 0; k < total; k++)
 		same &= (uint8_t)got[k] == (uint8_t)k;
 	H_TRUE(same);
 	H_EQ(f.bytes, total);
 	tl_fout_abort(&f); /* finished: nothing to do */
-	f_rmdir(d, path);
-	h_ctx_fini(&c);
-	h_end(c.loop, fds);
+	fx_end(&x);
 }
 
 /* A write that fails (the file size limit: -EFBIG) sticks: later calls
@@ -1175,19 +1182,16 @@ static void fout_whole(void)
  * the old file is untouched. */
 static void fout_write_fails(void)
 {
-	int fds = h_begin();
-	h_ctx c;
-	h_ctx_init(&c, h_loop());
-	char d[64], path[128], tmp[160], got[16];
+	struct fx x;
+	fx_begin(&x);
+	char got[16];
 	uint8_t mem[4096], *p;
 	tl_fout f;
 	struct rlimit old, small = {2048, 2048};
-	f_dir(d, sizeof d, path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	H_EQ_FATAL(getrlimit(RLIMIT_FSIZE, &old), 0);
 	small.rlim_max = old.rlim_max;
 	signal(SIGXFSZ, SIG_IGN);
-	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_EQ_FATAL(tl_fout_open(&f, x.path, mem, sizeof mem), 0);
 	H_EQ_FATAL(setrlimit(RLIMIT_FSIZE, &small), 0);
 	int rc = 0;
 	for (int i = 0; i < 4 && rc >= 0; i++)
@@ -1195,93 +1199,81 @@ static void fout_write_fails(void)
 			memset(p, 'x', 3000), tl_fout_commit(&f, 3000);
 	H_EQ(rc, -EFBIG);
 	H_EQ(tl_fout_reserve(&f, 1, &p), -EFBIG); /* sticky */
-	H_EQ(f_finish(&c, &f), -EFBIG);
+	H_EQ(f_finish(&x.c, &f), -EFBIG);
 	setrlimit(RLIMIT_FSIZE, &old);
-	H_EQ(f_read(tmp, got, sizeof got), -1);
-	H_EQ(f_read(path, got, sizeof got), 3);
+	H_EQ(f_read(x.tmp, got, sizeof got), -1);
+	H_EQ(f_read(x.path, got, sizeof got), 3);
 	H_TRUE(memcmp(got, "old", 3) == 0);
-	f_rmdir(d, path);
-	h_ctx_fini(&c);
-	h_end(c.loop, fds);
+	fx_end(&x);
 }
 
 /* A rename that fails (path is a folder: -EISDIR): the finish ends with
  * it and the temporary file is removed. */
 static void fout_rename_fails(void)
 {
-	int fds = h_begin();
-	h_ctx c;
-	h_ctx_init(&c, h_loop());
-	char d[64], path[128], tmp[160], got[16];
+	struct fx x;
+	fx_begin(&x);
+	char got[16], sub[160];
 	uint8_t mem[64], *p;
 	tl_fout f;
-	f_dir(d, sizeof d, path, sizeof path);
-	unlink(path);
-	H_EQ_FATAL(mkdir(path, 0755), 0);
-	snprintf(tmp, sizeof tmp, "%s/x", path);
-	H_EQ_FATAL(mkdir(tmp, 0755), 0); /* not empty: no rename over it */
-	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	unlink(x.path);
+	H_EQ_FATAL(mkdir(x.path, 0755), 0);
+	snprintf(sub, sizeof sub, "%s/x", x.path);
+	H_EQ_FATAL(mkdir(sub, 0755), 0); /* not empty: no rename over it */
+	H_EQ_FATAL(tl_fout_open(&f, x.path, mem, sizeof mem), 0);
 	H_TRUE(tl_fout_reserve(&f, 5, &p) >= 5);
 	memcpy(p, "hello", 5);
 	H_EQ(tl_fout_commit(&f, 5), 0);
-	int64_t r = f_finish(&c, &f);
+	int64_t r = f_finish(&x.c, &f);
 	H_TRUE(r == -EISDIR || r == -ENOTEMPTY || r == -EEXIST);
-	rmdir(tmp);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	H_EQ(f_read(tmp, got, sizeof got), -1);
-	f_rmdir(d, path);
-	h_ctx_fini(&c);
-	h_end(c.loop, fds);
+	H_EQ(f_read(x.tmp, got, sizeof got), -1);
+	H_EQ(rmdir(sub), 0);
+	fx_end(&x);
 }
 
 /* Dropped: the temporary file removed, the old file untouched; bad
  * arguments refused; an open that fails leaves nothing to drop. */
 static void fout_abort_and_arguments(void)
 {
-	int fds = h_begin();
-	h_ctx c;
-	h_ctx_init(&c, h_loop());
-	char d[64], path[128], tmp[160], got[16], missing[160], lng[4200];
+	struct fx x;
+	fx_begin(&x);
+	char got[16], missing[160], lng[4200];
 	uint8_t mem[64], *p;
 	tl_fout f, z;
 	tl_op op;
 	memset(&z, 0, sizeof z);
-	f_dir(d, sizeof d, path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	snprintf(missing, sizeof missing, "%s/no/f", d);
+	snprintf(missing, sizeof missing, "%s/no/f", x.d);
 	memset(lng, 'a', sizeof lng - 1);
 	lng[sizeof lng - 1] = 0;
-	H_EQ(tl_fout_open(NULL, path, mem, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(NULL, x.path, mem, sizeof mem), -EINVAL);
 	H_EQ(tl_fout_open(&f, NULL, mem, sizeof mem), -EINVAL);
-	H_EQ(tl_fout_open(&f, path, NULL, sizeof mem), -EINVAL);
-	H_EQ(tl_fout_open(&f, path, mem, 0), -EINVAL);
+	H_EQ(tl_fout_open(&f, x.path, NULL, sizeof mem), -EINVAL);
+	H_EQ(tl_fout_open(&f, x.path, mem, 0), -EINVAL);
 	H_EQ(tl_fout_open(&f, "", mem, sizeof mem), -EINVAL);
 	H_EQ(tl_fout_open(&f, lng, mem, sizeof mem), -EINVAL);
 	H_EQ(tl_fout_open(&f, missing, mem, sizeof mem), -ENOENT);
 	H_EQ(tl_fout_reserve(&f, 1, &p), -EINVAL); /* no file */
-	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, &op), -EINVAL);
+	H_EQ(tl_fout_finish(&f, x.c.loop, TOK_F, &op), -EINVAL);
 	tl_fout_abort(&f);
 	tl_fout_abort(&z); /* zeroed: holds none (its fd 0 is not closed) */
 	tl_fout_abort(NULL);
 	H_EQ(tl_fout_reserve(&z, 1, &p), -EINVAL);
-	H_EQ_FATAL(tl_fout_open(&f, path, mem, sizeof mem), 0);
+	H_EQ_FATAL(tl_fout_open(&f, x.path, mem, sizeof mem), 0);
 	H_EQ(tl_fout_reserve(&f, sizeof mem + 1, &p), -EINVAL);
 	H_EQ(tl_fout_reserve(&f, 1, NULL), -EINVAL);
 	H_EQ(tl_fout_finish(&f, NULL, TOK_F, &op), -EINVAL);
-	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, NULL), -EINVAL);
+	H_EQ(tl_fout_finish(&f, x.c.loop, TOK_F, NULL), -EINVAL);
 	H_TRUE(tl_fout_reserve(&f, 3, &p) >= 3);
 	memcpy(p, "new", 3);
 	H_EQ(tl_fout_commit(&f, sizeof mem + 1), -EINVAL); /* above the run */
 	H_EQ(tl_fout_commit(&f, 3), 0);
-	H_TRUE(f_read(tmp, got, sizeof got) >= 0);
+	H_TRUE(f_read(x.tmp, got, sizeof got) >= 0);
 	tl_fout_abort(&f);
-	H_EQ(f_read(tmp, got, sizeof got), -1);
-	H_EQ(f_read(path, got, sizeof got), 3);
+	H_EQ(f_read(x.tmp, got, sizeof got), -1);
+	H_EQ(f_read(x.path, got, sizeof got), 3);
 	H_TRUE(memcmp(got, "old", 3) == 0);
-	H_EQ(tl_fout_finish(&f, c.loop, TOK_F, &op), -EINVAL); /* dropped */
-	f_rmdir(d, path);
-	h_ctx_fini(&c);
-	h_end(c.loop, fds);
+	H_EQ(tl_fout_finish(&f, x.c.loop, TOK_F, &op), -EINVAL); /* dropped */
+	fx_end(&x);
 }
 
 /* ---- Arguments ---- */
