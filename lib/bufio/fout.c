@@ -1,6 +1,7 @@
 /* lib/bufio/fout.c: a file written whole (turnloop/bufio.h's tl_fout): bytes gathered in the caller's buffer, written to a temporary file, and put in place by fsync and rename on the blocking pool. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
