@@ -26,21 +26,23 @@
  *     - void: the config initialisers (tl_config_init, ..._config_init),
  *       what ends an object whatever state it is in (tl_loop_destroy,
  *       tl_runtime_destroy, tl_plan_free, tl_stats_close, tl_poster_put,
- *       tl_rbuf_fini),
- *       the requests tl_runtime_stop and tl_runtime_drain, the snapshots
- *       of counters (tl_loop_stats_get, tl_pool_loop_stats_get,
- *       tl_driver_info_get) and the setters tl_shard_set_data and
- *       tl_pool_set_ptr;
+ *       tl_rbuf_fini, tl_server_free, tl_conn_end, tl_conn_close),
+ *       tl_server_size (a config's sizes raised), a connection's
+ *       references (tl_conn_hold, tl_conn_release),
+ *       the requests tl_runtime_stop, tl_runtime_drain and
+ *       tl_server_drain, the snapshots of counters (tl_loop_stats_get,
+ *       tl_pool_loop_stats_get, tl_driver_info_get) and the setters
+ *       tl_shard_set_data and tl_pool_set_ptr;
  *     - accessors return what they access (rule 5): tl_now,
  *       tl_loop_driver, tl_loop_caps, tl_addr_len, tl_runtime_shards,
  *       tl_runtime_plan, tl_shard_loop, tl_shard_id, tl_shard_count,
  *       tl_shard_runtime, tl_shard_arg, tl_shard_data, tl_poster_get,
  *       tl_token, tl_token_data, tl_token_handler, tl_strerror,
  *       tl_error_detail, tl_rbuf_buffered, tl_rbuf_leases, tl_wbuf_room,
- *       tl_wbuf_pending;
+ *       tl_wbuf_pending, tl_server_listener;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
  *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas,
- *       tl_shard_should_yield;
+ *       tl_shard_should_yield, tl_server_completion, tl_server_pass;
  *     - tl_close_all and tl_close_listeners return how many handles they
  *       started closing (unsigned).
  *
@@ -138,5 +140,6 @@
 #include "turnloop/dns.h"
 #include "turnloop/tls.h"
 #include "turnloop/bufio.h"
+#include "turnloop/server.h"
 
 #endif
