@@ -53,6 +53,56 @@ void tl_runtime_config_init(tl_runtime_config *c)
 	tl__sched_config_init(c);
 }
 
+/* value as a whole decimal number in [lo, hi]: 0 and *v, or -EINVAL. */
+static int option_number(const char *value, uint64_t lo, uint64_t hi, uint64_t *v)
+{
+	uint64_t x = 0;
+	if (!value || !*value)
+		return -EINVAL;
+	for (const char *p = value; *p; p++) {
+		if (*p < '0' || *p > '9' || x > (hi - (uint64_t)(*p - '0')) / 10)
+			return -EINVAL; /* not a digit, or past hi (checked before it overflows) */
+		x = x * 10 + (uint64_t)(*p - '0');
+	}
+	if (x < lo)
+		return -EINVAL;
+	*v = x;
+	return 0;
+}
+
+int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const char *value)
+{
+	uint64_t v;
+	if (!cfg || !name)
+		return -EINVAL;
+	if (!strcmp(name, "--cpus")) {
+		if (!value || !*value)
+			return -EINVAL;
+		cfg->plan.cpus = value;
+		return 1;
+	}
+	if (!strcmp(name, "--shards")) {
+		if (option_number(value, 1, 1024, &v) < 0)
+			return -EINVAL;
+		cfg->plan.shards = (uint32_t)v;
+	} else if (!strcmp(name, "--mesh-inflight")) {
+		if (option_number(value, 1, 65536, &v) < 0)
+			return -EINVAL;
+		cfg->mesh_inflight = (uint32_t)v;
+	} else if (!strcmp(name, "--mesh-spin-us")) {
+		if (option_number(value, 0, 1000, &v) < 0)
+			return -EINVAL;
+		cfg->mesh_spin_ns = v * 1000;
+	} else if (!strcmp(name, "--nap-us")) {
+		if (option_number(value, 0, 1000, &v) < 0)
+			return -EINVAL;
+		cfg->loop.nap_ns = v * 1000;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 /* The first field of c out of its range (the detail of -EINVAL), or NULL. */
 static const char *bad_field(const tl_runtime_config *c)
 {

@@ -244,6 +244,53 @@ static void test_bad_config(void)
 	st_end(fds);
 }
 
+/* ---- The runtime's command-line options (tl_runtime_config_option) ---- */
+
+static void test_config_option(void)
+{
+	tl_runtime_config cfg, d;
+	int fds = st_begin("runtime/config_option");
+	char cpus[] = "0-1";
+
+	tl_runtime_config_init(&d);
+	cfg = d;
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--shards", "3"), 1);
+	CU_ASSERT_EQUAL(cfg.plan.shards, 3);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--cpus", cpus), 1);
+	CU_ASSERT_PTR_EQUAL(cfg.plan.cpus, cpus); /* kept, not copied */
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--mesh-inflight", "65536"), 1);
+	CU_ASSERT_EQUAL(cfg.mesh_inflight, 65536);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--mesh-spin-us", "0"), 1);
+	CU_ASSERT_EQUAL(cfg.mesh_spin_ns, 0);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--nap-us", "1000"), 1);
+	CU_ASSERT_EQUAL(cfg.loop.nap_ns, 1000000);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--shards", "1024"), 1);
+	CU_ASSERT_EQUAL(cfg.plan.shards, 1024);
+	/* Not the runtime's: 0, nothing changed. */
+	d = cfg;
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--port", "80"), 0);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "shards", "2"), 0);
+	CU_ASSERT_EQUAL(memcmp(&cfg, &d, sizeof cfg), 0);
+	/* Bad values: -EINVAL, nothing changed. */
+	static const char *const bad[][2] = {
+		{"--shards", "0"}, {"--shards", "1025"}, {"--shards", "2x"}, {"--shards", ""},
+		{"--shards", NULL}, {"--shards", "-1"}, {"--shards", "+2"}, {"--shards", " 2"},
+		{"--shards", "18446744073709551617"}, {"--mesh-inflight", "0"},
+		{"--mesh-inflight", "65537"}, {"--mesh-spin-us", "1001"}, {"--nap-us", "1001"},
+		{"--nap-us", "99999999999999999999999"}, {"--cpus", ""}, {"--cpus", NULL},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		int rc = tl_runtime_config_option(&cfg, bad[i][0], bad[i][1]);
+		if (rc != -EINVAL)
+			fprintf(stderr, "  %s %s: %d\n", bad[i][0], bad[i][1] ? bad[i][1] : "(null)", rc);
+		CU_ASSERT_EQUAL(rc, -EINVAL);
+	}
+	CU_ASSERT_EQUAL(memcmp(&cfg, &d, sizeof cfg), 0);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(NULL, "--shards", "2"), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, NULL, "2"), -EINVAL);
+	st_end(fds);
+}
+
 /* ---- SIGTERM stops and drains every shard ---- */
 
 #ifdef _WIN32
@@ -963,6 +1010,7 @@ int main(void)
 	st_add(s, "start_stop", test_start_stop);
 	st_add(s, "stop_before_run", test_stop_before_run);
 	st_add(s, "bad_config", test_bad_config);
+	st_add(s, "config_option", test_config_option);
 	st_add(s, "sigterm_drain", test_sigterm_drain);
 	st_add(s, "drain_finishes_transfer", test_drain_finishes_transfer);
 	st_add(s, "second_signal_stops", test_second_signal_stops);

@@ -186,6 +186,22 @@ typedef struct tl_runtime_config {
 void tl_runtime_config_init(tl_runtime_config *cfg);
 
 /*
+ * The runtime's command-line options, one spelling for every program:
+ *   --shards N          plan.shards, 1..1024
+ *   --cpus LIST         plan.cpus, a CPU list ("0-3,6"; kept, not copied)
+ *   --mesh-inflight N   mesh_inflight, 1..65536
+ *   --mesh-spin-us N    mesh_spin_ns, 0..1000 us
+ *   --nap-us N          loop.nap_ns, 0..1000 us
+ * Set the one named name on *cfg from value (the next argument; a number
+ * is digits only). Returns 1 (name is one of them; set), 0 (it is not one
+ * of them: nothing changed, the program's own), or -EINVAL (one of them
+ * with a value that is NULL, empty, not digits only or out of range:
+ * nothing changed; cfg or name NULL). A program parses its own options
+ * and hands the rest here, so every tool says them the same way.
+ */
+int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const char *value);
+
+/*
  * Create a runtime: computes the plan (from cfg->plan and, unless no_env, the
  * environment; cfg NULL: the defaults), allocates every shard's mesh rings
  * and, with cfg->stats, the live stats region (turnloop/stats.h). No thread
