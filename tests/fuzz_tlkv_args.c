@@ -45,27 +45,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	char *argv[ARGS_MAX + 1];
 	int argc = 0;
 	struct opts o1, o2;
+	tl_runtime_config c1, c2;
 	argv[argc++] = strdup("tlkv");
 	argc = fuzz_argv_split(data, size, argv, argc, ARGS_MAX);
-	int r1 = options(argc, argv, &o1), r2 = options(argc, argv, &o2);
+	tl_runtime_config_init(&c1);
+	tl_runtime_config_init(&c2);
+	int r1 = options(argc, argv, &o1, &c1), r2 = options(argc, argv, &o2, &c2);
 	CHECK(r1 == 0 || r1 == 2);
 	CHECK(r1 == r2);
 	if (r1 == 0) {
 		unsigned long v;
-		CHECK(o1.port == o2.port && o1.shards == o2.shards && o1.keys == o2.keys && o1.conns == o2.conns &&
-		      o1.inflight == o2.inflight && o1.spin == o2.spin && o1.local == o2.local && o1.dir == o2.dir);
+		CHECK(o1.port == o2.port && o1.keys == o2.keys && o1.conns == o2.conns && o1.local == o2.local &&
+		      o1.dir == o2.dir && c1.plan.shards == c2.plan.shards && c1.plan.cpus == c2.plan.cpus &&
+		      c1.mesh_inflight == c2.mesh_inflight && c1.mesh_spin_ns == c2.mesh_spin_ns &&
+		      c1.loop.nap_ns == c2.loop.nap_ns);
 		CHECK(o1.port >= 1 && o1.port <= 65535);
-		CHECK(o1.shards <= MAX_SHARDS);
+		CHECK(c1.plan.shards <= MAX_SHARDS);
 		CHECK(o1.keys >= 1 && o1.keys <= 1ul << 30);
 		CHECK(o1.conns >= 1 && o1.conns <= 16384);
-		CHECK(o1.inflight <= 65536 && o1.spin <= 1000);
+		CHECK(c1.mesh_inflight >= 1 && c1.mesh_inflight <= 65536 && c1.mesh_spin_ns <= 1000000 &&
+		      c1.loop.nap_ns <= 1000000);
 		CHECK(o1.dir == kv.dir || (fuzz_argv_has(o1.dir, argc, argv) && *o1.dir));
 		CHECK(last_value(argc, argv, "--port", &v) ? v == o1.port : o1.port == 6379);
-		CHECK(last_value(argc, argv, "--shards", &v) ? v == o1.shards : o1.shards == 0);
+		CHECK(last_value(argc, argv, "--shards", &v) ? v == c1.plan.shards : c1.plan.shards == 0);
 		CHECK(last_value(argc, argv, "--keys", &v) ? v == o1.keys : o1.keys == kv.keys);
 		CHECK(last_value(argc, argv, "--conns", &v) ? v == o1.conns : o1.conns == kv.conns);
-		CHECK(last_value(argc, argv, "--mesh-inflight", &v) ? v == o1.inflight : o1.inflight == 0);
-		CHECK(last_value(argc, argv, "--mesh-spin-us", &v) ? v == o1.spin : o1.spin == 0);
+		CHECK(last_value(argc, argv, "--mesh-inflight", &v) ? v == c1.mesh_inflight : c1.mesh_inflight == 1024);
+		CHECK(last_value(argc, argv, "--mesh-spin-us", &v) ? v * 1000 == c1.mesh_spin_ns : c1.mesh_spin_ns == 20000);
+		CHECK(last_value(argc, argv, "--nap-us", &v) ? v * 1000 == c1.loop.nap_ns : c1.loop.nap_ns == 0);
+		CHECK(c1.plan.cpus == NULL || (fuzz_argv_has(c1.plan.cpus, argc, argv) && *c1.plan.cpus));
 	}
 	fuzz_argv_free(argv, argc);
 	return 0;

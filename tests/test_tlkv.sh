@@ -185,7 +185,7 @@ timeout 60 python3 "$checker" "$port" pipeline:3000:200 count || fail "checker, 
 stop "with naps"
 # Options out of range or not numbers: one usage line, exit 2, no server
 # (a server that starts is stopped by timeout: exit 124).
-for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--nap-us 1001" "--nap-us" "--mesh-inflight 0" "--shards 0" "--shards 1x" \
+for bad in "--mesh-spin-us 1001" "--mesh-spin-us x" "--nap-us 1001" "--nap-us" "--mesh-inflight 0" "--shards 0" "--shards 1x" "--shards 65" "--cpus" \
 	"--keys 10k" "--conns -5" "--port 99999999999999999999999" "--conns"; do
 	out=$(timeout 10 "$tlkv" --port "$port" $bad 2>&1)
 	rc=$?

@@ -37,23 +37,19 @@ struct rec {
 	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[] (tl_shard_alloc) */
 } __attribute__((aligned(64))); /* the owner writes one while we fill the next */
 
-struct conn { /* a connection's state: every completion of its handle carries it */
+struct conn { /* a connection's state, in a slot of the shard's server */
+	tl_conn b;         /* first: its reader (b.rd), writer (b.wr) and life */
 	struct shard *sh;
-	tl_handle h;
-	uint32_t need, argi, head, tail, inflight, hold; /* hold: records that are held */
-	uint8_t quit, eof, closing, closed;
+	uint32_t need, argi, head, tail, hold; /* hold: records that are held */
+	uint8_t quit;
 	const char *bye;   /* the line before the close: QUIT's +OK, a protocol error */
 	int64_t sum;
-	struct conn *next; /* on the free list */
 	struct rec *grec;  /* the reply that its gather answers */
-	tl_rbuf rd;        /* from here on: set up at accept, or kept */
-	tl_wbuf wr;
-	tl_mesh_batcher q; /* remote commands: one call per owner a pass */
+	tl_mesh_batcher q; /* from here on: set up at open. Remote commands: one call per owner a pass */
 	tl_mesh_chain chains[MAX_SHARDS];
 	tl_mesh_gather g;
 	tl_mesh_part parts[MAX_SHARDS];
 	struct rec rec[REC_N];
-	uint8_t rmem[CMD_MAX], wmem[WBUF];
 };
 
 struct save { /* a shard's part of a SAVE: its result, deferred until the file is in place */
@@ -64,13 +60,12 @@ struct save { /* a shard's part of a SAVE: its result, deferred until the file i
 };
 
 struct shard {
-	tl_shard *s;
+	tl_shard *s; /* NULL once the runtime is gone */
 	tl_loop *loop;
-	uint32_t id, fresh;
+	tl_server *srv;
+	uint32_t id;
 	struct item **b; /* the buckets: a power of two, --keys or more */
 	uint64_t mask, live, ncmd, nremote;
-	struct conn *conns, *free;
-	tl_wbuf_list dirty;
 	struct save sv;
 	struct arg av[MAX_ARGS];
 };
@@ -195,9 +190,9 @@ static void drain(struct conn *c) {
 		struct rec *r = &c->rec[c->head % REC_N];
 		if (!r->done) break;
 		if ((n = (r->flags & R_SUM ? 0 : r->outlen) + 24) > run - used) { /* another run */
-			tl_wbuf_commit(&c->wr, used);
+			tl_wbuf_commit(&c->b.wr, used);
 			used = run = 0;
-			if ((rc = tl_wbuf_reserve(&c->wr, n, &p)) < 0) break; /* wait for the write */
+			if ((rc = tl_wbuf_reserve(&c->b.wr, n, &p)) < 0) break; /* wait for the write */
 			run = (uint32_t)rc;
 		}
 		if (!(r->flags & R_SUM)) used = (uint32_t)(put(p + used, r->big ? r->big : r->out, r->outlen) - p);
@@ -205,12 +200,12 @@ static void drain(struct conn *c) {
 		if (r->flags & R_EMIT) used += num(p + used, ':', c->sum), c->sum = 0;
 		if (r->big) tl_shard_free(c->sh->s, r->big), r->big = NULL; /* on the shard that made it */
 	}
-	tl_wbuf_commit(&c->wr, used);
+	tl_wbuf_commit(&c->b.wr, used);
 }
 
 /* A reply made here and now, in its place: 1, or 0 when no record is free. */
 static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
-	struct out o = {c->head == c->tail && tl_wbuf_room(&c->wr) >= REPLY_MAX ? &c->wr : NULL, NULL, c->sh->s};
+	struct out o = {c->head == c->tail && tl_wbuf_room(&c->b.wr) >= REPLY_MAX ? &c->b.wr : NULL, NULL, c->sh->s};
 	if (!o.w && !(o.r = rec_new(c))) return 0;
 	if (o.r) o.r->done = 1;
 	reply(&o, head, hn, body, bn);
@@ -229,18 +224,20 @@ static int64_t run_batch(tl_shard *s, void *arg) {
 	return 0;
 }
 
-static void after(struct conn *c);
+static void after(tl_conn *b, void *arg);
 
 /* A batch's commands are done (rc < 0: the runtime stopped before it went). */
 static void batch_done(struct rec *r, int64_t rc) {
 	struct conn *c = r->c;
-	for (; r; r = (struct rec *)r->link.next) {
+	uint32_t n = 0;
+	for (; r; r = (struct rec *)r->link.next, n++) {
 		struct out o = {NULL, r, c->sh->s};
 		if (rc < 0) { ERR(&o, "-ERR shutting down\r\n"); c->quit = 1; }
 		r->done = 1;
 		c->hold -= r->held;
 	}
-	after(c);
+	after(&c->b, NULL);
+	while (n--) tl_conn_release(&c->b); /* the last may free c */
 }
 
 /* One key's command: run here (into the writer when no reply is owed before
@@ -249,9 +246,9 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	struct shard *sh = c->sh;
 	uint64_t h = XXH3_64bits(k->p, k->n);
 	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
-	struct out o = {&c->wr, NULL, sh->s};
+	struct out o = {&c->b.wr, NULL, sh->s};
 	struct rec *r;
-	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->wr) >= REPLY_MAX)
+	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->b.wr) >= REPLY_MAX)
 		return exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
 	if (!(r = o.r = rec_new(c))) return 0;
 	r->op = (uint8_t)op; r->flags = (uint8_t)flags; r->h = h;
@@ -265,6 +262,7 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 		r->key = memcpy(r->in, k->p, k->n);
 		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
 	}
+	tl_conn_hold(&c->b); /* until its batch is back */
 	if (tl_shard_batch_add(sh->s, &c->q, to, &r->link) < 0) return batch_done(r, -EPIPE), 1;
 	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
 	sh->nremote++;
@@ -315,11 +313,6 @@ static int64_t run_all(tl_shard *s, void *arg) {
 	return 0;
 }
 
-static void done(struct rec *r) { /* a reply owed is made: out it goes in its turn */
-	r->done = 1;
-	r->c->inflight--;
-	after(r->c);
-}
 
 /* A command for every shard (DBSIZE, SAVE): a gather, one at a time per
  * connection, that waits in the runtime while the mesh has no room. 1 when
@@ -332,7 +325,7 @@ static int gather(struct conn *c, int op) {
 	if ((r = c->grec = rec_new(c))) {
 		r->op = (uint8_t)op;
 		if (tl_shard_gather_wait(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c)) > 0)
-			return c->inflight++, 1;
+			return tl_conn_hold(&c->b), 1;
 		c->tail--; /* -EPIPE: the runtime is stopping */
 		c->quit = 1;
 	}
@@ -441,11 +434,11 @@ static void serve_cmds(struct conn *c) {
 	int rc = 0, used = 1;
 	/* A gather in flight (DBSIZE, SAVE) holds the commands after it: one on
 	 * a key of this shard would run before the gather's part here. */
-	while (!c->hold && !c->g.busy && !c->quit && !c->closing) {
+	while (!c->hold && !c->g.busy && !c->quit) {
 		if (off == n || used == 0) { /* the view is used up, or the command goes on past it */
-			tl_rbuf_consume(&c->rd, off);
+			tl_rbuf_consume(&c->b.rd, off);
 			off = n = 0;
-			if ((rc = tl_rbuf_peek(&c->rd, c->need, &p)) <= 0) break; /* 0: wait for the next read */
+			if ((rc = tl_rbuf_peek(&c->b.rd, c->need, &p)) <= 0) break; /* 0: wait for the next read */
 			n = (uint32_t)rc;
 		}
 		if ((used = parse(p + off, n - off, c->sh->av, &ac, &c->need, &why)) == 0) continue;
@@ -457,77 +450,51 @@ static void serve_cmds(struct conn *c) {
 		c->argi = 0;
 		c->sh->ncmd++;
 	}
-	tl_rbuf_consume(&c->rd, off);
+	tl_rbuf_consume(&c->b.rd, off);
 	if (rc < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
 		c->bye = rc == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : rc < 0 ? NULL : why;
 		c->quit = 1;
 	}
 }
 
-/* ---- Connections, and everything a shard is handed ---- */
+/* ---- Connections (the shard's tl_server), and everything a shard is handed ---- */
 
-static void conn_close(struct conn *c) {
-	if (!c->closing) { c->closing = 1; tl_close(c->sh->loop, c->h, 0); }
-}
-
-/* Go on once what c waited for came: replies out, more commands, the end. */
-static void after(struct conn *c) {
-	if (c->closed) { /* freed once nothing in flight writes into it */
-		if (c->inflight || c->q.queued || c->q.inflight) return;
-		tl_rbuf_fini(&c->rd);
-		tl_wbuf_fini(&c->wr);
-		for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
-		c->next = c->sh->free;
-		c->sh->free = c;
-		return;
-	}
+/* Go on once what c waited for came (on_ready, a result): replies out, more commands, the end. */
+static void after(tl_conn *b, void *arg) {
+	struct conn *c = (struct conn *)b;
+	if (b->closed) return; /* its slot waits for what is in flight (tl_conn_hold) */
+	c->quit |= c->b.draining; /* SIGTERM: answer what came, then close */
 	drain(c);
 	serve_cmds(c);
 	drain(c);
-	if (c->closing || c->head != c->tail) return;
-	if (c->bye && !tl_wbuf_append(&c->wr, c->bye, (uint32_t)strlen(c->bye))) c->bye = NULL;
-	if ((c->quit || (c->eof && !tl_rbuf_buffered(&c->rd))) && !c->bye && !tl_wbuf_pending(&c->wr)) conn_close(c);
+	if (c->head == c->tail && (c->quit || (c->b.eof && !tl_rbuf_buffered(&c->b.rd))))
+		tl_conn_end(b, c->bye, c->bye ? (uint32_t)strlen(c->bye) : 0);
+	(void)arg;
 }
 
-static void conn_open(struct shard *sh, tl_handle h) {
-	struct conn *c = sh->free ? sh->free : sh->fresh < kv.conns ? &sh->conns[sh->fresh++] : NULL;
-	tl_op op;
-	if (!c) { tl_close(sh->loop, h, 0); return; } /* --conns of them already */
-	if (c == sh->free) sh->free = c->next;
-	memset(c, 0, offsetof(struct conn, rd));
-	c->sh = sh;
-	c->h = h;
+static void conn_open(tl_conn *b, void *arg) {
+	struct conn *c = (struct conn *)b;
+	memset(&c->sh, 0, offsetof(struct conn, q) - offsetof(struct conn, sh));
+	c->sh = arg;
 	c->need = 1;
-	tl_rbuf_init(&c->rd, sh->loop, c->rmem, CMD_MAX);
-	tl_wbuf_init(&c->wr, sh->loop, h, c->wmem, WBUF, 0);
-	tl_wbuf_set_list(&c->wr, &sh->dirty);
 	tl_mesh_gather_init(&c->g, c->parts, MAX_SHARDS);
 	tl_mesh_batcher_init(&c->q, c->chains, MAX_SHARDS, run_batch, 0);
-	tl_handle_set_data(sh->loop, h, c); /* every completion of h carries c */
-	if (tl_read_start(sh->loop, h, 0, &op) < 0) conn_close(c);
+}
+
+static void conn_free(tl_conn *b, void *arg) { /* replies never written: back to their owners */
+	struct conn *c = (struct conn *)b;
+	for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
+	(void)arg;
 }
 
 static void on_completion(tl_shard *s, const tl_completion *x) {
 	struct shard *sh = tl_shard_data(s);
-	struct conn *c = x->data;
 	struct rec *r = x->u.mesh.arg;
+	struct conn *c;
 	tl_op op;
-	switch (x->kind) {
-	case TL_K_ACCEPT: if (x->result == 0) conn_open(sh, x->u.accept.conn); return;
-	case TL_K_READ:
-		if ((x->flags & (TL_F_LEASE | TL_F_EOF)) && tl_rbuf_feed(&c->rd, x) < 0)
-			{ tl_lease_release(sh->loop, x->u.read.lease.id); conn_close(c); }
-		c->eof |= !!(x->flags & TL_F_EOF);
-		if ((x->flags & TL_F_TERMINAL) && !c->eof) conn_close(c); /* an error, or our close */
-		return after(c);
-	case TL_K_WRITE:
-		if (tl_wbuf_on_write(&c->wr, x) < 0) conn_close(c);
-		return after(c);
-	case TL_K_CLOSED: if (c) { c->closed = 1; after(c); } return; /* ours, or the runtime's at a stop */
-	case TL_K_POOL: return save_end(sh, x->result); /* a SAVE's file: in place, or not */
-	case TL_K_MESH: break;
-	default: return;
-	}
+	if (tl_server_completion(sh->srv, x)) return; /* a connection's reads, writes, close */
+	if (x->kind == TL_K_POOL) return save_end(sh, x->result); /* a SAVE's file: in place, or not */
+	if (x->kind != TL_K_MESH) return;
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
 		int64_t rc = x->result < 0 ? x->result : tl_fout_finish(&sh->sv.f, sh->loop, 0, &op);
 		if (rc < 0) { tl_fout_abort(&sh->sv.f); save_end(sh, rc); }
@@ -542,65 +509,55 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		if (x->result < 0) ERR(&o, "-ERR shutting down\r\n");
 		else if (err) reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)err)), NULL, 0);
 		else o.r->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, num((uint8_t *)b, ':', n), NULL, 0);
-		done(c->grec);
+		o.r->done = 1; /* out it goes in its turn */
+		after(&c->b, NULL);
+		tl_conn_release(&c->b);
 	}
 }
 
 static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per connection at most */
 	struct shard *sh = tl_shard_data(s);
-	tl_wbuf_flush_all(&sh->dirty);
 	tl_shard_counter_add(s, kv.st_cmds, sh->ncmd);
 	tl_shard_counter_add(s, kv.st_remote, sh->nremote);
 	sh->ncmd = sh->nremote = 0;
 	(void)arg;
-	return sh->dirty.first != NULL;
+	return tl_server_pass(sh->srv);
 }
 
-static void on_drain(tl_shard *s, void *arg) { /* SIGTERM: answer what came, then close */
-	struct shard *sh = tl_shard_data(s);
-	for (uint32_t i = 0; i < sh->fresh; i++)
-		if (!sh->conns[i].closed && !sh->conns[i].closing) { sh->conns[i].quit = 1; after(&sh->conns[i]); }
-	(void)arg;
-}
+static void on_drain(tl_shard *s, void *arg) { (void)arg; tl_server_drain(((struct shard *)tl_shard_data(s))->srv); }
 
 static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as it is used */
 	struct shard *sh = &kv.sh[tl_shard_id(s)];
-	tl_listen_opts lo = {.backlog = 1024, .reuseport = 1}; /* a listener per shard */
-	tl_handle lh;
-	tl_op op;
-	int rc;
+	tl_server_config sc = {.addr = kv.addr, .reuseport = 1, .backlog = 1024, .conns = kv.conns, /* a listener per shard */
+			       .conn_size = sizeof(struct conn), .read_max = CMD_MAX, .write_cap = WBUF,
+			       .on_open = conn_open, .on_ready = after, .on_free = conn_free, .arg = sh};
 	sh->s = s;
 	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
 	for (sh->mask = 1; sh->mask < kv.keys - 1; sh->mask = sh->mask * 2 + 1) {}
 	sh->b = calloc(sh->mask + 1, sizeof *sh->b);
-	sh->conns = calloc(kv.conns, sizeof *sh->conns);
-	if (!sh->b || !sh->conns || !(sh->sv.buf = malloc(CHUNK + 2 * REPLY_MAX))) return -ENOMEM;
+	if (!sh->b || !(sh->sv.buf = malloc(CHUNK + 2 * REPLY_MAX))) return -ENOMEM;
 	tl_shard_set_data(s, sh);
-	if ((rc = tl_tcp_listen(sh->loop, &kv.addr, &lo, &lh)) < 0) return rc;
 	(void)arg;
-	return tl_accept_start(sh->loop, lh, 0, &op);
+	return tl_server_start(&sh->srv, sh->loop, &sc);
 }
 
 /* The command line: 0, or 2 (one usage line, then exit 2). A number is
- * digits only, inside its range. */
-struct opts { unsigned long port, shards, keys, conns, inflight, spin, nap; int local; const char *dir; };
+ * digits only, inside its range; the runtime's options go to the runtime. */
+struct opts { unsigned long port, keys, conns; int local; const char *dir; };
 
-static int options(int argc, char **argv, struct opts *o) {
-	*o = (struct opts){.port = 6379, .keys = kv.keys, .conns = kv.conns, .dir = kv.dir, .nap = 200};
-	for (int i = 1; i < argc; i++) {
+static int options(int argc, char **argv, struct opts *o, tl_runtime_config *rc) {
+	*o = (struct opts){.port = 6379, .keys = kv.keys, .conns = kv.conns, .dir = kv.dir};
+	for (int i = 1, r; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
 		int num = *val && !val[strspn(val, "0123456789")]; /* too long: ULONG_MAX, out of range */
 		unsigned long v = num ? strtoul(val, NULL, 10) : 0;
 		if (!strcmp(a, "--local")) o->local = 1; /* every key local: each shard owns a key space */
-		else if (i++, !strcmp(a, "--port") && v && v < 65536) o->port = v;
-		else if (!strcmp(a, "--shards") && v && v <= MAX_SHARDS) o->shards = v;
+		else if (i++, (r = tl_runtime_config_option(rc, a, val)) != 0) { if (r < 0 || rc->plan.shards > MAX_SHARDS) return 2; }
+		else if (!strcmp(a, "--port") && v && v < 65536) o->port = v;
 		else if (!strcmp(a, "--keys") && v && v <= 1u << 30) o->keys = v;
 		else if (!strcmp(a, "--conns") && v && v <= 16384) o->conns = v;
 		else if (!strcmp(a, "--save-dir") && *val) o->dir = val;
-		else if (!strcmp(a, "--mesh-inflight") && v && v <= 65536) o->inflight = v; /* calls per pair */
-		else if (!strcmp(a, "--mesh-spin-us") && num && v <= 1000) o->spin = v;
-		else if (!strcmp(a, "--nap-us") && num && v <= 1000) o->nap = v;
 		else return 2;
 	}
 	return 0;
@@ -610,24 +567,15 @@ int main(int argc, char **argv) {
 	struct opts o;
 	tl_runtime_config rc;
 	tl_runtime *rt = NULL;
-	int r = options(argc, argv, &o);
-	if (r || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)o.port) < 0)
-		return fprintf(stderr, "usage: tlkv [--port P] [--shards N] [--keys N] [--conns N] [--save-dir DIR] [--mesh-inflight N] [--mesh-spin-us N] [--nap-us N] [--local]\n"), 2;
+	int r;
+	tl_runtime_config_init(&rc); /* then tlkv's defaults: */
+	rc.mesh_spin_ns = 0;         /* no polling for replies: with clients on the shards' CPUs it took their time */
+	rc.loop.nap_ns = 200000;     /* naps: about half the CPU a request at -P 1 (docs/PERFORMANCE.md) */
+	if (options(argc, argv, &o, &rc) || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)o.port) < 0)
+		return fprintf(stderr, "usage: tlkv [--port P] [--keys N] [--conns N] [--save-dir DIR] [--local] [--shards N] [--cpus LIST] [--mesh-inflight N] [--mesh-spin-us N] [--nap-us N]\n"), 2;
 	kv.local = o.local, kv.keys = (uint32_t)o.keys, kv.conns = (uint32_t)o.conns, kv.dir = o.dir;
-	tl_runtime_config_init(&rc);
-	rc.plan.shards = (uint32_t)o.shards; /* 0: one per core (TL_CPUS: which) */
-	rc.loop.max_handles = kv.conns + 64;
-	rc.loop.max_ops = 4 * kv.conns + 1024;
-	while (rc.loop.pooled_buffers < 2 * kv.conns && rc.loop.pooled_buffers < 32768)
-		rc.loop.pooled_buffers *= 2; /* each reading stream keeps one */
+	tl_server_size(&rc.loop, kv.conns);
 	rc.grace_ns = 5000000000ull;
-	if (o.inflight) rc.mesh_inflight = (uint32_t)o.inflight;
-	/* No polling for replies unless asked: with clients on the shards' CPUs
-	 * it took their time and served no more (docs/PERFORMANCE.md). */
-	rc.mesh_spin_ns = o.spin * 1000;
-	/* Naps before parking: about half the CPU per request at -P 1, for up
-	 * to 250 us more latency on a batch's first request (PERFORMANCE.md). */
-	rc.loop.nap_ns = o.nap * 1000;
 	rc.on_launch = on_launch;
 	rc.on_completion = on_completion;
 	rc.on_pass = on_pass;
@@ -651,12 +599,12 @@ int main(int argc, char **argv) {
 	while (tl_pool_shutdown() == -EBUSY) usleep(1000); /* a SAVE's last job, cut short */
 	for (uint32_t i = 0; kv.sh && i < kv.nshards; i++) {
 		struct shard *sh = &kv.sh[i];
-		for (uint32_t j = 0; j < sh->fresh * REC_N; j++) tl_shard_free(NULL, sh->conns[j / REC_N].rec[j % REC_N].big);
+		sh->s = NULL; /* conn_free frees here: the shards are gone */
+		tl_server_free(sh->srv);
 		for (uint64_t j = 0; sh->b && j <= sh->mask; j++)
 			for (struct item *it = sh->b[j], *n; it; it = n) n = it->next, free(it);
 		tl_fout_abort(&sh->sv.f); /* a save the stop cut short */
 		free(sh->b);
-		free(sh->conns);
 		free(sh->sv.buf);
 	}
 	free(kv.sh);
