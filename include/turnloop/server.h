@@ -1,4 +1,4 @@
-/* turnloop/server.h: a stream server on a loop (with the sharded runtime, one per shard): its listener, a table of connections made at setup, each with a reader and a writer (turnloop/bufio.h), and each connection's life from accept to the reuse of its slot (docs/BUFIO.md, "A server"). */
+/* turnloop/server.h: a stream server on a loop (with the sharded runtime, one per shard): its listener, a table of connections made at setup, each with a reader and a writer (turnloop/bufio.h), and each connection's life from accept to the reuse of its slot (docs/BUFIO.md, "A server"). Not built on Windows (docs/WINDOWS.md). */
 #ifndef TURNLOOP_SERVER_H
 #define TURNLOOP_SERVER_H
 
