@@ -250,10 +250,10 @@ int tl_shard_batch_add(tl_shard *s, tl_mesh_batcher *b, uint32_t target, tl_mesh
 
 	if (tl_unlikely(!s || !b || !it || !b->fn || target >= s->n || target >= b->nchains))
 		return -EINVAL;
+	it->next = NULL; /* a refused item is a chain of one too */
 	if (tl_unlikely(s->mesh_closed))
 		return -EPIPE;
 	c = &b->chains[target];
-	it->next = NULL;
 	if (c->first) {
 		c->last->next = it;
 	} else {

@@ -928,7 +928,7 @@ struct bstop {
 	struct bitem it;
 	atomic_int bran;
 	int64_t result;
-	int ended, add_rc, add_after, first_ok;
+	int ended, add_rc, add_after, first_ok, next_cleared;
 };
 
 static struct bstop BS;
@@ -966,7 +966,9 @@ static void bs_handler(tl_shard *s, const tl_completion *c)
 		      c->aux == (1 | TL_MESH_RESULT | TL_MESH_BATCH);
 	BS.result = c->result;
 	BS.ended++;
+	BS.it.link.next = (tl_mesh_item *)&BS; /* stale, as a reused record's is */
 	BS.add_after = tl_shard_batch_add(s, &BS.b, 1, &BS.it.link);
+	BS.next_cleared = BS.it.link.next == NULL; /* a walk of the refused item stops */
 }
 
 static void test_batch_stop(void)
@@ -989,6 +991,7 @@ static void test_batch_stop(void)
 	CU_ASSERT_EQUAL(BS.result, -EPIPE);
 	CU_ASSERT_EQUAL(atomic_load(&BS.bran), 0);
 	CU_ASSERT_EQUAL(BS.add_after, -EPIPE);
+	CU_ASSERT_EQUAL(BS.next_cleared, 1);
 	CU_ASSERT_EQUAL(BS.b.queued, 0);
 	st_end(fds);
 }

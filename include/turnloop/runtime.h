@@ -667,7 +667,9 @@ int tl_mesh_batcher_init(tl_mesh_batcher *b, tl_mesh_chain *chains, uint32_t nch
  * "Batched calls" above), and it is the caller's again with its batch's
  * completion. Returns 0; -EINVAL (s, b or it NULL, b not set up, target
  * out of range or >= b->nchains); -EPIPE (the mesh closed: the runtime is
- * stopping; nothing was queued). Never -ENOBUFS. Allocates nothing.
+ * stopping; nothing was queued, and it->next is NULL, so a walk of the
+ * refused item as a chain of one ends there). Never -ENOBUFS. Allocates
+ * nothing.
  */
 int tl_shard_batch_add(tl_shard *s, tl_mesh_batcher *b, uint32_t target, tl_mesh_item *it);
 
