@@ -40,7 +40,7 @@ struct rec {
 struct conn { /* a connection's state, in a slot of the shard's server */
 	tl_conn b;         /* first: its reader (b.rd), writer (b.wr) and life */
 	struct shard *sh;
-	uint32_t need, argi, head, tail, hold; /* hold: records that are held */
+	uint32_t need, argi, head, tail, hold, out; /* hold: records that are held; out: records sent */
 	uint8_t quit;
 	const char *bye;   /* the line before the close: QUIT's +OK, a protocol error */
 	int64_t sum;
@@ -237,7 +237,7 @@ static void batch_done(struct rec *r, int64_t rc) {
 		c->hold -= r->held;
 	}
 	after(&c->b, NULL);
-	while (n--) tl_conn_release(&c->b); /* the last may free c */
+	if (!(c->out -= n)) tl_conn_release(&c->b); /* none out: c may be freed */
 }
 
 /* One key's command: run here (into the writer when no reply is owed before
@@ -262,7 +262,7 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 		r->key = memcpy(r->in, k->p, k->n);
 		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
 	}
-	tl_conn_hold(&c->b); /* until its batch is back */
+	if (!c->out++) tl_conn_hold(&c->b); /* one hold while records are out */
 	if (tl_shard_batch_add(sh->s, &c->q, to, &r->link) < 0) return batch_done(r, -EPIPE), 1;
 	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
 	sh->nremote++;
