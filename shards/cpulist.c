@@ -26,6 +26,16 @@ static int read_num(const char **pp, unsigned limit, unsigned *out)
 	return 0;
 }
 
+int tl__parse_count(const char *s, uint32_t max, uint32_t *out)
+{
+	unsigned v;
+
+	if (!s || max == UINT32_MAX || read_num(&s, max + 1, &v) < 0 || *s)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 int tl__cpulist_walk(const char *s, unsigned limit, tl__cpu_range_fn fn, void *ctx)
 {
 	const char *p = s;

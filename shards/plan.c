@@ -267,23 +267,6 @@ void tl_plan_free(tl_plan *p)
 
 /* ---- Environment ---- */
 
-static int parse_count(const char *s, uint32_t max, uint32_t *out)
-{
-	uint32_t v = 0;
-
-	if (!*s)
-		return -EINVAL;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -EINVAL;
-		v = v * 10 + (uint32_t)(*s - '0');
-		if (v > max)
-			return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
 /* At most 40 bytes of an environment value for a detail line, anything
  * but printable ASCII shown as '?' (the line must stay one line). */
 static const char *shown(const char *v, char *buf, size_t len)
@@ -316,7 +299,7 @@ int tl_plan_from_env(tl_plan_request *req)
 		r.cpus = v;
 	}
 	if (!r.shards && (v = getenv("TL_SHARDS")) && *v) {
-		if (parse_count(v, TL_PLAN_MAX_SHARDS, &r.shards)) {
+		if (tl__parse_count(v, TL_PLAN_MAX_SHARDS, &r.shards)) {
 			tl__detail_set("TL_SHARDS='%s' is not a shard count (0..%u)",
 				       shown(v, b, sizeof b), TL_PLAN_MAX_SHARDS);
 			return -EINVAL;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpulist.h"
 #include "detail.h"
 #include "runtime_int.h"
 #include "turnloop/signal.h"
@@ -54,25 +55,14 @@ void tl_runtime_config_init(tl_runtime_config *c)
 }
 
 /* value as a whole decimal number in [lo, hi]: 0 and *v, or -EINVAL. */
-static int option_number(const char *value, uint64_t lo, uint64_t hi, uint64_t *v)
+static int option_number(const char *value, uint32_t lo, uint32_t hi, uint32_t *v)
 {
-	uint64_t x = 0;
-	if (!value || !*value)
-		return -EINVAL;
-	for (const char *p = value; *p; p++) {
-		if (*p < '0' || *p > '9' || x > (hi - (uint64_t)(*p - '0')) / 10)
-			return -EINVAL; /* not a digit, or past hi (checked before it overflows) */
-		x = x * 10 + (uint64_t)(*p - '0');
-	}
-	if (x < lo)
-		return -EINVAL;
-	*v = x;
-	return 0;
+	return tl__parse_count(value, hi, v) < 0 || *v < lo ? -EINVAL : 0;
 }
 
 int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const char *value)
 {
-	uint64_t v;
+	uint32_t v;
 	if (!cfg || !name)
 		return -EINVAL;
 	if (!strcmp(name, "--cpus")) {
@@ -82,21 +72,21 @@ int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const cha
 		return 1;
 	}
 	if (!strcmp(name, "--shards")) {
-		if (option_number(value, 1, 1024, &v) < 0)
+		if (option_number(value, 1, TL_PLAN_MAX_SHARDS, &v) < 0)
 			return -EINVAL;
-		cfg->plan.shards = (uint32_t)v;
+		cfg->plan.shards = v;
 	} else if (!strcmp(name, "--mesh-inflight")) {
 		if (option_number(value, 1, 65536, &v) < 0)
 			return -EINVAL;
-		cfg->mesh_inflight = (uint32_t)v;
+		cfg->mesh_inflight = v;
 	} else if (!strcmp(name, "--mesh-spin-us")) {
 		if (option_number(value, 0, 1000, &v) < 0)
 			return -EINVAL;
-		cfg->mesh_spin_ns = v * 1000;
+		cfg->mesh_spin_ns = (uint64_t)v * 1000;
 	} else if (!strcmp(name, "--nap-us")) {
 		if (option_number(value, 0, 1000, &v) < 0)
 			return -EINVAL;
-		cfg->loop.nap_ns = v * 1000;
+		cfg->loop.nap_ns = (uint64_t)v * 1000;
 	} else {
 		return 0;
 	}

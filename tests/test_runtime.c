@@ -264,8 +264,8 @@ static void test_config_option(void)
 	CU_ASSERT_EQUAL(cfg.mesh_spin_ns, 0);
 	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--nap-us", "1000"), 1);
 	CU_ASSERT_EQUAL(cfg.loop.nap_ns, 1000000);
-	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--shards", "1024"), 1);
-	CU_ASSERT_EQUAL(cfg.plan.shards, 1024);
+	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--shards", "65536"), 1);
+	CU_ASSERT_EQUAL(cfg.plan.shards, TL_PLAN_MAX_SHARDS);
 	/* Not the runtime's: 0, nothing changed. */
 	d = cfg;
 	CU_ASSERT_EQUAL(tl_runtime_config_option(&cfg, "--port", "80"), 0);
@@ -273,7 +273,7 @@ static void test_config_option(void)
 	CU_ASSERT_EQUAL(memcmp(&cfg, &d, sizeof cfg), 0);
 	/* Bad values: -EINVAL, nothing changed. */
 	static const char *const bad[][2] = {
-		{"--shards", "0"}, {"--shards", "1025"}, {"--shards", "2x"}, {"--shards", ""},
+		{"--shards", "0"}, {"--shards", "65537"}, {"--shards", "2x"}, {"--shards", ""},
 		{"--shards", NULL}, {"--shards", "-1"}, {"--shards", "+2"}, {"--shards", " 2"},
 		{"--shards", "18446744073709551617"}, {"--mesh-inflight", "0"},
 		{"--mesh-inflight", "65537"}, {"--mesh-spin-us", "1001"}, {"--nap-us", "1001"},

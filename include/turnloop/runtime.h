@@ -187,7 +187,7 @@ void tl_runtime_config_init(tl_runtime_config *cfg);
 
 /*
  * The runtime's command-line options, one spelling for every program:
- *   --shards N          plan.shards, 1..1024
+ *   --shards N          plan.shards, 1..TL_PLAN_MAX_SHARDS (as TL_SHARDS)
  *   --cpus LIST         plan.cpus, a CPU list ("0-3,6"; kept, not copied)
  *   --mesh-inflight N   mesh_inflight, 1..65536
  *   --mesh-spin-us N    mesh_spin_ns, 0..1000 us
