@@ -4,6 +4,8 @@
 #endif
 #include "harness.h"
 
+#include <CUnit/Basic.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -915,4 +917,62 @@ int h_addr_eq(const tl_addr *a, const tl_addr *b)
 		return a->in6.sin6_port == b->in6.sin6_port &&
 		       memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) == 0;
 	return 1;
+}
+
+int h_main_table(int argc, char **argv, const char *name, const h_test *tests)
+{
+	const char *env = getenv("TL_DRIVER");
+	tl_loop *l = NULL;
+	CU_pSuite suite = NULL;
+	const char *cur = NULL;
+	int rc, registered = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	h_init();
+#ifndef _WIN32
+	signal(SIGPIPE, SIG_IGN);
+#endif
+	rc = tl_loop_new(&l, NULL);
+	if (rc == -ENOTSUP) {
+		printf("SKIP all: driver %s unavailable (-ENOTSUP)\n", env ? env : "(default)");
+		return 77;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "tl_loop_new failed: %d%s\n", rc, h_errname(rc));
+		return 1;
+	}
+	printf("%s suite: driver %s (TL_DRIVER=%s)\n", name, tl_loop_driver(l), env ? env : "unset");
+	tl_loop_close(l);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	for (int t = 0; tests[t].fn; t++) {
+		char full[160];
+		int sel = argc < 2;
+		snprintf(full, sizeof full, "%s/%s", tests[t].suite, tests[t].name);
+		for (int i = 1; i < argc; i++)
+			sel |= strstr(full, argv[i]) != NULL;
+		if (!sel)
+			continue;
+		if (!cur || strcmp(cur, tests[t].suite) != 0)
+			suite = CU_add_suite(cur = tests[t].suite, NULL, NULL);
+		if (!suite || !CU_add_test(suite, tests[t].name, tests[t].fn)) {
+			CU_cleanup_registry();
+			return 1;
+		}
+		registered++;
+	}
+	if (!registered) {
+		fprintf(stderr, "no test matches the filter\n");
+		CU_cleanup_registry();
+		return 1;
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned run = CU_get_number_of_tests_run(), failed = CU_get_number_of_tests_failed();
+	unsigned failures = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	alarm(0);
+	printf("\n%s suite (%s): %u run, %u failed (%u failed assertions), %d skipped\n", name,
+	       env ? env : "default driver", run, failed, failures, h_skip_count());
+	return failed || failures || !run ? 1 : 0;
 }

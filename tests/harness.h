@@ -84,6 +84,19 @@ const char *h_test_name(void);
 /* Called once by main() with the process-wide settings. */
 void h_init(void);
 
+/* A table of tests for h_main_table: the suite, the case's name, its function. */
+typedef struct h_test {
+	const char *suite, *name;
+	CU_TestFunc fn;
+} h_test;
+
+/* The whole main of a suite run once per driver: h_init, SIGPIPE ignored,
+ * a first loop (exit 77 when TL_DRIVER's driver is missing here), the cases
+ * of tests (ended by a NULL fn) whose "suite/name" contains one of
+ * argv[1..] (all without arguments; none matching is a failure), then
+ * "<name> suite (<driver>): N run, N failed ..." and the exit status. */
+int h_main_table(int argc, char **argv, const char *name, const h_test *tests);
+
 /* ---- Time ---- */
 
 uint64_t h_wall_ns(void);            /* CLOCK_MONOTONIC */

@@ -1330,10 +1330,7 @@ static void arguments(void)
 	h_end(l, fds);
 }
 
-static const struct {
-	const char *suite, *name;
-	CU_TestFunc fn;
-} tests[] = {
+static const h_test tests[] = {
 #define T(s, f) {s, #f, f}
 	T("reader", split_delim_crlf),
 	T("reader", split_delim_4byte),
@@ -1368,55 +1365,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	h_init();
-	signal(SIGPIPE, SIG_IGN);
-	tl_loop *l = NULL;
-	int rc = tl_loop_new(&l, NULL);
-	const char *env = getenv("TL_DRIVER");
-	if (rc == -ENOTSUP) {
-		printf("SKIP all: driver %s unavailable (-ENOTSUP)\n", env ? env : "(default)");
-		return 77;
-	}
-	if (rc != 0) {
-		fprintf(stderr, "tl_loop_new failed: %d%s\n", rc, h_errname(rc));
-		return 1;
-	}
-	printf("bufio suite: driver %s (TL_DRIVER=%s)\n", tl_loop_driver(l), env ? env : "unset");
-	tl_loop_close(l);
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	CU_pSuite suite = NULL;
-	const char *cur = NULL;
-	int registered = 0;
-	for (int t = 0; tests[t].fn; t++) {
-		char full[160];
-		snprintf(full, sizeof full, "%s/%s", tests[t].suite, tests[t].name);
-		int sel = argc < 2;
-		for (int i = 1; i < argc; i++)
-			sel |= strstr(full, argv[i]) != NULL;
-		if (!sel)
-			continue;
-		if (!cur || strcmp(cur, tests[t].suite) != 0) {
-			suite = CU_add_suite(tests[t].suite, NULL, NULL);
-			cur = tests[t].suite;
-		}
-		if (!suite || !CU_add_test(suite, tests[t].name, tests[t].fn))
-			return 1;
-		registered++;
-	}
-	if (!registered) {
-		fprintf(stderr, "no test matches the filter\n");
-		return 1;
-	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned run = CU_get_number_of_tests_run();
-	unsigned failed = CU_get_number_of_tests_failed();
-	unsigned failures = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	alarm(0);
-	printf("\nbufio suite (%s): %u run, %u failed (%u failed assertions), %d skipped\n",
-	       env ? env : "default driver", run, failed, failures, h_skip_count());
-	return failed || failures ? 1 : 0;
+	return h_main_table(argc, argv, "bufio", tests);
 }

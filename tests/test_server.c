@@ -565,10 +565,7 @@ static void sizing(void)
 	h_end(NULL, fds);
 }
 
-static const struct {
-	const char *suite, *name;
-	CU_TestFunc fn;
-} tests[] = {
+static const h_test tests[] = {
 #define T(s, f) {s, #f, f}
 	T("conn", echo), T("conn", quit), T("conn", long_last), T("conn", slot_limit), T("conn", hold_release),
 	T("conn", drain), T("conn", conn_close), T("server", completions), T("server", arguments),
@@ -579,44 +576,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	h_init();
-	signal(SIGPIPE, SIG_IGN);
-	tl_loop *l = NULL;
-	int rc = tl_loop_new(&l, NULL);
-	const char *env = getenv("TL_DRIVER");
-	if (rc == -ENOTSUP) {
-		printf("SKIP all: driver %s unavailable (-ENOTSUP)\n", env ? env : "(default)");
-		return 77;
-	}
-	if (rc != 0) {
-		fprintf(stderr, "tl_loop_new failed: %d%s\n", rc, h_errname(rc));
-		return 1;
-	}
-	printf("server suite: driver %s (TL_DRIVER=%s)\n", tl_loop_driver(l), env ? env : "unset");
-	tl_loop_close(l);
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	CU_pSuite suite = NULL;
-	const char *cur = NULL;
-	for (int t = 0; tests[t].fn; t++) {
-		char full[160];
-		int sel = argc < 2;
-		snprintf(full, sizeof full, "%s/%s", tests[t].suite, tests[t].name);
-		for (int i = 1; i < argc; i++)
-			sel |= strstr(full, argv[i]) != NULL;
-		if (sel && (!cur || strcmp(cur, tests[t].suite) != 0))
-			suite = CU_add_suite(cur = tests[t].suite, NULL, NULL);
-		if (sel && (!suite || !CU_add_test(suite, tests[t].name, tests[t].fn)))
-			return 1;
-	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned run = CU_get_number_of_tests_run(), failed = CU_get_number_of_tests_failed();
-	unsigned failures = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	alarm(0);
-	printf("\nserver suite (%s): %u run, %u failed (%u failed assertions), %d skipped\n",
-	       env ? env : "default driver", run, failed, failures, h_skip_count());
-	return failed || failures || !run ? 1 : 0;
+	return h_main_table(argc, argv, "server", tests);
 }
