@@ -313,7 +313,6 @@ static int64_t run_all(tl_shard *s, void *arg) {
 	return 0;
 }
 
-
 /* A command for every shard (DBSIZE, SAVE): a gather, one at a time per
  * connection, that waits in the runtime while the mesh has no room. 1 when
  * sent, 0 stalled. Its end: on_completion. */
