@@ -17,30 +17,35 @@ struct tl_server {
 	tl_wbuf_list dirty;
 };
 
-static tl_conn *slot(tl_server *srv, uint32_t i) {
+static tl_conn *slot(tl_server *srv, uint32_t i)
+{
 	return (tl_conn *)(void *)(srv->slots + (size_t)i * srv->cfg.conn_size);
 }
 
-void tl_server_size(tl_config *lc, uint32_t conns) {
+void tl_server_size(tl_config *lc, uint32_t conns)
+{
 	if (!lc) return;
 	uint64_t h = (uint64_t)conns + 64, o = 4 * (uint64_t)conns + 1024;
 	if (lc->max_handles < h) lc->max_handles = h > (1u << 24) ? 1u << 24 : (uint32_t)h;
 	if (lc->max_ops < o) lc->max_ops = o > (1u << 24) ? 1u << 24 : (uint32_t)o;
 	if (lc->pooled_buffers && lc->pooled_buffers < 2 * (uint64_t)conns && lc->pooled_buffers < 32768) {
-		while (lc->pooled_buffers < 2 * (uint64_t)conns && lc->pooled_buffers < 32768) lc->pooled_buffers *= 2;
-		if (lc->pooled_buffers > 32768) lc->pooled_buffers = 32768; /* the loop's most */
+		while (lc->pooled_buffers < 2 * (uint64_t)conns && lc->pooled_buffers < 32768)
+			lc->pooled_buffers *= 2;
+		if (lc->pooled_buffers > 32768)
+			lc->pooled_buffers = 32768; /* the loop's most */
 	}
 }
 
-int tl_server_start(tl_server **out, tl_loop *loop, const tl_server_config *cfg) {
+int tl_server_start(tl_server **out, tl_loop *loop, const tl_server_config *cfg)
+{
 	tl_listen_opts lo = {0};
 	tl_server *srv;
 	tl_op op;
 	int rc;
 	if (out) *out = NULL;
 	if (!out || !loop || !cfg || !cfg->on_ready || !cfg->conns || cfg->conns > (1u << 20) ||
-	    cfg->conn_size < sizeof(tl_conn) || cfg->conn_size > (1u << 24) || !cfg->read_max || cfg->read_max > (1u << 30) ||
-	    !cfg->write_cap || cfg->write_cap > (1u << 30))
+	    cfg->conn_size < sizeof(tl_conn) || cfg->conn_size > (1u << 24) || !cfg->read_max ||
+	    cfg->read_max > (1u << 30) || !cfg->write_cap || cfg->write_cap > (1u << 30))
 		return -EINVAL;
 	if (!(srv = calloc(1, sizeof *srv))) return -ENOMEM;
 	srv->loop = loop;
@@ -71,15 +76,18 @@ fail:
 
 tl_handle tl_server_listener(const tl_server *srv) { return srv ? srv->lh : TL_HANDLE_NONE; }
 
-void tl_conn_close(tl_conn *c) {
+void tl_conn_close(tl_conn *c)
+{
 	if (c && !c->closed) { c->closed = 1; tl_close(c->srv->loop, c->h, 0); }
 }
 
-void tl_conn_hold(tl_conn *c) {
+void tl_conn_hold(tl_conn *c)
+{
 	if (c) c->refs_++;
 }
 
-void tl_conn_release(tl_conn *c) {
+void tl_conn_release(tl_conn *c)
+{
 	tl_server *srv;
 	if (!c || !c->refs_ || --c->refs_) return;
 	srv = c->srv;
@@ -93,7 +101,8 @@ void tl_conn_release(tl_conn *c) {
 /* The end tl_conn_end asked for: the last bytes into the writer as room
  * comes (in pieces: they may be more than the ring holds), and the close
  * once the writer has nothing left to write. */
-static void finish(tl_conn *c) {
+static void finish(tl_conn *c)
+{
 	uint32_t k;
 	if (c->closed) return;
 	while (c->lastn_ && (k = tl_wbuf_room(&c->wr)) > 0) {
@@ -106,7 +115,8 @@ static void finish(tl_conn *c) {
 	if (!tl_wbuf_pending(&c->wr)) tl_conn_close(c);
 }
 
-void tl_conn_end(tl_conn *c, const void *last, uint32_t n) {
+void tl_conn_end(tl_conn *c, const void *last, uint32_t n)
+{
 	if (!c || c->closed || c->ending_) return;
 	c->ending_ = 1;
 	c->last_ = last;
@@ -114,13 +124,15 @@ void tl_conn_end(tl_conn *c, const void *last, uint32_t n) {
 	finish(c);
 }
 
-static void ready(tl_conn *c) {
+static void ready(tl_conn *c)
+{
 	if (c->closed) return;
 	if (!c->ending_) c->srv->cfg.on_ready(c, c->srv->cfg.arg);
 	else finish(c);
 }
 
-static void open_conn(tl_server *srv, tl_handle h) {
+static void open_conn(tl_server *srv, tl_handle h)
+{
 	tl_conn *c = srv->free ? srv->free : srv->fresh < srv->cfg.conns ? slot(srv, srv->fresh++) : NULL;
 	uint8_t *mem;
 	tl_op op;
@@ -145,7 +157,8 @@ static void open_conn(tl_server *srv, tl_handle h) {
 	if (tl_read_start(srv->loop, h, 0, &op) < 0) tl_conn_close(c);
 }
 
-int tl_server_completion(tl_server *srv, const tl_completion *x) {
+int tl_server_completion(tl_server *srv, const tl_completion *x)
+{
 	tl_conn *c;
 	if (!srv || !x) return 0;
 	if (x->data == srv) { /* the listener: a connection, or an error accepting resumes after */
@@ -153,7 +166,8 @@ int tl_server_completion(tl_server *srv, const tl_completion *x) {
 		return 1;
 	}
 	c = x->data;
-	if ((uint8_t *)x->data < srv->slots || (uint8_t *)x->data >= srv->slots + (size_t)srv->fresh * srv->cfg.conn_size)
+	if ((uint8_t *)x->data < srv->slots ||
+	    (uint8_t *)x->data >= srv->slots + (size_t)srv->fresh * srv->cfg.conn_size)
 		return 0;
 	switch (x->kind) {
 	case TL_K_READ:
@@ -178,23 +192,27 @@ int tl_server_completion(tl_server *srv, const tl_completion *x) {
 	return 1;
 }
 
-int tl_server_pass(tl_server *srv) {
+int tl_server_pass(tl_server *srv)
+{
 	if (!srv) return 0;
 	tl_wbuf_flush_all(&srv->dirty);
 	return srv->dirty.first != NULL;
 }
 
-void tl_server_drain(tl_server *srv) {
+void tl_server_drain(tl_server *srv)
+{
 	for (uint32_t i = 0; srv && i < srv->fresh; i++) {
 		tl_conn *c = slot(srv, i);
 		if (c->refs_ && !c->closed) { c->draining = 1; ready(c); }
 	}
 }
 
-void tl_server_free(tl_server *srv) {
+void tl_server_free(tl_server *srv)
+{
 	if (!srv) return;
 	for (uint32_t i = 0; i < srv->fresh; i++)
-		if (slot(srv, i)->refs_ && srv->cfg.on_free) srv->cfg.on_free(slot(srv, i), srv->cfg.arg);
+		if (slot(srv, i)->refs_ && srv->cfg.on_free)
+			srv->cfg.on_free(slot(srv, i), srv->cfg.arg);
 	free(srv->slots_mem);
 	free(srv->mem);
 	free(srv);
