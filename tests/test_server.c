@@ -1,4 +1,4 @@
-/* tests/test_server.c: the stream server (turnloop/server.h) on each driver: a line-upper-casing host and its clients, tl_conn_end, the slot limit and reuse, references, drain, close, completion routing, argument checks, tl_server_free and tl_server_size. */
+/* tests/test_server.c: the stream server (turnloop/server.h) on each driver: a line-upper-casing host and its clients, tl_conn_end, the slot limit and reuse, references and tl_conn_ready, drain, close, completion routing, argument checks, tl_server_free and tl_server_size. */
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
@@ -384,7 +384,8 @@ static void slot_limit(void)
 	fin(fds);
 }
 
-/* A held connection's slot outlives its close until the last release. */
+/* A held connection's slot outlives its close until the last release;
+ * tl_conn_ready calls on_ready while it is open, and not once closed. */
 static void hold_release(void)
 {
 	int fds = begin(1);
@@ -393,6 +394,10 @@ static void hold_release(void)
 	tl_conn *held = S.held;
 	CU_ASSERT_PTR_NOT_NULL_FATAL(held);
 	tl_conn_hold(held); /* a second reference: two releases needed */
+	int r0 = S.readies;
+	tl_conn_ready(held); /* open: its on_ready now, as when bytes came */
+	H_EQ(S.readies, r0 + 1);
+	tl_conn_ready(NULL);
 	uint32_t h0 = handles();
 	cli_close(a);
 	/* Ended by the server at its eof; the Closed drops only the handle's reference. */
@@ -401,6 +406,9 @@ static void hold_release(void)
 		step();
 	H_EQ(held->closed, 1);
 	H_EQ(S.frees, 0);
+	r0 = S.readies;
+	tl_conn_ready(held); /* closed: nothing */
+	H_EQ(S.readies, r0);
 	/* The only slot is neither freed nor reused: a new connection is turned away. */
 	cli_eof(cli_open());
 	H_EQ(S.opens, 1);

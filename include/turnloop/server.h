@@ -148,6 +148,11 @@ void tl_server_free(tl_server *srv);
  */
 void tl_conn_end(tl_conn *c, const void *last, uint32_t n);
 
+/* Call on_ready for c now, as when something came: work c waited for is
+ * back (turnloop/replies.h calls it). Closed: nothing; ending: the end
+ * goes on instead. */
+void tl_conn_ready(tl_conn *c);
+
 /* Close c now: bytes not written are dropped (a peer that broke the
  * protocol, a timeout). Closed already: nothing. */
 void tl_conn_close(tl_conn *c);

@@ -131,6 +131,11 @@ static void ready(tl_conn *c)
 	else finish(c);
 }
 
+void tl_conn_ready(tl_conn *c)
+{
+	if (c) ready(c);
+}
+
 static void open_conn(tl_server *srv, tl_handle h)
 {
 	tl_conn *c = srv->free ? srv->free : srv->fresh < srv->cfg.conns ? slot(srv, srv->fresh++) : NULL;
