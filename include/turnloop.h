@@ -28,7 +28,9 @@
  *       tl_runtime_destroy, tl_plan_free, tl_stats_close, tl_poster_put,
  *       tl_rbuf_fini, tl_server_free, tl_conn_end, tl_conn_close),
  *       tl_server_size (a config's sizes raised), a connection's
- *       references (tl_conn_hold, tl_conn_release),
+ *       references (tl_conn_hold, tl_conn_release) and tl_conn_ready,
+ *       a ring of replies' tl_replies_fini, tl_replies_wait and
+ *       tl_replies_made,
  *       the requests tl_runtime_stop, tl_runtime_drain and
  *       tl_server_drain, the snapshots of counters (tl_loop_stats_get,
  *       tl_pool_loop_stats_get, tl_driver_info_get) and the setters
@@ -39,10 +41,15 @@
  *       tl_shard_runtime, tl_shard_arg, tl_shard_data, tl_poster_get,
  *       tl_token, tl_token_data, tl_token_handler, tl_strerror,
  *       tl_error_detail, tl_rbuf_buffered, tl_rbuf_leases, tl_wbuf_room,
- *       tl_wbuf_pending, tl_server_listener;
+ *       tl_wbuf_pending, tl_server_listener, tl_replies_away,
+ *       tl_replies_kept;
+ *     - memory, or NULL when there is none (malloc's way): tl_shard_alloc,
+ *       tl_replies_add, tl_reply_buf;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
  *       tl_pool_cancelled, tl_watch_next, tl_runtime_arenas,
- *       tl_shard_should_yield, tl_server_completion, tl_server_pass;
+ *       tl_shard_should_yield, tl_server_completion, tl_server_pass,
+ *       tl_replies_direct, tl_replies_owed, tl_replies_flush,
+ *       tl_replies_completion;
  *     - tl_close_all and tl_close_listeners return how many handles they
  *       started closing (unsigned).
  *
@@ -141,5 +148,6 @@
 #include "turnloop/tls.h"
 #include "turnloop/bufio.h"
 #include "turnloop/server.h"
+#include "turnloop/replies.h"
 
 #endif
