@@ -14,38 +14,35 @@
 /* Limits: a key or value 512 KiB, a command 1 MiB or 1024 arguments; 64
  * replies owed per connection (a deeper pipeline waits for them). */
 enum { MAX_SHARDS = 64, MAX_ARGS = 1024, VAL_MAX = 512 << 10, CMD_MAX = 1 << 20, WBUF = 1 << 20,
-       REPLY_MAX = VAL_MAX + 64, REC_N = 64, IN_N = 96, OUT_N = 64, CHUNK = 64 << 10 };
+       REPLY_MAX = VAL_MAX + 64, REC_N = 64, IN_N = 96, CHUNK = 64 << 10 };
 enum { OP_GET, OP_SET, OP_INCR, OP_DEL, OP_COUNT, OP_SAVE, K_KEY, K_EACH, K_ALL, K_PING, K_QUIT };
-enum { R_SUM = 1, R_EMIT = 2 }; /* DEL's parts add up; its last part replies with the sum */
+enum { R_SUM = 1, R_EMIT = 2 }; /* DEL's parts (no bytes) add up; its last part replies with the sum */
 #define S(lit) lit, (uint32_t)(sizeof lit - 1)
 #define ERR(o, lit) reply(o, S(lit), NULL, 0)
 
 struct item { struct item *next; uint64_t h; uint32_t klen, vlen; uint8_t kv[]; }; /* key, value */
 struct arg { const uint8_t *p; uint32_t n; };
 
-/* A reply owed to a client, in request order in its connection's ring. For a
- * remote key the owner runs it (run_batch) and writes the reply in here: the
- * mesh makes those writes visible before the result comes back to us. */
+/* A reply owed to a client, in its connection's ring (turnloop/replies.h).
+ * For a remote key the owner runs the command (run) and makes the reply. */
 struct rec {
-	tl_mesh_item link; /* first: the next command of its batch */
-	struct conn *c;
-	uint8_t op, flags, done, held; /* held: the owner reads key and val in our read view */
-	uint32_t klen, vlen, outlen;
+	tl_reply r; /* first */
+	uint8_t op;
+	uint32_t klen, vlen;
 	uint64_t h;
-	int64_t result;
-	const uint8_t *key, *val;           /* in in[], or (held) in the read view */
-	uint8_t *big, in[IN_N], out[OUT_N]; /* big: a reply longer than out[] (tl_shard_alloc) */
+	const uint8_t *key, *val; /* in in[], or (kept) in the reader */
+	uint8_t in[IN_N];
 } __attribute__((aligned(64))); /* the owner writes one while we fill the next */
 
 struct conn { /* a connection's state, in a slot of the shard's server */
-	tl_conn b;         /* first: its reader (b.rd), writer (b.wr) and life */
+	tl_conn b;        /* first: its reader (b.rd), writer (b.wr) and life */
 	struct shard *sh;
-	uint32_t need, argi, head, tail, hold, out; /* hold: records that are held; out: records sent */
+	uint32_t need, argi;
 	uint8_t quit;
-	const char *bye;   /* the line before the close: QUIT's +OK, a protocol error */
+	const char *bye;  /* the line before the close: QUIT's +OK, a protocol error */
 	int64_t sum;
-	struct rec *grec;  /* the reply that its gather answers */
-	tl_mesh_batcher q; /* from here on: set up at open. Remote commands: one call per owner a pass */
+	struct rec *grec; /* the reply that its gather answers */
+	tl_replies q;     /* from here on: set up at open */
 	tl_mesh_chain chains[MAX_SHARDS];
 	tl_mesh_gather g;
 	tl_mesh_part parts[MAX_SHARDS];
@@ -132,7 +129,7 @@ static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal
 
 /* Where a reply goes: straight into the connection's writer (w, whose room
  * was checked), or into a record that waits for its turn (r), made by shard s. */
-struct out { tl_wbuf *w; struct rec *r; tl_shard *s; };
+struct out { tl_wbuf *w; tl_reply *r; tl_shard *s; };
 
 /* Inlined everywhere: left to the compiler, GET's reply became a call, 12
  * instructions a request more at -P 16 (callgrind). */
@@ -145,12 +142,11 @@ static inline __attribute__((always_inline)) void reply(struct out *o, const voi
 		if (body && !tl_wbuf_append(o->w, body, bn)) tl_wbuf_append(o->w, "\r\n", 2);
 		return;
 	}
-	if (!o->w && !(p = n <= OUT_N ? o->r->out : (o->r->big = tl_shard_alloc(o->s, n))))
-		p = o->r->out, head = "-ERR out of memory\r\n", hn = n = 20, body = NULL; /* in out[] */
+	if (!o->w && !(p = tl_reply_buf(o->s, o->r, n)))
+		p = tl_reply_buf(o->s, o->r, n = 20), head = "-ERR out of memory\r\n", hn = 20, body = NULL;
 	memcpy(p, head, hn);
 	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
 	if (o->w) tl_wbuf_commit(o->w, n); /* straight into the writer */
-	else o->r->outlen = n;
 }
 
 /* One key's command, on the shard that owns the key. Returns DEL's count. */
@@ -173,71 +169,34 @@ static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint
 	return 0;
 }
 
-/* ---- A connection's replies, in request order ---- */
+/* ---- A connection's replies, in request order (turnloop/replies.h) ---- */
 
-static struct rec *rec_new(struct conn *c) {
-	struct rec *r = c->tail - c->head < REC_N ? &c->rec[c->tail++ % REC_N] : NULL;
-	if (r) { r->c = c; r->flags = r->done = r->held = 0; r->outlen = 0; r->result = 0; r->big = NULL; }
-	return r;
-}
-
-/* Hand the records whose turn has come to the writer, while it has room:
- * copied into one reserved run while they fit in it, committed once. */
-static void drain(struct conn *c) {
-	uint8_t *p = NULL;
-	uint32_t run = 0, used = 0, n;
-	for (int rc; c->head != c->tail; c->head++) {
-		struct rec *r = &c->rec[c->head % REC_N];
-		if (!r->done) break;
-		if ((n = (r->flags & R_SUM ? 0 : r->outlen) + 24) > run - used) { /* another run */
-			tl_wbuf_commit(&c->b.wr, used);
-			used = run = 0;
-			if ((rc = tl_wbuf_reserve(&c->b.wr, n, &p)) < 0) break; /* wait for the write */
-			run = (uint32_t)rc;
-		}
-		if (!(r->flags & R_SUM)) used = (uint32_t)(put(p + used, r->big ? r->big : r->out, r->outlen) - p);
-		else c->sum += r->result;
-		if (r->flags & R_EMIT) used += num(p + used, ':', c->sum), c->sum = 0;
-		if (r->big) tl_shard_free(c->sh->s, r->big), r->big = NULL; /* on the shard that made it */
-	}
-	tl_wbuf_commit(&c->b.wr, used);
+/* A reply with no bytes as it leaves: DEL's parts add up and the last one
+ * says the sum; a command the stop refused says so, and the connection ends. */
+static uint32_t say_sum(tl_reply *r, uint8_t *p, void *arg) {
+	struct conn *c = arg;
+	uint32_t n = 0;
+	if (r->result < 0) return c->quit = 1, (uint32_t)(put(p, S("-ERR shutting down\r\n")) - p);
+	c->sum += r->result;
+	if (r->flags & R_EMIT) n = num(p, ':', c->sum), c->sum = 0;
+	return n;
 }
 
 /* A reply made here and now, in its place: 1, or 0 when no record is free. */
 static int say(struct conn *c, const void *head, uint32_t hn, const void *body, uint32_t bn) {
-	struct out o = {c->head == c->tail && tl_wbuf_room(&c->b.wr) >= REPLY_MAX ? &c->b.wr : NULL, NULL, c->sh->s};
-	if (!o.w && !(o.r = rec_new(c))) return 0;
-	if (o.r) o.r->done = 1;
+	struct out o = {tl_replies_direct(&c->q, REPLY_MAX) ? &c->b.wr : NULL, NULL, c->sh->s};
+	if (!o.w && !(o.r = tl_replies_add(&c->q))) return 0;
 	reply(&o, head, hn, body, bn);
 	return 1;
 }
 
-/* A batch of a connection's commands, on their keys' owner, each in order:
- * the runtime sends the pass's remote commands for one owner as one call
- * (a call per command cost a quarter of the instructions a remote command
- * adds), holding them in order while the mesh has no room. */
-static int64_t run_batch(tl_shard *s, void *arg) {
-	for (struct rec *r = arg; r; r = (struct rec *)r->link.next) {
-		struct out o = {NULL, r, s};
-		r->result = exec(tl_shard_data(s), r->op, r->h, r->key, r->klen, r->val, r->vlen, &o);
-	}
-	return 0;
-}
-
-static void after(tl_conn *b, void *arg);
-
-/* A batch's commands are done (rc < 0: the runtime stopped before it went). */
-static void batch_done(struct rec *r, int64_t rc) {
-	struct conn *c = r->c;
-	uint32_t n = 0;
-	for (; r; r = (struct rec *)r->link.next, n++) {
-		struct out o = {NULL, r, c->sh->s};
-		if (rc < 0) { ERR(&o, "-ERR shutting down\r\n"); c->quit = 1; }
-		r->done = 1;
-		c->hold -= r->held;
-	}
-	after(&c->b, NULL);
-	if (!(c->out -= n)) tl_conn_release(&c->b); /* none out: c may be freed */
+/* A command on its key's owner: the queue sends the pass's commands for one
+ * owner as one call (a call per command cost a quarter of the instructions
+ * a remote command adds), in order. */
+static int64_t run(tl_shard *s, tl_reply *x) {
+	struct rec *r = (struct rec *)x;
+	struct out o = {NULL, x, s};
+	return exec(tl_shard_data(s), r->op, r->h, r->key, r->klen, r->val, r->vlen, &o);
 }
 
 /* One key's command: run here (into the writer when no reply is owed before
@@ -248,24 +207,20 @@ static int route(struct conn *c, int op, int flags, const struct arg *k, const s
 	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
 	struct out o = {&c->b.wr, NULL, sh->s};
 	struct rec *r;
-	if (to == sh->id && c->head == c->tail && !flags && tl_wbuf_room(&c->b.wr) >= REPLY_MAX)
+	if (to == sh->id && !flags && tl_replies_direct(&c->q, REPLY_MAX))
 		return exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
-	if (!(r = o.r = rec_new(c))) return 0;
-	r->op = (uint8_t)op; r->flags = (uint8_t)flags; r->h = h;
+	if (!(o.r = tl_replies_add(&c->q))) return 0;
+	r = (struct rec *)o.r;
+	r->r.flags = (uint16_t)flags;
+	if (to == sh->id) return o.w = NULL, r->r.result = exec(sh, op, h, k->p, k->n, v ? v->p : NULL, vl, &o), 1;
+	r->op = (uint8_t)op; r->h = h;
 	r->key = k->p; r->klen = k->n; r->val = v ? v->p : NULL; r->vlen = vl;
-	if (to == sh->id) { /* here, into the record */
-		o.w = NULL;
-		r->result = exec(sh, op, h, k->p, k->n, r->val, vl, &o);
-		return r->done = 1;
-	}
 	if (k->n + vl <= IN_N) { /* copied: the command's bytes may go at once */
 		r->key = memcpy(r->in, k->p, k->n);
 		r->val = v ? memcpy(r->in + k->n, v->p, vl) : NULL;
 	}
-	if (!c->out++) tl_conn_hold(&c->b); /* one hold while records are out */
-	if (tl_shard_batch_add(sh->s, &c->q, to, &r->link) < 0) return batch_done(r, -EPIPE), 1;
-	c->hold += r->held = r->key != r->in; /* the view is kept until the result */
 	sh->nremote++;
+	tl_replies_send(&c->q, &r->r, to, r->key != r->in); /* refused: done, say_sum tells */
 	return 1;
 }
 
@@ -319,17 +274,14 @@ static int64_t run_all(tl_shard *s, void *arg) {
 static int gather(struct conn *c, int op) {
 	struct rec *r;
 	/* The one in flight first, and the keys before it: done, so counted. */
-	if (c->g.busy || c->q.queued || c->q.inflight) return 0;
+	if (c->g.busy || tl_replies_away(&c->q)) return 0;
 	if (op == OP_SAVE && atomic_exchange(&kv.saving, 1)) return say(c, S("-ERR a SAVE is in progress\r\n"), NULL, 0);
-	if ((r = c->grec = rec_new(c))) {
-		r->op = (uint8_t)op;
-		if (tl_shard_gather_wait(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c)) > 0)
-			return tl_conn_hold(&c->b), 1;
-		c->tail--; /* -EPIPE: the runtime is stopping */
-		c->quit = 1;
-	}
+	if ((r = c->grec = (struct rec *)tl_replies_add(&c->q)) && (r->op = (uint8_t)op, 1) &&
+	    tl_shard_gather_wait(c->sh->s, &c->g, NULL, 0, run_all, r, tl_token(0, (uintptr_t)c)) > 0)
+		return tl_replies_wait(&c->q, &r->r), 1;
 	if (op == OP_SAVE) atomic_store(&kv.saving, 0);
-	return 0;
+	if (r) r->r.result = -EPIPE; /* the runtime is stopping: say_sum tells */
+	return r != NULL;
 }
 
 /* ---- Commands ---- */
@@ -433,7 +385,7 @@ static void serve_cmds(struct conn *c) {
 	int rc = 0, used = 1;
 	/* A gather in flight (DBSIZE, SAVE) holds the commands after it: one on
 	 * a key of this shard would run before the gather's part here. */
-	while (!c->hold && !c->g.busy && !c->quit) {
+	while (!tl_replies_kept(&c->q) && !c->g.busy && !c->quit) {
 		if (off == n || used == 0) { /* the view is used up, or the command goes on past it */
 			tl_rbuf_consume(&c->b.rd, off);
 			off = n = 0;
@@ -443,7 +395,7 @@ static void serve_cmds(struct conn *c) {
 		if ((used = parse(p + off, n - off, c->sh->av, &ac, &c->need, &why)) == 0) continue;
 		if (used < 0) break;
 		/* Stalled, or an owner reads these bytes: consumed once that is over. */
-		if (!dispatch(c, c->sh->av, ac) || c->hold) break;
+		if (!dispatch(c, c->sh->av, ac) || tl_replies_kept(&c->q)) break;
 		off += (uint32_t)used;
 		c->need = 1;
 		c->argi = 0;
@@ -463,10 +415,9 @@ static void after(tl_conn *b, void *arg) {
 	struct conn *c = (struct conn *)b;
 	if (b->closed) return; /* its slot waits for what is in flight (tl_conn_hold) */
 	c->quit |= c->b.draining; /* SIGTERM: answer what came, then close */
-	drain(c);
+	tl_replies_flush(&c->q);
 	serve_cmds(c);
-	drain(c);
-	if (c->head == c->tail && (c->quit || (c->b.eof && !tl_rbuf_buffered(&c->b.rd))))
+	if (tl_replies_flush(&c->q) && (c->quit || (c->b.eof && !tl_rbuf_buffered(&c->b.rd))))
 		tl_conn_end(b, c->bye, c->bye ? (uint32_t)strlen(c->bye) : 0);
 	(void)arg;
 }
@@ -477,40 +428,34 @@ static void conn_open(tl_conn *b, void *arg) {
 	c->sh = arg;
 	c->need = 1;
 	tl_mesh_gather_init(&c->g, c->parts, MAX_SHARDS);
-	tl_mesh_batcher_init(&c->q, c->chains, MAX_SHARDS, run_batch, 0);
+	tl_replies_init(&c->q, b, c->sh->s, &(tl_replies_config){.recs = c->rec, .nrecs = REC_N, .rec_size = sizeof *c->rec,
+			.chains = c->chains, .nchains = MAX_SHARDS, .run = run, .out = say_sum, .out_max = 24, .arg = c});
 }
 
 static void conn_free(tl_conn *b, void *arg) { /* replies never written: back to their owners */
-	struct conn *c = (struct conn *)b;
-	for (; c->head != c->tail; c->head++) { tl_shard_free(c->sh->s, c->rec[c->head % REC_N].big); c->rec[c->head % REC_N].big = NULL; }
-	(void)arg;
+	tl_replies_fini(&((struct conn *)b)->q, ((struct shard *)arg)->s);
 }
 
 static void on_completion(tl_shard *s, const tl_completion *x) {
 	struct shard *sh = tl_shard_data(s);
-	struct rec *r = x->u.mesh.arg;
 	struct conn *c;
 	tl_op op;
-	if (tl_server_completion(sh->srv, x)) return; /* a connection's reads, writes, close */
+	if (tl_server_completion(sh->srv, x) || tl_replies_completion(x)) return; /* a connection's reads, writes, close, remote replies */
 	if (x->kind == TL_K_POOL) return save_end(sh, x->result); /* a SAVE's file: in place, or not */
 	if (x->kind != TL_K_MESH) return;
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
 		int64_t rc = x->result < 0 ? x->result : tl_fout_finish(&sh->sv.f, sh->loop, 0, &op);
 		if (rc < 0) { tl_fout_abort(&sh->sv.f); save_end(sh, rc); }
-	} else if (x->aux & TL_MESH_BATCH) { /* a batch's replies, each in its record */
-		batch_done(r, x->result);
 	} else { /* a gather: DBSIZE's parts add up, SAVE's say how each shard's file went */
 		char b[96];
 		int64_t n = 0, err = 0;
-		struct out o = {NULL, (c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec, s};
+		struct out o = {NULL, &(c = (struct conn *)(uintptr_t)tl_token_data(x->token))->grec->r, s};
 		for (uint32_t t = 0; t < kv.nshards; t++) c->parts[t].result < 0 ? (err = c->parts[t].result) : (n += c->parts[t].result);
-		if (o.r->op == OP_SAVE) atomic_store(&kv.saving, 0);
+		if (c->grec->op == OP_SAVE) atomic_store(&kv.saving, 0);
 		if (x->result < 0) ERR(&o, "-ERR shutting down\r\n");
 		else if (err) reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)err)), NULL, 0);
-		else o.r->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, num((uint8_t *)b, ':', n), NULL, 0);
-		o.r->done = 1; /* out it goes in its turn */
-		after(&c->b, NULL);
-		tl_conn_release(&c->b);
+		else c->grec->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, num((uint8_t *)b, ':', n), NULL, 0);
+		tl_replies_made(&c->q, o.r); /* out it goes in its turn */
 	}
 }
 
