@@ -951,13 +951,22 @@ def t_udp_only(env):
     listener says how many connections a shard it gets until a restart,
     and the listener forwards."""
     echo = env.echo()
-    tcp = free_port()
-    te = env.spawn([env.tlecho, "-p", str(tcp)], "tlecho-tcp")
-    t = time.time() + 10
-    while "listening" not in open(te.errname).read():
-        check(te.poll() is None and time.time() < t, "the TCP echo server did not start")
-        time.sleep(0.02)
-    port, lt = free_port(), free_port()
+    # TCP ports free for TCP too (a port free for UDP may be a TCP
+    # connection's), and a new one if another test takes it between the
+    # probe and the bind.
+    for attempt in range(5):
+        tcp = free_port_both()
+        te = env.spawn([env.tlecho, "-p", str(tcp)], "tlecho-tcp%d" % attempt)
+        t = time.time() + 10
+        while "listening" not in open(te.errname).read() and te.poll() is None:
+            check(time.time() < t, "the TCP echo server did not start")
+            time.sleep(0.02)
+        if te.poll() is None:
+            break
+        err = open(te.errname).read()
+        check("already in use" in err, "the TCP echo server exited: " + err[-300:])
+    check(te.poll() is None, "the TCP echo server found no free port in 5 tries")
+    port, lt = free_port(), free_port_both()
     udp_part = f"""shards: 1
 listeners:
   - {{name: u, proto: udp, sessions: 5000, listen: ["127.0.0.1:{port}"], pool: e}}
