@@ -30,7 +30,8 @@
  *       tl_server_size (a config's sizes raised), a connection's
  *       references (tl_conn_hold, tl_conn_release) and tl_conn_ready,
  *       a ring of replies' tl_replies_fini, tl_replies_wait and
- *       tl_replies_made,
+ *       tl_replies_made, a request reader's tl_resp_done and
+ *       tl_resp_consume,
  *       the requests tl_runtime_stop, tl_runtime_drain and
  *       tl_server_drain, the snapshots of counters (tl_loop_stats_get,
  *       tl_pool_loop_stats_get, tl_driver_info_get) and the setters
@@ -42,7 +43,8 @@
  *       tl_token, tl_token_data, tl_token_handler, tl_strerror,
  *       tl_error_detail, tl_rbuf_buffered, tl_rbuf_leases, tl_wbuf_room,
  *       tl_wbuf_pending, tl_server_listener, tl_replies_away,
- *       tl_replies_kept;
+ *       tl_replies_kept, and tl_resp_error_reply (a code's line, like
+ *       tl_strerror);
  *     - memory, or NULL when there is none (malloc's way): tl_shard_alloc,
  *       tl_replies_add, tl_reply_buf;
  *     - predicates return 1 or 0: tl_alive, tl_handle_eq, tl_op_eq,
@@ -149,5 +151,6 @@
 #include "turnloop/bufio.h"
 #include "turnloop/server.h"
 #include "turnloop/replies.h"
+#include "turnloop/resp.h"
 
 #endif

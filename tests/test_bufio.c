@@ -1,4 +1,4 @@
-/* tests/test_bufio.c: buffered streams (turnloop/bufio.h) on a real connection of each driver: framing across leases, no copy inside one, limits, the peer's end, coalesced writes, the ring, backpressure, errors; and files written whole (tl_fout: put in place at the end, left untouched after a failed write or rename, dropped). */
+/* tests/test_bufio.c: buffered streams (turnloop/bufio.h) on a real connection of each driver: framing across leases, no copy inside one, limits, the peer's end, the Redis protocol's requests (turnloop/resp.h), coalesced writes, the ring, backpressure, errors; and files written whole (tl_fout: put in place at the end, left untouched after a failed write or rename, dropped). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <CUnit/Basic.h>
 
 #include <turnloop/bufio.h>
+#include <turnloop/resp.h>
 #include "harness.h"
 
 /*
@@ -1276,6 +1277,313 @@ static void fout_abort_and_arguments(void)
 	fx_end(&x);
 }
 
+/* ---- The Redis protocol's requests (turnloop/resp.h) ---- */
+
+enum { RESP_ARGS = 8 };
+
+struct rx {
+	struct rd *d;
+	tl_resp *s;
+	tl_resp_arg av[RESP_ARGS];
+	uint32_t ac;
+	int rc;
+};
+
+static int pred_resp(void *p)
+{
+	struct rx *x = p;
+	pump(x->d);
+	x->rc = tl_resp_next(x->s, x->av, &x->ac);
+	return x->rc != 0 || x->d->term;
+}
+
+/* The next command as a host waits for it: tl_resp_next's return. */
+static int resp_wait(struct rx *x)
+{
+	if (!h_until(&x->d->c, pred_resp, x, H_WAIT_MS))
+		H_TRUE(0, "no command came: the reader holds %u bytes", tl_rbuf_buffered(&x->d->r));
+	return x->rc;
+}
+
+/* Command i of the stream resp_stream writes: i % 4 + 1 arguments, the
+ * first "c<i>", the others i * 7 % 90 bytes of one letter (0 bytes too). */
+static uint32_t resp_cmd(uint32_t i, char *out)
+{
+	uint32_t n = (uint32_t)sprintf(out, "*%u\r\n", i % 4 + 1), len = i * 7 % 90;
+	char name[16];
+	int nl = sprintf(name, "c%u", i);
+	n += (uint32_t)sprintf(out + n, "$%d\r\n%s\r\n", nl, name);
+	for (uint32_t a = 1; a <= i % 4; a++) {
+		n += (uint32_t)sprintf(out + n, "$%u\r\n", len);
+		memset(out + n, 'a' + (int)(i % 26), len);
+		n += len;
+		n += (uint32_t)sprintf(out + n, "\r\n");
+	}
+	if (i % 5 == 0) /* an empty line between commands: skipped */
+		n += (uint32_t)sprintf(out + n, "\r\n");
+	return n;
+}
+
+/* 200 commands in one write, read as a host does (a command asked for
+ * twice before it is done gives the same command; the done ones consumed
+ * every few): every argument is the one sent; with the default leases a
+ * command lies in its lease (no copy) unless it spans two, with 6-byte
+ * leases commands are assembled; at the end no lease is held. */
+static void resp_commands(uint32_t lease_size)
+{
+	int fds = h_begin();
+	struct rd d;
+	tl_resp s;
+	if (rd_open(&d, lease_size, 512) != 0) {
+		rd_close(&d, fds);
+		return;
+	}
+	enum { N = 200 };
+	static char wire[N * 400];
+	uint32_t total = 0, outside = 0, got = 0; /* outside: commands not all in one lease */
+	for (uint32_t i = 0; i < N; i++)
+		total += resp_cmd(i, wire + total);
+	cli_write(&d, wire, total);
+	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 100), 0);
+	struct rx x = {&d, &s, {{0}}, 0, 0};
+	for (; got < N && resp_wait(&x) == 1; got++) {
+		char want[16];
+		int nl = sprintf(want, "c%u", got);
+		uint32_t len = got * 7 % 90, bad = 0;
+		H_EQ(x.ac, got % 4 + 1);
+		if (x.ac != got % 4 + 1)
+			break;
+		bad |= x.av[0].n != (uint32_t)nl || memcmp(x.av[0].p, want, (size_t)nl) != 0;
+		for (uint32_t a = 1; a < x.ac; a++)
+			bad |= x.av[a].n != len || (len && (x.av[a].p[0] != 'a' + got % 26 || x.av[a].p[len - 1] != 'a' + got % 26));
+		H_TRUE(!bad, "command %u differs", got);
+		uint32_t out = 0;
+		for (uint32_t a = 0; a < x.ac; a++)
+			out |= in_lease(&d, x.av[a].p, x.av[a].n) < 0;
+		outside += out;
+		if (got % 3 == 0) { /* not done: the same command again */
+			const uint8_t *p0 = x.av[0].p;
+			H_EQ(tl_resp_next(&s, x.av, &x.ac), 1);
+			H_TRUE(x.av[0].p == p0 && x.ac == got % 4 + 1, "the command not done did not come again");
+		}
+		tl_resp_done(&s);
+		if (got % 7 == 0)
+			tl_resp_consume(&s);
+	}
+	H_EQ(got, N);
+	if (!lease_size) /* assembled: only a command across two leases, one a lease's end at most */
+		H_TRUE(outside < d.fed, "%u commands assembled from %u leases", outside, d.fed);
+	else
+		H_TRUE(outside > 0, "no command was assembled across %u-byte leases", lease_size);
+	uint32_t ac;
+	H_EQ(tl_resp_next(&s, x.av, &ac), 0);
+	tl_resp_consume(&s);
+	H_EQ(tl_rbuf_leases(&d.r), 0);
+	H_EQ(tl_rbuf_buffered(&d.r), 0);
+	rd_close(&d, fds);
+}
+
+static void resp_one_lease(void)
+{
+	resp_commands(0);
+}
+
+static void resp_small_leases(void)
+{
+	resp_commands(6);
+}
+
+/* A command not done stays in the reader across tl_resp_consume, and comes
+ * again; done and consumed, its bytes are gone. */
+static void resp_undone_stays(void)
+{
+	int fds = h_begin();
+	struct rd d;
+	tl_resp s;
+	if (rd_open(&d, 0, 64) != 0) {
+		rd_close(&d, fds);
+		return;
+	}
+	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
+	cli_write(&d, "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", 34);
+	struct rx x = {&d, &s, {{0}}, 0, 0};
+	H_EQ(resp_wait(&x), 1);
+	H_TRUE(x.ac == 1 && x.av[0].n == 4 && memcmp(x.av[0].p, "PING", 4) == 0, "PING differs");
+	tl_resp_consume(&s);
+	H_EQ(tl_rbuf_buffered(&d.r), 34); /* not done: nothing consumed */
+	H_EQ(tl_resp_next(&s, x.av, &x.ac), 1);
+	H_TRUE(x.ac == 1 && x.av[0].n == 4, "PING did not come again");
+	tl_resp_done(&s);
+	tl_resp_done(&s); /* once only: no command given since */
+	H_EQ(tl_resp_next(&s, x.av, &x.ac), 1);
+	H_TRUE(x.ac == 2 && x.av[1].n == 1 && x.av[1].p[0] == 'k', "GET k differs");
+	tl_resp_consume(&s);
+	H_EQ(tl_rbuf_buffered(&d.r), 20); /* PING's 14 bytes gone */
+	tl_resp_done(&s); /* GET k was given before the consume: its view ended, and so did it */
+	H_EQ(tl_resp_next(&s, x.av, &x.ac), 1);
+	tl_resp_done(&s);
+	H_EQ(tl_resp_next(&s, x.av, &x.ac), 0);
+	tl_resp_consume(&s);
+	H_EQ(tl_rbuf_buffered(&d.r), 0);
+	H_EQ(tl_rbuf_leases(&d.r), 0);
+	rd_close(&d, fds);
+}
+
+/* A long command assembled from small leases asks the reader for many
+ * bytes; once it is done, a short one after it comes whole, though it is
+ * shorter than what the long one asked for. */
+static void resp_short_after_long(void)
+{
+	int fds = h_begin();
+	struct rd d;
+	tl_resp s;
+	if (rd_open(&d, 8, 128) != 0) {
+		rd_close(&d, fds);
+		return;
+	}
+	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 100), 0);
+	cli_write(&d, "*1\r\n$60\r\n000000000000000000000000000000000000000000000000000000000000\r\n", 71);
+	struct rx x = {&d, &s, {{0}}, 0, 0};
+	H_EQ(resp_wait(&x), 1);
+	H_TRUE(x.ac == 1 && x.av[0].n == 60, "the long command differs");
+	tl_resp_done(&s);
+	H_EQ(tl_resp_next(&s, x.av, &x.ac), 0);
+	tl_resp_consume(&s);
+	cli_write(&d, "*1\r\n$1\r\nx\r\n", 11);
+	H_EQ(resp_wait(&x), 1);
+	H_TRUE(x.ac == 1 && x.av[0].n == 1 && x.av[0].p[0] == 'x', "the short command differs");
+	tl_resp_done(&s);
+	tl_resp_consume(&s);
+	rd_close(&d, fds);
+}
+
+/* Each bad request: its code, sticky, and the line a client gets; a command
+ * longer than the reader's max, cut by small leases, is -EMSGSIZE. */
+static void resp_errors(void)
+{
+	static const struct {
+		const char *in;
+		int code;
+		const char *line;
+	} cases[] = {
+		{"PING\r\n", -EBADMSG, "-ERR Protocol error: expected '*' (no inline commands)\r\n"},
+		{"*0\r\n", -ERANGE, "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"*9\r\n", -ERANGE, "-ERR Protocol error: invalid multibulk length\r\n"}, /* above max_args */
+		{"*x\r\n", -ERANGE, "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"*1\r\n$33\r\n", -EILSEQ, "-ERR Protocol error: invalid bulk length\r\n"}, /* above max_len */
+		{"*1\r\n$3\r\nPINGX\r\n", -EILSEQ, "-ERR Protocol error: invalid bulk length\r\n"},
+		{"*1\r\n+3\r\n", -EILSEQ, "-ERR Protocol error: invalid bulk length\r\n"},
+		{"*1\r\n$4\r\nPING\rX", -EILSEQ, "-ERR Protocol error: invalid bulk length\r\n"}, /* "\r" then not "\n" */
+		{"*8\r\n$30\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n$30\r\nxxxxx", -EMSGSIZE, /* 114 bytes at least: the reader takes 64 */
+		 "-ERR Protocol error: command too long\r\n"},
+	};
+	for (size_t i = 0; i < 2 * sizeof cases / sizeof *cases; i++) {
+		int fds = h_begin();
+		struct rd d;
+		tl_resp s;
+		if (rd_open(&d, i & 1 ? 8 : 0, 64) != 0) { /* in one lease, and cut into 8-byte ones */
+			rd_close(&d, fds);
+			return;
+		}
+		H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
+		cli_write(&d, cases[i / 2].in, (uint32_t)strlen(cases[i / 2].in));
+		struct rx x = {&d, &s, {{0}}, 0, 0};
+		int rc = resp_wait(&x);
+		H_TRUE(rc == cases[i / 2].code, "case %zu: %d%s, wanted %d%s", i, rc, h_errname(rc), cases[i / 2].code,
+		       h_errname(cases[i / 2].code));
+		H_EQ(tl_resp_next(&s, x.av, &x.ac), cases[i / 2].code);
+		H_TRUE(tl_resp_error_reply(rc) && strcmp(tl_resp_error_reply(rc), cases[i / 2].line) == 0, "case %zu: line", i);
+		tl_resp_consume(&s);
+		rd_close(&d, fds);
+	}
+	H_TRUE(tl_resp_error_reply(-EPROTO) == NULL && tl_resp_error_reply(0) == NULL &&
+	       tl_resp_error_reply(-EINVAL) == NULL);
+}
+
+/* The peer closes inside a command: the whole one first, then -EPROTO
+ * (no one to tell: no line); on a command's boundary: 0. */
+static void resp_peer_closes(void)
+{
+	for (int mid = 0; mid < 2; mid++) {
+		int fds = h_begin();
+		struct rd d;
+		tl_resp s;
+		if (rd_open(&d, 0, 64) != 0) {
+			rd_close(&d, fds);
+			return;
+		}
+		H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
+		cli_write(&d, "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1", mid ? 29 : 14);
+		h_close(&d.c, d.cli, 2);
+		d.cli = TL_HANDLE_NONE;
+		H_TRUE(h_until(&d.c, pred_term, &d, H_WAIT_MS), "the read did not end");
+		struct rx x = {&d, &s, {{0}}, 0, 0};
+		H_EQ(tl_resp_next(&s, x.av, &x.ac), 1);
+		tl_resp_done(&s);
+		H_EQ(tl_resp_next(&s, x.av, &x.ac), mid ? -EPROTO : 0);
+		H_EQ(tl_resp_next(&s, x.av, &x.ac), mid ? -EPROTO : 0);
+		tl_resp_consume(&s);
+		H_EQ(tl_rbuf_leases(&d.r), 0);
+		rd_close(&d, fds);
+	}
+}
+
+/* Number lines, and whole decimal numbers. */
+static void resp_numbers(void)
+{
+	uint8_t b[32];
+	int64_t v = 7;
+	H_TRUE(tl_resp_num(b, ':', 0) == 4 && memcmp(b, ":0\r\n", 4) == 0);
+	H_TRUE(tl_resp_num(b, '$', 512) == 6 && memcmp(b, "$512\r\n", 6) == 0);
+	H_TRUE(tl_resp_num(b, ':', -42) == 6 && memcmp(b, ":-42\r\n", 6) == 0);
+	H_TRUE(tl_resp_num(b, ':', INT64_MIN) == 23 && memcmp(b, ":-9223372036854775808\r\n", 23) == 0);
+	H_TRUE(tl_resp_num(b, '*', INT64_MAX) == 22 && memcmp(b, "*9223372036854775807\r\n", 22) == 0);
+	H_TRUE(tl_resp_num_parse((const uint8_t *)"9223372036854775807", 19, &v) == 0 && v == INT64_MAX);
+	H_TRUE(tl_resp_num_parse((const uint8_t *)"-9223372036854775808", 20, &v) == 0 && v == INT64_MIN);
+	H_TRUE(tl_resp_num_parse((const uint8_t *)"-17", 3, &v) == 0 && v == -17);
+	H_TRUE(tl_resp_num_parse((const uint8_t *)"0", 1, &v) == 0 && v == 0);
+	v = 7;
+	H_EQ(tl_resp_num_parse((const uint8_t *)"9223372036854775808", 19, &v), -ERANGE);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"-9223372036854775809", 20, &v), -ERANGE);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"", 0, &v), -EINVAL);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"-", 1, &v), -EINVAL);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"+1", 2, &v), -EINVAL);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"1 ", 2, &v), -EINVAL);
+	H_EQ(tl_resp_num_parse(NULL, 1, &v), -EINVAL);
+	H_EQ(tl_resp_num_parse((const uint8_t *)"1", 1, NULL), -EINVAL);
+	H_EQ(v, 7); /* untouched by every refusal */
+}
+
+/* Refusals: init's ranges, next's NULLs and an unmade reader; done and
+ * consume on NULL do nothing. */
+static void resp_arguments(void)
+{
+	int fds = h_begin();
+	tl_loop *l = h_loop();
+	tl_rbuf r;
+	tl_resp s;
+	tl_resp_arg av[1];
+	uint32_t ac;
+	memset(&s, 0, sizeof s);
+	H_EQ(tl_resp_next(&s, av, &ac), -EINVAL); /* not made */
+	H_EQ(tl_rbuf_init(&r, l, NULL, 64), 0);
+	H_EQ(tl_resp_init(NULL, &r, 1, 1), -EINVAL);
+	H_EQ(tl_resp_init(&s, NULL, 1, 1), -EINVAL);
+	H_EQ(tl_resp_init(&s, &r, 0, 1), -EINVAL);
+	H_EQ(tl_resp_init(&s, &r, (1u << 20) + 1, 1), -EINVAL);
+	H_EQ(tl_resp_init(&s, &r, 1, (1u << 30) + 1), -EINVAL);
+	H_EQ(tl_resp_init(&s, &r, 1u << 20, 1u << 30), 0);
+	H_EQ(tl_resp_next(NULL, av, &ac), -EINVAL);
+	H_EQ(tl_resp_next(&s, NULL, &ac), -EINVAL);
+	H_EQ(tl_resp_next(&s, av, NULL), -EINVAL);
+	H_EQ(tl_resp_next(&s, av, &ac), 0); /* nothing read yet */
+	tl_resp_done(NULL);
+	tl_resp_consume(NULL);
+	tl_resp_consume(&s);
+	tl_rbuf_fini(&r);
+	h_end(l, fds);
+}
+
 /* ---- Arguments ---- */
 
 static void arguments(void)
@@ -1348,6 +1656,14 @@ static const h_test tests[] = {
 	T("reader", peer_closes_mid_frame),
 	T("reader", peer_closes_between_frames),
 	T("reader", feed_refuses_past_queue),
+	T("resp", resp_one_lease),
+	T("resp", resp_small_leases),
+	T("resp", resp_undone_stays),
+	T("resp", resp_short_after_long),
+	T("resp", resp_errors),
+	T("resp", resp_peer_closes),
+	T("resp", resp_numbers),
+	T("resp", resp_arguments),
 	T("writer", coalesce_one_write),
 	T("writer", inflight_accumulates),
 	T("writer", backpressure),

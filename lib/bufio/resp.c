@@ -1,0 +1,163 @@
+/* lib/bufio/resp.c: the Redis protocol's requests, read from a tl_rbuf without copying (turnloop/resp.h), on the public API only. */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include "turnloop/resp.h"
+
+/* A line "<t><digits>\r\n" of at most 16 bytes at p[*i..n), its number at
+ * most max: 1 (and *v), 0 when not all of it is here, -1 when bad. The one-
+ * and two-digit lines (nearly every count and key length) are read at once:
+ * the general loop cost about a sixth of a GET's instructions at -P 16. */
+static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t n, uint32_t *i, char t,
+							uint32_t max, uint32_t *v) {
+	const uint8_t *s = p + *i, *e = s + (n - *i < 16 ? n - *i : 16), *d = s + 1;
+	uint64_t x = 0; /* 15 digits at most: no overflow */
+	unsigned dg;
+	if (e - s >= 4 && s[0] == t && (dg = (unsigned)s[1] - '0') <= 9) {
+		if (s[2] == '\r' && s[3] == '\n' && dg <= max)
+			return *v = dg, *i += 4, 1;
+		if (e - s >= 5 && (x = (unsigned)s[2] - '0') <= 9 && s[3] == '\r' && s[4] == '\n' &&
+		    (x += dg * 10) <= max)
+			return *v = (uint32_t)x, *i += 5, 1;
+		x = 0;
+	}
+	if (s == e)
+		return 0;
+	if (*s != t)
+		return -1;
+	for (; d < e && (dg = (unsigned)*d - '0') <= 9; d++)
+		x = x * 10 + dg;
+	if (d + 1 >= e) /* the line goes on past what is here: bad already, or not yet */
+		return (d < e && *d != '\r') || x > max || e - s == 16 ? -1 : 0;
+	if (d == s + 1 || x > max || d[0] != '\r' || d[1] != '\n')
+		return -1;
+	*v = (uint32_t)x;
+	*i = (uint32_t)(d + 2 - p);
+	return 1;
+}
+
+/* One command from p[0..n): its length, av[0..*ac) pointing into p; 0 when
+ * not whole yet (*need: the bytes it takes at least, more than n); or a
+ * negative errno (resp.h). An empty line is a command of no arguments. */
+static int parse(const tl_resp *s, const uint8_t *p, uint32_t n, tl_resp_arg *av, uint32_t *ac, uint32_t *need) {
+	uint32_t i = 0, cnt = 0, len = 0, k;
+	int r;
+	if (n >= 2 && p[0] == '\r' && p[1] == '\n')
+		return *ac = 0, 2;
+	if (n == 1 && p[0] == '\r') /* perhaps an empty line, cut by the read */
+		return *need = 2, 0;
+	if (p[0] != '*')
+		return -EBADMSG;
+	if ((r = line(p, n, &i, '*', s->max_args, &cnt)) == 0)
+		return *need = n + 1, 0;
+	if (r < 0 || cnt == 0)
+		return -ERANGE;
+	for (k = 0; k < cnt; k++, i += len + 2) {
+		if ((r = line(p, n, &i, '$', s->max_len, &len)) < 0)
+			return -EILSEQ;
+		if (r == 0 || n - i < len + 2) { /* each argument after this one takes 6 bytes or more */
+			*need = (r ? i + len + 2 : n + 1) + 6 * (cnt - k - 1);
+			return 0;
+		}
+		if (p[i + len] != '\r' || p[i + len + 1] != '\n')
+			return -EILSEQ;
+		av[k] = (tl_resp_arg){p + i, len};
+	}
+	*ac = cnt;
+	return (int)i;
+}
+
+int tl_resp_init(tl_resp *s, tl_rbuf *rd, uint32_t max_args, uint32_t max_len) {
+	if (!s || !rd || max_args == 0 || max_args > 1u << 20 || max_len > 1u << 30)
+		return -EINVAL;
+	*s = (tl_resp){.rd = rd, .need = 1, .max_args = max_args, .max_len = max_len};
+	return 0;
+}
+
+int tl_resp_next(tl_resp *s, tl_resp_arg *av, uint32_t *ac) {
+	int rc;
+	if (!s || !av || !ac || !s->rd)
+		return -EINVAL;
+	for (;;) {
+		if (s->err)
+			return s->err;
+		if (s->off == s->n) { /* the view is used up, or the command goes on past it */
+			tl_resp_consume(s);
+			if ((rc = tl_rbuf_peek(s->rd, s->need, &s->p)) <= 0)
+				return rc < 0 ? (s->err = rc) : 0;
+			s->n = (uint32_t)rc;
+		}
+		if ((rc = parse(s, s->p + s->off, s->n - s->off, av, ac, &s->need)) > 0) {
+			s->used = (uint32_t)rc;
+			if (*ac)
+				return 1;
+			tl_resp_done(s); /* an empty line */
+		} else if (rc < 0) {
+			s->err = rc;
+		} else { /* not whole here: ask the reader for what it needs */
+			tl_resp_consume(s);
+		}
+	}
+}
+
+void tl_resp_done(tl_resp *s) {
+	if (!s || !s->used)
+		return;
+	s->off += s->used;
+	s->used = 0;
+	s->need = 1;
+}
+
+void tl_resp_consume(tl_resp *s) {
+	if (!s || !s->rd || !s->p)
+		return;
+	tl_rbuf_consume(s->rd, s->off);
+	s->p = NULL;
+	s->off = s->n = s->used = 0;
+}
+
+const char *tl_resp_error_reply(int code) {
+	switch (code) {
+	case -EBADMSG: return "-ERR Protocol error: expected '*' (no inline commands)\r\n";
+	case -ERANGE: return "-ERR Protocol error: invalid multibulk length\r\n";
+	case -EILSEQ: return "-ERR Protocol error: invalid bulk length\r\n";
+	case -EMSGSIZE: return "-ERR Protocol error: command too long\r\n";
+	default: return NULL;
+	}
+}
+
+uint32_t tl_resp_num(uint8_t *out, char type, int64_t v) {
+	char d[24], *e = d + sizeof d;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	uint32_t n;
+	do
+		*--e = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--e = '-';
+	*--e = type;
+	n = (uint32_t)(d + sizeof d - e);
+	memcpy(out, e, n);
+	memcpy(out + n, "\r\n", 2);
+	return n + 2;
+}
+
+int tl_resp_num_parse(const uint8_t *p, uint32_t n, int64_t *v) {
+	uint32_t neg, i;
+	uint64_t x = 0, lim;
+	if (!p || !v)
+		return -EINVAL;
+	neg = n && p[0] == '-';
+	lim = (uint64_t)INT64_MAX + neg;
+	if (n == neg)
+		return -EINVAL;
+	for (i = neg; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -EINVAL;
+		if (x > (lim - (uint64_t)(p[i] - '0')) / 10)
+			return -ERANGE;
+		x = x * 10 + (uint64_t)(p[i] - '0');
+	}
+	*v = neg ? (int64_t)(0 - x) : (int64_t)x;
+	return 0;
+}
