@@ -93,6 +93,40 @@ int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const cha
 	return 1;
 }
 
+int tl_runtime_config_args(tl_runtime_config *cfg, int argc, char **argv, const tl_runtime_option *opts)
+{
+	const tl_runtime_option *o;
+	if (!cfg || !argv || argc < 1)
+		return -EINVAL;
+	for (o = opts; o && o->name; o++)
+		if (!o->dst || o->kind < TL_OPTION_FLAG || o->kind > TL_OPTION_STR) {
+			tl__detail_set("option table: %s has no destination or an unknown kind", o->name);
+			return -EINVAL;
+		}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		uint32_t v;
+		int rc;
+		for (o = opts; o && o->name && strcmp(o->name, a); o++) {}
+		if (o && o->name && o->kind == TL_OPTION_FLAG) {
+			*(int *)o->dst = 1;
+			continue;
+		}
+		i++; /* every other option takes a value */
+		if (o && o->name && o->kind == TL_OPTION_U32 && option_number(val, o->min, o->max, &v) == 0)
+			*(uint32_t *)o->dst = v;
+		else if (o && o->name && o->kind == TL_OPTION_STR && val && *val)
+			*(const char **)o->dst = val;
+		else if (o && o->name && o->kind == TL_OPTION_U32) /* the program's, with a bad value */
+			return tl__detail_set("%s takes a number of %u..%u", a, o->min, o->max), -EINVAL;
+		else if (o && o->name)
+			return tl__detail_set("%s takes a value", a), -EINVAL;
+		else if ((rc = tl_runtime_config_option(cfg, a, val)) <= 0)
+			return tl__detail_set(rc ? "%s: a missing or bad value" : "%s: no such option", a), -EINVAL;
+	}
+	return 0;
+}
+
 /* The first field of c out of its range (the detail of -EINVAL), or NULL. */
 static const char *bad_field(const tl_runtime_config *c)
 {

@@ -291,6 +291,68 @@ static void test_config_option(void)
 	st_end(fds);
 }
 
+/* A whole command line (tl_runtime_config_args): the program's options
+ * of each kind and the runtime's, in any order, the last one winning; each
+ * way a line is refused, with a detail that names the argument. */
+static void test_config_args(void)
+{
+	tl_runtime_config cfg, d;
+	int fds = st_begin("runtime/config_args");
+	uint32_t port = 7, n = 0;
+	int flag = 0;
+	const char *dir = "def";
+	const tl_runtime_option opts[] = {{"--port", TL_OPTION_U32, &port, 1, 65535}, {"--n", TL_OPTION_U32, &n, 0, 10},
+					  {"--dir", TL_OPTION_STR, &dir, 0, 0}, {"--flag", TL_OPTION_FLAG, &flag, 0, 0},
+					  {NULL, 0, NULL, 0, 0}};
+	char *ok[] = {"prog", "--port", "80", "--shards", "2", "--flag", "--dir", "x", "--n", "0", "--port", "65535",
+		      "--nap-us", "5"};
+	tl_runtime_config_init(&d);
+	cfg = d;
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 14, ok, opts), 0);
+	CU_ASSERT(port == 65535 && n == 0 && flag == 1 && dir == ok[7]); /* the last --port; the string kept */
+	CU_ASSERT(cfg.plan.shards == 2 && cfg.loop.nap_ns == 5000);
+	port = 7, flag = 0, dir = "def";
+	cfg = d;
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 1, ok, opts), 0); /* nothing given: the defaults stay */
+	CU_ASSERT(port == 7 && flag == 0 && strcmp(dir, "def") == 0 && memcmp(&cfg, &d, sizeof cfg) == 0);
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 3, (char *[]){"prog", "--shards", "3"}, NULL), 0); /* the runtime's alone */
+	CU_ASSERT_EQUAL(cfg.plan.shards, 3);
+	static const struct {
+		char *argv[4];
+		int argc;
+		const char *detail;
+	} bad[] = {
+		{{"prog", "--port", "0"}, 3, "--port takes a number of 1..65535"},
+		{{"prog", "--port", "65536"}, 3, "--port takes a number of 1..65535"},
+		{{"prog", "--port", "8x"}, 3, "--port takes a number of 1..65535"},
+		{{"prog", "--port"}, 2, "--port takes a number of 1..65535"},
+		{{"prog", "--n", "11"}, 3, "--n takes a number of 0..10"},
+		{{"prog", "--dir", ""}, 3, "--dir takes a value"},
+		{{"prog", "--dir"}, 2, "--dir takes a value"},
+		{{"prog", "--nope", "1"}, 3, "--nope: no such option"},
+		{{"prog", "port", "1"}, 3, "port: no such option"},
+		{{"prog", "--shards", "0"}, 3, "--shards: a missing or bad value"},
+		{{"prog", "--cpus"}, 2, "--cpus: a missing or bad value"},
+		{{"prog", "--flag", "--port", "x"}, 4, "--port takes a number of 1..65535"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		int rc = tl_runtime_config_args(&cfg, bad[i].argc, (char **)bad[i].argv, opts);
+		CU_ASSERT_EQUAL(rc, -EINVAL);
+		if (strcmp(tl_error_detail(), bad[i].detail) != 0)
+			fprintf(stderr, "  case %zu: detail \"%s\"\n", i, tl_error_detail());
+		CU_ASSERT_STRING_EQUAL(tl_error_detail(), bad[i].detail);
+	}
+	CU_ASSERT_EQUAL(flag, 1); /* what came before the bad argument is set */
+	const tl_runtime_option no_dst[] = {{"--x", TL_OPTION_U32, NULL, 0, 1}, {NULL, 0, NULL, 0, 0}};
+	const tl_runtime_option no_kind[] = {{"--x", 9, &n, 0, 1}, {NULL, 0, NULL, 0, 0}};
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 1, ok, no_dst), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 1, ok, no_kind), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_config_args(NULL, 1, ok, opts), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 1, NULL, opts), -EINVAL);
+	CU_ASSERT_EQUAL(tl_runtime_config_args(&cfg, 0, ok, opts), -EINVAL);
+	st_end(fds);
+}
+
 /* ---- SIGTERM stops and drains every shard ---- */
 
 #ifdef _WIN32
@@ -1011,6 +1073,7 @@ int main(void)
 	st_add(s, "stop_before_run", test_stop_before_run);
 	st_add(s, "bad_config", test_bad_config);
 	st_add(s, "config_option", test_config_option);
+	st_add(s, "config_args", test_config_args);
 	st_add(s, "sigterm_drain", test_sigterm_drain);
 	st_add(s, "drain_finishes_transfer", test_drain_finishes_transfer);
 	st_add(s, "second_signal_stops", test_second_signal_stops);

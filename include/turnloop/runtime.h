@@ -201,6 +201,34 @@ void tl_runtime_config_init(tl_runtime_config *cfg);
  */
 int tl_runtime_config_option(tl_runtime_config *cfg, const char *name, const char *value);
 
+/* A program's own option, for tl_runtime_config_args: a table of them ends
+ * with a NULL name. */
+typedef struct tl_runtime_option {
+	const char *name;   /* as typed: "--port" */
+	int kind;           /* TL_OPTION_FLAG, TL_OPTION_U32 or TL_OPTION_STR */
+	void *dst;          /* where the value goes: int, uint32_t, const char * */
+	uint32_t min, max;  /* TL_OPTION_U32: the range, inclusive */
+} tl_runtime_option;
+
+enum {
+	TL_OPTION_FLAG = 1, /* no value: *(int *)dst = 1 */
+	TL_OPTION_U32,      /* the next argument, digits only, min..max: *(uint32_t *)dst */
+	TL_OPTION_STR       /* the next argument, not empty: *(const char **)dst (kept, not copied) */
+};
+
+/*
+ * A program's whole command line, argv[1 .. argc): each argument is one of
+ * opts or one of the runtime's options (tl_runtime_config_option: those set
+ * *cfg), a value being the argument after its name; a later one wins. The
+ * destinations keep what they held for options not given, so a program sets
+ * its defaults first. Returns 0, or -EINVAL at the first argument that is
+ * neither, or whose value is missing or bad (what came before it is set);
+ * cfg or argv NULL, argc below 1, or an entry of opts with an unknown kind
+ * or no destination: -EINVAL too. Detail: the argument, and what is wrong
+ * with it.
+ */
+int tl_runtime_config_args(tl_runtime_config *cfg, int argc, char **argv, const tl_runtime_option *opts);
+
 /*
  * Create a runtime: computes the plan (from cfg->plan and, unless no_env, the
  * environment; cfg NULL: the defaults), allocates every shard's mesh rings
