@@ -53,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	int r1 = options(argc, argv, &o1, &c1), r2 = options(argc, argv, &o2, &c2);
 	CHECK(r1 == 0 || r1 == 2);
 	CHECK(r1 == r2);
+	CHECK(r1 == 0 || c1.plan.shards > MAX_SHARDS || *tl_error_detail()); /* the line tlkv prints says why */
 	if (r1 == 0) {
 		unsigned long v;
 		CHECK(o1.port == o2.port && o1.keys == o2.keys && o1.conns == o2.conns && o1.local == o2.local &&

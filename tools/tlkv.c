@@ -1,6 +1,5 @@
 /* tools/tlkv.c: a sharded key-value server speaking the Redis protocol: each shard owns the keys that hash to it, commands on other keys go to their owner over the mesh, and each connection's replies leave in request order; the model program of docs/GUIDE-SHARDED.md. */
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -21,7 +20,6 @@ enum { R_SUM = 1, R_EMIT = 2 }; /* DEL's parts (no bytes) add up; its last part 
 #define ERR(o, lit) reply(o, S(lit), NULL, 0)
 
 struct item { struct item *next; uint64_t h; uint32_t klen, vlen; uint8_t kv[]; }; /* key, value */
-struct arg { const uint8_t *p; uint32_t n; };
 
 /* A reply owed to a client, in its connection's ring (turnloop/replies.h).
  * For a remote key the owner runs the command (run) and makes the reply. */
@@ -37,12 +35,13 @@ struct rec {
 struct conn { /* a connection's state, in a slot of the shard's server */
 	tl_conn b;        /* first: its reader (b.rd), writer (b.wr) and life */
 	struct shard *sh;
-	uint32_t need, argi;
+	uint32_t argi;
 	uint8_t quit;
 	const char *bye;  /* the line before the close: QUIT's +OK, a protocol error */
 	int64_t sum;
 	struct rec *grec; /* the reply that its gather answers */
-	tl_replies q;     /* from here on: set up at open */
+	tl_resp rs;       /* from here on: set up at open */
+	tl_replies q;
 	tl_mesh_chain chains[MAX_SHARDS];
 	tl_mesh_gather g;
 	tl_mesh_part parts[MAX_SHARDS];
@@ -64,7 +63,7 @@ struct shard {
 	struct item **b; /* the buckets: a power of two, --keys or more */
 	uint64_t mask, live, ncmd, nremote;
 	struct save sv;
-	struct arg av[MAX_ARGS];
+	tl_resp_arg av[MAX_ARGS];
 };
 
 static struct {
@@ -107,26 +106,6 @@ static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, 
 
 static uint8_t *put(uint8_t *p, const void *s, size_t n) { return (uint8_t *)memcpy(p, s, n) + n; }
 
-static uint32_t num(uint8_t *p, char t, int64_t v) { /* "<t><v>\r\n" at p: its length */
-	char d[24], *e = d + sizeof d;
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	do *--e = (char)('0' + u % 10); while (u /= 10);
-	if (v < 0) *--e = '-';
-	*--e = t;
-	memcpy(put(p, e, (size_t)(d + sizeof d - e)), "\r\n", 2);
-	return (uint32_t)(d + sizeof d - e) + 2;
-}
-
-static int to_i64(const uint8_t *p, uint32_t n, int64_t *v) { /* a whole decimal number */
-	uint32_t neg = n && p[0] == '-';
-	uint64_t x = 0, lim = (uint64_t)INT64_MAX + neg;
-	if (n == neg || n > 20) return -1;
-	for (uint32_t i = neg; i < n; x = x * 10 + (uint64_t)(p[i++] - '0'))
-		if (p[i] < '0' || p[i] > '9' || x > (lim - (uint64_t)(p[i] - '0')) / 10) return -1;
-	*v = neg ? (int64_t)(0 - x) : (int64_t)x;
-	return 0;
-}
-
 /* Where a reply goes: straight into the connection's writer (w, whose room
  * was checked), or into a record that waits for its turn (r), made by shard s. */
 struct out { tl_wbuf *w; tl_reply *r; tl_shard *s; };
@@ -156,14 +135,14 @@ static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint
 	uint8_t b[24];
 	int64_t n = 0;
 	int rc = 0;
-	if (op == OP_GET && it) reply(o, b, num(b, '$', it->vlen), it->kv + kl, it->vlen);
+	if (op == OP_GET && it) reply(o, b, tl_resp_num(b, '$', it->vlen), it->kv + kl, it->vlen);
 	else if (op == OP_GET) ERR(o, "$-1\r\n");
 	else if (op == OP_DEL && it) { *p = it->next; free(it); sh->live--; return 1; }
-	else if (op == OP_INCR && it && to_i64(it->kv + kl, it->vlen, &n) < 0)
+	else if (op == OP_INCR && it && tl_resp_num_parse(it->kv + kl, it->vlen, &n) < 0)
 		ERR(o, "-ERR value is not an integer or out of range\r\n");
 	else if (op == OP_INCR && n == INT64_MAX) ERR(o, "-ERR increment or decrement would overflow\r\n");
-	else if (op == OP_INCR && !(rc = set(sh, p, h, k, kl, b + 1, num(b, ':', n + 1) - 3)))
-		reply(o, b, num(b, ':', n + 1), NULL, 0);
+	else if (op == OP_INCR && !(rc = set(sh, p, h, k, kl, b + 1, tl_resp_num(b, ':', n + 1) - 3)))
+		reply(o, b, tl_resp_num(b, ':', n + 1), NULL, 0);
 	else if (op == OP_SET && !(rc = set(sh, p, h, k, kl, v, vl))) ERR(o, "+OK\r\n");
 	if (rc) rc == -ENOSPC ? ERR(o, "-ERR table full (--keys)\r\n") : ERR(o, "-ERR out of memory\r\n");
 	return 0;
@@ -178,7 +157,7 @@ static uint32_t say_sum(tl_reply *r, uint8_t *p, void *arg) {
 	uint32_t n = 0;
 	if (r->result < 0) return c->quit = 1, (uint32_t)(put(p, S("-ERR shutting down\r\n")) - p);
 	c->sum += r->result;
-	if (r->flags & R_EMIT) n = num(p, ':', c->sum), c->sum = 0;
+	if (r->flags & R_EMIT) n = tl_resp_num(p, ':', c->sum), c->sum = 0;
 	return n;
 }
 
@@ -201,7 +180,7 @@ static int64_t run(tl_shard *s, tl_reply *x) {
 
 /* One key's command: run here (into the writer when no reply is owed before
  * it), or sent to the key's owner. 1 when done or sent, 0 stalled. */
-static int route(struct conn *c, int op, int flags, const struct arg *k, const struct arg *v) {
+static int route(struct conn *c, int op, int flags, const tl_resp_arg *k, const tl_resp_arg *v) {
 	struct shard *sh = c->sh;
 	uint64_t h = XXH3_64bits(k->p, k->n);
 	uint32_t to = owner(sh, h), vl = v ? v->n : 0;
@@ -243,8 +222,8 @@ static int save_task(tl_shard *s, void *arg) {
 		for (struct item *it = sh->b[v->next]; it; it = it->next, v->keys++) {
 			if ((rc = tl_fout_reserve(&v->f, 2 * REPLY_MAX, &p)) < 0) return rc;
 			q = put(p, "*3\r\n$3\r\nSET\r\n", 13);
-			q = put(put(q + num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
-			q = put(put(q + num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
+			q = put(put(q + tl_resp_num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
+			q = put(put(q + tl_resp_num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
 			tl_fout_commit(&v->f, (uint32_t)(q - p));
 		}
 		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) { v->next++; return TL_TASK_MORE; }
@@ -295,57 +274,9 @@ static const struct cmd {
 	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, -1}, {"echo", 0, K_PING, 2},
 	    {"quit", 0, K_QUIT, 1}};
 
-/* A line "<t><digits>\r\n" of at most 16 bytes at p[*i..n), the number at
- * most max: 1 (and *v), 0 when not all here, -1 when bad. */
-static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t n, uint32_t *i, char t,
-							uint32_t max, uint32_t *v) {
-	const uint8_t *s = p + *i, *e = s + (n - *i < 16 ? n - *i : 16), *d = s + 1;
-	uint64_t x = 0; /* 15 digits at most: no overflow */
-	unsigned dg;
-	if (e - s >= 4 && s[0] == t && (dg = (unsigned)s[1] - '0') <= 9) { /* one or two digits, at once */
-		if (s[2] == '\r' && s[3] == '\n' && dg <= max) return *v = dg, *i += 4, 1;
-		if (e - s >= 5 && (x = (unsigned)s[2] - '0') <= 9 && s[3] == '\r' && s[4] == '\n' && (x += dg * 10) <= max)
-			return *v = (uint32_t)x, *i += 5, 1;
-		x = 0;
-	}
-	if (s == e) return 0;
-	if (*s != t) return -1;
-	for (; d < e && (dg = (unsigned)*d - '0') <= 9; d++) x = x * 10 + dg;
-	if (d + 1 >= e) return (d < e && *d != '\r') || x > max || e - s == 16 ? -1 : 0;
-	if (d == s + 1 || x > max || d[0] != '\r' || d[1] != '\n') return -1;
-	*v = (uint32_t)x;
-	*i = (uint32_t)(d + 2 - p);
-	return 1;
-}
-
-/* One command (an array of bulk strings) from p[0..n): its length, with
- * av[0..*ac) pointing into p; 0 when not whole yet (*need: how many bytes it
- * takes at least); -1 when bad (*why: the error line). */
-static int parse(const uint8_t *p, uint32_t n, struct arg *av, uint32_t *ac, uint32_t *need, const char **why) {
-	uint32_t i = 0, cnt = 0, len = 0;
-	int r = line(p, n, &i, '*', MAX_ARGS, &cnt);
-	if (n >= 2 && p[0] == '\r' && p[1] == '\n') { *ac = 0; return 2; } /* an empty line (redis-cli --pipe) */
-	if (n == 1 && p[0] == '\r') { *need = 2; return 0; } /* perhaps one, cut by the read */
-	*why = p[0] != '*' ? "-ERR Protocol error: expected '*' (no inline commands)\r\n"
-			   : "-ERR Protocol error: invalid multibulk length\r\n";
-	if (r == 0) { *need = n + 1; return 0; }
-	if (r < 0 || cnt == 0) return -1;
-	*why = "-ERR Protocol error: invalid bulk length\r\n";
-	for (*ac = 0; *ac < cnt; ++*ac, i += len + 2) {
-		if ((r = line(p, n, &i, '$', VAL_MAX, &len)) < 0) return -1;
-		if (r == 0 || n - i < len + 2) { /* each argument after this one takes 6 bytes or more */
-			*need = (r ? i + len + 2 : n + 1) + 6 * (cnt - *ac - 1);
-			return 0;
-		}
-		if (p[i + len] != '\r' || p[i + len + 1] != '\n') return -1;
-		av[*ac] = (struct arg){p + i, len};
-	}
-	return (int)i;
-}
-
 /* Run the command av[0..ac) from argument c->argi on: 1 when all of it is done
  * or sent, 0 when it stalled (it goes on from c->argi later). */
-static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
+static int dispatch(struct conn *c, tl_resp_arg *av, uint32_t ac) {
 	const struct cmd *k = NULL;
 	uint8_t b[24];
 	if (c->argi >= ac) return 1;
@@ -361,14 +292,14 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	switch (k->kind) {
 	case K_KEY: if (!route(c, k->op, 0, &av[1], ac > 2 ? &av[2] : NULL)) return 0; break;
 	case K_EACH: /* MGET: "*N", then each key's GET; DEL: each key's count, summed */
-		if (!c->argi && k->op == OP_GET && !say(c, b, num(b, '*', ac - 1), NULL, 0)) return 0;
+		if (!c->argi && k->op == OP_GET && !say(c, b, tl_resp_num(b, '*', ac - 1), NULL, 0)) return 0;
 		for (c->argi += !c->argi; c->argi < ac; c->argi++)
 			if (!route(c, k->op, k->op == OP_DEL ? R_SUM | (c->argi == ac - 1 ? R_EMIT : 0) : 0, &av[c->argi], NULL))
 				return 0;
 		break;
 	case K_ALL: if (!gather(c, k->op)) return 0; break;
 	case K_PING: /* PING, or ECHO (which redis-cli --pipe sends last) */
-		if (ac == 1 ? !say(c, S("+PONG\r\n"), NULL, 0) : !say(c, b, num(b, '$', av[1].n), av[1].p, av[1].n)) return 0;
+		if (ac == 1 ? !say(c, S("+PONG\r\n"), NULL, 0) : !say(c, b, tl_resp_num(b, '$', av[1].n), av[1].p, av[1].n)) return 0;
 		break;
 	default: c->bye = "+OK\r\n"; c->quit = 1; /* QUIT */
 	}
@@ -376,36 +307,21 @@ static int dispatch(struct conn *c, struct arg *av, uint32_t ac) {
 	return 1;
 }
 
-/* Parse and run the commands c has read, as far as they can go now: each
- * read's bytes are looked at once, and what was run is consumed at the end. */
+/* Run the commands c has read (turnloop/resp.h), as far as they can go now. */
 static void serve_cmds(struct conn *c) {
-	const uint8_t *p = NULL;
-	const char *why = NULL;
-	uint32_t ac, off = 0, n = 0;
-	int rc = 0, used = 1;
+	uint32_t ac;
+	int rc = 0;
 	/* A gather in flight (DBSIZE, SAVE) holds the commands after it: one on
 	 * a key of this shard would run before the gather's part here. */
-	while (!tl_replies_kept(&c->q) && !c->g.busy && !c->quit) {
-		if (off == n || used == 0) { /* the view is used up, or the command goes on past it */
-			tl_rbuf_consume(&c->b.rd, off);
-			off = n = 0;
-			if ((rc = tl_rbuf_peek(&c->b.rd, c->need, &p)) <= 0) break; /* 0: wait for the next read */
-			n = (uint32_t)rc;
-		}
-		if ((used = parse(p + off, n - off, c->sh->av, &ac, &c->need, &why)) == 0) continue;
-		if (used < 0) break;
-		/* Stalled, or an owner reads these bytes: consumed once that is over. */
+	while (!tl_replies_kept(&c->q) && !c->g.busy && !c->quit && (rc = tl_resp_next(&c->rs, c->sh->av, &ac)) > 0) {
+		/* Stalled, or an owner reads these bytes: done once that is over. */
 		if (!dispatch(c, c->sh->av, ac) || tl_replies_kept(&c->q)) break;
-		off += (uint32_t)used;
-		c->need = 1;
+		tl_resp_done(&c->rs);
 		c->argi = 0;
 		c->sh->ncmd++;
 	}
-	tl_rbuf_consume(&c->b.rd, off);
-	if (rc < 0 || used < 0) { /* -EPROTO: the stream ended inside a command: no one to tell */
-		c->bye = rc == -EMSGSIZE ? "-ERR Protocol error: command too long\r\n" : rc < 0 ? NULL : why;
-		c->quit = 1;
-	}
+	tl_resp_consume(&c->rs);
+	if (rc < 0) c->bye = tl_resp_error_reply(rc), c->quit = 1; /* -EPROTO: ended inside a command: no one to tell */
 }
 
 /* ---- Connections (the shard's tl_server), and everything a shard is handed ---- */
@@ -424,9 +340,9 @@ static void after(tl_conn *b, void *arg) {
 
 static void conn_open(tl_conn *b, void *arg) {
 	struct conn *c = (struct conn *)b;
-	memset(&c->sh, 0, offsetof(struct conn, q) - offsetof(struct conn, sh));
+	memset(&c->sh, 0, offsetof(struct conn, rs) - offsetof(struct conn, sh));
 	c->sh = arg;
-	c->need = 1;
+	tl_resp_init(&c->rs, &b->rd, MAX_ARGS, VAL_MAX);
 	tl_mesh_gather_init(&c->g, c->parts, MAX_SHARDS);
 	tl_replies_init(&c->q, b, c->sh->s, &(tl_replies_config){.recs = c->rec, .nrecs = REC_N, .rec_size = sizeof *c->rec,
 			.chains = c->chains, .nchains = MAX_SHARDS, .run = run, .out = say_sum, .out_max = 24, .arg = c});
@@ -454,7 +370,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 		if (c->grec->op == OP_SAVE) atomic_store(&kv.saving, 0);
 		if (x->result < 0) ERR(&o, "-ERR shutting down\r\n");
 		else if (err) reply(&o, b, (uint32_t)snprintf(b, sizeof b, "-ERR save failed: %s\r\n", tl_strerror((int)err)), NULL, 0);
-		else c->grec->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, num((uint8_t *)b, ':', n), NULL, 0);
+		else c->grec->op == OP_SAVE ? ERR(&o, "+OK\r\n") : reply(&o, (uint8_t *)b, tl_resp_num((uint8_t *)b, ':', n), NULL, 0);
 		tl_replies_made(&c->q, o.r); /* out it goes in its turn */
 	}
 }
@@ -486,25 +402,15 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 	return tl_server_start(&sh->srv, sh->loop, &sc);
 }
 
-/* The command line: 0, or 2 (one usage line, then exit 2). A number is
- * digits only, inside its range; the runtime's options go to the runtime. */
-struct opts { unsigned long port, keys, conns; int local; const char *dir; };
+/* The command line: 0, or 2 (main prints one line, then exits 2). */
+struct opts { uint32_t port, keys, conns; int local; const char *dir; };
 
 static int options(int argc, char **argv, struct opts *o, tl_runtime_config *rc) {
+	const tl_runtime_option opts[] = {{"--port", TL_OPTION_U32, &o->port, 1, 65535}, {"--keys", TL_OPTION_U32, &o->keys, 1, 1u << 30},
+		{"--conns", TL_OPTION_U32, &o->conns, 1, 16384}, {"--save-dir", TL_OPTION_STR, &o->dir, 0, 0},
+		{"--local", TL_OPTION_FLAG, &o->local, 0, 0}, {0}}; /* --local: every key local, each shard owns a key space */
 	*o = (struct opts){.port = 6379, .keys = kv.keys, .conns = kv.conns, .dir = kv.dir};
-	for (int i = 1, r; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
-		int num = *val && !val[strspn(val, "0123456789")]; /* too long: ULONG_MAX, out of range */
-		unsigned long v = num ? strtoul(val, NULL, 10) : 0;
-		if (!strcmp(a, "--local")) o->local = 1; /* every key local: each shard owns a key space */
-		else if (i++, (r = tl_runtime_config_option(rc, a, val)) != 0) { if (r < 0 || rc->plan.shards > MAX_SHARDS) return 2; }
-		else if (!strcmp(a, "--port") && v && v < 65536) o->port = v;
-		else if (!strcmp(a, "--keys") && v && v <= 1u << 30) o->keys = v;
-		else if (!strcmp(a, "--conns") && v && v <= 16384) o->conns = v;
-		else if (!strcmp(a, "--save-dir") && *val) o->dir = val;
-		else return 2;
-	}
-	return 0;
+	return tl_runtime_config_args(rc, argc, argv, opts) < 0 || rc->plan.shards > MAX_SHARDS ? 2 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -516,8 +422,9 @@ int main(int argc, char **argv) {
 	rc.mesh_spin_ns = 0;         /* no polling for replies: with clients on the shards' CPUs it took their time */
 	rc.loop.nap_ns = 200000;     /* naps: about half the CPU a request at -P 1 (docs/PERFORMANCE.md) */
 	if (options(argc, argv, &o, &rc) || tl_addr_parse(&kv.addr, "127.0.0.1", (uint16_t)o.port) < 0)
-		return fprintf(stderr, "usage: tlkv [--port P] [--keys N] [--conns N] [--save-dir DIR] [--local] [--shards N] [--cpus LIST] [--mesh-inflight N] [--mesh-spin-us N] [--nap-us N]\n"), 2;
-	kv.local = o.local, kv.keys = (uint32_t)o.keys, kv.conns = (uint32_t)o.conns, kv.dir = o.dir;
+		return fprintf(stderr, "tlkv: %s; usage: tlkv [--port P] [--keys N] [--conns N] [--save-dir DIR] [--local] [--shards N] [--cpus LIST] [--mesh-inflight N] [--mesh-spin-us N] [--nap-us N]\n",
+			       rc.plan.shards > MAX_SHARDS ? "--shards: 64 at most" : tl_error_detail()), 2;
+	kv.local = o.local, kv.keys = o.keys, kv.conns = o.conns, kv.dir = o.dir;
 	tl_server_size(&rc.loop, kv.conns);
 	rc.grace_ns = 5000000000ull;
 	rc.on_launch = on_launch;
@@ -532,9 +439,8 @@ int main(int argc, char **argv) {
 		kv.sh = calloc(kv.nshards, sizeof *kv.sh);
 		r = kv.nshards > MAX_SHARDS ? -E2BIG : !kv.sh ? -ENOMEM : kv.group < 0 ? kv.group : 0;
 	}
-	signal(SIGPIPE, SIG_IGN);
 	if (r == 0 && (r = tl_runtime_launch(rt)) == 0) {
-		fprintf(stderr, "tlkv: listening on 127.0.0.1:%lu, %u shard%s%s\n", o.port, kv.nshards,
+		fprintf(stderr, "tlkv: listening on 127.0.0.1:%u, %u shard%s%s\n", o.port, kv.nshards,
 			kv.nshards > 1 ? "s" : "", kv.local ? ", every key local" : "");
 		r = tl_runtime_run(rt);
 	}
