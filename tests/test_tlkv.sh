@@ -129,7 +129,7 @@ done
 
 # (c) Pipelined replies checked in order (deeper than a connection's 64
 # records, and one at a time), SAVE's files parsed, bad input.
-timeout 60 python3 "$checker" "$port" "$files" pipeline pipeline:3000:200 pipeline:300:1 count split bad || fail "checker"
+timeout 60 python3 "$checker" "$port" "$files" pipeline pipeline:3000:200 pipeline:300:1 count split leave bad || fail "checker"
 expect PONG PING
 
 # The program's counters in the live stats: commands on both shards, and hops
@@ -142,8 +142,10 @@ fams = {f["name"]: f["rows"][0]["values"] for f in j["program"]}
 assert all(v > 0 for v in fams["cmds"]) and all(v > 0 for v in fams["remote"]), fams
 assert sum(fams["remote"]) * 4 > sum(fams["cmds"]), fams
 naps = [(s["naps"], s["nap_parks"], s["spins"]) for s in j["shard"]]
-assert all(n > 0 and p <= n and sp == 0 for n, p, sp in naps), naps
-' "$tmp/stats.json" && ok "stats: commands and remote hops on each shard, naps (the default) on each" ||
+# A loop naps only after a batch of small reads (lib/turn.c): one shard
+# whose batches all came alone has none (seen once in 16 runs).
+assert sum(n for n, p, sp in naps) > 0 and all(p <= n and sp == 0 for n, p, sp in naps), naps
+' "$tmp/stats.json" && ok "stats: commands and remote hops on each shard, naps (the default), no spins" ||
 	fail "stats: $(head -c 300 "$tmp/stats.json")"
 
 expect OK QUIT

@@ -216,6 +216,45 @@ def split(port):
     return 0
 
 
+def leave(port, n=5):
+    """Clients that send a pipeline of GETs of a 400 KB value and leave
+    without reading, some closing at once (the server's writes then meet
+    EPIPE: no SIGPIPE may end it), some resetting the connection once
+    replies flow: the server still answers a new client."""
+    import struct
+    import time
+    key = 'leave:%s' % os.urandom(6).hex()
+    s = socket.create_connection(('127.0.0.1', port))
+    s.settimeout(10)
+    rd = Reader(s)
+    s.sendall(resp('SET', key, 'x' * 400000))
+    ok = rd.reply() == b'OK'
+    s.close()
+    for i in range(2 * n):
+        c = socket.create_connection(('127.0.0.1', port))
+        if i % 2:  # a reset at the close; else a FIN before any reply came, the reset after it
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+        c.sendall(resp('GET', key) * 50)
+        if i % 2:
+            time.sleep(0.02)
+        c.close()
+    time.sleep(0.2)
+    try:
+        s = socket.create_connection(('127.0.0.1', port))
+        s.settimeout(10)
+        rd = Reader(s)
+        s.sendall(resp('DEL', key) + resp('PING'))
+        got = [rd.reply(), rd.reply()]
+        s.close()
+    except (OSError, EOFError) as e:
+        got = 'no answer (%s)' % e
+    if not ok or got != [1, b'PONG']:
+        print('FAIL: leave: after %d clients left mid-reply: %r' % (2 * n, got))
+        return 1
+    print('ok: %d clients left mid-reply (a close, a reset): the server still answers' % (2 * n))
+    return 0
+
+
 def files(d, n):
     """SAVE's files: a file per shard, each a run of SET commands (what
     `redis-cli --pipe` replays), n keys in all and none twice."""
@@ -255,6 +294,8 @@ def main():
             rc = count(port)
         elif m[0] == 'split':
             rc = split(port)
+        elif m[0] == 'leave':
+            rc = leave(port)
         else:
             print('FAIL: no mode %r' % mode)
             rc = 2
