@@ -1554,6 +1554,58 @@ static void resp_numbers(void)
 	H_EQ(v, 7); /* untouched by every refusal */
 }
 
+/* A command table: names without case, Redis's arities (exact, at
+ * least), the host's own entries after the tl_resp_command; and bulk
+ * strings. */
+static void resp_commands_table(void)
+{
+	static const struct ent {
+		tl_resp_command c;
+		int op;
+	} t[] = {{{"get", 2}, 10}, {{"del", -2}, 11}, {{"ping", -1}, 12}, {{"config|get", 3}, 13}};
+	const uint32_t n = sizeof t / sizeof *t;
+	struct {
+		const char *name;
+		uint32_t ac;
+		int want;
+	} cases[] = {
+		{"get", 2, 0}, {"GET", 2, 0}, {"gEt", 2, 0}, {"get", 1, -EDOM}, {"get", 3, -EDOM},
+		{"del", 2, 1}, {"DEL", 9, 1}, {"del", 1, -EDOM}, {"ping", 1, 2}, {"PING", 2, 2},
+		{"config|get", 3, 3}, {"CONFIG|GET", 3, 3}, {"config\\get", 3, -ENOENT}, /* '\\' is not '|' */
+		{"ge", 2, -ENOENT}, {"gets", 2, -ENOENT}, {"", 1, -ENOENT}, {"g\rt", 2, -ENOENT}, {"get", 0, -ENOENT},
+		{"Config|Get", 3, 3}, {"0123456789abcdef", 1, -ENOENT}, /* 16 bytes: longer than any name */
+	};
+	tl_resp_arg av[9];
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		for (uint32_t a = 0; a < 9; a++)
+			av[a] = (tl_resp_arg){(const uint8_t *)"x", 1};
+		av[0] = (tl_resp_arg){(const uint8_t *)cases[i].name, (uint32_t)strlen(cases[i].name)};
+		int rc = tl_resp_command_find(av, cases[i].ac, t, n, sizeof *t);
+		H_TRUE(rc == cases[i].want, "%s with %u: %d, wanted %d", cases[i].name, cases[i].ac, rc, cases[i].want);
+		if (rc >= 0)
+			H_EQ(t[rc].op, 10 + rc);
+	}
+	H_TRUE(strcmp(tl_resp_error_reply(-ENOENT), "-ERR unknown command\r\n") == 0);
+	H_TRUE(strcmp(tl_resp_error_reply(-EDOM), "-ERR wrong number of arguments\r\n") == 0);
+	av[0] = (tl_resp_arg){(const uint8_t *)"get\0", 4}; /* a 0 byte: no name has one */
+	H_EQ(tl_resp_command_find(av, 2, t, n, sizeof *t), -ENOENT);
+	av[0] = (tl_resp_arg){(const uint8_t *)"get", 3};
+	H_EQ(tl_resp_command_find(av, 2, t, 0, sizeof *t), -ENOENT);
+	H_EQ(tl_resp_command_find(NULL, 2, t, n, sizeof *t), -EINVAL);
+	H_EQ(tl_resp_command_find(av, 2, NULL, n, sizeof *t), -EINVAL);
+	H_EQ(tl_resp_command_find(av, 2, t, n, sizeof(tl_resp_command) - 1), -EINVAL);
+	uint8_t b[64];
+	H_TRUE(tl_resp_bulk(b, "hello", 5) == 11 && memcmp(b, "$5\r\nhello\r\n", 11) == 0);
+	H_TRUE(tl_resp_bulk(b, "", 0) == 6 && memcmp(b, "$0\r\n\r\n", 6) == 0);
+	static uint8_t big[1000];
+	uint8_t *out = malloc(1100);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+	memset(big, 'v', sizeof big);
+	H_TRUE(tl_resp_bulk(out, big, 1000) == 1009 && memcmp(out, "$1000\r\n", 7) == 0 && out[7] == 'v' &&
+	       out[1006] == 'v' && memcmp(out + 1007, "\r\n", 2) == 0);
+	free(out);
+}
+
 /* Refusals: init's ranges, next's NULLs and an unmade reader; done and
  * consume on NULL do nothing. */
 static void resp_arguments(void)
@@ -1663,6 +1715,7 @@ static const h_test tests[] = {
 	T("resp", resp_errors),
 	T("resp", resp_peer_closes),
 	T("resp", resp_numbers),
+	T("resp", resp_commands_table),
 	T("resp", resp_arguments),
 	T("writer", coalesce_one_write),
 	T("writer", inflight_accumulates),

@@ -1,7 +1,8 @@
-/* turnloop/resp.h: the Redis protocol's requests (RESP arrays of bulk strings) read from a tl_rbuf without copying, and the number lines of its replies (docs/BUFIO.md, "The Redis protocol"). */
+/* turnloop/resp.h: the Redis protocol's requests (RESP arrays of bulk strings) read from a tl_rbuf without copying, found in a command table, and the number lines and bulk strings of its replies (docs/BUFIO.md, "The Redis protocol's requests"). */
 #ifndef TURNLOOP_RESP_H
 #define TURNLOOP_RESP_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "turnloop/bufio.h"
 
@@ -92,10 +93,35 @@ void tl_resp_done(tl_resp *s);
  * done goes back to the loop now. NULL: a no-op. */
 void tl_resp_consume(tl_resp *s);
 
-/* The error line a Redis server sends its client for tl_resp_next's error
- * code ("-ERR Protocol error: ...\r\n"), or NULL for a code with no one to
- * tell (-EPROTO: the client is gone) or one that is not tl_resp_next's. */
+/* The error line a Redis server sends its client for an error code of
+ * tl_resp_next ("-ERR Protocol error: ...\r\n") or tl_resp_command_find
+ * ("-ERR unknown command\r\n", "-ERR wrong number of arguments\r\n"), or
+ * NULL for a code with no one to tell (-EPROTO: the client is gone) or one
+ * that is neither's. */
 const char *tl_resp_error_reply(int code);
+
+/* An entry of a command table: a host's table begins each of its entries
+ * with one (see tl_resp_command). */
+typedef struct tl_resp_command {
+	char name[16];      /* in lower case, 15 bytes at most, 0-padded: "get" */
+	int32_t arity;      /* the arguments, the name included: exactly arity, or
+	                     * (negative) at least -arity; Redis's own convention */
+} tl_resp_command;
+
+/*
+ * Which command of table av[0 .. ac) is: table holds n entries of stride
+ * bytes each (the host's struct, a tl_resp_command first), av[0] its name,
+ * compared without case (A-Z as a-z) as two words against each entry's 16
+ * bytes. Returns the entry's index; -ENOENT when no entry has that name (ac
+ * 0, or a name of 16 bytes or more, too), -EDOM when one has but ac is not its arity
+ * (tl_resp_error_reply gives each its line); -EINVAL when av or table is
+ * NULL, or stride is below sizeof(tl_resp_command).
+ */
+int tl_resp_command_find(const tl_resp_arg *av, uint32_t ac, const void *table, uint32_t n, size_t stride);
+
+/* Write the bulk string "$<n>\r\n<p[0..n)>\r\n" at out (n + 15 bytes at
+ * most). Returns its length. */
+uint32_t tl_resp_bulk(uint8_t *out, const void *p, uint32_t n);
 
 /* Write "<type><v>\r\n" at out (22 bytes or fewer: a RESP integer ':',
  * a bulk length '$', an array count '*'). Returns its length. */

@@ -39,7 +39,8 @@ static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t
 /* One command from p[0..n): its length, av[0..*ac) pointing into p; 0 when
  * not whole yet (*need: the bytes it takes at least, more than n); or a
  * negative errno (resp.h). An empty line is a command of no arguments. */
-static int parse(const tl_resp *s, const uint8_t *p, uint32_t n, tl_resp_arg *av, uint32_t *ac, uint32_t *need) {
+static int parse(const uint8_t *p, uint32_t n, uint32_t max_args, uint32_t max_len, tl_resp_arg *av, uint32_t *ac,
+		 uint32_t *need) {
 	uint32_t i = 0, cnt = 0, len = 0, k;
 	int r;
 	if (n >= 2 && p[0] == '\r' && p[1] == '\n')
@@ -48,12 +49,12 @@ static int parse(const tl_resp *s, const uint8_t *p, uint32_t n, tl_resp_arg *av
 		return *need = 2, 0;
 	if (p[0] != '*')
 		return -EBADMSG;
-	if ((r = line(p, n, &i, '*', s->max_args, &cnt)) == 0)
+	if ((r = line(p, n, &i, '*', max_args, &cnt)) == 0)
 		return *need = n + 1, 0;
 	if (r < 0 || cnt == 0)
 		return -ERANGE;
 	for (k = 0; k < cnt; k++, i += len + 2) {
-		if ((r = line(p, n, &i, '$', s->max_len, &len)) < 0)
+		if ((r = line(p, n, &i, '$', max_len, &len)) < 0)
 			return -EILSEQ;
 		if (r == 0 || n - i < len + 2) { /* each argument after this one takes 6 bytes or more */
 			*need = (r ? i + len + 2 : n + 1) + 6 * (cnt - k - 1);
@@ -87,7 +88,7 @@ int tl_resp_next(tl_resp *s, tl_resp_arg *av, uint32_t *ac) {
 				return rc < 0 ? (s->err = rc) : 0;
 			s->n = (uint32_t)rc;
 		}
-		if ((rc = parse(s, s->p + s->off, s->n - s->off, av, ac, &s->need)) > 0) {
+		if ((rc = parse(s->p + s->off, s->n - s->off, s->max_args, s->max_len, av, ac, &s->need)) > 0) {
 			s->used = (uint32_t)rc;
 			if (*ac)
 				return 1;
@@ -122,6 +123,8 @@ const char *tl_resp_error_reply(int code) {
 	case -ERANGE: return "-ERR Protocol error: invalid multibulk length\r\n";
 	case -EILSEQ: return "-ERR Protocol error: invalid bulk length\r\n";
 	case -EMSGSIZE: return "-ERR Protocol error: command too long\r\n";
+	case -ENOENT: return "-ERR unknown command\r\n";
+	case -EDOM: return "-ERR wrong number of arguments\r\n";
 	default: return NULL;
 	}
 }
@@ -160,4 +163,37 @@ int tl_resp_num_parse(const uint8_t *p, uint32_t n, int64_t *v) {
 	}
 	*v = neg ? (int64_t)(0 - x) : (int64_t)x;
 	return 0;
+}
+
+/* The name, folded to lower case, as two words against each entry's (a
+ * byte loop over names of any length cost 35 instructions a GET more). */
+int tl_resp_command_find(const tl_resp_arg *av, uint32_t ac, const void *table, uint32_t n, size_t stride) {
+	uint8_t f[16] = {0};
+	uint64_t w[2], e[2];
+	uint32_t len, i, j;
+	if (!av || !table || stride < sizeof(tl_resp_command))
+		return -EINVAL;
+	if (!ac || (len = av[0].n) == 0 || len > 15)
+		return -ENOENT;
+	for (j = 0; j < len; j++) {
+		uint8_t ch = av[0].p[j];
+		if (!ch)
+			return -ENOENT; /* "get\0" is no "get" */
+		f[j] = (uint8_t)(ch - 'A') < 26 ? (uint8_t)(ch | 0x20) : ch;
+	}
+	memcpy(w, f, 16);
+	for (i = 0; i < n; i++) {
+		const tl_resp_command *k = (const tl_resp_command *)(const void *)((const char *)table + i * stride);
+		memcpy(e, k->name, 16);
+		if (e[0] == w[0] && e[1] == w[1])
+			return (k->arity >= 0 ? ac == (uint32_t)k->arity : ac >= (uint32_t)-k->arity) ? (int)i : -EDOM;
+	}
+	return -ENOENT;
+}
+
+uint32_t tl_resp_bulk(uint8_t *out, const void *p, uint32_t n) {
+	uint32_t h = tl_resp_num(out, '$', n);
+	memcpy(out + h, p, n);
+	memcpy(out + h + n, "\r\n", 2);
+	return h + n + 2;
 }
