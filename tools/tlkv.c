@@ -57,7 +57,6 @@ struct save { /* a shard's part of a SAVE: its result, deferred until the file i
 
 struct shard {
 	tl_shard *s; /* NULL once the runtime is gone */
-	tl_loop *loop;
 	tl_server *srv;
 	uint32_t id;
 	struct item **b; /* the buckets: a power of two, --keys or more */
@@ -104,8 +103,6 @@ static int set(struct shard *sh, struct item **p, uint64_t h, const uint8_t *k, 
 
 /* ---- Replies ---- */
 
-static uint8_t *put(uint8_t *p, const void *s, size_t n) { return (uint8_t *)memcpy(p, s, n) + n; }
-
 /* Where a reply goes: straight into the connection's writer (w, whose room
  * was checked), or into a record that waits for its turn (r), made by shard s. */
 struct out { tl_wbuf *w; tl_reply *r; tl_shard *s; };
@@ -124,7 +121,7 @@ static inline __attribute__((always_inline)) void reply(struct out *o, const voi
 	if (!o->w && !(p = tl_reply_buf(o->s, o->r, n)))
 		p = tl_reply_buf(o->s, o->r, n = 20), head = "-ERR out of memory\r\n", hn = 20, body = NULL;
 	memcpy(p, head, hn);
-	if (body) memcpy(put(p + hn, body, bn), "\r\n", 2);
+	if (body) memcpy((uint8_t *)memcpy(p + hn, body, bn) + bn, "\r\n", 2);
 	if (o->w) tl_wbuf_commit(o->w, n); /* straight into the writer */
 }
 
@@ -155,7 +152,7 @@ static int64_t exec(struct shard *sh, int op, uint64_t h, const uint8_t *k, uint
 static uint32_t say_sum(tl_reply *r, uint8_t *p, void *arg) {
 	struct conn *c = arg;
 	uint32_t n = 0;
-	if (r->result < 0) return c->quit = 1, (uint32_t)(put(p, S("-ERR shutting down\r\n")) - p);
+	if (r->result < 0) return c->quit = 1, memcpy(p, "-ERR shutting down\r\n", 20), 20;
 	c->sum += r->result;
 	if (r->flags & R_EMIT) n = tl_resp_num(p, ':', c->sum), c->sum = 0;
 	return n;
@@ -221,9 +218,9 @@ static int save_task(tl_shard *s, void *arg) {
 	for (int rc; v->next <= sh->mask; v->next++) {
 		for (struct item *it = sh->b[v->next]; it; it = it->next, v->keys++) {
 			if ((rc = tl_fout_reserve(&v->f, 2 * REPLY_MAX, &p)) < 0) return rc;
-			q = put(p, "*3\r\n$3\r\nSET\r\n", 13);
-			q = put(put(q + tl_resp_num(q, '$', it->klen), it->kv, it->klen), "\r\n", 2);
-			q = put(put(q + tl_resp_num(q, '$', it->vlen), it->kv + it->klen, it->vlen), "\r\n", 2);
+			q = (uint8_t *)memcpy(p, "*3\r\n$3\r\nSET\r\n", 13) + 13;
+			q += tl_resp_bulk(q, it->kv, it->klen);
+			q += tl_resp_bulk(q, it->kv + it->klen, it->vlen);
 			tl_fout_commit(&v->f, (uint32_t)(q - p));
 		}
 		if ((v->next & 63) == 63 && tl_shard_should_yield(s)) { v->next++; return TL_TASK_MORE; }
@@ -265,30 +262,19 @@ static int gather(struct conn *c, int op) {
 
 /* ---- Commands ---- */
 
-static const struct cmd {
-	char name[8]; /* lower case, zero-padded: compared as one word */
-	uint8_t op, kind;
-	int8_t arity; /* exactly, or (negative) at least */
-} cmds[] = {{"get", OP_GET, K_KEY, 2}, {"set", OP_SET, K_KEY, 3}, {"incr", OP_INCR, K_KEY, 2},
-	    {"del", OP_DEL, K_EACH, -2}, {"mget", OP_GET, K_EACH, -2}, {"dbsize", OP_COUNT, K_ALL, 1},
-	    {"save", OP_SAVE, K_ALL, 1}, {"ping", 0, K_PING, -1}, {"echo", 0, K_PING, 2},
-	    {"quit", 0, K_QUIT, 1}};
+static const struct cmd { tl_resp_command c; uint8_t op, kind; } cmds[] = { /* names and arities: turnloop/resp.h */
+	{{"get", 2}, OP_GET, K_KEY}, {{"set", 3}, OP_SET, K_KEY}, {{"incr", 2}, OP_INCR, K_KEY}, {{"del", -2}, OP_DEL, K_EACH},
+	{{"mget", -2}, OP_GET, K_EACH}, {{"dbsize", 1}, OP_COUNT, K_ALL}, {{"save", 1}, OP_SAVE, K_ALL},
+	{{"ping", -1}, 0, K_PING}, {{"echo", 2}, 0, K_PING}, {{"quit", 1}, 0, K_QUIT}};
 
 /* Run the command av[0..ac) from argument c->argi on: 1 when all of it is done
  * or sent, 0 when it stalled (it goes on from c->argi later). */
 static int dispatch(struct conn *c, tl_resp_arg *av, uint32_t ac) {
-	const struct cmd *k = NULL;
+	int i = tl_resp_command_find(av, ac, cmds, sizeof cmds / sizeof *cmds, sizeof *cmds); /* again when resumed */
+	const struct cmd *k = &cmds[i < 0 ? 0 : i];
 	uint8_t b[24];
 	if (c->argi >= ac) return 1;
-	uint8_t nm[8] = {0};
-	uint64_t w, cw;
-	for (uint32_t j = 0; j < av[0].n && j < 8; j++) nm[j] = av[0].p[j] | 0x20;
-	memcpy(&w, nm, 8);
-	for (size_t i = 0; i < sizeof cmds / sizeof *cmds && av[0].n <= 8 && !k; i++)
-		k = (memcpy(&cw, cmds[i].name, 8), cw == w) ? &cmds[i] : NULL;
-	if (!k) return say(c, S("-ERR unknown command\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
-	if (k->arity > 0 ? ac != (uint32_t)k->arity : ac < (uint32_t)-k->arity)
-		return say(c, S("-ERR wrong number of arguments\r\n"), NULL, 0) ? (int)(c->argi = ac) : 0;
+	if (i < 0) return say(c, tl_resp_error_reply(i), (uint32_t)strlen(tl_resp_error_reply(i)), NULL, 0) ? (int)(c->argi = ac) : 0;
 	switch (k->kind) {
 	case K_KEY: if (!route(c, k->op, 0, &av[1], ac > 2 ? &av[2] : NULL)) return 0; break;
 	case K_EACH: /* MGET: "*N", then each key's GET; DEL: each key's count, summed */
@@ -335,7 +321,6 @@ static void after(tl_conn *b, void *arg) {
 	serve_cmds(c);
 	if (tl_replies_flush(&c->q) && (c->quit || (c->b.eof && !tl_rbuf_buffered(&c->b.rd))))
 		tl_conn_end(b, c->bye, c->bye ? (uint32_t)strlen(c->bye) : 0);
-	(void)arg;
 }
 
 static void conn_open(tl_conn *b, void *arg) {
@@ -360,7 +345,7 @@ static void on_completion(tl_shard *s, const tl_completion *x) {
 	if (x->kind == TL_K_POOL) return save_end(sh, x->result); /* a SAVE's file: in place, or not */
 	if (x->kind != TL_K_MESH) return;
 	if (x->aux & TL_MESH_TASK) { /* a SAVE's walk ended: fsync and rename on the pool */
-		int64_t rc = x->result < 0 ? x->result : tl_fout_finish(&sh->sv.f, sh->loop, 0, &op);
+		int64_t rc = x->result < 0 ? x->result : tl_fout_finish(&sh->sv.f, tl_shard_loop(s), 0, &op);
 		if (rc < 0) { tl_fout_abort(&sh->sv.f); save_end(sh, rc); }
 	} else { /* a gather: DBSIZE's parts add up, SAVE's say how each shard's file went */
 		char b[96];
@@ -380,11 +365,10 @@ static int on_pass(tl_shard *s, void *arg) { /* once per pass: a write per conne
 	tl_shard_counter_add(s, kv.st_cmds, sh->ncmd);
 	tl_shard_counter_add(s, kv.st_remote, sh->nremote);
 	sh->ncmd = sh->nremote = 0;
-	(void)arg;
 	return tl_server_pass(sh->srv);
 }
 
-static void on_drain(tl_shard *s, void *arg) { (void)arg; tl_server_drain(((struct shard *)tl_shard_data(s))->srv); }
+static void on_drain(tl_shard *s, void *arg) { tl_server_drain(((struct shard *)tl_shard_data(s))->srv); }
 
 static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as it is used */
 	struct shard *sh = &kv.sh[tl_shard_id(s)];
@@ -392,14 +376,12 @@ static int on_launch(tl_shard *s, void *arg) { /* memory at launch, touched as i
 			       .conn_size = sizeof(struct conn), .read_max = CMD_MAX, .write_cap = WBUF,
 			       .on_open = conn_open, .on_ready = after, .on_free = conn_free, .arg = sh};
 	sh->s = s;
-	sh->loop = tl_shard_loop(s);
 	sh->id = tl_shard_id(s);
 	for (sh->mask = 1; sh->mask < kv.keys - 1; sh->mask = sh->mask * 2 + 1) {}
 	sh->b = calloc(sh->mask + 1, sizeof *sh->b);
 	if (!sh->b || !(sh->sv.buf = malloc(CHUNK + 2 * REPLY_MAX))) return -ENOMEM;
 	tl_shard_set_data(s, sh);
-	(void)arg;
-	return tl_server_start(&sh->srv, sh->loop, &sc);
+	return tl_server_start(&sh->srv, tl_shard_loop(s), &sc);
 }
 
 /* The command line: 0, or 2 (main prints one line, then exits 2). */
