@@ -5,22 +5,13 @@
 #include "turnloop/resp.h"
 
 /* A line "<t><digits>\r\n" of at most 16 bytes at p[*i..n), its number at
- * most max: 1 (and *v), 0 when not all of it is here, -1 when bad. The one-
- * and two-digit lines (nearly every count and key length) are read at once:
- * the general loop cost about a sixth of a GET's instructions at -P 16. */
-static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t n, uint32_t *i, char t,
-							uint32_t max, uint32_t *v) {
+ * most max: 1 (and *v), 0 when not all of it is here, -1 when bad. The
+ * general case; line() below reads the one- and two-digit lines. */
+static __attribute__((noinline)) int line_slow(const uint8_t *p, uint32_t n, uint32_t *i, char t, uint32_t max,
+					       uint32_t *v) {
 	const uint8_t *s = p + *i, *e = s + (n - *i < 16 ? n - *i : 16), *d = s + 1;
 	uint64_t x = 0; /* 15 digits at most: no overflow */
 	unsigned dg;
-	if (e - s >= 4 && s[0] == t && (dg = (unsigned)s[1] - '0') <= 9) {
-		if (s[2] == '\r' && s[3] == '\n' && dg <= max)
-			return *v = dg, *i += 4, 1;
-		if (e - s >= 5 && (x = (unsigned)s[2] - '0') <= 9 && s[3] == '\r' && s[4] == '\n' &&
-		    (x += dg * 10) <= max)
-			return *v = (uint32_t)x, *i += 5, 1;
-		x = 0;
-	}
 	if (s == e)
 		return 0;
 	if (*s != t)
@@ -34,6 +25,23 @@ static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t
 	*v = (uint32_t)x;
 	*i = (uint32_t)(d + 2 - p);
 	return 1;
+}
+
+/* line_slow's answer, the one- and two-digit lines (nearly every count and
+ * key length) read at once: the general loop cost about a sixth of a GET's
+ * instructions at -P 16. */
+static inline __attribute__((always_inline)) int line(const uint8_t *p, uint32_t n, uint32_t *i, char t,
+							uint32_t max, uint32_t *v) {
+	const uint8_t *s = p + *i;
+	uint32_t left = n - *i;
+	unsigned d1, d2;
+	if (left >= 4 && s[0] == (uint8_t)t && (d1 = (unsigned)s[1] - '0') <= 9) {
+		if (s[2] == '\r' && s[3] == '\n' && d1 <= max)
+			return *v = d1, *i += 4, 1;
+		if (left >= 5 && (d2 = (unsigned)s[2] - '0') <= 9 && s[3] == '\r' && s[4] == '\n' && d1 * 10 + d2 <= max)
+			return *v = d1 * 10 + d2, *i += 5, 1;
+	}
+	return line_slow(p, n, i, t, max, v);
 }
 
 /* One command from p[0..n): its length, av[0..*ac) pointing into p; 0 when
@@ -80,9 +88,9 @@ int tl_resp_next(tl_resp *s, tl_resp_arg *av, uint32_t *ac) {
 	if (!s || !av || !ac || !s->rd)
 		return -EINVAL;
 	for (;;) {
-		if (s->err)
-			return s->err;
-		if (s->off == s->n) { /* the view is used up, or the command goes on past it */
+		if (s->off == s->n) { /* the view is used up, the command goes on past it, or an error */
+			if (s->err)
+				return s->err;
 			tl_resp_consume(s);
 			if ((rc = tl_rbuf_peek(s->rd, s->need, &s->p)) <= 0)
 				return rc < 0 ? (s->err = rc) : 0;
@@ -95,6 +103,7 @@ int tl_resp_next(tl_resp *s, tl_resp_arg *av, uint32_t *ac) {
 			tl_resp_done(s); /* an empty line */
 		} else if (rc < 0) {
 			s->err = rc;
+			s->n = s->off; /* every later call: the error */
 		} else { /* not whole here: ask the reader for what it needs */
 			tl_resp_consume(s);
 		}
@@ -175,18 +184,17 @@ int tl_resp_command_find(const tl_resp_arg *av, uint32_t ac, const void *table, 
 		return -EINVAL;
 	if (!ac || (len = av[0].n) == 0 || len > 15)
 		return -ENOENT;
-	for (j = 0; j < len; j++) {
-		uint8_t ch = av[0].p[j];
-		if (!ch)
-			return -ENOENT; /* "get\0" is no "get" */
-		f[j] = (uint8_t)(ch - 'A') < 26 ? (uint8_t)(ch | 0x20) : ch;
-	}
+	for (j = 0; j < len; j++) /* A-Z as a-z, branch-free */
+		f[j] = (uint8_t)(av[0].p[j] | ((uint8_t)(av[0].p[j] - 'A') < 26) << 5);
 	memcpy(w, f, 16);
 	for (i = 0; i < n; i++) {
 		const tl_resp_command *k = (const tl_resp_command *)(const void *)((const char *)table + i * stride);
 		memcpy(e, k->name, 16);
-		if (e[0] == w[0] && e[1] == w[1])
-			return (k->arity >= 0 ? ac == (uint32_t)k->arity : ac >= (uint32_t)-k->arity) ? (int)i : -EDOM;
+		if (e[0] != w[0] || e[1] != w[1])
+			continue;
+		if (!k->name[len - 1])
+			break; /* a name shorter than the command's, which has a 0 byte ("get\0" is no "get") */
+		return (k->arity >= 0 ? ac == (uint32_t)k->arity : ac >= (uint32_t)-k->arity) ? (int)i : -EDOM;
 	}
 	return -ENOENT;
 }
