@@ -1,4 +1,4 @@
-/* tests/fuzz_resp.c: libFuzzer target for the Redis protocol's request reader (lib/bufio/resp.c, turnloop/resp.h): what a client sends, cut into leases as the input says, read command after command; every answer held to what resp.h promises, and to what the same bytes give read in one piece. */
+/* tests/fuzz_resp.c: libFuzzer target for the Redis protocol's request reader (lib/bufio/resp.c, turnloop/resp.h): what a client sends, cut into leases as the input says, read command after command; every answer held to what resp.h promises, and to what the same bytes give read in one piece; each command looked up in a command table, held to a reference lookup. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -83,6 +83,32 @@ static struct run cut, whole;
 
 static tl_resp_arg av[1u << 8];
 
+/* A command table as a host's: what tl_resp_command_find says of a
+ * command is held to a reference: the entry whose name equals the
+ * command's first argument with A-Z read as a-z (no other byte folded). */
+static const struct ent {
+	tl_resp_command c;
+	int tag;
+} table[] = {{{"get", 2}, 0}, {{"set", 3}, 1}, {{"del", -2}, 2}, {{"ping", -1}, 3}, {{"config|get", 3}, 4},
+	     {{"a", 1}, 5}, {{"fifteen-bytes-x", -1}, 6}};
+
+static void check_find(const tl_resp_arg *a, uint32_t ac) {
+	int rc = tl_resp_command_find(a, ac, table, sizeof table / sizeof *table, sizeof *table), want = -ENOENT;
+	for (uint32_t i = 0; i < sizeof table / sizeof *table && want == -ENOENT; i++) {
+		const char *nm = table[i].c.name;
+		uint32_t j = 0;
+		while (j < a[0].n && nm[j] &&
+		       (uint8_t)nm[j] == (a[0].p[j] >= 'A' && a[0].p[j] <= 'Z' ? a[0].p[j] + 32 : a[0].p[j]))
+			j++;
+		if (j == a[0].n && !nm[j])
+			want = (table[i].c.arity >= 0 ? ac == (uint32_t)table[i].c.arity : ac >= (uint32_t)-table[i].c.arity)
+				       ? (int)i
+				       : -EDOM;
+	}
+	if (rc != want || (rc < 0 && !tl_resp_error_reply(rc)))
+		abort();
+}
+
 static void read_all(tl_resp *s, struct run *out, uint32_t max_args) {
 	uint32_t ac;
 	int rc;
@@ -104,6 +130,7 @@ static void read_all(tl_resp *s, struct run *out, uint32_t max_args) {
 			sig = (sig ^ 0x100 ^ av[i].n) * 1099511628211ull;
 		}
 		out->sig[++out->ncmd] = sig = (sig ^ 0x200) * 1099511628211ull;
+		check_find(av, ac);
 		if (rc == 1 && (tl_resp_next(s, av, &ac) != 1)) /* not done: the same again */
 			abort();
 		tl_resp_done(s);

@@ -101,9 +101,9 @@ void tl_resp_consume(tl_resp *s);
 const char *tl_resp_error_reply(int code);
 
 /* An entry of a command table: a host's table begins each of its entries
- * with one (see tl_resp_command). */
+ * with one (see tl_resp_command_find). */
 typedef struct tl_resp_command {
-	char name[16];      /* in lower case, 15 bytes at most, 0-padded: "get" */
+	char name[16];      /* in lower case, 1 to 15 bytes, none 0, then 0s: "get" */
 	int32_t arity;      /* the arguments, the name included: exactly arity, or
 	                     * (negative) at least -arity; Redis's own convention */
 } tl_resp_command;
@@ -112,10 +112,10 @@ typedef struct tl_resp_command {
  * Which command of table av[0 .. ac) is: table holds n entries of stride
  * bytes each (the host's struct, a tl_resp_command first), av[0] its name,
  * compared without case (A-Z as a-z) as two words against each entry's 16
- * bytes. Returns the entry's index; -ENOENT when no entry has that name (ac
- * 0, or a name of 16 bytes or more, too), -EDOM when one has but ac is not its arity
- * (tl_resp_error_reply gives each its line); -EINVAL when av or table is
- * NULL, or stride is below sizeof(tl_resp_command).
+ * bytes. Returns the entry's index; -ENOENT when no entry has that name
+ * (ac 0, or a name of 16 bytes or more, too), -EDOM when one has but ac is
+ * not its arity (tl_resp_error_reply gives each its line); -EINVAL when av
+ * or table is NULL, or stride is below sizeof(tl_resp_command).
  */
 int tl_resp_command_find(const tl_resp_arg *av, uint32_t ac, const void *table, uint32_t n, size_t stride);
 
@@ -123,7 +123,7 @@ int tl_resp_command_find(const tl_resp_arg *av, uint32_t ac, const void *table, 
  * most). Returns its length. */
 uint32_t tl_resp_bulk(uint8_t *out, const void *p, uint32_t n);
 
-/* Write "<type><v>\r\n" at out (22 bytes or fewer: a RESP integer ':',
+/* Write "<type><v>\r\n" at out (23 bytes or fewer: a RESP integer ':',
  * a bulk length '$', an array count '*'). Returns its length. */
 uint32_t tl_resp_num(uint8_t *out, char type, int64_t v);
 
