@@ -1305,6 +1305,18 @@ static int resp_wait(struct rx *x)
 	return x->rc;
 }
 
+/* rd_open, then s a request reader of it (RESP_ARGS arguments of max_len
+ * bytes at most): 0, or -1 with everything closed (the case ends). */
+static int resp_open(struct rd *d, tl_resp *s, uint32_t lease_size, uint32_t max, uint32_t max_len, int fds)
+{
+	if (rd_open(d, lease_size, max) != 0) {
+		rd_close(d, fds);
+		return -1;
+	}
+	H_EQ(tl_resp_init(s, &d->r, RESP_ARGS, max_len), 0);
+	return 0;
+}
+
 /* Command i of the stream resp_stream writes: i % 4 + 1 arguments, the
  * first "c<i>", the others i * 7 % 90 bytes of one letter (0 bytes too). */
 static uint32_t resp_cmd(uint32_t i, char *out)
@@ -1334,17 +1346,14 @@ static void resp_commands(uint32_t lease_size)
 	int fds = h_begin();
 	struct rd d;
 	tl_resp s;
-	if (rd_open(&d, lease_size, 512) != 0) {
-		rd_close(&d, fds);
+	if (resp_open(&d, &s, lease_size, 512, 100, fds) != 0)
 		return;
-	}
 	enum { N = 200 };
 	static char wire[N * 400];
 	uint32_t total = 0, outside = 0, got = 0; /* outside: commands not all in one lease */
 	for (uint32_t i = 0; i < N; i++)
 		total += resp_cmd(i, wire + total);
 	cli_write(&d, wire, total);
-	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 100), 0);
 	struct rx x = {&d, &s, {{0}}, 0, 0};
 	for (; got < N && resp_wait(&x) == 1; got++) {
 		char want[16];
@@ -1400,11 +1409,8 @@ static void resp_undone_stays(void)
 	int fds = h_begin();
 	struct rd d;
 	tl_resp s;
-	if (rd_open(&d, 0, 64) != 0) {
-		rd_close(&d, fds);
+	if (resp_open(&d, &s, 0, 64, 32, fds) != 0)
 		return;
-	}
-	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
 	cli_write(&d, "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", 34);
 	struct rx x = {&d, &s, {{0}}, 0, 0};
 	H_EQ(resp_wait(&x), 1);
@@ -1437,11 +1443,8 @@ static void resp_short_after_long(void)
 	int fds = h_begin();
 	struct rd d;
 	tl_resp s;
-	if (rd_open(&d, 8, 128) != 0) {
-		rd_close(&d, fds);
+	if (resp_open(&d, &s, 8, 128, 100, fds) != 0)
 		return;
-	}
-	H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 100), 0);
 	cli_write(&d, "*1\r\n$60\r\n000000000000000000000000000000000000000000000000000000000000\r\n", 71);
 	struct rx x = {&d, &s, {{0}}, 0, 0};
 	H_EQ(resp_wait(&x), 1);
@@ -1481,11 +1484,8 @@ static void resp_errors(void)
 		int fds = h_begin();
 		struct rd d;
 		tl_resp s;
-		if (rd_open(&d, i & 1 ? 8 : 0, 64) != 0) { /* in one lease, and cut into 8-byte ones */
-			rd_close(&d, fds);
+		if (resp_open(&d, &s, i & 1 ? 8 : 0, 64, 32, fds) != 0) /* in one lease, and cut into 8-byte ones */
 			return;
-		}
-		H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
 		cli_write(&d, cases[i / 2].in, (uint32_t)strlen(cases[i / 2].in));
 		struct rx x = {&d, &s, {{0}}, 0, 0};
 		int rc = resp_wait(&x);
@@ -1508,11 +1508,8 @@ static void resp_peer_closes(void)
 		int fds = h_begin();
 		struct rd d;
 		tl_resp s;
-		if (rd_open(&d, 0, 64) != 0) {
-			rd_close(&d, fds);
+		if (resp_open(&d, &s, 0, 64, 32, fds) != 0)
 			return;
-		}
-		H_EQ(tl_resp_init(&s, &d.r, RESP_ARGS, 32), 0);
 		cli_write(&d, "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1", mid ? 29 : 14);
 		h_close(&d.c, d.cli, 2);
 		d.cli = TL_HANDLE_NONE;
