@@ -108,21 +108,25 @@ int tl_runtime_config_args(tl_runtime_config *cfg, int argc, char **argv, const 
 		uint32_t v;
 		int rc;
 		for (o = opts; o && o->name && strcmp(o->name, a); o++) {}
-		if (o && o->name && o->kind == TL_OPTION_FLAG) {
+		if (o && !o->name)
+			o = NULL; /* not the program's */
+		if (o && o->kind == TL_OPTION_FLAG) {
 			*(int *)o->dst = 1;
 			continue;
 		}
 		i++; /* every other option takes a value */
-		if (o && o->name && o->kind == TL_OPTION_U32 && option_number(val, o->min, o->max, &v) == 0)
+		if (!o) {
+			if ((rc = tl_runtime_config_option(cfg, a, val)) <= 0)
+				return tl__detail_set(rc ? "%s: a missing or bad value" : "%s: no such option", a), -EINVAL;
+		} else if (o->kind == TL_OPTION_U32) {
+			if (option_number(val, o->min, o->max, &v) < 0)
+				return tl__detail_set("%s takes a number of %u..%u", a, o->min, o->max), -EINVAL;
 			*(uint32_t *)o->dst = v;
-		else if (o && o->name && o->kind == TL_OPTION_STR && val && *val)
+		} else {
+			if (!val || !*val)
+				return tl__detail_set("%s takes a value", a), -EINVAL;
 			*(const char **)o->dst = val;
-		else if (o && o->name && o->kind == TL_OPTION_U32) /* the program's, with a bad value */
-			return tl__detail_set("%s takes a number of %u..%u", a, o->min, o->max), -EINVAL;
-		else if (o && o->name)
-			return tl__detail_set("%s takes a value", a), -EINVAL;
-		else if ((rc = tl_runtime_config_option(cfg, a, val)) <= 0)
-			return tl__detail_set(rc ? "%s: a missing or bad value" : "%s: no such option", a), -EINVAL;
+		}
 	}
 	return 0;
 }
